@@ -1,0 +1,154 @@
+"""One exception hierarchy for distcheck.
+
+Every error raised for bad user input is a :class:`ConfigError` (a ``ValueError``)
+whose message names the field, its value and the rule it breaks, e.g.::
+
+    ConfigError("tp", 3, "must divide num_kv_heads=8")
+    -> "tp=3 must divide num_kv_heads=8"
+
+Never ``assert`` for validation: asserts vanish under ``python -O``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DistcheckError",
+    "ConfigError",
+    "UnknownQuantityError",
+    "GoldenError",
+    "AnswerKeyError",
+    "PropertyFailure",
+    "DistributedError",
+    "RankFailure",
+    "WorldTimeout",
+    "BackendUnavailable",
+    "check_positive_int",
+    "check_nonnegative_int",
+    "check_divides",
+    "check_choice",
+]
+
+
+class DistcheckError(Exception):
+    """Base class of every error distcheck raises on purpose."""
+
+
+class ConfigError(DistcheckError, ValueError):
+    """A configuration value breaks a rule.
+
+    Attributes: ``field`` (the argument or config field name), ``value`` (what was
+    given) and ``rule`` (the rule it breaks, phrased to follow ``field=value``).
+    """
+
+    def __init__(self, field: str, value: object, rule: str):
+        self.field = field
+        self.value = value
+        self.rule = rule
+        super().__init__(f"{field}={value!r} {rule}")
+
+    def __reduce__(self):  # picklable across processes
+        return (type(self), (self.field, self.value, self.rule))
+
+
+class UnknownQuantityError(DistcheckError, KeyError):
+    """A quantity name is not in the closed-form catalogue."""
+
+    def __init__(self, name: str, known: list[str] | None = None):
+        self.name = name
+        self.known = known or []
+        hint = ""
+        if self.known:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.known, n=3)
+            if close:
+                hint = f"; did you mean {', '.join(close)}?"
+        super().__init__(f"unknown quantity {name!r}{hint}")
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return self.args[0]
+
+
+class GoldenError(DistcheckError):
+    """A golden record is malformed or does not reproduce."""
+
+
+class AnswerKeyError(DistcheckError):
+    """An answer key is malformed: names the file, line (when known) and field."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None, field: str | None = None):
+        self.path, self.line, self.field = path, line, field
+        where = ":".join(str(x) for x in (path, line) if x is not None)
+        prefix = f"{where}: " if where else ""
+        fld = f"[{field}] " if field else ""
+        super().__init__(f"{prefix}{fld}{message}")
+
+
+class PropertyFailure(DistcheckError, AssertionError):
+    """A property does not hold: carries expected, got, max error and the bound."""
+
+    def __init__(self, message: str, *, expected=None, got=None, max_error=None, bound=None):
+        self.expected, self.got, self.max_error, self.bound = expected, got, max_error, bound
+        parts = [message]
+        if max_error is not None:
+            parts.append(f"max error {max_error:.3e}" + (f" > bound {bound:.3e}" if bound is not None else ""))
+        if expected is not None:
+            parts.append(f"expected {expected!r}")
+        if got is not None:
+            parts.append(f"got {got!r}")
+        super().__init__("; ".join(parts))
+
+
+class DistributedError(DistcheckError):
+    """Base class of failures of a multi-process world."""
+
+
+class RankFailure(DistributedError):
+    """A rank raised or died: carries the rank number and its traceback text."""
+
+    def __init__(self, rank: int, traceback_text: str):
+        self.rank = rank
+        self.traceback_text = traceback_text
+        super().__init__(f"rank {rank} failed:\n{traceback_text}")
+
+    def __reduce__(self):
+        return (type(self), (self.rank, self.traceback_text))
+
+
+class WorldTimeout(DistributedError):
+    """A step did not finish within its timeout; carries the stuck ranks' stacks."""
+
+
+class BackendUnavailable(DistributedError):
+    """The requested backend (e.g. NCCL without a GPU) cannot run here."""
+
+
+def check_positive_int(field: str, value: object) -> int:
+    """Return ``value`` if it is an int >= 1 (bools rejected), else raise ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(field, value, "must be an integer")
+    if value < 1:
+        raise ConfigError(field, value, "must be >= 1")
+    return value
+
+
+def check_nonnegative_int(field: str, value: object) -> int:
+    """Return ``value`` if it is an int >= 0 (bools rejected), else raise ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(field, value, "must be an integer")
+    if value < 0:
+        raise ConfigError(field, value, "must be >= 0")
+    return value
+
+
+def check_divides(field: str, value: int, other_field: str, other: int) -> None:
+    """Raise ConfigError('tp', 3, 'must divide num_kv_heads=8') unless value | other."""
+    if other % value != 0:
+        raise ConfigError(field, value, f"must divide {other_field}={other}")
+
+
+def check_choice(field: str, value: object, choices) -> object:
+    """Raise ConfigError unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ConfigError(field, value, f"must be one of {', '.join(map(repr, choices))}")
+    return value
