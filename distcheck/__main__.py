@@ -1,0 +1,5 @@
+import sys
+
+from distcheck.cli import main
+
+sys.exit(main())

@@ -1,0 +1,232 @@
+"""The ``distcheck`` command line.
+
+``distcheck check`` is the main job: on its built-in default it (a) runs the
+reference-vs-closed-form properties with Hypothesis, the sympy proofs and the
+mutant catalogue, (b) verifies every golden figure, and (c) runs the real-backend
+checks on torch.distributed gloo worlds of 2 and 4 CPU processes. It prints one
+table and exits 1 on any failure, 2 on bad input.
+
+``distcheck audit KEY.toml ...`` audits answer keys; ``distcheck audit --list``
+lists the quantities a key may name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from distcheck.errors import DistcheckError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+BACKENDS = ("gloo", "threaded", "nccl", "none")
+STAGES = ("properties", "golden", "distributed", "layers")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one clear line and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _world_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"world sizes must be comma-separated integers, got {text!r}") from None
+    if not sizes or any(n < 1 for n in sizes):
+        raise argparse.ArgumentTypeError(f"world sizes must be integers >= 1, got {text!r}")
+    return sizes
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="distcheck",
+        description="Certify the mathematics and the implementations of distributed training.",
+        epilog="Exit codes: 0 all checks pass, 1 a check failed or a claim is wrong, 2 bad input.",
+    )
+    from distcheck import __version__
+
+    parser.add_argument("--version", action="version", version=f"distcheck {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    check = sub.add_parser(
+        "check",
+        help="run properties, golden figures and real-backend checks (the main job)",
+        description=(
+            "Run (a) the reference-vs-closed-form properties with Hypothesis, the sympy proofs and the "
+            "mutant catalogue, (b) every golden figure in golden/, and (c) data-parallel exactness "
+            "(DistributedDataParallel) and the layer checks on real torch.distributed worlds. "
+            "Default: gloo worlds of 2 and 4 CPU processes."
+        ),
+    )
+    check.add_argument("--profile", default=None, choices=("dev", "ci", "thorough"),
+                       help="Hypothesis settings profile (default: ci)")
+    check.add_argument("--backend", default="gloo", choices=BACKENDS,
+                       help="backend for the real-backend checks: gloo (CPU processes), threaded "
+                            "(in-process ranks), nccl (one GPU per rank), none (skip them); default gloo")
+    check.add_argument("--world-sizes", type=_world_sizes, default=(2, 4), metavar="N[,N...]",
+                       help="world sizes for the real-backend checks (default 2,4)")
+    check.add_argument("--launcher", choices=("local", "torchrun"), default="local",
+                       help="local: distcheck starts the ranks itself; torchrun: this process is one rank of "
+                            "a world launched by torchrun (env:// rendezvous), rank 0 prints the table")
+    check.add_argument("--only", action="append", choices=STAGES, metavar="STAGE",
+                       help=f"run only these stages (repeatable): {', '.join(STAGES)}")
+    check.add_argument("--skip", action="append", choices=STAGES, default=[], metavar="STAGE",
+                       help="skip a stage (repeatable)")
+    check.add_argument("--golden-dir", type=Path, default=None,
+                       help="folder of golden answer keys (default: the golden/ shipped with distcheck)")
+    check.add_argument("--timeout", type=_positive_float, default=120.0, metavar="SECONDS",
+                       help="timeout of each multi-process step (default 120)")
+    check.add_argument("--format", choices=("table", "json"), default="table", help="report format")
+
+    audit = sub.add_parser(
+        "audit",
+        help="audit answer keys (TOML): which figures hold, under which convention",
+        description=(
+            "Recompute every claim of each answer key from the closed forms and give a verdict: holds, "
+            "wrong, holds-under-another-convention, ambiguous or not-checkable. The key format is "
+            "documented in docs/AUDIT.md."
+        ),
+    )
+    audit.add_argument("keys", nargs="*", type=Path, metavar="KEY.toml", help="answer keys to audit")
+    audit.add_argument("--list", action="store_true", help="list the quantities a key may name, with inputs and units")
+    audit.add_argument("--format", choices=("table", "markdown", "json"), default="table", help="report format")
+    audit.add_argument("--output", type=Path, default=None, help="write the report to this file instead of stdout")
+    return parser
+
+
+def _default_golden_dir() -> Path:
+    from distcheck.golden import default_golden_dir
+
+    return default_golden_dir()
+
+
+def _run_check(args) -> int:
+    from rich.console import Console
+
+    from distcheck.report import CheckResult, FAIL, SKIP, exit_code, render_table, to_json
+
+    stages = set(args.only) if args.only else set(STAGES)
+    stages -= set(args.skip)
+    if args.backend == "none":
+        stages -= {"distributed", "layers"}
+    console = Console(stderr=True)
+    results: list[CheckResult] = []
+    started = time.perf_counter()
+
+    if args.launcher == "torchrun":
+        from distcheck.runners.torchrun import run_check_under_torchrun
+
+        return run_check_under_torchrun(args)
+
+    def stage(name: str, fn):
+        t0 = time.perf_counter()
+        with console.status(f"[bold]distcheck check[/]: {name} ..."):
+            try:
+                rows = fn()
+            except DistcheckError as exc:
+                rows = [CheckResult(check=name, backend="-", verdict=FAIL, detail=str(exc).splitlines()[0])]
+        results.extend(rows)
+        console.log(f"{name}: {len(rows)} checks in {time.perf_counter() - t0:.1f}s")
+
+    if "properties" in stages:
+        from distcheck.props import run_all
+
+        stage("properties", lambda: run_all(profile=args.profile or "ci"))
+    if "golden" in stages:
+        from distcheck.golden import verify_all
+
+        stage("golden figures", lambda: verify_all(args.golden_dir or _default_golden_dir()))
+    if "distributed" in stages:
+        from distcheck.runners.ddp import run_ddp_checks
+
+        stage("DDP on " + args.backend,
+              lambda: run_ddp_checks(world_sizes=args.world_sizes, backend=args.backend, timeout_s=args.timeout))
+    if "layers" in stages:
+        from distcheck.runners.layers import run_layer_checks
+
+        stage("layers on " + args.backend,
+              lambda: run_layer_checks(world_sizes=args.world_sizes, backend=args.backend, timeout_s=args.timeout))
+
+    if args.format == "json":
+        print(to_json(results))
+    else:
+        out = Console()
+        render_table(results, console=out)
+        n_fail = sum(r.verdict == FAIL for r in results)
+        n_skip = sum(r.verdict == SKIP for r in results)
+        n_pass = len(results) - n_fail - n_skip
+        out.print(f"{n_pass} passed, {n_fail} failed, {n_skip} skipped in {time.perf_counter() - started:.1f}s")
+    return exit_code(results)
+
+
+def _run_audit(args) -> int:
+    from distcheck import audit
+
+    if args.list:
+        text = audit.render_quantity_list(args.format)
+        _emit(text, args.output)
+        return EXIT_OK
+    if not args.keys:
+        raise _UsageError("audit needs at least one KEY.toml (or --list)")
+    results = [audit.audit_file(path) for path in args.keys]
+    text = audit.render(results, args.format)
+    _emit(text, args.output)
+    return max(audit.audit_exit_code(r) for r in results)
+
+
+def _emit(text: str | None, output: Path | None) -> None:
+    if text is None:
+        return
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    tmp = output.with_name(output.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(output)  # atomic: no half-written report on failure
+
+
+class _UsageError(DistcheckError):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``distcheck`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if args.command == "check":
+            return _run_check(args)
+        return _run_audit(args)
+    except (DistcheckError, OSError) as exc:
+        from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
+
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        sys.stderr.write(f"distcheck: error: {first}\n")
+        usage = (_UsageError, AnswerKeyError, ConfigError, UnknownQuantityError, OSError)
+        return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAIL
+    except KeyboardInterrupt:
+        sys.stderr.write("distcheck: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Package-level contracts: the core imports without torch, errors carry field/value/rule,
+and the README's two commands are the ones CI runs."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distcheck.errors import ConfigError, check_divides, check_positive_int, check_choice
+from distcheck.units import GB, GiB, bytes_to, to_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = [
+    "distcheck", "distcheck.closed_form", "distcheck.dp", "distcheck.tp", "distcheck.attention",
+    "distcheck.pipeline", "distcheck.memory", "distcheck.zero", "distcheck.activations",
+    "distcheck.params", "distcheck.layout", "distcheck.comm", "distcheck.strategies",
+]
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_module_imports_without_torch(module):
+    code = f"import sys, {module}; from distcheck.closed_form import catalogue; catalogue(); " \
+           f"sys.exit(1 if 'torch' in sys.modules else 0)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr or f"{module} imported torch"
+
+
+def test_config_error_names_field_value_and_rule():
+    err = ConfigError("tp", 3, "must divide num_kv_heads=8")
+    assert str(err) == "tp=3 must divide num_kv_heads=8"
+    assert (err.field, err.value, err.rule) == ("tp", 3, "must divide num_kv_heads=8")
+    assert isinstance(err, ValueError)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: check_positive_int("m", 0), "m=0 must be >= 1"),
+        (lambda: check_positive_int("m", 2.0), "m=2.0 must be an integer"),
+        (lambda: check_positive_int("m", True), "m=True must be an integer"),
+        (lambda: check_divides("tp", 3, "num_kv_heads", 8), "tp=3 must divide num_kv_heads=8"),
+        (lambda: check_choice("schedule", "zb", ("gpipe", "1f1b")), "schedule='zb' must be one of 'gpipe', '1f1b'"),
+    ],
+)
+def test_validation_helpers_raise_config_error(call, message):
+    with pytest.raises(ConfigError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_units_are_exact_and_distinguish_gb_from_gib():
+    assert GB == 10**9 and GiB == 2**30
+    assert bytes_to(107_810_390_016, "GB") * 100 // 1 == 10781  # 107.81 GB
+    assert bytes_to(2**31, "GiB") == 2
+    assert to_bytes("1.5", "GB") == 1_500_000_000
+    with pytest.raises(ConfigError, match="unit='gb' must be one of"):
+        bytes_to(1, "gb")
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "readme_commands.py test" in ci
+    out = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py"), "test"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "pytest" in out and "requirements-ci.txt" in out
+    main = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py"), "main"],
+                          capture_output=True, text=True, check=True).stdout
+    assert main.strip().endswith("distcheck check")
