@@ -1,0 +1,533 @@
+"""Data parallelism, reference implementation (numpy, pure functions).
+
+Each of ``dp`` ranks gets a contiguous shard of the batch (``np.array_split``
+order), computes the gradient of its *local mean* loss, and an all-reduce
+combines the shard gradients. With equal shards the plain mean of the shard
+gradients is the full-batch gradient (lesson, "Data parallelism is exact");
+with unequal shards it is not, and weighting each shard by its example count
+restores the identity (lesson, implementation challenge).
+
+Conventions
+-----------
+* ``X`` has shape ``(n, d)`` (examples along axis 0), ``w`` has shape ``(d,)``
+  or ``(d, k)``, ``y`` has shape ``(n,)`` or ``(n, k)`` to match ``X @ w``.
+* The MSE loss is the mean over examples of the squared error summed over
+  outputs: ``L = (1/n) * sum_i ||x_i w - y_i||^2``.
+* A gradient is an array or a ``dict`` of arrays (the MLP); every combinator
+  here accepts both.
+* The functions are dtype-generic: float64 arrays in normal use, or object
+  arrays of ``fractions.Fraction`` (exact) / ``decimal.Decimal`` (high
+  precision) for exact checks. Nothing casts to float.
+
+Floating-point bounds use the standard model ``fl(a op b) = (a op b)(1 + e)``,
+``|e| <= u = 2**-53`` and ``gamma_k = k u / (1 - k u)`` (Higham, *Accuracy and
+Stability of Numerical Algorithms*, 2nd ed., Lemma 3.1 and section 3.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from distcheck.errors import ConfigError, check_choice, check_positive_int
+
+__all__ = [
+    "UNIT_ROUNDOFF",
+    "gamma",
+    "shard_sizes",
+    "split_batch",
+    "mse_loss",
+    "mse_grad",
+    "mse_grad_sum",
+    "MLP_PARAM_NAMES",
+    "mlp_init",
+    "mlp_loss_and_grad",
+    "mlp_grad",
+    "mlp_grad_sum",
+    "token_mse_loss",
+    "token_mse_grad",
+    "token_mse_grad_sum",
+    "shard_grads",
+    "plain_mean",
+    "weighted_mean",
+    "data_parallel_grad",
+    "plain_mean_bias",
+    "mse_dp_error_bound",
+    "AccumulationResult",
+    "accumulate_grads",
+]
+
+#: unit roundoff of IEEE-754 binary64 (round to nearest)
+UNIT_ROUNDOFF = 2.0**-53
+
+#: keys of the MLP parameter dict
+MLP_PARAM_NAMES = ("W1", "b1", "W2", "b2")
+
+_WEIGHTINGS = ("plain", "examples")
+_NORMALIZE = ("examples", "tokens", "per_microbatch_mean")
+
+
+def gamma(k: int) -> float:
+    """``gamma_k = k u / (1 - k u)`` with ``u = 2**-53`` (Higham, Lemma 3.1).
+
+    Bounds the relative error of a quantity that went through ``k`` roundings.
+    Raises ConfigError when ``k`` is negative or ``k u >= 1``.
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ConfigError("k", k, "must be an integer >= 0")
+    ku = int(k) * UNIT_ROUNDOFF
+    if ku >= 1:
+        raise ConfigError("k", k, "must satisfy k * 2**-53 < 1")
+    return ku / (1 - ku)
+
+
+# ----------------------------------------------------------------------------- shards
+
+
+def shard_sizes(n: int, dp: int) -> np.ndarray:
+    """Examples per rank when ``n`` examples are split over ``dp`` ranks.
+
+    Same sizes as ``np.array_split``: the first ``n % dp`` ranks get one extra.
+    ``shard_sizes(60, 8) -> [8, 8, 8, 8, 7, 7, 7, 7]``.
+
+    Raises ConfigError unless ``n`` and ``dp`` are integers with ``n >= dp >= 1``
+    (an empty shard has no mean).
+    """
+    check_positive_int("dp", dp)
+    check_positive_int("n", n)
+    if n < dp:
+        raise ConfigError("dp", dp, f"must be <= n={n} (every rank needs at least one example)")
+    base, extra = divmod(n, dp)
+    return np.array([base + 1] * extra + [base] * (dp - extra), dtype=np.int64)
+
+
+def split_batch(arr, sizes: Sequence[int]) -> list:
+    """Split ``arr`` along axis 0 into consecutive pieces of the given ``sizes``.
+
+    Raises ConfigError if the sizes do not sum to ``arr.shape[0]``.
+    """
+    arr = np.asarray(arr)
+    sizes = [int(s) for s in sizes]
+    if sum(sizes) != arr.shape[0]:
+        raise ConfigError("sizes", sizes, f"must sum to the batch size {arr.shape[0]}")
+    bounds = np.cumsum([0] + sizes)
+    return [arr[bounds[i] : bounds[i + 1]] for i in range(len(sizes))]
+
+
+# ----------------------------------------------------------------------------- tree helpers
+
+
+def _map(fn, *trees):
+    """Apply ``fn`` leafwise to arrays or to dicts of arrays with the same keys."""
+    first = trees[0]
+    if isinstance(first, Mapping):
+        for t in trees[1:]:
+            if not isinstance(t, Mapping) or set(t) != set(first):
+                raise ConfigError("grads", sorted(first), "must all be dicts with the same keys")
+        return {k: fn(*(t[k] for t in trees)) for k in first}
+    return fn(*(np.asarray(t) for t in trees))
+
+
+def _sum(trees):
+    """Left-to-right sum ``((g0 + g1) + g2) + ...`` of arrays or dicts."""
+    trees = list(trees)
+    if not trees:
+        raise ConfigError("grads", trees, "must be non-empty")
+    out = trees[0]
+    for t in trees[1:]:
+        out = _map(lambda a, b: a + b, out, t)
+    return out
+
+
+def _scale_coef(coef: Fraction, like: np.ndarray):
+    """``coef`` as a Fraction for object arrays, else rounded once to float."""
+    return coef if like.dtype == object else float(coef)
+
+
+# ----------------------------------------------------------------------------- linear / MSE
+
+
+def _check_xy(X, y, w=None):
+    X, y = np.asarray(X), np.asarray(y)
+    if X.ndim != 2:
+        raise ConfigError("X.shape", X.shape, "must be (n, d)")
+    if y.shape[:1] != X.shape[:1]:
+        raise ConfigError("y.shape", y.shape, f"must start with n={X.shape[0]} (rows of X)")
+    if w is not None:
+        w = np.asarray(w)
+        if w.shape[:1] != X.shape[1:]:
+            raise ConfigError("w.shape", w.shape, f"must start with d={X.shape[1]} (columns of X)")
+        if (X[:1] @ w).shape[1:] != y.shape[1:]:
+            raise ConfigError("y.shape", y.shape, f"must match X @ w, shape {(X.shape[0],) + w.shape[1:]}")
+    return X, y, w
+
+
+def mse_loss(w, X, y):
+    """Mean squared error ``(1/n) sum_i ||x_i w - y_i||^2``.
+
+    Args: ``w`` (d,) or (d, k); ``X`` (n, d); ``y`` (n,) or (n, k).
+    Returns a scalar. Raises ConfigError on mismatched shapes.
+    """
+    X, y, w = _check_xy(X, y, w)
+    r = X @ w - y
+    return np.sum(r * r) / X.shape[0]
+
+
+def mse_grad_sum(w, X, y):
+    """Gradient of the *sum* of per-example squared errors: ``2 X^T (X w - y)``.
+
+    Same shapes as :func:`mse_loss`; returns an array shaped like ``w``.
+    """
+    X, y, w = _check_xy(X, y, w)
+    return 2 * (X.T @ (X @ w - y))
+
+
+def mse_grad(w, X, y):
+    """Gradient of :func:`mse_loss`: ``2 X^T (X w - y) / n`` (the lesson's mse_grad).
+
+    Evaluation order (used by :func:`mse_dp_error_bound`): ``X @ w``, minus
+    ``y``, ``X.T @ r``, times 2 (exact), divided by ``n``.
+    """
+    X, y, w = _check_xy(X, y, w)
+    return 2 * (X.T @ (X @ w - y)) / X.shape[0]
+
+
+# ----------------------------------------------------------------------------- MLP
+
+
+def mlp_init(rng: np.random.Generator, d_in: int, d_hidden: int, d_out: int) -> dict:
+    """Parameters of a one-hidden-layer tanh MLP, as a dict of float64 arrays.
+
+    ``W1`` (d_in, d_hidden) and ``W2`` (d_hidden, d_out) are N(0, 1/fan_in);
+    ``b1`` (d_hidden,) and ``b2`` (d_out,) are N(0, 0.1^2) (non-zero, so that
+    their gradients are exercised). Raises ConfigError on non-positive sizes.
+    """
+    for name, v in (("d_in", d_in), ("d_hidden", d_hidden), ("d_out", d_out)):
+        check_positive_int(name, v)
+    return {
+        "W1": rng.standard_normal((d_in, d_hidden)) / np.sqrt(d_in),
+        "b1": 0.1 * rng.standard_normal(d_hidden),
+        "W2": rng.standard_normal((d_hidden, d_out)) / np.sqrt(d_hidden),
+        "b2": 0.1 * rng.standard_normal(d_out),
+    }
+
+
+def _tanh(z: np.ndarray) -> np.ndarray:
+    if z.dtype == object:  # Decimal elements: tanh z = (e^{2z} - 1) / (e^{2z} + 1)
+        e = np.exp(2 * z)
+        return (e - 1) / (e + 1)
+    return np.tanh(z)
+
+
+def mlp_loss_and_grad(params: Mapping[str, np.ndarray], X, y, *, reduction: str = "mean"):
+    """Loss and hand-written backprop gradient of ``tanh`` MLP + MSE.
+
+    Forward: ``H = tanh(X W1 + b1)``, ``P = H W2 + b2``,
+    loss = ``(1/n) sum_i ||P_i - y_i||^2`` (``reduction="mean"``) or the plain
+    sum over examples (``reduction="sum"``, for gradient accumulation).
+
+    Args: ``params`` with keys W1 (d_in, h), b1 (h,), W2 (h, d_out), b2 (d_out,);
+    ``X`` (n, d_in); ``y`` (n, d_out).
+    Returns ``(loss, grads)`` with ``grads`` a dict shaped like ``params``.
+    Raises ConfigError on a missing key, a shape mismatch or a bad ``reduction``.
+    """
+    check_choice("reduction", reduction, ("mean", "sum"))
+    missing = [k for k in MLP_PARAM_NAMES if k not in params]
+    if missing:
+        raise ConfigError("params", sorted(params), f"must have keys {', '.join(MLP_PARAM_NAMES)}")
+    W1, b1, W2, b2 = (np.asarray(params[k]) for k in MLP_PARAM_NAMES)
+    X, y = np.asarray(X), np.asarray(y)
+    if X.ndim != 2 or X.shape[1] != W1.shape[0]:
+        raise ConfigError("X.shape", X.shape, f"must be (n, {W1.shape[0]})")
+    if y.shape != (X.shape[0], W2.shape[1]):
+        raise ConfigError("y.shape", y.shape, f"must be ({X.shape[0]}, {W2.shape[1]})")
+    n = X.shape[0]
+    H = _tanh(X @ W1 + b1)
+    R = H @ W2 + b2 - y
+    scale = n if reduction == "mean" else 1
+    loss = np.sum(R * R) / scale
+    dP = 2 * R / scale
+    dH = dP @ W2.T
+    dZ = dH * (1 - H * H)
+    grads = {"W1": X.T @ dZ, "b1": dZ.sum(axis=0), "W2": H.T @ dP, "b2": dP.sum(axis=0)}
+    return loss, grads
+
+
+def mlp_grad(params, X, y):
+    """Gradient of the mean MLP loss (the ``grad_fn`` for :func:`data_parallel_grad`)."""
+    return mlp_loss_and_grad(params, X, y)[1]
+
+
+def mlp_grad_sum(params, X, y):
+    """Gradient of the summed MLP loss (the ``grad_fn_sum`` for :func:`accumulate_grads`)."""
+    return mlp_loss_and_grad(params, X, y, reduction="sum")[1]
+
+
+# ----------------------------------------------------------------------------- token-level model
+
+
+def _check_tokens(w, X, y, mask):
+    X, y, mask, w = np.asarray(X), np.asarray(y), np.asarray(mask), np.asarray(w)
+    if X.ndim != 3:
+        raise ConfigError("X.shape", X.shape, "must be (batch, seq, d)")
+    if mask.shape != X.shape[:2]:
+        raise ConfigError("mask.shape", mask.shape, f"must be {X.shape[:2]} (batch, seq)")
+    if not np.all((mask == 0) | (mask == 1)):
+        raise ConfigError("mask", "non-0/1 entries", "must contain only 0 and 1")
+    if w.shape[:1] != X.shape[2:]:
+        raise ConfigError("w.shape", w.shape, f"must start with d={X.shape[2]}")
+    if y.shape != X.shape[:2] + w.shape[1:]:
+        raise ConfigError("y.shape", y.shape, f"must be {X.shape[:2] + w.shape[1:]}")
+    b, s, d = X.shape
+    Xf = X.reshape(b * s, d)
+    yf = y.reshape((b * s,) + w.shape[1:])
+    mf = mask.reshape(b * s)
+    if w.ndim == 2:
+        mf = mf[:, None]
+    return Xf, yf, mf, w
+
+
+def token_mse_grad_sum(w, X, y, mask):
+    """Gradient of the squared error summed over *valid* tokens.
+
+    ``sum_{i,t} mask[i,t] ||X[i,t] w - y[i,t]||^2`` has gradient
+    ``2 sum_{i,t} mask[i,t] X[i,t]^T (X[i,t] w - y[i,t])``.
+
+    Args: ``w`` (d,) or (d, k); ``X`` (batch, seq, d); ``y`` (batch, seq) or
+    (batch, seq, k); ``mask`` (batch, seq) of 0/1 (1 = valid token).
+    Raises ConfigError on shape mismatch or a mask entry other than 0/1.
+    """
+    Xf, yf, mf, w = _check_tokens(w, X, y, mask)
+    return 2 * (Xf.T @ (mf * (Xf @ w - yf)))
+
+
+def token_mse_loss(w, X, y, mask):
+    """Token-normalised loss: squared error summed over valid tokens / number of valid tokens.
+
+    Raises ConfigError when the mask has no valid token.
+    """
+    Xf, yf, mf, w = _check_tokens(w, X, y, mask)
+    tokens = int(np.sum(np.asarray(mask)))
+    if tokens == 0:
+        raise ConfigError("mask", "all zeros", "must have at least one valid token")
+    r = mf * (Xf @ w - yf)
+    return np.sum(r * r) / tokens
+
+
+def token_mse_grad(w, X, y, mask):
+    """Gradient of :func:`token_mse_loss` (the full-batch answer for token normalisation)."""
+    tokens = int(np.sum(np.asarray(mask)))
+    if tokens == 0:
+        raise ConfigError("mask", "all zeros", "must have at least one valid token")
+    return token_mse_grad_sum(w, X, y, mask) / tokens
+
+
+# ----------------------------------------------------------------------------- data parallel
+
+
+def shard_grads(grad_fn: Callable, params, X, y, dp: int) -> list:
+    """Per-rank gradients: ``grad_fn(params, X_k, y_k)`` on each ``np.array_split`` shard.
+
+    ``grad_fn`` returns the gradient of the *mean* loss over its examples (an
+    array or a dict of arrays). Raises ConfigError unless ``len(X) >= dp >= 1``.
+    """
+    X, y = np.asarray(X), np.asarray(y)
+    if y.shape[:1] != X.shape[:1]:
+        raise ConfigError("y.shape", y.shape, f"must start with n={X.shape[0]} (rows of X)")
+    sizes = shard_sizes(X.shape[0], dp)
+    return [grad_fn(params, Xk, yk) for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes))]
+
+
+def plain_mean(grads: Sequence) -> object:
+    """All-reduce with a plain mean: ``(1/N) sum_k g_k`` (what DDP does).
+
+    Exact (the full-batch gradient) only when every shard has the same size.
+    """
+    grads = list(grads)
+    if not grads:
+        raise ConfigError("grads", grads, "must be non-empty")
+    return _map(lambda a: a / len(grads), _sum(grads))
+
+
+def weighted_mean(grads: Sequence, sizes: Sequence[int]) -> object:
+    """Example-weighted mean ``sum_k n_k g_k / sum_k n_k`` (exact for any shard sizes).
+
+    Raises ConfigError if ``sizes`` and ``grads`` differ in length or a size is < 1.
+    """
+    grads, sizes = list(grads), [int(s) for s in sizes]
+    if len(grads) != len(sizes) or not grads:
+        raise ConfigError("sizes", sizes, f"must have one positive entry per gradient ({len(grads)})")
+    for s in sizes:
+        check_positive_int("sizes[k]", s)
+    total = sum(sizes)
+    return _map(lambda a: a / total, _sum(_map(lambda a, s=s: s * a, g) for g, s in zip(grads, sizes)))
+
+
+def data_parallel_grad(grad_fn: Callable, params, X, y, dp: int, weighting: str = "plain"):
+    """Gradient as ``dp`` data-parallel ranks compute it.
+
+    ``weighting="plain"``: plain mean of shard gradients (the lesson's
+    ``data_parallel_grad``); ``"examples"``: example-weighted mean (the lesson's
+    ``data_parallel_grad_weighted``), equal to the full-batch gradient for any
+    shard sizes. Raises ConfigError on a bad ``weighting`` or ``dp``.
+    """
+    check_choice("weighting", weighting, _WEIGHTINGS)
+    grads = shard_grads(grad_fn, params, X, y, dp)
+    if weighting == "plain":
+        return plain_mean(grads)
+    return weighted_mean(grads, shard_sizes(np.asarray(X).shape[0], dp))
+
+
+def plain_mean_bias(grad_sums: Sequence, sizes: Sequence[int]):
+    """Exact error of the plain mean: ``plain_mean - full_gradient``.
+
+    With ``G_k`` the *sum* of per-example gradients in shard ``k`` (``n_k``
+    examples, ``N`` shards, ``n = sum n_k``), the plain mean is
+    ``sum_k G_k / (N n_k)`` and the full gradient ``sum_k G_k / n``, so
+
+        plain_mean - full = sum_k (1/(N n_k) - 1/n) G_k        (lesson, DP section)
+
+    which vanishes when all ``n_k`` are equal. Coefficients are computed exactly
+    (Fractions) and rounded once for float gradients.
+
+    Args: ``grad_sums``: one gradient-sum (array or dict) per shard; ``sizes``:
+    ``n_k`` per shard. Raises ConfigError on a length mismatch or a size < 1.
+    """
+    grad_sums, sizes = list(grad_sums), [int(s) for s in sizes]
+    if len(grad_sums) != len(sizes) or not sizes:
+        raise ConfigError("sizes", sizes, f"must have one positive entry per gradient sum ({len(grad_sums)})")
+    for s in sizes:
+        check_positive_int("sizes[k]", s)
+    N, n = len(sizes), sum(sizes)
+    terms = []
+    for G, nk in zip(grad_sums, sizes):
+        coef = Fraction(1, N * nk) - Fraction(1, n)
+        terms.append(_map(lambda a, c=coef: _scale_coef(c, a) * a, G))
+    return _sum(terms)
+
+
+def mse_dp_error_bound(w, X, y, dp: int, weighting: str = "plain") -> np.ndarray:
+    """Elementwise float64 bound for the DP-vs-full comparison of the MSE gradient.
+
+    Let ``D = data_parallel_grad(mse_grad, w, X, y, dp, weighting)``,
+    ``F = mse_grad(w, X, y)`` and ``B = plain_mean_bias([mse_grad_sum(w, X_k, y_k)], sizes)``
+    for ``"plain"`` (``B = 0`` for ``"examples"``), all computed in float64.
+    In exact arithmetic ``D - F - B = 0``. Returns ``E`` with
+
+        |fl(fl(D - F) - B)| <= E   elementwise.
+
+    Derivation (Higham ch. 3): every quantity is a sum of terms (products of
+    inputs and of the constants 2, 1/n_k, 1/N, 1/n, c_k) and along any term's
+    path at most ``K = n + d + N + 5`` roundings happen (``d + 1`` for the
+    residual, ``n_k`` for ``X_k^T r``, one for each division / coefficient,
+    ``N - 1`` for the sum over shards, two for the final subtractions), so the
+    computed value is ``sum_t t (1 + theta_t)`` with ``|theta_t| <= gamma_K`` and
+    ``|error| <= gamma_K * M`` where ``M`` is the same expression evaluated on
+    absolute values. ``M`` is itself computed in float (nonnegative terms, at
+    most ``K`` roundings) and so is this formula (3 more), hence the factor
+    ``1 / (1 - gamma_{K+3})``.
+    Assumes ``w``, ``X``, ``y`` are float64 and no overflow/underflow.
+    """
+    check_choice("weighting", weighting, _WEIGHTINGS)
+    X, y, w = _check_xy(X, y, w)
+    n, d = X.shape
+    sizes = shard_sizes(n, dp)
+    N = len(sizes)
+    absw = np.abs(w)
+    parts = [2 * (np.abs(Xk).T @ (np.abs(Xk) @ absw + np.abs(yk))) for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes))]
+    m_full = sum(parts) / n
+    if weighting == "plain":
+        m_dp = sum(p / int(nk) for p, nk in zip(parts, sizes)) / N
+        m_bias = sum(abs(float(Fraction(1, N * int(nk)) - Fraction(1, n))) * p for p, nk in zip(parts, sizes))
+    else:
+        m_dp = sum(parts) / n
+        m_bias = 0.0
+    K = n + d + N + 5
+    return gamma(K) * (m_dp + m_full + m_bias) / (1 - gamma(K + 3))
+
+
+# ----------------------------------------------------------------------------- accumulation
+
+
+@dataclass(frozen=True)
+class AccumulationResult:
+    """Result of :func:`accumulate_grads`.
+
+    Attributes: ``grad`` (array or dict), ``counts`` (examples or valid tokens per
+    micro-batch, the normaliser's unit), ``normalize`` (the rule used).
+    """
+
+    grad: object
+    counts: tuple[int, ...]
+    normalize: str
+
+
+def accumulate_grads(
+    grad_fn_sum: Callable,
+    params,
+    X,
+    y,
+    microbatch_sizes: Sequence[int],
+    normalize: str = "examples",
+    mask=None,
+) -> AccumulationResult:
+    """Gradient accumulation over consecutive micro-batches (split along axis 0).
+
+    ``grad_fn_sum(params, X_i, y_i)`` (or ``grad_fn_sum(params, X_i, y_i, mask_i)``
+    when ``mask`` is given) returns the gradient of the *sum* of per-example (or
+    per-valid-token) losses of micro-batch ``i``; call it ``G_i``.
+
+    ``normalize``:
+      * ``"examples"``: ``sum_i G_i / sum_i n_i``: the full-batch mean-over-examples
+        gradient, whatever the micro-batch split.
+      * ``"tokens"``: ``sum_i G_i / sum_i T_i`` with ``T_i`` the valid tokens of
+        micro-batch ``i`` (needs ``mask``): the full-batch mean-over-tokens
+        gradient, whatever the split.
+      * ``"per_microbatch_mean"``: ``(1/m) sum_i G_i / c_i`` with ``c_i = T_i``
+        (mask given) or ``n_i``: the common bug; it depends on the split unless
+        every ``c_i`` is equal.
+
+    Args: ``X`` (batch, ...) and ``y`` (batch, ...); ``mask`` (batch, seq) of 0/1
+    or None; ``microbatch_sizes`` positive ints summing to ``batch``.
+    Raises ConfigError on bad sizes, an unknown ``normalize``, ``"tokens"``
+    without a mask, or a count of zero where it is a divisor.
+    """
+    check_choice("normalize", normalize, _NORMALIZE)
+    X, y = np.asarray(X), np.asarray(y)
+    sizes = [int(s) if isinstance(s, (int, np.integer)) and not isinstance(s, bool) else s for s in microbatch_sizes]
+    if not sizes:
+        raise ConfigError("microbatch_sizes", sizes, "must be non-empty")
+    for s in sizes:
+        check_positive_int("microbatch_sizes[i]", s)
+    if y.shape[:1] != X.shape[:1]:
+        raise ConfigError("y.shape", y.shape, f"must start with batch={X.shape[0]} (rows of X)")
+    if normalize == "tokens" and mask is None:
+        raise ConfigError("mask", None, "is required when normalize='tokens'")
+    Xs, ys = split_batch(X, sizes), split_batch(y, sizes)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.shape[:1] != X.shape[:1]:
+            raise ConfigError("mask.shape", mask.shape, f"must start with batch={X.shape[0]}")
+        ms = split_batch(mask, sizes)
+        sums = [grad_fn_sum(params, a, b, c) for a, b, c in zip(Xs, ys, ms)]
+        counts = tuple(int(np.sum(c)) for c in ms)
+    else:
+        sums = [grad_fn_sum(params, a, b) for a, b in zip(Xs, ys)]
+        counts = tuple(sizes)
+    if normalize == "examples":
+        total = sum(sizes)
+        grad = _map(lambda a: a / total, _sum(sums))
+        return AccumulationResult(grad, tuple(sizes), normalize)
+    if normalize == "tokens":
+        total = sum(counts)
+        if total == 0:
+            raise ConfigError("mask", "all zeros", "must have at least one valid token")
+        return AccumulationResult(_map(lambda a: a / total, _sum(sums)), counts, normalize)
+    for i, c in enumerate(counts):
+        if c == 0:
+            raise ConfigError(f"mask[micro-batch {i}]", "all zeros", "must have a valid token to take its mean")
+    means = [_map(lambda a, c=c: a / c, G) for G, c in zip(sums, counts)]
+    return AccumulationResult(plain_mean(means), counts, normalize)
