@@ -116,7 +116,14 @@ class RankFailure(DistributedError):
 
 
 class WorldTimeout(DistributedError):
-    """A step did not finish within its timeout; carries the stuck ranks' stacks."""
+    """A step did not finish within its timeout; carries the stuck ranks and their stacks."""
+
+    def __init__(self, message: str, ranks=None, stacks=None, timeout_s=None):
+        self.ranks, self.stacks, self.timeout_s = list(ranks or []), dict(stacks or {}), timeout_s
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.ranks, self.stacks, self.timeout_s))
 
 
 class BackendUnavailable(DistributedError):

@@ -1,0 +1,688 @@
+"""A persistent pool of ranks that runs rank functions on a real torch.distributed world.
+
+    from distcheck.runners import RankPool
+    with RankPool(world_size=4, backend="gloo", timeout_s=60) as pool:
+        results = pool.run(fn, *args)          # fn(ctx, *args) on every rank
+        # results == [result of rank 0, result of rank 1, ...]
+
+How it works (details in docs/RUNNERS.md):
+
+* ``gloo``: one forked process per rank (forked worlds start in tens of
+  milliseconds; spawned ones take seconds). Each child sets
+  ``torch.set_num_threads(1)`` before anything else (a child forked after the
+  parent ran a matmul can otherwise hang in its first matmul) and joins the world
+  through a ``FileStore`` in the pool's private temporary directory: no port is
+  fixed, so pools are safe under pytest-xdist.
+* ``nccl``: one *spawned* process per GPU (CUDA cannot be used in a forked
+  child), rank ``r`` on ``cuda:r``. Without enough GPUs, :class:`RankPool`
+  raises :class:`~distcheck.errors.BackendUnavailable` in the constructor,
+  before anything is started.
+* ``threaded``: torch's in-memory threaded process group
+  (``torch.testing._internal.distributed.multi_threaded_pg``): one forked host
+  process runs every rank as a thread. Collectives are real and ~20x faster
+  than gloo, worlds of hundreds of ranks are cheap, but all ranks share one
+  random number generator (build inputs from explicit ``torch.Generator``\\ s)
+  and there is no send/recv.
+
+The world persists across :meth:`RankPool.run` calls. A run that fails (a rank
+raised while others were stuck, a rank died, or the step timed out) tears the
+world down; the next run starts a fresh one.
+
+Failure reporting:
+
+* a rank raises -> :class:`~distcheck.errors.RankFailure` (rank, traceback text);
+  the original exception is chained as ``__cause__`` when it can be unpickled;
+  ``failure.failures`` maps every failed rank to its traceback text.
+* a rank dies (segfault, ``os._exit``) -> ``RankFailure`` for that rank, with its
+  exit code or signal and whatever ``faulthandler`` wrote on the way down.
+* a step does not finish in ``timeout_s`` -> :class:`~distcheck.errors.WorldTimeout`
+  carrying the Python stacks of the stuck ranks (``.stacks``: rank -> text,
+  ``.ranks``), dumped by ``faulthandler`` on ``SIGUSR1``; it is raised at most a
+  few seconds after the timeout.
+
+No child outlives the pool: children ask the kernel to kill them when their
+parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux), run in their own
+process group (so a terminal Ctrl-C reaches only the parent, which then tears the
+world down) and are killed by process group on close, on garbage collection and
+at interpreter exit. ``PR_SET_PDEATHSIG`` fires when the parent *thread* that
+started the world exits: start pools from a thread that outlives them.
+
+This module imports torch only when a world is started.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import importlib
+import math
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from distcheck.errors import (
+    BackendUnavailable,
+    ConfigError,
+    DistributedError,
+    RankFailure,
+    WorldTimeout,
+    check_choice,
+    check_positive_int,
+)
+
+__all__ = ["RankPool", "BACKENDS", "check_backend_available"]
+
+#: backends a RankPool can run
+BACKENDS = ("gloo", "nccl", "threaded")
+
+#: after the first failure, how long (seconds) to wait for the other ranks to answer
+#: before the world is declared broken and torn down
+FAILURE_GRACE_S = 0.3
+#: how long (seconds) to wait for a stuck rank's faulthandler dump after SIGUSR1
+STACK_DUMP_WAIT_S = 2.0
+#: a threaded host answers by itself at the timeout; the parent's hard limit is this much later
+THREADED_HARD_MARGIN_S = 5.0
+#: how long close() lets children exit by themselves before killing them
+CLOSE_WAIT_S = 2.0
+
+_SHUTDOWN = b""
+_PR_SET_PDEATHSIG = 1
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_backend_available(backend: str, world_size: int) -> None:
+    """Raise :class:`BackendUnavailable` unless ``backend`` can run ``world_size`` ranks here.
+
+    Decided in the calling (parent) process, before anything is started: NCCL
+    needs ``torch.cuda.device_count() >= world_size`` and an NCCL build; gloo
+    needs a gloo build; the threaded backend needs torch's testing helpers.
+    Imports torch.
+    """
+    check_choice("backend", backend, BACKENDS)
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:  # pragma: no cover - torch is a declared extra
+        raise BackendUnavailable(f"backend {backend!r} needs torch: {exc}") from None
+    if not dist.is_available():
+        raise BackendUnavailable("this torch build has no torch.distributed")
+    if backend == "gloo" and not dist.is_gloo_available():
+        raise BackendUnavailable("this torch build has no gloo backend")
+    if backend == "nccl":
+        if not dist.is_nccl_available():
+            raise BackendUnavailable("this torch build has no NCCL backend")
+        if not torch.cuda.is_available():
+            raise BackendUnavailable("backend 'nccl' needs CUDA GPUs; none is visible")
+        have = torch.cuda.device_count()
+        if have < world_size:
+            raise BackendUnavailable(f"backend 'nccl' needs world_size={world_size} GPUs; {have} visible")
+    if backend == "threaded":
+        try:
+            importlib.import_module("torch.testing._internal.distributed.multi_threaded_pg")
+        except Exception as exc:  # noqa: BLE001 - any import failure means unavailable
+            raise BackendUnavailable(f"threaded backend unavailable: {exc}") from None
+
+
+# --------------------------------------------------------------------------- child side
+
+
+def _become_child(parent_pid: int) -> None:
+    """First thing a child does: die with the parent, leave the terminal's process group."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _dumps_result(kind: str, payload: Any, exc: BaseException | None = None) -> tuple:
+    """(kind, payload, pickled exception or None); payload must be picklable."""
+    exc_bytes = None
+    if exc is not None:
+        try:
+            exc_bytes = pickle.dumps(exc)
+        except Exception:  # noqa: BLE001 - unpicklable exceptions travel as text only
+            exc_bytes = None
+    return (kind, payload, exc_bytes)
+
+
+def _run_one(fn, ctx, args) -> tuple:
+    try:
+        result = fn(ctx, *args)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        return _dumps_result("err", traceback.format_exc(), exc)
+    try:
+        pickle.dumps(result)
+    except Exception as exc:  # noqa: BLE001
+        return _dumps_result("err", f"result of rank {ctx.rank} is not picklable: {exc!r}\n")
+    return ("ok", result, None)
+
+
+def _send(conn, obj) -> None:
+    conn.send_bytes(pickle.dumps(obj))
+
+
+def _child_main(conn, spec: dict) -> None:
+    """Entry point of a rank process (gloo, nccl) or of the threaded host."""
+    _become_child(spec["parent_pid"])
+    dump = open(spec["dump_path"], "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+    faulthandler.enable(file=dump, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True, chain=False)
+    os.environ.update(spec.get("env") or {})
+    try:
+        if spec["backend"] == "threaded":
+            from distcheck.runners.threaded import threaded_host
+
+            threaded_host(conn, spec)
+        else:
+            _process_rank(conn, spec)
+    except (EOFError, OSError):
+        pass  # the parent went away
+    finally:
+        os._exit(0)
+
+
+def _init_torch_child() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # before any op: see the module docstring
+
+
+def _process_rank(conn, spec: dict) -> None:
+    rank, world_size, backend = spec["rank"], spec["world_size"], spec["backend"]
+    try:
+        _init_torch_child()
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        from distcheck.runners.context import RankContext
+
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+        else:
+            device = torch.device("cpu")
+        store = dist.FileStore(spec["store_path"], world_size)
+        extra = {"device_id": device} if backend == "nccl" else {}
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size,
+            timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]), **extra,
+        )
+        ctx = RankContext(rank=rank, world_size=world_size, backend=backend, device=device, local_rank=rank)
+    except BaseException:  # noqa: BLE001
+        _send(conn, ("fail", [(rank, "err", traceback.format_exc(), None)]))
+        return
+    _send(conn, ("ready", None))
+    while True:
+        msg = conn.recv_bytes()
+        if msg == _SHUTDOWN:
+            return
+        seq, fn, args_list, _timeout = pickle.loads(msg)
+        _send(conn, (seq, [(rank, *_run_one(fn, ctx, args_list[0]))]))
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+@dataclass
+class _Worker:
+    proc: Any
+    conn: Any
+    ranks: list[int]
+    dump_path: str
+    dump_offset: int = 0
+
+
+@dataclass
+class _World:
+    workers: list[_Worker] = field(default_factory=list)
+    tmpdir: str | None = None
+
+    def kill(self) -> None:
+        """Kill every child by process group and reap it; never raises."""
+        for w in self.workers:
+            pid = w.proc.pid
+            if pid is None:
+                continue
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+        for w in self.workers:
+            try:
+                w.proc.join(timeout=5)
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                w.conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self.workers = []
+
+    def close(self) -> None:
+        """Ask children to exit, wait up to CLOSE_WAIT_S, then kill what is left."""
+        for w in self.workers:
+            try:
+                w.conn.send_bytes(_SHUTDOWN)
+            except Exception:  # noqa: BLE001
+                pass
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for w in self.workers:
+            try:
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001
+                pass
+        self.kill()
+
+
+def _cleanup(world: _World) -> None:
+    world.kill()
+    if world.tmpdir:
+        shutil.rmtree(world.tmpdir, ignore_errors=True)
+        world.tmpdir = None
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
+
+
+def _read_from(path: str, offset: int) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            f.seek(offset)
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+class RankPool:
+    """A persistent world of ``world_size`` ranks that runs rank functions.
+
+    Arguments:
+        world_size: ranks in the world, >= 1 (``nccl``: at most the visible GPUs).
+        backend: ``"gloo"`` (default; CPU, one forked process per rank),
+            ``"nccl"`` (one spawned process per GPU, device ``cuda:rank``) or
+            ``"threaded"`` (every rank a thread of one forked process).
+        timeout_s: seconds a :meth:`run` (and the world's start-up) may take before
+            :class:`WorldTimeout`; also the process group's own collective timeout.
+            Must be > 0. Default 60.
+        start_method: ``"fork"`` or ``"spawn"``; default fork for gloo/threaded and
+            spawn for nccl (fork is refused for nccl).
+        preload: modules imported in the parent before forking so that children
+            inherit them (e.g. ``("torch._dynamo",)`` saves about a second per
+            child on its first DDP). Ignored for spawn.
+        env: environment variables set in each child (the parent's ``os.environ``
+            is never changed), e.g. ``{"GLOO_SOCKET_IFNAME": "lo"}``.
+
+    Raises:
+        ConfigError: for a bad argument.
+        BackendUnavailable: when the backend cannot run here (e.g. NCCL with
+            fewer GPUs than ranks); decided before any process starts.
+
+    The world starts on ``__enter__``/:meth:`start` or on the first :meth:`run`.
+    A pool runs one step at a time (calls from several threads are serialised).
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        backend: str = "gloo",
+        timeout_s: float = 60.0,
+        *,
+        start_method: str | None = None,
+        preload: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ):
+        self.world_size = check_positive_int("world_size", world_size)
+        self.backend = check_choice("backend", backend, BACKENDS)
+        self.timeout_s = _check_timeout("timeout_s", timeout_s)
+        if start_method is None:
+            start_method = "spawn" if backend == "nccl" else "fork"
+        check_choice("start_method", start_method, ("fork", "spawn"))
+        if backend == "nccl" and start_method == "fork":
+            raise ConfigError("start_method", start_method, "must be 'spawn' for backend='nccl' (CUDA cannot fork)")
+        if start_method == "fork" and not hasattr(os, "fork"):
+            raise BackendUnavailable("fork is not available on this platform; use start_method='spawn'")
+        self.start_method = start_method
+        self.preload = tuple(preload)
+        self.env = dict(env or {})
+        check_backend_available(backend, world_size)
+        self.generation = 0  #: how many worlds this pool has started
+        self._world = _World()
+        self._closed = False
+        self._seq = 0
+        self._lock = threading.RLock()
+        self._finalizer = weakref.finalize(self, _cleanup, self._world)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> "RankPool":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self.running else "idle")
+        return f"RankPool(world_size={self.world_size}, backend={self.backend!r}, {state})"
+
+    @property
+    def running(self) -> bool:
+        """True while a world is up."""
+        return bool(self._world.workers)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the current world's children (empty when none is up)."""
+        return [w.proc.pid for w in self._world.workers]
+
+    def start(self) -> "RankPool":
+        """Start the world now (otherwise the first :meth:`run` starts it)."""
+        with self._lock:
+            self._ensure_open()
+            if not self.running:
+                self._start_world()
+        return self
+
+    def close(self) -> None:
+        """Stop the world and remove the pool's temporary files. Idempotent."""
+        with self._lock:
+            self._closed = True
+            try:
+                self._world.close()
+            finally:
+                self._finalizer()
+
+    def restart(self) -> None:
+        """Tear the world down; the next :meth:`run` starts a fresh one."""
+        with self._lock:
+            self._world.kill()
+
+    # ------------------------------------------------------------ running
+
+    def run(self, fn: Callable, *args, timeout_s: float | None = None) -> list:
+        """Call ``fn(ctx, *args)`` on every rank; return ``[result of rank 0, ...]``.
+
+        ``fn`` must be picklable (a module-level function) and so must ``args`` and
+        the results. ``timeout_s`` overrides the pool's timeout for this call.
+
+        Raises:
+            RankFailure: a rank raised or died (the lowest-numbered rank that died,
+                else the first that raised); ``.failures`` maps every failed rank
+                to its text.
+            WorldTimeout: the step did not finish in time; ``.stacks`` maps each
+                stuck rank to its Python stack.
+            ConfigError: ``fn`` or ``args`` cannot be pickled.
+        """
+        return self.run_on(fn, [args] * self.world_size, timeout_s=timeout_s)
+
+    def run_on(self, fn: Callable, args_per_rank: Sequence[Sequence], timeout_s: float | None = None) -> list:
+        """Call ``fn(ctx, *args_per_rank[rank])`` on every rank; same contract as :meth:`run`.
+
+        ``args_per_rank`` has exactly ``world_size`` entries, each a tuple or list.
+        """
+        if len(args_per_rank) != self.world_size:
+            raise ConfigError("args_per_rank", f"<{len(args_per_rank)} entries>",
+                              f"must have world_size={self.world_size} entries")
+        timeout = self.timeout_s if timeout_s is None else _check_timeout("timeout_s", timeout_s)
+        with self._lock:
+            self._ensure_open()
+            if not self.running:
+                self._start_world()
+            self._seq += 1
+            seq = self._seq
+            messages = []
+            for w in self._world.workers:
+                payload = (seq, fn, [tuple(args_per_rank[r]) for r in w.ranks], timeout)
+                try:
+                    messages.append(pickle.dumps(payload))
+                except Exception as exc:  # noqa: BLE001
+                    raise ConfigError("fn", getattr(fn, "__qualname__", fn),
+                                      f"and its arguments must be picklable (a module-level function): {exc}") from None
+            try:
+                for w, msg in zip(self._world.workers, messages):
+                    w.conn.send_bytes(msg)
+                replies = self._collect(seq, timeout)
+            except DistributedError:
+                raise  # _collect already tore the world down if it was broken
+            except BaseException:
+                self._world.kill()  # Ctrl-C or a broken pipe: the world's state is unknown
+                raise
+            return [replies[r][1] for r in range(self.world_size)]
+
+    # ------------------------------------------------------------ internals
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise DistributedError(f"{self!r} is closed")
+
+    def _start_world(self) -> None:
+        import torch  # noqa: F401 - loaded once here so forked children inherit it
+        import torch.distributed  # noqa: F401
+
+        if self.start_method == "fork":
+            for name in self.preload:
+                importlib.import_module(name)
+        if self._world.tmpdir is None:
+            self._world.tmpdir = tempfile.mkdtemp(prefix="distcheck-pool-")
+        self.generation += 1
+        gen = self.generation
+        tmp = self._world.tmpdir
+        ctx = mp.get_context(self.start_method)
+        groups = [list(range(self.world_size))] if self.backend == "threaded" else [[r] for r in range(self.world_size)]
+        spec_common = {
+            "world_size": self.world_size, "backend": self.backend, "parent_pid": os.getpid(),
+            "store_path": os.path.join(tmp, f"store-{gen}"), "pg_timeout_s": max(self.timeout_s, 1.0),
+            "env": self.env,
+        }
+        try:
+            for ranks in groups:
+                dump_path = os.path.join(tmp, f"stacks-{gen}-rank{ranks[0]}.txt")
+                parent_conn, child_conn = ctx.Pipe(duplex=True)
+                spec = dict(spec_common, rank=ranks[0], dump_path=dump_path)
+                proc = ctx.Process(target=_child_main, args=(child_conn, spec),
+                                   name=f"distcheck-{self.backend}-rank{ranks[0]}")
+                with warnings.catch_warnings():
+                    # Python >= 3.12 warns when a multi-threaded process forks; the known
+                    # hazard (a stale intra-op thread pool) is handled in the child
+                    warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks",
+                                            category=DeprecationWarning)
+                    proc.start()
+                child_conn.close()
+                try:
+                    os.setpgid(proc.pid, proc.pid)  # also done by the child; whichever runs first
+                except OSError:
+                    pass
+                self._world.workers.append(_Worker(proc, parent_conn, ranks, dump_path))
+            self._collect("ready", self.timeout_s, startup=True)
+        except BaseException:
+            self._world.kill()
+            raise
+
+    def _hard_limit(self, timeout: float) -> float:
+        return timeout + (THREADED_HARD_MARGIN_S if self.backend == "threaded" else 0.0)
+
+    def _collect(self, seq, timeout: float, startup: bool = False) -> dict[int, tuple]:
+        """Wait for every worker's reply to ``seq``; return rank -> (kind, payload, exc)."""
+        workers = self._world.workers
+        by_obj: dict[Any, _Worker] = {}
+        for w in workers:
+            by_obj[w.conn] = w
+            by_obj[w.proc.sentinel] = w
+        pending = set(range(len(workers)))
+        index = {id(w): i for i, w in enumerate(workers)}
+        replies: dict[int, tuple] = {}
+        deaths: dict[int, str] = {}
+        first_failure: float | None = None
+        deadline = time.monotonic() + self._hard_limit(timeout)
+        while pending:
+            limit = deadline if first_failure is None else min(deadline, first_failure + FAILURE_GRACE_S)
+            wait_s = limit - time.monotonic()
+            if wait_s <= 0:
+                break
+            objs = [workers[i].conn for i in pending] + [workers[i].proc.sentinel for i in pending]
+            ready = mpc.wait(objs, timeout=wait_s)
+            for obj in ready:
+                w = by_obj[obj]
+                i = index[id(w)]
+                if i not in pending:
+                    continue
+                msg = None
+                try:
+                    if w.conn.poll():
+                        msg = pickle.loads(w.conn.recv_bytes())
+                except (EOFError, OSError):
+                    msg = None
+                if msg is None:
+                    if obj is w.conn and w.proc.is_alive():
+                        continue  # spurious wake-up
+                    w.proc.join(timeout=1.0)
+                    who = f"rank {w.ranks[0]}" if len(w.ranks) == 1 else \
+                        f"the threaded host of ranks {w.ranks[0]}..{w.ranks[-1]}"
+                    text = (f"{who} {_describe_exit(w.proc.exitcode)} "
+                            f"(no Python exception: the process ended abruptly, e.g. os._exit or a crash)\n")
+                    dumped = _read_from(w.dump_path, w.dump_offset)
+                    if dumped.strip():
+                        text += "faulthandler output:\n" + dumped
+                    for r in w.ranks:
+                        deaths[r] = text
+                    pending.discard(i)
+                    first_failure = first_failure or time.monotonic()
+                    continue
+                tag, items = msg
+                if startup and tag == "ready":
+                    pending.discard(i)
+                    continue
+                if startup and tag == "fail":
+                    for r, kind, payload, exc in items:
+                        replies[r] = (kind, payload, exc)
+                    pending.discard(i)
+                    first_failure = first_failure or time.monotonic()
+                    continue
+                if tag != seq:
+                    continue  # a late answer to an earlier, abandoned step
+                for r, kind, payload, exc in items:
+                    replies[r] = (kind, payload, exc)
+                    if kind != "ok":
+                        first_failure = first_failure or time.monotonic()
+                pending.discard(i)
+
+        what = "start-up" if startup else "step"
+        stuck_workers = [workers[i] for i in sorted(pending)]
+        errors = {r: v for r, v in replies.items() if v[0] == "err"}
+        timeouts = {r: v[1] for r, v in replies.items() if v[0] == "timeout"}
+        broken = bool(deaths or stuck_workers or timeouts or any(v[0] == "stopped" for v in replies.values()))
+        if deaths or errors:
+            failures = {r: t for r, t in deaths.items()}
+            for r, (_, tb, _) in errors.items():
+                failures.setdefault(r, tb)
+            lead = min(deaths) if deaths else min(errors)
+            text = failures[lead]
+            others = sorted(set(failures) - {lead})
+            stuck = sorted(r for w in stuck_workers for r in w.ranks) + sorted(timeouts)
+            stuck += sorted(r for r, v in replies.items() if v[0] == "stopped")
+            if others:
+                text += f"\n(also failed: ranks {others})"
+            if stuck:
+                text += f"\n(ranks {stuck} had not finished and were stopped)"
+            err = RankFailure(lead, text)
+            err.failures = failures
+            cause = None
+            if lead in errors and errors[lead][2] is not None:
+                try:
+                    cause = pickle.loads(errors[lead][2])
+                except Exception:  # noqa: BLE001
+                    cause = None
+            if broken:
+                self._world.kill()
+            if startup:
+                self._world.kill()
+            raise err from cause
+        if stuck_workers or timeouts:
+            stacks = dict(timeouts)
+            stacks.update(self._dump_stacks(stuck_workers))
+            self._world.kill()
+            ranks = sorted(stacks)
+            body = "\n".join(f"--- rank {r} ---\n{stacks[r]}" for r in ranks)
+            err = WorldTimeout(
+                f"{what} did not finish within timeout_s={timeout:g} on backend {self.backend!r}: "
+                f"ranks {ranks} stuck (world torn down; the next run starts a fresh one)\n{body}",
+                ranks=ranks, stacks=stacks, timeout_s=timeout,
+            )
+            raise err
+        if broken:  # pragma: no cover - defensive: "stopped" without an error
+            self._world.kill()
+        return replies
+
+    def _dump_stacks(self, workers: list[_Worker]) -> dict[int, str]:
+        """SIGUSR1 each stuck process (faulthandler writes its stacks) and read the dumps."""
+        offsets = {}
+        for w in workers:
+            w.dump_offset = _file_size(w.dump_path)
+            offsets[id(w)] = w.dump_offset
+            try:
+                os.kill(w.proc.pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        deadline = time.monotonic() + STACK_DUMP_WAIT_S
+        last = {id(w): -1 for w in workers}
+        while time.monotonic() < deadline:
+            sizes = {id(w): _file_size(w.dump_path) for w in workers}
+            if all(sizes[k] > offsets[k] and sizes[k] == last[k] for k in sizes):
+                break
+            last = sizes
+            time.sleep(0.05)
+        stacks = {}
+        for w in workers:
+            text = _read_from(w.dump_path, offsets[id(w)]) or "(no stack dump arrived)\n"
+            for r in w.ranks:
+                stacks[r] = text
+        return stacks
+
+
+def _check_timeout(field_name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(field_name, value, "must be a finite number of seconds > 0")
+    return float(value)

@@ -1,0 +1,353 @@
+"""RankPool: start, run, reuse, failures (raise, hang, death), recovery, cleanup; threaded and fake backends."""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from distcheck.errors import BackendUnavailable, ConfigError, DistributedError, RankFailure, WorldTimeout
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ----------------------------------------------------------------------------- rank functions (module level: picklable)
+
+
+def _allreduce_rank_plus(ctx, x):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(ctx.rank + x)], device=ctx.device)
+    dist.all_reduce(t, group=ctx.group)
+    return t.item(), ctx.rank, ctx.world_size, ctx.backend, os.getpid()
+
+
+def _echo(ctx, a, b):
+    return (ctx.rank, a, b)
+
+
+def _count_calls(ctx):
+    ctx.scratch["calls"] = ctx.scratch.get("calls", 0) + 1
+    return ctx.scratch["calls"]
+
+
+def _raise_on_1(ctx):
+    import torch.distributed as dist
+
+    if ctx.rank == 1:
+        raise ValueError(f"bad value on rank {ctx.rank}")
+    dist.barrier()
+    return ctx.rank
+
+
+def _raise_everywhere(ctx):
+    raise KeyError(f"missing on {ctx.rank}")
+
+
+def _hang_on_1(ctx):
+    import torch.distributed as dist
+
+    if ctx.rank == 1:
+        _sleep_forever()
+    dist.barrier()
+
+
+def _sleep_forever():
+    while True:
+        time.sleep(0.05)
+
+
+def _exit_on_1(ctx):
+    import torch.distributed as dist
+
+    if ctx.rank == 1:
+        os._exit(7)
+    dist.barrier()
+
+
+def _segfault_on_0(ctx):
+    if ctx.rank == 0:
+        ctypes.string_at(0)
+    return ctx.rank
+
+
+def _shape_by_rank(ctx):
+    import torch
+
+    from distcheck.runners import check_same_shape
+
+    check_same_shape(ctx, torch.zeros(2 + ctx.rank), "payload")
+
+
+def _draws(ctx):
+    import torch
+
+    from distcheck.runners.threaded import rank_generator
+
+    return torch.randint(0, 2**30, (4,), generator=rank_generator(ctx, 5)).tolist()
+
+
+def _mesh_layout(ctx):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (128, 128), mesh_dim_names=("dp", "tp"))
+    return tuple(mesh.get_coordinate()), mesh["tp"].size(), mesh["dp"].size()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# ----------------------------------------------------------------------------- no torch at import
+
+
+def test_import_does_not_load_torch():
+    code = "import sys, distcheck.runners, distcheck.runners.pool, distcheck.runners.ddp; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"world_size": 0}, "world_size"),
+        ({"world_size": 2.0}, "world_size"),
+        ({"world_size": 2, "backend": "mpi"}, "backend"),
+        ({"world_size": 2, "timeout_s": 0}, "timeout_s"),
+        ({"world_size": 2, "timeout_s": float("nan")}, "timeout_s"),
+        ({"world_size": 2, "start_method": "forkserver"}, "start_method"),
+        ({"world_size": 1, "backend": "nccl", "start_method": "fork"}, "start_method"),
+    ],
+)
+def test_bad_arguments_raise_config_error(kwargs, field):
+    from distcheck.runners import RankPool
+
+    with pytest.raises(ConfigError) as info:
+        RankPool(**kwargs)
+    assert info.value.field == field
+
+
+def test_nccl_without_gpus_is_unavailable_before_anything_starts():
+    import torch
+
+    from distcheck.runners import RankPool
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        pytest.skip("GPUs present: NCCL is available")
+    before = mp.active_children()
+    with pytest.raises(BackendUnavailable, match="(?i)nccl"):
+        RankPool(2, backend="nccl")
+    assert mp.active_children() == before
+
+
+# ----------------------------------------------------------------------------- gloo worlds
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_start_run_reuse(world_size):
+    from distcheck.runners import RankPool
+
+    with RankPool(world_size, timeout_s=30) as pool:
+        first = pool.run(_allreduce_rank_plus, 3)
+        pids = pool.pids
+        second = pool.run(_allreduce_rank_plus, 10)
+        calls = [pool.run(_count_calls) for _ in range(3)]
+        assert pool.pids == pids and pool.generation == 1  # the same world served every run
+    expected = sum(range(world_size)) + 3 * world_size
+    assert [r[0] for r in first] == [float(expected)] * world_size
+    assert [r[1:4] for r in first] == [(r, world_size, "gloo") for r in range(world_size)]
+    assert [r[0] for r in second] == [float(expected + 7 * world_size)] * world_size
+    assert sorted({r[4] for r in first}) == sorted(pids)
+    assert calls == [[1] * world_size, [2] * world_size, [3] * world_size]
+
+
+@pytest.mark.multiprocess
+def test_run_on_gives_each_rank_its_arguments():
+    from distcheck.runners import RankPool
+
+    with RankPool(3, timeout_s=30) as pool:
+        assert pool.run_on(_echo, [(0, "a"), (1, "b"), (2, "c")]) == [(0, 0, "a"), (1, 1, "b"), (2, 2, "c")]
+        with pytest.raises(ConfigError):
+            pool.run_on(_echo, [(0, "a")])
+        with pytest.raises(ConfigError, match="picklable"):
+            pool.run(lambda ctx: 1)
+
+
+@pytest.mark.multiprocess
+def test_raising_rank_is_reported_with_rank_and_traceback_then_pool_recovers():
+    from distcheck.runners import RankPool
+
+    with RankPool(4, timeout_s=30) as pool:
+        t0 = time.monotonic()
+        with pytest.raises(RankFailure) as info:
+            pool.run(_raise_on_1)
+        assert time.monotonic() - t0 < 5  # reported at once, not at the timeout
+        err = info.value
+        assert err.rank == 1
+        assert "ValueError: bad value on rank 1" in err.traceback_text
+        assert "_raise_on_1" in err.traceback_text
+        assert isinstance(err.__cause__, ValueError)
+        assert not pool.running  # others were stuck in the barrier: world torn down
+        assert [r[0] for r in pool.run(_allreduce_rank_plus, 0)] == [6.0] * 4
+        assert pool.generation == 2
+
+        with pytest.raises(RankFailure) as info:
+            pool.run(_raise_everywhere)
+        assert info.value.rank == 0 and sorted(info.value.failures) == [0, 1, 2, 3]
+        assert pool.running and pool.generation == 2  # every rank answered: world kept
+        assert [r[0] for r in pool.run(_allreduce_rank_plus, 1)] == [10.0] * 4
+
+
+@pytest.mark.multiprocess
+def test_hanging_rank_times_out_with_stacks_then_pool_recovers():
+    from distcheck.runners import RankPool
+
+    with RankPool(2, timeout_s=30) as pool:
+        pool.run(_allreduce_rank_plus, 0)
+        t0 = time.monotonic()
+        with pytest.raises(WorldTimeout) as info:
+            pool.run(_hang_on_1, timeout_s=1.5)
+        elapsed = time.monotonic() - t0
+        assert 1.5 <= elapsed < 1.5 + 4
+        err = info.value
+        assert err.ranks == [0, 1] and err.timeout_s == 1.5
+        assert "_sleep_forever" in err.stacks[1] and "_hang_on_1" in err.stacks[1]
+        assert "barrier" in err.stacks[0]
+        assert "rank 1" in str(err)
+        assert [r[0] for r in pool.run(_allreduce_rank_plus, 0)] == [1.0, 1.0]
+
+
+@pytest.mark.multiprocess
+def test_dying_rank_is_reported_then_pool_recovers():
+    from distcheck.runners import RankPool
+
+    with RankPool(3, timeout_s=30) as pool:
+        pids = pool.pids
+        with pytest.raises(RankFailure) as info:
+            pool.run(_exit_on_1)
+        assert info.value.rank == 1 and "exited with code 7" in info.value.traceback_text
+        assert not any(_alive(p) for p in pids)
+        with pytest.raises(RankFailure) as info:
+            pool.run(_segfault_on_0)
+        assert info.value.rank == 0 and "SIGSEGV" in info.value.traceback_text
+        assert "_segfault_on_0" in info.value.traceback_text  # faulthandler's dump
+        assert [r[0] for r in pool.run(_allreduce_rank_plus, 0)] == [3.0] * 3
+
+
+@pytest.mark.multiprocess
+def test_mismatched_shapes_are_caught():
+    from distcheck.runners import RankPool
+
+    with RankPool(2, timeout_s=30) as pool, pytest.raises(RankFailure, match="payload differs between ranks"):
+        pool.run(_shape_by_rank)
+
+
+@pytest.mark.multiprocess
+def test_no_child_survives_close():
+    from distcheck.runners import RankPool
+
+    pool = RankPool(4, timeout_s=30)
+    pool.run(_allreduce_rank_plus, 0)
+    pids = pool.pids
+    assert all(_alive(p) for p in pids)
+    pool.close()
+    assert not any(_alive(p) for p in pids)
+    assert not [c for c in mp.active_children() if c.pid in pids]
+    with pytest.raises(DistributedError, match="closed"):
+        pool.run(_allreduce_rank_plus, 0)
+
+
+_ORPHAN_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    sys.path.insert(0, {tests!r})
+    from distcheck.runners import RankPool
+    import test_pool
+    pool = RankPool(2, timeout_s=60).start()
+    print(" ".join(map(str, pool.pids)), flush=True)
+    if sys.argv[1] == "kill":
+        time.sleep(60)
+    else:
+        pool.run(test_pool._hang_on_1)
+    """
+)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("how", ["kill", "interrupt"])
+def test_children_die_with_a_killed_or_interrupted_parent(how, tmp_path):
+    script = _ORPHAN_SCRIPT.format(tests=os.path.join(ROOT, "tests"))
+    env = dict(os.environ, TMPDIR=str(tmp_path))  # a SIGKILLed parent cannot remove its temporary directory
+    proc = subprocess.Popen([sys.executable, "-c", script, how], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        time.sleep(0.3)  # let the interrupt case enter run()
+        proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGINT)
+        proc.wait(timeout=20)
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ----------------------------------------------------------------------------- threaded backend
+
+
+@pytest.mark.multiprocess
+def test_threaded_backend_runs_collectives_and_recovers():
+    from distcheck.runners import RankPool
+
+    with RankPool(32, backend="threaded", timeout_s=30) as pool:
+        res = pool.run(_allreduce_rank_plus, 1)
+        assert [r[0] for r in res] == [float(sum(range(32)) + 32)] * 32
+        assert {r[3] for r in res} == {"threaded"} and len({r[4] for r in res}) == 1  # one host process
+        draws = pool.run(_draws)
+        assert len({tuple(d) for d in draws}) == 32  # rank_generator: independent per rank
+        assert pool.run(_draws) == draws  # and reproducible
+    with RankPool(4, backend="threaded", timeout_s=30) as pool:
+        with pytest.raises(RankFailure) as info:
+            pool.run(_raise_on_1)
+        assert info.value.rank == 1 and "bad value on rank 1" in info.value.traceback_text
+        assert [r[0] for r in pool.run(_allreduce_rank_plus, 0)] == [6.0] * 4
+        t0 = time.monotonic()
+        with pytest.raises(WorldTimeout) as info:
+            pool.run(_hang_on_1, timeout_s=1.0)
+        assert time.monotonic() - t0 < 1.0 + 4
+        assert "_sleep_forever" in info.value.stacks[1]
+        assert [r[0] for r in pool.run(_allreduce_rank_plus, 0)] == [6.0] * 4
+
+
+# ----------------------------------------------------------------------------- fake backend
+
+
+def test_fake_world_builds_a_16384_rank_mesh():
+    from distcheck.runners.fake import FakeWorld, run_fake
+
+    assert run_fake(_mesh_layout, world_size=16_384, rank=9_000) == ((70, 40), 128, 128)
+    assert FakeWorld(16_384).run(_mesh_layout, ranks=[0, 16_383]) == [((0, 0), 128, 128), ((127, 127), 128, 128)]
+    with pytest.raises(ConfigError):
+        run_fake(_mesh_layout, world_size=4, rank=4)
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()  # the fake group is gone afterwards
