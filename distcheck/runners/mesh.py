@@ -1,0 +1,138 @@
+"""``init_device_mesh`` rank groups against :func:`distcheck.layout.groups`.
+
+Rank function :func:`mesh_groups_rank`: build
+``init_device_mesh(device, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))``
+(outermost first, so tp is innermost: consecutive ranks) and return, for each
+axis, the ranks of this rank's process group (``dist.get_process_group_ranks``
+of ``mesh.get_group(axis)``), plus the mesh's rank grid.
+
+``mesh.groups`` (gloo / threaded / NCCL): the union over all ranks of the
+groups torch created equals ``layout.groups(cfg, axis)`` for every axis, with
+``cfg = ParallelConfig(tp, pp, dp, order="tp-dp-pp")`` (innermost first, the
+same layout stated independently), and every rank's mesh grid equals
+``layout.rank_grid(cfg)``.
+
+``mesh.groups.fake`` (one process, torch's fake backend over a ``FakeStore``,
+no real ranks): the same for a 16,384-rank world (Llama 3 405B: tp 8, pp 16,
+dp 128; Dubey et al. 2024, Table 4). One process impersonates a handful of
+ranks (first, last, and ranks spread across every axis); each rank's group on
+each axis must be the layout group that contains it, and the grid must match.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from distcheck.errors import check_positive_int
+from distcheck.report import CheckResult
+from distcheck.runners.collectives import iter_pools, result_row, run_guarded, skip_row
+
+__all__ = ["MESH_AXES", "mesh_groups_rank", "run_mesh_checks", "run_fake_mesh_check", "sample_ranks"]
+
+#: mesh axes, outermost first
+MESH_AXES = ("pp", "dp", "tp")
+
+
+def mesh_groups_rank(ctx, example: dict) -> dict:
+    """Rank function: this rank's group on each axis of a ``(pp, dp, tp)`` mesh.
+
+    ``example``: ``{"pp": int, "dp": int, "tp": int}`` with product = world size.
+    Returns ``{"groups": {axis: [ranks...]}, "grid": nested list (pp, dp, tp)}``.
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape = tuple(check_positive_int(a, example[a]) for a in MESH_AXES)
+    mesh = init_device_mesh(ctx.device.type, shape, mesh_dim_names=MESH_AXES)
+    groups = {a: sorted(dist.get_process_group_ranks(mesh.get_group(a))) for a in MESH_AXES}
+    return {"groups": groups, "grid": mesh.mesh.tolist()}
+
+
+def _layout(example: dict, order: str):
+    from distcheck.layout import ParallelConfig
+
+    return ParallelConfig(tp=example["tp"], pp=example["pp"], dp=example["dp"], order=order)
+
+
+def _compare(results_by_rank: dict[int, dict], example: dict, order: str, full_world: bool) -> list[str]:
+    """Differences between torch's groups (of the ranks given) and the layout reference."""
+    import numpy as np
+
+    from distcheck import layout
+
+    cfg = _layout(example, order)
+    bad: list[str] = []
+    grid = layout.rank_grid(cfg).reshape(example["pp"], example["dp"], example["tp"]).tolist()
+    for axis in MESH_AXES:
+        want = layout.groups(cfg, axis)
+        containing = {r: g for g in want for r in g}
+        seen = set()
+        for rank, res in results_by_rank.items():
+            got = res["groups"][axis]
+            seen.add(tuple(got))
+            if got != containing[rank]:
+                bad.append(f"{axis} group of rank {rank}: torch {got[:8]}{'...' if len(got) > 8 else ''}, "
+                           f"layout {containing[rank][:8]}{'...' if len(containing[rank]) > 8 else ''}")
+                break
+        if full_world and sorted(seen) != sorted(tuple(g) for g in want):
+            bad.append(f"{axis}: torch created {len(seen)} groups, layout has {len(want)}")
+    for rank, res in results_by_rank.items():
+        if not np.array_equal(np.asarray(res["grid"]), np.asarray(grid)):
+            bad.append(f"rank {rank}: mesh grid differs from layout.rank_grid")
+            break
+    return bad
+
+
+def run_mesh_checks(pool_or_world_sizes=(4,), *, backend: str = "gloo", examples: Sequence[dict] | None = None,
+                    timeout_s: float = 60.0, order: str = "tp-dp-pp") -> list[CheckResult]:
+    """``mesh.groups`` rows: every factorisation ``pp * dp * tp = world_size`` (or ``examples``).
+
+    ``order`` is the layout's innermost-first axis order the torch mesh is
+    compared with; the right one for a ``(pp, dp, tp)`` mesh is ``"tp-dp-pp"``
+    (tests pass another to show the check fails).
+    """
+    rows: list[CheckResult] = []
+    for pool, ws, be, skip in iter_pools(pool_or_world_sizes, backend, timeout_s):
+        if skip:
+            rows.append(skip_row("mesh.groups", be, ws, skip))
+            continue
+        exs = list(examples) if examples else [
+            {"pp": pp, "dp": dp, "tp": ws // (pp * dp)}
+            for pp in range(1, ws + 1) for dp in range(1, ws + 1) if ws % (pp * dp) == 0
+        ]
+        bad: list[str] = []
+        for ex in exs:
+            results, err = run_guarded(pool, mesh_groups_rank, ex)
+            if err:
+                bad.append(f"{ex}: {err}")
+                break
+            diffs = _compare(dict(enumerate(results)), ex, order, full_world=True)
+            if diffs:
+                bad.append(f"pp={ex['pp']}, dp={ex['dp']}, tp={ex['tp']}: {diffs[0]}")
+                break
+        rows.append(result_row("mesh.groups", be, ws, len(exs), not bad, bound=0.0,
+                               detail=bad[0] if bad else
+                               f"{len(exs)} meshes (pp, dp, tp): every group equals layout.groups (order {order})"))
+    return rows
+
+
+def sample_ranks(pp: int, dp: int, tp: int) -> list[int]:
+    """A few ranks spread over every axis: first, last, and one inside each axis's range."""
+    ws = pp * dp * tp
+    picks = {0, ws - 1, tp - 1, tp, tp * dp - 1, tp * dp, ws // 2 + tp // 2 + 1, (ws * 7) // 9}
+    return sorted(r for r in picks if 0 <= r < ws)
+
+
+def run_fake_mesh_check(pp: int = 16, dp: int = 128, tp: int = 8, *, ranks: Sequence[int] | None = None,
+                        order: str = "tp-dp-pp") -> list[CheckResult]:
+    """``mesh.groups.fake``: a ``pp * dp * tp`` world (default 16,384 ranks) on torch's fake backend."""
+    from distcheck.runners.fake import run_fake
+
+    ex = {"pp": check_positive_int("pp", pp), "dp": check_positive_int("dp", dp), "tp": check_positive_int("tp", tp)}
+    ws = pp * dp * tp
+    picks = list(ranks) if ranks is not None else sample_ranks(pp, dp, tp)
+    results = {r: run_fake(mesh_groups_rank, ex, world_size=ws, rank=r) for r in picks}
+    diffs = _compare(results, ex, order, full_world=False)
+    return [result_row("mesh.groups.fake", "fake", ws, len(picks), not diffs, bound=0.0,
+                       detail=diffs[0] if diffs else
+                       f"pp={pp}, dp={dp}, tp={tp}: groups of ranks {picks} equal layout.groups; grid equal")]
