@@ -1,0 +1,28 @@
+"""Answer-key audits: recompute every figure of a key from the closed forms and judge it.
+
+    from distcheck.audit import audit_file, audit_exit_code, render
+    result = audit_file("golden/lesson.toml")
+    print(render(result, "markdown"))
+    sys.exit(audit_exit_code(result))
+
+The key format, the verdicts and the conventions are documented in docs/AUDIT.md.
+Modules: :mod:`~distcheck.audit.keys` (parse and validate, tomllib only),
+:mod:`~distcheck.audit.quantities` (the auditable catalogue and units),
+:mod:`~distcheck.audit.conventions` (alternative readings, as data),
+:mod:`~distcheck.audit.verdict` (verdicts and consistency),
+:mod:`~distcheck.audit.report` (table, Markdown, JSON).
+"""
+
+from distcheck.audit.keys import CHECK_VERDICTS, VERDICTS, AnswerKey, Check, Claim, load_key, parse_key
+from distcheck.audit.quantities import get_quantity, list_quantities
+from distcheck.audit.report import render, render_quantity_list, render_table, to_json, to_markdown
+from distcheck.audit.verdict import (
+    AuditResult, CheckVerdict, ClaimVerdict, audit_exit_code, audit_file, audit_key,
+)
+
+__all__ = [
+    "VERDICTS", "CHECK_VERDICTS", "AnswerKey", "Claim", "Check", "load_key", "parse_key",
+    "get_quantity", "list_quantities",
+    "AuditResult", "ClaimVerdict", "CheckVerdict", "audit_key", "audit_file", "audit_exit_code",
+    "render", "render_table", "to_markdown", "to_json", "render_quantity_list",
+]

@@ -1,0 +1,329 @@
+"""Documented conventions, as data: what else a figure may have meant.
+
+When a claim fails under the default reading (the quantity it names, the inputs
+it gives, the unit it prints), the audit tries the named alternatives listed
+here. Each :class:`Axis` is one question a source may answer differently (bytes
+per parameter, GB or GiB, bubble relative to total or ideal time, ...); each
+:class:`Variant` on an axis is one documented answer, expressed as
+
+* ``quantity``: another catalogue quantity to compute instead (same inputs),
+* ``set``: inputs replaced by a value (a number, a :class:`FormValue` naming a
+  closed form without inputs, :class:`InputValue` naming another input, or
+  :data:`NOMINAL_PARAMS`),
+* ``scale``: inputs multiplied (or divided, ``invert=True``) by a constant or by
+  the product of other inputs,
+* ``unit``: the claim's figure read in another unit (GB printed, GiB meant).
+
+Variants of different axes combine (at most :data:`MAX_CHANGES` at once); the
+audit prefers the fewest changes. Nothing here is code to evaluate: every
+transformation is one of these records.
+
+Sources: REFERENCES.md "Bytes per parameter conventions", "Pipeline bubbles",
+"Collective communication"; Korthikanti et al. 2022 Table 2; the ZeRO paper.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Mapping
+
+__all__ = [
+    "MAX_CHANGES",
+    "FormValue",
+    "NOMINAL_PARAMS",
+    "InputValue",
+    "Scale",
+    "Variant",
+    "Axis",
+    "CONVENTIONS",
+    "UNIT_ALTERNATIVES",
+    "axes_for",
+    "apply_variant",
+    "describe_conventions",
+]
+
+#: the most axes changed at once when searching for a convention that reproduces a figure
+MAX_CHANGES = 2
+
+
+@dataclass(frozen=True)
+class FormValue:
+    """The value of a closed form without inputs, e.g. ``memory.bytes_per_param.moments_only``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class _NominalParams:
+    """The parameter count printed in the preset's name (70e9 for llama-3-70b)."""
+
+
+NOMINAL_PARAMS = _NominalParams()
+
+
+@dataclass(frozen=True)
+class InputValue:
+    """The value of another input of the same claim (after defaults)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Multiply an input by ``factor`` times the product of the inputs in ``by``
+    (or divide by it when ``invert``)."""
+
+    factor: Fraction = Fraction(1)
+    by: tuple[str, ...] = ()
+    invert: bool = False
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One documented alternative reading of a figure (see the module docstring)."""
+
+    name: str
+    description: str
+    quantity: str | None = None
+    set: Mapping[str, object] = field(default_factory=dict)
+    scale: Mapping[str, Scale] = field(default_factory=dict)
+    unit: str | None = None
+    needs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One question sources answer differently; ``variants`` are the alternatives to the
+    claim as written (which is always the default)."""
+
+    name: str
+    variants: tuple[Variant, ...]
+
+
+def _bpp(conv: str, label: str) -> Variant:
+    return Variant(label, f"bytes_per_param = memory.bytes_per_param.{conv}",
+                   set={"bytes_per_param": FormValue(f"memory.bytes_per_param.{conv}")})
+
+
+_BYTES_PER_PARAM = Axis("bytes per parameter", (
+    _bpp("mixed_adamw", "16 B/param (bf16 weights and grads, fp32 master, Adam m and v)"),
+    _bpp("moments_only", "12 B/param (no fp32 master copy)"),
+    _bpp("mixed_adamw_fp32_grads", "18 B/param (fp32 gradients)"),
+    _bpp("adam_8bit", "10 B/param (8-bit Adam moments)"),
+))
+
+_OPTIMIZER = Axis("optimizer state per parameter", (
+    Variant("12 B/param of optimizer state (fp32 master + Adam m, v)", "optimizer_bytes_per_param = 12",
+            set={"optimizer_bytes_per_param": Fraction(12)}),
+    Variant("8 B/param of optimizer state (Adam m, v only: no fp32 master)", "optimizer_bytes_per_param = 8",
+            set={"optimizer_bytes_per_param": Fraction(8)}),
+    Variant("6 B/param of optimizer state (fp32 master + 8-bit moments)", "optimizer_bytes_per_param = 6",
+            set={"optimizer_bytes_per_param": Fraction(6)}),
+    Variant("2 B/param of optimizer state (8-bit moments, no master)", "optimizer_bytes_per_param = 2",
+            set={"optimizer_bytes_per_param": Fraction(2)}),
+))
+
+_ZERO_K = Axis("ZeRO K (optimizer bytes per parameter)", (
+    Variant("K = 12 (fp32 master + Adam m, v)", "k = 12", set={"k": Fraction(12)}),
+    Variant("K = 8 (Adam m, v only: no fp32 master)", "k = 8", set={"k": Fraction(8)}),
+    Variant("K = 6 (fp32 master + 8-bit moments)", "k = 6", set={"k": Fraction(6)}),
+))
+
+_WEIGHT_BYTES = Axis("weight precision", (
+    Variant("fp32 weights (4 B/param)", "weight_bytes = 4", set={"weight_bytes": Fraction(4)}),
+    Variant("16-bit weights (2 B/param)", "weight_bytes = 2", set={"weight_bytes": Fraction(2)}),
+))
+_GRAD_BYTES = Axis("gradient precision", (
+    Variant("fp32 gradients (4 B/param)", "grad_bytes = 4", set={"grad_bytes": Fraction(4)}),
+    Variant("16-bit gradients (2 B/param)", "grad_bytes = 2", set={"grad_bytes": Fraction(2)}),
+))
+
+_ACT_SHARDED_DP = Axis("activations replicated or sharded", (
+    Variant("activations divided across the dp ranks", "activation_bytes / dp",
+            scale={"activation_bytes": Scale(by=("dp",), invert=True)}),
+))
+_ACT_SHARDED_TP_PP = Axis("activations replicated or sharded", (
+    Variant("activations divided t*p ways like the weights", "activation_bytes / (tp pp)",
+            scale={"activation_bytes": Scale(by=("tp", "pp"), invert=True)}),
+))
+
+
+def _bubble_axis(schedule: str, to: str) -> Axis:
+    if to == "ratio":
+        return Axis("bubble relative to total or to ideal time", (Variant(
+            "bubble relative to ideal (useful) time", f"pipeline.bubble_ratio.{schedule}: idle / ideal, (p-1)/m",
+            quantity=f"pipeline.bubble_ratio.{schedule}"),))
+    return Axis("bubble relative to total or to ideal time", (Variant(
+        "bubble relative to total time", f"pipeline.bubble_fraction.{schedule}: idle / total, (p-1)/(m+p-1)",
+        quantity=f"pipeline.bubble_fraction.{schedule}"),))
+
+
+_ACT_ROWS = ("none", "tp", "tp_sp", "tp_selective", "tp_sp_selective", "full_recompute")
+_ACT_LABEL = {
+    "none": "no parallelism, everything stored",
+    "tp": "tensor parallel, activations outside TP regions replicated",
+    "tp_sp": "tensor + sequence parallel (activations sharded)",
+    "tp_selective": "tensor parallel + selective recompute (replicated)",
+    "tp_sp_selective": "tensor + sequence parallel + selective recompute (sharded)",
+    "full_recompute": "full recompute (layer inputs only)",
+}
+
+
+def _act_axis(prefix: str, own: str) -> Axis:
+    return Axis("which activations are stored, replicated or sharded", tuple(
+        Variant(_ACT_LABEL[r], f"{prefix}.{r} (Korthikanti et al. 2022 Table 2)", quantity=f"{prefix}.{r}")
+        for r in _ACT_ROWS if r != own))
+
+
+_PARAM_COUNT = Axis("parameter count of a named model", (
+    Variant("nominal parameter count from the model name", "params = the size in the name (70e9 for llama-3-70b)",
+            set={"params": NOMINAL_PARAMS}, needs=("model", "params")),
+))
+
+_BACKWARD = Axis("cost of a backward pass", (
+    Variant("backward costs as much as forward (t_b = t_f)", "t_b = t_f", set={"t_b": InputValue("t_f")}),
+))
+
+
+def _comm_axes(op: str) -> tuple[Axis, ...]:
+    return (
+        Axis("full tensor size or shard size", (Variant(
+            "size given is the per-rank shard (full tensor = n x size)", "size_bytes x n",
+            scale={"size_bytes": Scale(by=("n",))}),)),
+        Axis("ring factor (n-1)/n", (Variant(
+            "ring factor dropped (n -> infinity, as the ZeRO paper counts)",
+            f"comm.bytes_per_rank_no_ring_factor.{op}", quantity=f"comm.bytes_per_rank_no_ring_factor.{op}"),)),
+    )
+
+
+def _build() -> tuple[tuple[str, Axis], ...]:
+    rows: list[tuple[str, Axis]] = [
+        ("memory.train_state_bytes", _BYTES_PER_PARAM),
+        ("memory.state_plus_activations_bytes", _BYTES_PER_PARAM),
+        ("memory.state_plus_activations_bytes", _ACT_SHARDED_TP_PP),
+        ("memory.min_tp_pow2", _BYTES_PER_PARAM),
+        ("memory.optimizer_bytes", _OPTIMIZER),
+        ("memory.weights_bytes", _WEIGHT_BYTES),
+        ("memory.grads_bytes", _GRAD_BYTES),
+        ("zero.bytes_per_gpu.*", _ZERO_K),
+        ("memory.per_gpu_bytes.zero*", _ZERO_K),
+        ("memory.per_gpu_bytes.zero*", _ACT_SHARDED_DP),
+        ("layout.world_size.ep_inside_dp", Axis("EP inside or outside DP", (Variant(
+            "ep is its own mesh axis outside dp", "layout.world_size.ep_outside_dp",
+            quantity="layout.world_size.ep_outside_dp"),))),
+        ("layout.world_size.ep_outside_dp", Axis("EP inside or outside DP", (Variant(
+            "ep carved out of dp (no extra GPUs)", "layout.world_size.ep_inside_dp",
+            quantity="layout.world_size.ep_inside_dp"),))),
+        ("activations.checkpointed_peak_bytes", Axis("what a checkpointed model stores", (Variant(
+            "layer-input checkpoints only (no recompute working set)", "activations.total_bytes.full_recompute",
+            quantity="activations.total_bytes.full_recompute"),))),
+        ("pipeline.step_ticks.*", _BACKWARD),
+        ("pipeline.busy_ticks", _BACKWARD),
+        ("*", _PARAM_COUNT),
+    ]
+    for sched in ("gpipe", "1f1b", "interleaved"):
+        rows.append((f"pipeline.bubble_fraction.{sched}", _bubble_axis(sched, "ratio")))
+        rows.append((f"pipeline.bubble_ratio.{sched}", _bubble_axis(sched, "fraction")))
+    for r in _ACT_ROWS:
+        rows.append((f"activations.bytes_per_layer.{r}", _act_axis("activations.bytes_per_layer", r)))
+        rows.append((f"activations.total_bytes.{r}", _act_axis("activations.total_bytes", r)))
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        for axis in _comm_axes(op):
+            rows.append((f"comm.bytes_per_rank.{op}", axis))
+        rows.append((f"comm.bytes_per_rank_no_ring_factor.{op}", Axis("ring factor (n-1)/n", (Variant(
+            "with the ring factor (n-1)/n (nccl-tests)", f"comm.bytes_per_rank.{op}",
+            quantity=f"comm.bytes_per_rank.{op}"),))))
+    return tuple(rows)
+
+
+#: (quantity name pattern, axis): the axes a quantity's figures are tried under
+CONVENTIONS: tuple[tuple[str, Axis], ...] = _build()
+
+#: a printed unit -> the unit it is often confused with (decimal vs binary)
+UNIT_ALTERNATIVES: dict[str, str] = {
+    "KB": "KiB", "MB": "MiB", "GB": "GiB", "TB": "TiB", "KiB": "KB", "MiB": "MB", "GiB": "GB", "TiB": "TB",
+}
+
+
+def _unit_axis(unit: str) -> Axis | None:
+    alt = UNIT_ALTERNATIVES.get(unit)
+    if alt is None:
+        parts = unit.split(" ", 1)
+        swap = {"K": "Ki", "M": "Mi", "B": "Gi", "T": "Ti", "Ki": "K", "Mi": "M", "Gi": "B", "Ti": "T"}
+        if len(parts) == 2 and parts[0] in swap:
+            alt = f"{swap[parts[0]]} {parts[1]}"
+    if alt is None:
+        return None
+    return Axis("decimal or binary units", (Variant(f"{unit} read as {alt}", f"the figure is in {alt}", unit=alt),))
+
+
+def axes_for(quantity: str, unit: str, inputs: Mapping[str, object]) -> list[Axis]:
+    """The axes to try for a claim on ``quantity`` printed in ``unit`` with ``inputs``
+    (the names the claim gave, ``model`` included). Variants whose ``needs`` are not
+    all present are dropped; empty axes are dropped."""
+    out: list[Axis] = []
+    for pattern, axis in CONVENTIONS:
+        if fnmatch.fnmatchcase(quantity, pattern):
+            keep = tuple(v for v in axis.variants if all(n in inputs for n in v.needs))
+            if keep:
+                out.append(Axis(axis.name, keep))
+    u = _unit_axis(unit)
+    if u is not None:
+        out.append(u)
+    return out
+
+
+def apply_variant(variant: Variant, quantity: str, values: dict, unit: str, *, model: str | None,
+                  form_value, nominal, input_names) -> tuple[str, dict, str] | None:
+    """Apply ``variant`` to (quantity, exact input values, unit); None when it does not
+    apply (an input it sets is not an input of the quantity, or a value is missing).
+
+    ``form_value(name)`` evaluates a closed form without inputs; ``nominal(model)``
+    gives the nominal parameter count; ``input_names(quantity)`` lists the inputs
+    and their defaults as a dict.
+    """
+    q = variant.quantity or quantity
+    names = input_names(q)
+    if names is None:
+        return None
+    new = {k: v for k, v in values.items() if k in names}
+    if set(values) - set(names):
+        return None  # the replacement quantity does not take an input the claim gave
+    for k, v in variant.set.items():
+        if k not in names:
+            return None
+        if isinstance(v, FormValue):
+            v = form_value(v.name)
+        elif v is NOMINAL_PARAMS:
+            v = nominal(model) if model else None
+        elif isinstance(v, InputValue):
+            v = new.get(v.name, names.get(v.name))
+        if v is None:
+            return None
+        current = new.get(k, names.get(k))
+        if current is not None and Fraction(current) == Fraction(v):
+            return None  # not a change: the claim already reads it this way
+        new[k] = Fraction(v)
+    for k, sc in variant.scale.items():
+        base = new.get(k, names.get(k))
+        factors = [new.get(b, names.get(b)) for b in sc.by]
+        if base is None or any(f is None for f in factors):
+            return None
+        mult = sc.factor
+        for f in factors:
+            mult *= Fraction(f)
+        if mult == 1:
+            return None  # no change
+        new[k] = Fraction(base) / mult if sc.invert else Fraction(base) * mult
+    return q, new, variant.unit or unit
+
+
+def describe_conventions() -> list[dict]:
+    """The convention table (pattern, axis, variant names and descriptions) for docs and --list."""
+    return [
+        {"quantity": pattern, "axis": axis.name,
+         "variants": [{"name": v.name, "description": v.description} for v in axis.variants]}
+        for pattern, axis in CONVENTIONS
+    ]

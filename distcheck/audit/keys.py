@@ -1,0 +1,634 @@
+"""Answer keys: parse a TOML file (``tomllib`` only, nothing is evaluated) and validate it.
+
+An answer key (and a golden key: the same format) is::
+
+    [meta]
+    title = "..."                # required
+    source = "..."               # required: document, URL or citation
+
+    [[claim]]
+    id = "lesson.7b.state"       # unique in the key: letters, digits, . _ - :
+    quantity = "memory.train_state_bytes"   # a name of distcheck.audit.list_quantities()
+    inputs = { params = 6738149376, bytes_per_param = 16 }
+    claimed = 107.81             # number, printed string ("~109", "1,103.61", "3/7"), bool or list
+    unit = "GB"
+    rounding = 0.01              # optional: the step of the printed figure
+    note = "..."                 # optional
+    section = "§3 The math"      # optional in answer keys, required in goldens
+    expect = "holds"             # optional in answer keys, required in goldens
+
+    [[check]]                    # optional cross-claim consistency checks
+    id = "lesson.7b.total"
+    kind = "sum"                 # sum | product | equal
+    total = "lesson.7b.with_activations"
+    parts = ["lesson.7b.state", "lesson.7b.activations"]   # claim ids or literal numbers
+    expect = "consistent"        # consistent | contradiction
+
+Rounding. Without ``rounding`` the step is read from the digits as printed in
+the file (the raw TOML literal, so ``108.60`` keeps its trailing zero): the
+claim holds when the recomputed value lies within half a step. A ratio string
+``"3/7"`` is exact (step 0).
+
+Every problem raises :class:`distcheck.errors.AnswerKeyError` naming the file,
+the line of the claim or field (found by scanning the text) and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from distcheck.audit.numbers import PrintedNumber, parse_printed
+from distcheck.errors import AnswerKeyError, UnknownQuantityError
+
+__all__ = [
+    "VERDICTS",
+    "CHECK_VERDICTS",
+    "CHECK_KINDS",
+    "Claim",
+    "Check",
+    "AnswerKey",
+    "parse_key",
+    "load_key",
+    "validate_data",
+]
+
+HOLDS, WRONG, OTHER, AMBIGUOUS, NOT_CHECKABLE = (
+    "holds", "wrong", "holds-under-another-convention", "ambiguous", "not-checkable")
+#: the verdicts a claim can get (and a golden claim's ``expect`` may name)
+VERDICTS = (HOLDS, WRONG, OTHER, AMBIGUOUS, NOT_CHECKABLE)
+#: the verdicts a [[check]] can get
+CHECK_VERDICTS = ("consistent", "contradiction")
+CHECK_KINDS = ("sum", "product", "equal")
+
+_TOP = ("meta", "claim", "check")
+_META_REQUIRED = ("title", "source")
+_META_OPTIONAL = ("note", "url", "date", "version", "author", "license")
+_CLAIM_FIELDS = ("id", "quantity", "inputs", "claimed", "unit", "rounding", "note", "section", "expect")
+_CHECK_FIELDS = ("id", "kind", "total", "parts", "note", "section", "expect")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+_MAX_ARRAY = 4096
+_MAX_ABS = Fraction(10) ** 60  # inputs and figures beyond this are refused, not computed
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One validated claim.
+
+    ``claimed`` is exact (a Fraction, or a tuple of Fractions for array quantities);
+    ``step`` is the rounding step (0 = exact), ``step_inferred`` says whether it was
+    read from the printed digits; ``inputs`` holds the raw TOML values (resolved at
+    audit time: presets, "80 GB" strings, "@claim" references); ``line`` is the line
+    of the claim's ``[[claim]]`` header (None if unknown); ``lines`` maps fields to lines.
+    """
+
+    id: str
+    quantity: str
+    inputs: dict
+    claimed: Any
+    claimed_text: str
+    unit: str
+    step: Fraction
+    step_inferred: bool
+    note: str = ""
+    section: str = ""
+    expect: str | None = None
+    index: int = 0
+    line: int | None = None
+    lines: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A cross-claim consistency check: ``total`` (claim id) = sum/product of ``parts``
+    (claim ids or exact numbers), or all of ``parts`` equal (``kind = "equal"``)."""
+
+    id: str
+    kind: str
+    total: str | None
+    parts: tuple
+    note: str = ""
+    section: str = ""
+    expect: str | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class AnswerKey:
+    """A parsed, validated answer key."""
+
+    path: str
+    title: str
+    source: str
+    meta: dict
+    claims: tuple[Claim, ...]
+    checks: tuple[Check, ...]
+
+    def claim(self, claim_id: str) -> Claim:
+        for c in self.claims:
+            if c.id == claim_id:
+                return c
+        raise KeyError(claim_id)
+
+
+# ----------------------------------------------------------------------------- line finding
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\"' -]+?)\s*(\]\]?)\s*(#.*)?$")
+_KEYLINE = re.compile(r"^\s*([A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')\s*=\s*(.*)$")
+
+
+@dataclass
+class _Lines:
+    meta: dict = field(default_factory=dict)
+    claims: list = field(default_factory=list)   # per [[claim]]: {field: line, "__header__": line}
+    checks: list = field(default_factory=list)
+    raw_claimed: list = field(default_factory=list)  # per [[claim]]: raw literal text of claimed/rounding
+    raw_rounding: list = field(default_factory=list)
+
+
+def _strip_comment(value: str) -> str:
+    # a value literal up to an unquoted '#'
+    out, quote = [], None
+    for ch in value:
+        if quote:
+            out.append(ch)
+            if ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+            out.append(ch)
+        elif ch == "#":
+            break
+        else:
+            out.append(ch)
+    return "".join(out).strip()
+
+
+def _scan(text: str) -> _Lines:
+    """Lines of the tables and fields (1-based). A hint only: never trusted for values
+    unless the raw literal re-parses to the value tomllib returned."""
+    found = _Lines()
+    current: dict | None = None
+    current_kind = None
+    prefix = ""
+    in_multiline = None
+    for no, line in enumerate(text.splitlines(), start=1):
+        if in_multiline:
+            if in_multiline in line:
+                in_multiline = None
+            continue
+        h = _HEADER.match(line)
+        if h and len(h[1]) == len(h[3]):
+            name = h[2].strip().strip("\"'")
+            if h[1] == "[[" and name == "claim":
+                current, current_kind, prefix = {"__header__": no}, "claim", ""
+                found.claims.append(current)
+                found.raw_claimed.append(None)
+                found.raw_rounding.append(None)
+            elif h[1] == "[[" and name == "check":
+                current, current_kind, prefix = {"__header__": no}, "check", ""
+                found.checks.append(current)
+            elif h[1] == "[" and name == "meta":
+                current, current_kind, prefix = found.meta, "meta", ""
+                found.meta["__header__"] = no
+            elif h[1] == "[" and name in ("claim.inputs", "check.inputs") and current is not None:
+                current.setdefault("inputs", no)
+                prefix = "inputs."
+            else:
+                current, current_kind, prefix = None, None, ""
+            continue
+        k = _KEYLINE.match(line)
+        if k and current is not None:
+            key = k[1].strip("\"'")
+            current.setdefault(prefix + key, no)
+            value = _strip_comment(k[2])
+            for q in ('"""', "'''"):
+                if value.count(q) == 1:
+                    in_multiline = q
+            if current_kind == "claim" and not prefix:
+                if key == "claimed":
+                    found.raw_claimed[-1] = value
+                elif key == "rounding":
+                    found.raw_rounding[-1] = value
+    return found
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def load_key(path: str | Path) -> AnswerKey:
+    """Read and validate the answer key at ``path``.
+
+    Raises AnswerKeyError (file, line, field) for an unreadable file, bad TOML, or
+    any field that breaks the format; never evaluates anything.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise AnswerKeyError(f"cannot read the answer key: {exc.strerror or exc}", path=str(p)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AnswerKeyError(f"not UTF-8 text (byte {exc.start})", path=str(p)) from None
+    return parse_key(text, str(p))
+
+
+_TOML_POS = re.compile(r"\(at line (\d+), column \d+\)")
+
+
+def parse_key(text: str, path: str = "<string>") -> AnswerKey:
+    """Parse and validate answer-key TOML ``text``; ``path`` names it in errors."""
+    if not isinstance(text, str):
+        raise AnswerKeyError("answer key text must be a str", path=path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = _TOML_POS.search(msg)
+        raise AnswerKeyError(f"not valid TOML: {msg}", path=path, line=int(m[1]) if m else None) from None
+    except (RecursionError, ValueError, TypeError) as exc:  # pathological nesting or text
+        raise AnswerKeyError(f"not valid TOML: {type(exc).__name__}", path=path) from None
+    return validate_data(data, path=path, text=text)
+
+
+def _err(msg, path, line, fld):
+    return AnswerKeyError(msg, path=path, line=line, field=fld)
+
+
+def _is_number(x) -> bool:
+    return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, float)
+
+
+def _exact_float(x: float) -> Fraction:
+    # the shortest decimal that round-trips is what the author typed (or equivalent)
+    return Fraction(repr(x))
+
+
+def _finite(x) -> bool:
+    return not isinstance(x, float) or math.isfinite(x)
+
+
+def _printed_from_literal(raw: str | None, value) -> PrintedNumber | None:
+    """Read the printed number from the raw TOML literal if it matches ``value``."""
+    if raw is None:
+        return None
+    if raw[:1] in "\"'":
+        return None
+    p = parse_printed(raw)
+    if p is None:
+        return None
+    try:
+        if float(p.value) != float(value):
+            return None
+    except (OverflowError, ValueError):
+        return None
+    return p
+
+
+def _number(value, what: str, path, line, fld, *, raw: str | None = None) -> PrintedNumber:
+    """An exact printed number from a TOML int/float/string; AnswerKeyError otherwise."""
+    if isinstance(value, bool):
+        raise _err(f"{what} must be a number, got a boolean", path, line, fld)
+    if isinstance(value, int):
+        if abs(value) > _MAX_ABS:
+            raise _err(f"{what} is too large ({len(str(value))} digits)", path, line, fld)
+        return PrintedNumber(Fraction(value), Fraction(1), str(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _err(f"{what} must be finite, got {value!r}", path, line, fld)
+        p = _printed_from_literal(raw, value)
+        if p is not None:
+            return p
+        p = parse_printed(repr(value))
+        if p is None:  # pragma: no cover - repr of a finite float always parses
+            raise _err(f"{what}: cannot read {value!r}", path, line, fld)
+        if abs(p.value) > _MAX_ABS:
+            raise _err(f"{what} is too large", path, line, fld)
+        return p
+    if isinstance(value, str):
+        p = parse_printed(value)
+        if p is None:
+            raise _err(f"{what} {value!r} is not a number (forms: 107.81, '1,103.61', '~870', '6.7e-02', '3/7')",
+                       path, line, fld)
+        if abs(p.value) > _MAX_ABS:
+            raise _err(f"{what} is too large", path, line, fld)
+        return p
+    raise _err(f"{what} must be a number or a printed number string, got {type(value).__name__}", path, line, fld)
+
+
+def _check_str(d: dict, key: str, path, line, fld, *, required: bool) -> str:
+    if key not in d:
+        if required:
+            raise _err(f"missing required field {key!r}", path, line, fld)
+        return ""
+    v = d[key]
+    if not isinstance(v, str):
+        raise _err(f"must be a string, got {type(v).__name__}", path, line, fld)
+    if required and not v.strip():
+        raise _err("must not be empty", path, line, fld)
+    return v
+
+
+def validate_data(data: object, *, path: str = "<data>", text: str | None = None) -> AnswerKey:
+    """Validate already-parsed TOML ``data`` (a dict); ``text`` (optional) gives lines.
+
+    Checks the structure, the quantity names, the input names and value types, the
+    units and their compatibility with each quantity, ids (unique) and references.
+    """
+    from distcheck.audit import quantities as qmod
+
+    lines = _scan(text) if text is not None else _Lines()
+    if not isinstance(data, dict):
+        raise _err("an answer key must be a TOML table", path, None, None)
+    for k in data:
+        if k not in _TOP:
+            raise _err(f"unknown top-level key {k!r} (allowed: meta, claim, check)", path, None, k)
+
+    # --- meta
+    meta = data.get("meta")
+    mline = lines.meta.get("__header__")
+    if not isinstance(meta, dict):
+        raise _err("missing [meta] table with title and source", path, mline, "meta")
+    for k in meta:
+        if k not in _META_REQUIRED + _META_OPTIONAL:
+            raise _err(f"unknown field {k!r} (allowed: {', '.join(_META_REQUIRED + _META_OPTIONAL)})",
+                       path, lines.meta.get(k, mline), f"meta.{k}")
+    title = _check_str(meta, "title", path, lines.meta.get("title", mline), "meta.title", required=True)
+    source = _check_str(meta, "source", path, lines.meta.get("source", mline), "meta.source", required=True)
+    for k in _META_OPTIONAL:
+        if k in meta and not isinstance(meta[k], str):
+            raise _err("must be a string", path, lines.meta.get(k, mline), f"meta.{k}")
+
+    # --- claims
+    raw_claims = data.get("claim", [])
+    if not isinstance(raw_claims, list):
+        raise _err("'claim' must be an array of tables ([[claim]])", path, None, "claim")
+    claims: list[Claim] = []
+    ids: dict[str, int | None] = {}
+    for i, rc in enumerate(raw_claims):
+        cl = lines.claims[i] if i < len(lines.claims) else {}
+        claims.append(_claim(rc, i, cl, lines, path, ids, qmod))
+
+    # --- checks
+    raw_checks = data.get("check", [])
+    if not isinstance(raw_checks, list):
+        raise _err("'check' must be an array of tables ([[check]])", path, None, "check")
+    checks: list[Check] = []
+    claim_ids = {c.id for c in claims}
+    for i, rk in enumerate(raw_checks):
+        kl = lines.checks[i] if i < len(lines.checks) else {}
+        checks.append(_check(rk, i, kl, path, ids, claim_ids))
+    if not claims and not checks:
+        raise _err("the key has no [[claim]]", path, None, "claim")
+
+    # --- "@id" input references must name claims of this key (no self-reference)
+    for c in claims:
+        for name, v in c.inputs.items():
+            if isinstance(v, str) and v.startswith("@"):
+                ref = v[1:]
+                if ref not in claim_ids or ref == c.id:
+                    raise _err(f"claim {c.id!r}: input {name} = {v!r} must reference another claim of this key",
+                               path, c.lines.get(f"inputs.{name}", c.lines.get("inputs", c.line)), f"claim[{c.index}].inputs.{name}")
+    return AnswerKey(path=path, title=title, source=source, meta=dict(meta), claims=tuple(claims), checks=tuple(checks))
+
+
+def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
+    header = cl.get("__header__")
+    base = f"claim[{i}]"
+    if not isinstance(rc, dict):
+        raise _err("each claim must be a table", path, header, base)
+
+    def ln(key):
+        return cl.get(key, header)
+
+    for k in rc:
+        if k not in _CLAIM_FIELDS:
+            raise _err(f"unknown field {k!r} (allowed: {', '.join(_CLAIM_FIELDS)})", path, ln(k), f"{base}.{k}")
+    cid = _check_str(rc, "id", path, ln("id"), f"{base}.id", required=True)
+    if not _ID.match(cid) or len(cid) > 200:
+        raise _err(f"id {cid!r} must be letters, digits and . _ - : (starting with a letter or digit)",
+                   path, ln("id"), f"{base}.id")
+    if cid in ids:
+        raise _err(f"duplicate id {cid!r} (first at line {ids[cid]})", path, ln("id"), f"{base}.id")
+    ids[cid] = ln("id")
+    base = f"claim[{i}] ({cid})"
+
+    qname = _check_str(rc, "quantity", path, ln("quantity"), f"{base}.quantity", required=True)
+    try:
+        q = qmod.get_quantity(qname)
+    except UnknownQuantityError as exc:
+        raise _err(f"{exc} (see `distcheck audit --list`)", path, ln("quantity"), f"{base}.quantity") from None
+
+    # inputs
+    inputs = rc.get("inputs", {})
+    if not isinstance(inputs, dict):
+        raise _err("inputs must be a table, e.g. inputs = { params = 7e9 }", path, ln("inputs"), f"{base}.inputs")
+    allowed = set(q.input_names) | ({"model"} if q.accepts_model else set())
+    for name, v in inputs.items():
+        fl = f"{base}.inputs.{name}"
+        line = cl.get(f"inputs.{name}", ln("inputs"))
+        if name not in allowed:
+            hint = ", ".join(sorted(allowed)) or "none"
+            raise _err(f"{name!r} is not an input of {qname} (inputs: {hint})", path, line, fl)
+        _check_input_value(q, name, v, path, line, fl, qmod)
+
+    # unit
+    unit = _check_str(rc, "unit", path, ln("unit"), f"{base}.unit", required=True)
+    if not qmod.is_known_unit(unit):
+        raise _err(f"unknown unit {unit!r}; known: {qmod.KNOWN_UNITS_HELP}", path, ln("unit"), f"{base}.unit")
+    try:
+        qmod.unit_factor(q.unit, unit)
+    except ValueError:
+        raise _err(f"unit {unit!r} cannot measure {qname}, whose unit is {q.unit!r}", path, ln("unit"),
+                   f"{base}.unit") from None
+
+    # claimed
+    if "claimed" not in rc:
+        raise _err("missing required field 'claimed'", path, header, f"{base}.claimed")
+    raw_claimed = lines.raw_claimed[i] if i < len(lines.raw_claimed) else None
+    claimed, ctext, step = _claimed(rc["claimed"], q, unit, raw_claimed, path, ln("claimed"), f"{base}.claimed")
+
+    # rounding
+    step_inferred = True
+    if "rounding" in rc:
+        raw_r = lines.raw_rounding[i] if i < len(lines.raw_rounding) else None
+        r = _number(rc["rounding"], "rounding", path, ln("rounding"), f"{base}.rounding", raw=raw_r)
+        if r.value < 0:
+            raise _err(f"rounding must be >= 0, got {r.text}", path, ln("rounding"), f"{base}.rounding")
+        step, step_inferred = r.value, False
+
+    note = _check_str(rc, "note", path, ln("note"), f"{base}.note", required=False)
+    section = _check_str(rc, "section", path, ln("section"), f"{base}.section", required=False)
+    expect = None
+    if "expect" in rc:
+        expect = rc["expect"]
+        if not isinstance(expect, str) or expect not in VERDICTS:
+            raise _err(f"expect must be one of {', '.join(VERDICTS)}, got {expect!r}", path, ln("expect"),
+                       f"{base}.expect")
+    return Claim(cid, qname, dict(inputs), claimed, ctext, unit, step, step_inferred, note, section, expect,
+                 i, header, dict(cl))
+
+
+def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
+    qi = q.input(name)
+    kind = qi.kind if qi is not None else "preset"
+    if kind == "preset":
+        if not isinstance(v, str) or v not in qmod.preset_names():
+            raise _err(f"model must be one of {', '.join(qmod.preset_names())}, got {v!r}", path, line, fl)
+        return
+    if kind in ("vector", "matrix"):
+        rows = v if isinstance(v, list) else None
+        if kind == "vector":
+            ok = rows is not None and 0 < len(rows) <= _MAX_ARRAY and all(_is_number(x) and _finite(x) for x in rows)
+        else:
+            ok = (rows is not None and 0 < len(rows) <= _MAX_ARRAY
+                  and all(isinstance(r, list) and 0 < len(r) <= _MAX_ARRAY and all(_is_number(x) and _finite(x) for x in r)
+                          for r in rows))
+        if not ok:
+            raise _err(f"must be a {'list of numbers' if kind == 'vector' else 'list of rows of numbers'}",
+                       path, line, fl)
+        if any(abs(x) > _MAX_ABS for x in (rows if kind == "vector" else [x for r in rows for x in r])):
+            raise _err("value too large", path, line, fl)
+        return
+    if isinstance(v, bool):
+        if kind != "flag":
+            raise _err(f"must be a number, got {v!r}", path, line, fl)
+        return
+    if _is_number(v):
+        if not _finite(v):
+            raise _err(f"must be finite, got {v!r}", path, line, fl)
+        if abs(v) > _MAX_ABS:
+            raise _err("value too large", path, line, fl)
+        _domain(qi, _exact_float(v) if isinstance(v, float) else v, path, line, fl)
+        return
+    if isinstance(v, str):
+        if v.startswith("@"):
+            return  # checked once every claim id is known
+        value = _parse_quantity_string(v, qi.unit, qmod)
+        if value is None:
+            raise _err(f"{v!r} is neither a number nor a number with a unit convertible to {qi.unit or 'a plain number'}"
+                       " (e.g. '80 GB'), nor an '@claim-id' reference", path, line, fl)
+        _domain(qi, value, path, line, fl)
+        return
+    raise _err(f"must be a number, a string like '80 GB' or '@claim-id', got {type(v).__name__}", path, line, fl)
+
+
+def _domain(qi, value, path, line, fl) -> None:
+    from distcheck.closed_form import Input
+    from distcheck.errors import ConfigError
+
+    try:
+        Input(qi.name, qi.description, qi.unit, qi.kind, None).validate(value)
+    except ConfigError as exc:
+        raise _err(str(exc), path, line, fl) from None
+
+
+_WITH_UNIT = re.compile(r"^\s*(?P<num>[^A-Za-z%]+?)\s*(?P<unit>[A-Za-z%][A-Za-z/%_ -]*)?\s*$")
+
+
+def _parse_quantity_string(text: str, target_unit: str, qmod) -> Fraction | None:
+    """'80 GB' -> 80e9 when target_unit is bytes; '3/7' -> 3/7. None if not convertible."""
+    m = _WITH_UNIT.match(text)
+    if not m:
+        return None
+    p = parse_printed(m["num"])
+    if p is None or abs(p.value) > _MAX_ABS:
+        return None
+    unit = (m["unit"] or "").strip()
+    if not unit:
+        return p.value
+    if not qmod.is_known_unit(unit) or not target_unit or not qmod.is_known_unit(target_unit):
+        return None
+    try:
+        f = qmod.unit_factor(target_unit, unit)
+    except ValueError:
+        return None
+    return p.value * f
+
+
+def _claimed(value, q, unit, raw, path, line, fl):
+    """(exact claimed value, text as printed, inferred step)."""
+    if q.array:
+        if not isinstance(value, list) or not 0 < len(value) <= _MAX_ARRAY:
+            raise _err(f"{q.name} is a vector: claimed must be a non-empty list of numbers", path, line, fl)
+        items = [_number(x, "claimed element", path, line, fl) for x in value]
+        return (tuple(p.value for p in items), "[" + ", ".join(p.text for p in items) + "]",
+                max(p.step for p in items))
+    if isinstance(value, bool):
+        if q.unit != "flag":
+            raise _err(f"claimed is a boolean but {q.name} is not a flag", path, line, fl)
+        return Fraction(int(value)), str(value).lower(), Fraction(0)
+    if isinstance(value, list):
+        raise _err(f"claimed must be a single number for {q.name}", path, line, fl)
+    p = _number(value, "claimed", path, line, fl, raw=raw)
+    if q.unit == "flag":
+        if p.value not in (0, 1):
+            raise _err("a flag is claimed as true/false (or 1/0)", path, line, fl)
+        return p.value, p.text, Fraction(0)
+    return p.value, p.text, p.step
+
+
+def _check(rk, i, kl, path, ids, claim_ids) -> Check:
+    header = kl.get("__header__")
+    base = f"check[{i}]"
+    if not isinstance(rk, dict):
+        raise _err("each check must be a table", path, header, base)
+
+    def ln(key):
+        return kl.get(key, header)
+
+    for k in rk:
+        if k not in _CHECK_FIELDS:
+            raise _err(f"unknown field {k!r} (allowed: {', '.join(_CHECK_FIELDS)})", path, ln(k), f"{base}.{k}")
+    cid = _check_str(rk, "id", path, ln("id"), f"{base}.id", required=True)
+    if not _ID.match(cid) or len(cid) > 200:
+        raise _err(f"id {cid!r} must be letters, digits and . _ - :", path, ln("id"), f"{base}.id")
+    if cid in ids:
+        raise _err(f"duplicate id {cid!r} (first at line {ids[cid]})", path, ln("id"), f"{base}.id")
+    ids[cid] = ln("id")
+    base = f"check[{i}] ({cid})"
+    kind = _check_str(rk, "kind", path, ln("kind"), f"{base}.kind", required=True)
+    if kind not in CHECK_KINDS:
+        raise _err(f"kind must be one of {', '.join(CHECK_KINDS)}, got {kind!r}", path, ln("kind"), f"{base}.kind")
+    total = None
+    if kind in ("sum", "product"):
+        total = _check_str(rk, "total", path, ln("total"), f"{base}.total", required=True)
+        if total not in claim_ids:
+            raise _err(f"total {total!r} is not a claim id of this key", path, ln("total"), f"{base}.total")
+    elif "total" in rk:
+        raise _err("an 'equal' check has no total; list every claim in parts", path, ln("total"), f"{base}.total")
+    parts = rk.get("parts")
+    if not isinstance(parts, list) or not parts or len(parts) > _MAX_ARRAY:
+        raise _err("parts must be a non-empty list of claim ids or numbers", path, ln("parts"), f"{base}.parts")
+    out = []
+    for p in parts:
+        if isinstance(p, str) and p in claim_ids:
+            out.append(p)
+        elif isinstance(p, str) and parse_printed(p) is None:
+            raise _err(f"part {p!r} is not a claim id of this key", path, ln("parts"), f"{base}.parts")
+        else:
+            out.append(_number(p, "part", path, ln("parts"), f"{base}.parts").value)
+    if kind == "equal" and sum(isinstance(p, str) for p in out) < 1:
+        raise _err("an 'equal' check needs at least one claim id", path, ln("parts"), f"{base}.parts")
+    if kind in ("sum", "product") and len(out) < 1:
+        raise _err("needs at least one part", path, ln("parts"), f"{base}.parts")
+    note = _check_str(rk, "note", path, ln("note"), f"{base}.note", required=False)
+    section = _check_str(rk, "section", path, ln("section"), f"{base}.section", required=False)
+    expect = rk.get("expect")
+    if expect is not None and (not isinstance(expect, str) or expect not in CHECK_VERDICTS):
+        raise _err(f"expect must be one of {', '.join(CHECK_VERDICTS)}, got {expect!r}", path, ln("expect"),
+                   f"{base}.expect")
+    return Check(cid, kind, total, tuple(out), note, section, expect, header)
+
+
+def parse_input_string(text: str, target_unit: str) -> Fraction | None:
+    """Public wrapper: '80 GB' converted to ``target_unit`` (exact), None if not convertible."""
+    from distcheck.audit import quantities as qmod
+
+    return _parse_quantity_string(text, target_unit, qmod)

@@ -1,0 +1,104 @@
+"""Numbers as a reader sees them: the value printed and the rounding step its digits imply.
+
+A figure printed as ``107.81`` is taken to be exact to its last digit: the true
+value lies within half a step (0.005) of it. ``~109`` is +-0.5, ``42.9`` is
++-0.05, ``6.7e-02`` is +-0.05e-02, ``1,024`` is +-0.5 (an integer count is then
+exact), and a ratio written ``"3/7"`` is exact (step 0).
+
+Everything here is exact: values and steps are :class:`fractions.Fraction`.
+Nothing is evaluated as code; the text must match one regular expression.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+__all__ = ["PrintedNumber", "parse_printed", "step_of_literal", "format_exact"]
+
+# optional approximation mark, sign, digits with optional thousands separators
+# (',' or '_'), optional decimals, optional exponent
+_DECIMAL = re.compile(
+    r"""^\s*(?P<approx>~|≈|about\s+)?\s*
+        (?P<sign>[+-])?
+        (?P<int>\d{1,3}(?:[,_]\d{3})+|\d+)?
+        (?:\.(?P<frac>\d*))?
+        (?:[eE](?P<exp>[+-]?\d+))?\s*$""",
+    re.VERBOSE,
+)
+_RATIO = re.compile(r"^\s*(?P<sign>[+-])?(?P<num>\d+)\s*/\s*(?P<den>\d+)\s*$")
+_MAX_DIGITS = 60  # refuse absurd literals instead of building huge integers
+
+
+@dataclass(frozen=True)
+class PrintedNumber:
+    """A printed figure: its exact value and the step of its last printed digit.
+
+    ``step`` is 0 for an exact ratio ("3/7"). ``approx`` is True when the text
+    carried a "~" (it does not change the step: "~109" and "109" read the same).
+    """
+
+    value: Fraction
+    step: Fraction
+    text: str
+    approx: bool = False
+
+
+def parse_printed(text: str) -> PrintedNumber | None:
+    """Parse ``text`` as a printed number; return None if it is not one.
+
+    Accepted forms: ``107.81``, ``1,103.61``, ``1_024``, ``~870``, ``6.7e-02``,
+    ``.5``, ``3/7`` (an exact ratio). The step is 10**-(decimals) times
+    10**exponent; a ratio has step 0.
+    """
+    if not isinstance(text, str) or len(text) > 200:
+        return None
+    m = _RATIO.match(text)
+    if m:
+        if len(m["num"]) > _MAX_DIGITS or len(m["den"]) > _MAX_DIGITS or int(m["den"]) == 0:
+            return None
+        value = Fraction(int(m["num"]), int(m["den"]))
+        return PrintedNumber(-value if m["sign"] == "-" else value, Fraction(0), text.strip())
+    m = _DECIMAL.match(text)
+    if not m:
+        return None
+    int_part = (m["int"] or "").replace(",", "").replace("_", "")
+    frac = m["frac"]
+    if not int_part and not frac:
+        return None
+    if len(int_part) + len(frac or "") > _MAX_DIGITS:
+        return None
+    exp = int(m["exp"]) if m["exp"] is not None else 0
+    if abs(exp) > 400:
+        return None
+    digits = int((int_part or "0") + (frac or ""))
+    decimals = len(frac or "")
+    value = Fraction(digits, 10**decimals) * Fraction(10) ** exp
+    step = Fraction(1, 10**decimals) * Fraction(10) ** exp
+    if m["sign"] == "-":
+        value = -value
+    return PrintedNumber(value, step, text.strip(), approx=bool(m["approx"]))
+
+
+def step_of_literal(text: str) -> Fraction | None:
+    """The rounding step a TOML number literal implies (None if it is not one)."""
+    p = parse_printed(text)
+    return None if p is None else p.step
+
+
+def format_exact(value: Fraction | int, digits: int = 6) -> str:
+    """Format an exact value for a report: integers in full, others as a decimal
+    with ``digits`` significant digits and, when the denominator is small, the
+    exact ratio too (e.g. ``0.428571 (3/7)``)."""
+    q = Fraction(value)
+    if q.denominator == 1:
+        return f"{q.numerator:,}"
+    f = float(q)
+    text = f"{f:.{digits}g}"
+    if "e" not in text and abs(f) >= 1:
+        whole = f"{f:,.{max(0, digits - len(str(int(abs(f)))))}f}".rstrip("0").rstrip(".")
+        text = whole
+    if q.denominator <= 10_000:
+        text += f" ({q.numerator}/{q.denominator})"
+    return text

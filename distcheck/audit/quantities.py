@@ -1,0 +1,646 @@
+"""The auditable quantities: the closed-form catalogue plus a few documented composites.
+
+Every closed form of :func:`distcheck.closed_form.catalogue` is an auditable
+quantity under the same name, with the same inputs and unit. On top of them
+this module adds:
+
+* composites built from closed forms (e.g. training state plus activations,
+  ZeRO bytes per GPU plus activations, activations of a whole model, the ZeRO
+  communication ratio of stage 3 to DDP), each with its source;
+* small exact arithmetic the sources print and that no closed form covers (the
+  tokens in a global batch, the layers of a trimmed pipeline stage, the lesson's
+  2x4 tensor-parallel worked example, computed with exact fractions);
+* two *not-checkable* quantities, ``empirical.max_abs_error`` (an error measured
+  on a random draw the source does not publish) and ``reported.fact`` (a
+  reported number, e.g. a training run's GPU count, that no formula derives):
+  a claim naming them always gets the verdict ``not-checkable``.
+
+Model presets. A quantity with a ``params`` input, or with architecture inputs
+(``hidden_size``, ``num_layers``, ``h``, ``a``, ...), also accepts
+``model = "<preset>"`` naming an entry of :data:`distcheck.params.PRESETS`; the
+preset fills every architecture input the quantity has, and ``params`` is the
+exact total of ``params.decoder_only`` for that preset (e.g. ``llama-3-70b`` is
+70,553,706,496). An input given explicitly wins over the preset. The *nominal*
+count in the name (70e9 for ``llama-3-70b``) is a convention the audit tries
+(:mod:`distcheck.audit.conventions`).
+
+Units. A claim's unit must belong to the family of the quantity's unit:
+bytes (bytes, B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), dimensionless
+(fraction, ratio, x, %), counts (count, params, GPUs, ticks, tokens, ...; with
+an optional decimal scale ``K``/``M``/``B``/``T`` or binary ``Ki``/``Mi``/``Gi``
+prefix and a space, e.g. ``"M tokens"``, ``"B params"``), ``bytes_per_param``
+(also ``B/param``) and ``flag`` (0/1, false/true).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Mapping
+
+from distcheck.closed_form import ClosedForm, catalogue
+from distcheck.errors import ConfigError, UnknownQuantityError
+from distcheck.units import BYTE_UNITS
+
+__all__ = [
+    "QuantityInput",
+    "Quantity",
+    "quantities",
+    "get_quantity",
+    "list_quantities",
+    "unit_factor",
+    "unit_family",
+    "is_known_unit",
+    "KNOWN_UNITS_HELP",
+    "preset_inputs",
+    "nominal_params",
+]
+
+# ----------------------------------------------------------------------------- units
+
+_DIMENSIONLESS = {"fraction": Fraction(1), "ratio": Fraction(1), "x": Fraction(1), "%": Fraction(1, 100)}
+_COUNT_NOUNS = {
+    "count", "params", "GPUs", "elements", "ticks", "tokens", "sequences", "layers", "stages", "micro-batches",
+    "ranks", "nodes", "groups", "examples", "chunks", "heads", "collectives", "all-reduces", "columns",
+}
+_ALIASES = {"GPU": "GPUs", "tick": "ticks", "token": "tokens", "param": "params", "parameters": "params",
+            "layer": "layers", "sequence": "sequences", "B/param": "bytes_per_param",
+            "bytes/param": "bytes_per_param", "byte": "bytes", "percent": "%", "bool": "flag"}
+_SCALES = {"K": Fraction(10**3), "M": Fraction(10**6), "B": Fraction(10**9), "T": Fraction(10**12),
+           "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40)}
+_SCALED = re.compile(r"^(K|M|B|T|Ki|Mi|Gi|Ti) (\S+)$")
+
+#: quantity unit -> the family a claim unit must belong to
+_FAMILY_OF_QUANTITY_UNIT = {
+    "bytes": "bytes", "fraction": "dimensionless", "ratio": "dimensionless", "bytes_per_param": "bytes_per_param",
+    "flag": "flag", "value": "value",
+}
+
+KNOWN_UNITS_HELP = (
+    "bytes, B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; fraction, ratio, x, %; bytes_per_param (B/param); flag; "
+    f"value; counts: {', '.join(sorted(_COUNT_NOUNS))} (optionally scaled: 'M tokens', 'B params', 'Mi tokens')"
+)
+
+
+def _canon(unit: str) -> str:
+    return _ALIASES.get(unit, unit)
+
+
+def _parse_unit(unit: str) -> tuple[str, Fraction] | None:
+    """(family, factor to the family's base) or None if unknown."""
+    if not isinstance(unit, str):
+        return None
+    u = _canon(unit.strip())
+    if u in BYTE_UNITS:
+        return "bytes", Fraction(BYTE_UNITS[u])
+    if u in _DIMENSIONLESS:
+        return "dimensionless", _DIMENSIONLESS[u]
+    if u == "bytes_per_param":
+        return "bytes_per_param", Fraction(1)
+    if u == "flag":
+        return "flag", Fraction(1)
+    if u == "value":
+        return "value", Fraction(1)
+    if u in _COUNT_NOUNS:
+        return "count:" + u, Fraction(1)
+    m = _SCALED.match(u)
+    if m and _canon(m[2]) in _COUNT_NOUNS:
+        return "count:" + _canon(m[2]), _SCALES[m[1]]
+    return None
+
+
+def is_known_unit(unit: object) -> bool:
+    """True if ``unit`` is a unit an answer key may use."""
+    return isinstance(unit, str) and _parse_unit(unit) is not None
+
+
+def unit_family(unit: str) -> str | None:
+    """The family of ``unit`` ("bytes", "dimensionless", "count:<noun>", ...), None if unknown."""
+    p = _parse_unit(unit)
+    return None if p is None else p[0]
+
+
+def _compatible(q_family: str, c_family: str) -> bool:
+    if q_family == c_family:
+        return True
+    q_count, c_count = q_family.startswith("count:"), c_family.startswith("count:")
+    if q_count and c_count:  # a generic "count" quantity takes any count noun, and vice versa
+        return q_family == "count:count" or c_family == "count:count"
+    return False
+
+
+def unit_factor(quantity_unit: str, claim_unit: str) -> Fraction:
+    """Factor f with ``value_in_claim_unit = value_in_quantity_unit / f``.
+
+    E.g. ``unit_factor("bytes", "GB") == 10**9`` and ``unit_factor("fraction", "%") == 1/100``.
+    Raises ValueError when the units are unknown or of different families.
+    """
+    q = _parse_unit(quantity_unit) if quantity_unit != "any" else ("any", Fraction(1))
+    c = _parse_unit(claim_unit)
+    if q is None:
+        raise ValueError(f"unknown unit {quantity_unit!r}")
+    if c is None:
+        raise ValueError(f"unknown unit {claim_unit!r}; known: {KNOWN_UNITS_HELP}")
+    if quantity_unit == "any":  # not-checkable quantities take a figure in any unit
+        return Fraction(1)
+    q_family = _FAMILY_OF_QUANTITY_UNIT.get(quantity_unit, q[0])
+    if not _compatible(q_family, c[0]):
+        raise ValueError(f"unit {claim_unit!r} does not measure a quantity in {quantity_unit!r}")
+    return c[1] / q[1]
+
+
+# ----------------------------------------------------------------------------- quantities
+
+
+@dataclass(frozen=True)
+class QuantityInput:
+    """One input of an auditable quantity: name, unit, kind (as in closed_form.Input), default."""
+
+    name: str
+    description: str
+    unit: str = ""
+    kind: str = "positive_integer"
+    default: object = None
+
+    def as_dict(self) -> dict:
+        d = {"name": self.name, "unit": self.unit, "kind": self.kind, "description": self.description}
+        d["default"] = None if self.default is None else _jsonable(self.default)
+        return d
+
+
+def _jsonable(x):
+    if isinstance(x, Fraction):
+        return int(x) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+    return x
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """An auditable quantity.
+
+    ``compute(values)`` takes exact input values (Fraction, or tuples of them for
+    array inputs) and returns an exact int/Fraction (or a tuple for array
+    quantities). ``compute`` is None for the not-checkable quantities, whose
+    ``reason`` says why. ``array`` marks quantities whose value is a vector.
+    """
+
+    name: str
+    unit: str
+    source: str
+    description: str
+    inputs: tuple[QuantityInput, ...]
+    compute: Callable[[Mapping[str, object]], object] | None
+    reason: str | None = None
+    array: bool = False
+    constraints: tuple[str, ...] = field(default=())
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs)
+
+    def input(self, name: str) -> QuantityInput | None:
+        for i in self.inputs:
+            if i.name == name:
+                return i
+        return None
+
+    @property
+    def accepts_model(self) -> bool:
+        """True when ``model = "<preset>"`` can fill some of the inputs."""
+        return bool(set(self.input_names) & (set(_PRESET_FIELDS) | {"params"}))
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs if i.default is None)
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "source": self.source,
+            "description": self.description,
+            "inputs": [i.as_dict() for i in self.inputs]
+            + ([{"name": "model", "unit": "", "kind": "preset", "default": None,
+                 "description": "a preset of distcheck.params.PRESETS filling the architecture inputs / params"}]
+               if self.accepts_model else []),
+            "checkable": self.compute is not None,
+            "reason": self.reason,
+            "constraints": list(self.constraints),
+        }
+
+
+def _from_form(form: ClosedForm) -> Quantity:
+    def compute(values, _f=form):
+        return _f.evaluate(**values)
+
+    return Quantity(
+        name=form.name, unit=form.unit, source=form.source, description=form.description,
+        inputs=tuple(QuantityInput(i.name, i.description, i.unit, i.kind, i.default) for i in form.inputs),
+        compute=compute, constraints=tuple(form.constraints),
+    )
+
+
+def _ev(name: str, **values):
+    """Evaluate the closed form ``name`` (exact)."""
+    return catalogue()[name].evaluate(**values)
+
+
+def _form_inputs(name: str, *, drop: tuple[str, ...] = ()) -> tuple[QuantityInput, ...]:
+    return tuple(QuantityInput(i.name, i.description, i.unit, i.kind, i.default)
+                 for i in catalogue()[name].inputs if i.name not in drop)
+
+
+def _pick(values: Mapping[str, object], names) -> dict:
+    return {k: values[k] for k in names if k in values}
+
+
+# --- exact helpers for the lesson's tensor-parallel worked example (numpy.array_split semantics)
+
+def _split_sizes(n: int, parts: int) -> list[int]:
+    base, extra = divmod(n, parts)
+    return [base + 1 if r < extra else base for r in range(parts)]
+
+
+def _matrix(values, name: str) -> list[list[Fraction]]:
+    rows = values[name]
+    if not rows or any(len(r) != len(rows[0]) for r in rows) or not rows[0]:
+        raise ConfigError(name, [list(map(str, r)) for r in rows], "must be a non-empty rectangular matrix")
+    return [list(r) for r in rows]
+
+
+def _vector(values, name: str) -> list[Fraction]:
+    v = values[name]
+    if not v or any(isinstance(x, tuple) for x in v):
+        raise ConfigError(name, v, "must be a non-empty vector of numbers")
+    return list(v)
+
+
+def _vecmat(x: list[Fraction], w: list[list[Fraction]]) -> tuple:
+    if len(x) != len(w):
+        raise ConfigError("x", len(x), f"length must equal the rows of w ({len(w)})")
+    return tuple(sum((x[i] * w[i][j] for i in range(len(x))), Fraction(0)) for j in range(len(w[0])))
+
+
+def _shard(values, n: int) -> tuple[int, int]:
+    tp, shard = int(values["tp"]), int(values["shard"])
+    if tp > n:
+        raise ConfigError("tp", tp, f"must be <= the split dimension {n}")
+    if shard >= tp:
+        raise ConfigError("shard", shard, f"must be < tp={tp}")
+    return tp, shard
+
+
+def _column_shard(values):
+    x, w = _vector(values, "x"), _matrix(values, "w")
+    tp, shard = _shard(values, len(w[0]))
+    sizes = _split_sizes(len(w[0]), tp)
+    lo = sum(sizes[:shard])
+    return _vecmat(x, [row[lo:lo + sizes[shard]] for row in w])
+
+
+def _row_partial(values):
+    x, w = _vector(values, "x"), _matrix(values, "w")
+    tp, shard = _shard(values, len(w))
+    sizes = _split_sizes(len(w), tp)
+    lo = sum(sizes[:shard])
+    return _vecmat(x[lo:lo + sizes[shard]], w[lo:lo + sizes[shard]])
+
+
+def _relu(v):
+    return tuple(max(Fraction(0), a) for a in v)
+
+
+def _swapped_mlp_matches(values):
+    """1 if relu(x W1) W2 equals the swapped split (row-split W1, column-split W2, no all-reduce
+    before the activation) on this input, else 0."""
+    x, w1, w2 = _vector(values, "x"), _matrix(values, "w1"), _matrix(values, "w2")
+    tp = int(values["tp"])
+    if tp > len(w1) or tp > len(w2[0]):
+        raise ConfigError("tp", tp, "must be <= the rows of w1 and the columns of w2")
+    full = _vecmat(list(_relu(_vecmat(x, w1))), w2)
+    rows, cols = _split_sizes(len(w1), tp), _split_sizes(len(w2[0]), tp)
+    out: list[Fraction] = []
+    r0 = c0 = 0
+    for r in range(tp):
+        # rank r: row shard of W1 (and the matching slice of x), activation on its partial sum,
+        # then its column shard of W2: the outputs are concatenated (no sum anywhere)
+        h_r = _relu(_vecmat(x[r0:r0 + rows[r]], w1[r0:r0 + rows[r]]))
+        out.extend(_vecmat(list(h_r), [row[c0:c0 + cols[r]] for row in w2]))
+        r0 += rows[r]
+        c0 += cols[r]
+    return 1 if tuple(out) == full else 0
+
+
+def _int_check(name, value) -> int:
+    if Fraction(value).denominator != 1:
+        raise ConfigError(name, value, "must be an integer")
+    return int(value)
+
+
+def _trim_ends(values):
+    L, p, k = (_int_check(n, values[n]) for n in ("num_layers", "p", "trimmed"))
+    if (L + 2 * k) % p:
+        raise ConfigError("num_layers", L, f"plus 2*trimmed={2 * k} must be a multiple of p={p}")
+    return (L + 2 * k) // p
+
+
+def _composites() -> list[Quantity]:
+    Q, I = Quantity, QuantityInput
+    act_bytes = I("activation_bytes", "activation bytes per GPU, added once (replicated: each GPU holds its own)",
+                  "bytes", "nonnegative", 0)
+    out: list[Quantity] = []
+    out.append(Q(
+        "memory.state_plus_activations_bytes", "bytes",
+        "lesson (seed 000) section 3, 7B-style step 2 (107.81 GB + 0.822 GB = 108.63 GB); chapter (seed 001) memory table totals",
+        "training state b P / (t p) (memory.train_state_bytes) plus activation_bytes",
+        _form_inputs("memory.train_state_bytes") + (act_bytes,),
+        lambda v: _ev("memory.train_state_bytes", **_pick(v, ("params", "bytes_per_param", "tp", "pp")))
+        + v.get("activation_bytes", 0),
+    ))
+    for s in range(4):
+        out.append(Q(
+            f"memory.per_gpu_bytes.zero{s}", "bytes",
+            "ZeRO paper (Rajbhandari et al. 2020) Figure 1 plus activations; chapter (seed 001) ZeRO table",
+            f"zero.bytes_per_gpu.stage{s} plus activation_bytes (activations are not sharded by ZeRO-DP)",
+            _form_inputs(f"zero.bytes_per_gpu.stage{s}") + (act_bytes,),
+            lambda v, s=s: _ev(f"zero.bytes_per_gpu.stage{s}", **_pick(v, ("params", "dp", "k")))
+            + v.get("activation_bytes", 0),
+        ))
+    out.append(Q(
+        "memory.fits", "flag", "lesson (seed 000) section 3 ('fits 80 GB', 'does not fit an 80 GB GPU')",
+        "1 if total_bytes <= gpu_bytes else 0",
+        (I("total_bytes", "bytes to hold", "bytes", "positive"), I("gpu_bytes", "memory of one GPU", "bytes", "positive")),
+        lambda v: 1 if v["total_bytes"] <= v["gpu_bytes"] else 0,
+    ))
+    for row in ("none", "tp", "tp_sp", "tp_selective", "tp_sp_selective", "full_recompute"):
+        name = f"activations.bytes_per_layer.{row}"
+        out.append(Q(
+            f"activations.total_bytes.{row}", "bytes", catalogue()[name].source + " times num_layers",
+            f"{name} times num_layers (every layer stores the same)",
+            _form_inputs(name) + (I("num_layers", "transformer layers L", "layers"),),
+            lambda v, name=name: _ev(name, **_pick(v, ("s", "b", "h", "a", "t"))) * v["num_layers"],
+        ))
+    out.append(Q(
+        "activations.checkpointed_peak_bytes", "bytes",
+        "Korthikanti et al. 2022 Table 2: full recompute keeps 2sbh per layer; the layer being recomputed holds "
+        "34sbh (the selective row at t=1: attention scores not stored, as with flash attention); lesson (seed 000) "
+        "section 3, 0.822 GB",
+        "num_layers x 2 s b h (checkpointed layer inputs) + 34 s b h / t (one layer's activations during its recompute)",
+        _form_inputs("activations.bytes_per_layer.tp_sp_selective", drop=("a",))
+        + (I("num_layers", "transformer layers L", "layers"),),
+        lambda v: _ev("activations.bytes_per_layer.full_recompute", **_pick(v, ("s", "b", "h"))) * v["num_layers"]
+        + _ev("activations.bytes_per_layer.tp_sp_selective", **_pick(v, ("s", "b", "h", "t"))),
+    ))
+    for op, factor in (("all_reduce", 2), ("all_gather", 1), ("reduce_scatter", 1), ("all_to_all", 1)):
+        out.append(Q(
+            f"comm.bytes_per_rank_no_ring_factor.{op}", "bytes",
+            "ZeRO paper (Rajbhandari et al. 2020) section 7 counts Psi per collective, dropping (n-1)/n; the n -> infinity limit of nccl-tests' factors",
+            f"{factor} x S: comm.bytes_per_rank.{op} with the ring factor (n-1)/n dropped",
+            _form_inputs(f"comm.bytes_per_rank.{op}"),
+            lambda v, factor=factor: factor * v["size_bytes"],
+        ))
+    for st in ("stage1", "stage2", "stage3"):
+        out.append(Q(
+            f"zero.comm_ratio.{st}", "ratio", "ZeRO paper (Rajbhandari et al. 2020) section 7 (stage 3: 1.5x DDP)",
+            f"zero.comm_elements_per_rank.{st} / zero.comm_elements_per_rank.ddp",
+            _form_inputs("zero.comm_elements_per_rank.ddp"),
+            lambda v, st=st: Fraction(_ev(f"zero.comm_elements_per_rank.{st}", **v))
+            / _ev("zero.comm_elements_per_rank.ddp", **v),
+        ))
+    out.append(Q(
+        "layout.world_size.ep_inside_dp", "GPUs",
+        "torchtitan ParallelDims (ep borrowed from the data-parallel ranks); layout.world_size",
+        "GPUs when expert parallelism is carved out of dp*cp: tp*cp*pp*dp (ep must divide dp*cp)",
+        _form_inputs("layout.world_size.ep_outside_dp"),
+        lambda v: _ep_inside(v),
+    ))
+    out.append(Q(
+        "layout.tokens_per_batch", "tokens", "Llama 3 (Dubey et al. 2024) Table 4: tokens/batch = DP x batch/DP x seq len",
+        "tokens in one global batch: dp x sequences per dp replica x seq_len",
+        (I("dp", "data-parallel degree", "GPUs"), I("batch_per_dp", "sequences per data-parallel replica", "sequences"),
+         I("seq_len", "tokens per sequence", "tokens")),
+        lambda v: v["dp"] * v["batch_per_dp"] * v["seq_len"],
+    ))
+    out.append(Q(
+        "layout.global_batch", "sequences", "lesson (seed 000) section 5, 'Global batch size'; DeepSpeed train_batch_size",
+        "sequences per optimizer step: dp x micro_batch_size x grad_accum",
+        (I("dp", "data-parallel degree", "GPUs"), I("micro_batch_size", "sequences per GPU per micro-step", "sequences"),
+         I("grad_accum", "gradient-accumulation steps", "count", default=1)),
+        lambda v: v["dp"] * v["micro_batch_size"] * v["grad_accum"],
+    ))
+    out.append(Q(
+        "layout.batch_fraction_per_gpu", "fraction", "lesson (seed 000) section 3, '3D parallelism' (sees 1/d of each batch)",
+        "fraction of each global batch one GPU sees: 1/dp (tp and pp ranks of a replica see the same data)",
+        (I("dp", "data-parallel degree", "GPUs"),),
+        lambda v: Fraction(1) / v["dp"],
+    ))
+    out.append(Q(
+        "layout.nodes_per_replica", "nodes", "chapter (seed 001) 3D example (TP within a node, PP across nodes)",
+        "nodes one model replica spans: tp x pp / gpus_per_node",
+        (I("tp", "tensor-parallel degree", "GPUs"), I("pp", "pipeline-parallel degree", "GPUs"),
+         I("gpus_per_node", "GPUs per node", "GPUs", default=8)),
+        lambda v: Fraction(v["tp"] * v["pp"]) / v["gpus_per_node"],
+    ))
+    out.append(Q(
+        "pipeline.layers_per_stage.even", "layers", "even split of layers over pipeline stages",
+        "layers per stage when num_layers is split evenly over p stages: num_layers / p (not an integer when p does not divide it)",
+        (I("num_layers", "transformer layers", "layers"), I("p", "pipeline stages", "stages")),
+        lambda v: Fraction(v["num_layers"]) / v["p"],
+    ))
+    out.append(Q(
+        "pipeline.layers_per_stage.trim_ends", "layers",
+        "Llama 3 (Dubey et al. 2024) section 3.3.2: one layer removed from the first and the last stage",
+        "layers of each middle stage when the first and last stages hold `trimmed` fewer: (num_layers + 2 trimmed) / p",
+        (I("num_layers", "transformer layers", "layers"), I("p", "pipeline stages", "stages"),
+         I("trimmed", "layers removed from each end stage", "layers", "nonnegative_integer", 1)),
+        _trim_ends, constraints=("p divides num_layers + 2 trimmed",),
+    ))
+    out.append(Q(
+        "pipeline.total_layers.trim_ends", "layers",
+        "Llama 3 (Dubey et al. 2024) section 3.3.2: one layer removed from the first and the last stage",
+        "layers of a pipeline of p stages whose middle stages hold layers_per_stage and whose two end stages hold "
+        "`trimmed` fewer: p x layers_per_stage - 2 trimmed",
+        (I("p", "pipeline stages", "stages"), I("layers_per_stage", "layers of a middle stage", "layers"),
+         I("trimmed", "layers removed from each end stage", "layers", "nonnegative_integer", 1)),
+        lambda v: v["p"] * v["layers_per_stage"] - 2 * v["trimmed"],
+    ))
+    psrc = "lesson (seed 000) section 3, 70B-style worked example; composed from the params.* closed forms"
+    layer_inputs = tuple(dict.fromkeys(
+        _form_inputs("params.attention_per_layer") + _form_inputs("params.mlp_per_layer")
+        + tuple(i for i in _form_inputs("params.norms") if i.name in ("norm_weights", "norm_biases"))))
+    out.append(Q(
+        "params.linear", "params", psrc, "weights of one linear layer: in_features x out_features (+ out_features bias)",
+        (I("in_features", "input width", "elements"), I("out_features", "output width", "elements"),
+         I("bias", "1: the layer has a bias", "", "flag", 0)),
+        lambda v: v["in_features"] * v["out_features"] + v.get("bias", 0) * v["out_features"],
+    ))
+
+    def _layer(v):
+        att = _ev("params.attention_per_layer", **_pick(v, ("hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                                                              "qkv_bias", "out_bias")))
+        mlp = _ev("params.mlp_per_layer", **_pick(v, ("hidden_size", "ffn_hidden_size", "swiglu", "mlp_bias")))
+        norms = 2 * v["hidden_size"] * (v.get("norm_weights", 1) + v.get("norm_biases", 0))
+        return att + mlp + norms
+
+    out.append(Q(
+        "params.layer", "params", psrc,
+        "parameters of one transformer layer: params.attention_per_layer + params.mlp_per_layer + its two norms",
+        layer_inputs, _layer,
+    ))
+    out.append(Q(
+        "params.layers", "params", psrc, "parameters of all transformer layers: num_layers x params.layer",
+        layer_inputs + (I("num_layers", "transformer layers L", "count"),),
+        lambda v: _layer(v) * v["num_layers"],
+    ))
+    out.append(Q(
+        "params.embedding_and_head", "params", psrc, "params.embedding + params.lm_head (V d, twice when untied)",
+        _form_inputs("params.lm_head"),
+        lambda v: _ev("params.embedding", **_pick(v, ("vocab_size", "hidden_size")))
+        + _ev("params.lm_head", **_pick(v, ("vocab_size", "hidden_size", "tied"))),
+    ))
+    out.append(Q(
+        "activations.reduction_factor", "ratio",
+        "Korthikanti et al. 2022 (arXiv:2205.05198) abstract ('reduce activation memory by 5x') and Table 2",
+        "activations.bytes_per_layer.tp / activations.bytes_per_layer.tp_sp_selective: what sequence parallelism plus "
+        "selective recompute saves over tensor parallelism alone",
+        _form_inputs("activations.bytes_per_layer.tp"),
+        lambda v: Fraction(_ev("activations.bytes_per_layer.tp", **v))
+        / _ev("activations.bytes_per_layer.tp_sp_selective", **v),
+    ))
+    out.append(Q(
+        "dp.shard_size.max", "examples", "numpy.array_split (lesson (seed 000) data_parallel_grad)",
+        "largest shard when n examples are split over dp ranks: ceil(n / dp)",
+        (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
+        lambda v: -((-v["n"]) // v["dp"]),
+    ))
+    out.append(Q(
+        "dp.shard_size.min", "examples", "numpy.array_split (lesson (seed 000) data_parallel_grad)",
+        "smallest shard when n examples are split over dp ranks: floor(n / dp)",
+        (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
+        lambda v: v["n"] // v["dp"],
+    ))
+    vec = I("x", "input row vector (a list of numbers)", "", "vector")
+    mat = I("w", "weight matrix (a list of rows)", "", "matrix")
+    tp_in = I("tp", "tensor-parallel ranks", "GPUs")
+    shard_in = I("shard", "0-based rank whose piece is computed", "", "nonnegative_integer")
+    src = "lesson (seed 000) section 3, 'Tensor parallelism: columns and rows' worked example (exact arithmetic)"
+    out.append(Q("tp.example.full_output", "value", src, "x W computed exactly", (vec, mat),
+                 lambda v: _vecmat(_vector(v, "x"), _matrix(v, "w")), array=True))
+    out.append(Q("tp.example.column_shard_output", "value", src,
+                 "x W_k for the k-th column shard of W (numpy.array_split over columns)", (vec, mat, tp_in, shard_in),
+                 _column_shard, array=True))
+    out.append(Q("tp.example.row_shard_partial", "value", src,
+                 "x_k W_k for the k-th row shard of W and the matching slice of x (summed by an all-reduce)",
+                 (vec, mat, tp_in, shard_in), _row_partial, array=True))
+    out.append(Q(
+        "tp.example.swapped_mlp_matches", "flag",
+        "lesson (seed 000) section 2 exercise 4 (swap the split order); a counterexample settles 'not exact'",
+        "1 if relu(x W1) W2 equals the swapped split (row-split W1, column-split W2, no all-reduce) on this input",
+        (vec, I("w1", "first weight matrix", "", "matrix"), I("w2", "second weight matrix", "", "matrix"), tp_in),
+        _swapped_mlp_matches,
+    ))
+    out.append(Q(
+        "empirical.max_abs_error", "any",
+        "a floating-point error measured by running code on random data",
+        "an error measured on a random draw; it depends on the draw (seed, data) and the BLAS summation order",
+        (), None,
+        reason="the figure is a measurement on a random draw the source does not publish; no closed form gives it",
+    ))
+    out.append(Q(
+        "reported.fact", "any", "a reported fact (a model card, a paper's training setup)",
+        "a number a source reports (a parameter count, a GPU count of a run) that no formula derives",
+        (), None,
+        reason="a reported fact: the inputs that would derive it are not published",
+    ))
+    return out
+
+
+def _ep_inside(v):
+    if Fraction(v["dp"] * v.get("cp", 1)) % v["ep"]:
+        raise ConfigError("ep", v["ep"], f"must divide dp*cp={v['dp'] * v.get('cp', 1)} when ep is inside dp")
+    return v["tp"] * v.get("cp", 1) * v["pp"] * v["dp"]
+
+
+_QUANTITIES: dict[str, Quantity] | None = None
+
+
+def quantities() -> dict[str, Quantity]:
+    """Every auditable quantity by name (closed forms first, then the composites)."""
+    global _QUANTITIES
+    if _QUANTITIES is None:
+        table = {name: _from_form(form) for name, form in catalogue().items()}
+        for q in _composites():
+            if q.name in table:
+                raise ValueError(f"audit quantity {q.name!r} shadows a closed form")
+            table[q.name] = q
+        _QUANTITIES = dict(sorted(table.items()))
+    return _QUANTITIES
+
+
+def get_quantity(name: str) -> Quantity:
+    """The quantity called ``name``; raises UnknownQuantityError (with close matches)."""
+    table = quantities()
+    if not isinstance(name, str) or name not in table:
+        raise UnknownQuantityError(str(name), list(table))
+    return table[name]
+
+
+def list_quantities() -> list[dict]:
+    """Name, inputs (name, unit, kind, default, description), unit, source and description of every quantity."""
+    return [q.as_dict() for q in quantities().values()]
+
+
+# ----------------------------------------------------------------------------- presets
+
+#: input name of a quantity -> how to read it from a TransformerConfig
+_PRESET_FIELDS: dict[str, Callable] = {
+    "hidden_size": lambda c: c.hidden_size, "h": lambda c: c.hidden_size,
+    "num_layers": lambda c: c.num_layers,
+    "ffn_hidden_size": lambda c: c.ffn_hidden_size, "ffn": lambda c: c.ffn_hidden_size,
+    "num_heads": lambda c: c.num_heads, "a": lambda c: c.num_heads,
+    "num_kv_heads": lambda c: c.num_kv_heads, "head_dim": lambda c: c.head_dim,
+    "vocab_size": lambda c: c.vocab_size,
+    "swiglu": lambda c: int(c.swiglu), "tied": lambda c: int(c.tied_embeddings),
+    "norm_weights": lambda c: int(c.norm is not None), "norm_biases": lambda c: int(c.norm == "layer"),
+    "qkv_bias": lambda c: int(c.qkv_bias), "mlp_bias": lambda c: int(c.mlp_bias),
+    "out_bias": lambda c: int(c.out_bias), "final_norm": lambda c: int(c.final_norm),
+}
+_DECODER_INPUTS = ("hidden_size", "num_layers", "ffn_hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                   "vocab_size", "swiglu", "tied", "norm_weights", "norm_biases", "qkv_bias", "mlp_bias",
+                   "out_bias", "final_norm")
+
+
+def preset_names() -> list[str]:
+    from distcheck.params import PRESETS
+
+    return sorted(PRESETS)
+
+
+def preset_inputs(model: str, quantity: Quantity) -> dict[str, Fraction]:
+    """The inputs of ``quantity`` a preset fills (exact). ``params`` is the total of
+    ``params.decoder_only`` for the preset. Raises ConfigError for an unknown preset."""
+    from distcheck.params import PRESETS
+
+    if model not in PRESETS:
+        raise ConfigError("model", model, f"must be one of {', '.join(sorted(PRESETS))}")
+    cfg = PRESETS[model]
+    out: dict[str, Fraction] = {}
+    for name in quantity.input_names:
+        if name in _PRESET_FIELDS:
+            out[name] = Fraction(_PRESET_FIELDS[name](cfg))
+        elif name == "params":
+            out[name] = Fraction(_ev("params.decoder_only", **{k: _PRESET_FIELDS[k](cfg) for k in _DECODER_INPUTS}))
+    return out
+
+
+_NOMINAL = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORECASE)
+
+
+def nominal_params(model: str) -> Fraction | None:
+    """The parameter count printed in a preset's name ("llama-3-70b" -> 70e9), None if it has none."""
+    m = _NOMINAL.search(model)
+    if not m:
+        return None
+    scale = 10**9 if m[2].lower() == "b" else 10**6
+    return Fraction(m[1]) * scale

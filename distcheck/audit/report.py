@@ -1,0 +1,193 @@
+"""Audit reports: a rich terminal table, Markdown and JSON, for one or several AuditResults.
+
+Every function takes an :class:`~distcheck.audit.verdict.AuditResult` or a list of
+them and returns text (``render_table`` prints when given a console).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from fractions import Fraction
+from typing import Iterable
+
+from distcheck.audit.numbers import format_exact
+from distcheck.audit.verdict import AuditResult, ClaimVerdict
+
+__all__ = ["render_table", "to_markdown", "to_json", "to_dict", "render", "render_quantity_list"]
+
+_STYLE = {
+    "holds": "green", "wrong": "bold red", "holds-under-another-convention": "cyan", "ambiguous": "yellow",
+    "not-checkable": "dim", "consistent": "green", "contradiction": "bold red",
+}
+
+
+def _list(results) -> list[AuditResult]:
+    return [results] if isinstance(results, AuditResult) else list(results)
+
+
+def _value(v: ClaimVerdict) -> str:
+    x = v.computed_in_unit
+    if x is None:
+        return "-"
+    if isinstance(x, tuple):
+        return "[" + ", ".join(format_exact(a, 6) for a in x) + "]"
+    return format_exact(x, 9)
+
+
+def _summary(r: AuditResult) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(r.counts().items())) or "no claims"
+
+
+def render_table(results, console=None) -> str:
+    """Print one rich table per key (claim, quantity, printed, recomputed, verdict, explanation)
+    and its consistency checks; return the text printed."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    own = console is None
+    buf = io.StringIO()
+    console = console or Console(file=buf, width=200, force_terminal=False, color_system=None)
+    for r in _list(results):
+        table = Table(title=escape(f"{r.title} ({r.path})"), show_lines=False)
+        for col, kw in (("claim", {}), ("quantity", {}), ("printed", {"justify": "right"}),
+                        ("recomputed", {"justify": "right"}), ("verdict", {}), ("explanation", {"overflow": "fold"})):
+            table.add_column(col, **kw)
+        for v in r.claims:
+            st = _STYLE.get(v.verdict, "")
+            table.add_row(escape(v.claim.id), v.claim.quantity, escape(f"{v.claim.claimed_text} {v.claim.unit}"),
+                          escape(_value(v)), f"[{st}]{v.verdict}[/]", escape(v.explanation))
+        console.print(table)
+        if r.checks:
+            ct = Table(title=f"consistency ({r.path})")
+            for col in ("check", "kind", "claims", "verdict", "explanation"):
+                ct.add_column(col, overflow="fold")
+            for c in r.checks:
+                st = _STYLE.get(c.verdict, "")
+                ct.add_row(escape(c.id), c.kind, escape(", ".join(c.claims)), f"[{st}]{c.verdict}[/]",
+                           escape(c.explanation))
+            console.print(ct)
+        console.print(escape(f"{r.path}: {_summary(r)}"))
+    return buf.getvalue() if own else ""
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(results) -> str:
+    """A Markdown report: one section per key, a claims table and a consistency table."""
+    out: list[str] = []
+    for r in _list(results):
+        out.append(f"## {_md_escape(r.title)}")
+        out.append("")
+        out.append(f"Source: {_md_escape(r.source)}  ")
+        out.append(f"Key: `{r.path}`  ")
+        out.append(f"Summary: {_summary(r)}")
+        out.append("")
+        out.append("| claim | quantity | printed | recomputed | verdict | explanation |")
+        out.append("|---|---|---:|---:|---|---|")
+        for v in r.claims:
+            out.append("| " + " | ".join(_md_escape(x) for x in (
+                f"`{v.claim.id}`", f"`{v.claim.quantity}`", f"{v.claim.claimed_text} {v.claim.unit}", _value(v),
+                f"**{v.verdict}**", v.explanation)) + " |")
+        if r.checks:
+            out.append("")
+            out.append("| check | kind | claims | verdict | explanation |")
+            out.append("|---|---|---|---|---|")
+            for c in r.checks:
+                out.append("| " + " | ".join(_md_escape(x) for x in (
+                    f"`{c.id}`", c.kind, ", ".join(c.claims), f"**{c.verdict}**", c.explanation)) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _exact(x):
+    if x is None:
+        return None
+    if isinstance(x, tuple):
+        return [_exact(a) for a in x]
+    q = Fraction(x)
+    return {"exact": str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}",
+            "approx": float(q)}
+
+
+def to_dict(result: AuditResult) -> dict:
+    """A JSON-ready dict of one result (exact values as strings ``"p/q"`` plus a float)."""
+    return {
+        "path": result.path,
+        "title": result.title,
+        "source": result.source,
+        "summary": result.counts(),
+        "claims": [
+            {
+                "id": v.claim.id, "quantity": v.claim.quantity, "section": v.claim.section, "line": v.claim.line,
+                "inputs": v.inputs, "claimed": v.claim.claimed_text, "unit": v.claim.unit,
+                "rounding": _exact(v.claim.step)["exact"], "rounding_inferred": v.claim.step_inferred,
+                "quantity_unit": v.quantity_unit, "computed": _exact(v.computed),
+                "computed_in_unit": _exact(v.computed_in_unit), "verdict": v.verdict, "convention": v.convention,
+                "alternatives": [{"convention": a["convention"], "value": _exact(a["value"])} for a in v.alternatives],
+                "explanation": v.explanation, "expect": v.claim.expect, "note": v.claim.note,
+            }
+            for v in result.claims
+        ],
+        "checks": [
+            {"id": c.id, "kind": c.kind, "claims": list(c.claims), "verdict": c.verdict, "explanation": c.explanation,
+             "automatic": c.automatic, "expect": c.expect, "line": c.line}
+            for c in result.checks
+        ],
+    }
+
+
+def to_json(results) -> str:
+    """JSON text: a list with one object per key (see :func:`to_dict`)."""
+    return json.dumps([to_dict(r) for r in _list(results)], indent=2)
+
+
+def render(results: Iterable[AuditResult] | AuditResult, fmt: str = "table") -> str:
+    """The report as text in ``fmt``: "table", "markdown" or "json"."""
+    if fmt == "json":
+        return to_json(results)
+    if fmt == "markdown":
+        return to_markdown(results)
+    if fmt == "table":
+        return render_table(results)
+    raise ValueError(f"unknown report format {fmt!r} (table, markdown, json)")
+
+
+def render_quantity_list(fmt: str = "table") -> str:
+    """The quantity catalogue (name, inputs with units and defaults, unit, source) as text."""
+    from distcheck.audit.conventions import describe_conventions
+    from distcheck.audit.quantities import list_quantities
+
+    items = list_quantities()
+    if fmt == "json":
+        return json.dumps({"quantities": items, "conventions": describe_conventions()}, indent=2)
+
+    def inputs(q):
+        parts = []
+        for i in q["inputs"]:
+            d = "" if i["default"] is None else f"={i['default']}"
+            u = f" [{i['unit']}]" if i["unit"] else ""
+            parts.append(f"{i['name']}{d}{u}")
+        return ", ".join(parts) or "-"
+
+    if fmt == "markdown":
+        rows = ["| quantity | inputs | unit | source |", "|---|---|---|---|"]
+        for q in items:
+            rows.append(f"| `{q['name']}` | {_md_escape(inputs(q))} | {q['unit']} | {_md_escape(q['source'])} |")
+        return "\n".join(rows) + "\n"
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=200, force_terminal=False, color_system=None)
+    t = Table(title="auditable quantities (distcheck audit --list)")
+    for col in ("quantity", "inputs", "unit", "source"):
+        t.add_column(col, overflow="fold")
+    for q in items:
+        t.add_row(q["name"], escape(inputs(q)), q["unit"], escape(q["source"]))
+    console.print(t)
+    return buf.getvalue()

@@ -1,0 +1,458 @@
+"""Verdicts: recompute each claim exactly, compare it with the printed figure, search conventions,
+and check the claims of one key against each other.
+
+A claim gets one of
+
+* ``holds``: the value recomputed under the default convention (the quantity it
+  names, the inputs it gives, its unit) lies within half a rounding step of the
+  printed figure;
+* ``holds-under-another-convention``: it does not, but exactly one minimal set
+  of documented alternatives (:mod:`distcheck.audit.conventions`) reproduces it;
+* ``ambiguous``: several minimal sets reproduce it and the default does not;
+* ``wrong``: no documented convention (up to ``MAX_CHANGES`` at once) reproduces it;
+* ``not-checkable``: the quantity has no closed form (a measurement on an
+  unpublished random draw, a reported fact), or a required input is missing.
+
+Consistency: claims of one key that name the same quantity with the same
+resolved inputs must agree (automatic), and each ``[[check]]`` (sum, product,
+equal) must hold on the printed figures, each taken as an interval of half its
+rounding step (exact interval arithmetic).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from distcheck.audit import conventions as conv
+from distcheck.audit import quantities as qmod
+from distcheck.audit.keys import (
+    AMBIGUOUS, HOLDS, NOT_CHECKABLE, OTHER, WRONG, AnswerKey, Check, Claim, _exact_float, load_key,
+    parse_input_string,
+)
+from distcheck.audit.numbers import format_exact
+from distcheck.errors import AnswerKeyError, ConfigError
+
+__all__ = ["ClaimVerdict", "CheckVerdict", "AuditResult", "audit_key", "audit_file", "audit_exit_code"]
+
+
+@dataclass
+class ClaimVerdict:
+    """The verdict on one claim.
+
+    ``computed`` is the exact value under the default convention in the quantity's
+    unit (None when not checkable); ``computed_in_unit`` the same in the claim's
+    unit. ``convention`` names the variants that reproduce the figure
+    (holds-under-another-convention); ``alternatives`` lists every reproducing set
+    (ambiguous) or the closest one tried (wrong), each ``{"convention", "value"}``
+    with the value in the claim's unit.
+    """
+
+    claim: Claim
+    verdict: str
+    explanation: str
+    quantity_unit: str = ""
+    computed: object = None
+    computed_in_unit: object = None
+    convention: str | None = None
+    alternatives: list = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)
+
+    @property
+    def error(self) -> float | None:
+        """|recomputed - printed| in the claim's unit (largest element for vectors); None if not computed."""
+        if self.computed_in_unit is None:
+            return None
+        if isinstance(self.computed_in_unit, tuple):
+            if not isinstance(self.claim.claimed, tuple) or len(self.claim.claimed) != len(self.computed_in_unit):
+                return None
+            return float(max(abs(a - b) for a, b in zip(self.computed_in_unit, self.claim.claimed)))
+        return float(abs(Fraction(self.computed_in_unit) - self.claim.claimed))
+
+
+@dataclass
+class CheckVerdict:
+    """The verdict on one consistency check (explicit ``[[check]]`` or automatic)."""
+
+    id: str
+    kind: str
+    verdict: str
+    claims: tuple[str, ...]
+    explanation: str
+    expect: str | None = None
+    automatic: bool = False
+    section: str = ""
+    line: int | None = None
+
+
+@dataclass
+class AuditResult:
+    """Everything the audit of one key found."""
+
+    path: str
+    title: str
+    source: str
+    claims: list[ClaimVerdict]
+    checks: list[CheckVerdict]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for v in self.claims:
+            out[v.verdict] = out.get(v.verdict, 0) + 1
+        n = sum(c.verdict == "contradiction" for c in self.checks)
+        if n:
+            out["contradiction"] = n
+        return out
+
+    @property
+    def contradictions(self) -> list[CheckVerdict]:
+        return [c for c in self.checks if c.verdict == "contradiction"]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _in_unit(value, quantity_unit: str, unit: str):
+    f = qmod.unit_factor(quantity_unit, unit)
+    if isinstance(value, tuple):
+        return tuple(Fraction(v) / f for v in value)
+    return Fraction(value) / f
+
+
+def _matches(value_in_unit, claimed, step: Fraction) -> bool:
+    half = step / 2
+    if isinstance(value_in_unit, tuple) or isinstance(claimed, tuple):
+        if not (isinstance(value_in_unit, tuple) and isinstance(claimed, tuple)) or len(value_in_unit) != len(claimed):
+            return False
+        return all(abs(a - b) <= half for a, b in zip(value_in_unit, claimed))
+    return abs(Fraction(value_in_unit) - claimed) <= half
+
+
+def _fmt(value, unit: str = "") -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(format_exact(v, 6) for v in value) + "]" + (f" {unit}" if unit else "")
+    return format_exact(value, 9) + (f" {unit}" if unit else "")
+
+
+def _distance(value_in_unit, claimed) -> Fraction:
+    if isinstance(value_in_unit, tuple):
+        if not isinstance(claimed, tuple) or len(claimed) != len(value_in_unit):
+            return Fraction(10) ** 80
+        return max(abs(a - b) for a, b in zip(value_in_unit, claimed))
+    return abs(Fraction(value_in_unit) - claimed)
+
+
+def _compute(q: qmod.Quantity, values: dict):
+    """Exact value; ConfigError (and arithmetic errors) propagate as ConfigError."""
+    full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None}
+    full.update(values)
+    try:
+        out = q.compute(full)
+    except ConfigError:
+        raise
+    except (ArithmeticError, ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(q.name, {k: str(v) for k, v in values.items()},
+                          f"cannot be evaluated ({type(exc).__name__}: {exc})") from None
+    if isinstance(out, tuple):
+        return tuple(Fraction(v) for v in out)
+    return Fraction(out)
+
+
+def _input_line(c: Claim, name: str | None) -> int | None:
+    if name is None:
+        return c.lines.get("inputs", c.line)
+    return c.lines.get(f"inputs.{name}", c.lines.get("inputs", c.line))
+
+
+class _Missing(Exception):
+    def __init__(self, names):
+        self.names = names
+
+
+def _resolve(c: Claim, q: qmod.Quantity, key: AnswerKey) -> tuple[dict, str | None]:
+    """Exact input values (presets filled, strings converted, references followed).
+    Raises AnswerKeyError for a bad value and _Missing for required inputs not given."""
+    values: dict = {}
+    model = c.inputs.get("model")
+    fld = f"claim[{c.index}] ({c.id}).inputs"
+    if isinstance(model, str):
+        try:
+            values.update(qmod.preset_inputs(model, q))
+        except ConfigError as exc:
+            raise AnswerKeyError(str(exc), path=key.path, line=_input_line(c, "model"), field=f"{fld}.model") from None
+    for name, v in c.inputs.items():
+        if name == "model":
+            continue
+        qi = q.input(name)
+        if isinstance(v, bool):
+            values[name] = Fraction(int(v))
+        elif isinstance(v, int):
+            values[name] = Fraction(v)
+        elif isinstance(v, float):
+            values[name] = _exact_float(v)
+        elif isinstance(v, str) and v.startswith("@"):
+            ref = key.claim(v[1:])
+            if isinstance(ref.claimed, tuple):
+                raise AnswerKeyError(f"{v!r} references a vector claim", path=key.path, line=_input_line(c, name),
+                                     field=f"{fld}.{name}")
+            try:
+                f = qmod.unit_factor(qi.unit, ref.unit) if qi.unit and qmod.is_known_unit(qi.unit) else None
+            except ValueError:
+                f = None
+            if f is None:
+                if qi.unit and qmod.unit_family(qi.unit) != qmod.unit_family(ref.unit):
+                    raise AnswerKeyError(
+                        f"{v!r} is in {ref.unit} but input {name} is in {qi.unit or 'plain numbers'}",
+                        path=key.path, line=_input_line(c, name), field=f"{fld}.{name}")
+                f = Fraction(1)
+            values[name] = ref.claimed * f
+        elif isinstance(v, str):
+            values[name] = parse_input_string(v, qi.unit)
+        elif isinstance(v, list):
+            if qi.kind == "vector":
+                values[name] = tuple(_num(x) for x in v)
+            else:
+                values[name] = tuple(tuple(_num(x) for x in row) for row in v)
+        else:  # pragma: no cover - keys.validate_data rejects other types
+            raise AnswerKeyError(f"unsupported input value {v!r}", path=key.path, line=_input_line(c, name),
+                                 field=f"{fld}.{name}")
+    missing = [n for n in q.required if n not in values]
+    if missing:
+        raise _Missing(missing)
+    return values, model if isinstance(model, str) else None
+
+
+def _num(x) -> Fraction:
+    return _exact_float(x) if isinstance(x, float) else Fraction(x)
+
+
+def _input_names(name: str) -> dict | None:
+    try:
+        q = qmod.get_quantity(name)
+    except KeyError:
+        return None
+    if q.compute is None:
+        return None
+    return {i.name: (None if i.default is None else Fraction(i.default)) for i in q.inputs}
+
+
+def _form_value(name: str):
+    return qmod.get_quantity(name).compute({})
+
+
+# ----------------------------------------------------------------------------- one claim
+
+
+def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
+    """The verdict on claim ``c`` of ``key`` (see the module docstring)."""
+    q = qmod.get_quantity(c.quantity)
+    if q.compute is None:
+        why = q.reason or "no closed form"
+        return ClaimVerdict(c, NOT_CHECKABLE, f"{why}" + (f"; {c.note}" if c.note else ""), q.unit)
+    try:
+        values, model = _resolve(c, q, key)
+    except _Missing as m:
+        return ClaimVerdict(c, NOT_CHECKABLE,
+                            f"{c.quantity} needs {', '.join(m.names)}, which the claim does not give", q.unit)
+    try:
+        value = _compute(q, values)
+    except ConfigError as exc:
+        raise AnswerKeyError(f"claim {c.id!r}: {exc}", path=key.path, line=_input_line(c, None),
+                             field=f"claim[{c.index}] ({c.id}).inputs") from None
+    in_unit = _in_unit(value, q.unit, c.unit)
+    shown = {k: (str(v) if not isinstance(v, tuple) else "vector") for k, v in values.items()}
+    base = dict(claim=c, quantity_unit=q.unit, computed=value, computed_in_unit=in_unit, inputs=shown)
+    printed = f"printed {c.claimed_text} {c.unit}" + (
+        " (exact)" if c.step == 0 else f" (+-{float(c.step / 2):g})")
+    if _matches(in_unit, c.claimed, c.step):
+        return ClaimVerdict(verdict=HOLDS, explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}", **base)
+
+    matches, closest = _search(c, q, values, model)
+    if len(matches) == 1:
+        name, v = matches[0]
+        return ClaimVerdict(
+            verdict=OTHER, convention=name, alternatives=[{"convention": name, "value": v}],
+            explanation=(f"default gives {_fmt(in_unit, c.unit)}; {printed} is reproduced with {name}: "
+                         f"{_fmt(v, c.unit)}"), **base)
+    if len(matches) > 1:
+        listed = "; ".join(f"{n} -> {_fmt(v, c.unit)}" for n, v in matches)
+        return ClaimVerdict(
+            verdict=AMBIGUOUS, alternatives=[{"convention": n, "value": v} for n, v in matches],
+            explanation=f"default gives {_fmt(in_unit, c.unit)}; {printed} is reproduced by several conventions: {listed}",
+            **base)
+    diff = _distance(in_unit, c.claimed)
+    rel = ""
+    if not isinstance(in_unit, tuple) and in_unit != 0:
+        rel = f", {float(diff / abs(in_unit)):.2%} of it"
+    near = ""
+    alts = []
+    if closest is not None:
+        near = f"; closest documented alternative: {closest[0]} -> {_fmt(closest[1], c.unit)}"
+        alts = [{"convention": closest[0], "value": closest[1]}]
+    return ClaimVerdict(
+        verdict=WRONG, alternatives=alts,
+        explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff)}{rel}{near}", **base)
+
+
+def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
+    """(reproducing [(names, value)] at the fewest changes, closest (names, value) or None)."""
+    given = dict(values)
+    if model is not None:
+        given["model"] = model
+    axes = conv.axes_for(q.name, c.unit, given)
+    matches: list[tuple[str, object]] = []
+    closest = None
+    best = None
+    for k in range(1, min(conv.MAX_CHANGES, len(axes)) + 1):
+        for chosen in itertools.combinations(axes, k):
+            for variants in itertools.product(*(a.variants for a in chosen)):
+                ordered = sorted(variants, key=lambda v: v.quantity is None)
+                state = (q.name, {n: v for n, v in values.items()}, c.unit)
+                for v in ordered:
+                    state = conv.apply_variant(v, *state, model=model, form_value=_form_value,
+                                               nominal=qmod.nominal_params, input_names=_input_names)
+                    if state is None:
+                        break
+                if state is None:
+                    continue
+                qname, vals, unit = state
+                try:
+                    alt_q = qmod.get_quantity(qname)
+                    value = _compute(alt_q, vals)
+                    value_in = _in_unit(value, alt_q.unit, unit)
+                except (ConfigError, ValueError, KeyError):
+                    continue
+                # the figure read in `unit` is claimed (in that unit); compare there, report in the claim's unit
+                name = " + ".join(v.name for v in variants)
+                d = _distance(value_in, c.claimed)
+                if best is None or d < best:
+                    best, closest = d, (name, value_in)
+                if _matches(value_in, c.claimed, c.step):
+                    matches.append((name, value_in))
+        if matches:
+            break
+    return matches, closest
+
+
+# ----------------------------------------------------------------------------- consistency
+
+
+def _interval(c: Claim) -> tuple[Fraction, Fraction, str, Fraction]:
+    """(lo, hi) of the printed figure in the base unit of its family, the family, the factor."""
+    fam = qmod.unit_family(c.unit)
+    base = {"bytes": "bytes", "dimensionless": "fraction", "bytes_per_param": "bytes_per_param",
+            "flag": "flag", "value": "value"}.get(fam)
+    if base is None:  # counts: base is the unscaled noun
+        base = fam.split(":", 1)[1]
+    f = qmod.unit_factor(base, c.unit)
+    half = c.step / 2
+    return (c.claimed - half) * f, (c.claimed + half) * f, fam, f
+
+
+def _mul_interval(a, b):
+    corners = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
+    return min(corners), max(corners)
+
+
+def _check_one(k: Check, key: AnswerKey) -> CheckVerdict:
+    def claim_interval(cid):
+        c = key.claim(cid)
+        if isinstance(c.claimed, tuple):
+            raise AnswerKeyError(f"check {k.id!r}: claim {cid!r} is a vector", path=key.path, line=k.line,
+                                 field=f"check ({k.id}).parts")
+        return _interval(c)
+
+    ids = tuple(p for p in k.parts if isinstance(p, str)) + ((k.total,) if k.total else ())
+    if k.kind == "equal":
+        ivs = [claim_interval(p) if isinstance(p, str) else (p, p, None, 1) for p in k.parts]
+        fams = {iv[2] for iv in ivs if iv[2] is not None}
+        if len(fams) > 1:
+            raise AnswerKeyError(f"check {k.id!r}: parts are in different units ({', '.join(sorted(fams))})",
+                                 path=key.path, line=k.line, field=f"check ({k.id}).parts")
+        lo, hi = max(iv[0] for iv in ivs), min(iv[1] for iv in ivs)
+        ok = lo <= hi
+        text = ", ".join(f"{p}" for p in k.parts)
+        why = f"{text} {'agree' if ok else 'disagree'} within their rounding"
+        return CheckVerdict(k.id, k.kind, "consistent" if ok else "contradiction", ids, why, k.expect,
+                            section=k.section, line=k.line)
+    t_lo, t_hi, t_fam, t_f = claim_interval(k.total)
+    lo = hi = Fraction(0) if k.kind == "sum" else Fraction(1)
+    terms = []
+    for p in k.parts:
+        if isinstance(p, str):
+            p_lo, p_hi, fam, _ = claim_interval(p)
+            if k.kind == "sum" and fam != t_fam:
+                raise AnswerKeyError(f"check {k.id!r}: part {p!r} is in {key.claim(p).unit}, the total in "
+                                     f"{key.claim(k.total).unit}", path=key.path, line=k.line,
+                                     field=f"check ({k.id}).parts")
+            terms.append(f"{key.claim(p).claimed_text} {key.claim(p).unit}")
+        else:
+            # a literal part of a sum is in the total's unit; of a product, a plain factor
+            p_lo = p_hi = p * t_f if k.kind == "sum" else p
+            terms.append(format_exact(p))
+        if k.kind == "sum":
+            lo, hi = lo + p_lo, hi + p_hi
+        else:
+            lo, hi = _mul_interval((lo, hi), (p_lo, p_hi))
+    ok = max(lo, t_lo) <= min(hi, t_hi)
+    op = " + " if k.kind == "sum" else " x "
+    total = key.claim(k.total)
+    combined = f"[{format_exact(lo / t_f, 6)}, {format_exact(hi / t_f, 6)}] {total.unit}"
+    why = (f"{op.join(terms)} lies in {combined}; the total {total.claimed_text} {total.unit} "
+           f"{'is within it' if ok else 'is not'}")
+    return CheckVerdict(k.id, k.kind, "consistent" if ok else "contradiction", ids, why, k.expect,
+                        section=k.section, line=k.line)
+
+
+def _automatic(key: AnswerKey, verdicts: list[ClaimVerdict]) -> list[CheckVerdict]:
+    """Claims naming the same quantity with the same resolved inputs must agree."""
+    covered = {frozenset(p for p in k.parts if isinstance(p, str)) for k in key.checks if k.kind == "equal"}
+    groups: dict[tuple, list[ClaimVerdict]] = {}
+    for v in verdicts:
+        if v.computed is None or isinstance(v.claim.claimed, tuple):
+            continue
+        defaults = {k: str(Fraction(d)) for k, d in (_input_names(v.claim.quantity) or {}).items() if d is not None}
+        sig = (v.claim.quantity, tuple(sorted({**defaults, **v.inputs}.items())))
+        groups.setdefault(sig, []).append(v)
+    out = []
+    for (qname, _), vs in groups.items():
+        if len(vs) < 2:
+            continue
+        ids = tuple(v.claim.id for v in vs)
+        if frozenset(ids) in covered:
+            continue
+        ivs = [_interval(v.claim) for v in vs]
+        lo, hi = max(iv[0] for iv in ivs), min(iv[1] for iv in ivs)
+        ok = lo <= hi
+        figures = ", ".join(f"{v.claim.id} = {v.claim.claimed_text} {v.claim.unit}" for v in vs)
+        why = f"same quantity {qname} and inputs: {figures} {'agree' if ok else 'contradict each other'}"
+        out.append(CheckVerdict("auto:" + "=".join(ids), "equal", "consistent" if ok else "contradiction", ids, why,
+                                automatic=True))
+    return out
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def audit_key(key: AnswerKey) -> AuditResult:
+    """Audit a parsed key: one ClaimVerdict per claim, one CheckVerdict per check (explicit,
+    then automatic). Raises AnswerKeyError for inputs a closed form rejects."""
+    verdicts = [audit_claim(c, key) for c in key.claims]
+    checks = [_check_one(k, key) for k in key.checks] + _automatic(key, verdicts)
+    return AuditResult(key.path, key.title, key.source, verdicts, checks)
+
+
+def audit_file(path: str | Path) -> AuditResult:
+    """Load, validate and audit the answer key at ``path`` (AnswerKeyError on a malformed key)."""
+    return audit_key(load_key(path))
+
+
+def audit_exit_code(result: AuditResult | list[AuditResult]) -> int:
+    """1 when any claim is wrong or any consistency check finds a contradiction, else 0."""
+    results = result if isinstance(result, list) else [result]
+    for r in results:
+        if any(v.verdict == WRONG for v in r.claims) or r.contradictions:
+            return 1
+    return 0

@@ -1,0 +1,96 @@
+"""Golden figures: answer keys (golden/*.toml) whose every verdict is pinned by ``expect``.
+
+A golden key is an answer key (docs/AUDIT.md) with three extra rules: every claim
+and every ``[[check]]`` has ``expect``, every claim has ``section`` (provenance
+inside the ``[meta] source`` document), and ``[meta] source`` names the document.
+:func:`verify` audits a key and compares each verdict with its ``expect``: the
+value is recomputed by the library every time, and the stored ``claimed`` figure
+is only what the recomputation is checked against.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from distcheck.audit.keys import AnswerKey, load_key
+from distcheck.audit.verdict import audit_key
+from distcheck.errors import AnswerKeyError, GoldenError
+from distcheck.report import FAIL, PASS, CheckResult
+
+__all__ = ["default_golden_dir", "golden_paths", "load_golden", "verify", "verify_all"]
+
+
+def default_golden_dir() -> Path:
+    """The golden/ folder shipped beside the package (repository root)."""
+    return Path(__file__).resolve().parent.parent / "golden"
+
+
+def golden_paths(directory: str | Path | None = None) -> list[Path]:
+    """The golden keys in ``directory`` (default :func:`default_golden_dir`), sorted.
+
+    Raises GoldenError when the folder does not exist or holds no ``*.toml``.
+    """
+    d = Path(directory) if directory is not None else default_golden_dir()
+    if not d.is_dir():
+        raise GoldenError(f"golden folder {d} does not exist")
+    paths = sorted(d.glob("*.toml"))
+    if not paths:
+        raise GoldenError(f"golden folder {d} holds no *.toml key")
+    return paths
+
+
+def load_golden(path: str | Path) -> AnswerKey:
+    """Load an answer key and enforce the golden rules (expect and section on every claim,
+    expect on every check). Raises AnswerKeyError naming the file, line and field."""
+    key = load_key(path)
+    for c in key.claims:
+        if c.expect is None:
+            raise AnswerKeyError("a golden claim needs expect", path=key.path, line=c.line,
+                                 field=f"claim[{c.index}] ({c.id}).expect")
+        if not c.section.strip():
+            raise AnswerKeyError("a golden claim needs section (provenance)", path=key.path, line=c.line,
+                                 field=f"claim[{c.index}] ({c.id}).section")
+    for k in key.checks:
+        if k.expect is None:
+            raise AnswerKeyError("a golden check needs expect", path=key.path, line=k.line,
+                                 field=f"check ({k.id}).expect")
+    return key
+
+
+def verify(path: str | Path) -> list[CheckResult]:
+    """Audit the golden key at ``path``: one CheckResult (backend "golden") per claim and per
+    consistency check, "pass" when the verdict equals ``expect``. An automatic consistency
+    finding (same quantity and inputs) must be "consistent". A malformed key gives one FAIL row."""
+    p = Path(path)
+    try:
+        key = load_golden(p)
+        result = audit_key(key)
+    except AnswerKeyError as exc:
+        return [CheckResult(check=f"golden/{p.name}", backend="golden", verdict=FAIL, examples=0,
+                            detail=str(exc).splitlines()[0])]
+    rows: list[CheckResult] = []
+    for v in result.claims:
+        ok = v.verdict == v.claim.expect
+        err = v.error
+        rows.append(CheckResult(
+            check=f"golden/{p.stem}:{v.claim.id}", backend="golden", verdict=PASS if ok else FAIL, examples=1,
+            max_error=err, bound=None if err is None else float(v.claim.step / 2),
+            detail=(f"{v.verdict}" + ("" if ok else f" (expected {v.claim.expect})") + f": {v.explanation}"),
+            extra={"quantity": v.claim.quantity, "section": v.claim.section},
+        ))
+    for k in result.checks:
+        expect = k.expect if not k.automatic else "consistent"
+        ok = k.verdict == expect
+        rows.append(CheckResult(
+            check=f"golden/{p.stem}:{k.id}", backend="golden", verdict=PASS if ok else FAIL, examples=1,
+            detail=f"{k.verdict}" + ("" if ok else f" (expected {expect})") + f": {k.explanation}",
+        ))
+    return rows
+
+
+def verify_all(directory: str | Path | None = None) -> list[CheckResult]:
+    """:func:`verify` every golden key of ``directory`` (default: the shipped golden/)."""
+    rows: list[CheckResult] = []
+    for path in golden_paths(directory):
+        rows.extend(verify(path))
+    return rows

@@ -1,0 +1,394 @@
+"""The answer-key audit: parsing, rounding inference, units, each verdict, each convention,
+cross-claim consistency, error messages with file/line/field, and the reports."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+
+from distcheck.audit import (
+    VERDICTS, audit_exit_code, audit_file, audit_key, list_quantities, parse_key, render, render_quantity_list,
+)
+from distcheck.audit.numbers import parse_printed
+from distcheck.audit.quantities import nominal_params, unit_factor
+from distcheck.errors import AnswerKeyError
+
+META = '[meta]\ntitle = "t"\nsource = "s"\n'
+
+
+def key(*claims: str, checks: str = "") -> str:
+    return META + "".join(f"\n[[claim]]\n{c.strip()}\n" for c in claims) + checks
+
+
+def claim(cid, quantity, inputs, claimed, unit, extra=""):
+    return (f'id = "{cid}"\nquantity = "{quantity}"\ninputs = {inputs}\nclaimed = {claimed}\n'
+            f'unit = "{unit}"\n{extra}')
+
+
+def audit_text(text: str):
+    return audit_key(parse_key(text, "k.toml"))
+
+
+def one(text: str):
+    r = audit_text(text)
+    assert len(r.claims) == 1
+    return r.claims[0]
+
+
+# ----------------------------------------------------------------------------- rounding inference
+
+
+@pytest.mark.parametrize("text, value, step", [
+    ("107.81", Fraction(10781, 100), Fraction(1, 100)),
+    ("~109", Fraction(109), Fraction(1)),
+    ("42.9", Fraction(429, 10), Fraction(1, 10)),
+    ("1,103.61", Fraction(110361, 100), Fraction(1, 100)),
+    ("16_384", Fraction(16384), Fraction(1)),
+    ("6.7e-02", Fraction(67, 1000), Fraction(1, 1000)),
+    ("108.60", Fraction(1086, 10), Fraction(1, 100)),
+    ("3/7", Fraction(3, 7), Fraction(0)),
+    (".5", Fraction(1, 2), Fraction(1, 10)),
+])
+def test_printed_numbers_carry_the_step_of_their_last_digit(text, value, step):
+    p = parse_printed(text)
+    assert (p.value, p.step) == (value, step)
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1.2.3", "1,2", "1/0", "--1", "1e999", "eval('1')"])
+def test_non_numbers_are_refused(text):
+    assert parse_printed(text) is None
+
+
+def test_rounding_is_read_from_the_toml_literal_trailing_zero_kept():
+    # 108.60 printed: +-0.005, so 108.632 (the true value) is NOT 108.60
+    c = claim("a", "memory.state_plus_activations_bytes",
+              '{ params = 6738149376, activation_bytes = 822083584 }', "108.60", "GB")
+    v = one(key(c))
+    assert v.claim.step == Fraction(1, 100)
+    assert v.verdict == "wrong"
+    # the same value printed with one decimal (+-0.05) holds
+    assert one(key(claim("a", "memory.state_plus_activations_bytes",
+                         '{ params = 6738149376, activation_bytes = 822083584 }', "108.6", "GB"))).verdict == "holds"
+
+
+def test_explicit_rounding_overrides_the_digits():
+    base = claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", "108", "GB")
+    assert one(key(base)).verdict == "holds"  # 107.81 is within 108 +- 0.5
+    v = one(key(base + "rounding = 0.1\n"))
+    assert (v.claim.step, v.claim.step_inferred) == (Fraction(1, 10), False)
+    assert v.verdict != "holds"  # not within 108 +- 0.05
+
+
+def test_half_step_boundary_is_inclusive_and_exact():
+    # 3/8 = 0.375: printed 0.38 (+-0.005) holds exactly at the boundary; 0.37 too; 0.36 does not
+    for printed, verdict in (("0.38", "holds"), ("0.37", "holds")):
+        c = claim("a", "pipeline.bubble_ratio.gpipe", "{ p = 4, m = 8 }", printed, "fraction")
+        assert one(key(c)).verdict == verdict
+    c = claim("a", "pipeline.bubble_ratio.gpipe", "{ p = 4, m = 8 }", "0.36", "fraction")
+    assert one(key(c)).verdict != "holds"
+
+
+# ----------------------------------------------------------------------------- units
+
+
+def test_unit_conversions_are_exact():
+    assert unit_factor("bytes", "GB") == 10**9
+    assert unit_factor("bytes", "GiB") == 2**30
+    assert unit_factor("bytes", "TB") == 10**12
+    assert unit_factor("fraction", "%") == Fraction(1, 100)
+    assert unit_factor("tokens", "M tokens") == 10**6
+    assert unit_factor("tokens", "Mi tokens") == 2**20
+    assert unit_factor("count", "GPUs") == 1
+    with pytest.raises(ValueError):
+        unit_factor("bytes", "%")
+    with pytest.raises(ValueError):
+        unit_factor("params", "GPUs")
+
+
+def test_a_figure_in_tb_gib_or_bytes_is_compared_in_that_unit():
+    inputs = "{ params = 68975329280 }"
+    assert one(key(claim("a", "memory.train_state_bytes", inputs, "1.10", "TB"))).verdict == "holds"
+    assert one(key(claim("a", "memory.train_state_bytes", inputs, "1103605268480", "bytes"))).verdict == "holds"
+    # 1,103,605,268,480 bytes = 1027.8 GiB
+    assert one(key(claim("a", "memory.train_state_bytes", inputs, "1027.8", "GiB"))).verdict == "holds"
+
+
+def test_input_strings_with_units_are_converted():
+    # 900 GB over 80 GB cards: ceil(11.25) = 12; over 80 GiB cards: ceil(10.48) = 11
+    c = claim("a", "memory.min_gpus", '{ total_bytes = "900 GB", gpu_bytes = "80 GB" }', 12, "GPUs")
+    assert one(key(c)).verdict == "holds"
+    c = claim("a", "memory.min_gpus", '{ total_bytes = "900 GB", gpu_bytes = "80 GiB" }', 12, "GPUs")
+    v = one(key(c))
+    assert v.verdict == "wrong" and v.computed == 11
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+def test_holds():
+    v = one(key(claim("a", "memory.train_state_bytes", "{ params = 6738149376, bytes_per_param = 16 }",
+                      "107.81", "GB")))
+    assert v.verdict == "holds"
+    assert v.computed == 107_810_390_016
+    assert v.computed_in_unit == Fraction(107_810_390_016, 10**9)
+
+
+def test_wrong_reports_the_recomputed_value_and_the_closest_alternative():
+    v = one(key(claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "50", "%")))
+    assert v.verdict == "wrong"
+    assert v.computed == Fraction(3, 7)
+    assert "42.857" in v.explanation
+    assert v.alternatives and v.alternatives[0]["convention"] == "bubble relative to ideal (useful) time"
+
+
+def test_not_checkable_for_a_random_draw_and_a_reported_fact():
+    v = one(key('id = "e"\nquantity = "empirical.max_abs_error"\nclaimed = 6.7e-02\nunit = "value"'))
+    assert v.verdict == "not-checkable" and "random draw" in v.explanation
+    v = one(key('id = "f"\nquantity = "reported.fact"\nclaimed = 671\nunit = "B params"'))
+    assert v.verdict == "not-checkable"
+
+
+def test_not_checkable_when_a_required_input_is_missing():
+    v = one(key(claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4 }", "9", "%")))
+    assert v.verdict == "not-checkable" and "needs m" in v.explanation
+
+
+def test_ambiguous_when_two_conventions_reproduce_and_the_default_does_not():
+    # 1e9 params: 16 GB by default; 12 B/param gives 12 GB and 8-bit Adam 10 GB; a figure of
+    # "11 GB" printed with rounding 2 (+-1) covers both alternatives but not the default
+    base = claim("a", "memory.train_state_bytes", "{ params = 1e9 }", "11", "GB")
+    v = one(key(base + "rounding = 2\n"))
+    assert v.verdict == "ambiguous"
+    assert sorted(a["value"] for a in v.alternatives) == [10, 12]
+    # with the usual +-0.5 only the 12 B/param reading remains
+    v = one(key(claim("a", "memory.train_state_bytes", "{ params = 1e9 }", "12", "GB")))
+    assert v.verdict == "holds-under-another-convention" and v.convention.startswith("12 B/param")
+
+
+def test_convention_bytes_per_param_12_16_18_and_8bit():
+    for bpp, figure in ((12, "80.86"), (18, "121.29"), (10, "67.38")):
+        v = one(key(claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", figure, "GB")))
+        assert v.verdict == "holds-under-another-convention", (bpp, v.explanation)
+        assert f"{bpp} B/param" in v.convention
+
+
+def test_convention_fp32_master_in_zero():
+    # ZeRO stage 3 with K = 8 (no master): (4 + 8) x 7.5e9 / 64 = 1.40625 GB
+    v = one(key(claim("a", "zero.bytes_per_gpu.stage3", "{ params = 7.5e9, dp = 64 }", "1.41", "GB")))
+    assert v.verdict == "holds-under-another-convention" and "K = 8" in v.convention
+
+
+def test_convention_gb_vs_gib():
+    v = one(key(claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", "100.41", "GB")))
+    assert v.verdict == "holds-under-another-convention" and v.convention == "GB read as GiB"
+    v = one(key(claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", "107.81", "GiB")))
+    assert v.verdict == "holds-under-another-convention" and v.convention == "GiB read as GB"
+
+
+def test_convention_bubble_total_vs_ideal():
+    v = one(key(claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 16 }", "18.75", "%")))
+    assert v.verdict == "holds-under-another-convention" and "ideal" in v.convention
+    v = one(key(claim("a", "pipeline.bubble_ratio.1f1b", "{ p = 4, m = 16 }", "15.8", "%")))
+    assert v.verdict == "holds-under-another-convention" and "total" in v.convention
+
+
+def test_convention_activations_replicated_or_sharded():
+    # tensor parallel (replicated LayerNorm/dropout inputs) vs tensor + sequence parallel (sharded)
+    inputs = "{ s = 2048, b = 1, h = 12288, a = 96, t = 8 }"
+    v = one(key(claim("a", "activations.bytes_per_layer.tp", inputs, "358612992", "bytes")))
+    assert v.verdict == "holds-under-another-convention" and "sequence parallel" in v.convention
+    v = one(key(claim("a", "memory.per_gpu_bytes.zero3",
+                      '{ params = 70e9, dp = 8, activation_bytes = "30 GB", k = 8 }', "108.75", "GB")))
+    assert v.verdict == "holds-under-another-convention" and "dp ranks" in v.convention
+
+
+def test_convention_ep_inside_or_outside_dp():
+    v = one(key(claim("a", "layout.world_size.ep_inside_dp", "{ tp = 8, pp = 4, dp = 8, ep = 4 }", 1024, "GPUs")))
+    assert v.verdict == "holds-under-another-convention" and "outside" in v.convention
+    v = one(key(claim("a", "layout.world_size.ep_outside_dp", "{ tp = 8, pp = 4, dp = 8, ep = 4 }", 256, "GPUs")))
+    assert v.verdict == "holds-under-another-convention" and "carved out of dp" in v.convention
+
+
+def test_convention_full_tensor_vs_shard_and_ring_factor():
+    # all-gather of a 1 GB shard per rank over 8 ranks: full tensor 8 GB, each rank sends 7 GB
+    v = one(key(claim("a", "comm.bytes_per_rank.all_gather", '{ size_bytes = "1 GB", n = 8 }', 7, "GB")))
+    assert v.verdict == "holds-under-another-convention" and "shard" in v.convention
+    v = one(key(claim("a", "comm.bytes_per_rank.all_reduce", '{ size_bytes = "1 GB", n = 8 }', "2.0", "GB")))
+    assert v.verdict == "holds-under-another-convention" and "ring factor" in v.convention
+
+
+def test_convention_nominal_parameter_count_of_a_preset():
+    assert nominal_params("llama-3-70b") == 70 * 10**9
+    assert nominal_params("llama-3.2-1b") == 10**9
+    v = one(key(claim("a", "memory.weights_bytes", '{ model = "llama-3-70b" }', 140, "GB")))
+    assert v.verdict == "holds-under-another-convention" and "nominal" in v.convention
+    v = one(key(claim("a", "memory.weights_bytes", '{ model = "llama-3-70b" }', "141.1", "GB")))
+    assert v.verdict == "holds"
+
+
+def test_presets_fill_architecture_inputs_and_explicit_inputs_win():
+    v = one(key(claim("a", "params.decoder_only", '{ model = "llama-3-8b" }', '"8,030,261,248"', "params")))
+    assert v.verdict == "holds"
+    v = one(key(claim("a", "params.decoder_only", '{ model = "llama-3-8b", tied = 1 }', '"7,504,924,672"', "params")))
+    assert v.verdict == "holds"  # minus the 128,256 x 4,096 output head
+
+
+def test_claim_references_use_the_other_claims_printed_figure():
+    text = key(
+        claim("t", "memory.train_state_bytes", "{ params = 68975329280, tp = 8 }", "137.95", "GB"),
+        claim("f", "memory.fits", '{ total_bytes = "@t", gpu_bytes = "80 GB" }', "false", "flag"),
+    )
+    assert [v.verdict for v in audit_text(text).claims] == ["holds", "holds"]
+
+
+# ----------------------------------------------------------------------------- consistency
+
+
+def test_sum_check_finds_a_contradiction_naming_the_claims():
+    checks = ('\n[[check]]\nid = "s"\nkind = "sum"\ntotal = "tot"\nparts = ["w", "o"]\n'
+              '\n[[check]]\nid = "s2"\nkind = "sum"\ntotal = "tot2"\nparts = ["w", "o"]\n')
+    text = key(
+        claim("w", "memory.weights_bytes", "{ params = 70e9 }", 140, "GB"),
+        claim("o", "memory.optimizer_bytes", "{ params = 70e9 }", 840, "GB"),
+        claim("tot", "memory.train_state_bytes", "{ params = 70e9, bytes_per_param = 14 }", 980, "GB"),
+        claim("tot2", "memory.train_state_bytes", "{ params = 70e9, bytes_per_param = 14 }", 990, "GB"),
+        checks=checks,
+    )
+    r = audit_text(text)
+    by = {c.id: c for c in r.checks}
+    assert by["s"].verdict == "consistent"
+    assert by["s2"].verdict == "contradiction" and set(by["s2"].claims) == {"w", "o", "tot2"}
+    # tot and tot2: same quantity and inputs, different figures -> automatic contradiction
+    auto = [c for c in r.checks if c.automatic]
+    assert len(auto) == 1 and auto[0].verdict == "contradiction" and set(auto[0].claims) == {"tot", "tot2"}
+    assert audit_exit_code(r) == 1
+
+
+def test_product_check_for_a_layout_and_equal_check_across_units():
+    checks = ('\n[[check]]\nid = "p"\nkind = "product"\ntotal = "g"\nparts = [8, 16, 64]\n'
+              '\n[[check]]\nid = "e"\nkind = "equal"\nparts = ["b1", "b2"]\n')
+    text = key(
+        claim("g", "layout.world_size", "{ tp = 8, pp = 16, dp = 128 }", '"16,384"', "GPUs"),
+        claim("b1", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "42.9", "%"),
+        claim("b2", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", '"3/7"', "fraction"),
+        checks=checks,
+    )
+    by = {c.id: c for c in audit_text(text).checks}
+    assert by["p"].verdict == "contradiction"  # 8 x 16 x 64 = 8,192
+    assert by["e"].verdict == "consistent"
+
+
+def test_same_quantity_same_inputs_with_defaults_filled_must_agree():
+    text = key(
+        claim("a", "memory.train_state_bytes", "{ params = 1e9 }", 16, "GB"),
+        claim("b", "memory.train_state_bytes", "{ params = 1e9, bytes_per_param = 16 }", 18, "GB"),
+    )
+    auto = [c for c in audit_text(text).checks if c.automatic]
+    assert len(auto) == 1 and auto[0].verdict == "contradiction"
+
+
+def test_exit_code_zero_without_wrong_claims():
+    r = audit_text(key(claim("a", "layout.world_size", "{ tp = 2, pp = 2, dp = 2 }", 8, "GPUs")))
+    assert audit_exit_code(r) == 0
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("body, line, field, words", [
+    ('id = "a"\nquantity = "memory.train_stat_bytes"\nclaimed = 1\nunit = "GB"', 7, "quantity",
+     "did you mean memory.train_state_bytes"),
+    ('id = "a"\nquantity = "memory.train_state_bytes"\ninputs = { parms = 1 }\nclaimed = 1\nunit = "GB"', 8,
+     "inputs.parms", "not an input"),
+    ('id = "a"\nquantity = "memory.train_state_bytes"\ninputs = { params = 1 }\nclaimed = 1\nunit = "gigabytes"',
+     10, "unit", "unknown unit"),
+    ('id = "a"\nquantity = "memory.train_state_bytes"\ninputs = { params = 1 }\nclaimed = 1\nunit = "%"',
+     10, "unit", "cannot measure"),
+    ('id = "a"\nquantity = "memory.train_state_bytes"\ninputs = { params = 1 }\nclaimed = "lots"\nunit = "GB"',
+     9, "claimed", "not a number"),
+    ('id = "a"\nquantity = "memory.train_state_bytes"\ninputs = { params = 0 }\nclaimed = 1\nunit = "GB"',
+     8, "inputs.params", "must be an integer >= 1"),
+    ('id = "a"\nquantity = "memory.train_state_bytes"\ninputs = { params = 1 }\nclaimed = 1\nunit = "GB"\n'
+     'expect = "fine"', 11, "expect", "expect must be one of"),
+    ('id = "a"\nquantity = "memory.train_state_bytes"\ninputs = { params = 1 }\nclaimed = 1\nunit = "GB"\n'
+     'colour = "red"', 11, "colour", "unknown field"),
+])
+def test_errors_name_file_line_and_field(body, line, field, words):
+    text = key(body)
+    with pytest.raises(AnswerKeyError) as info:
+        parse_key(text, "bad.toml")
+    err = info.value
+    assert err.path == "bad.toml" and err.line == line, (err.line, str(err))
+    assert err.field.endswith(field)
+    assert words in str(err)
+    assert str(err).startswith(f"bad.toml:{line}: [")
+
+
+def test_bad_toml_and_missing_meta_and_duplicate_ids():
+    with pytest.raises(AnswerKeyError, match=r"k.toml:3: not valid TOML"):
+        parse_key('[meta]\ntitle = "t"\nsource = \n', "k.toml")
+    with pytest.raises(AnswerKeyError, match="missing \\[meta\\]"):
+        parse_key('[[claim]]\nid = "a"\n', "k.toml")
+    dup = claim("a", "layout.world_size", "{ tp = 1, pp = 1, dp = 1 }", 1, "GPUs")
+    with pytest.raises(AnswerKeyError, match="duplicate id 'a'"):
+        parse_key(key(dup, dup), "k.toml")
+
+
+def test_closed_form_constraints_surface_as_answer_key_errors():
+    c = claim("a", "pipeline.layers_per_stage.trim_ends", "{ num_layers = 126, p = 5 }", 8, "layers")
+    with pytest.raises(AnswerKeyError, match="must be a multiple of p=5"):
+        audit_text(key(c))
+
+
+def test_check_references_must_exist():
+    checks = '\n[[check]]\nid = "s"\nkind = "sum"\ntotal = "nope"\nparts = ["a"]\n'
+    with pytest.raises(AnswerKeyError, match="total 'nope' is not a claim id"):
+        parse_key(key(claim("a", "layout.world_size", "{ tp = 1, pp = 1, dp = 1 }", 1, "GPUs"), checks=checks))
+
+
+def test_audit_file_reads_from_disk(tmp_path):
+    p = tmp_path / "k.toml"
+    p.write_text(key(claim("a", "layout.world_size", "{ tp = 8, pp = 16, dp = 128 }", '"16,384"', "GPUs")))
+    r = audit_file(p)
+    assert r.claims[0].verdict == "holds"
+    with pytest.raises(AnswerKeyError, match="cannot read"):
+        audit_file(tmp_path / "missing.toml")
+
+
+# ----------------------------------------------------------------------------- reports and catalogue
+
+
+def test_reports_in_three_formats():
+    text = key(
+        claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "42.9", "%"),
+        claim("b", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 16 }", "18.75", "%"),
+    )
+    r = audit_text(text)
+    data = json.loads(render(r, "json"))
+    assert data[0]["claims"][0]["verdict"] == "holds"
+    assert data[0]["claims"][0]["computed"]["exact"] == "3/7"
+    assert data[0]["claims"][1]["convention"] == "bubble relative to ideal (useful) time"
+    md = render(r, "markdown")
+    assert "| `a` |" in md and "**holds-under-another-convention**" in md
+    table = render(r, "table")
+    assert "holds-under-another-convention" in table and "42.9 %" in table
+    with pytest.raises(ValueError):
+        render(r, "pdf")
+
+
+def test_list_quantities_gives_inputs_units_defaults_and_sources():
+    items = {q["name"]: q for q in list_quantities()}
+    q = items["memory.train_state_bytes"]
+    assert q["unit"] == "bytes" and q["source"]
+    by = {i["name"]: i for i in q["inputs"]}
+    assert by["bytes_per_param"]["default"] == 16 and by["params"]["default"] is None
+    assert "model" in by  # presets accepted wherever params is an input
+    assert items["empirical.max_abs_error"]["checkable"] is False
+    assert "memory.train_state_bytes" in render_quantity_list("table")
+    assert json.loads(render_quantity_list("json"))["conventions"]
+
+
+def test_every_verdict_name_is_documented():
+    assert VERDICTS == ("holds", "wrong", "holds-under-another-convention", "ambiguous", "not-checkable")

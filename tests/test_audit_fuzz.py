@@ -1,0 +1,146 @@
+"""Fuzzing the answer-key parser: random TOML text and random structures give either a
+valid key or AnswerKeyError, never another exception, and nothing is ever evaluated."""
+
+from __future__ import annotations
+
+import builtins
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from distcheck.audit import audit_key, parse_key
+from distcheck.audit.keys import validate_data
+from distcheck.errors import AnswerKeyError
+
+# FUZZ_N=3000 for a longer local run (it passed 3000 examples per test when written)
+SETTINGS = settings(max_examples=int(os.environ.get("FUZZ_N", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+GOOD = '''[meta]
+title = "t"
+source = "s"
+
+[[claim]]
+id = "a"
+quantity = "memory.train_state_bytes"
+inputs = { params = 6738149376, tp = 8 }
+claimed = 13.48
+unit = "GB"
+
+[[claim]]
+id = "b"
+quantity = "pipeline.bubble_fraction.gpipe"
+inputs = { p = 4, m = 16 }
+claimed = "3/19"
+unit = "fraction"
+
+[[check]]
+id = "c"
+kind = "equal"
+parts = ["a"]
+'''
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-10**30, max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
+    st.sampled_from(["memory.train_state_bytes", "GB", "%", "@a", "80 GB", "3/7", "llama-3-70b", "holds",
+                     "__import__('os').system('false')", "eval", "sum", "1e999"]),
+)
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=12)
+claim_keys = st.sampled_from(["id", "quantity", "inputs", "claimed", "unit", "rounding", "note", "section",
+                              "expect", "bogus"])
+claims = st.dictionaries(claim_keys, values, max_size=9)
+structures = st.fixed_dictionaries(
+    {"meta": st.one_of(st.fixed_dictionaries({"title": st.text(max_size=5), "source": st.text(max_size=5)}), values)},
+    optional={"claim": st.one_of(st.lists(claims, max_size=3), values),
+              "check": st.one_of(st.lists(st.dictionaries(st.sampled_from(
+                  ["id", "kind", "total", "parts", "expect"]), values, max_size=5), max_size=2), values),
+              "extra": values},
+)
+
+
+# Import everything once (sympy evaluates its own constant strings while its modules load),
+# so that the guard below sees only what parsing and auditing a key does.
+audit_key(parse_key(GOOD, "warm-up.toml"))
+
+
+class _NoEval:
+    """Fail the test if eval or exec runs while a key is parsed and audited."""
+
+    def __enter__(self):
+        self.saved = builtins.eval, builtins.exec, builtins.compile
+
+        def boom(*a, **k):
+            raise AssertionError("the answer-key parser evaluated code")
+
+        builtins.eval = builtins.exec = boom
+        return self
+
+    def __exit__(self, *exc):
+        builtins.eval, builtins.exec, builtins.compile = self.saved
+        return False
+
+
+def _parse_and_audit(text):
+    try:
+        key = parse_key(text, "fuzz.toml")
+    except AnswerKeyError as err:
+        assert str(err).startswith("fuzz.toml")
+        return
+    try:
+        audit_key(key)
+    except AnswerKeyError:
+        pass
+
+
+@SETTINGS
+@given(st.text(max_size=300))
+def test_random_text_never_raises_anything_but_answer_key_error(text):
+    with _NoEval():
+        _parse_and_audit(text)
+
+
+@SETTINGS
+@given(st.integers(min_value=0, max_value=len(GOOD) - 1), st.integers(min_value=1, max_value=30), st.text(max_size=12))
+def test_mutated_valid_keys_never_raise_anything_but_answer_key_error(start, length, insert):
+    text = GOOD[:start] + insert + GOOD[start + length:]
+    with _NoEval():
+        _parse_and_audit(text)
+
+
+@SETTINGS
+@given(st.sampled_from(["claimed", "unit", "quantity", "inputs", "rounding", "expect", "id"]), values)
+def test_random_field_values_never_raise_anything_but_answer_key_error(field, value):
+    import tomllib
+
+    data = tomllib.loads(GOOD)
+    data["claim"][0][field] = value
+    with _NoEval():
+        try:
+            key = validate_data(data, path="fuzz.toml")
+        except AnswerKeyError:
+            return
+        try:
+            audit_key(key)
+        except AnswerKeyError:
+            pass
+
+
+@SETTINGS
+@given(structures)
+def test_random_structures_never_raise_anything_but_answer_key_error(data):
+    with _NoEval():
+        try:
+            key = validate_data(data, path="fuzz.toml")
+        except AnswerKeyError:
+            return
+        try:
+            audit_key(key)
+        except AnswerKeyError:
+            pass
+
+
+def test_the_seed_key_is_valid():
+    key = parse_key(GOOD, "good.toml")
+    assert [c.id for c in key.claims] == ["a", "b"]

@@ -1,0 +1,95 @@
+"""Every golden key audits with each verdict equal to its `expect`, carries provenance,
+and a golden that lies about a verdict fails."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from distcheck.audit import VERDICTS, audit_file, load_key
+from distcheck.golden import default_golden_dir, golden_paths, load_golden, verify, verify_all
+from distcheck.errors import AnswerKeyError, GoldenError
+from distcheck.report import FAIL, PASS
+
+GOLDEN = sorted(default_golden_dir().glob("*.toml"))
+EXPECTED_FILES = {"lesson.toml", "chapter.toml", "zero_paper.toml", "llama3_table4.toml", "korthikanti.toml"}
+
+
+def test_the_five_golden_keys_ship():
+    assert EXPECTED_FILES <= {p.name for p in GOLDEN}
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.name)
+def test_every_golden_verdict_equals_expect(path):
+    result = audit_file(path)
+    mismatched = [(v.claim.id, v.verdict, v.claim.expect, v.explanation)
+                  for v in result.claims if v.verdict != v.claim.expect]
+    assert not mismatched
+    bad_checks = [(c.id, c.verdict, c.expect) for c in result.checks
+                  if c.verdict != (c.expect if not c.automatic else "consistent")]
+    assert not bad_checks
+    rows = verify(path)
+    assert rows and all(r.verdict == PASS and r.backend == "golden" for r in rows)
+    assert len(rows) == len(result.claims) + len(result.checks)
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.name)
+def test_every_golden_claim_has_provenance(path):
+    key = load_golden(path)
+    assert key.source.strip() and key.title.strip()
+    for c in key.claims:
+        assert c.section.strip() and c.expect in VERDICTS
+
+
+def test_the_golden_keys_exercise_every_verdict():
+    seen = {v.verdict for p in GOLDEN for v in audit_file(p).claims}
+    assert seen == set(VERDICTS)
+
+
+def test_pinned_golden_values():
+    """Values a wrong closed form or a wrong golden would miss (exact)."""
+    lesson = {v.claim.id: v for v in audit_file(default_golden_dir() / "lesson.toml").claims}
+    assert lesson["lesson.7b.state_bytes"].computed == 107_810_390_016
+    assert lesson["lesson.70b.params"].computed == 68_975_329_280
+    assert lesson["lesson.7b.activations"].computed == 822_083_584
+    assert lesson["lesson.pp.p4m4.bubble"].computed * 7 == 3
+    chapter = {v.claim.id: v for v in audit_file(default_golden_dir() / "chapter.toml").claims}
+    assert chapter["chapter.70b.weights"].computed == 2 * 70_553_706_496
+    assert chapter["chapter.70b.adam"].convention.endswith("nominal parameter count from the model name")
+    assert "12 B/param" in chapter["chapter.70b.total"].convention
+    assert chapter["chapter.pp.bubble_formula"].convention == "bubble relative to ideal (useful) time"
+    zero = {v.claim.id: v for v in audit_file(default_golden_dir() / "zero_paper.toml").claims}
+    assert [zero[f"zero.{k}"].computed for k in ("baseline", "pos", "pos_g", "pos_g_p")] == [
+        120 * 10**9, 31_406_250_000, 16_640_625_000, 1_875_000_000]
+    llama = {v.claim.id: v for v in audit_file(default_golden_dir() / "llama3_table4.toml").claims}
+    assert {llama[f"llama3.r{i}.tokens"].computed for i in (1, 2, 3)} == {2**24}
+
+
+def test_a_golden_with_a_false_expect_fails(tmp_path):
+    text = (default_golden_dir() / "zero_paper.toml").read_text()
+    p = tmp_path / "tampered.toml"
+    p.write_text(text.replace('claimed = 31.4\nunit = "GB"', 'claimed = 31.9\nunit = "GB"', 1))
+    rows = {r.check: r for r in verify(p)}
+    row = rows["golden/tampered:zero.pos"]
+    assert row.verdict == FAIL and "expected holds" in row.detail
+
+
+def test_golden_rules_require_expect_and_section(tmp_path):
+    p = tmp_path / "g.toml"
+    p.write_text('[meta]\ntitle = "t"\nsource = "s"\n[[claim]]\nid = "a"\nquantity = "layout.world_size"\n'
+                 'inputs = { tp = 2, pp = 2, dp = 2 }\nclaimed = 8\nunit = "GPUs"\nsection = "x"\n')
+    assert load_key(p).claims[0].expect is None  # fine as an answer key
+    with pytest.raises(AnswerKeyError, match="needs expect"):
+        load_golden(p)
+    rows = verify(p)
+    assert len(rows) == 1 and rows[0].verdict == FAIL
+
+
+def test_verify_all_and_missing_folder(tmp_path):
+    rows = verify_all()
+    assert rows and all(r.verdict == PASS for r in rows)
+    assert len(golden_paths()) == len(GOLDEN)
+    with pytest.raises(GoldenError):
+        golden_paths(tmp_path / "nope")
+    with pytest.raises(GoldenError):
+        golden_paths(tmp_path)
