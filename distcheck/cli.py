@@ -167,6 +167,8 @@ def _run_check(args) -> int:
         print(to_json(results))
     else:
         out = Console()
+        if not out.is_terminal:  # a log file or a pipe: do not squeeze the table into 80 columns
+            out = Console(width=160)
         render_table(results, console=out)
         n_fail = sum(r.verdict == FAIL for r in results)
         n_skip = sum(r.verdict == SKIP for r in results)

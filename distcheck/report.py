@@ -10,9 +10,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-__all__ = ["CheckResult", "PASS", "FAIL", "SKIP", "render_table", "to_json", "exit_code"]
+__all__ = ["CheckResult", "PASS", "FAIL", "SKIP", "FINDING", "render_table", "to_json", "exit_code"]
 
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
+#: a documented discrepancy in an upstream library (e.g. a torch schedule table that
+#: disagrees with what torch executes): printed with its evidence, not a failure of the run
+FINDING = "finding"
 
 
 @dataclass
@@ -25,7 +28,8 @@ class CheckResult:
             ``"nccl"``, ``"threaded"``, ``"fake"``.
         world_size: ranks in the world (1 for pure references).
         examples: examples tried (Hypothesis examples, figures, or runs).
-        verdict: ``"pass"``, ``"FAIL"`` or ``"skip"``.
+        verdict: ``"pass"``, ``"FAIL"``, ``"skip"`` or ``"finding"`` (a known upstream
+            discrepancy, reproduced and reported; see distcheck.runners.findings).
         max_error: the largest absolute error seen (None where not numeric).
         bound: the bound the error was held to (None for exact checks).
         detail: one line: the counterexample, the reason for a skip, or the figure.
@@ -47,24 +51,42 @@ def _fmt_err(x: float | None) -> str:
 
 
 def render_table(results: Iterable[CheckResult], title: str = "distcheck check", console=None) -> None:
-    """Print the results as a rich table (check / backend / world size / examples / verdict / max error)."""
+    """Print the results as a rich table (check / backend / world size / examples / verdict / max error / detail).
+
+    The detail column is cut to one line; the full detail of every FAIL and
+    finding row is printed after the table, so nothing that explains a verdict is lost.
+    """
     from rich.console import Console
     from rich.table import Table
 
+    results = list(results)
     console = console or Console()
     table = Table(title=title, show_lines=False)
     for col, kw in (
-        ("check", {}), ("backend", {}), ("world size", {"justify": "right"}), ("examples", {"justify": "right"}),
-        ("verdict", {}), ("max error", {"justify": "right"}), ("detail", {"overflow": "fold"}),
+        ("check", {"no_wrap": True}), ("backend", {"no_wrap": True, "min_width": 7}), ("world size", {"justify": "right", "min_width": 5}),
+        ("examples", {"justify": "right", "min_width": 5}), ("verdict", {"no_wrap": True, "min_width": 7}), ("max error", {"justify": "right", "no_wrap": True, "min_width": 9}),
+        ("detail", {"no_wrap": True}),
     ):
         table.add_column(col, **kw)
-    style = {PASS: "green", FAIL: "bold red", SKIP: "yellow"}
+    style = {PASS: "green", FAIL: "bold red", SKIP: "yellow", FINDING: "magenta"}
+    name_w = max([len(r.check) for r in results] + [5])
+    room = max(24, console.width - name_w - 76)  # what is left for the detail after the fixed columns
+
+    def short(text: str) -> str:
+        line = text.splitlines()[0] if text else ""
+        return line if len(line) <= room else line[: room - 1] + "…"
+
     for r in results:
         table.add_row(
             r.check, r.backend, str(r.world_size), str(r.examples),
-            f"[{style.get(r.verdict, '')}]{r.verdict}[/]", _fmt_err(r.max_error), r.detail,
+            f"[{style.get(r.verdict, '')}]{r.verdict}[/]", _fmt_err(r.max_error), short(r.detail),
         )
     console.print(table)
+    notable = [r for r in results if r.verdict in (FAIL, FINDING)]
+    for r in notable:
+        console.print(f"[{style[r.verdict]}]{r.verdict}[/] {r.check} ({r.backend}, world size {r.world_size}):",
+                      highlight=False)
+        console.print(f"  {r.detail}", highlight=False, markup=False)
 
 
 def to_json(results: Iterable[CheckResult]) -> str:
