@@ -1,0 +1,247 @@
+"""Known-wrong implementations (mutants) and the properties that must kill them.
+
+Each mutant is a small function with the same signature as the implementation slot
+of one property (see :mod:`distcheck.props`), carrying one mistake that real code
+makes. :func:`kill_mutants` runs each mutant's property with the mutant as ``impl``
+and expects it to FAIL with a shrunk counterexample. A mutant that survives means
+the property is too weak: ``distcheck check`` reports "mutants killed k/12".
+
+The mistakes (sources: the lesson = seed 000, the chapter = seed 001):
+
+=================================  ====================================  ===================================
+mutant                             mistake                               killed by
+=================================  ====================================  ===================================
+dp.plain_mean_unequal              plain mean of shard means, unequal    dp.unequal_shards.weighted
+                                   shards (lesson: error 0.067, 60 on 8)
+accumulation.mean_of_means         per-micro-batch mean, then mean       accumulation.tokens.split_invariant
+tp.mlp.row_then_column             row-split W_up, column-split W_down,  tp.mlp.exact
+                                   no extra all-reduce (lesson, Predict)
+tp.layer_norm.per_shard            layer norm over each shard's slice    tp.layer_norm.sharded_hidden
+                                   of the hidden dim (lesson, Predict)
+tp.row.bias_every_rank             bias added on every rank before the   tp.row.exact
+                                   all-reduce (added tp times)
+tp.swiglu.fused_naive_split        fused [gate|up] split as one matrix   tp.swiglu.fused
+params.attention_ignores_kv        k/v sized with num_heads (no GQA)     params.total.closed_form
+params.tied_counted_twice          tied head counted again               params.total.closed_form
+params.tied_subtracted_twice       tied head subtracted twice            params.total.closed_form
+layout.tp_outermost                mesh order puts TP groups across      layout.tp.node_local
+                                   nodes (strided by dp*pp*cp)
+pipeline.ratio_as_fraction         (p-1)/m reported as idle / TOTAL      pipeline.bubble_fraction.formula
+zero.stage2_unsharded_grads        ZeRO-2 keeps full gradients           zero.bytes.figure1
+=================================  ====================================  ===================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable
+
+import numpy as np
+
+from distcheck.report import FAIL, PASS, CheckResult
+
+__all__ = ["Mutant", "MUTANTS", "mutants", "kill_mutant", "kill_mutants"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A known-wrong implementation and the property that must kill it."""
+
+    name: str
+    function: Callable
+    kills: str
+    description: str
+
+
+MUTANTS: dict[str, Mutant] = {}
+
+
+def _mutant(name: str, kills: str):
+    def register(fn):
+        MUTANTS[name] = Mutant(name, fn, kills, (fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+
+    return register
+
+
+# ----------------------------------------------------------------------------------------------
+# data parallelism and accumulation
+
+
+@_mutant("dp.plain_mean_unequal", "dp.unequal_shards.weighted")
+def plain_mean_unequal(grads, sizes):
+    """Plain mean of the shard-mean gradients, ignoring unequal shard sizes (what DDP does)."""
+    return sum(grads[1:], grads[0]) / len(grads)
+
+
+@_mutant("accumulation.mean_of_means", "accumulation.tokens.split_invariant")
+def mean_of_means(grad_fn_sum, params, X, y, microbatch_sizes, mask=None):
+    """Per-micro-batch mean loss (over its own tokens), then the mean over micro-batches."""
+    bounds = np.cumsum([0, *microbatch_sizes])
+    means = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        if mask is None:
+            means.append(grad_fn_sum(params, X[lo:hi], y[lo:hi]) / (hi - lo))
+        else:
+            means.append(grad_fn_sum(params, X[lo:hi], y[lo:hi], mask[lo:hi]) / np.sum(mask[lo:hi]))
+    return sum(means[1:], means[0]) / len(means)
+
+
+# ----------------------------------------------------------------------------------------------
+# tensor parallelism
+
+
+def _bounds(n: int, tp: int) -> list[tuple[int, int]]:
+    edges = np.cumsum([0] + [len(c) for c in np.array_split(np.arange(n), tp)])
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+
+
+@_mutant("tp.mlp.row_then_column", "tp.mlp.exact")
+def row_then_column_mlp(x, W_up, W_down, tp, act="relu", b_up=None, b_down=None, *, log=None):
+    """Row-split W_up and column-split W_down with no extra all-reduce: each rank applies the
+    activation to its PARTIAL sum x_r W_up[r] and multiplies by its columns of W_down."""
+    x, W_up, W_down = np.asarray(x), np.asarray(W_up), np.asarray(W_down)
+    outs = []
+    for (lo, hi), (clo, chi) in zip(_bounds(W_up.shape[0], tp), _bounds(W_down.shape[1], tp)):
+        h = np.maximum(x[..., lo:hi] @ W_up[lo:hi, :], 0)
+        outs.append(h @ W_down[:, clo:chi])
+    y = np.concatenate(outs, axis=-1)
+    return y if b_down is None else y + b_down
+
+
+@_mutant("tp.layer_norm.per_shard", "tp.layer_norm.sharded_hidden")
+def layer_norm_per_shard(x_shards, eps=1.0):
+    """Layer norm applied to each rank's slice of the hidden dim with LOCAL mean and variance."""
+    out = []
+    for s in x_shards:
+        mu = s.mean(axis=-1, keepdims=True)
+        var = ((s - mu) ** 2).mean(axis=-1, keepdims=True)
+        out.append((s - mu) / np.sqrt(var + eps))
+    return out
+
+
+@_mutant("tp.row.bias_every_rank", "tp.row.exact")
+def row_parallel_bias_every_rank(x, W, tp, b=None, *, log=None):
+    """Row-parallel linear where every rank adds the bias to its partial before the all-reduce."""
+    x, W = np.asarray(x), np.asarray(W)
+    out = None
+    for lo, hi in _bounds(W.shape[0], tp):
+        part = x[..., lo:hi] @ W[lo:hi, :]
+        if b is not None:
+            part = part + b
+        out = part if out is None else out + part
+    if log is not None:
+        log.append(("all_reduce", out.shape))
+    return out
+
+
+@_mutant("tp.swiglu.fused_naive_split", "tp.swiglu.fused")
+def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
+    """Fused [gate | up] weight column-split as one matrix: rank r takes a contiguous block of
+    the fused columns and splits it in half, pairing gate and up of different units."""
+    x, W_fused, W_down = np.asarray(x), np.asarray(W_fused), np.asarray(W_down)
+    total = None
+    for (lo, hi), (dlo, dhi) in zip(_bounds(W_fused.shape[1], tp), _bounds(W_down.shape[0], tp)):
+        gu = x @ W_fused[:, lo:hi]
+        half = gu.shape[-1] // 2
+        h = gu[..., :half] / (1 + np.exp(-gu[..., :half])) * gu[..., half:2 * half]
+        part = h @ W_down[dlo:dlo + h.shape[-1], :]
+        total = part if total is None else total + part
+    if log is not None:
+        log.append(("all_reduce", total.shape))
+    return total
+
+
+# ----------------------------------------------------------------------------------------------
+# parameter counts
+
+
+@_mutant("params.attention_ignores_kv", "params.total.closed_form")
+def count_params_ignoring_kv_heads(cfg):
+    """Attention count that sizes k and v with num_heads (ignores grouped-query attention)."""
+    from distcheck.params import count_params
+
+    return count_params(dataclasses.replace(cfg, num_kv_heads=cfg.num_heads))
+
+
+@_mutant("params.tied_counted_twice", "params.total.closed_form")
+def count_params_tied_counted_twice(cfg):
+    """Tied embeddings counted twice: the shared matrix counted again as the output head."""
+    from distcheck.params import count_params
+
+    return count_params(dataclasses.replace(cfg, tied_embeddings=False))
+
+
+@_mutant("params.tied_subtracted_twice", "params.total.closed_form")
+def count_params_tied_subtracted_twice(cfg):
+    """Tied embeddings subtracted twice: V x d removed again from a count that already omits the head."""
+    from distcheck.params import count_params
+
+    n = count_params(cfg)
+    return n - cfg.vocab_size * cfg.hidden_size if cfg.tied_embeddings else n
+
+
+# ----------------------------------------------------------------------------------------------
+# layout, pipeline, ZeRO
+
+
+@_mutant("layout.tp_outermost", "layout.tp.node_local")
+def groups_tp_outermost(cfg, axis):
+    """Groups of a mesh laid out in the REVERSED order (tp outermost): TP ranks strided across nodes."""
+    from distcheck.layout import groups
+
+    return groups(dataclasses.replace(cfg, order=tuple(reversed(cfg.order))), axis)
+
+
+@_mutant("pipeline.ratio_as_fraction", "pipeline.bubble_fraction.formula")
+def bubble_ratio_as_fraction(schedule, p, m, v=1):
+    """(p-1)/m (idle relative to IDEAL time; (p-1)/(v m) interleaved) labelled as idle / total."""
+    return Fraction(p - 1, v * m)
+
+
+@_mutant("zero.stage2_unsharded_grads", "zero.bytes.figure1")
+def zero_stage2_unsharded_grads(params, dp, stage, k=12):
+    """ZeRO stage 2 that forgets to shard gradients (reports stage 1's bytes)."""
+    from distcheck.zero import model_state_bytes_per_gpu
+
+    return model_state_bytes_per_gpu(params, dp, 1 if stage == 2 else stage, k)
+
+
+# ----------------------------------------------------------------------------------------------
+# running
+
+
+def mutants() -> list[Mutant]:
+    """Every registered mutant, sorted by name."""
+    return [MUTANTS[n] for n in sorted(MUTANTS)]
+
+
+def kill_mutant(mutant: Mutant | str, profile: str = "ci") -> CheckResult:
+    """Run ``mutant.kills`` with the mutant as the implementation.
+
+    Returns a CheckResult with ``check = "mutant:<name>"``: verdict ``pass`` when the
+    property FAILED (the mutant is killed; ``detail`` = the shrunk counterexample),
+    ``FAIL`` when the mutant survived. ``extra`` holds the property run's extra
+    (counterexample, error, reproduce_failure, seed) plus ``killed`` and ``property``.
+    """
+    from distcheck.props import get, run_property
+
+    if isinstance(mutant, str):
+        mutant = MUTANTS[mutant]
+    run = run_property(get(mutant.kills), profile, impl=mutant.function, label=f"mutant:{mutant.name}")
+    killed = run.verdict == FAIL
+    extra = dict(run.extra, killed=killed, property=mutant.kills, mutant=mutant.name)
+    if killed:
+        detail = f"killed by {mutant.kills}: {run.detail}"
+    else:
+        detail = f"SURVIVED {run.examples} examples of {mutant.kills}: {mutant.description}"
+    return CheckResult(check=f"mutant:{mutant.name}", backend="reference", verdict=PASS if killed else FAIL,
+                       world_size=1, examples=run.examples, max_error=run.max_error, bound=run.bound,
+                       detail=detail, extra=extra)
+
+
+def kill_mutants(profile: str = "ci") -> list[CheckResult]:
+    """Run every mutant (see :func:`kill_mutant`); one row each, sorted by mutant name."""
+    return [kill_mutant(m, profile) for m in mutants()]

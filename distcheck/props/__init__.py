@@ -1,0 +1,264 @@
+"""distcheck's properties: plain functions of generated inputs, a registry, and a runner.
+
+A property is a function ``fn(case, *, impl=None)`` that raises
+:class:`distcheck.errors.PropertyFailure` when it does not hold. ``impl`` is the
+implementation under test; ``None`` means the reference (``distcheck.dp``,
+``distcheck.tp``, ...). Passing another function with the same signature is how a
+mutant (:mod:`distcheck.mutants`) or a third-party layer is checked.
+
+Each property is registered with the strategy that feeds it as a :class:`Property`.
+:func:`run_property` applies :func:`hypothesis.given` itself, so properties run
+without pytest (``distcheck check``); it returns a
+:class:`distcheck.report.CheckResult` row (backend ``"reference"``) with the
+examples tried, the verdict, and on failure the shrunk counterexample and how to
+reproduce it (the seed, and the ``@reproduce_failure`` blob).
+
+Suites (one module each): dp, accumulation, tp, pipeline, zero, params, layout, comm.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from hypothesis import Phase, given, seed as hypothesis_seed, settings
+from hypothesis.strategies import SearchStrategy
+
+from distcheck.errors import ConfigError, PropertyFailure, UnknownQuantityError
+from distcheck.report import FAIL, PASS, CheckResult
+
+__all__ = [
+    "SUITES",
+    "Property",
+    "register",
+    "properties",
+    "get",
+    "run_property",
+    "run_suite",
+    "run_all",
+    "mutant_summary",
+    "call_impl",
+]
+
+#: property suites, one module of distcheck.props each
+SUITES = ("dp", "accumulation", "tp", "pipeline", "zero", "params", "layout", "comm")
+
+_REGISTRY: dict[str, "Property"] = {}
+_loaded = False
+
+
+@dataclass(frozen=True)
+class Property:
+    """One registered property.
+
+    Attributes:
+        name: dotted name, e.g. ``"dp.unequal_shards.weighted"`` (suite first).
+        strategy: a zero-argument callable returning the Hypothesis strategy of the
+            cases (built lazily, so reference modules load only when needed).
+        function: ``function(case, *, impl=None)``; raises PropertyFailure.
+        description: one line: what must hold, and its exactness regime.
+        reference: the default implementation (``impl=None``), for documentation.
+        impl_signature: the signature an ``impl`` must have.
+    """
+
+    name: str
+    strategy: Callable[[], SearchStrategy]
+    function: Callable
+    description: str
+    reference: Callable | None = field(default=None, repr=False)
+    impl_signature: str = ""
+
+    @property
+    def suite(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def check(self, case, impl=None) -> None:
+        """Run the property on one case (raises PropertyFailure)."""
+        if impl is None:
+            self.function(case)
+        else:
+            self.function(case, impl=impl)
+
+
+def register(prop: Property) -> Property:
+    """Add ``prop`` to the registry; a second property of the same name is an error."""
+    if prop.name in _REGISTRY and _REGISTRY[prop.name] is not prop:
+        raise ValueError(f"property {prop.name!r} registered twice")
+    _REGISTRY[prop.name] = prop
+    return prop
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        for suite in SUITES:
+            importlib.import_module(f"distcheck.props.{suite}")
+        _loaded = True
+
+
+def properties(suite: str | None = None) -> list[Property]:
+    """Registered properties, sorted by name; only those of ``suite`` when given.
+
+    Raises ConfigError for an unknown suite.
+    """
+    _load()
+    if suite is not None and suite not in SUITES:
+        raise ConfigError("suite", suite, f"must be one of {', '.join(map(repr, SUITES))}")
+    return [p for n, p in sorted(_REGISTRY.items()) if suite is None or p.suite == suite]
+
+
+def get(name: str) -> Property:
+    """The property called ``name``; raises UnknownQuantityError (a KeyError) with suggestions."""
+    _load()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownQuantityError(name, sorted(_REGISTRY)) from None
+
+
+def call_impl(what: str, fn: Callable, *args, **kwargs):
+    """Call the implementation under test; turn an unexpected exception into a PropertyFailure.
+
+    A crash of the implementation on a valid case is a failure of the property
+    (e.g. a mis-sharded weight whose shapes no longer line up).
+    """
+    try:
+        return fn(*args, **kwargs)
+    except PropertyFailure:
+        raise
+    except Exception as e:  # noqa: BLE001 - any crash on a valid input fails the property
+        raise PropertyFailure(f"{what} raised {type(e).__name__}: {e}") from e
+
+
+_BLOB = re.compile(r"@reproduce_failure\([^)]*\)")
+_FALSIFYING = re.compile(r"Falsifying example: .*", re.S)
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_property(
+    prop: Property | str,
+    profile: str = "ci",
+    *,
+    impl: Callable | None = None,
+    seed: int | None = None,
+    max_examples: int | None = None,
+    label: str | None = None,
+) -> CheckResult:
+    """Run one property under a settings profile, without pytest.
+
+    Args:
+        prop: a :class:`Property` or its name.
+        profile: ``"dev"``, ``"ci"`` or ``"thorough"`` (:mod:`distcheck.profiles`).
+        impl: implementation under test (None: the reference).
+        seed: Hypothesis seed (ignored by the derandomized ``ci`` profile); drawn at
+            random when None and reported, so any failure can be replayed.
+        max_examples: overrides the profile's example count.
+        label: the ``check`` column of the row (default: the property name).
+
+    Returns a CheckResult: ``verdict`` pass/FAIL, ``examples`` = calls of the
+    property (generated examples, plus shrinking replays on failure), ``max_error``
+    and ``bound`` from the PropertyFailure, ``detail`` = the shrunk counterexample
+    and the error; ``extra`` = ``{"counterexample", "error", "error_type",
+    "reproduce_failure", "seed", "profile", "reproduce"}``.
+    Raises ConfigError for an unknown profile; UnknownQuantityError for an unknown name.
+    """
+    from distcheck.profiles import get_profile
+
+    if isinstance(prop, str):
+        prop = get(prop)
+    base = get_profile(profile)
+    # no example database (runs are reproduced by seed or blob); one bug per run; the
+    # "explain" phase is skipped: it re-runs the failing example many times to annotate lines
+    overrides = dict(database=None, report_multiple_bugs=False,
+                     phases=tuple(ph for ph in base.phases if ph is not Phase.explain))
+    if max_examples is not None:
+        overrides["max_examples"] = max_examples
+    run_settings = settings(base, **overrides)
+    if seed is None:
+        seed = random.getrandbits(32)
+
+    state = {"calls": 0, "failing": None}
+
+    def test(case):
+        state["calls"] += 1
+        try:
+            prop.check(case, impl)
+        except BaseException:
+            state["failing"] = case
+            raise
+
+    test.__name__ = prop.name.replace(".", "_")
+    runner = run_settings(given(prop.strategy())(test))
+    runner = hypothesis_seed(seed)(runner)
+
+    check = label or prop.name
+    extra = {"seed": seed, "profile": profile, "property": prop.name}
+    try:
+        runner()
+    except Exception as e:  # noqa: BLE001 - every failure becomes a FAIL row
+        notes = "\n".join(getattr(e, "__notes__", []) or [])
+        blob = _BLOB.search(notes)
+        counter = repr(state["failing"]) if state["failing"] is not None else ""
+        if not counter:
+            m = _FALSIFYING.search(notes)
+            counter = m.group(0).split("\n\n")[0] if m else ""
+        reproduce = (f"run_property({prop.name!r}, profile={profile!r}"
+                     + (f", seed={seed}" if not base.derandomize else "") + ")")
+        extra.update(
+            counterexample=counter,
+            error=str(e),
+            error_type=type(e).__name__,
+            reproduce_failure=blob.group(0) if blob else None,
+            reproduce=reproduce,
+        )
+        max_error = getattr(e, "max_error", None)
+        bound = getattr(e, "bound", None)
+        return CheckResult(
+            check=check, backend="reference", verdict=FAIL, world_size=1, examples=state["calls"],
+            max_error=float(max_error) if max_error is not None else None,
+            bound=float(bound) if bound is not None else None,
+            detail=_one_line(f"counterexample {counter}: {type(e).__name__}: {e}"),
+            extra=extra,
+        )
+    return CheckResult(check=check, backend="reference", verdict=PASS, world_size=1, examples=state["calls"],
+                       detail=prop.description, extra=extra)
+
+
+def run_suite(suite: str | None = None, profile: str = "ci", *, names: Iterable[str] | None = None) -> list[CheckResult]:
+    """Run every property (of ``suite``, or the listed ``names``) and return one row each."""
+    props = [get(n) for n in names] if names is not None else properties(suite)
+    return [run_property(p, profile) for p in props]
+
+
+def mutant_summary(rows: Iterable[CheckResult]) -> CheckResult:
+    """One row "mutants killed k/n" over the rows of :func:`distcheck.mutants.kill_mutants`."""
+    rows = list(rows)
+    killed = sum(1 for r in rows if r.verdict == PASS)
+    survivors = [r.check.removeprefix("mutant:") for r in rows if r.verdict != PASS]
+    detail = f"mutants killed {killed}/{len(rows)}" + (f"; survived: {', '.join(survivors)}" if survivors else "")
+    return CheckResult(check="mutants", backend="reference", verdict=PASS if not survivors and rows else FAIL,
+                       examples=sum(r.examples for r in rows), detail=detail, extra={"killed": killed, "total": len(rows)})
+
+
+def run_all(profile: str = "ci", *, mutants: bool = True, proofs: bool = True) -> list[CheckResult]:
+    """Everything ``distcheck check`` runs for the properties stage, one row each:
+    every property (backend "reference"), every sympy proof (backend "sympy"), every
+    mutant ("mutant:<name>", pass = killed) and a final "mutants killed k/n" row."""
+    rows = run_suite(None, profile)
+    if proofs:
+        from distcheck.props.proofs import prove_all
+
+        rows += prove_all()
+    if mutants:
+        from distcheck.mutants import kill_mutants
+
+        killed = kill_mutants(profile)
+        rows += killed + [mutant_summary(killed)]
+    return rows

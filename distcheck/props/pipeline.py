@@ -1,0 +1,87 @@
+"""Pipeline properties: the tick simulator against the closed forms, for every schedule.
+
+Everything is exact (integer ticks, Fraction bubbles). Implementation slots:
+``simulate(schedule, p, m, v, t_f, t_b) -> Timeline`` (:func:`distcheck.pipeline.simulate`)
+and ``bubble_fraction(schedule, p, m, v) -> Fraction`` (the catalogue's
+``pipeline.bubble_fraction.<schedule>``).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from distcheck import strategies as ds
+from distcheck.errors import PropertyFailure
+from distcheck.props import Property, call_impl, register
+
+__all__ = ["bubble_fraction_formula"]
+
+
+def _form(name: str, **values):
+    from distcheck.closed_form import get
+
+    form = get(name)
+    known = {i.name for i in form.inputs}
+    return Fraction(form.evaluate(**{k: v for k, v in values.items() if k in known}))
+
+
+def _equal(what: str, expected, got, params) -> None:
+    if Fraction(expected) != Fraction(got):
+        raise PropertyFailure(f"{what} for {params}", expected=expected, got=got)
+
+
+def _simulate(*args, **kwargs):
+    from distcheck.pipeline import simulate
+
+    return simulate(*args, **kwargs)
+
+
+def simulator_matches_closed_forms(pp, *, impl=_simulate) -> None:
+    """step_ticks, busy ticks per rank, bubble_fraction, bubble_ratio and the activation
+    stash equal the closed forms ``pipeline.*.<schedule>``; the two bubble conventions
+    satisfy fraction = ratio / (1 + ratio); GPipe stashes m, 1F1B at most p."""
+    tl = call_impl("simulate", impl, pp.schedule, pp.p, pp.m, pp.v, pp.t_f, pp.t_b)
+    vals = dict(p=pp.p, m=pp.m, v=pp.v, t_f=pp.t_f, t_b=pp.t_b)
+    s = pp.schedule
+    _equal("step_ticks", _form(f"pipeline.step_ticks.{s}", **vals), tl.step_ticks, pp)
+    busy = _form("pipeline.busy_ticks", **vals)
+    for rank, b in enumerate(tl.busy_ticks):
+        _equal(f"busy_ticks of rank {rank}", busy, b, pp)
+    _equal("bubble_fraction", _form(f"pipeline.bubble_fraction.{s}", **vals), tl.bubble_fraction, pp)
+    _equal("bubble_ratio", _form(f"pipeline.bubble_ratio.{s}", **vals), tl.bubble_ratio, pp)
+    ratio = Fraction(tl.bubble_ratio)
+    _equal("bubble_fraction vs ratio/(1+ratio)", ratio / (1 + ratio), tl.bubble_fraction, pp)
+    _equal("peak_in_flight", _form(f"pipeline.peak_in_flight.{s}", **vals), max(tl.peak_in_flight), pp)
+    if s == "gpipe" and tl.peak_in_flight[0] != pp.m:
+        raise PropertyFailure(f"GPipe rank 0 must stash all m micro-batches for {pp}", expected=pp.m, got=tl.peak_in_flight[0])
+    if s == "1f1b" and max(tl.peak_in_flight) > pp.p:
+        raise PropertyFailure(f"1F1B must stash at most p micro-batches for {pp}", expected=f"<= {pp.p}",
+                              got=max(tl.peak_in_flight))
+
+
+def bubble_fraction_formula(schedule: str, p: int, m: int, v: int = 1) -> Fraction:
+    """Reference formula: the catalogue's ``pipeline.bubble_fraction.<schedule>`` (idle / total)."""
+    return _form(f"pipeline.bubble_fraction.{schedule}", p=p, m=m, v=v)
+
+
+def formula_matches_simulator(pp, *, impl=bubble_fraction_formula) -> None:
+    """A bubble-fraction formula (idle / TOTAL time) must equal the simulated fraction exactly."""
+    got = call_impl("bubble_fraction", impl, pp.schedule, pp.p, pp.m, pp.v)
+    tl = _simulate(pp.schedule, pp.p, pp.m, pp.v, pp.t_f, pp.t_b)
+    _equal("bubble fraction (idle / total) of the formula vs the simulator", tl.bubble_fraction, got, pp)
+
+
+register(Property(
+    "pipeline.simulator.closed_forms",
+    lambda: ds.pipeline_params(),
+    simulator_matches_closed_forms,
+    "simulator == closed forms (step, busy, both bubble conventions, stash) for gpipe, 1f1b, interleaved",
+    _simulate, "simulate(schedule, p, m, v, t_f, t_b) -> Timeline",
+))
+register(Property(
+    "pipeline.bubble_fraction.formula",
+    lambda: ds.pipeline_params(),
+    formula_matches_simulator,
+    "bubble-fraction formula (idle / total) == simulated idle / total, exactly",
+    bubble_fraction_formula, "bubble_fraction(schedule, p, m, v=1) -> Fraction",
+))

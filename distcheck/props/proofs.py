@@ -1,0 +1,172 @@
+"""Symbolic proofs (sympy) of identities between closed forms, for every value of the symbols.
+
+Symbols are declared positive integers (p, m, v, N_d, Psi, n) so simplification may use
+that. Each proof is a function returning ``(holds, detail)``; :func:`prove_all` returns
+one :class:`distcheck.report.CheckResult` row per proof (backend ``"sympy"``).
+
+Proved:
+
+- GPipe: ``1 - busy/total`` with total ``(m+p-1)(t_f+t_b)`` and busy ``m(t_f+t_b)``
+  simplifies to ``(p-1)/(m+p-1)`` (lesson), and equals the catalogue form;
+- the two bubble conventions: fraction = ratio / (1 + ratio) for gpipe, 1f1b and
+  interleaved (REFERENCES.md "Pipeline bubbles");
+- the interleaved bubble ratio is the 1F1B ratio divided by v (Narayanan et al. 2021 §2.2.2);
+- every bubble fraction tends to 0 as m -> oo;
+- ZeRO: each stage reduces to the DDP baseline at N_d = 1, and stages are
+  non-increasing (differences are nonnegative multiples of 1 - 1/N_d);
+- ZeRO-3 communication = 1.5 x DDP (section 7);
+- ring all-reduce bytes = reduce-scatter + all-gather bytes (nccl-tests);
+- params: tying removes exactly V d; GQA -> MHA adds exactly 2 L d e (H - G) (no biases).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import sympy as sp
+
+from distcheck.report import FAIL, PASS, CheckResult
+
+__all__ = ["PROOFS", "prove", "prove_all"]
+
+
+def _get(name: str):
+    from distcheck.closed_form import get
+
+    return get(name)
+
+
+def _sym(form, name: str) -> sp.Symbol:
+    return form.symbols[name]
+
+
+def _zero(expr) -> bool:
+    return sp.simplify(expr) == 0
+
+
+def gpipe_bubble_from_schedule():
+    """1 - busy/total of the GPipe schedule == (p-1)/(m+p-1) == pipeline.bubble_fraction.gpipe."""
+    p, m = sp.symbols("p m", integer=True, positive=True)
+    t_f, t_b = sp.symbols("t_f t_b", positive=True)
+    total = (m + p - 1) * t_f + (m + p - 1) * t_b  # forward phase, then backward phase (lesson)
+    busy = m * (t_f + t_b)
+    bubble = sp.simplify(1 - busy / total)
+    ok = _zero(bubble - (p - 1) / (m + p - 1))
+    form = _get("pipeline.bubble_fraction.gpipe")
+    fp, fm = _sym(form, "p"), _sym(form, "m")
+    ok_form = _zero(form.expr.subs({fp: p, fm: m}) - bubble)
+    return ok and ok_form, f"1 - busy/total = {bubble}"
+
+
+def bubble_conventions():
+    """fraction = ratio / (1 + ratio) for every schedule."""
+    details = []
+    ok = True
+    for s in ("gpipe", "1f1b", "interleaved"):
+        frac, ratio = _get(f"pipeline.bubble_fraction.{s}"), _get(f"pipeline.bubble_ratio.{s}")
+        subs = {ratio.symbols[k]: frac.symbols[k] for k in ratio.symbols if k in frac.symbols}
+        x = ratio.expr.subs(subs)
+        holds = _zero(frac.expr - x / (1 + x))
+        ok &= holds
+        details.append(f"{s}: {'ok' if holds else 'DIFFERS'}")
+    return ok, "; ".join(details)
+
+
+def interleaved_ratio_over_v():
+    """bubble_ratio.interleaved == bubble_ratio.1f1b / v."""
+    inter, plain = _get("pipeline.bubble_ratio.interleaved"), _get("pipeline.bubble_ratio.1f1b")
+    subs = {plain.symbols[k]: inter.symbols[k] for k in plain.symbols if k in inter.symbols}
+    v = inter.symbols["v"]
+    return _zero(inter.expr - plain.expr.subs(subs) / v), f"{inter.expr} = ({plain.expr.subs(subs)}) / v"
+
+
+def bubble_vanishes():
+    """lim_{m -> oo} bubble_fraction = 0 for every schedule."""
+    out = []
+    for s in ("gpipe", "1f1b", "interleaved"):
+        f = _get(f"pipeline.bubble_fraction.{s}")
+        out.append((s, sp.limit(f.expr, f.symbols["m"], sp.oo)))
+    return all(lim == 0 for _, lim in out), ", ".join(f"{s}: {lim}" for s, lim in out)
+
+
+def zero_baseline_at_one():
+    """zero.bytes_per_gpu.stage<s> at N_d = 1 == stage0 (the DDP baseline (2+2+K) Psi)."""
+    base = _get("zero.bytes_per_gpu.stage0")
+    N = base.symbols["dp"]
+    ok = True
+    for s in range(4):
+        f = _get(f"zero.bytes_per_gpu.stage{s}")
+        ok &= _zero(f.expr.subs(f.symbols["dp"], 1) - base.expr.subs(N, 1))
+    return ok, f"all stages reduce to {sp.simplify(base.expr.subs(N, 1))} at dp = 1"
+
+
+def zero_stages_non_increasing():
+    """stage s - stage s+1 = c * Psi * (1 - 1/N_d) with c >= 0 (so >= 0 for N_d >= 1)."""
+    forms = [_get(f"zero.bytes_per_gpu.stage{s}") for s in range(4)]
+    P, N, K = (forms[0].symbols[k] for k in ("params", "dp", "k"))
+    ok, parts = True, []
+    for s in range(3):
+        a = forms[s].expr.subs({forms[s].symbols[k]: v for k, v in (("params", P), ("dp", N), ("k", K))})
+        b = forms[s + 1].expr.subs({forms[s + 1].symbols[k]: v for k, v in (("params", P), ("dp", N), ("k", K))})
+        c = sp.simplify((a - b) / (P * (1 - 1 / N)))
+        holds = c.free_symbols <= {K} and (c.is_nonnegative is True)
+        ok &= bool(holds)
+        parts.append(f"stage{s}-stage{s + 1} = {c} Psi (1 - 1/dp)")
+    return ok, "; ".join(parts)
+
+
+def zero3_comm_one_and_a_half():
+    """zero.comm_elements_per_rank.stage3 == 3/2 * zero.comm_elements_per_rank.ddp."""
+    z3, ddp = _get("zero.comm_elements_per_rank.stage3"), _get("zero.comm_elements_per_rank.ddp")
+    ratio = sp.simplify(z3.expr / ddp.expr.subs(ddp.symbols["params"], z3.symbols["params"]))
+    return ratio == sp.Rational(3, 2), f"stage3 / ddp = {ratio}"
+
+
+def all_reduce_is_rs_plus_ag():
+    """comm.bytes_per_rank.all_reduce == reduce_scatter + all_gather (ring)."""
+    ar, rs, ag = (_get(f"comm.bytes_per_rank.{c}") for c in ("all_reduce", "reduce_scatter", "all_gather"))
+
+    def on(f):
+        return f.expr.subs({f.symbols[k]: ar.symbols[k] for k in f.symbols})
+
+    return _zero(on(ar) - on(rs) - on(ag)), f"{ar.expr} = {on(rs)} + {on(ag)}"
+
+
+def params_option_deltas():
+    """decoder_only: tied=1 minus tied=0 == -V d; num_kv_heads=H minus G == 2 L d e (H - G) (+ qkv bias 2 e (H-G))."""
+    f = _get("params.decoder_only")
+    s = f.symbols
+    tied = f.expr.subs(s["tied"], 1) - f.expr.subs(s["tied"], 0)
+    ok_tied = _zero(tied + s["vocab_size"] * s["hidden_size"])
+    H, G, L, d, e = s["num_heads"], s["num_kv_heads"], s["num_layers"], s["hidden_size"], s["head_dim"]
+    gqa = f.expr.subs(G, H) - f.expr
+    ok_gqa = _zero(gqa - L * (H - G) * (2 * d * e + 2 * e * s["qkv_bias"]))
+    return ok_tied and ok_gqa, f"tied: {sp.simplify(tied)}; MHA - GQA: {sp.factor(sp.simplify(gqa))}"
+
+
+#: proof name -> function returning (holds, detail)
+PROOFS: dict[str, Callable[[], tuple[bool, str]]] = {
+    "proof.pipeline.gpipe_bubble": gpipe_bubble_from_schedule,
+    "proof.pipeline.conventions": bubble_conventions,
+    "proof.pipeline.interleaved_over_v": interleaved_ratio_over_v,
+    "proof.pipeline.bubble_vanishes": bubble_vanishes,
+    "proof.zero.baseline_at_one": zero_baseline_at_one,
+    "proof.zero.non_increasing": zero_stages_non_increasing,
+    "proof.zero.comm_stage3": zero3_comm_one_and_a_half,
+    "proof.comm.all_reduce": all_reduce_is_rs_plus_ag,
+    "proof.params.option_deltas": params_option_deltas,
+}
+
+
+def prove(name: str) -> CheckResult:
+    """Run one proof; a proof that raises is a FAIL row with the error as detail."""
+    try:
+        holds, detail = PROOFS[name]()
+    except Exception as e:  # noqa: BLE001 - report, do not crash the check run
+        holds, detail = False, f"{type(e).__name__}: {e}"
+    return CheckResult(check=name, backend="sympy", verdict=PASS if holds else FAIL, examples=1, detail=detail)
+
+
+def prove_all() -> list[CheckResult]:
+    """Every proof of :data:`PROOFS`, one row each (backend "sympy", examples 1)."""
+    return [prove(name) for name in PROOFS]

@@ -1,0 +1,180 @@
+"""Tensor-parallel properties: column, row, MLP (ReLU and SwiGLU, fused or not), layer
+norm over a sharded hidden dim, and attention split by heads; any tp, uneven shards.
+
+Exactness regimes (:mod:`distcheck.exactness`):
+
+- column / row / ReLU MLP / layer norm: integer-valued inputs, so the sharded
+  result equals the single-device one bit for bit (row-parallel only reorders a
+  sum of exact integers; see :func:`distcheck.strategies.mlp_cases` for the bound).
+- SwiGLU and attention apply transcendental functions (exp) elementwise. They are
+  evaluated on the same exact integer operands in both paths, and numpy's ufuncs
+  are deterministic per value, so the activations agree; what differs is the order
+  of the final sum over ffn units / heads (the all-reduce). Against the exact sum of
+  the single-device activations times the output weight, any order of a length-k dot
+  product is within gamma_k * sum|h_j W_j| (Higham eq. (3.5)).
+
+Implementation slots (``impl``) have the signatures of the references in
+:mod:`distcheck.tp` / :mod:`distcheck.attention`, listed per property.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distcheck import strategies as ds
+from distcheck.errors import PropertyFailure
+from distcheck.exactness import assert_bitwise_equal, assert_within, gamma, to_exact
+from distcheck.props import Property, call_impl, register
+
+__all__ = ["sharded_layer_norm"]
+
+
+def _ref(name):
+    import distcheck.tp as tp
+
+    return getattr(tp, name)
+
+
+def _check_allreduces(log: list, form: str, tp: int, what: str) -> None:
+    """The all-reduces logged must number what the closed form says (for tp >= 2)."""
+    from distcheck.closed_form import get
+
+    if tp >= 2:
+        expected = get(form).evaluate()
+        got = sum(1 for entry in log if entry and entry[0] == "all_reduce")
+        if got != expected:
+            raise PropertyFailure(f"{what}: {got} all-reduces per forward, closed form {form} says {expected}",
+                                  expected=expected, got=got)
+
+
+def column_exact(case, *, impl=None) -> None:
+    """Column-parallel linear (concatenated) == x @ W + b, bit for bit."""
+    impl = impl or _ref("column_parallel")
+    got = call_impl("column_parallel", impl, case.x, case.W, case.tp, case.b)
+    full = case.x @ case.W if case.b is None else case.x @ case.W + case.b
+    assert_bitwise_equal(full, got, what=f"column-parallel (tp={case.tp}) vs x @ W")
+
+
+def row_exact(case, *, impl=None) -> None:
+    """Row-parallel linear (partials summed by one all-reduce, bias added once) == x @ W + b, bit for bit."""
+    impl = impl or _ref("row_parallel")
+    log: list = []
+    got = call_impl("row_parallel", impl, case.x, case.W, case.tp, case.b, log=log)
+    full = case.x @ case.W if case.b is None else case.x @ case.W + case.b
+    assert_bitwise_equal(full, got, what=f"row-parallel (tp={case.tp}) vs x @ W + b")
+    _check_allreduces(log, "tp.row.allreduce_count", case.tp, "row-parallel")
+
+
+def mlp_exact(case, *, impl=None) -> None:
+    """Megatron MLP (column-split W_up, local ReLU, row-split W_down, one all-reduce)
+    == relu(x W_up) W_down + b_down, bit for bit; all-reduces == tp.mlp.allreduce_per_forward."""
+    impl = impl or _ref("megatron_mlp")
+    log: list = []
+    got = call_impl("megatron_mlp", impl, case.x, case.W_up, case.W_down, case.tp, "relu", None, case.b_down, log=log)
+    full = _ref("mlp")(case.x, case.W_up, case.W_down, "relu", None, case.b_down)
+    assert_bitwise_equal(full, got, what=f"tensor-parallel MLP (tp={case.tp}) vs single device")
+    _check_allreduces(log, "tp.mlp.allreduce_per_forward", case.tp, "tensor-parallel MLP")
+
+
+def _swiglu_expected(case):
+    silu = _ref("silu")
+    h = silu(case.x @ case.W_gate) * (case.x @ case.W_up)
+    expected = to_exact(h) @ to_exact(case.W_down)
+    bound = gamma(case.W_down.shape[0]) * (to_exact(np.abs(h)) @ to_exact(np.abs(case.W_down)))
+    return expected, bound
+
+
+def swiglu_bounded(case, *, impl=None) -> None:
+    """TP SwiGLU (gate and up column-split on the same ffn shards) within gamma_ffn |h||W_down|
+    of the exact product of the single-device activations h with W_down."""
+    impl = impl or _ref("tp_swiglu_mlp")
+    log: list = []
+    with np.errstate(over="ignore"):  # exp(-z) overflows to inf for very negative z: silu -> -0.0, correctly
+        got = call_impl("tp_swiglu_mlp", impl, case.x, case.W_gate, case.W_up, case.W_down, case.tp, log=log)
+        expected, bound = _swiglu_expected(case)
+    assert_within(expected, got, bound, what=f"tensor-parallel SwiGLU (tp={case.tp})")
+    _check_allreduces(log, "tp.mlp.allreduce_per_forward", case.tp, "tensor-parallel SwiGLU")
+
+
+def swiglu_fused_bounded(case, *, impl=None) -> None:
+    """TP SwiGLU from a fused [gate | up] weight (each rank must get the SAME ffn slice of
+    gate and of up) within gamma_ffn |h||W_down| of the exact single-device result."""
+    impl = impl or _ref("tp_swiglu_mlp_fused")
+    W_fused = np.concatenate([case.W_gate, case.W_up], axis=1)
+    with np.errstate(over="ignore"):
+        got = call_impl("tp_swiglu_mlp_fused", impl, case.x, W_fused, case.W_down, case.tp, log=[])
+        expected, bound = _swiglu_expected(case)
+    assert_within(expected, got, bound, what=f"fused gate/up SwiGLU (tp={case.tp})")
+
+
+def sharded_layer_norm(x_shards, eps: float = 1.0):
+    """Reference: layer norm of a hidden dim sharded over ranks (list of (batch, h_r) arrays).
+
+    The statistics need the whole row: one all-reduce of the partial sums gives the
+    mean, a second of the partial sums of squared deviations gives the variance, then
+    each rank normalises its own slice. Returns the list of normalised slices.
+    """
+    n = sum(s.shape[-1] for s in x_shards)
+    total = x_shards[0].sum(axis=-1, keepdims=True)
+    for s in x_shards[1:]:
+        total = total + s.sum(axis=-1, keepdims=True)  # all-reduce
+    mean = total / n
+    sq = ((x_shards[0] - mean) ** 2).sum(axis=-1, keepdims=True)
+    for s in x_shards[1:]:
+        sq = sq + ((s - mean) ** 2).sum(axis=-1, keepdims=True)  # all-reduce
+    std = np.sqrt(sq / n + eps)
+    return [(s - mean) / std for s in x_shards]
+
+
+def layer_norm_sharded_hidden(case, *, impl=sharded_layer_norm) -> None:
+    """Layer norm over a hidden dim split across tp ranks == single-device layer norm, bit
+    for bit (hidden a power of two and integer inputs: mean and variance are exact dyadic
+    numbers; sqrt and the division are correctly rounded IEEE operations on the same values)."""
+    from distcheck.tp import split_bounds, split_sizes
+
+    shards = [case.x[:, lo:hi] for lo, hi in split_bounds(split_sizes(case.x.shape[1], case.tp))]
+    got = call_impl("sharded layer norm", impl, shards, 1.0)
+    full = _ref("layer_norm")(case.x, eps=1.0)
+    assert_bitwise_equal(full, np.concatenate(got, axis=-1), what=f"layer norm over hidden sharded tp={case.tp}")
+
+
+def attention_bounded(case, *, impl=None) -> None:
+    """Attention split by heads (GQA groups kept whole) within gamma_{H e} |heads||Wo| of the
+    exact product of the single-device head outputs with Wo; one all-reduce per forward."""
+    import distcheck.attention as att
+
+    impl = impl or att.tp_attention
+    log: list = []
+    got = call_impl("tp_attention", impl, case.x, case.Wq, case.Wk, case.Wv, case.Wo, case.num_heads,
+                    case.num_kv_heads, case.tp, True, log=log)
+    heads = att.attention_heads(case.x, case.Wq, case.Wk, case.Wv, case.num_heads, case.num_kv_heads, True)
+    expected = to_exact(heads) @ to_exact(case.Wo)
+    bound = gamma(case.Wo.shape[0]) * (to_exact(np.abs(heads)) @ to_exact(np.abs(case.Wo)))
+    assert_within(expected, got, bound, what=f"tensor-parallel attention (tp={case.tp})")
+    _check_allreduces(log, "tp.attention.allreduce_per_forward", case.tp, "tensor-parallel attention")
+
+
+_linear = lambda: ds.linear_cases(max_tp=4, max_batch=2, max_features=6)  # noqa: E731
+_mlp = lambda swiglu: ds.mlp_cases(max_tp=4, max_batch=2, max_hidden=4, max_ffn=6, swiglu=swiglu, bias=None if not swiglu else False)  # noqa: E731
+
+register(Property("tp.column.exact", _linear, column_exact,
+                  "column-parallel linear == x @ W (+ b) bit for bit, any tp incl. uneven shards",
+                  None, "column_parallel(x, W, tp, b=None) -> ndarray"))
+register(Property("tp.row.exact", _linear, row_exact,
+                  "row-parallel linear == x @ W + b bit for bit (bias once, after the all-reduce)",
+                  None, "row_parallel(x, W, tp, b=None, *, log=None) -> ndarray"))
+register(Property("tp.mlp.exact", lambda: _mlp(False), mlp_exact,
+                  "Megatron MLP == single-device MLP bit for bit; one all-reduce per forward",
+                  None, "megatron_mlp(x, W_up, W_down, tp, act='relu', b_up=None, b_down=None, *, log=None)"))
+register(Property("tp.swiglu.bounded", lambda: _mlp(True), swiglu_bounded,
+                  "TP SwiGLU within gamma_ffn |h||W_down| of the exact single-device result",
+                  None, "tp_swiglu_mlp(x, W_gate, W_up, W_down, tp, *, log=None)"))
+register(Property("tp.swiglu.fused", lambda: _mlp(True), swiglu_fused_bounded,
+                  "fused [gate | up] SwiGLU sharded per ffn slice, within gamma_ffn |h||W_down|",
+                  None, "tp_swiglu_mlp_fused(x, W_fused, W_down, tp, *, log=None)"))
+register(Property("tp.layer_norm.sharded_hidden", lambda: ds.norm_cases(), layer_norm_sharded_hidden,
+                  "layer norm with all-reduced statistics over a sharded hidden dim == single device, bit for bit",
+                  sharded_layer_norm, "norm(x_shards: list[ndarray (batch, h_r)], eps) -> list[ndarray]"))
+register(Property("tp.attention.bounded", lambda: ds.attention_cases(), attention_bounded,
+                  "attention split by heads within gamma_{H e} |heads||Wo| of the exact result; one all-reduce",
+                  None, "tp_attention(x, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, tp, causal=True, *, log=None)"))
