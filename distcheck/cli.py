@@ -119,7 +119,7 @@ def _default_golden_dir() -> Path:
 def _run_check(args) -> int:
     from rich.console import Console
 
-    from distcheck.report import CheckResult, FAIL, SKIP, exit_code, render_table, to_json
+    from distcheck.report import FAIL, FINDING, PASS, SKIP, CheckResult, exit_code, render_table, to_json
 
     stages = set(args.only) if args.only else set(STAGES)
     stages -= set(args.skip)
@@ -170,10 +170,9 @@ def _run_check(args) -> int:
         if not out.is_terminal:  # a log file or a pipe: do not squeeze the table into 80 columns
             out = Console(width=160)
         render_table(results, console=out)
-        n_fail = sum(r.verdict == FAIL for r in results)
-        n_skip = sum(r.verdict == SKIP for r in results)
-        n_pass = len(results) - n_fail - n_skip
-        out.print(f"{n_pass} passed, {n_fail} failed, {n_skip} skipped in {time.perf_counter() - started:.1f}s")
+        counts = {v: sum(r.verdict == v for r in results) for v in (PASS, FAIL, SKIP, FINDING)}
+        out.print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped, "
+                  f"{counts[FINDING]} findings in {time.perf_counter() - started:.1f}s", highlight=False)
     return exit_code(results)
 
 
