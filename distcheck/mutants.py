@@ -4,7 +4,7 @@ Each mutant is a small function with the same signature as the implementation sl
 of one property (see :mod:`distcheck.props`), carrying one mistake that real code
 makes. :func:`kill_mutants` runs each mutant's property with the mutant as ``impl``
 and expects it to FAIL with a shrunk counterexample. A mutant that survives means
-the property is too weak: ``distcheck check`` reports "mutants killed k/12".
+the property is too weak: ``distcheck check`` reports "mutants killed k/n" (n = 15).
 
 The mistakes (sources: the lesson = seed 000, the chapter = seed 001):
 
@@ -28,6 +28,16 @@ layout.tp_outermost                mesh order puts TP groups across      layout.
                                    nodes (strided by dp*pp*cp)
 pipeline.ratio_as_fraction         (p-1)/m reported as idle / TOTAL      pipeline.bubble_fraction.formula
 zero.stage2_unsharded_grads        ZeRO-2 keeps full gradients           zero.bytes.figure1
+=================================  ====================================  ===================================
+
+Edge cases of the strategies (shapes and counts that do not divide), each a mistake
+that only shows there:
+
+=================================  ====================================  ===================================
+tp.row.even_split_only             k // tp rows per rank: drops the      tp.row.exact (tp not dividing k)
+                                   remainder rows
+pipeline.stash_ignores_m           1F1B stash = p, without min(p, m)     pipeline.stash.formula (m < p)
+zero.floor_partition               floor(params / dp) per rank           zero.bytes.padded (dp not dividing)
 =================================  ====================================  ===================================
 """
 
@@ -137,6 +147,18 @@ def row_parallel_bias_every_rank(x, W, tp, b=None, *, log=None):
     return out
 
 
+@_mutant("tp.row.even_split_only", "tp.row.exact")
+def row_parallel_even_split_only(x, W, tp, b=None, *, log=None):
+    """Row-parallel linear that assumes tp divides in_features: every rank takes k // tp rows,
+    so the last k % tp rows of W (and columns of x) are silently dropped."""
+    x, W = np.asarray(x), np.asarray(W)
+    chunk = W.shape[0] // tp
+    out = sum(x[..., r * chunk:(r + 1) * chunk] @ W[r * chunk:(r + 1) * chunk, :] for r in range(tp))
+    if log is not None:
+        log.append(("all_reduce", np.shape(out)))
+    return out if b is None else out + b
+
+
 @_mutant("tp.swiglu.fused_naive_split", "tp.swiglu.fused")
 def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
     """Fused [gate | up] weight column-split as one matrix: rank r takes a contiguous block of
@@ -201,6 +223,24 @@ def bubble_ratio_as_fraction(schedule, p, m, v=1):
     return Fraction(p - 1, v * m)
 
 
+@_mutant("pipeline.stash_ignores_m", "pipeline.stash.formula")
+def stash_ignores_few_microbatches(schedule, p, m, v=1):
+    """Activation stash of 1F1B taken as p micro-batches (interleaved: (v+1) p - 1 chunks) without
+    the min with m (v m): too many when there are fewer micro-batches than stages (m < p)."""
+    if schedule == "gpipe":
+        return m
+    return p if schedule == "1f1b" else (v + 1) * p - 1
+
+
+@_mutant("zero.floor_partition", "zero.bytes.padded")
+def zero_floor_partition(params, dp, stage, k=12):
+    """ZeRO partitions of floor(params / dp) elements: the params % dp left over belong to no rank,
+    so the bytes per GPU fall below the exact share when dp does not divide params."""
+    shard = params // dp
+    return {0: (4 + k) * params, 1: 4 * params + k * shard, 2: 2 * params + (2 + k) * shard,
+            3: (4 + k) * shard}[stage]
+
+
 @_mutant("zero.stage2_unsharded_grads", "zero.bytes.figure1")
 def zero_stage2_unsharded_grads(params, dp, stage, k=12):
     """ZeRO stage 2 that forgets to shard gradients (reports stage 1's bytes)."""
@@ -218,21 +258,26 @@ def mutants() -> list[Mutant]:
     return [MUTANTS[n] for n in sorted(MUTANTS)]
 
 
-def kill_mutant(mutant: Mutant | str, profile: str = "ci") -> CheckResult:
+def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None = None) -> CheckResult:
     """Run ``mutant.kills`` with the mutant as the implementation.
 
     Returns a CheckResult with ``check = "mutant:<name>"``: verdict ``pass`` when the
     property FAILED (the mutant is killed; ``detail`` = the shrunk counterexample),
     ``FAIL`` when the mutant survived. ``extra`` holds the property run's extra
-    (counterexample, error, reproduce_failure, seed) plus ``killed`` and ``property``.
+    (counterexample, error, reproduce_failure, seed, examples_until_failure,
+    shrink_calls) plus ``killed``, ``property`` and ``reproduce`` (a ``kill_mutant``
+    call with the seed). Raises KeyError for an unknown mutant name.
     """
+    from distcheck.profiles import get_profile
     from distcheck.props import get, run_property
 
     if isinstance(mutant, str):
         mutant = MUTANTS[mutant]
-    run = run_property(get(mutant.kills), profile, impl=mutant.function, label=f"mutant:{mutant.name}")
+    run = run_property(get(mutant.kills), profile, impl=mutant.function, seed=seed, label=f"mutant:{mutant.name}")
     killed = run.verdict == FAIL
-    extra = dict(run.extra, killed=killed, property=mutant.kills, mutant=mutant.name)
+    replay = f"kill_mutant({mutant.name!r}, profile={profile!r}" + (
+        "" if get_profile(profile).derandomize else f", seed={run.extra['seed']}") + ")"
+    extra = dict(run.extra, killed=killed, property=mutant.kills, mutant=mutant.name, reproduce=replay)
     if killed:
         detail = f"killed by {mutant.kills}: {run.detail}"
     else:

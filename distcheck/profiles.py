@@ -64,8 +64,12 @@ def register_profiles() -> None:
     """Register every profile of :data:`PROFILES` with Hypothesis (idempotent)."""
     global _registered
     if not _registered:
+        # parent = Hypothesis' pristine "default" profile, not the current one: under CI=true
+        # Hypothesis makes its own "ci" profile current (derandomize=True, no database), and a
+        # profile registered without a parent would silently inherit that (dev derandomized)
+        base = settings.get_profile("default")
         for name, kwargs in PROFILES.items():
-            settings.register_profile(name, **kwargs)
+            settings.register_profile(name, parent=base, **kwargs)
         _registered = True
 
 

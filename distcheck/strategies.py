@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from hypothesis.extra import numpy as hnp
 
 from distcheck.exactness import PRECISION_BITS, max_exact_int
 
@@ -74,6 +75,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 AXIS_NAMES = ("tp", "cp", "pp", "dp")
 _MAGNITUDE_CAP = 2**6  # keep counterexamples readable and shrinking fast; the derived exact bound is usually far larger
+_BLOCK_LIMIT = 512  # entries: up to this, an array is drawn at its largest shape and sliced (see _ints)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -272,9 +274,7 @@ def integer_valued_arrays(draw, *, shape, dtype: Any = "float64", max_magnitude:
       :func:`distcheck.exactness.max_exact_int` to pick one that keeps sums exact.
     """
     dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    count = prod(dims)
-    values = draw(st.lists(st.integers(-max_magnitude, max_magnitude), min_size=count, max_size=count))
-    return np.array(values, dtype=np.dtype(dtype)).reshape(dims)
+    return draw(hnp.arrays(np.int64, dims, elements=st.integers(-max_magnitude, max_magnitude))).astype(np.dtype(dtype))
 
 
 def _exact_bound(num_terms: int, factors: int, dtype: str = "float64") -> int:
@@ -282,10 +282,21 @@ def _exact_bound(num_terms: int, factors: int, dtype: str = "float64") -> int:
     return max(1, min(_MAGNITUDE_CAP, max_exact_int(max(num_terms, 1), factors=factors, dtype=dtype)))
 
 
-def _ints(draw, shape, bound, dtype="float64") -> np.ndarray:
-    count = prod(shape)
-    values = draw(st.lists(st.integers(-bound, bound), min_size=count, max_size=count))
-    return np.array(values, dtype=np.dtype(dtype)).reshape(shape)
+def _ints(draw, shape, bound, dtype="float64", *, max_shape=None) -> np.ndarray:
+    """Integer-valued array of ``shape`` with entries in [-bound, bound].
+
+    With ``max_shape`` (every dim >= the matching dim of ``shape``) holding at most
+    ``_BLOCK_LIMIT`` entries, the values are drawn for ``max_shape`` and the leading
+    block of ``shape`` is kept. The draw then has the same length whatever the
+    shape, so when Hypothesis shrinks a dimension the remaining values stay where
+    they were: shapes and values shrink independently, and counterexamples come out
+    small (e.g. ``tp=2, x=[[1.0, 0.0]]`` rather than a 7 x 3 x 2 array of zeros).
+    """
+    use = tuple(max_shape) if max_shape is not None and prod(max_shape) <= _BLOCK_LIMIT else tuple(shape)
+    # hypothesis.extra.numpy.arrays draws a fill value plus a few explicit entries: several
+    # times faster than a list of integers, and it shrinks entries towards the fill (0)
+    arr = draw(hnp.arrays(np.int64, use, elements=st.integers(-bound, bound))).astype(np.dtype(dtype))
+    return np.ascontiguousarray(arr[tuple(slice(0, d) for d in shape)])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -345,9 +356,13 @@ def dp_cases(
                              max_size=max_shard_size, equal=equal_shards, powers_of_two=powers_of_two))
     f = draw(st.integers(min_features, max_features))
     n = sum(sizes)
-    # |G_k| <= 2 n (f+1) M^3; the extra factor N * max n_k keeps G_k / (N n_k) exact too
-    bound = _exact_bound(2 * n * (f + 1) * len(sizes) * max(sizes), factors=3)
-    return DPCase(X=_ints(draw, (n, f), bound), y=_ints(draw, (n,), bound), w=_ints(draw, (f,), bound),
+    # |G_k| <= 2 n (f+1) M^3; the extra factor N * max n_k keeps G_k / (N n_k) exact too.
+    # Taken at the largest sizes, so the bound (and each drawn value) does not move while shrinking.
+    n_max = max_shards * max_shard_size
+    bound = _exact_bound(2 * n_max * (max_features + 1) * max_shards * max_shard_size, factors=3)
+    return DPCase(X=_ints(draw, (n, f), bound, max_shape=(n_max, max_features)),
+                  y=_ints(draw, (n,), bound, max_shape=(n_max,)),
+                  w=_ints(draw, (f,), bound, max_shape=(max_features,)),
                   shard_sizes=tuple(sizes))
 
 
@@ -400,12 +415,13 @@ def accumulation_cases(
     b = draw(st.integers(min_sequences, max_sequences))
     s = draw(st.integers(min_seq_len, max_seq_len))
     f = draw(st.integers(min_features, max_features))
-    bound = _exact_bound(2 * b * s * (f + 1), factors=3)
-    mask = _ints(draw, (b, s), 1).__abs__()
-    for i in range(b):  # every sequence keeps at least one token
-        if not mask[i].any():
-            mask[i, draw(st.integers(0, s - 1))] = 1.0
-    return AccumulationCase(X=_ints(draw, (b, s, f), bound), y=_ints(draw, (b, s), bound), w=_ints(draw, (f,), bound),
+    bound = _exact_bound(2 * max_sequences * max_seq_len * (max_features + 1), factors=3)
+    big = (max_sequences, max_seq_len)
+    mask = np.abs(_ints(draw, (b, s), 1, max_shape=big))
+    mask[~mask.any(axis=1), 0] = 1.0  # every sequence keeps at least one token (its first)
+    return AccumulationCase(X=_ints(draw, (b, s, f), bound, max_shape=(*big, max_features)),
+                            y=_ints(draw, (b, s), bound, max_shape=big),
+                            w=_ints(draw, (f,), bound, max_shape=(max_features,)),
                             mask=mask, split_a=_split(draw, b), split_b=_split(draw, b))
 
 
@@ -469,10 +485,13 @@ def linear_cases(
     low, high = max(min_features, tp), max(max_features, tp)  # every shard gets >= 1 row/column
     k = _width(draw, tp, low, high, divisible)
     n = _width(draw, tp, low, high, divisible)
-    bound = _exact_bound(k + 1, factors=2)
+    wide = max(max_features, max_tp)  # the largest width any draw can have
+    bound = _exact_bound(wide + 1, factors=2)
     use_bias = draw(st.booleans()) if bias is None else bias
-    return LinearCase(x=_ints(draw, (draw(st.integers(min_batch, max_batch)), k), bound), W=_ints(draw, (k, n), bound),
-                      tp=tp, b=_ints(draw, (n,), bound) if use_bias else None)
+    batch = draw(st.integers(min_batch, max_batch))
+    return LinearCase(x=_ints(draw, (batch, k), bound, max_shape=(max_batch, wide)),
+                      W=_ints(draw, (k, n), bound, max_shape=(wide, wide)),
+                      tp=tp, b=_ints(draw, (n,), bound, max_shape=(wide,)) if use_bias else None)
 
 
 @dataclass(frozen=True)
@@ -535,14 +554,17 @@ def mlp_cases(
     use_gate = draw(st.booleans()) if swiglu is None else swiglu
     use_bias = draw(st.booleans()) if bias is None else bias
     # relu(x W_up) * (x W_gate) @ W_down: products of up to 5 entries along h*h*f terms
-    bound = _exact_bound(h * h * f + 1, factors=5) if use_gate else _exact_bound(h * f + 1, factors=3)
+    # (bound taken at the largest sizes, so it does not move while shrinking)
+    H, F = max_hidden, max(max_ffn, max_tp)
+    bound = _exact_bound(H * H * F + 1, factors=5) if use_gate else _exact_bound(H * F + 1, factors=3)
+    batch = draw(st.integers(min_batch, max_batch))
     return MLPCase(
-        x=_ints(draw, (draw(st.integers(min_batch, max_batch)), h), bound),
-        W_up=_ints(draw, (h, f), bound),
-        W_down=_ints(draw, (f, h), bound),
+        x=_ints(draw, (batch, h), bound, max_shape=(max_batch, H)),
+        W_up=_ints(draw, (h, f), bound, max_shape=(H, F)),
+        W_down=_ints(draw, (f, h), bound, max_shape=(F, H)),
         tp=tp,
-        W_gate=_ints(draw, (h, f), bound) if use_gate else None,
-        b_down=_ints(draw, (h,), bound) if use_bias else None,
+        W_gate=_ints(draw, (h, f), bound, max_shape=(H, F)) if use_gate else None,
+        b_down=_ints(draw, (h,), bound, max_shape=(H,)) if use_bias else None,
     )
 
 
@@ -570,7 +592,8 @@ def norm_cases(draw, *, min_tp: int = 1, max_tp: int = 4, min_batch: int = 1, ma
     deterministic to the bit), entries integers in [-16, 16]."""
     tp = draw(st.integers(min_tp, max_tp))
     h = draw(st.sampled_from(_powers_of_two(max(min_hidden, tp), max(max_hidden, 2 * tp))))
-    return NormCase(x=_ints(draw, (draw(st.integers(min_batch, max_batch)), h), 16), tp=tp)
+    batch = draw(st.integers(min_batch, max_batch))
+    return NormCase(x=_ints(draw, (batch, h), 16, max_shape=(max_batch, max(max_hidden, 2 * max_tp))), tp=tp)
 
 
 @dataclass(frozen=True)
@@ -626,8 +649,13 @@ def attention_cases(
     e = draw(st.integers(1, max_head_dim))
     h = draw(st.integers(1, max_hidden))
     s = draw(st.integers(min_seq, max_seq))
-    return AttentionCase(x=_ints(draw, (s, h), 3), Wq=_ints(draw, (h, H * e), 2), Wk=_ints(draw, (h, kv * e), 2),
-                         Wv=_ints(draw, (h, kv * e), 2), Wo=_ints(draw, (H * e, h), 2),
+    q_max = max(k for _, k in pairs) * max_group * max_head_dim  # widest q projection any draw can have
+    kv_max = max(k for _, k in pairs) * max_head_dim
+    return AttentionCase(x=_ints(draw, (s, h), 3, max_shape=(max_seq, max_hidden)),
+                         Wq=_ints(draw, (h, H * e), 2, max_shape=(max_hidden, q_max)),
+                         Wk=_ints(draw, (h, kv * e), 2, max_shape=(max_hidden, kv_max)),
+                         Wv=_ints(draw, (h, kv * e), 2, max_shape=(max_hidden, kv_max)),
+                         Wo=_ints(draw, (H * e, h), 2, max_shape=(q_max, max_hidden)),
                          num_heads=H, num_kv_heads=kv, head_dim=e, tp=tp)
 
 

@@ -1,31 +1,105 @@
-"""Every mutant must be killed by its property under the ci profile, with a counterexample."""
+"""Every mutant must be killed by its property under the ci profile, with a shrunk,
+readable counterexample; the kill count is what ``distcheck check`` reports."""
 
+import re
+
+import numpy as np
 import pytest
 
-from distcheck.mutants import MUTANTS, kill_mutant, mutants
+from distcheck.mutants import MUTANTS, Mutant, kill_mutant, mutants
 from distcheck.props import get
 
+#: the mistakes issue 3 lists, each with the mutant that carries it
+NAMED_IN_ISSUE = {
+    "plain mean over unequal shards": "dp.plain_mean_unequal",
+    "per-micro-batch mean, then a mean over micro-batches": "accumulation.mean_of_means",
+    "row-split W_up with column-split W_down and no extra all-reduce": "tp.mlp.row_then_column",
+    "layer norm over a sharded hidden dimension": "tp.layer_norm.per_shard",
+    "bias added on every TP rank before the all-reduce": "tp.row.bias_every_rank",
+    "a fused gate/up weight sharded without first separating gate and up": "tp.swiglu.fused_naive_split",
+    "attention parameter count that ignores KV heads": "params.attention_ignores_kv",
+    "a tied embedding counted twice": "params.tied_counted_twice",
+    "a tied embedding subtracted twice": "params.tied_subtracted_twice",
+    "a mesh axis order that puts TP groups across nodes": "layout.tp_outermost",
+    "(p-1)/m labelled as a fraction of total time": "pipeline.ratio_as_fraction",
+    "ZeRO stage 2 that forgets to shard gradients": "zero.stage2_unsharded_grads",
+}
+#: mistakes that only show on the strategies' edge cases
+EDGE_CASES = {"tp.row.even_split_only", "pipeline.stash_ignores_m", "zero.floor_partition"}
 
-def test_twelve_mutants_each_aimed_at_a_registered_property():
-    assert len(MUTANTS) == 12
+
+def test_catalogue_covers_the_issue_and_the_edge_cases():
+    assert set(MUTANTS) == set(NAMED_IN_ISSUE.values()) | EDGE_CASES
     for m in mutants():
         assert get(m.kills).name == m.kills
-        assert m.description
+        assert m.description and m.function.__doc__
 
 
-@pytest.mark.parametrize("mutant", mutants(), ids=lambda m: m.name)
-def test_mutant_is_killed_with_a_counterexample(mutant):
-    result = kill_mutant(mutant, "ci")
+@pytest.fixture(scope="module")
+def kills():
+    return {m.name: kill_mutant(m, "ci") for m in mutants()}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_is_killed_with_a_counterexample(kills, name):
+    result = kills[name]
+    mutant = MUTANTS[name]
     assert result.verdict == "pass", result.detail
     assert result.extra["killed"] is True
     assert result.extra["counterexample"], "the shrunk counterexample must be reported"
     assert result.extra["reproduce_failure"].startswith("@reproduce_failure(")
+    assert result.extra["reproduce"] == f"kill_mutant({name!r}, profile='ci')"
     assert result.detail.startswith(f"killed by {mutant.kills}")
+    # examples is the real count of calls: those up to the first failure plus the shrinking replays
+    assert result.examples == result.extra["examples_until_failure"] + result.extra["shrink_calls"]
+    assert 1 <= result.extra["examples_until_failure"] <= result.extra["max_examples"]
 
 
-def test_a_correct_implementation_survives(monkeypatch):
+def _dims(text: str) -> list[int]:
+    """Lengths of every innermost list in a counterexample repr, e.g. 'x=[[1.0, 0.0]]' -> [2]."""
+    return [len(inner.split(",")) for inner in re.findall(r"\[([^\[\]]*)\]", text)]
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_counterexample_is_shrunk_and_readable(kills, name):
+    text = kills[name].extra["counterexample"]
+    assert len(text) <= 300, text  # one readable line
+    assert "\n" not in text
+    assert max(_dims(text), default=0) <= 3, text  # no array wider than 3 entries
+    numbers = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", text)]
+    assert max(map(abs, numbers)) <= 16, text  # small values (shard sizes, dims and entries)
+
+
+def test_pinned_shrunk_counterexamples(kills):
+    # the smallest cases showing each mistake (ci is derandomized, so these are stable)
+    assert kills["tp.layer_norm.per_shard"].extra["counterexample"] == "NormCase(tp=2, x=[[0.0, 1.0]])"
+    assert kills["pipeline.ratio_as_fraction"].extra["counterexample"] == \
+        "PipelineParams(schedule='gpipe', p=2, m=1, v=1, t_f=1, t_b=1)"
+    assert kills["zero.floor_partition"].extra["counterexample"] == "ZeroCase(params=1, dp=2, k=12)"
+    assert "shard_sizes=(2, 1)" in kills["dp.plain_mean_unequal"].extra["counterexample"] or \
+        "shard_sizes=(1, 2)" in kills["dp.plain_mean_unequal"].extra["counterexample"]
+
+
+def test_edge_case_mutants_are_killed_on_their_edge(kills):
+    row = kills["tp.row.even_split_only"].extra["counterexample"]
+    tp = int(re.search(r"tp=(\d+)", row).group(1))
+    k = len(re.search(r"x=\[\[([^\]]*)\]", row).group(1).split(","))
+    assert k % tp != 0  # tp does not divide in_features
+    stash = kills["pipeline.stash_ignores_m"].extra["counterexample"]
+    p, m = (int(re.search(rf"{a}=(\d+)", stash).group(1)) for a in ("p", "m"))
+    assert m < p
+    zero = kills["zero.floor_partition"].extra["counterexample"]
+    params, dp = (int(re.search(rf"{a}=(\d+)", zero).group(1)) for a in ("params", "dp"))
+    assert params % dp != 0
+
+
+def test_row_then_column_is_killed_on_its_numbers(kills):
+    # the mutant records no all-reduce, so the count check is skipped: the kill is numeric
+    assert "not bitwise equal" in kills["tp.mlp.row_then_column"].extra["error"]
+
+
+def test_a_correct_implementation_survives():
     # the reference itself, registered as a "mutant", must NOT be killed: the check can fail
-    from distcheck.mutants import Mutant
     from distcheck.props.pipeline import bubble_fraction_formula
 
     fake = Mutant("reference", bubble_fraction_formula, "pipeline.bubble_fraction.formula", "not wrong")
@@ -41,3 +115,44 @@ def test_summary_row_counts_kills():
     summary = mutant_summary(rows)
     assert summary.verdict == "FAIL" and summary.detail == "mutants killed 1/2; survived: b"
     assert mutant_summary(rows[:1]).detail == "mutants killed 1/1"
+
+
+def test_mutants_fail_on_the_lessons_numbers():
+    # pinned: the DP lesson's 2/1 split; the plain mean weighs the lone example twice
+    from distcheck.mutants import plain_mean_unequal
+
+    g = plain_mean_unequal([np.array([0.0]), np.array([2.0])], [2, 1])
+    assert g.tolist() == [1.0]  # weighted (exact) answer: 2/3
+
+
+def test_check_reports_every_mutant_killed(kills):
+    from distcheck.props import mutant_summary
+
+    summary = mutant_summary(kills[n] for n in sorted(kills))
+    assert summary.verdict == "pass"
+    assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}" == "mutants killed 15/15"
+
+
+def test_run_all_passes_its_profile_down_and_ends_with_the_kill_count(monkeypatch):
+    import distcheck.mutants as mutants_module
+    import distcheck.props as props
+    import distcheck.props.proofs as proofs
+    from distcheck.report import CheckResult
+
+    seen = {}
+
+    def fake_suite(suite=None, profile="ci", **kw):
+        seen["suite"] = profile
+        return [CheckResult("p", "reference", "pass", examples=25)]
+
+    def fake_kill(profile="ci"):
+        seen["mutants"] = profile
+        return [CheckResult("mutant:m", "reference", "pass", examples=7)]
+
+    monkeypatch.setattr(props, "run_suite", fake_suite)
+    monkeypatch.setattr(mutants_module, "kill_mutants", fake_kill)
+    monkeypatch.setattr(proofs, "prove_all", lambda: [CheckResult("proof", "sympy", "pass", examples=1)])
+    rows = props.run_all("dev")
+    assert seen == {"suite": "dev", "mutants": "dev"}
+    assert [r.check for r in rows] == ["p", "proof", "mutant:m", "mutants"]
+    assert rows[-1].detail == "mutants killed 1/1"

@@ -27,3 +27,28 @@ def test_a_false_identity_is_not_proved(monkeypatch):
 
     monkeypatch.setitem(pr.PROOFS, "proof.bogus", lambda: (sp.simplify(sp.Symbol("p") - 1) == 0, "p - 1"))
     assert prove("proof.bogus").verdict == "FAIL"
+
+
+@pytest.mark.parametrize("name", ["pipeline.bubble_fraction.gpipe", "pipeline.bubble_ratio.interleaved",
+                                  "zero.bytes_per_gpu.stage3", "zero.comm_elements_per_rank.stage3",
+                                  "params.decoder_only"])
+def test_proof_symbols_are_positive_integers(name):
+    # the proofs simplify under these assumptions: p, m, v, ticks, Psi, N_d, sizes > 0 integers
+    from distcheck.closed_form import get
+
+    form = get(name)
+    flags = {"swiglu", "tied", "norm_weights", "norm_biases", "qkv_bias", "mlp_bias", "out_bias", "final_norm", "k"}
+    for key, sym in form.symbols.items():
+        if key in flags:
+            continue
+        assert sym.is_integer and sym.is_positive, f"{name}: {key} must be declared a positive integer"
+
+
+def test_the_four_named_identities_are_proved():
+    # issue 3 names four: 1 - busy/total = (p-1)/(m+p-1), fraction = x/(1+x),
+    # ZeRO stages = baseline at N = 1, bubble -> 0 as m -> oo
+    for name in ("proof.pipeline.gpipe_bubble", "proof.pipeline.conventions", "proof.zero.baseline_at_one",
+                 "proof.pipeline.bubble_vanishes"):
+        result = prove(name)
+        assert result.verdict == "pass", (name, result.detail)
+    assert prove("proof.pipeline.gpipe_bubble").detail == "1 - busy/total = (p - 1)/(m + p - 1)"

@@ -126,3 +126,24 @@ def test_assert_within_elementwise_bound():
     assert got == Fraction(1, 2**51)
     with pytest.raises(PropertyFailure):
         assert_within([1, 2], np.array([1.0 + 2**-52, 2.0]), [0, 1])
+
+
+def test_failure_message_gives_expected_got_max_error_and_bound():
+    exact = Fraction(1, 3)
+    bound = chain_bound(exact, 1)  # one rounding of 1/3: u/3 (1 + O(u))
+    assert_within(exact, 1 / 3, bound)  # the correctly rounded value is inside
+    with pytest.raises(PropertyFailure) as e:
+        assert_within(exact, 0.3334, bound, what="third")
+    msg = str(e.value)
+    for part in ("third", "expected", "got", "max error", "bound"):
+        assert part in msg, (part, msg)
+    assert e.value.got == 0.3334 and e.value.expected == exact
+    assert e.value.max_error == pytest.approx(0.3334 - 1 / 3, rel=1e-12)
+    assert e.value.bound == float(bound)
+
+
+def test_bitwise_failure_message_names_the_zero_bound():
+    with pytest.raises(PropertyFailure) as e:
+        assert_bitwise_equal(np.array([3.0]), np.array([2.0]))
+    msg = str(e.value)
+    assert "expected" in msg and "got" in msg and "max error 1.000e+00" in msg and "bound 0.000e+00" in msg

@@ -153,3 +153,52 @@ def test_linear_cases_divisible(case):
 def test_strategies_compose_in_user_tests(data):
     cfg = data.draw(ds.parallel_configs(max_world_size=16))
     assert cfg.world_size == cfg.tp * cfg.cp * cfg.pp * cfg.dp
+
+
+@settings(max_examples=30, database=None, deadline=None)
+@given(ds.mlp_cases(max_tp=3, max_hidden=5, max_ffn=7, swiglu=None, bias=True))
+def test_mlp_case_shapes_agree(case):
+    # values are drawn at the largest shape and sliced: the slices must line up
+    b, h = case.x.shape
+    f = case.W_up.shape[1]
+    assert case.W_up.shape == (h, f) and case.W_down.shape == (f, h) and case.b_down.shape == (h,)
+    assert case.W_gate is None or case.W_gate.shape == (h, f)
+    assert 1 <= b <= 3 and 1 <= h <= 5 and case.tp <= f <= 7
+    assert case.x.flags.c_contiguous and case.W_up.flags.c_contiguous
+
+
+@settings(max_examples=30, database=None, deadline=None)
+@given(ds.attention_cases())
+def test_attention_case_shapes_agree(case):
+    e, H, G = case.head_dim, case.num_heads, case.num_kv_heads
+    s, h = case.x.shape
+    assert case.Wq.shape == (h, H * e) and case.Wk.shape == (h, G * e) == case.Wv.shape
+    assert case.Wo.shape == (H * e, h) and G % case.tp == 0 and H % G == 0
+
+
+@settings(max_examples=30, database=None, deadline=None)
+@given(ds.accumulation_cases())
+def test_accumulation_case_masks_and_splits(case):
+    b, s, f = case.X.shape
+    assert case.y.shape == case.mask.shape == (b, s) and case.w.shape == (f,)
+    assert set(np.unique(case.mask)) <= {0.0, 1.0} and case.mask.sum(axis=1).min() >= 1
+    assert sum(case.split_a) == sum(case.split_b) == b
+
+
+def test_shrinking_reaches_the_smallest_failing_shape():
+    # a user's check that fails whenever in_features is not a multiple of tp: the shrunk
+    # counterexample is the smallest such case, with all-zero values
+    from hypothesis import find
+
+    case = find(ds.linear_cases(bias=False), lambda c: c.W.shape[0] % c.tp != 0,
+                settings=settings(database=None, derandomize=True))
+    assert (case.tp, case.W.shape) == (2, (3, 2))
+    assert not case.x.any() and not case.W.any()
+
+
+def test_integer_valued_arrays_exact_and_in_range():
+    from hypothesis import find
+
+    arr = find(ds.integer_valued_arrays(shape=(2, 3), dtype="float32", max_magnitude=5), lambda a: a.min() <= -5,
+               settings=settings(database=None, derandomize=True))
+    assert arr.dtype == np.float32 and arr.shape == (2, 3) and arr.min() == -5

@@ -41,6 +41,7 @@ __all__ = [
     "run_all",
     "mutant_summary",
     "call_impl",
+    "form_value",
 ]
 
 #: property suites, one module of distcheck.props each
@@ -119,6 +120,17 @@ def get(name: str) -> Property:
         raise UnknownQuantityError(name, sorted(_REGISTRY)) from None
 
 
+def form_value(name: str, **values):
+    """The catalogue form ``name`` evaluated exactly (int or Fraction) on the inputs it takes;
+    values for inputs the form does not have are ignored (so one dict of case values can feed
+    every form). Raises UnknownQuantityError for an unknown name, ConfigError for bad inputs."""
+    from distcheck.closed_form import get as get_form
+
+    form = get_form(name)
+    known = {i.name for i in form.inputs}
+    return form.evaluate(**{k: v for k, v in values.items() if k in known})
+
+
 def call_impl(what: str, fn: Callable, *args, **kwargs):
     """Call the implementation under test; turn an unexpected exception into a PropertyFailure.
 
@@ -162,11 +174,14 @@ def run_property(
         max_examples: overrides the profile's example count.
         label: the ``check`` column of the row (default: the property name).
 
-    Returns a CheckResult: ``verdict`` pass/FAIL, ``examples`` = calls of the
-    property (generated examples, plus shrinking replays on failure), ``max_error``
-    and ``bound`` from the PropertyFailure, ``detail`` = the shrunk counterexample
-    and the error; ``extra`` = ``{"counterexample", "error", "error_type",
-    "reproduce_failure", "seed", "profile", "reproduce"}``.
+    Returns a CheckResult: ``verdict`` pass/FAIL, ``examples`` = the number of
+    times Hypothesis actually called the property (counted inside the test body, not
+    the profile's ``max_examples``: fewer when the strategy's space is exhausted; on
+    failure, the examples up to the first failure plus the shrinking replays),
+    ``max_error`` and ``bound`` from the PropertyFailure, ``detail`` = the shrunk
+    counterexample and the error; ``extra`` = ``{"seed", "profile", "property",
+    "max_examples"}`` and, on failure, ``{"counterexample", "error", "error_type",
+    "reproduce_failure", "reproduce", "examples_until_failure", "shrink_calls"}``.
     Raises ConfigError for an unknown profile; UnknownQuantityError for an unknown name.
     """
     from distcheck.profiles import get_profile
@@ -184,7 +199,7 @@ def run_property(
     if seed is None:
         seed = random.getrandbits(32)
 
-    state = {"calls": 0, "failing": None}
+    state = {"calls": 0, "failing": None, "first_failure": None}
 
     def test(case):
         state["calls"] += 1
@@ -192,6 +207,8 @@ def run_property(
             prop.check(case, impl)
         except BaseException:
             state["failing"] = case
+            if state["first_failure"] is None:
+                state["first_failure"] = state["calls"]
             raise
 
     test.__name__ = prop.name.replace(".", "_")
@@ -199,7 +216,8 @@ def run_property(
     runner = hypothesis_seed(seed)(runner)
 
     check = label or prop.name
-    extra = {"seed": seed, "profile": profile, "property": prop.name}
+    extra = {"seed": seed, "profile": profile, "property": prop.name,
+             "max_examples": run_settings.max_examples}
     try:
         runner()
     except Exception as e:  # noqa: BLE001 - every failure becomes a FAIL row
@@ -209,9 +227,13 @@ def run_property(
         if not counter:
             m = _FALSIFYING.search(notes)
             counter = m.group(0).split("\n\n")[0] if m else ""
+        impl_text = "" if impl is None else f", impl={getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', impl)}"
         reproduce = (f"run_property({prop.name!r}, profile={profile!r}"
-                     + (f", seed={seed}" if not base.derandomize else "") + ")")
+                     + (f", seed={seed}" if not base.derandomize else "") + impl_text + ")")
+        first = state["first_failure"] or state["calls"]
         extra.update(
+            examples_until_failure=first,
+            shrink_calls=state["calls"] - first,
             counterexample=counter,
             error=str(e),
             error_type=type(e).__name__,

@@ -11,7 +11,7 @@ from fractions import Fraction
 
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
-from distcheck.props import Property, call_impl, register
+from distcheck.props import Property, call_impl, form_value, register
 
 __all__: list[str] = []
 
@@ -22,10 +22,8 @@ def _simulate(*args, **kwargs):
     return simulate(*args, **kwargs)
 
 
-def _form(collective: str, size_bytes: int, n: int) -> Fraction:
-    from distcheck.closed_form import get
-
-    return Fraction(get(f"comm.bytes_per_rank.{collective}").evaluate(size_bytes=size_bytes, n=n))
+def _form(collective: str, size_bytes: int, n: int):
+    return form_value(f"comm.bytes_per_rank.{collective}", size_bytes=size_bytes, n=n)
 
 
 def volume_matches_closed_form(case, *, impl=_simulate) -> None:

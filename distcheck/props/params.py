@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
-from distcheck.props import Property, call_impl, register
+from distcheck.props import Property, call_impl, form_value as _form, register
 
 __all__ = ["form_inputs"]
 
@@ -32,14 +32,6 @@ def form_inputs(cfg) -> dict:
         norm_biases=int(cfg.norm == "layer"), qkv_bias=int(cfg.qkv_bias), mlp_bias=int(cfg.mlp_bias),
         out_bias=int(cfg.out_bias), final_norm=int(cfg.final_norm),
     )
-
-
-def _form(name: str, **values) -> int:
-    from distcheck.closed_form import get
-
-    form = get(name)
-    known = {i.name for i in form.inputs}
-    return form.evaluate(**{k: v for k, v in values.items() if k in known})
 
 
 def total_matches_closed_form(cfg, *, impl=_count) -> None:

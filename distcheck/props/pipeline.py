@@ -2,8 +2,9 @@
 
 Everything is exact (integer ticks, Fraction bubbles). Implementation slots:
 ``simulate(schedule, p, m, v, t_f, t_b) -> Timeline`` (:func:`distcheck.pipeline.simulate`)
-and ``bubble_fraction(schedule, p, m, v) -> Fraction`` (the catalogue's
-``pipeline.bubble_fraction.<schedule>``).
+``bubble_fraction(schedule, p, m, v) -> Fraction`` (the catalogue's
+``pipeline.bubble_fraction.<schedule>``) and ``peak_in_flight(schedule, p, m, v) -> int``
+(``pipeline.peak_in_flight.<schedule>``).
 """
 
 from __future__ import annotations
@@ -12,17 +13,9 @@ from fractions import Fraction
 
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
-from distcheck.props import Property, call_impl, register
+from distcheck.props import Property, call_impl, form_value as _form, register
 
-__all__ = ["bubble_fraction_formula"]
-
-
-def _form(name: str, **values):
-    from distcheck.closed_form import get
-
-    form = get(name)
-    known = {i.name for i in form.inputs}
-    return Fraction(form.evaluate(**{k: v for k, v in values.items() if k in known}))
+__all__ = ["bubble_fraction_formula", "stash_formula"]
 
 
 def _equal(what: str, expected, got, params) -> None:
@@ -61,7 +54,7 @@ def simulator_matches_closed_forms(pp, *, impl=_simulate) -> None:
 
 def bubble_fraction_formula(schedule: str, p: int, m: int, v: int = 1) -> Fraction:
     """Reference formula: the catalogue's ``pipeline.bubble_fraction.<schedule>`` (idle / total)."""
-    return _form(f"pipeline.bubble_fraction.{schedule}", p=p, m=m, v=v)
+    return Fraction(_form(f"pipeline.bubble_fraction.{schedule}", p=p, m=m, v=v))
 
 
 def formula_matches_simulator(pp, *, impl=bubble_fraction_formula) -> None:
@@ -69,6 +62,20 @@ def formula_matches_simulator(pp, *, impl=bubble_fraction_formula) -> None:
     got = call_impl("bubble_fraction", impl, pp.schedule, pp.p, pp.m, pp.v)
     tl = _simulate(pp.schedule, pp.p, pp.m, pp.v, pp.t_f, pp.t_b)
     _equal("bubble fraction (idle / total) of the formula vs the simulator", tl.bubble_fraction, got, pp)
+
+
+def stash_formula(schedule: str, p: int, m: int, v: int = 1) -> int:
+    """Reference formula: the catalogue's ``pipeline.peak_in_flight.<schedule>`` (GPipe m,
+    1F1B min(p, m), interleaved min((v+1) p - 1, v m); Narayanan et al. 2021 §2.2)."""
+    return int(_form(f"pipeline.peak_in_flight.{schedule}", p=p, m=m, v=v))
+
+
+def stash_formula_matches_simulator(pp, *, impl=stash_formula) -> None:
+    """An activation-stash formula (peak micro-batches, or chunks, in flight on the busiest
+    rank) must equal the simulated peak exactly; m < p is where a formula without min(p, m) breaks."""
+    got = call_impl("peak_in_flight", impl, pp.schedule, pp.p, pp.m, pp.v)
+    tl = _simulate(pp.schedule, pp.p, pp.m, pp.v, pp.t_f, pp.t_b)
+    _equal("peak in flight of the formula vs the simulator", max(tl.peak_in_flight), got, pp)
 
 
 register(Property(
@@ -84,4 +91,11 @@ register(Property(
     formula_matches_simulator,
     "bubble-fraction formula (idle / total) == simulated idle / total, exactly",
     bubble_fraction_formula, "bubble_fraction(schedule, p, m, v=1) -> Fraction",
+))
+register(Property(
+    "pipeline.stash.formula",
+    lambda: ds.pipeline_params(),
+    stash_formula_matches_simulator,
+    "activation-stash formula (peak in flight) == simulated peak, exactly (incl. m < p)",
+    stash_formula, "peak_in_flight(schedule, p, m, v=1) -> int",
 ))

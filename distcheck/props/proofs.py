@@ -1,7 +1,8 @@
 """Symbolic proofs (sympy) of identities between closed forms, for every value of the symbols.
 
-Symbols are declared positive integers (p, m, v, N_d, Psi, n) so simplification may use
-that. Each proof is a function returning ``(holds, detail)``; :func:`prove_all` returns
+Symbols are declared positive integers (p, m, v, t_f, t_b, N_d, Psi, n, sizes; the
+catalogue's forms declare theirs the same way, flags as integers) so simplification
+may use that; ``properties/test_proofs.py`` checks the assumptions. Each proof is a function returning ``(holds, detail)``; :func:`prove_all` returns
 one :class:`distcheck.report.CheckResult` row per proof (backend ``"sympy"``).
 
 Proved:
@@ -47,7 +48,7 @@ def _zero(expr) -> bool:
 def gpipe_bubble_from_schedule():
     """1 - busy/total of the GPipe schedule == (p-1)/(m+p-1) == pipeline.bubble_fraction.gpipe."""
     p, m = sp.symbols("p m", integer=True, positive=True)
-    t_f, t_b = sp.symbols("t_f t_b", positive=True)
+    t_f, t_b = sp.symbols("t_f t_b", integer=True, positive=True)  # ticks per forward / backward
     total = (m + p - 1) * t_f + (m + p - 1) * t_b  # forward phase, then backward phase (lesson)
     busy = m * (t_f + t_b)
     bubble = sp.simplify(1 - busy / total)

@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
-from distcheck.props import Property, call_impl, register
+from distcheck.props import Property, call_impl, form_value as _form, register
 
 __all__: list[str] = []
 
@@ -27,12 +27,6 @@ def _comm(*args, **kwargs):
     from distcheck.zero import comm_elements_per_rank
 
     return comm_elements_per_rank(*args, **kwargs)
-
-
-def _form(name: str, **values) -> Fraction:
-    from distcheck.closed_form import get
-
-    return Fraction(get(name).evaluate(**values))
 
 
 def _divisible(case):
@@ -69,6 +63,21 @@ def bytes_monotone(case, *, impl=_bytes) -> None:
             raise PropertyFailure(f"stage {s} at dp=1 must equal the DDP baseline for {case}", expected=baseline, got=at_one)
 
 
+def bytes_padded(case, *, impl=_bytes) -> None:
+    """Any params (dp need not divide them): for every stage,
+    ``stage<s>(params) <= bytes <= stage<s>(dp * ceil(params / dp))`` (Figure 1 forms): each
+    rank holds at least its exact share Psi / N_d of every partitioned state, and at most
+    the padded chunk ceil(Psi / N_d). Exact (Fractions)."""
+    padded = -(-case.params // case.dp) * case.dp
+    for stage in range(4):
+        got = Fraction(call_impl("model_state_bytes_per_gpu", impl, case.params, case.dp, stage, case.k))
+        low = _form(f"zero.bytes_per_gpu.stage{stage}", params=case.params, dp=case.dp, k=case.k)
+        high = _form(f"zero.bytes_per_gpu.stage{stage}", params=padded, dp=case.dp, k=case.k)
+        if not low <= got <= high:
+            raise PropertyFailure(f"stage {stage} bytes per GPU for {case} outside [exact share, padded chunk]",
+                                  expected=f"[{low}, {high}]", got=got)
+
+
 def comm_matches_section7(case, *, impl=_comm) -> None:
     """Elements sent per rank == zero.comm_elements_per_rank.{ddp,stage1,stage2,stage3}; stage 3 == 1.5 x DDP."""
     names = {0: "ddp", 1: "stage1", 2: "stage2", 3: "stage3"}
@@ -85,6 +94,9 @@ _small = lambda: ds.zero_cases(max_params=10**9, max_dp=512, ks=(12, 14, 8, 0)) 
 
 register(Property("zero.bytes.figure1", _small, bytes_match_figure1,
                   "bytes per GPU of stages 0..3 == ZeRO Figure 1 closed forms (dp | params), exactly",
+                  _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int"))
+register(Property("zero.bytes.padded", _small, bytes_padded,
+                  "any params: Figure 1 bytes of params <= bytes per GPU <= Figure 1 bytes of the padded params",
                   _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int"))
 register(Property("zero.bytes.monotone", _small, bytes_monotone,
                   "bytes per GPU non-increasing in stage and in dp; == DDP baseline at dp = 1",
