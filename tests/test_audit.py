@@ -182,9 +182,10 @@ def test_convention_fp32_master_in_zero():
 
 def test_convention_gb_vs_gib():
     v = one(key(claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", "100.41", "GB")))
-    assert v.verdict == "holds-under-another-convention" and v.convention == "GB read as GiB"
+    assert v.verdict == "holds-under-another-convention" and v.convention == "GB read as GiB (2^30 bytes)"
+    assert v.alternatives[0]["unit"] == "GiB"  # the reproducing value is in GiB, not in the printed GB
     v = one(key(claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", "107.81", "GiB")))
-    assert v.verdict == "holds-under-another-convention" and v.convention == "GiB read as GB"
+    assert v.verdict == "holds-under-another-convention" and v.convention == "GiB read as GB (1e9 bytes)"
 
 
 def test_convention_bubble_total_vs_ideal():
@@ -208,7 +209,7 @@ def test_convention_ep_inside_or_outside_dp():
     v = one(key(claim("a", "layout.world_size.ep_inside_dp", "{ tp = 8, pp = 4, dp = 8, ep = 4 }", 1024, "GPUs")))
     assert v.verdict == "holds-under-another-convention" and "outside" in v.convention
     v = one(key(claim("a", "layout.world_size.ep_outside_dp", "{ tp = 8, pp = 4, dp = 8, ep = 4 }", 256, "GPUs")))
-    assert v.verdict == "holds-under-another-convention" and "carved out of dp" in v.convention
+    assert v.verdict == "holds-under-another-convention" and "carved out of the data-parallel ranks" in v.convention
 
 
 def test_convention_full_tensor_vs_shard_and_ring_factor():
@@ -392,3 +393,194 @@ def test_list_quantities_gives_inputs_units_defaults_and_sources():
 
 def test_every_verdict_name_is_documented():
     assert VERDICTS == ("holds", "wrong", "holds-under-another-convention", "ambiguous", "not-checkable")
+
+
+# ----------------------------------------------------------------------------- every convention, one by one
+
+#: (variant name, quantity, inputs, printed figure, unit, value of the reproducing reading in its unit).
+#: Each figure is reproduced by exactly that one documented variant: the default and every other
+#: single change give another value, so a variant that computed the wrong thing (or was missing)
+#: would turn the verdict into `wrong` or `ambiguous`.
+_K = "{ s = 2048, b = 1, h = 12288, a = 96, t = 8 }"
+CONVENTION_CASES = [
+    ("16 B/param (bf16 weights and grads, fp32 master, Adam m and v)", "memory.train_state_bytes",
+     "{ params = 1e9, bytes_per_param = 12 }", 16, "GB", 16),
+    ("12 B/param (no fp32 master copy)", "memory.train_state_bytes", "{ params = 1e9 }", 12, "GB", 12),
+    ("18 B/param (fp32 gradients)", "memory.train_state_bytes", "{ params = 1e9 }", 18, "GB", 18),
+    ("10 B/param (8-bit Adam moments)", "memory.train_state_bytes", "{ params = 1e9 }", 10, "GB", 10),
+    ("activations sharded t x p ways like the weights (not replicated)", "memory.state_plus_activations_bytes",
+     '{ params = 1e9, tp = 2, pp = 2, activation_bytes = "8 GB" }', 6, "GB", 6),  # default 4 + 8 = 12 GB
+    ("12 B/param of optimizer state (fp32 master + Adam m, v)", "memory.optimizer_bytes",
+     "{ params = 1e9, optimizer_bytes_per_param = 8 }", 12, "GB", 12),
+    ("8 B/param of optimizer state (Adam m, v only: no fp32 master)", "memory.optimizer_bytes",
+     "{ params = 1e9 }", 8, "GB", 8),
+    ("6 B/param of optimizer state (fp32 master + 8-bit moments)", "memory.optimizer_bytes",
+     "{ params = 1e9 }", 6, "GB", 6),
+    ("2 B/param of optimizer state (8-bit moments, no master)", "memory.optimizer_bytes",
+     "{ params = 1e9 }", 2, "GB", 2),
+    ("fp32 weights (4 B/param)", "memory.weights_bytes", "{ params = 1e9 }", 4, "GB", 4),
+    ("16-bit weights (2 B/param)", "memory.weights_bytes", "{ params = 1e9, weight_bytes = 4 }", 2, "GB", 2),
+    ("fp32 gradients (4 B/param)", "memory.grads_bytes", "{ params = 1e9 }", 4, "GB", 4),
+    ("16-bit gradients (2 B/param)", "memory.grads_bytes", "{ params = 1e9, grad_bytes = 4 }", 2, "GB", 2),
+    # ZeRO-3, 64e9 params over 64 ranks: (4 + K) GB per rank
+    ("K = 12 (fp32 master + Adam m, v)", "zero.bytes_per_gpu.stage3", "{ params = 64e9, dp = 64, k = 8 }",
+     16, "GB", 16),
+    ("K = 8 (Adam m, v only: no fp32 master)", "zero.bytes_per_gpu.stage3", "{ params = 64e9, dp = 64 }",
+     12, "GB", 12),
+    ("K = 6 (fp32 master + 8-bit moments)", "zero.bytes_per_gpu.stage3", "{ params = 64e9, dp = 64 }",
+     10, "GB", 10),
+    ("activations sharded across the dp ranks (not replicated on each)", "memory.per_gpu_bytes.zero3",
+     '{ params = 64e9, dp = 64, activation_bytes = "64 GB" }', 17, "GB", 17),  # default 16 + 64 = 80 GB
+    ("EP outside DP (expert-parallel ranks are extra GPUs: tp x cp x pp x dp x ep)",
+     "layout.world_size.ep_inside_dp", "{ tp = 8, pp = 4, dp = 8, ep = 4 }", 1024, "GPUs", 1024),
+    ("EP inside DP (expert groups carved out of the data-parallel ranks: no extra GPUs)",
+     "layout.world_size.ep_outside_dp", "{ tp = 8, pp = 4, dp = 8, ep = 4 }", 256, "GPUs", 256),
+    ("layer-input checkpoints only (no recompute working set)", "activations.checkpointed_peak_bytes",
+     "{ s = 2048, b = 1, h = 4096, num_layers = 32 }", 536870912, "bytes", 536870912),  # 32 x 2sbh
+    ("backward costs as much as forward (t_b = t_f)", "pipeline.step_ticks.gpipe", "{ p = 4, m = 4 }",
+     14, "ticks", 14),  # 2 (m + p - 1) instead of 3 (m + p - 1) = 21
+    ("nominal parameter count from the model name", "memory.weights_bytes", '{ model = "llama-3-70b" }',
+     140, "GB", 140),
+    ("bubble relative to ideal (useful) time", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 16 }",
+     "18.75", "%", Fraction(75, 4)),
+    ("bubble relative to total time", "pipeline.bubble_ratio.gpipe", "{ p = 4, m = 16 }", '"3/19"', "fraction",
+     Fraction(3, 19)),
+    # Korthikanti et al. Table 2 on GPT-3 175B (s 2048, h 12288, a 96, t 8): each row from another row's quantity
+    ("no parallelism, everything stored", "activations.bytes_per_layer.tp", _K, 2868903936, "bytes", 2868903936),
+    ("tensor parallel, activations outside TP regions replicated", "activations.bytes_per_layer.none", _K,
+     578813952, "bytes", 578813952),
+    ("tensor + sequence parallel (activations sharded)", "activations.bytes_per_layer.none", _K,
+     358612992, "bytes", 358612992),
+    ("tensor parallel + selective recompute (replicated)", "activations.bytes_per_layer.none", _K,
+     327155712, "bytes", 327155712),
+    ("tensor + sequence parallel + selective recompute (sharded)", "activations.bytes_per_layer.none", _K,
+     106954752, "bytes", 106954752),
+    ("full recompute (layer inputs only)", "activations.bytes_per_layer.none", _K, 50331648, "bytes", 50331648),
+    ("size given is the per-rank shard (full tensor = n x size)", "comm.bytes_per_rank.all_gather",
+     '{ size_bytes = "1 GB", n = 8 }', 7, "GB", 7),  # default 7/8 GB
+    ("ring factor (n-1)/n dropped (the large-n limit; the ZeRO paper counts volumes this way)",
+     "comm.bytes_per_rank.all_reduce", '{ size_bytes = "1 GB", n = 8 }', "2.0", "GB", 2),  # default 1.75 GB
+    ("with the ring factor (n-1)/n (nccl-tests)", "comm.bytes_per_rank_no_ring_factor.all_reduce",
+     '{ size_bytes = "1 GB", n = 8 }', "1.75", "GB", Fraction(7, 4)),
+    ("GB read as GiB (2^30 bytes)", "memory.train_state_bytes", "{ params = 6738149376 }", "100.41", "GB",
+     Fraction(107810390016, 2**30)),
+    ("GiB read as GB (1e9 bytes)", "memory.train_state_bytes", "{ params = 6738149376 }", "107.81", "GiB",
+     Fraction(107810390016, 10**9)),
+    ("M tokens read as Mi tokens (2^20)", "layout.tokens_per_batch", "{ dp = 64, batch_per_dp = 32, seq_len = 8192 }",
+     16, "M tokens", 16),
+    ("Mi tokens read as M tokens (1e6)", "layout.tokens_per_batch", "{ dp = 64, batch_per_dp = 32, seq_len = 8192 }",
+     "16.78", "Mi tokens", Fraction(16777216, 10**6)),
+]
+
+
+@pytest.mark.parametrize("name, quantity, inputs, figure, unit, value", CONVENTION_CASES,
+                         ids=[c[0][:40] for c in CONVENTION_CASES])
+def test_each_convention_reproduces_its_figure_alone(name, quantity, inputs, figure, unit, value):
+    v = one(key(claim("a", quantity, inputs, figure, unit)))
+    assert v.verdict == "holds-under-another-convention", v.explanation
+    assert v.convention == name
+    assert v.alternatives[0]["value"] == value
+    assert name in v.explanation and "\n" not in v.explanation
+
+
+def test_every_documented_convention_has_a_case():
+    from distcheck.audit.conventions import CONVENTIONS
+
+    documented = {v.name for _, axis in CONVENTIONS for v in axis.variants}
+    assert documented <= {c[0] for c in CONVENTION_CASES}
+
+
+def test_two_changes_at_once_are_tried_and_named():
+    # 70e9 nominal params (the model's real count is 70.55e9) with 12 B/param: 840 GB; neither alone gives it
+    v = one(key(claim("a", "memory.train_state_bytes", '{ model = "llama-3-70b" }', 840, "GB")))
+    assert v.verdict == "holds-under-another-convention"
+    assert v.convention == "12 B/param (no fp32 master copy) + nominal parameter count from the model name"
+    assert v.alternatives[0]["value"] == 840
+
+
+def test_three_changes_are_not_tried():
+    # nominal 70e9 x 12 B/param = 840e9 bytes = 782.3 GiB needs three changes: the figure is wrong
+    v = one(key(claim("a", "memory.train_state_bytes", '{ model = "llama-3-70b" }', "782.3", "GB")))
+    assert v.verdict == "wrong"
+    assert "no documented convention reproduces it" in v.explanation
+
+
+def test_ambiguous_lists_every_reading_with_its_value():
+    # 13e9 params over 80 GB: the default 16 B/param needs TP 4; both 12 and 10 B/param give TP 2
+    v = one(key(claim("a", "memory.min_tp_pow2", '{ params = 13e9, budget_bytes = "80 GB" }', 2, "count")))
+    assert v.verdict == "ambiguous" and v.computed == 4
+    assert {a["convention"] for a in v.alternatives} == {"12 B/param (no fp32 master copy)",
+                                                        "10 B/param (8-bit Adam moments)"}
+    assert "12 B/param" in v.explanation and "10 B/param" in v.explanation
+
+
+def test_wrong_explanation_is_one_readable_line():
+    v = one(key(claim("a", "comm.bytes_per_rank.all_gather", '{ size_bytes = "140 GB", n = 8 }', "17.5", "GB")))
+    assert v.verdict == "wrong" and v.computed == 122_500_000_000
+    assert v.explanation.startswith("recomputed 122.5 (245/2) GB; printed 17.5 GB (+-0.05); off by 105 GB")
+    assert "\n" not in v.explanation
+
+
+def test_flags_read_as_true_or_false():
+    v = one(key(claim("a", "memory.fits", '{ total_bytes = "81 GB", gpu_bytes = "80 GB" }', "false", "flag")))
+    assert v.verdict == "holds" and v.explanation == "recomputed false; printed false (exact)"
+
+
+# ----------------------------------------------------------------------------- lesson worked examples
+
+
+def test_sliced_activation_relu_matches_and_layer_norm_does_not():
+    base = "h = [1, -2, 4, -7], tp = 2"
+    assert one(key(claim("a", "tp.example.sliced_activation_matches", f"{{ {base} }}", "true", "flag"))).computed == 1
+    v = one(key(claim("a", "tp.example.sliced_activation_matches", f"{{ {base}, layer_norm = true }}", "false",
+                      "flag")))
+    assert v.verdict == "holds" and v.computed == 0
+    # one shard is the whole vector: the layer norm is then the same
+    v = one(key(claim("a", "tp.example.sliced_activation_matches", "{ h = [1, -2, 4, -7], tp = 1, layer_norm = true }",
+                      "true", "flag")))
+    assert v.computed == 1
+    # a shard of one element has zero variance: refused unless eps > 0
+    with pytest.raises(AnswerKeyError, match="eps"):
+        audit_text(key(claim("a", "tp.example.sliced_activation_matches",
+                             "{ h = [1, 2], tp = 2, layer_norm = true }", "false", "flag")))
+
+
+def test_oversized_matrix_inputs_are_refused():
+    rows = "[" + ", ".join(["[" + ", ".join(["1"] * 300) + "]"] * 300) + "]"
+    with pytest.raises(AnswerKeyError, match="at most 65536 numbers"):
+        parse_key(key(claim("a", "tp.example.full_output", f"{{ x = [1], w = {rows} }}", "[1]", "value")), "k.toml")
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+def _cli(*args, cwd):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "distcheck", "audit", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=120)
+
+
+def test_cli_bad_key_prints_one_line_and_exits_2(tmp_path):
+    (tmp_path / "bad.toml").write_text(key('id = "a"\nquantity = "memory.train_stat_bytes"\nclaimed = 1\nunit = "GB"'))
+    proc = _cli("bad.toml", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("distcheck: error: bad.toml:7: [claim[0] (a).quantity] unknown quantity")
+
+
+def test_cli_exits_1_on_a_wrong_claim_and_writes_json(tmp_path):
+    (tmp_path / "k.toml").write_text(key(
+        claim("ok", "layout.world_size", "{ tp = 8, pp = 16, dp = 128 }", '"16,384"', "GPUs"),
+        claim("bad", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "50", "%")))
+    proc = _cli("k.toml", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [c["verdict"] for c in data[0]["claims"]] == ["holds", "wrong"]
+    assert data[0]["claims"][1]["computed"] == {"exact": "3/7", "approx": 3 / 7}

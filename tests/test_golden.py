@@ -3,6 +3,7 @@ and a golden that lies about a verdict fails."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 
 import pytest
 
@@ -93,3 +94,44 @@ def test_verify_all_and_missing_folder(tmp_path):
         golden_paths(tmp_path / "nope")
     with pytest.raises(GoldenError):
         golden_paths(tmp_path)
+
+
+def _printed(path) -> set[str]:
+    """The figures of a golden key as printed (commas and '~' dropped; vectors as their text)."""
+    return {c.claimed_text if c.claimed_text.startswith("[") else c.claimed_text.replace(",", "").lstrip("~")
+            for c in load_golden(path).claims}
+
+
+# Figures as the two seed documents print them (numbers only, read off the seeds by hand).
+LESSON_FIGURES = [
+    "16", "12", "2", "8", "16384", "6738149376", "107810390016", "107.81", "0.822", "108.63", "13.48",
+    "67108864", "8388608", "150994944", "234881024", "704643072", "855638016", "68451041280", "524288000",
+    "68975329280", "1103.61", "137.95", "68.98", "6.7e-02", "4.4e-16", "0.0e+00", "1.5e-14", "6.2e-15",
+    "[1, 2, 4, 7]", "[1, 2]", "[4, 7]", "[1, 0, 2, 1]", "[0, 2, 2, 6]", "21", "42.9", "3/7", "15.8", "3/19",
+    "8.6", "18.75", "57", "128", "1/128", "1024", "671", "37", "2048", "79", "15/19", "1.10",
+]
+CHAPTER_FIGURES = [
+    "140", "810", "560", "3240", "30", "170", "870", "5030", "11", "63", "210", "158", "109", "9", "3/32",
+    "280", "17.5", "1024", "8", "126", "2048", "4096",
+]
+
+
+@pytest.mark.parametrize("name, figures", [("lesson.toml", LESSON_FIGURES), ("chapter.toml", CHAPTER_FIGURES)])
+def test_every_seed_figure_is_a_golden_claim(name, figures):
+    printed = _printed(default_golden_dir() / name)
+    assert [f for f in figures if f not in printed] == []
+
+
+def test_predict_exercise_answers_are_computed():
+    lesson = {v.claim.id: v for v in audit_file(default_golden_dir() / "lesson.toml").claims}
+    answers = {"lesson.ex1.bubble_8x8_exact": Fraction(7, 15), "lesson.ex2.plain_weight_small_shard": Fraction(1, 56),
+               "lesson.ex2.error_coefficient_small_shard": Fraction(1, 840),
+               "lesson.ex3.min_tp_pp_70b": 16, "lesson.ex4.swapped_order_exact": 0, "lesson.pred.relu_on_slices": 1,
+               "lesson.pred.layer_norm_on_slices": 0, "lesson.pp.p8m32.bubble": Fraction(7, 39),
+               "lesson.pred.adam_8bit": 10, "lesson.dp.equal_shard_weight": Fraction(1, 64),
+               "lesson.13b.state": 208 * 10**9, "lesson.13b.min_tp": 4, "lesson.13b.bubble": Fraction(1, 5)}
+    assert {k: lesson[k].computed for k in answers} == answers
+    chapter = {v.claim.id: v for v in audit_file(default_golden_dir() / "chapter.toml").claims}
+    assert chapter["chapter.3d.layers_per_stage"].computed == 16  # (126 + 2) / 8 from the preset's 126 layers
+    assert chapter["chapter.zero.stage3"].verdict == "ambiguous"
+    assert {a["unit"] for a in chapter["chapter.zero.stage3"].alternatives} == {"GB", "GiB"}

@@ -141,11 +141,11 @@ _GRAD_BYTES = Axis("gradient precision", (
 ))
 
 _ACT_SHARDED_DP = Axis("activations replicated or sharded", (
-    Variant("activations divided across the dp ranks", "activation_bytes / dp",
+    Variant("activations sharded across the dp ranks (not replicated on each)", "activation_bytes / dp",
             scale={"activation_bytes": Scale(by=("dp",), invert=True)}),
 ))
 _ACT_SHARDED_TP_PP = Axis("activations replicated or sharded", (
-    Variant("activations divided t*p ways like the weights", "activation_bytes / (tp pp)",
+    Variant("activations sharded t x p ways like the weights (not replicated)", "activation_bytes / (tp pp)",
             scale={"activation_bytes": Scale(by=("tp", "pp"), invert=True)}),
 ))
 
@@ -193,7 +193,7 @@ def _comm_axes(op: str) -> tuple[Axis, ...]:
             "size given is the per-rank shard (full tensor = n x size)", "size_bytes x n",
             scale={"size_bytes": Scale(by=("n",))}),)),
         Axis("ring factor (n-1)/n", (Variant(
-            "ring factor dropped (n -> infinity, as the ZeRO paper counts)",
+            "ring factor (n-1)/n dropped (the large-n limit; the ZeRO paper counts volumes this way)",
             f"comm.bytes_per_rank_no_ring_factor.{op}", quantity=f"comm.bytes_per_rank_no_ring_factor.{op}"),)),
     )
 
@@ -211,10 +211,11 @@ def _build() -> tuple[tuple[str, Axis], ...]:
         ("memory.per_gpu_bytes.zero*", _ZERO_K),
         ("memory.per_gpu_bytes.zero*", _ACT_SHARDED_DP),
         ("layout.world_size.ep_inside_dp", Axis("EP inside or outside DP", (Variant(
-            "ep is its own mesh axis outside dp", "layout.world_size.ep_outside_dp",
+            "EP outside DP (expert-parallel ranks are extra GPUs: tp x cp x pp x dp x ep)", "layout.world_size.ep_outside_dp",
             quantity="layout.world_size.ep_outside_dp"),))),
         ("layout.world_size.ep_outside_dp", Axis("EP inside or outside DP", (Variant(
-            "ep carved out of dp (no extra GPUs)", "layout.world_size.ep_inside_dp",
+            "EP inside DP (expert groups carved out of the data-parallel ranks: no extra GPUs)",
+            "layout.world_size.ep_inside_dp",
             quantity="layout.world_size.ep_inside_dp"),))),
         ("activations.checkpointed_peak_bytes", Axis("what a checkpointed model stores", (Variant(
             "layer-input checkpoints only (no recompute working set)", "activations.total_bytes.full_recompute",
@@ -256,7 +257,17 @@ def _unit_axis(unit: str) -> Axis | None:
             alt = f"{swap[parts[0]]} {parts[1]}"
     if alt is None:
         return None
-    return Axis("decimal or binary units", (Variant(f"{unit} read as {alt}", f"the figure is in {alt}", unit=alt),))
+    head = alt.split(" ", 1)[0]
+    size = _UNIT_SIZE.get(head) or _UNIT_SIZE.get(head + "-")
+    label = f"{unit} read as {alt}" + (f" ({size})" if size else "")
+    return Axis("decimal or binary units", (Variant(label, f"the figure is in {alt}", unit=alt),))
+
+
+#: the size of one unit, named in the variant ("GB read as GiB (2^30 bytes)"); "X-" is a count prefix
+_UNIT_SIZE = {"KB": "1e3 bytes", "MB": "1e6 bytes", "GB": "1e9 bytes", "TB": "1e12 bytes",
+              "KiB": "2^10 bytes", "MiB": "2^20 bytes", "GiB": "2^30 bytes", "TiB": "2^40 bytes",
+              "K-": "1e3", "M-": "1e6", "B-": "1e9", "T-": "1e12", "Ki-": "2^10", "Mi-": "2^20", "Gi-": "2^30",
+              "Ti-": "2^40"}
 
 
 def axes_for(quantity: str, unit: str, inputs: Mapping[str, object]) -> list[Axis]:

@@ -73,6 +73,7 @@ _CLAIM_FIELDS = ("id", "quantity", "inputs", "claimed", "unit", "rounding", "not
 _CHECK_FIELDS = ("id", "kind", "total", "parts", "note", "section", "expect")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 _MAX_ARRAY = 4096
+_MAX_ELEMENTS = 65536  # a matrix input holds at most this many numbers (exact arithmetic is O(rows x cols))
 _MAX_ABS = Fraction(10) ** 60  # inputs and figures beyond this are refused, not computed
 
 
@@ -398,26 +399,33 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
     return AnswerKey(path=path, title=title, source=source, meta=dict(meta), claims=tuple(claims), checks=tuple(checks))
 
 
-def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
-    header = cl.get("__header__")
-    base = f"claim[{i}]"
-    if not isinstance(rc, dict):
-        raise _err("each claim must be a table", path, header, base)
+def _table_head(raw, kind: str, i: int, lines: dict, fields: tuple, path, ids):
+    """The checks every [[claim]] and [[check]] starts with: a table, known fields, a valid unique id.
+    Returns (id, field prefix for errors, line of a field)."""
+    header = lines.get("__header__")
+    base = f"{kind}[{i}]"
+    if not isinstance(raw, dict):
+        raise _err(f"each {kind} must be a table", path, header, base)
 
     def ln(key):
-        return cl.get(key, header)
+        return lines.get(key, header)
 
-    for k in rc:
-        if k not in _CLAIM_FIELDS:
-            raise _err(f"unknown field {k!r} (allowed: {', '.join(_CLAIM_FIELDS)})", path, ln(k), f"{base}.{k}")
-    cid = _check_str(rc, "id", path, ln("id"), f"{base}.id", required=True)
+    for k in raw:
+        if k not in fields:
+            raise _err(f"unknown field {k!r} (allowed: {', '.join(fields)})", path, ln(k), f"{base}.{k}")
+    cid = _check_str(raw, "id", path, ln("id"), f"{base}.id", required=True)
     if not _ID.match(cid) or len(cid) > 200:
         raise _err(f"id {cid!r} must be letters, digits and . _ - : (starting with a letter or digit)",
                    path, ln("id"), f"{base}.id")
     if cid in ids:
         raise _err(f"duplicate id {cid!r} (first at line {ids[cid]})", path, ln("id"), f"{base}.id")
     ids[cid] = ln("id")
-    base = f"claim[{i}] ({cid})"
+    return cid, f"{kind}[{i}] ({cid})", ln
+
+
+def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
+    header = cl.get("__header__")
+    cid, base, ln = _table_head(rc, "claim", i, cl, _CLAIM_FIELDS, path, ids)
 
     qname = _check_str(rc, "quantity", path, ln("quantity"), f"{base}.quantity", required=True)
     try:
@@ -493,6 +501,8 @@ def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
         if not ok:
             raise _err(f"must be a {'list of numbers' if kind == 'vector' else 'list of rows of numbers'}",
                        path, line, fl)
+        if kind == "matrix" and sum(len(r) for r in rows) > _MAX_ELEMENTS:
+            raise _err(f"a matrix input holds at most {_MAX_ELEMENTS} numbers", path, line, fl)
         if any(abs(x) > _MAX_ABS for x in (rows if kind == "vector" else [x for r in rows for x in r])):
             raise _err("value too large", path, line, fl)
         return
@@ -576,23 +586,7 @@ def _claimed(value, q, unit, raw, path, line, fl):
 
 def _check(rk, i, kl, path, ids, claim_ids) -> Check:
     header = kl.get("__header__")
-    base = f"check[{i}]"
-    if not isinstance(rk, dict):
-        raise _err("each check must be a table", path, header, base)
-
-    def ln(key):
-        return kl.get(key, header)
-
-    for k in rk:
-        if k not in _CHECK_FIELDS:
-            raise _err(f"unknown field {k!r} (allowed: {', '.join(_CHECK_FIELDS)})", path, ln(k), f"{base}.{k}")
-    cid = _check_str(rk, "id", path, ln("id"), f"{base}.id", required=True)
-    if not _ID.match(cid) or len(cid) > 200:
-        raise _err(f"id {cid!r} must be letters, digits and . _ - :", path, ln("id"), f"{base}.id")
-    if cid in ids:
-        raise _err(f"duplicate id {cid!r} (first at line {ids[cid]})", path, ln("id"), f"{base}.id")
-    ids[cid] = ln("id")
-    base = f"check[{i}] ({cid})"
+    cid, base, ln = _table_head(rk, "check", i, kl, _CHECK_FIELDS, path, ids)
     kind = _check_str(rk, "kind", path, ln("kind"), f"{base}.kind", required=True)
     if kind not in CHECK_KINDS:
         raise _err(f"kind must be one of {', '.join(CHECK_KINDS)}, got {kind!r}", path, ln("kind"), f"{base}.kind")

@@ -258,8 +258,11 @@ def _pick(values: Mapping[str, object], names) -> dict:
 # --- exact helpers for the lesson's tensor-parallel worked example (numpy.array_split semantics)
 
 def _split_sizes(n: int, parts: int) -> list[int]:
-    base, extra = divmod(n, parts)
-    return [base + 1 if r < extra else base for r in range(parts)]
+    """numpy.array_split sizes: the reference's :func:`distcheck.tp.split_sizes` (imported lazily:
+    the audit itself needs no numpy until a worked example is computed)."""
+    from distcheck.tp import split_sizes
+
+    return split_sizes(n, parts)
 
 
 def _matrix(values, name: str) -> list[list[Fraction]]:
@@ -330,6 +333,45 @@ def _swapped_mlp_matches(values):
         r0 += rows[r]
         c0 += cols[r]
     return 1 if tuple(out) == full else 0
+
+
+def _sliced_activation_matches(values):
+    """1 if applying the activation to each column shard of ``h`` and concatenating equals applying
+    it to the whole of ``h``, else 0 (exact).
+
+    ``layer_norm = 0``: ReLU, elementwise. ``layer_norm = 1``: layer norm over the hidden dimension
+    without affine weights, ``(h - mean(h)) / sqrt(var(h) + eps)`` (population variance, as
+    torch.nn.functional.layer_norm). Its values are irrational in general, so they are compared
+    exactly as pairs (u, A) meaning u / sqrt(A): equal iff u and w have the same sign and
+    u^2 B = w^2 A. Raises ConfigError when a shard's variance plus eps is 0 (division by zero).
+    """
+    h = _vector(values, "h")
+    tp = int(values["tp"])
+    if tp > len(h):
+        raise ConfigError("tp", tp, f"must be <= the length of h ({len(h)})")
+    norm = int(values.get("layer_norm", 0))
+    eps = Fraction(values.get("eps", 0))
+
+    def act(v):
+        if not norm:
+            return [(a, None) for a in _relu(v)]
+        mean = sum(v, Fraction(0)) / len(v)
+        var = sum(((a - mean) ** 2 for a in v), Fraction(0)) / len(v) + eps
+        if var == 0:
+            raise ConfigError("eps", eps, "must be > 0 when a shard of h has zero variance (layer norm divides by it)")
+        return [(a - mean, var) for a in v]
+
+    full = act(h)
+    sliced: list = []
+    lo = 0
+    for size in _split_sizes(len(h), tp):
+        sliced.extend(act(h[lo:lo + size]))
+        lo += size
+    if not norm:
+        return 1 if full == sliced else 0
+    same = all((u > 0) - (u < 0) == (w > 0) - (w < 0) and u * u * b == w * w * a
+               for (u, a), (w, b) in zip(full, sliced))
+    return 1 if same else 0
 
 
 def _int_check(name, value) -> int:
@@ -480,7 +522,9 @@ def _composites() -> list[Quantity]:
         att = _ev("params.attention_per_layer", **_pick(v, ("hidden_size", "num_heads", "num_kv_heads", "head_dim",
                                                               "qkv_bias", "out_bias")))
         mlp = _ev("params.mlp_per_layer", **_pick(v, ("hidden_size", "ffn_hidden_size", "swiglu", "mlp_bias")))
-        norms = 2 * v["hidden_size"] * (v.get("norm_weights", 1) + v.get("norm_biases", 0))
+        # the layer's two norms: params.norms for one layer without the final norm
+        norms = _ev("params.norms", hidden_size=v["hidden_size"], num_layers=1, final_norm=0,
+                    **_pick(v, ("norm_weights", "norm_biases")))
         return att + mlp + norms
 
     out.append(Q(
@@ -510,15 +554,15 @@ def _composites() -> list[Quantity]:
     ))
     out.append(Q(
         "dp.shard_size.max", "examples", "numpy.array_split (lesson (seed 000) data_parallel_grad)",
-        "largest shard when n examples are split over dp ranks: ceil(n / dp)",
+        "largest shard when n examples are split over dp ranks: dp.shard_size of rank 0 (ceil(n / dp))",
         (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
-        lambda v: -((-v["n"]) // v["dp"]),
+        lambda v: _ev("dp.shard_size", n=v["n"], dp=v["dp"], rank=0),
     ))
     out.append(Q(
         "dp.shard_size.min", "examples", "numpy.array_split (lesson (seed 000) data_parallel_grad)",
-        "smallest shard when n examples are split over dp ranks: floor(n / dp)",
+        "smallest shard when n examples are split over dp ranks: dp.shard_size of the last rank (floor(n / dp))",
         (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
-        lambda v: v["n"] // v["dp"],
+        lambda v: _ev("dp.shard_size", n=v["n"], dp=v["dp"], rank=v["dp"] - 1),
     ))
     vec = I("x", "input row vector (a list of numbers)", "", "vector")
     mat = I("w", "weight matrix (a list of rows)", "", "matrix")
@@ -541,6 +585,18 @@ def _composites() -> list[Quantity]:
         _swapped_mlp_matches,
     ))
     out.append(Q(
+        "tp.example.sliced_activation_matches", "flag",
+        "lesson (seed 000) section 4, 'Predict: why can ReLU be applied to each slice separately, but a layer "
+        "norm over the hidden dimension could not?' (exact arithmetic; a counterexample settles 'could not')",
+        "1 if the activation applied to each column shard of h (numpy.array_split) equals the activation of the "
+        "whole h on this input: ReLU (layer_norm = 0) or layer norm over the hidden dimension without affine "
+        "weights (layer_norm = 1)",
+        (I("h", "hidden activation before the nonlinearity, x W_up (a list of numbers)", "", "vector"), tp_in,
+         I("layer_norm", "1: layer norm over the hidden dimension; 0: ReLU", "", "flag", 0),
+         I("eps", "layer-norm epsilon added to the variance", "", "nonnegative", 0)),
+        _sliced_activation_matches,
+    ))
+    out.append(Q(
         "empirical.max_abs_error", "any",
         "a floating-point error measured by running code on random data",
         "an error measured on a random draw; it depends on the draw (seed, data) and the BLAS summation order",
@@ -557,9 +613,12 @@ def _composites() -> list[Quantity]:
 
 
 def _ep_inside(v):
+    """layout.world_size (ep adds no GPUs) once ep is checked to divide dp*cp."""
     if Fraction(v["dp"] * v.get("cp", 1)) % v["ep"]:
         raise ConfigError("ep", v["ep"], f"must divide dp*cp={v['dp'] * v.get('cp', 1)} when ep is inside dp")
-    return v["tp"] * v.get("cp", 1) * v["pp"] * v["dp"]
+    return _ev("layout.world_size", **_pick(v, ("tp", "pp", "dp", "cp")))
+
+
 
 
 _QUANTITIES: dict[str, Quantity] | None = None

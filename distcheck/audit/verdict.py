@@ -46,8 +46,9 @@ class ClaimVerdict:
     unit (None when not checkable); ``computed_in_unit`` the same in the claim's
     unit. ``convention`` names the variants that reproduce the figure
     (holds-under-another-convention); ``alternatives`` lists every reproducing set
-    (ambiguous) or the closest one tried (wrong), each ``{"convention", "value"}``
-    with the value in the claim's unit.
+    (ambiguous) or the closest one tried (wrong), each ``{"convention", "value", "unit"}``:
+    the value in ``unit``, which is the claim's unit except when the variant reads the
+    figure in another unit ("GB read as GiB": the value is then in GiB).
     """
 
     claim: Claim
@@ -131,6 +132,8 @@ def _matches(value_in_unit, claimed, step: Fraction) -> bool:
 
 
 def _fmt(value, unit: str = "") -> str:
+    if unit == "flag" and not isinstance(value, tuple) and value in (0, 1):
+        return "true" if value else "false"
     if isinstance(value, tuple):
         return "[" + ", ".join(format_exact(v, 6) for v in value) + "]" + (f" {unit}" if unit else "")
     return format_exact(value, 9) + (f" {unit}" if unit else "")
@@ -264,40 +267,42 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     in_unit = _in_unit(value, q.unit, c.unit)
     shown = {k: (str(v) if not isinstance(v, tuple) else "vector") for k, v in values.items()}
     base = dict(claim=c, quantity_unit=q.unit, computed=value, computed_in_unit=in_unit, inputs=shown)
-    printed = f"printed {c.claimed_text} {c.unit}" + (
+    printed = f"printed {c.claimed_text}" + ("" if c.unit == "flag" else f" {c.unit}") + (
         " (exact)" if c.step == 0 else f" (+-{float(c.step / 2):g})")
     if _matches(in_unit, c.claimed, c.step):
         return ClaimVerdict(verdict=HOLDS, explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}", **base)
 
     matches, closest = _search(c, q, values, model)
     if len(matches) == 1:
-        name, v = matches[0]
+        name, v, u = matches[0]
         return ClaimVerdict(
-            verdict=OTHER, convention=name, alternatives=[{"convention": name, "value": v}],
+            verdict=OTHER, convention=name, alternatives=[{"convention": name, "value": v, "unit": u}],
             explanation=(f"default gives {_fmt(in_unit, c.unit)}; {printed} is reproduced with {name}: "
-                         f"{_fmt(v, c.unit)}"), **base)
+                         f"{_fmt(v, u)}"), **base)
     if len(matches) > 1:
-        listed = "; ".join(f"{n} -> {_fmt(v, c.unit)}" for n, v in matches)
+        listed = "; ".join(f"{n} -> {_fmt(v, u)}" for n, v, u in matches)
         return ClaimVerdict(
-            verdict=AMBIGUOUS, alternatives=[{"convention": n, "value": v} for n, v in matches],
+            verdict=AMBIGUOUS, alternatives=[{"convention": n, "value": v, "unit": u} for n, v, u in matches],
             explanation=f"default gives {_fmt(in_unit, c.unit)}; {printed} is reproduced by several conventions: {listed}",
             **base)
     diff = _distance(in_unit, c.claimed)
     rel = ""
     if not isinstance(in_unit, tuple) and in_unit != 0:
-        rel = f", {float(diff / abs(in_unit)):.2%} of it"
-    near = ""
+        rel = f" ({float(diff / abs(in_unit)):.2%} of the recomputed value)"
+    near = "; no documented convention reproduces it"
     alts = []
     if closest is not None:
-        near = f"; closest documented alternative: {closest[0]} -> {_fmt(closest[1], c.unit)}"
-        alts = [{"convention": closest[0], "value": closest[1]}]
+        near = f"; no documented convention reproduces it (closest: {closest[0]} -> {_fmt(closest[1], closest[2])})"
+        alts = [{"convention": closest[0], "value": closest[1], "unit": closest[2]}]
     return ClaimVerdict(
         verdict=WRONG, alternatives=alts,
-        explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff)}{rel}{near}", **base)
+        explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff, c.unit)}{rel}{near}", **base)
 
 
 def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
-    """(reproducing [(names, value)] at the fewest changes, closest (names, value) or None)."""
+    """(reproducing [(names, value, unit)] at the fewest changes, closest (names, value, unit) or None).
+
+    ``value`` is in ``unit``: the claim's unit, or the unit a "GB read as GiB" variant reads it in."""
     given = dict(values)
     if model is not None:
         given["model"] = model
@@ -328,9 +333,9 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
                 name = " + ".join(v.name for v in variants)
                 d = _distance(value_in, c.claimed)
                 if best is None or d < best:
-                    best, closest = d, (name, value_in)
+                    best, closest = d, (name, value_in, unit)
                 if _matches(value_in, c.claimed, c.step):
-                    matches.append((name, value_in))
+                    matches.append((name, value_in, unit))
         if matches:
             break
     return matches, closest
