@@ -159,7 +159,7 @@ def test_nccl_without_gpus_is_unavailable_before_anything_starts():
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("world_size", [1, 2, 4, 8])
 def test_start_run_reuse(world_size):
     from distcheck.runners import RankPool
 
@@ -351,3 +351,24 @@ def test_fake_world_builds_a_16384_rank_mesh():
     import torch.distributed as dist
 
     assert not dist.is_initialized()  # the fake group is gone afterwards
+
+
+# ----------------------------------------------------------------------------- spawn (the NCCL start method)
+
+
+@pytest.mark.multiprocess
+def test_spawned_world_runs_and_is_reaped():
+    """Spawn is what NCCL pools use (CUDA cannot fork); checked here on gloo, where it can run anywhere."""
+    from distcheck.runners import RankPool
+
+    pool = RankPool(2, timeout_s=120, start_method="spawn")
+    try:
+        res = pool.run(_allreduce_rank_plus, 1)
+        pids = pool.pids
+        assert [r[0] for r in res] == [3.0, 3.0] and sorted(r[4] for r in res) == sorted(pids)
+        with pytest.raises(RankFailure) as info:
+            pool.run(_raise_on_1)
+        assert info.value.rank == 1 and "bad value on rank 1" in info.value.traceback_text
+    finally:
+        pool.close()
+    assert not any(_alive(p) for p in pids)

@@ -64,6 +64,9 @@ def test_collective_bytes_match_closed_forms(gloo2):
     assert "S=192 B: 192 B per rank" in rows["comm.bytes_per_rank.all_reduce"].detail
     assert "S=192 B: 96 B per rank" in rows["comm.bytes_per_rank.all_gather"].detail
     assert "S=192 B: 96 B per rank" in rows["comm.bytes_per_rank.reduce_scatter"].detail
+    # gloo cannot all-gather uneven shards: the report says so and names the NCCL path
+    assert "uneven all_gather unsupported on gloo" in rows["comm.bytes_per_rank.all_gather"].detail
+    assert "unsupported" not in rows["comm.bytes_per_rank.all_reduce"].detail
 
 
 @pytest.mark.multiprocess
@@ -126,6 +129,9 @@ def test_fsdp2_matches_single_process_and_padded_reference(gloo2):
     assert rows["fsdp2.params_match_single_process[reshard=True]"].verdict == PASS
     assert rows["fsdp2.params_match_single_process[reshard=False]"].verdict == PASS
     assert rows["fsdp2.bytes_per_rank"].verdict == PASS, rows["fsdp2.bytes_per_rank"].detail
+    # widths 5-7-3, SGD (16 B per parameter), N = 2: Psi = 66, ideal (4+K) Psi/N = 528 B; rank 0 holds the
+    # padded halves of dim 0 (4 of 7 rows, 2 of 3 rows): (4*5 + 4 + 2*7 + 2) * 16 = 640 B, x1.212
+    assert "widths=[5, 7, 3] sgd: max 640 B vs (4+K)*Psi/N = 528 B (x1.212)" in rows["fsdp2.bytes_per_rank"].detail
 
 
 @pytest.mark.multiprocess
@@ -228,6 +234,31 @@ def test_device_mesh_groups_on_gloo_and_threaded(gloo2, threaded4):
     assert mesh.run_mesh_checks(gloo2)[0].verdict == PASS
     r = mesh.run_mesh_checks(threaded4)[0]
     assert r.verdict == PASS and r.examples == 6  # (pp, dp, tp) factorisations of 4
+
+
+@pytest.mark.multiprocess
+class _ForeignWorld:
+    """Any object with run / world_size / backend is a world (a TorchrunWorld is one)."""
+
+    def __init__(self, pool):
+        self.world_size, self.backend, self._pool, self.calls = pool.world_size, pool.backend, pool, 0
+
+    def run(self, fn, *args, **kwargs):
+        self.calls += 1
+        return self._pool.run(fn, *args, **kwargs)
+
+
+@pytest.mark.multiprocess
+def test_layer_drivers_accept_any_world_object(gloo2):
+    from distcheck.runners.layers import layer_rows
+
+    world = _ForeignWorld(gloo2)
+    rows = layer_rows(world, layers=["mesh", "tensor_parallel"])
+    assert world.calls == 3 + 2  # 3 (pp, dp, tp) factorisations of 2, then the MLP and attention examples
+    assert [(r.check, r.verdict, r.world_size) for r in rows][:2] == [("mesh.groups", PASS, 2), ("tp.mlp.output", PASS, 2)]
+    assert not [r for r in rows if r.verdict != PASS]
+    with pytest.raises(ConfigError, match="layers='lasers'"):
+        layer_rows(world, layers=["lasers"])
 
 
 @pytest.mark.multiprocess

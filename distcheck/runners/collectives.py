@@ -41,7 +41,9 @@ from distcheck.report import FAIL, PASS, SKIP, CheckResult
 
 __all__ = [
     "RING_COLLECTIVES",
+    "UNEVEN_ALL_GATHER",
     "ByteCounter",
+    "is_world",
     "iter_pools",
     "result_row",
     "skip_row",
@@ -55,6 +57,9 @@ __all__ = [
 RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 
 _BACKENDS_WITH_P2P = ("gloo", "nccl")
+#: backends whose ``all_gather`` accepts shards of different sizes (gloo raises
+#: "ProcessGroupGloo::allgather: invalid tensor size"; NCCL falls back to broadcasts)
+UNEVEN_ALL_GATHER = ("nccl",)
 
 
 # --------------------------------------------------------------------------- driver helpers
@@ -68,28 +73,37 @@ def _pool_for(world_size: int, backend: str, timeout_s: float):
         yield pool
 
 
-def iter_pools(pool_or_world_sizes, backend: str = "gloo", timeout_s: float = 60.0) -> Iterator[tuple[Any, int, str, str | None]]:
-    """Yield ``(pool, world_size, backend, skip_reason)`` for each world to check.
+def is_world(obj) -> bool:
+    """True for a started or unstarted world object: ``.run``, ``.world_size`` and ``.backend``.
 
-    ``pool_or_world_sizes`` is a started or unstarted ``RankPool`` (used as is,
-    with its own world size and backend), an int world size, or a sequence of
-    them (a pool is opened per world size with ``backend`` and closed after its
-    checks). When a backend cannot run here (e.g. NCCL without GPUs) the pool is
-    ``None`` and ``skip_reason`` says why; the caller emits ``skip`` rows.
+    A :class:`~distcheck.runners.pool.RankPool`, a
+    :class:`~distcheck.runners.torchrun.TorchrunWorld`, or any object with the
+    same contract (``run(fn, *args)`` returns every rank's result).
+    """
+    return callable(getattr(obj, "run", None)) and hasattr(obj, "world_size") and hasattr(obj, "backend")
+
+
+def iter_pools(pool_or_world_sizes, backend: str = "gloo", timeout_s: float = 60.0) -> Iterator[tuple[Any, int, str, str | None]]:
+    """Yield ``(world, world_size, backend, skip_reason)`` for each world to check.
+
+    ``pool_or_world_sizes`` is a world (see :func:`is_world`: a started or
+    unstarted ``RankPool``, a ``TorchrunWorld``, ...) used as is with its own
+    world size and backend, an int world size, or a sequence of them (a pool is
+    opened per world size with ``backend`` and closed after its checks). When a
+    backend cannot run here (e.g. NCCL without GPUs) the world is ``None`` and
+    ``skip_reason`` says why; the caller emits ``skip`` rows.
 
     Raises:
         ConfigError: a world size that is not an int >= 1, or an empty sequence.
     """
-    from distcheck.runners.pool import RankPool
-
-    if isinstance(pool_or_world_sizes, RankPool):
+    if is_world(pool_or_world_sizes):
         yield pool_or_world_sizes, pool_or_world_sizes.world_size, pool_or_world_sizes.backend, None
         return
     sizes = [pool_or_world_sizes] if isinstance(pool_or_world_sizes, int) else list(pool_or_world_sizes)
     if not sizes:
         raise ConfigError("pool_or_world_sizes", pool_or_world_sizes, "must name at least one world size")
     for ws in sizes:
-        if isinstance(ws, RankPool):
+        if is_world(ws):
             yield ws, ws.world_size, ws.backend, None
             continue
         check_positive_int("world_size", ws)
@@ -297,8 +311,9 @@ def ring_collective_rank(ctx, example: dict) -> dict:
     Returns a dict (plain Python): ``sent_bytes`` (bytes this rank handed to
     ``isend``), ``measured`` (the ``(collective, S)`` records :class:`ByteCounter`
     saw on torch's own call: the same collective when ``n`` divides ``numel``; for
-    an uneven all-gather, which gloo refuses, an all-reduce of zero-padded
-    buffers; for an uneven reduce-scatter, the list form), ``equal``
+    an uneven all-gather, NCCL's list-form ``all_gather``, but on gloo, which
+    refuses uneven shards (see :data:`UNEVEN_ALL_GATHER`), an all-reduce of
+    zero-padded buffers; for an uneven reduce-scatter, the list form), ``equal``
     (ring result bitwise equal to torch's) and ``max_error``.
     """
     import torch
@@ -345,6 +360,11 @@ def ring_collective_rank(ctx, example: dict) -> dict:
             ref = torch.empty(numel, dtype=full.dtype, device=full.device)
             with counter:
                 _all_gather_single(ref, full[lo:hi].contiguous())
+        elif ctx.backend in UNEVEN_ALL_GATHER:  # NCCL gathers uneven shards (list form)
+            outs = [torch.empty(b - a, dtype=full.dtype, device=full.device) for a, b in bounds]
+            with counter:
+                dist.all_gather(outs, full[lo:hi].contiguous())
+            ref = torch.cat(outs)
         else:  # gloo's all_gather needs equal shards: gather by summing zero-padded buffers
             ref = torch.zeros(numel, dtype=full.dtype, device=full.device)
             ref[lo:hi] = full[lo:hi]
@@ -430,7 +450,8 @@ def run_collective_checks(pool_or_world_sizes=(2, 4), *, backend: str = "gloo", 
                     bad = []
                     if not res["equal"]:
                         bad.append("ring result != torch collective")
-                    kind = coll if ex["numel"] % ws == 0 or coll != "all_gather" else "all_reduce"
+                    uneven_gloo = coll == "all_gather" and ex["numel"] % ws and be not in UNEVEN_ALL_GATHER
+                    kind = "all_reduce" if uneven_gloo else coll
                     if res["measured"] != [(kind, S)]:
                         bad.append(f"torch's call measured {res['measured']}, expected [({kind!r}, {S})]")
                     if res["sent_bytes"] != expected_ring[rk]:
@@ -442,5 +463,9 @@ def run_collective_checks(pool_or_world_sizes=(2, 4), *, backend: str = "gloo", 
                         details.append(f"numel={ex['numel']} rank {rk}: " + "; ".join(bad))
             detail = details[0] if details else "; ".join(
                 f"S={e['numel'] * 8} B: {sent} B per rank" for e, sent in summary) + " (closed form when n | numel, else numpy ring)"
+            if (not details and coll == "all_gather" and be not in UNEVEN_ALL_GATHER
+                    and any(e["numel"] % ws for e in exs)):
+                detail += (f"; uneven all_gather unsupported on {be} (equal shards only): torch's reference there is "
+                           "a zero-padded all_reduce; the nccl path runs the real uneven all_gather")
             rows.append(result_row(check, be, ws, len(exs), ok, max_error=worst, bound=0.0, detail=detail))
     return rows

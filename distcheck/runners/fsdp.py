@@ -36,6 +36,11 @@ Rank function :func:`fsdp_rank`; driver :func:`run_fsdp_checks`. Properties:
       (a finding: the padded ZeRO-3 reference overstates FSDP2's optimizer
       state when N does not divide dim 0).
 
+    The row also reports the imbalance of the fullest rank against ZeRO-3's
+    ideal ``(4 + K) Psi / N`` (``zero.bytes_per_gpu.stage3``; Rajbhandari et
+    al. 2020, Figure 1) with ``4 + K`` = this run's bytes per parameter
+    (8 + 8 + 16 for float64 Adam, 8 + 8 for plain SGD).
+
 Runs on gloo, NCCL and threaded (FSDP2 supports CPU with gloo in torch 2.13).
 """
 
@@ -175,8 +180,13 @@ def run_fsdp_checks(pool_or_world_sizes=(2,), *, backend: str = "gloo", examples
     reference instead (wrong for FSDP2 when N does not divide dim 0; tests use
     it to show the byte check can fail).
     """
-    from distcheck import zero as zref
+    from fractions import Fraction
+    from math import prod
 
+    from distcheck import zero as zref
+    from distcheck.closed_form import get
+
+    stage3 = get("zero.bytes_per_gpu.stage3")
     exs = list(examples or default_fsdp_examples())
     rows: list[CheckResult] = []
     for pool, ws, be, skip in iter_pools(pool_or_world_sizes, backend, timeout_s):
@@ -187,6 +197,7 @@ def run_fsdp_checks(pool_or_world_sizes=(2,), *, backend: str = "gloo", examples
             continue
         per_reshard = {v: [0.0, True, 0] for v in reshards}
         bytes_bad: list[str] = []
+        imbalances: list[tuple] = []
         err = None
         for ex in exs:
             results, err = run_guarded(pool, fsdp_rank, ex)
@@ -207,6 +218,12 @@ def run_fsdp_checks(pool_or_world_sizes=(2,), *, backend: str = "gloo", examples
                                         ("optimizer state", res["optim_bytes"], k * unpadded[r])):
                     if got != want:
                         bytes_bad.append(f"widths={ex['widths']} rank {r}: {what} {got} B, reference {want} B")
+            # ideal ZeRO-3 (P_os+g+p): (4 + K) Psi / N with 4 + K = the bytes per parameter here
+            # (8 float64 weights + 8 float64 grads + k of optimizer state), exact because the form is linear in K
+            psi = sum(prod(sh) for sh in shapes)
+            ideal = Fraction(stage3.evaluate(params=psi, dp=ws, k=8 + 8 + k - 4))
+            most = max(res["param_bytes"] + res["grad_bytes"] + res["optim_bytes"] for res in results)
+            imbalances.append((ex["widths"], ex["optimizer"], most, ideal))
         if err:
             rows += [result_row(nm, be, ws, len(exs), False, detail=err) for nm in names]
             continue
@@ -218,9 +235,16 @@ def run_fsdp_checks(pool_or_world_sizes=(2,), *, backend: str = "gloo", examples
                 detail="bitwise equal to single-process SGD (2 steps) and Adam (1 step) on exact dyadic data"
                 if bitwise else f"max |FSDP2 - single| = {worst:.3e}; bitwise expected (exact dyadic arithmetic)",
             ))
+        seen, imb = set(), []
+        for w, opt, m, i in imbalances:
+            if (tuple(w), opt) not in seen:
+                seen.add((tuple(w), opt))
+                imb.append(f"widths={w} {opt}: max {m} B vs (4+K)*Psi/N = {float(i):g} B (x{float(m / i):.3f})")
         rows.append(result_row(
             "fsdp2.bytes_per_rank", be, ws, len(exs), not bytes_bad, max_error=None, bound=0.0,
             detail=bytes_bad[0] if bytes_bad else
-            "params and grads = dim-0 padded reference; optimizer state = unpadded local rows (finding)",
+            "params and grads = dim-0 padded reference; optimizer state = unpadded local rows (finding); "
+            + "; ".join(imb),
+            extra={"imbalance": [(w, opt, m, str(i)) for w, opt, m, i in imbalances]},
         ))
     return rows

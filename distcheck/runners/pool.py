@@ -184,6 +184,15 @@ def _send(conn, obj) -> None:
     conn.send_bytes(pickle.dumps(obj))
 
 
+def _tasks(conn):
+    """Yield the parent's tasks ``(seq, fn, args_list, timeout_s)`` until it sends the shutdown message."""
+    while True:
+        msg = conn.recv_bytes()
+        if msg == _SHUTDOWN:
+            return
+        yield pickle.loads(msg)
+
+
 def _child_main(conn, spec: dict) -> None:
     """Entry point of a rank process (gloo, nccl) or of the threaded host."""
     _become_child(spec["parent_pid"])
@@ -237,11 +246,7 @@ def _process_rank(conn, spec: dict) -> None:
         _send(conn, ("fail", [(rank, "err", traceback.format_exc(), None)]))
         return
     _send(conn, ("ready", None))
-    while True:
-        msg = conn.recv_bytes()
-        if msg == _SHUTDOWN:
-            return
-        seq, fn, args_list, _timeout = pickle.loads(msg)
+    for seq, fn, args_list, _timeout in _tasks(conn):
         _send(conn, (seq, [(rank, *_run_one(fn, ctx, args_list[0]))]))
 
 

@@ -180,7 +180,8 @@ def tp_rank(ctx, example: dict) -> dict:
         # CommDebugMode's module tracker uses process-global module hooks, which
         # break when ranks are threads; on processes it must agree with ByteCounter
         with CommDebugMode() as comm:
-            sharded(x)
+            again = sharded(x)
+        float(again.sum())  # wait for the async all-reduce: an unwaited collective warns at exit
         result_cdm = sum(int(v) for v in comm.get_comm_counts().values())
         if result_cdm != len(counter.records):
             counts["CommDebugMode_disagrees"] = result_cdm

@@ -66,9 +66,7 @@ def threaded_host(conn, spec: dict) -> None:
     with kind ``"ok"``, ``"err"``, ``"stopped"`` or ``"timeout"`` (payload: the
     rank's stack). Returns (the process then exits) once the world is broken.
     """
-    from distcheck.runners.pool import FAILURE_GRACE_S, _init_torch_child, _run_one, _send, _SHUTDOWN
-
-    import pickle
+    from distcheck.runners.pool import FAILURE_GRACE_S, _init_torch_child, _run_one, _send, _tasks
 
     world_size = spec["world_size"]
     try:
@@ -126,11 +124,7 @@ def threaded_host(conn, spec: dict) -> None:
         return
     _send(conn, ("ready", None))
 
-    while True:
-        msg = conn.recv_bytes()
-        if msg == _SHUTDOWN:
-            return
-        seq, fn, args_list, timeout_s = pickle.loads(msg)
+    for seq, fn, args_list, timeout_s in _tasks(conn):
         for r in range(world_size):
             inboxes[r].put((seq, fn, args_list[r]))
         got, woke = _gather(outbox, seq, world_size, timeout_s, FAILURE_GRACE_S, ProcessLocalGroup)

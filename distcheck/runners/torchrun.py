@@ -14,20 +14,42 @@ same :class:`~distcheck.errors.RankFailure`, so no rank is left waiting. There
 is no parent to kill a stuck rank: a hang ends at the process group's timeout
 (``timeout_s``) or at torchrun's own watchdog.
 
-From the command line (rank 0 prints the DDP rows; the exit code is 1 on failure)::
+From the command line, the whole suite (rank 0 prints the table; every rank
+exits with the same code)::
 
-    torchrun --standalone --nproc-per-node=2 -m distcheck.runners.torchrun
+    torchrun --standalone --nproc-per-node=2 -m distcheck check --launcher torchrun
+    torchrun --standalone --nproc-per-node=2 -m distcheck.runners.torchrun   # torch stages only
+
+:func:`run_check_under_torchrun` is what ``distcheck check --launcher torchrun``
+calls.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
+import sys
+import time
 import traceback
 from typing import Callable
 
-from distcheck.errors import ConfigError, RankFailure, check_choice
+from distcheck.errors import (
+    BackendUnavailable,
+    ConfigError,
+    DistcheckError,
+    DistributedError,
+    RankFailure,
+    check_choice,
+)
 
-__all__ = ["TorchrunWorld", "launched_by_torchrun", "main"]
+__all__ = ["TorchrunWorld", "launched_by_torchrun", "run_check_under_torchrun", "main", "FINAL_EXCHANGE_TIMEOUT_S"]
+
+#: stages of ``distcheck check`` that need a world, and those that are pure (run on rank 0 only)
+TORCH_STAGES = ("distributed", "layers")
+PURE_STAGES = ("properties", "golden")
+#: how long (seconds) ranks other than 0 wait for rank 0's pure stages (properties,
+#: golden figures) and its exit code; if rank 0 dies first, torchrun stops the others
+FINAL_EXCHANGE_TIMEOUT_S = 3600.0
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
@@ -56,12 +78,12 @@ class TorchrunWorld:
 
     Arguments:
         backend: ``"gloo"`` or ``"nccl"``; default nccl when CUDA is available, else gloo.
-        timeout_s: the process group's collective timeout, seconds (default 600).
+        timeout_s: the process group's collective timeout, seconds (finite, > 0; default 600).
         environ: the environment to read (default ``os.environ``; never modified).
 
     Raises:
-        ConfigError: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` missing or invalid, or
-            ``RANK >= WORLD_SIZE``.
+        ConfigError: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` missing or invalid,
+            ``RANK >= WORLD_SIZE``, or a bad ``backend`` or ``timeout_s``.
     """
 
     def __init__(self, backend: str | None = None, timeout_s: float = 600.0, environ=None):
@@ -76,9 +98,12 @@ class TorchrunWorld:
         if backend is not None:
             check_choice("backend", backend, ("gloo", "nccl"))
         self._backend = backend
-        self.timeout_s = float(timeout_s)
+        from distcheck.runners.pool import _check_timeout
+
+        self.timeout_s = _check_timeout("timeout_s", timeout_s)
         self._owns_group = False
         self._ctx = None
+        self._broken: str | None = None
 
     @property
     def backend(self) -> str:
@@ -89,25 +114,35 @@ class TorchrunWorld:
         return self._backend
 
     def start(self) -> "TorchrunWorld":
-        """Join the world (``init_process_group("env://")``) unless this process already has one."""
+        """Join the world (``init_process_group("env://")``) unless this process already has one.
+
+        Raises ConfigError when an existing process group disagrees with ``RANK``/``WORLD_SIZE``,
+        and BackendUnavailable for NCCL without a GPU for ``LOCAL_RANK``.
+        """
         if self._ctx is not None:
             return self
-        import datetime
-
         import torch
         import torch.distributed as dist
 
         from distcheck.runners.context import RankContext
 
+        extra = {}
         if self.backend == "nccl":
+            have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if have <= self.local_rank:
+                raise BackendUnavailable(f"backend 'nccl' needs a GPU for LOCAL_RANK={self.local_rank}; {have} visible")
             torch.cuda.set_device(self.local_rank)
             device = torch.device("cuda", self.local_rank)
+            extra = {"device_id": device}
         else:
             device = torch.device("cpu")
         if not dist.is_initialized():
             dist.init_process_group(self.backend, init_method="env://", rank=self.rank, world_size=self.world_size,
-                                    timeout=datetime.timedelta(seconds=self.timeout_s))
+                                    timeout=datetime.timedelta(seconds=self.timeout_s), **extra)
             self._owns_group = True
+        elif (dist.get_rank(), dist.get_world_size()) != (self.rank, self.world_size):
+            raise ConfigError("RANK", self.rank, f"must match the process group already initialised here "
+                                                 f"(rank {dist.get_rank()} of {dist.get_world_size()})")
         self._ctx = RankContext(rank=self.rank, world_size=self.world_size, backend=self.backend,
                                 device=device, local_rank=self.local_rank)
         return self
@@ -116,18 +151,31 @@ class TorchrunWorld:
         """Call ``fn(ctx, *args)`` here; return every rank's result (on every rank).
 
         ``timeout_s`` is accepted for API compatibility with RankPool and ignored
-        (the process group's timeout applies). Raises RankFailure (the lowest failed
-        rank, ``.failures`` for all) on every rank when any rank raised.
+        (the process group's timeout applies).
+
+        Raises:
+            RankFailure: on every rank, when any rank raised (the lowest failed
+                rank; ``.failures`` maps every failed rank to its traceback text).
+            DistributedError: the exchange of results itself failed (a rank is
+                stuck in a collective the others left, or the group timed out);
+                the world is then marked broken and every later ``run`` raises at once.
         """
         import torch.distributed as dist
 
         self.start()
+        if self._broken:
+            raise DistributedError(f"torchrun world (rank {self.rank}) is broken: {self._broken}")
         try:
             item = ("ok", fn(self._ctx, *args))
         except Exception:  # noqa: BLE001 - shared with the other ranks
             item = ("err", traceback.format_exc())
         gathered: list = [None] * self.world_size
-        dist.all_gather_object(gathered, item)
+        try:
+            dist.all_gather_object(gathered, item)
+        except Exception as exc:  # noqa: BLE001 - a timed-out or mismatched exchange
+            self._broken = f"result exchange failed after {getattr(fn, '__qualname__', fn)}: {exc}".splitlines()[0]
+            mine = f"\n(this rank's own outcome: {item[1] if item[0] == 'err' else 'ok'})"
+            raise DistributedError(self._broken + mine) from exc
         failures = {r: text for r, (kind, text) in enumerate(gathered) if kind == "err"}
         if failures:
             lead = min(failures)
@@ -153,22 +201,142 @@ class TorchrunWorld:
         self.close()
 
 
+def _stages(args) -> set[str]:
+    only = getattr(args, "only", None)
+    stages = set(only) if only else set(TORCH_STAGES + PURE_STAGES)
+    stages -= set(getattr(args, "skip", None) or ())
+    if getattr(args, "backend", "gloo") == "none":
+        stages -= set(TORCH_STAGES)
+    return stages
+
+
+def _pure_rows(stages: set[str], args) -> list:
+    """Rank 0's pure stages (no torch): properties and golden figures, as ``distcheck check`` runs them."""
+    from distcheck.report import FAIL, CheckResult
+
+    rows: list = []
+    jobs = []
+    if "properties" in stages:
+        from distcheck.props import run_all
+
+        jobs.append(("properties", lambda: run_all(profile=getattr(args, "profile", None) or "ci")))
+    if "golden" in stages:
+        from distcheck.golden import default_golden_dir, verify_all
+
+        jobs.append(("golden figures", lambda: verify_all(getattr(args, "golden_dir", None) or default_golden_dir())))
+    for name, job in jobs:
+        try:
+            rows += job()
+        except DistcheckError as exc:
+            rows.append(CheckResult(check=name, backend="-", verdict=FAIL, detail=str(exc).splitlines()[0]))
+    return rows
+
+
+def _print_report(rows: list, args, world: TorchrunWorld, seconds: float) -> None:
+    from distcheck.report import FAIL, FINDING, PASS, SKIP, render_table, to_json
+
+    if getattr(args, "format", "table") == "json":
+        print(to_json(rows), flush=True)
+        return
+    from rich.console import Console
+
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)
+    render_table(rows, title=f"distcheck check (torchrun, {world.backend}, world_size={world.world_size})", console=out)
+    counts = {v: sum(r.verdict == v for r in rows) for v in (PASS, FAIL, SKIP, FINDING)}
+    out.print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped, "
+              f"{counts[FINDING]} findings in {seconds:.1f}s (rank 0 of {world.world_size})", highlight=False)
+
+
+def run_check_under_torchrun(args, environ=None) -> int:
+    """``distcheck check --launcher torchrun``: this process is one rank of a torchrun launch.
+
+    ``args`` is the parsed ``check`` namespace: ``backend`` (``"gloo"`` or
+    ``"nccl"``; ``"none"`` runs no torch stage; ``"threaded"`` is refused),
+    ``timeout`` (seconds, the process group's collective timeout), ``format``
+    (``"table"`` or ``"json"``), ``only``/``skip`` (stages), and optionally
+    ``profile`` and ``golden_dir``. ``world_sizes`` is ignored: the world is
+    what torchrun launched.
+
+    Every rank runs the same rank functions through one :class:`TorchrunWorld`
+    (the DDP rows, then every layer's world checks). Rank 0 alone runs the
+    world-free layer checks (before joining: the fake backend needs a process
+    without a process group) and the pure stages (after the torch stages), and
+    prints the report. The exit code (0 pass, 1 a FAIL row) is rank 0's,
+    broadcast so that every rank returns the same one; if the broadcast itself
+    fails every rank returns 1.
+
+    Raises:
+        ConfigError: not launched by torchrun (``RANK`` etc. missing), or
+            ``backend="threaded"``.
+    """
+    from distcheck.report import FAIL, CheckResult, exit_code
+
+    backend = getattr(args, "backend", "gloo")
+    if backend == "threaded":
+        raise ConfigError("backend", backend, "cannot run under torchrun (one process per rank): use gloo or nccl")
+    stages = _stages(args)
+    started = time.perf_counter()
+    world = TorchrunWorld(backend="gloo" if backend == "none" else backend, timeout_s=args.timeout, environ=environ)
+    rows: list = []
+    if world.rank == 0 and "layers" in stages:
+        from distcheck.runners.layers import world_free_layer_rows
+
+        rows += world_free_layer_rows()
+    code = 1
+    try:
+        world.start()
+        import torch.distributed as dist
+
+        # the exit code waits for rank 0's pure stages: a side group with a long timeout
+        final = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=FINAL_EXCHANGE_TIMEOUT_S))
+        if "distributed" in stages:
+            from distcheck.runners.ddp import ddp_rows
+
+            rows += ddp_rows(world)
+        if "layers" in stages:
+            from distcheck.runners.layers import layer_rows
+
+            rows += layer_rows(world, timeout_s=args.timeout)
+        if world.rank == 0:
+            rows += _pure_rows(stages, args)
+        box = [exit_code(rows)]
+        try:
+            dist.broadcast_object_list(box, src=0, group=final)
+            code = int(box[0])
+        except Exception as exc:  # noqa: BLE001 - every rank then reports failure
+            sys.stderr.write(f"distcheck: rank {world.rank}: exit code exchange failed: {exc}\n")
+            rows.append(CheckResult("torchrun.exit_code_exchange", world.backend, FAIL, world.world_size, 0,
+                                    detail=str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            code = 1
+        if world.rank == 0:
+            _print_report(rows, args, world, time.perf_counter() - started)
+    finally:
+        world.close()
+    return code
+
+
 def main(argv=None) -> int:
-    """Entry point of ``torchrun ... -m distcheck.runners.torchrun``: DDP rows, printed by rank 0."""
+    """``torchrun ... -m distcheck.runners.torchrun``: the torch stages (DDP and layers); rank 0 prints.
+
+    The same as ``python -m distcheck check --launcher torchrun --skip properties --skip golden``.
+    """
     import argparse
 
-    from distcheck.report import exit_code, render_table
-    from distcheck.runners.ddp import ddp_rows
-
     parser = argparse.ArgumentParser(prog="distcheck.runners.torchrun")
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None)
-    parser.add_argument("--examples", type=int, default=6, help="examples per row (default 6)")
-    args = parser.parse_args(argv)
-    with TorchrunWorld(backend=args.backend) as world:
-        rows = ddp_rows(world, args.examples)
-        if world.rank == 0:
-            render_table(rows, title=f"distcheck DDP checks (torchrun, {world.backend}, world_size={world.world_size})")
-    return exit_code(rows)
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                        help="default: nccl when CUDA is visible, else gloo")
+    parser.add_argument("--timeout", type=float, default=600.0, help="process group timeout, seconds (default 600)")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--only", action="append", choices=TORCH_STAGES, default=None)
+    ns = parser.parse_args(argv)
+    if ns.backend is None:
+        import torch
+
+        ns.backend = "nccl" if torch.cuda.is_available() else "gloo"
+    ns.skip = list(PURE_STAGES)
+    return run_check_under_torchrun(ns)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,65 @@
+"""Shared test hooks: ``gpu`` tests are skipped in the parent, before anything is spawned, when CUDA is absent."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _gpu_unavailable_reason() -> str | None:
+    """Why NCCL tests cannot run here, or None when CUDA and NCCL are both present."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:
+        return f"torch is not installed: {exc}"
+    if not torch.cuda.is_available():
+        return "CUDA is not available (gpu tests need a CUDA build of torch and a visible GPU)"
+    if not (dist.is_available() and dist.is_nccl_available()):
+        return "this torch build has no NCCL backend"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return  # no torch import when no gpu test was collected
+    reason = _gpu_unavailable_reason()
+    if reason:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def torchrun_check():
+    """Run ``torchrun --standalone --nproc-per-node=N -m distcheck check --launcher torchrun ARGS...``.
+
+    Returns ``launch(nproc, *args, timeout_s=220) -> (stdout, stderr)``; fails the
+    test when torchrun exits non-zero or runs past ``timeout_s``, killing torchrun
+    and its workers together (they run in a session of their own).
+    """
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def launch(nproc: int, *args: str, timeout_s: float = 220) -> tuple[str, str]:
+        launcher = shutil.which("torchrun")
+        cmd = ([launcher] if launcher else [sys.executable, "-m", "torch.distributed.run"]) + [
+            "--standalone", f"--nproc-per-node={nproc}", "-m", "distcheck", "check", "--launcher", "torchrun", *args]
+        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"torchrun did not finish in {timeout_s} s:\n{out[-2000:]}{err[-4000:]}")
+        if proc.returncode != 0:
+            pytest.fail(f"torchrun exited with {proc.returncode}:\n{out[-3000:]}{err[-3000:]}")
+        return out, err
+
+    return launch
