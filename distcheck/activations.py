@@ -166,6 +166,9 @@ def table2_bytes_per_layer(setting: str, s: int, b: int, h: int, a: int, t: int 
     ``setting`` is a key of :data:`TABLE2_SETTINGS` (``"none"``, ``"tp"``,
     ``"tp_sp"``, ``"tp_selective"``, ``"tp_sp_selective"``, ``"full_recompute"``);
     rows without tensor parallelism ignore ``t``. f = 4h.
+
+    Returns exact bytes (int or Fraction). Raises ConfigError for an unknown
+    ``setting`` or a size that is not an integer >= 1.
     """
     check_choice("setting", setting, tuple(TABLE2_SETTINGS))
     uses_t, sp, recompute = TABLE2_SETTINGS[setting]

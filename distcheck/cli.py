@@ -119,13 +119,13 @@ def _default_golden_dir() -> Path:
 def _run_check(args) -> int:
     from rich.console import Console
 
-    from distcheck.report import FAIL, FINDING, PASS, SKIP, CheckResult, exit_code, render_table, to_json
+    from distcheck.report import FAIL, CheckResult, exit_code, print_report
 
     stages = set(args.only) if args.only else set(STAGES)
     stages -= set(args.skip)
     if args.backend == "none":
         stages -= {"distributed", "layers"}
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)
     results: list[CheckResult] = []
     started = time.perf_counter()
 
@@ -163,16 +163,7 @@ def _run_check(args) -> int:
         stage("layers on " + args.backend,
               lambda: run_layer_checks(world_sizes=args.world_sizes, backend=args.backend, timeout_s=args.timeout))
 
-    if args.format == "json":
-        print(to_json(results))
-    else:
-        out = Console()
-        if not out.is_terminal:  # a log file or a pipe: do not squeeze the table into 80 columns
-            out = Console(width=160)
-        render_table(results, console=out)
-        counts = {v: sum(r.verdict == v for r in results) for v in (PASS, FAIL, SKIP, FINDING)}
-        out.print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped, "
-                  f"{counts[FINDING]} findings in {time.perf_counter() - started:.1f}s", highlight=False)
+    print_report(results, seconds=time.perf_counter() - started, fmt=args.format)
     return exit_code(results)
 
 

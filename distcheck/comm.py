@@ -243,6 +243,8 @@ def ring_all_reduce(inputs: Sequence[np.ndarray]) -> CommResult:
     S = ``inputs[0].nbytes``. Every output is checked against the sum of the
     inputs: bitwise for integer dtypes, within :func:`sum_error_bound` for floats.
     Source: nccl-tests doc/PERFORMANCE.md (factor 2(n-1)/n).
+
+    Raises ConfigError unless the inputs are n >= 1 equal-shape 1-D arrays.
     """
     arrays = _check_inputs(inputs, "inputs")
     n = len(arrays)
@@ -264,6 +266,8 @@ def ring_reduce_scatter(inputs: Sequence[np.ndarray]) -> CommResult:
     r+1, which adds it; rank r sends every chunk but its own:
     ``S - |chunk r|`` bytes = ``(n-1)/n * S`` when even.
     Outputs are checked as in :func:`ring_all_reduce`.
+
+    Raises ConfigError unless the inputs are n >= 1 equal-shape 1-D arrays.
     """
     arrays = _check_inputs(inputs, "inputs")
     n = len(arrays)
@@ -287,6 +291,9 @@ def ring_all_gather(shards: Sequence[np.ndarray]) -> CommResult:
     block (r-k) mod n to r+1; rank r sends every block but (r+1) mod n:
     ``S - |shard r+1|`` bytes = ``(n-1)/n * S`` for equal shards.
     Outputs are checked bitwise (pure copies).
+
+    Raises ConfigError unless the shards are n >= 1 1-D arrays of one dtype.
+    Source: nccl-tests doc/PERFORMANCE.md (factor (n-1)/n).
     """
     arrays = _check_inputs(shards, "shards", same_shape=False)
     n = len(arrays)
@@ -313,6 +320,9 @@ def all_to_all(inputs: Sequence[np.ndarray]) -> CommResult:
     ``concatenate([block j of rank 0, ..., block j of rank n-1])`` (the block
     transpose), checked bitwise. One step; each rank sends its n-1 foreign
     blocks: ``S - |block r|`` bytes = ``(n-1)/n * S`` when even.
+
+    Raises ConfigError unless the inputs are n >= 1 equal-shape 1-D arrays.
+    Source: nccl-tests doc/PERFORMANCE.md (factor (n-1)/n).
     """
     arrays = _check_inputs(inputs, "inputs")
     n = len(arrays)
@@ -416,7 +426,11 @@ def simulate(collective: str, size_bytes: int, n: int, *, dtype=np.int64, seed: 
 
 
 def bus_bandwidth_factor(collective: str, n: int) -> Fraction:
-    """nccl-tests' busbw/algbw factor: 2(n-1)/n, (n-1)/n (all-gather, reduce-scatter, all-to-all) or 1 (broadcast)."""
+    """nccl-tests' busbw/algbw factor: 2(n-1)/n, (n-1)/n (all-gather, reduce-scatter, all-to-all) or 1 (broadcast).
+
+    Source: nccl-tests doc/PERFORMANCE.md. Raises ConfigError for an unknown
+    collective or n < 1.
+    """
     check_choice("collective", collective, COLLECTIVES)
     check_positive_int("n", n)
     if collective == "all_reduce":
@@ -436,12 +450,17 @@ def volume(collective: str, size_bytes, n: int, convention: str = "full") -> Fra
       Not defined for broadcast (the root holds the whole tensor).
 
     Broadcast with n = 1 returns 0 (nothing to send); the factor-1 form holds for n >= 2.
-    Raises ConfigError for an unknown collective or convention, n < 1 or size < 0.
+    ``size_bytes`` is an int or Fraction (bytes; convert from GB/GiB with
+    :func:`distcheck.units.to_bytes`), the result an exact Fraction of bytes.
+    Raises ConfigError for an unknown collective or convention, n < 1, a size
+    that is not an int/Fraction, or a size < 0.
     """
     check_choice("collective", collective, COLLECTIVES)
     check_choice("convention", convention, tuple(CONVENTIONS))
     check_positive_int("n", n)
-    size = Fraction(size_bytes)
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, np.integer, Fraction)):
+        raise ConfigError("size_bytes", size_bytes, "must be an int or Fraction number of bytes")
+    size = Fraction(int(size_bytes) if isinstance(size_bytes, np.integer) else size_bytes)
     if size < 0:
         raise ConfigError("size_bytes", size_bytes, "must be >= 0")
     if convention == "shard":

@@ -33,6 +33,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from distcheck.errors import ConfigError, check_choice, check_positive_int
+from distcheck.exactness import gamma as exact_gamma
+from distcheck.exactness import unit_roundoff
 
 __all__ = [
     "UNIT_ROUNDOFF",
@@ -61,7 +63,7 @@ __all__ = [
 ]
 
 #: unit roundoff of IEEE-754 binary64 (round to nearest)
-UNIT_ROUNDOFF = 2.0**-53
+UNIT_ROUNDOFF = float(unit_roundoff("float64"))
 
 #: keys of the MLP parameter dict
 MLP_PARAM_NAMES = ("W1", "b1", "W2", "b2")
@@ -71,17 +73,20 @@ _NORMALIZE = ("examples", "tokens", "per_microbatch_mean")
 
 
 def gamma(k: int) -> float:
-    """``gamma_k = k u / (1 - k u)`` with ``u = 2**-53`` (Higham, Lemma 3.1).
+    """``gamma_k = k u / (1 - k u)`` for float64 (``u = 2**-53``) as a float (Higham, Lemma 3.1).
 
     Bounds the relative error of a quantity that went through ``k`` roundings.
-    Raises ConfigError when ``k`` is negative or ``k u >= 1``.
+    The one definition is :func:`distcheck.exactness.gamma`, which returns the
+    exact :class:`~fractions.Fraction`; this is that value rounded to nearest,
+    for multiplying float64 arrays (a Fraction times an ndarray would give an
+    object array). It is bitwise the float expression ``k*u / (1 - k*u)``:
+    for ``k < 2**53`` both ``k*u`` and ``1 - k*u`` are exact in float64, so
+    the only rounding is the division, which IEEE rounds to nearest too.
+    :mod:`distcheck.tp` re-exports this function.
+
+    Raises ConfigError when ``k`` is not an integer >= 0 or ``k u >= 1``.
     """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ConfigError("k", k, "must be an integer >= 0")
-    ku = int(k) * UNIT_ROUNDOFF
-    if ku >= 1:
-        raise ConfigError("k", k, "must satisfy k * 2**-53 < 1")
-    return ku / (1 - ku)
+    return float(exact_gamma(k, "float64"))
 
 
 # ----------------------------------------------------------------------------- shards
@@ -180,6 +185,8 @@ def mse_grad_sum(w, X, y):
     """Gradient of the *sum* of per-example squared errors: ``2 X^T (X w - y)``.
 
     Same shapes as :func:`mse_loss`; returns an array shaped like ``w``.
+
+    Raises ConfigError on mismatched shapes (see :func:`mse_loss`).
     """
     X, y, w = _check_xy(X, y, w)
     return 2 * (X.T @ (X @ w - y))
@@ -190,6 +197,9 @@ def mse_grad(w, X, y):
 
     Evaluation order (used by :func:`mse_dp_error_bound`): ``X @ w``, minus
     ``y``, ``X.T @ r``, times 2 (exact), divided by ``n``.
+
+    Same shapes as :func:`mse_loss`; returns an array shaped like ``w``.
+    Raises ConfigError on mismatched shapes.
     """
     X, y, w = _check_xy(X, y, w)
     return 2 * (X.T @ (X @ w - y)) / X.shape[0]
@@ -318,7 +328,11 @@ def token_mse_loss(w, X, y, mask):
 
 
 def token_mse_grad(w, X, y, mask):
-    """Gradient of :func:`token_mse_loss` (the full-batch answer for token normalisation)."""
+    """Gradient of :func:`token_mse_loss` (the full-batch answer for token normalisation).
+
+    Shapes as :func:`token_mse_grad_sum`; returns an array shaped like ``w``.
+    Raises ConfigError on a shape mismatch, a mask entry other than 0/1, or no valid token.
+    """
     tokens = int(np.sum(np.asarray(mask)))
     if tokens == 0:
         raise ConfigError("mask", "all zeros", "must have at least one valid token")
@@ -345,6 +359,9 @@ def plain_mean(grads: Sequence) -> object:
     """All-reduce with a plain mean: ``(1/N) sum_k g_k`` (what DDP does).
 
     Exact (the full-batch gradient) only when every shard has the same size.
+
+    ``grads``: one gradient (array or dict of arrays, same keys) per rank.
+    Raises ConfigError on an empty list or dicts with different keys.
     """
     grads = list(grads)
     if not grads:
@@ -430,6 +447,10 @@ def mse_dp_error_bound(w, X, y, dp: int, weighting: str = "plain") -> np.ndarray
     most ``K`` roundings) and so is this formula (3 more), hence the factor
     ``1 / (1 - gamma_{K+3})``.
     Assumes ``w``, ``X``, ``y`` are float64 and no overflow/underflow.
+
+    Args and shapes as :func:`mse_loss` and :func:`data_parallel_grad`; returns
+    an array shaped like ``w``. Raises ConfigError on mismatched shapes, ``dp``
+    outside ``1..n`` or an unknown ``weighting``.
     """
     check_choice("weighting", weighting, _WEIGHTINGS)
     X, y, w = _check_xy(X, y, w)

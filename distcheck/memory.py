@@ -2,7 +2,11 @@
 
 Everything here is exact: integers and :class:`fractions.Fraction`, never
 floats. Results are in bytes; convert with :func:`distcheck.units.bytes_to`
-(GB = 1e9 bytes, GiB = 2**30 bytes).
+or print with :func:`distcheck.units.format_bytes` (GB = 1e9 bytes, GiB =
+2**30 bytes: ``format_bytes(107_810_390_016, "GB")`` is ``'107.81 GB'`` and
+with ``"GiB"`` ``'100.41 GiB'``). Byte arguments (``budget_bytes``,
+``total_bytes``, ``gpu_bytes``) take an exact number of bytes or a string that
+names its unit, ``"80 GB"`` (80e9 bytes) or ``"80 GiB"`` (85,899,345,920 bytes).
 
 The training state (activations excluded) is ``bytes_per_param * params``.
 Without sharding, tensor parallelism (tp) and pipeline parallelism (pp) split
@@ -19,6 +23,7 @@ from fractions import Fraction
 from typing import Union
 
 from distcheck.errors import ConfigError, check_positive_int
+from distcheck.units import parse_bytes
 
 __all__ = [
     "BytesPerParam",
@@ -45,6 +50,8 @@ class BytesPerParam:
         momentum: first moment (Adam m, or SGD momentum).
         variance: second moment (Adam v; 0 for SGD).
         source: where the convention comes from.
+
+    Raises ConfigError when a byte count is not an integer >= 0.
     """
 
     weights: int
@@ -116,6 +123,20 @@ def _positive_number(field: str, value: object) -> Fraction:
     return Fraction(value)
 
 
+def _positive_bytes(field: str, value: object) -> Fraction:
+    """A byte count: an int/Fraction of bytes, or a string with its unit ('80 GB', '80 GiB')."""
+    if isinstance(value, str):
+        try:
+            value = parse_bytes(value)
+        except ConfigError as exc:
+            raise ConfigError(field, value, exc.rule) from None
+    if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
+        raise ConfigError(field, value, "must be an int or Fraction number of bytes (exact; no floats), or a string like '80 GB' / '80 GiB'")
+    if value <= 0:
+        raise ConfigError(field, value, "must be > 0")
+    return Fraction(value)
+
+
 def _resolve(b: BytesLike) -> BytesPerParam | Fraction:
     if isinstance(b, BytesPerParam):
         return b
@@ -175,11 +196,19 @@ def optimizer_bytes(params: int, convention: str | BytesPerParam = "mixed_adamw"
     return _component(params, convention, tp, pp, "optimizer")
 
 
-def min_tp(params: int, budget_bytes: int | Fraction, bytes_per_param: BytesLike = 16, max_tp: int = 8) -> int | None:
+def min_tp(params: int, budget_bytes: int | Fraction | str, bytes_per_param: BytesLike = 16, max_tp: int = 8) -> int | None:
     """Smallest power-of-two tp <= ``max_tp`` whose training state fits ``budget_bytes``.
 
     Fits means ``train_state_bytes(params, bytes_per_param, tp) <= budget_bytes``
     (activations not counted; lesson section 6 exercise: 13e9 params, 80 GB -> 4).
+    Closed form (no ``max_tp`` cap): ``memory.min_tp_pow2``.
+
+    Args:
+        params: parameter count P (int >= 1).
+        budget_bytes: per-GPU budget in bytes (int or Fraction), or a string
+            naming its unit: ``"80 GB"`` (80e9 bytes) or ``"80 GiB"`` (80 * 2**30).
+        bytes_per_param: as :func:`train_state_bytes` (default 16).
+        max_tp: largest tp tried (int >= 1, default 8: one server).
 
     Returns:
         The tp (1, 2, 4, ...), or **None** when no power of two up to
@@ -189,7 +218,7 @@ def min_tp(params: int, budget_bytes: int | Fraction, bytes_per_param: BytesLike
     Raises:
         ConfigError: invalid params, budget_bytes, bytes_per_param or max_tp.
     """
-    budget = _positive_number("budget_bytes", budget_bytes)
+    budget = _positive_bytes("budget_bytes", budget_bytes)
     check_positive_int("max_tp", max_tp)
     tp = 1
     while tp <= max_tp:
@@ -201,7 +230,7 @@ def min_tp(params: int, budget_bytes: int | Fraction, bytes_per_param: BytesLike
 
 def min_tp_pp(
     params: int,
-    budget_bytes: int | Fraction,
+    budget_bytes: int | Fraction | str,
     bytes_per_param: BytesLike = 16,
     max_tp: int = 8,
     max_pp: int = 64,
@@ -221,6 +250,14 @@ def min_tp_pp(
     Example (lesson section 2 exercise 3): the 70B-style model (68,975,329,280
     params) at 80 GB with ``num_layers=80`` gives (8, 2): 68.98 GB per GPU.
     Without the layer constraint, pp = 7 is allowed and (2, 7) wins (78.83 GB).
+    Closed form of the product without the layer constraint:
+    ``memory.min_tp_pp_product`` = ``ceil(b P / budget)`` (14 here).
+
+    Args:
+        params, bytes_per_param: as :func:`train_state_bytes`.
+        budget_bytes: bytes (int or Fraction) or ``"80 GB"`` / ``"80 GiB"``.
+        max_tp: largest power-of-two tp tried (default 8); max_pp: largest pp (default 64).
+        num_layers: when given, pp must divide it. pp_pow2: pp a power of two.
 
     Returns:
         ``(tp, pp)`` or **None** when nothing fits.
@@ -228,7 +265,7 @@ def min_tp_pp(
     Raises:
         ConfigError: invalid arguments.
     """
-    budget = _positive_number("budget_bytes", budget_bytes)
+    budget = _positive_bytes("budget_bytes", budget_bytes)
     check_positive_int("max_tp", max_tp)
     check_positive_int("max_pp", max_pp)
     if num_layers is not None:
@@ -252,16 +289,19 @@ def min_tp_pp(
     return best
 
 
-def min_gpus(total_bytes: int | Fraction, gpu_bytes: int | Fraction) -> int:
+def min_gpus(total_bytes: int | Fraction | str, gpu_bytes: int | Fraction | str) -> int:
     """Fewest GPUs of ``gpu_bytes`` each that hold ``total_bytes``: ``ceil(total / gpu)``.
 
     A lower bound: it assumes the state splits perfectly (chapter, seed 001,
-    "H100 80GB GPUs needed: minimum 11" for ~870 GB).
+    "H100 80GB GPUs needed: minimum 11" for ~870 GB). Both arguments are
+    bytes (int or Fraction) or strings naming their unit (``"870 GB"``,
+    ``"80 GiB"``). Closed form: ``memory.min_gpus``.
 
     Raises:
-        ConfigError: non-positive or float arguments.
+        ConfigError: non-positive or float arguments, or a string that is not
+        a number followed by a byte unit.
     """
-    total = _positive_number("total_bytes", total_bytes)
-    gpu = _positive_number("gpu_bytes", gpu_bytes)
+    total = _positive_bytes("total_bytes", total_bytes)
+    gpu = _positive_bytes("gpu_bytes", gpu_bytes)
     q = total / gpu
     return -((-q.numerator) // q.denominator)

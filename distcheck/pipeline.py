@@ -68,6 +68,9 @@ class Action:
         microbatch: micro-batch index, ``0 <= microbatch < m``.
         stage: virtual stage index, ``0 <= stage < num_stages``; for interleaved
             schedules ``stage = chunk * p + rank``.
+
+    Raises ConfigError for an unknown ``kind`` or a negative / non-integer
+    ``microbatch`` or ``stage``.
     """
 
     kind: str

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-__all__ = ["CheckResult", "PASS", "FAIL", "SKIP", "FINDING", "render_table", "to_json", "exit_code"]
+__all__ = ["CheckResult", "PASS", "FAIL", "SKIP", "FINDING", "render_table", "summary_line", "print_report", "to_json", "exit_code"]
 
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
 #: a documented discrepancy in an upstream library (e.g. a torch schedule table that
@@ -57,6 +57,7 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
     finding row is printed after the table, so nothing that explains a verdict is lost.
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     results = list(results)
@@ -78,15 +79,42 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
 
     for r in results:
         table.add_row(
-            r.check, r.backend, str(r.world_size), str(r.examples),
-            f"[{style.get(r.verdict, '')}]{r.verdict}[/]", _fmt_err(r.max_error), short(r.detail),
+            escape(r.check), r.backend, str(r.world_size), str(r.examples),
+            f"[{style.get(r.verdict, '')}]{r.verdict}[/]", _fmt_err(r.max_error), escape(short(r.detail)),
         )
     console.print(table)
     notable = [r for r in results if r.verdict in (FAIL, FINDING)]
     for r in notable:
-        console.print(f"[{style[r.verdict]}]{r.verdict}[/] {r.check} ({r.backend}, world size {r.world_size}):",
+        console.print(f"[{style[r.verdict]}]{r.verdict}[/] {escape(r.check)} ({r.backend}, world size {r.world_size}):",
                       highlight=False)
         console.print(f"  {r.detail}", highlight=False, markup=False)
+
+
+def summary_line(results: Iterable[CheckResult], seconds: float | None = None) -> str:
+    """``"N passed, N failed, N skipped, N findings in S s"``: the closing line of a report."""
+    results = list(results)
+    counts = {v: sum(r.verdict == v for r in results) for v in (PASS, FAIL, SKIP, FINDING)}
+    line = f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped, {counts[FINDING]} findings"
+    return line if seconds is None else f"{line} in {seconds:.1f}s"
+
+
+def print_report(results: Iterable[CheckResult], *, title: str = "distcheck check", seconds: float | None = None,
+                 fmt: str = "table", suffix: str = "") -> None:
+    """Print ``results`` to stdout as a table and its summary line (``fmt="table"``) or as JSON.
+
+    Off a terminal (a pipe, a CI log) the table is drawn 160 columns wide instead of 80.
+    """
+    results = list(results)
+    if fmt == "json":
+        print(to_json(results), flush=True)
+        return
+    from rich.console import Console
+
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)
+    render_table(results, title=title, console=out)
+    out.print(summary_line(results, seconds) + suffix, highlight=False)
 
 
 def to_json(results: Iterable[CheckResult]) -> str:

@@ -37,6 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
+from distcheck.dp import UNIT_ROUNDOFF, gamma  # one float gamma, wrapping distcheck.exactness.gamma
 from distcheck.errors import ConfigError, check_choice, check_positive_int
 
 __all__ = [
@@ -62,23 +63,10 @@ __all__ = [
     "layer_norm",
 ]
 
-#: unit roundoff of IEEE-754 binary64 (round to nearest)
-UNIT_ROUNDOFF = 2.0**-53
-
 #: elementwise activations accepted by :func:`megatron_mlp`
 ACTIVATIONS = ("relu", "gelu", "tanh", "silu")
 
 _erf = np.vectorize(math.erf, otypes=[float])
-
-
-def gamma(k: int) -> float:
-    """``gamma_k = k u / (1 - k u)``, ``u = 2**-53`` (Higham, Lemma 3.1)."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ConfigError("k", k, "must be an integer >= 0")
-    ku = int(k) * UNIT_ROUNDOFF
-    if ku >= 1:
-        raise ConfigError("k", k, "must satisfy k * 2**-53 < 1")
-    return ku / (1 - ku)
 
 
 def silu(z):
@@ -189,6 +177,9 @@ def column_parallel_error_bound(x, W, b=None) -> np.ndarray:
     ``gamma_k |x||W| (+|b|)`` of the exact value, ``k = d_in (+1)``; the bound is
     twice that, divided by ``1 - gamma_{k+3}`` because ``|x||W|`` is itself rounded
     (k roundings) and so is the formula (3 more). Independent of ``tp``.
+
+    Args: ``x`` (..., d_in), ``W`` (d_in, d_out), ``b`` (d_out,) or None; returns
+    (..., d_out). Raises ConfigError on mismatched shapes.
     """
     x, W, b = _check_linear(x, W, b)
     k = W.shape[0] + (b is not None)
@@ -211,6 +202,8 @@ def row_parallel(x, W, tp: int, b=None, *, log: list | None = None) -> np.ndarra
     Adding the bias on every rank before the reduce would add it ``tp`` times.
     Args as :func:`row_parallel_parts`; ``b`` (d_out,) or None. Appends one
     ``("all_reduce", shape)`` to ``log`` when given.
+
+    Raises ConfigError on mismatched shapes or ``tp > d_in``.
     """
     x, W, b = _check_linear(x, W, b)
     parts = row_parallel_parts(x, W, tp)
@@ -253,6 +246,8 @@ def mlp(x, W_up, W_down, act: str = "relu", b_up=None, b_down=None) -> np.ndarra
 
     Shapes: ``x`` (..., d), ``W_up`` (d, ffn), ``W_down`` (ffn, d_out),
     ``b_up`` (ffn,), ``b_down`` (d_out,).
+
+    Raises ConfigError on mismatched shapes or an unknown ``act``.
     """
     x, W_up, b_up = _check_linear(x, W_up, b_up)
     h = x @ W_up
@@ -288,6 +283,8 @@ def swiglu_mlp(x, W_gate, W_up, W_down) -> np.ndarray:
     """SwiGLU MLP ``(silu(x W_gate) * (x W_up)) W_down`` (Shazeer 2020, eq. 6; Llama).
 
     Shapes: ``x`` (..., d), ``W_gate`` and ``W_up`` (d, ffn), ``W_down`` (ffn, d_out).
+
+    Raises ConfigError on mismatched shapes.
     """
     x, W_gate, _ = _check_linear(x, W_gate, None)
     if np.shape(W_up) != W_gate.shape:
@@ -343,6 +340,10 @@ def tp_swiglu_mlp_fused(x, W_fused, W_down, tp: int, *, log: list | None = None)
 
     Equal to ``swiglu_mlp(x, W_fused[:, :ffn], W_fused[:, ffn:], W_down)`` up to
     the row-parallel reduce bound.
+
+    Shapes: ``x`` (..., d), ``W_fused`` (d, 2 ffn) laid out ``[gate | up]``,
+    ``W_down`` (ffn, d_out). Raises ConfigError on mismatched shapes, an odd
+    output dim of ``W_fused`` or ``tp > ffn``.
     """
     x = np.asarray(x)
     shards = shard_fused_gate_up(W_fused, tp)

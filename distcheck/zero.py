@@ -101,6 +101,8 @@ def flat_shard_elements(numels: Sequence[int], dp: int, alignment: int = 1) -> l
     The buffer of ``sum(numels)`` elements is padded to a multiple of
     ``alignment * dp`` and cut into ``dp`` equal chunks.
     Returns ``dp`` equal integers.
+
+    Raises ConfigError unless ``dp`` and ``alignment`` are integers >= 1.
     """
     check_positive_int("dp", dp)
     check_positive_int("alignment", alignment)
@@ -115,6 +117,8 @@ def fsdp2_shard_rows(dim0: int, dp: int) -> list[int]:
     ``torch.chunk`` makes chunks of ``ceil(dim0 / dp)`` rows; it may return
     fewer than ``dp`` chunks, and FSDP2 fills the missing ones with empty
     tensors (``_chunk_with_empty``). Example: dim0 = 5, dp = 4 -> [2, 2, 1, 0].
+
+    Raises ConfigError unless ``dim0`` and ``dp`` are integers >= 1.
     """
     check_positive_int("dim0", dim0)
     check_positive_int("dp", dp)
@@ -128,6 +132,8 @@ def fsdp2_shard_elements(shapes: Sequence[ShapeLike], dp: int, padded: bool = Tr
     ``padded=True`` (what FSDP2 allocates): every rank holds
     ``ceil(dim0 / dp) * prod(shape[1:])`` per parameter. ``padded=False``: the
     real rows of :func:`fsdp2_shard_rows`, which sum to the parameter count.
+
+    Raises ConfigError for ``dp`` < 1 or a bad shape (see :func:`normalize_shapes`).
     """
     check_positive_int("dp", dp)
     out = [0] * dp
@@ -147,6 +153,8 @@ def zero_redundancy_assignment(numels: Sequence[int], dp: int) -> list[list[int]
     a tie. Within a rank, indices appear in assignment order.
 
     Example: numels [1, 3, 3, 2], dp = 2 -> [[1, 3], [2, 0]] (totals 5 and 4).
+
+    Raises ConfigError unless ``dp`` is an integer >= 1.
     """
     check_positive_int("dp", dp)
     order = sorted(range(len(numels)), key=lambda i: numels[i], reverse=True)
@@ -165,7 +173,11 @@ def zero_redundancy_shard_elements(numels: Sequence[int], dp: int) -> list[int]:
 
 
 def shard_elements(params: Sequence[ShapeLike], dp: int, scheme: str = "flat", alignment: int = 1) -> list[int]:
-    """Elements of sharded state each of ``dp`` ranks allocates under ``scheme`` (see module doc)."""
+    """Elements of sharded state each of ``dp`` ranks allocates under ``scheme`` (see module doc).
+
+    Raises ConfigError for an unknown ``scheme``, bad shapes or ``dp``, or an
+    ``alignment`` other than 1 with a scheme other than ``"flat"``.
+    """
     check_choice("scheme", scheme, SCHEMES)
     shapes = normalize_shapes(params)
     numels = [prod(s) for s in shapes]

@@ -372,3 +372,16 @@ def test_spawned_world_runs_and_is_reaped():
     finally:
         pool.close()
     assert not any(_alive(p) for p in pids)
+
+
+def test_world_size_beyond_one_host_is_refused_before_anything_starts():
+    from distcheck.runners import RankPool
+    from distcheck.runners.pool import MAX_LOCAL_RANKS
+
+    before = mp.active_children()
+    with pytest.raises(ConfigError) as info:
+        RankPool(MAX_LOCAL_RANKS["gloo"] + 1, backend="gloo")
+    assert info.value.field == "world_size" and "threaded" in str(info.value)
+    with pytest.raises(ConfigError, match="world_size=1025 must be <= 1024"):
+        RankPool(1025, backend="threaded")
+    assert mp.active_children() == before

@@ -2,15 +2,29 @@
 
 Registered names (docs/ARCHITECTURE.md): ``layout.world_size``,
 ``layout.world_size.ep_outside_dp``, ``layout.num_groups``,
-``layout.weights_fraction_per_gpu``. The numpy reference is
+``layout.weights_fraction_per_gpu``, and for the default axis order
+``tp, cp, pp, dp`` (innermost first, Llama 3 §3.3.2): ``layout.rank`` (rank
+from coordinates), ``layout.coordinate.{tp,cp,pp,dp}`` (coordinates from the
+rank) and ``layout.tp_groups_node_local`` (1 when every TP group is inside one
+node). The numpy reference is
 :mod:`distcheck.layout`; this module does not import it.
 """
 
 from __future__ import annotations
 
+import sympy as sp
+
 from distcheck.closed_form import ClosedForm, Input, register
 
-__all__ = ["WORLD_SIZE", "WORLD_SIZE_EP_OUTSIDE_DP", "NUM_GROUPS", "WEIGHTS_FRACTION_PER_GPU"]
+__all__ = [
+    "WORLD_SIZE",
+    "WORLD_SIZE_EP_OUTSIDE_DP",
+    "NUM_GROUPS",
+    "WEIGHTS_FRACTION_PER_GPU",
+    "RANK",
+    "COORDINATE",
+    "TP_GROUPS_NODE_LOCAL",
+]
 
 _tp = Input("tp", "tensor-parallel degree", "GPUs")
 _pp = Input("pp", "pipeline-parallel degree (number of stages)", "GPUs")
@@ -64,4 +78,62 @@ WEIGHTS_FRACTION_PER_GPU = register(ClosedForm(
     unit="fraction",
     source="lesson §3 '3D parallelism' (1/(t*p) = 1/128 for t=8, p=16)",
     description="fraction of the dense weights one GPU holds when TP splits matrices and PP splits layers (dp replicates; no ZeRO sharding)",
+))
+
+# --- rank <-> coordinates, default order tp, cp, pp, dp (innermost first)
+
+_ORDER_SRC = ("Llama 3 (Dubey et al. 2024) §3.3.2: order [TP, CP, PP, DP] innermost first; "
+              "torch init_device_mesh row-major layout with mesh_shape (dp, pp, cp, tp)")
+_idx = {a: Input(f"{a}_index", f"index along the {a} axis, 0-based", "", kind="nonnegative_integer", default=0)
+        for a in ("tp", "cp", "pp", "dp")}
+_rank_in = Input("rank", "global rank, 0-based", "", kind="nonnegative_integer")
+_cp_deg = Input("cp", "context-parallel degree", "GPUs", default=1)
+_tp_s, _cp_s, _pp_s = _tp.symbol, _cp_deg.symbol, _pp.symbol
+_t, _c, _p, _d = (_idx[a].symbol for a in ("tp", "cp", "pp", "dp"))
+
+RANK = register(ClosedForm(
+    name="layout.rank",
+    expr=_t + _tp_s * (_c + _cp_s * (_p + _pp_s * _d)),
+    inputs=(_idx["tp"], _idx["cp"], _idx["pp"], _idx["dp"], _tp, _cp_deg, _pp),
+    unit="count",
+    source=_ORDER_SRC,
+    description="global rank of the given coordinates in the default order (tp innermost): "
+                "tp_index + tp*(cp_index + cp*(pp_index + pp*dp_index))",
+    constraints=("0 <= tp_index < tp, 0 <= cp_index < cp, 0 <= pp_index < pp, 0 <= dp_index < dp",),
+))
+
+_rank = _rank_in.symbol
+_stride = {"tp": sp.Integer(1), "cp": _tp_s, "pp": _tp_s * _cp_s, "dp": _tp_s * _cp_s * _pp_s}
+_deg_in = {"tp": _tp, "cp": _cp_deg, "pp": _pp}
+#: axis -> the degrees inner to it (their product is the axis' stride)
+_INNER = {"tp": (), "cp": ("tp",), "pp": ("tp", "cp"), "dp": ("tp", "cp", "pp")}
+
+COORDINATE: dict[str, ClosedForm] = {}
+for _a, _inner in _INNER.items():
+    _q = sp.floor(_rank / _stride[_a])
+    _outer = _a == "dp"  # outermost: no modulo, since rank < world_size
+    COORDINATE[_a] = register(ClosedForm(
+        name=f"layout.coordinate.{_a}",
+        expr=_q if _outer else sp.Mod(_q, _deg_in[_a].symbol),
+        inputs=(_rank_in,) + tuple(_deg_in[b] for b in _inner) + (() if _outer else (_deg_in[_a],)),
+        unit="count",
+        source=_ORDER_SRC,
+        description=f"index of `rank` along the {_a} axis in the default order: "
+                    + ("floor(rank / (tp*cp*pp))" if _outer else
+                       f"floor(rank / stride) mod {_a}, stride = product of the degrees inner to {_a}"),
+        constraints=("0 <= rank < tp*cp*pp*dp",),
+    ))
+
+_g = Input("gpus_per_node", "GPUs per node (server)", "GPUs")
+
+TP_GROUPS_NODE_LOCAL = register(ClosedForm(
+    name="layout.tp_groups_node_local",
+    expr=sp.Piecewise((1, sp.Eq(sp.Mod(_g.symbol, _tp_s), 0)), (0, True)),
+    inputs=(_tp, _g),
+    unit="flag",
+    source="lesson (seed 000) '3D parallelism': TP inside a server (NVLink); Llama 3 §3.3.2 (TP innermost)",
+    description="1 if every TP group lies inside one node, i.e. tp divides gpus_per_node, when tp is the "
+                "innermost axis; 0 otherwise",
+    constraints=("tp is the innermost axis (the default order)",
+                 "world_size is a multiple of gpus_per_node (whole nodes; a partial last node can hide a split group)"),
 ))

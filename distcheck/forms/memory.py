@@ -2,7 +2,9 @@
 
 Bytes per parameter by convention, the state ``b P / (t p)`` split by tensor
 and pipeline parallelism (lesson, seed 000, section 3), its components, the
-fewest GPUs that hold a total, and the smallest power-of-two tp that fits.
+fewest GPUs that hold a total, the smallest power-of-two tp that fits and the
+smallest tp*pp product that fits. All byte quantities are in bytes (convert
+with :func:`distcheck.units.bytes_to`: GB = 1e9, GiB = 2**30).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sympy as sp
 from distcheck.closed_form import ClosedForm, Input, register
 
 __all__ = ["BYTES_PER_PARAM", "TRAIN_STATE_BYTES", "WEIGHTS_BYTES", "GRADS_BYTES", "OPTIMIZER_BYTES",
-           "MIN_GPUS", "MIN_TP_POW2"]
+           "MIN_GPUS", "MIN_TP_POW2", "MIN_TP_PP_PRODUCT"]
 
 # name -> (weights, grads, fp32 master, first moment, second moment, source)
 _CONVENTIONS = {
@@ -99,4 +101,16 @@ MIN_TP_POW2 = register(ClosedForm(
     unit="count",
     source="lesson (seed 000) section 6 exercise: smallest power-of-two TP that fits (13B at 80 GB -> 4)",
     description="smallest power of two t with b P / t <= budget: 2^ceil(log2(ceil(b P / budget))); no upper cap",
+))
+
+MIN_TP_PP_PRODUCT = register(ClosedForm(
+    name="memory.min_tp_pp_product",
+    expr=sp.ceiling(b * P / _budget_in.symbol),
+    inputs=(P_in, b_in, _budget_in),
+    unit="GPUs",
+    source="lesson (seed 000) section 2 exercise 3: smallest TP x PP split that fits (b P / (t p) <= budget)",
+    description="smallest t*p with b P / (t p) <= budget when any pp is allowed: ceil(b P / budget) "
+                "(t = 1 or any power of two dividing it); requiring pp | num_layers can make it larger",
+    constraints=("ceil(b P / budget) <= max_pp (otherwise t > 1 is forced and t*ceil(q/t) may exceed q)",
+                 "no divisibility constraint on pp (num_layers=None)"),
 ))

@@ -9,7 +9,10 @@ free. Two bubble conventions (REFERENCES.md, "Pipeline bubbles"):
 
 * ``bubble_fraction`` = idle / total time (0..1), GPipe's ``(p-1)/(m+p-1)``;
 * ``bubble_ratio`` = idle / ideal time, Narayanan et al.'s ``(p-1)/m``;
-  they are related by ``fraction = ratio / (1 + ratio)``.
+  they are related by ``fraction = ratio / (1 + ratio)``;
+* ``idle_ticks`` = the bubble in ticks on each rank, ``(p-1)(t_f+t_b)`` for all
+  three schedules (every rank idles equally; the lesson's 21-tick GPipe step
+  with p = m = 4 has 9 idle ticks per rank).
 
 Finding on the interleaved schedule (checked against the tick simulator, see
 ``tests/test_pipeline.py``). With chunk costs ``t_f``, ``t_b`` and Megatron-LM's
@@ -77,6 +80,20 @@ FORMS: tuple[ClosedForm, ...] = (
         "lesson (seed 000, 'Pipeline bubble': each stage is busy 3m ticks); Narayanan et al. 2021 §2.2 (ideal time)",
         "ticks each rank spends computing in one step (the ideal time): v*m forwards and v*m backwards; "
         "the same for every rank and every schedule",
+    ),
+    # --- idle time (the bubble in ticks), per rank
+    _form(
+        "pipeline.idle_ticks.gpipe", (p - 1) * (t_f + t_b), _BASE, "ticks", _GPIPE,
+        "ticks each rank idles in one GPipe step: (p-1)(t_f+t_b), the same for every rank",
+    ),
+    _form(
+        "pipeline.idle_ticks.1f1b", (p - 1) * (t_f + t_b), _BASE, "ticks", _NARAYANAN_1F1B,
+        "ticks each rank idles in one 1F1B step: (p-1)(t_f+t_b), the same for every rank",
+    ),
+    _form(
+        "pipeline.idle_ticks.interleaved", (p - 1) * (t_f + t_b), _INTER, "ticks", _NARAYANAN_INT,
+        "ticks each rank idles in one interleaved 1F1B step: (p-1)(t_f+t_b) per rank, independent of v",
+        _INT_CONSTRAINTS,
     ),
     # --- bubble, relative to the total
     _form(

@@ -22,6 +22,7 @@ from distcheck.closed_form import ClosedForm, Input, register
 
 __all__ = [
     "OUTPUT_COLS_PER_SHARD",
+    "INPUT_ROWS_PER_SHARD",
     "ROW_ALLREDUCE_COUNT",
     "MLP_ALLREDUCE_PER_FORWARD",
     "ATTENTION_ALLREDUCE_PER_FORWARD",
@@ -29,20 +30,36 @@ __all__ = [
     "COMM_BYTES_PER_LAYER",
 ]
 
-_n = Input("output_cols", "output columns of the weight being column-split", unit="elements")
 _tp = Input("tp", "tensor-parallel ranks", unit="GPUs")
 _rank = Input("rank", "tensor-parallel rank, 0-based", unit="", kind="nonnegative_integer", default=0)
 
-OUTPUT_COLS_PER_SHARD = register(
-    ClosedForm(
-        name="tp.column.output_cols_per_shard",
-        expr=sp.floor((_n.symbol + _tp.symbol - 1 - _rank.symbol) / _tp.symbol),
-        inputs=(_n, _tp, _rank),
-        unit="count",
-        source="numpy.array_split convention; lesson (seed 000), column_parallel",
-        description="output columns on rank `rank` of a column-parallel linear: floor((output_cols + tp - 1 - rank)/tp), = output_cols/tp when tp divides it",
-        constraints=("0 <= rank < tp <= output_cols",),
+
+def _array_split_form(name: str, size: Input, what: str, layer: str) -> ClosedForm:
+    """Rank ``rank``'s share of ``size`` under ``np.array_split``: floor((size + tp - 1 - rank)/tp)."""
+    n = size.symbol
+    return register(
+        ClosedForm(
+            name=name,
+            expr=sp.floor((n + _tp.symbol - 1 - _rank.symbol) / _tp.symbol),
+            inputs=(size, _tp, _rank),
+            unit="count",
+            source=f"numpy.array_split convention (the first {size.name} % tp ranks get one extra); lesson (seed 000), {layer}",
+            description=f"{what} on rank `rank` of a {layer.replace('_', '-')} linear: "
+            f"floor(({size.name} + tp - 1 - rank)/tp), = {size.name}/tp when tp divides it",
+            constraints=(f"0 <= rank < tp <= {size.name}",),
+        )
     )
+
+
+OUTPUT_COLS_PER_SHARD = _array_split_form(
+    "tp.column.output_cols_per_shard",
+    Input("output_cols", "output columns of the weight being column-split", unit="elements"),
+    "output columns", "column_parallel",
+)
+INPUT_ROWS_PER_SHARD = _array_split_form(
+    "tp.row.input_rows_per_shard",
+    Input("input_rows", "input rows (d_in) of the weight being row-split", unit="elements"),
+    "input rows (and matching input features)", "row_parallel",
 )
 
 ROW_ALLREDUCE_COUNT = register(

@@ -41,13 +41,13 @@ KNOWN_FINDINGS: tuple[Finding, ...] = (
         summary=("torch's Schedule1F1B pipeline_order is wrong on the last rank (starts at micro-batch 1 and "
                  "names micro-batch m, which does not exist; smallest case p=1, m=1: [0F1, 0B0]); what torch "
                  "executes is right (pp.executed_timeline.Schedule1F1B passes)"),
-        seen_on="2.11",
+        seen_on="2.11 (CUDA) and 2.13 (CPU)",
     ),
     Finding(
         check="pp.executed_order.Schedule1F1B",
         symptom=r".",
         summary="torch executes a different order than its own Schedule1F1B table lists (see pp.table.Schedule1F1B)",
-        seen_on="2.11",
+        seen_on="2.11 (CUDA) and 2.13 (CPU)",
     ),
 )
 

@@ -342,11 +342,18 @@ def _file_size(path: str) -> int:
         return 0
 
 
+#: the most ranks one host may run per backend: gloo forks a process per rank (each
+#: imports torch and holds its own buffers), threaded runs a thread per rank in one
+#: process. Larger layouts belong on the fake backend (distcheck.runners.fake).
+MAX_LOCAL_RANKS = {"gloo": 64, "threaded": 1024}
+
+
 class RankPool:
     """A persistent world of ``world_size`` ranks that runs rank functions.
 
     Arguments:
-        world_size: ranks in the world, >= 1 (``nccl``: at most the visible GPUs).
+        world_size: ranks in the world, >= 1 (``nccl``: at most the visible GPUs;
+            gloo and threaded: at most :data:`MAX_LOCAL_RANKS`).
         backend: ``"gloo"`` (default; CPU, one forked process per rank),
             ``"nccl"`` (one spawned process per GPU, device ``cuda:rank``) or
             ``"threaded"`` (every rank a thread of one forked process).
@@ -382,6 +389,11 @@ class RankPool:
     ):
         self.world_size = check_positive_int("world_size", world_size)
         self.backend = check_choice("backend", backend, BACKENDS)
+        limit = MAX_LOCAL_RANKS.get(backend)
+        if limit is not None and world_size > limit:
+            raise ConfigError("world_size", world_size,
+                              f"must be <= {limit} for backend={backend!r} on one host; use backend='threaded' "
+                              "(up to 1024 ranks) or distcheck.runners.fake for larger worlds")
         self.timeout_s = _check_timeout("timeout_s", timeout_s)
         if start_method is None:
             start_method = "spawn" if backend == "nccl" else "fork"

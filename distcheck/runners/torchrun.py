@@ -233,20 +233,10 @@ def _pure_rows(stages: set[str], args) -> list:
 
 
 def _print_report(rows: list, args, world: TorchrunWorld, seconds: float) -> None:
-    from distcheck.report import FAIL, FINDING, PASS, SKIP, render_table, to_json
+    from distcheck.report import print_report
 
-    if getattr(args, "format", "table") == "json":
-        print(to_json(rows), flush=True)
-        return
-    from rich.console import Console
-
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=160)
-    render_table(rows, title=f"distcheck check (torchrun, {world.backend}, world_size={world.world_size})", console=out)
-    counts = {v: sum(r.verdict == v for r in rows) for v in (PASS, FAIL, SKIP, FINDING)}
-    out.print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped, "
-              f"{counts[FINDING]} findings in {seconds:.1f}s (rank 0 of {world.world_size})", highlight=False)
+    print_report(rows, title=f"distcheck check (torchrun, {world.backend}, world_size={world.world_size})",
+                 seconds=seconds, fmt=getattr(args, "format", "table"), suffix=f" (rank 0 of {world.world_size})")
 
 
 def run_check_under_torchrun(args, environ=None) -> int:
