@@ -88,7 +88,8 @@ class ClosedForm:
         expr: sympy expression in the symbols of ``inputs``.
         inputs: the named inputs, in a stable order.
         unit: unit of the result: ``"bytes"``, ``"bytes_per_param"``, ``"ticks"``,
-            ``"fraction"`` (0..1, not %), ``"params"``, ``"GPUs"``, ``"elements"``, ``"count"``.
+            ``"fraction"`` (0..1, not %), ``"params"``, ``"GPUs"``, ``"elements"``, ``"count"``,
+            ``"flag"`` (0 or 1).
         source: paper and equation, or lesson and section.
         description: one line saying what the quantity is, with its convention.
         constraints: human-readable side conditions (e.g. "m % p == 0").

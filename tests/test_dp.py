@@ -386,6 +386,13 @@ def test_forms_weights():
 def test_gamma():
     assert dp.gamma(0) == 0.0
     assert dp.gamma(1) == 2.0**-53 / (1 - 2.0**-53)
+    # one definition: the exact Fraction of distcheck.exactness rounded once, bitwise the
+    # float expression k*u/(1 - k*u); tp re-exports the same function
+    from distcheck import exactness, tp
+
+    assert tp.gamma is dp.gamma and tp.UNIT_ROUNDOFF == dp.UNIT_ROUNDOFF == 2.0**-53
+    for k in (2, 3, 7, 1000, 123_456_789, 2**40 + 1, 2**52 - 1):
+        assert dp.gamma(k) == float(exactness.gamma(k)) == k * 2.0**-53 / (1 - k * 2.0**-53)
     with pytest.raises(ConfigError) as e:
         dp.gamma(-1)
     _expect_config_error(e, "k", -1, "must be an integer >= 0")

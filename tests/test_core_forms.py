@@ -1,0 +1,286 @@
+"""Every closed form of the catalogue agrees with its numpy reference (small exhaustive grids).
+
+One table, :data:`CHECKS`, maps every catalogue name to a function that yields
+``(inputs, reference value)`` pairs computed by the reference modules
+(distcheck/<strategy>.py); the test evaluates the closed form on the same
+inputs and requires exact equality (ints and Fractions, no tolerance).
+:func:`test_every_form_has_a_reference_check` fails when a form is added to the
+catalogue without a row here, so "every quantity has a closed form and they
+agree" stays true. The properties suite (properties/) checks the same pairs at
+scale with Hypothesis; this file is the fast, exhaustive-on-a-grid version.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import product
+
+import numpy as np
+import pytest
+
+from distcheck import activations, attention, comm, dp, layout, memory, params, pipeline, tp, zero
+from distcheck.closed_form import catalogue
+
+F = Fraction
+
+
+# ----------------------------------------------------------------------------- dp
+
+
+def _dp_problem(n):
+    """Linear model whose MSE gradient entry i is exactly the weight of example i.
+
+    X = I (n x n), w = 0, y = -1/2: the per-example squared-error gradient of
+    example i is 2 e_i (x_i w - y_i) = e_i, so every combination of shard
+    gradients has example i's weight in entry i. Object arrays of Fractions:
+    exact arithmetic through the reference code paths.
+    """
+    X = np.eye(n, dtype=int).astype(object)
+    return np.zeros(n, dtype=object), X, np.full(n, F(-1, 2), dtype=object)
+
+
+def _dp_weights():
+    for n, k in product(range(1, 9), range(1, 9)):
+        if k > n:
+            continue
+        w, X, y = _dp_problem(n)
+        sizes = dp.shard_sizes(n, k)
+        owner = np.repeat(np.arange(k), sizes)
+        plain = dp.data_parallel_grad(dp.mse_grad, w, X, y, k, weighting="plain")
+        for i in range(n):
+            yield "dp.plain_mean_weight", dict(dp=k, n_k=int(sizes[owner[i]])), plain[i]
+        weighted = dp.data_parallel_grad(dp.mse_grad, w, X, y, k, weighting="examples")
+        full = dp.mse_grad(w, X, y)
+        assert list(weighted) == list(full)
+        yield "dp.exact_weight", dict(n=n), full[0]
+        sums = [dp.mse_grad_sum(w, Xk, yk) for Xk, yk in zip(dp.split_batch(X, sizes), dp.split_batch(y, sizes))]
+        bias = dp.plain_mean_bias(sums, sizes)
+        for i in range(n):
+            yield "dp.plain_mean_error_coefficient", dict(dp=k, n_k=int(sizes[owner[i]]), n=n), bias[i]
+        for r in range(k):
+            yield "dp.shard_size", dict(n=n, dp=k, rank=r), int(sizes[r])
+
+
+def _accumulation_weights():
+    for split in ([1], [3], [1, 2], [2, 1, 3], [4, 1], [1, 1, 1, 1]):
+        n = sum(split)
+        w, X, y = _dp_problem(n)
+        owner = np.repeat(np.arange(len(split)), split)
+        res = dp.accumulate_grads(dp.mse_grad_sum, w, X, y, split, normalize="examples")
+        for i in range(n):
+            yield "dp.accumulation_weight.normalized", dict(total=n), res.grad[i]
+        res = dp.accumulate_grads(dp.mse_grad_sum, w, X, y, split, normalize="per_microbatch_mean")
+        for i in range(n):
+            yield "dp.accumulation_weight.per_microbatch_mean", dict(m=len(split), count=split[owner[i]]), res.grad[i]
+    # tokens: 3 sequences of 3 tokens, one feature per token; weights of the valid tokens
+    mask = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    Xt = np.eye(9, dtype=int).astype(object).reshape(3, 3, 9)
+    yt = np.full((3, 3), F(-1, 2), dtype=object)
+    wt = np.zeros(9, dtype=object)
+    for split in ([3], [1, 2], [2, 1], [1, 1, 1]):
+        tot = dp.accumulate_grads(dp.token_mse_grad_sum, wt, Xt, yt, split, normalize="tokens", mask=mask)
+        per = dp.accumulate_grads(dp.token_mse_grad_sum, wt, Xt, yt, split, normalize="per_microbatch_mean", mask=mask)
+        seq_mb = np.repeat(np.arange(len(split)), split)
+        for j in np.flatnonzero(mask.reshape(-1)):
+            yield "dp.accumulation_weight.normalized", dict(total=int(mask.sum())), tot.grad[j]
+            c = per.counts[seq_mb[j // 3]]
+            yield "dp.accumulation_weight.per_microbatch_mean", dict(m=len(split), count=c), per.grad[j]
+
+
+# ----------------------------------------------------------------------------- tp / attention
+
+
+def _tp_checks():
+    rng = np.random.default_rng(0)
+    for n, t in product(range(1, 9), range(1, 9)):
+        if t > n:
+            continue
+        x = rng.integers(-3, 4, size=(2, n)).astype(float)
+        W = rng.integers(-3, 4, size=(n, n)).astype(float)
+        for r, part in enumerate(tp.column_parallel_parts(x, W, t)):
+            yield "tp.column.output_cols_per_shard", dict(output_cols=n, tp=t, rank=r), part.shape[-1]
+        for r, size in enumerate(tp.split_sizes(n, t)):
+            yield "tp.row.input_rows_per_shard", dict(input_rows=n, tp=t, rank=r), size
+    x, W = np.ones((2, 4)), np.ones((4, 6))
+    log: list = []
+    tp.row_parallel(x, W, 2, log=log)
+    yield "tp.row.allreduce_count", {}, len(log)
+    mlp_log: list = []
+    tp.megatron_mlp(x, np.ones((4, 8)), np.ones((8, 4)), 4, log=mlp_log)
+    yield "tp.mlp.allreduce_per_forward", {}, len(mlp_log)
+    attn_log: list = []
+    Wq, Wk, Wv, Wo = np.ones((4, 8)), np.ones((4, 4)), np.ones((4, 4)), np.ones((8, 4))
+    attention.tp_attention(np.ones((3, 4)), Wq, Wk, Wv, Wo, 4, 2, 2, log=attn_log)
+    yield "tp.attention.allreduce_per_forward", {}, len(attn_log)
+    # per layer: the attention and MLP all-reduces of the forward, mirrored in the backward,
+    # each a ring all-reduce of the b*s*h activation (Narayanan et al. 2021 §3.2)
+    per_layer = 2 * (len(attn_log) + len(mlp_log))
+    for s, b, h, t in product((1, 3), (1, 2), (4, 6), (1, 2, 3, 4)):
+        elems = per_layer * comm.volume("all_reduce", s * b * h, t)
+        yield "tp.comm_elements_per_layer", dict(s=s, b=b, h=h, t=t), elems
+        yield "tp.comm_bytes_per_layer", dict(s=s, b=b, h=h, t=t), 2 * elems
+        yield "tp.comm_bytes_per_layer", dict(s=s, b=b, h=h, t=t, bytes_per_element=4), 4 * elems
+
+
+def _attention_checks():
+    for heads, kv, t in product((1, 2, 4, 8, 12), (1, 2, 4), (1, 2, 4)):
+        if heads % kv or heads % t or kv % t:
+            continue
+        q_heads, kv_heads = attention.tp_head_ranges(t, heads, kv)[0]
+        yield "attention.heads_per_rank", dict(num_heads=heads, tp=t), len(q_heads)
+        yield "attention.kv_heads_per_rank", dict(num_kv_heads=kv, tp=t), len(kv_heads)
+
+
+# ----------------------------------------------------------------------------- pipeline
+
+
+def _pipeline_checks():
+    cases = [(s, p, m, 1, tf, tb) for s in ("gpipe", "1f1b") for p in (1, 2, 3, 4) for m in (1, 2, 3, 5, 8)
+             for tf, tb in ((1, 2), (2, 3))]
+    cases += [("interleaved", p, m, v, tf, tb) for p in (1, 2, 3) for v in (2, 3) for m in (p, 2 * p)
+              for tf, tb in ((1, 2), (3, 1))]
+    for sched, p, m, v, tf, tb in cases:
+        tl = pipeline.simulate(sched, p, m, v, t_f=tf, t_b=tb)
+        base = dict(p=p, m=m, t_f=tf, t_b=tb)
+        inp = dict(base, v=v) if sched == "interleaved" else base
+        assert len(set(tl.busy_ticks)) == 1 and len(set(tl.idle_ticks)) == 1  # every rank alike
+        yield f"pipeline.step_ticks.{sched}", inp, tl.step_ticks
+        yield "pipeline.busy_ticks", dict(base, v=v), tl.busy_ticks[0]
+        yield f"pipeline.idle_ticks.{sched}", inp, tl.idle_ticks[0]
+        yield f"pipeline.bubble_fraction.{sched}", inp, tl.bubble_fraction
+        yield f"pipeline.bubble_ratio.{sched}", inp, tl.bubble_ratio
+        yield f"pipeline.peak_in_flight.{sched}", inp, max(tl.peak_in_flight)
+
+
+# ----------------------------------------------------------------------------- memory / zero / activations
+
+
+def _memory_checks():
+    for name, conv in memory.CONVENTIONS.items():
+        yield f"memory.bytes_per_param.{name}", {}, conv.total
+    custom = memory.BytesPerParam(2, 4, 4, 1, 1)
+    for P, t, p in product((1, 7, 13 * 10**9, 6_738_149_376), (1, 2, 8), (1, 3, 16)):
+        yield "memory.train_state_bytes", dict(params=P, tp=t, pp=p), memory.train_state_bytes(P, tp=t, pp=p)
+        yield "memory.train_state_bytes", dict(params=P, bytes_per_param=F(21, 2), tp=t, pp=p), \
+            memory.train_state_bytes(P, F(21, 2), tp=t, pp=p)
+        yield "memory.weights_bytes", dict(params=P, tp=t, pp=p), memory.weights_bytes(P, tp=t, pp=p)
+        yield "memory.grads_bytes", dict(params=P, grad_bytes=4, tp=t, pp=p), memory.grads_bytes(P, custom, tp=t, pp=p)
+        yield "memory.optimizer_bytes", dict(params=P, optimizer_bytes_per_param=6, tp=t, pp=p), \
+            memory.optimizer_bytes(P, custom, tp=t, pp=p)
+    GB = 10**9
+    for P, budget in product((1, 10**9, 13 * 10**9, 68_975_329_280, 405 * 10**9), (1, 24 * GB, 80 * GB, 2**30)):
+        t = memory.min_tp(P, budget, max_tp=2**50)
+        yield "memory.min_tp_pow2", dict(params=P, budget_bytes=budget), t
+        q = -(-16 * P // budget)
+        if q <= 256:  # the form's constraint: q <= max_pp (pp = q with tp = 1 is always a candidate)
+            tp_pp = memory.min_tp_pp(P, budget, max_pp=q)
+            yield "memory.min_tp_pp_product", dict(params=P, budget_bytes=budget), tp_pp[0] * tp_pp[1]
+    for total, gpu in product((1, 870 * GB, 1_103_605_268_480), (80 * GB, 80 * 2**30, 7)):
+        yield "memory.min_gpus", dict(total_bytes=total, gpu_bytes=gpu), memory.min_gpus(total, gpu)
+
+
+def _zero_checks():
+    for P, n, k in product((64, 7_500_000_000, 6_738_415_616), (1, 2, 8, 64), (12, 4)):
+        for stage in range(4):
+            # dp divides every P here, so the flat partition has no padding
+            yield f"zero.bytes_per_gpu.stage{stage}", dict(params=P, dp=n, k=k), \
+                zero.model_state_bytes_per_gpu(P, n, stage, k=k)
+    for P, n in product((1, 1000, 7_500_000_000), (1, 2, 64)):
+        for stage, key in enumerate(("ddp", "stage1", "stage2", "stage3")):
+            yield f"zero.comm_elements_per_rank.{key}", dict(params=P), zero.comm_elements_per_rank(P, n, stage)
+
+
+def _activation_checks():
+    for s, b, h, a, t in product((1, 4, 16), (1, 3), (8, 12), (1, 2, 4), (1, 2, 3)):
+        for row in activations.TABLE2_SETTINGS:
+            yield f"activations.bytes_per_layer.{row}", dict(s=s, b=b, h=h, a=a, t=t), \
+                activations.table2_bytes_per_layer(row, s, b, h, a, t)
+        for ffn in (h, 4 * h, 7):
+            yield "activations.bytes_per_layer.megatron", dict(s=s, b=b, h=h, ffn=ffn, t=t), \
+                activations.megatron_bytes_per_layer(s, b, h, ffn, t)
+
+
+# ----------------------------------------------------------------------------- params / layout / comm
+
+
+def _params_checks():
+    flags = list(product((True, False), (True, False), ("rms", "layer", None), (True, False), (True, False),
+                         (False, True), (True, False), (None, 5)))
+    configs = list(params.PRESETS.values()) + [
+        params.TransformerConfig(hidden_size=12, num_layers=3, ffn_hidden_size=20, num_heads=6, num_kv_heads=2,
+                                 vocab_size=50, swiglu=sw, tied_embeddings=ti, norm=no, qkv_bias=qb,
+                                 mlp_bias=mb, out_bias=ob, final_norm=fn, head_dim=hd)
+        for sw, ti, no, qb, mb, ob, fn, hd in flags[::7]  # 55 of the 384 combinations; 7 is prime to every factor
+    ]
+    for cfg in configs:
+        v = cfg.closed_form_inputs()
+        comp = params.component_counts(cfg)
+        pick = lambda *names: {k: v[k] for k in names}  # noqa: E731
+        yield "params.decoder_only", v, params.count_params(cfg)
+        yield "params.attention_per_layer", pick("hidden_size", "num_heads", "num_kv_heads", "head_dim", "qkv_bias",
+                                                 "out_bias"), comp["attention"] // cfg.num_layers
+        yield "params.mlp_per_layer", pick("hidden_size", "ffn_hidden_size", "swiglu", "mlp_bias"), \
+            comp["mlp"] // cfg.num_layers
+        yield "params.embedding", pick("vocab_size", "hidden_size"), comp["embedding"]
+        yield "params.lm_head", pick("vocab_size", "hidden_size", "tied"), comp["lm_head"]
+        yield "params.norms", pick("hidden_size", "num_layers", "norm_weights", "norm_biases", "final_norm"), comp["norms"]
+
+
+def _layout_checks():
+    for t, c, p, d in product((1, 2, 4), (1, 2), (1, 3), (1, 2)):
+        cfg = layout.ParallelConfig(tp=t, cp=c, pp=p, dp=d)
+        yield "layout.world_size", dict(tp=t, cp=c, pp=p, dp=d), cfg.world_size
+        for e in (1, 2):
+            out = layout.ParallelConfig(tp=t, cp=c, pp=p, dp=d, ep=e, ep_placement="outside")
+            yield "layout.world_size.ep_outside_dp", dict(tp=t, cp=c, pp=p, dp=d, ep=e), out.world_size
+        for axis in ("tp", "cp", "pp", "dp"):
+            yield "layout.num_groups", dict(world_size=cfg.world_size, degree=cfg.degree(axis)), \
+                len(layout.groups(cfg, axis))
+        yield "layout.weights_fraction_per_gpu", dict(tp=t, pp=p), cfg.weights_fraction_per_gpu
+        for rank in range(0, cfg.world_size, max(1, cfg.world_size // 6)):  # ~6 ranks per config (tests/test_layout.py checks all)
+            co = layout.coords(cfg, rank)
+            yield "layout.rank", dict(tp=t, cp=c, pp=p, **{f"{a}_index": co[a] for a in co}), \
+                layout.rank_of(cfg, **co)
+            yield "layout.coordinate.tp", dict(rank=rank, tp=t), co["tp"]
+            yield "layout.coordinate.cp", dict(rank=rank, tp=t, cp=c), co["cp"]
+            yield "layout.coordinate.pp", dict(rank=rank, tp=t, cp=c, pp=p), co["pp"]
+            yield "layout.coordinate.dp", dict(rank=rank, tp=t, cp=c, pp=p), co["dp"]
+    for t, g in product(range(1, 11), (1, 2, 4, 6, 8)):
+        # whole nodes: world_size = lcm-sized multiple of gpus_per_node, tp innermost
+        cfg = layout.ParallelConfig(tp=t, dp=g, gpus_per_node=g)
+        yield "layout.tp_groups_node_local", dict(tp=t, gpus_per_node=g), int(layout.tp_groups_node_local(cfg))
+
+
+def _comm_checks():
+    for coll in comm.COLLECTIVES:
+        for n, count in product((1, 2, 3, 4, 8), (0, 24, 48)):
+            if coll == "broadcast" and n == 1:
+                continue  # a one-rank broadcast sends nothing (form constraint n >= 2)
+            res = comm.simulate(coll, 8 * count, n)
+            ref = res.max_sent_bytes if count % n == 0 else None
+            if ref is not None:
+                yield f"comm.bytes_per_rank.{coll}", dict(size_bytes=8 * count, n=n), ref
+
+
+CHECKS = {
+    "dp": _dp_weights, "accumulation": _accumulation_weights, "tp": _tp_checks, "attention": _attention_checks,
+    "pipeline": _pipeline_checks, "memory": _memory_checks, "zero": _zero_checks,
+    "activations": _activation_checks, "params": _params_checks, "layout": _layout_checks, "comm": _comm_checks,
+}
+
+
+@pytest.mark.parametrize("family", sorted(CHECKS))
+def test_forms_agree_with_references(family):
+    forms = catalogue()
+    n = 0
+    for name, inputs, expected in CHECKS[family]():
+        got = forms[name].evaluate(**inputs)
+        assert got == expected, f"{name}{inputs}: closed form {got} != reference {expected}"
+        n += 1
+    assert n > 0
+
+
+def test_every_form_has_a_reference_check():
+    covered = {name for gen in CHECKS.values() for name, _, _ in gen()}
+    missing = sorted(set(catalogue()) - covered)
+    assert not missing, f"closed forms with no reference check in tests/test_core_forms.py: {missing}"
