@@ -13,6 +13,8 @@ lists the quantities a key may name.
 from __future__ import annotations
 
 import argparse
+import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,12 +36,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _world_sizes(text: str) -> tuple[int, ...]:
+    items = [x.strip() for x in text.split(",")]
     try:
-        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+        sizes = tuple(int(x) for x in items)
     except ValueError:
         raise argparse.ArgumentTypeError(f"world sizes must be comma-separated integers, got {text!r}") from None
-    if not sizes or any(n < 1 for n in sizes):
+    if any(n < 1 for n in sizes):
         raise argparse.ArgumentTypeError(f"world sizes must be integers >= 1, got {text!r}")
+    if len(set(sizes)) != len(sizes):
+        raise argparse.ArgumentTypeError(f"world sizes must be distinct, got {text!r}")
     return sizes
 
 
@@ -48,8 +53,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
     return value
 
 
@@ -125,6 +130,12 @@ def _run_check(args) -> int:
     stages -= set(args.skip)
     if args.backend == "none":
         stages -= {"distributed", "layers"}
+    if not stages:
+        raise _UsageError("no stage left to run: --only and --skip (or --backend none) exclude every stage")
+    if "golden" in stages and args.golden_dir is not None and not args.golden_dir.is_dir():
+        raise _UsageError(f"--golden-dir {args.golden_dir} is not a folder")
+    if stages & {"distributed", "layers"} and args.launcher == "local":
+        _check_worlds(args.backend, args.world_sizes)
     console = Console(stderr=True, log_path=False)
     results: list[CheckResult] = []
     started = time.perf_counter()
@@ -167,10 +178,31 @@ def _run_check(args) -> int:
     return exit_code(results)
 
 
+def _check_worlds(backend: str, world_sizes) -> None:
+    """Refuse, before anything starts, worlds this host cannot run (bad input: exit 2).
+
+    An explicitly chosen backend that cannot run here (NCCL without enough GPUs) is an
+    error rather than a table of skips, so a CI job cannot go green having checked nothing.
+    """
+    from distcheck.errors import BackendUnavailable, ConfigError
+    from distcheck.runners.pool import MAX_LOCAL_RANKS, check_backend_available
+
+    for ws in world_sizes:
+        limit = MAX_LOCAL_RANKS.get(backend)
+        if limit is not None and ws > limit:
+            raise ConfigError("--world-sizes", ws, f"must be <= {limit} for --backend {backend} on one host")
+        try:
+            check_backend_available(backend, ws)
+        except BackendUnavailable as exc:
+            raise _UsageError(f"--backend {backend} cannot run here: {exc}") from None
+
+
 def _run_audit(args) -> int:
     from distcheck import audit
 
     if args.list:
+        if args.keys:
+            raise _UsageError("--list takes no KEY.toml")
         text = audit.render_quantity_list(args.format)
         _emit(text, args.output)
         return EXIT_OK
@@ -183,14 +215,23 @@ def _run_audit(args) -> int:
 
 
 def _emit(text: str | None, output: Path | None) -> None:
+    """Write ``text`` to stdout, or atomically to ``output`` (a temporary file beside it, then a rename)."""
     if text is None:
         return
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(output)  # atomic: no half-written report on failure
+    if output.is_dir():
+        raise _UsageError(f"--output {output} is a folder; give a file path")
+    if not output.parent.is_dir():
+        raise _UsageError(f"--output {output}: folder {output.parent} does not exist")
+    tmp = output.with_name(f".{output.name}.distcheck-tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(output)  # atomic: no half-written report on failure
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _UsageError(f"--output {output}: {exc.strerror or exc}") from None
 
 
 class _UsageError(DistcheckError):
@@ -201,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distcheck`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM (e.g. a CI timeout) unwinds like Ctrl-C, so rank pools close and clean up
+    previous = signal.signal(signal.SIGTERM, _terminate) if _is_main_thread() else None
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -218,6 +261,26 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("distcheck: interrupted\n")
         return 130
+    except _Terminated:
+        sys.stderr.write("distcheck: terminated\n")
+        return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(BaseException):
+    """Raised by the SIGTERM handler of :func:`main`."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated()
+
+
+def _is_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -54,15 +54,19 @@ class Input:
         return sp.Symbol(self.name, nonnegative=True)
 
     def validate(self, value) -> Fraction:
-        if isinstance(value, bool):
-            value = int(value)
-        if isinstance(value, float):
-            if value != value or value in (float("inf"), float("-inf")):
-                raise ConfigError(self.name, value, "must be a finite number")
-            value = Fraction(value).limit_denominator(10**12) if not value.is_integer() else int(value)
+        """Return ``value`` as an exact Fraction, or raise ConfigError naming this input.
+
+        Accepts int, Fraction, Decimal and finite floats (taken at their exact binary
+        value, so ``7.5e9`` is 7,500,000,000 and ``0.1`` is not 1/10; pass a Fraction or
+        a decimal string to the audit for decimal inputs). Rejects bools and strings.
+        """
+        if isinstance(value, (bool, str, bytes)):
+            raise ConfigError(self.name, value, f"must be a number ({self.kind.replace('_', ' ')}), not {type(value).__name__}")
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            raise ConfigError(self.name, value, "must be a finite number")
         try:
             q = Fraction(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, ArithmeticError):
             raise ConfigError(self.name, value, "must be a number") from None
         integral = q.denominator == 1
         if self.kind == "positive_integer" and not (integral and q >= 1):

@@ -44,10 +44,19 @@ class ConfigError(DistcheckError, ValueError):
         self.field = field
         self.value = value
         self.rule = rule
-        super().__init__(f"{field}={value!r} {rule}")
+        super().__init__(f"{field}={_show(value)} {rule}")
 
     def __reduce__(self):  # picklable across processes
         return (type(self), (self.field, self.value, self.rule))
+
+
+def _show(value: object) -> str:
+    """A value as a user wrote it: ``3/2`` for a Fraction, ``5`` for an integral one, else ``repr``."""
+    from fractions import Fraction
+
+    if isinstance(value, Fraction):
+        return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    return repr(value)
 
 
 class UnknownQuantityError(DistcheckError, KeyError):

@@ -57,6 +57,12 @@ def load_golden(path: str | Path) -> AnswerKey:
     return key
 
 
+def _detail(verdict: str, expect: str, ok: bool, explanation: str) -> str:
+    """``"as recorded, wrong: ..."`` when the audit reproduces the golden verdict, else says both."""
+    head = f"as recorded, {verdict}" if ok else f"audit says {verdict}, golden records {expect}"
+    return f"{head}: {explanation}"
+
+
 def verify(path: str | Path) -> list[CheckResult]:
     """Audit the golden key at ``path``: one CheckResult (backend "golden") per claim and per
     consistency check, "pass" when the verdict equals ``expect``. An automatic consistency
@@ -74,8 +80,11 @@ def verify(path: str | Path) -> list[CheckResult]:
         err = v.error
         rows.append(CheckResult(
             check=f"golden/{p.stem}:{v.claim.id}", backend="golden", verdict=PASS if ok else FAIL, examples=1,
-            max_error=err, bound=None if err is None else float(v.claim.step / 2),
-            detail=(f"{v.verdict}" + ("" if ok else f" (expected {v.claim.expect})") + f": {v.explanation}"),
+            # the error column is distcheck's error against a figure that holds; for a figure
+            # recorded as wrong, its own discrepancy is in the detail, not an error of the check
+            max_error=err if v.claim.expect == "holds" else None,
+            bound=float(v.claim.step / 2) if (err is not None and v.claim.expect == "holds") else None,
+            detail=_detail(v.verdict, v.claim.expect, ok, v.explanation),
             extra={"quantity": v.claim.quantity, "section": v.claim.section},
         ))
     for k in result.checks:
@@ -83,7 +92,7 @@ def verify(path: str | Path) -> list[CheckResult]:
         ok = k.verdict == expect
         rows.append(CheckResult(
             check=f"golden/{p.stem}:{k.id}", backend="golden", verdict=PASS if ok else FAIL, examples=1,
-            detail=f"{k.verdict}" + ("" if ok else f" (expected {expect})") + f": {k.explanation}",
+            detail=_detail(k.verdict, expect, ok, k.explanation),
         ))
     return rows
 

@@ -50,44 +50,82 @@ def _fmt_err(x: float | None) -> str:
     return "-" if x is None else f"{x:.1e}"
 
 
+#: widest the check column gets; longer names are cut in the middle ("golden/chapter:…bubble")
+CHECK_WIDTH = 46
+
+
+def _cut_middle(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
 def render_table(results: Iterable[CheckResult], title: str = "distcheck check", console=None) -> None:
     """Print the results as a rich table (check / backend / world size / examples / verdict / max error / detail).
 
-    The detail column is cut to one line; the full detail of every FAIL and
-    finding row is printed after the table, so nothing that explains a verdict is lost.
+    Each row takes one line: long check names are cut in the middle and the detail is cut to
+    the room the terminal leaves (the detail column is dropped below about 100 columns).
+    The full detail of every FAIL and finding row is printed after the table, so nothing
+    that explains a verdict is lost; ``--format json`` has everything.
     """
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     results = list(results)
     console = console or Console()
-    table = Table(title=title, show_lines=False)
-    for col, kw in (
-        ("check", {"no_wrap": True}), ("backend", {"no_wrap": True, "min_width": 7}), ("world size", {"justify": "right", "min_width": 5}),
-        ("examples", {"justify": "right", "min_width": 5}), ("verdict", {"no_wrap": True, "min_width": 7}), ("max error", {"justify": "right", "no_wrap": True, "min_width": 9}),
-        ("detail", {"no_wrap": True}),
-    ):
-        table.add_column(col, **kw)
     style = {PASS: "green", FAIL: "bold red", SKIP: "yellow", FINDING: "magenta"}
-    name_w = max([len(r.check) for r in results] + [5])
-    room = max(24, console.width - name_w - 76)  # what is left for the detail after the fixed columns
+    check_w = min(CHECK_WIDTH, max([len(r.check) for r in results] + [5]))
+    backend_w = max([len(r.backend) for r in results] + [7])
+    fixed = [check_w, backend_w, 5, 8, 7, 9]  # check, backend, world size, examples, verdict, max error
+    room = console.width - sum(w + 3 for w in fixed) - 4  # each column: its width, padding and a separator
+    if console.width < 100:  # too narrow for columns: one plain line per row
+        if title:
+            console.print(title, style="bold", highlight=False)
+        for r in results:
+            console.print(f"[{style.get(r.verdict, '')}]{r.verdict:<7}[/] {escape(r.check)}  ({r.backend}, world size "
+                          f"{r.world_size}, {r.examples} examples, max error {_fmt_err(r.max_error)})", highlight=False)
+        _print_notable(results, console, style)
+        return
+    show_detail = room >= 16
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=False)
+    table.add_column("check", no_wrap=True, min_width=check_w)
+    table.add_column("backend", no_wrap=True, min_width=backend_w)
+    table.add_column("world size", justify="right", min_width=5)
+    table.add_column("examples", justify="right", min_width=8)
+    table.add_column("verdict", no_wrap=True, min_width=7)
+    table.add_column("max error", justify="right", no_wrap=True, min_width=9)
+    if show_detail:
+        table.add_column("detail", no_wrap=True)
 
     def short(text: str) -> str:
         line = text.splitlines()[0] if text else ""
         return line if len(line) <= room else line[: room - 1] + "…"
 
     for r in results:
-        table.add_row(
-            escape(r.check), r.backend, str(r.world_size), str(r.examples),
-            f"[{style.get(r.verdict, '')}]{r.verdict}[/]", _fmt_err(r.max_error), escape(short(r.detail)),
-        )
+        cells = [
+            escape(_cut_middle(r.check, check_w)), r.backend, str(r.world_size), str(r.examples),
+            f"[{style.get(r.verdict, '')}]{r.verdict}[/]", _fmt_err(r.max_error),
+        ]
+        if show_detail:
+            cells.append(escape(short(r.detail)))
+        table.add_row(*cells)
     console.print(table)
-    notable = [r for r in results if r.verdict in (FAIL, FINDING)]
-    for r in notable:
-        console.print(f"[{style[r.verdict]}]{r.verdict}[/] {escape(r.check)} ({r.backend}, world size {r.world_size}):",
-                      highlight=False)
-        console.print(f"  {r.detail}", highlight=False, markup=False)
+    _print_notable(results, console, style)
+
+
+def _print_notable(results: list[CheckResult], console, style: dict) -> None:
+    """The full detail of every FAIL and finding row."""
+    from rich.markup import escape
+
+    for r in results:
+        if r.verdict in (FAIL, FINDING):
+            console.print(f"[{style[r.verdict]}]{r.verdict}[/] {escape(r.check)} ({r.backend}, world size {r.world_size}):",
+                          highlight=False)
+            console.print(f"  {r.detail}", highlight=False, markup=False)
 
 
 def summary_line(results: Iterable[CheckResult], seconds: float | None = None) -> str:
@@ -102,7 +140,7 @@ def print_report(results: Iterable[CheckResult], *, title: str = "distcheck chec
                  fmt: str = "table", suffix: str = "") -> None:
     """Print ``results`` to stdout as a table and its summary line (``fmt="table"``) or as JSON.
 
-    Off a terminal (a pipe, a CI log) the table is drawn 160 columns wide instead of 80.
+    Off a terminal (a pipe, a CI log) the table is drawn 200 columns wide instead of 80.
     """
     results = list(results)
     if fmt == "json":
@@ -112,7 +150,7 @@ def print_report(results: Iterable[CheckResult], *, title: str = "distcheck chec
 
     out = Console()
     if not out.is_terminal:
-        out = Console(width=160)
+        out = Console(width=200)
     render_table(results, title=title, console=out)
     out.print(summary_line(results, seconds) + suffix, highlight=False)
 

@@ -67,3 +67,37 @@ def test_ci_runs_the_readme_test_command():
     main = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py"), "main"],
                           capture_output=True, text=True, check=True).stdout
     assert main.strip().endswith("distcheck check")
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (True, "m=True must be a number (positive integer), not bool"),
+        ("4", "m='4' must be a number (positive integer), not str"),
+        (1.5, "m=1.5 must be an integer >= 1"),
+        (float("nan"), "m=nan must be a finite number"),
+        (0, "m=0 must be an integer >= 1"),
+    ],
+)
+def test_closed_form_inputs_reject_bools_strings_and_out_of_domain_values(value, message):
+    from distcheck.closed_form import get
+
+    with pytest.raises(ConfigError) as info:
+        get("pipeline.bubble_fraction.gpipe").evaluate(p=4, m=value)
+    assert str(info.value) == message
+
+
+def test_closed_form_takes_integral_floats_at_their_exact_value():
+    from fractions import Fraction
+
+    from distcheck.closed_form import get
+
+    assert get("zero.bytes_per_gpu.stage3").evaluate(params=7.5e9, dp=64) == 1_875_000_000
+    assert get("pipeline.bubble_fraction.gpipe").evaluate(p=4, m=Fraction(16)) == Fraction(3, 19)
+
+
+def test_config_error_shows_fractions_as_a_user_writes_them():
+    from fractions import Fraction
+
+    assert str(ConfigError("dp", Fraction(17, 2), "must be an integer")) == "dp=17/2 must be an integer"
+    assert str(ConfigError("dp", Fraction(8), "must be even")) == "dp=8 must be even"

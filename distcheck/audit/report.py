@@ -27,12 +27,13 @@ def _list(results) -> list[AuditResult]:
 
 
 def _value(v: ClaimVerdict) -> str:
+    """The recomputed value in the claim's unit, with the unit (``"141.107413 GB"``)."""
     x = v.computed_in_unit
     if x is None:
         return "-"
     if isinstance(x, tuple):
-        return "[" + ", ".join(format_exact(a, 6) for a in x) + "]"
-    return format_exact(x, 9)
+        return "[" + ", ".join(format_exact(a, 6) for a in x) + f"] {v.claim.unit}"
+    return f"{format_exact(x, 9)} {v.claim.unit}"
 
 
 def _summary(r: AuditResult) -> str:

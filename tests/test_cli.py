@@ -1,0 +1,117 @@
+"""The ``distcheck`` command line: help, exit codes, one-line usage errors, reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from distcheck.cli import main
+
+
+def _run(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "distcheck", *argv], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["check", "--help"], ["audit", "--help"]])
+def test_help_documents_every_option(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for word in {"--help": ["check", "audit", "Exit codes"],
+                 "check": ["--profile", "--backend", "--world-sizes", "--launcher", "--only", "--skip",
+                           "--golden-dir", "--timeout", "--format"],
+                 "audit": ["--list", "--format", "--output", "KEY.toml"]}[argv[0]]:
+        assert word in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["chek"], "invalid choice: 'chek'"),
+        (["check", "--world-sizes", "0"], "world sizes must be integers >= 1"),
+        (["check", "--world-sizes", "a"], "comma-separated integers"),
+        (["check", "--world-sizes", "2,,4"], "comma-separated integers"),
+        (["check", "--world-sizes", "2,2"], "must be distinct"),
+        (["check", "--timeout", "inf"], "positive, finite"),
+        (["check", "--timeout", "-1"], "positive, finite"),
+        (["check", "--backend", "mpi"], "invalid choice: 'mpi'"),
+        (["check", "--only", "golden", "--skip", "golden"], "no stage left to run"),
+        (["check", "--golden-dir", "/nonexistent/golden"], "is not a folder"),
+        (["check", "--world-sizes", "99999999999999999999", "--only", "distributed"], "must be <= 64"),
+        (["check", "--backend", "threaded", "--world-sizes", "2000", "--only", "layers"], "must be <= 1024"),
+        (["audit"], "needs at least one KEY.toml"),
+        (["audit", "--list", "golden/lesson.toml"], "--list takes no KEY.toml"),
+        (["audit", "/nonexistent/key.toml"], "key.toml"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr_and_exit_2(argv, message, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse errors exit through the parser
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_nccl_without_a_gpu_is_refused_not_skipped(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    assert main(["check", "--backend", "nccl", "--world-sizes", "2", "--only", "distributed"]) == 2
+    assert "--backend nccl cannot run here" in capsys.readouterr().err
+
+
+def test_output_to_a_missing_folder_or_a_folder_is_refused_and_leaves_nothing(tmp_path, capsys):
+    assert main(["audit", "golden/zero_paper.toml", "--output", str(tmp_path / "no" / "x.md")]) == 2
+    assert main(["audit", "golden/zero_paper.toml", "--output", str(tmp_path)]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    out = tmp_path / "zero.md"
+    assert main(["audit", "golden/zero_paper.toml", "--format", "markdown", "--output", str(out)]) == 0
+    assert out.read_text().startswith("#") and sorted(p.name for p in tmp_path.iterdir()) == ["zero.md"]
+
+
+def test_golden_stage_alone_passes_and_reports_json(capsys):
+    assert main(["check", "--only", "golden", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) > 100 and {r["backend"] for r in rows} == {"golden"}
+    assert {r["verdict"] for r in rows} == {"pass"}
+    verdicts = {r["detail"].split(":")[0] for r in rows}
+    assert "as recorded, wrong" in verdicts and "as recorded, holds" in verdicts
+
+
+def test_a_failing_golden_fails_the_check(tmp_path, capsys):
+    (tmp_path / "bad.toml").write_text(
+        '[meta]\ntitle = "t"\nsource = "s"\n\n[[claim]]\nid = "x"\nquantity = "layout.world_size"\n'
+        'inputs = { tp = 8, pp = 16, dp = 128 }\nclaimed = 16000\nunit = "GPUs"\nsection = "s"\nexpect = "holds"\n')
+    assert main(["check", "--only", "golden", "--golden-dir", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "golden records holds" in out and "0 passed, 1 failed" in out
+
+
+@pytest.mark.multiprocess
+def test_sigterm_unwinds_closes_the_pool_and_exits_143(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "distcheck", "check", "--only", "layers", "--world-sizes", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(p.name.startswith("distcheck-pool-") for p in tmp_path.iterdir()):
+        time.sleep(0.1)
+    assert any(p.name.startswith("distcheck-pool-") for p in tmp_path.iterdir()), "the pool never started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "terminated" in err and "Traceback" not in err
+    time.sleep(0.5)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("distcheck-pool-")]
