@@ -178,7 +178,11 @@ def test_rank_failure_becomes_a_fail_row():
         def run(self, fn, *args, **kwargs):
             from distcheck.errors import RankFailure
 
-            raise RankFailure(1, "Traceback...\nRuntimeError: gloo went away")
+            err = RankFailure(1, "Traceback...\nRuntimeError: gloo went away\n(also failed: ranks [0])")
+            err.failures = {0: "Traceback...\nRuntimeError: gloo went away too", 1: "Traceback...\nRuntimeError: gloo went away"}
+            raise err
 
     rows = ddp.ddp_rows(Broken(), 2)
-    assert [r.verdict for r in rows] == [FAIL] * 3 and "RankFailure" in rows[0].detail
+    assert [r.verdict for r in rows] == [FAIL] * 3
+    # the first failing rank's exception line, not only "rank 1 failed:"
+    assert rows[0].detail == "RankFailure: rank 1 failed: RuntimeError: gloo went away (also failed: ranks [0])"

@@ -102,6 +102,20 @@ def _mesh_layout(ctx):
     return tuple(mesh.get_coordinate()), mesh["tp"].size(), mesh["dp"].size()
 
 
+def _hang_rank_1_at_init(*args, rank=None, **kwargs):
+    """Stands in for ``dist.init_process_group`` in forked children: rank 1 never comes up."""
+    if rank == 1:
+        _sleep_forever()
+    return _REAL_INIT(*args, rank=rank, **kwargs)
+
+
+def _hang_every_rank_at_init(*args, **kwargs):
+    _sleep_forever()
+
+
+_REAL_INIT = None
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -385,3 +399,108 @@ def test_world_size_beyond_one_host_is_refused_before_anything_starts():
     with pytest.raises(ConfigError, match="world_size=1025 must be <= 1024"):
         RankPool(1025, backend="threaded")
     assert mp.active_children() == before
+
+
+# ----------------------------------------------------------------------------- start-up deadline
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("backend", ["gloo", "threaded"])
+def test_start_up_honours_timeout_and_names_the_ranks_that_did_not_come_up(backend, monkeypatch):
+    """Children are forked, so a patched init_process_group in this process is theirs too."""
+    import torch.distributed as dist
+
+    from distcheck.runners import RankPool
+
+    global _REAL_INIT
+    _REAL_INIT = dist.init_process_group
+    monkeypatch.setattr(dist, "init_process_group",
+                        _hang_rank_1_at_init if backend == "threaded" else _hang_every_rank_at_init)
+    pool = RankPool(4, backend=backend, timeout_s=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(WorldTimeout) as info:
+        pool.start()
+    elapsed = time.monotonic() - t0
+    pool.close()
+    # threaded: rank 1 hangs and ranks 0, 2, 3 wait for it in the store barrier, as the host's own
+    # per-thread report shows; gloo: every rank hangs
+    assert info.value.ranks == [0, 1, 2, 3] and "did not come up" in str(info.value)
+    assert "_sleep_forever" in info.value.stacks[1]
+    if backend == "threaded":
+        assert info.value.stacks[1].startswith("Thread rank-1 (most recent call last)")
+        assert "_store_based_barrier" in info.value.stacks[0] and "_sleep_forever" not in info.value.stacks[0]
+    assert elapsed < 1.0 + 2.5  # timeout_s + the stack dump (the threaded host used to get 5 s more)
+
+
+# ----------------------------------------------------------------------------- temporary folders
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_sweep_removes_only_folders_of_dead_owners(tmp_path):
+    from distcheck.runners.pool import _owner_line, sweep_stale_folders
+
+    me = _owner_line(os.getpid()).split()
+    lines = {
+        "dead": f"{_dead_pid()} - {me[2]} {me[3]}",
+        "reused": f"{os.getpid()} 1 {me[2]} {me[3]}",  # this pid, but a process that started at another time
+        "live": " ".join(me),
+        "elsewhere": f"{_dead_pid()} - another-host {me[3]}",  # a /tmp shared with another machine or container
+        "garbled": "not a marker",
+    }
+    for name, line in lines.items():
+        (tmp_path / f"distcheck-pool-{name}").mkdir()
+        (tmp_path / f"distcheck-pool-{name}" / "owner").write_text(line + "\n")
+    (tmp_path / "distcheck-pool-nomarker").mkdir()  # being created right now, or an older version's
+    (tmp_path / "unrelated").mkdir()
+    (tmp_path / "unrelated" / "owner").write_text(lines["dead"])
+    removed = sweep_stale_folders(str(tmp_path))
+    assert sorted(os.path.basename(p) for p in removed) == ["distcheck-pool-dead", "distcheck-pool-reused"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "distcheck-pool-elsewhere", "distcheck-pool-garbled", "distcheck-pool-live", "distcheck-pool-nomarker", "unrelated"]
+
+
+_SIGTERM_SCRIPT = textwrap.dedent(
+    """
+    import time
+    from distcheck.runners import RankPool
+    pool = RankPool(2, timeout_s=60).start()
+    print(pool._world.tmpdir, " ".join(map(str, pool.pids)), flush=True)
+    time.sleep(60)
+    """
+)
+
+
+@pytest.mark.multiprocess
+def test_folder_of_a_sigtermed_parent_is_removed_by_the_next_pool(tmp_path, monkeypatch):
+    import tempfile
+
+    from distcheck.runners import RankPool
+
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", _SIGTERM_SCRIPT], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        folder, *pids = proc.stdout.readline().split()
+        assert os.path.dirname(folder) == str(tmp_path) and len(pids) == 2
+        proc.send_signal(signal.SIGTERM)  # the default action: no atexit, no finalizer runs
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while any(_alive(int(p)) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(int(p)) for p in pids)  # the children died with it (PR_SET_PDEATHSIG)
+    assert os.path.isdir(folder)  # left behind...
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with RankPool(1, backend="gloo", timeout_s=30) as pool:
+        assert not os.path.exists(folder)  # ...until the next pool in the same temporary root starts
+        own = pool._world.tmpdir
+        assert os.path.dirname(own) == str(tmp_path)
+        assert open(os.path.join(own, "owner")).read().split()[0] == str(os.getpid())
+    assert not os.path.exists(own)

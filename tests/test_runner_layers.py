@@ -53,7 +53,7 @@ def test_classify_full_size_convention():
 
 
 def test_chunk_bounds_follow_array_split():
-    assert collectives._chunk_bounds(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    assert collectives.chunk_bounds(7, 3) == [(0, 3), (3, 5), (5, 7)]
 
 
 @pytest.mark.multiprocess
@@ -74,6 +74,54 @@ def test_collective_check_skips_threaded(threaded4):
     rows = collectives.run_collective_checks(threaded4)
     assert {r.verdict for r in rows} == {SKIP}
     assert "point-to-point" in rows[0].detail
+
+
+def _traceback_of(exc: BaseException) -> str:
+    import traceback
+
+    try:
+        raise exc
+    except BaseException:
+        return traceback.format_exc()
+
+
+class _FailingWorld:
+    world_size, backend = 3, "gloo"
+
+    def __init__(self, error):
+        self.error = error
+
+    def run(self, fn, *args, **kwargs):
+        raise self.error
+
+
+def _three_rank_failure():
+    from distcheck.errors import RankFailure
+
+    tbs = {r: _traceback_of(ValueError(f"bad value on rank {r}\n  second line of the message")) for r in range(3)}
+    err = RankFailure(0, tbs[0] + "\n(also failed: ranks [1, 2])\n(ranks [3] had not finished and were stopped)")
+    err.failures = tbs
+    return err
+
+
+def test_run_guarded_keeps_the_first_failing_ranks_exception_line():
+    from distcheck.errors import RankFailure, WorldTimeout
+
+    _, detail = collectives.run_guarded(_FailingWorld(_three_rank_failure()), None)
+    assert detail == "RankFailure: rank 0 failed: ValueError: bad value on rank 0 (also failed: ranks [1, 2])"
+    # a rank that died has no exception line: how it ended comes first in its text
+    died = RankFailure(1, "rank 1 was killed by SIGSEGV (no Python exception)\nfaulthandler output:\n"
+                          "Fatal Python error: Segmentation fault\n  File \"x.py\", line 3 in f\n")
+    assert collectives.run_guarded(_FailingWorld(died), None)[1] == \
+        "RankFailure: rank 1 failed: rank 1 was killed by SIGSEGV (no Python exception)"
+    # a long message is cut, never the exception type
+    long = RankFailure(2, _traceback_of(KeyError("k" * 1000)))
+    long.failures = {2: long.traceback_text, 5: "x"}
+    text = collectives.run_guarded(_FailingWorld(long), None)[1]
+    assert text.startswith("RankFailure: rank 2 failed: KeyError: 'kkk") and len(text) == collectives.FAILURE_DETAIL_CHARS
+    stuck = WorldTimeout("step did not finish within timeout_s=1 on backend 'gloo': ranks [1] stuck\n--- rank 1 ---\nstack")
+    assert collectives.run_guarded(_FailingWorld(stuck), None)[1] == \
+        "WorldTimeout: step did not finish within timeout_s=1 on backend 'gloo': ranks [1] stuck"
 
 
 def test_iter_pools_rejects_bad_world_size():
@@ -142,6 +190,22 @@ def test_fsdp2_bytes_fail_against_unpadded_reference(gloo2):
     assert "params" in rows["fsdp2.bytes_per_rank"].detail
 
 
+def test_default_fsdp_examples_cap_the_global_batch():
+    at = {n: {e["optimizer"]: e["batch"] for e in fsdp.default_fsdp_examples(n)} for n in (1, 2, 4, 8, 32, 1024)}
+    assert at[2] == {"sgd": 4, "adam": 6} and at[8] == {"sgd": 16, "adam": 24}  # 2 and 3 rows per rank, as before
+    assert at[32] == at[1024] == fsdp.MAX_DEFAULT_BATCH  # 64 rows at 32 ranks broke the exact second SGD step
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_fsdp2_stays_bitwise_at_32_ranks_with_ranks_holding_no_rows():
+    sgd = [e for e in fsdp.default_fsdp_examples(32) if e["optimizer"] == "sgd"]
+    with RankPool(32, backend="threaded", timeout_s=90) as pool:
+        rows = by_check(fsdp.run_fsdp_checks(pool, examples=sgd))
+    assert {r.verdict for r in rows.values()} == {PASS}, [r.detail for r in rows.values()]
+    assert rows["fsdp2.params_match_single_process[reshard=True]"].max_error == 0.0
+
+
 @pytest.mark.multiprocess
 def test_fsdp2_threaded_world_of_4(threaded4):
     rows = fsdp.run_fsdp_checks(threaded4, examples=fsdp.default_fsdp_examples()[:2])
@@ -175,6 +239,42 @@ def test_tp_threaded_world_of_4(threaded4):
     assert {r.verdict for r in rows} == {PASS}, [r.detail for r in rows]
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 16, 1024])
+def test_default_tp_examples_shard_at_every_world_size(n):
+    mlp_ex, att = tensor_parallel.default_tp_examples(n)
+    assert mlp_ex["ffn"] % n == 0 and att["num_kv_heads"] % n == 0
+    assert att["num_heads"] == 2 * att["num_kv_heads"]  # grouped-query at every n
+    assert tensor_parallel.tp_unmet_rule(mlp_ex, n) is None and tensor_parallel.tp_unmet_rule(att, n) is None
+    if n in (1, 2, 4):  # the fixed example of earlier versions
+        assert (mlp_ex["ffn"], att["num_heads"], att["num_kv_heads"], att["head_dim"]) == (8, 8, 4, 4)
+    assert tensor_parallel.tp_unmet_rule(tensor_parallel.default_tp_examples(4)[1], 8) == "tp=8 must divide num_kv_heads=4"
+
+
+@pytest.mark.multiprocess
+def test_tp_runs_at_world_sizes_3_and_8():
+    """tp=8 broke num_kv_heads=4; tp=3 broke ffn=8, and DTensor's b/3 rounds (not bitwise, within the bound)."""
+    for n in (3, 8):
+        with RankPool(n, backend="threaded", timeout_s=90) as pool:
+            rows = by_check(tensor_parallel.run_tp_checks(pool))
+        assert {r.verdict for r in rows.values()} == {PASS}, [r.detail for r in rows.values()]
+        assert rows["tp.attention.allreduce_per_forward"].world_size == n
+        out = rows["tp.mlp.output"]
+        if n == 3:
+            assert out.bound > 0 and out.max_error <= out.bound and "power of two" in out.detail
+        else:
+            assert out.bound == 0.0 and out.max_error == 0.0 and "bitwise" in out.detail
+
+
+@pytest.mark.multiprocess
+def test_tp_example_that_cannot_shard_gives_skip_rows_naming_the_rule(threaded4):
+    mlp_ex = dict(tensor_parallel.default_tp_examples(4)[0], ffn=6)
+    att = dict(tensor_parallel.default_tp_examples(4)[1], num_heads=4, num_kv_heads=2)
+    rows = tensor_parallel.run_tp_checks(threaded4, examples=[mlp_ex, att])
+    assert [(r.check, r.verdict) for r in rows][::3] == [("tp.mlp.output", SKIP), ("tp.attention.output", SKIP)]
+    assert {r.verdict for r in rows} == {SKIP}
+    assert rows[0].detail == "tp=4 must divide ffn=6" and rows[3].detail == "tp=4 must divide num_kv_heads=2"
+
+
 def test_tp_rejects_tp_not_dividing_kv_heads():
     from types import SimpleNamespace
 
@@ -197,6 +297,9 @@ def test_pipeline_tables_against_simulator():
     # finding (torch 2.13): Schedule1F1B's own table names micro-batch m on the last rank
     bad = rows["pp.table.Schedule1F1B"]
     assert bad.verdict == FAIL and "p=1, m=1" in bad.detail and "microbatch=1" in bad.detail
+    # no world runs: world size 1 on every row, the shapes in the detail
+    assert {r.world_size for r in rows.values()} == {1}
+    assert "p = 1..3, m = p..6" in rows["pp.table.ScheduleGPipe"].detail
 
 
 def test_gpipe_table_matches_lesson_figure():
@@ -272,3 +375,21 @@ def test_device_mesh_16384_ranks_fake_backend():
     assert r.verdict == PASS and r.world_size == 16_384, r.detail
     wrong = mesh.run_fake_mesh_check(pp=16, dp=128, tp=8, ranks=[0], order="tp-pp-dp")[0]
     assert wrong.verdict == FAIL
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_fsdp_row_suffixes_survive_the_rendered_table():
+    """Rich would read ``[reshard=True]`` as markup and drop it; report.render_table escapes it."""
+    from rich.console import Console
+
+    from distcheck.report import CheckResult, render_table
+
+    rows = [CheckResult(f"fsdp2.params_match_single_process[reshard={v}]", "gloo", PASS, 2, 2, detail=f"[reshard={v}] ok")
+            for v in (True, False)]
+    for width in (200, 80):  # the table, and the one-line-per-row layout below 100 columns
+        console = Console(record=True, width=width, color_system=None)
+        render_table(rows, console=console)
+        text = console.export_text()
+        assert "[reshard=True]" in text and "[reshard=False]" in text, text

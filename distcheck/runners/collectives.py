@@ -32,22 +32,33 @@ factors 2(n-1)/n, (n-1)/n, (n-1)/n).
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any, Iterator, Sequence
 
-from distcheck.errors import BackendUnavailable, ConfigError, DistributedError, check_choice, check_positive_int
+from distcheck.errors import (
+    BackendUnavailable,
+    ConfigError,
+    DistributedError,
+    RankFailure,
+    check_choice,
+    check_positive_int,
+)
 from distcheck.report import FAIL, PASS, SKIP, CheckResult
 
 __all__ = [
     "RING_COLLECTIVES",
     "UNEVEN_ALL_GATHER",
     "ByteCounter",
+    "chunk_bounds",
     "is_world",
     "iter_pools",
     "result_row",
     "skip_row",
     "run_guarded",
+    "describe_failure",
+    "exception_line",
     "ring_collective_rank",
     "default_collective_examples",
     "run_collective_checks",
@@ -132,14 +143,64 @@ def skip_row(check: str, backend: str, world_size: int, reason: str) -> CheckRes
     return CheckResult(check=check, backend=backend, verdict=SKIP, world_size=world_size, examples=0, detail=reason)
 
 
+#: the longest detail :func:`describe_failure` returns, in characters
+FAILURE_DETAIL_CHARS = 400
+
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure|Timeout|Warning|Unavailable))(:.*)?$")
+
+
+def exception_line(text: str) -> str:
+    """The ``Type: message`` line of a traceback text; the first line when there is none.
+
+    A Python traceback ends with the exception line; with a multi-line message
+    the last line is only the message's tail, so the last line at column 0 that
+    starts with an exception type name (``...Error``, ``...Exception``,
+    ``KeyboardInterrupt``, ``SystemExit``, ...) is taken. A rank that died
+    without a Python exception has no such line; its text starts with how it
+    ended (``rank 1 was killed by SIGSEGV ...``), so the first non-empty line is
+    returned then.
+    """
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if _EXC_LINE.match(ln):
+            return ln
+    return lines[0].strip() if lines else ""
+
+
+def describe_failure(exc: BaseException, limit: int = FAILURE_DETAIL_CHARS) -> str:
+    """A one-line detail for a failed world step, at most ``limit`` characters.
+
+    * :class:`~distcheck.errors.RankFailure`: ``RankFailure: rank r failed:
+      <Type: message of rank r>`` for the first failing rank ``r`` (its own
+      traceback's exception line, never the pool's trailing notes), then
+      ``(also failed: ranks [...])`` when others failed too. When the line is
+      too long the *other ranks* note goes first, then the message is cut, so
+      the exception type always survives.
+    * any other error: ``Type: first line`` (a ``WorldTimeout``'s first line
+      names the timeout and the stuck ranks).
+    """
+    name = type(exc).__name__
+    if isinstance(exc, RankFailure):
+        failures = getattr(exc, "failures", None) or {exc.rank: exc.traceback_text}
+        line = exception_line(failures.get(exc.rank, exc.traceback_text))
+        head = f"{name}: rank {exc.rank} failed: "
+        others = sorted(set(failures) - {exc.rank})
+        note = f" (also failed: ranks {others})" if others else ""
+        if len(head) + len(line) + len(note) > limit:
+            note = ""
+        text = head + line + note
+    else:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        text = f"{name}: {lines[0] if lines else ''}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def run_guarded(pool, fn, *args) -> tuple[list | None, str | None]:
-    """``pool.run(fn, *args)``; a failing world becomes ``(None, first lines of the error)``."""
+    """``pool.run(fn, *args)``; a failing world becomes ``(None, describe_failure(error))``."""
     try:
         return pool.run(fn, *args), None
     except DistributedError as exc:
-        text = str(exc).strip().splitlines()
-        tail = [ln for ln in text if ln.strip()][-1:] if text else []
-        return None, f"{type(exc).__name__}: {text[0] if text else ''} {' '.join(tail)}"[:400]
+        return None, describe_failure(exc)
 
 
 # --------------------------------------------------------------------------- byte counter
@@ -237,7 +298,7 @@ def ByteCounter():  # noqa: N802 - a factory: torch is imported lazily
 # --------------------------------------------------------------------------- ring property
 
 
-def _chunk_bounds(count: int, n: int) -> list[tuple[int, int]]:
+def chunk_bounds(count: int, n: int) -> list[tuple[int, int]]:
     """numpy.array_split bounds: the first ``count % n`` chunks get one extra element."""
     q, r = divmod(count, n)
     out, start = [], 0
@@ -324,7 +385,7 @@ def ring_collective_rank(ctx, example: dict) -> dict:
     n, r = ctx.world_size, ctx.rank
     gen = torch.Generator().manual_seed(int(example.get("seed", 0)) * 7919 + r)
     full = torch.randint(-64, 65, (numel,), generator=gen).to(torch.float64).to(ctx.device)
-    bounds = _chunk_bounds(numel, n)
+    bounds = chunk_bounds(numel, n)
     sent = [0]
     counter = ByteCounter()
     if coll == "all_reduce":
@@ -399,7 +460,7 @@ def _expected_bytes(coll: str, numel: int, n: int, itemsize: int = 8) -> tuple[l
     form = Fraction(get(f"comm.bytes_per_rank.{coll}").evaluate(size_bytes=S, n=n))
     rng = np.random.default_rng(0)
     if coll == "all_gather":
-        shards = [rng.integers(-5, 5, size=b - a).astype(np.float64) for a, b in _chunk_bounds(numel, n)]
+        shards = [rng.integers(-5, 5, size=b - a).astype(np.float64) for a, b in chunk_bounds(numel, n)]
         res = comm.ring_all_gather(shards)
     else:
         arrays = [rng.integers(-5, 5, size=numel).astype(np.float64) for _ in range(n)]

@@ -443,6 +443,7 @@ def ddp_rows(world, examples: int | dict | None = None, timeout_s: float | None 
     Rank failures and timeouts become FAIL rows naming the error.
     """
     from distcheck.report import FAIL, PASS, SKIP, CheckResult
+    from distcheck.runners.collectives import describe_failure
 
     N = world.world_size
     rows = []
@@ -459,8 +460,7 @@ def ddp_rows(world, examples: int | dict | None = None, timeout_s: float | None 
             kwargs = {} if timeout_s is None else {"timeout_s": timeout_s}
             results = world.run(ddp_grad_checks, exs, methods, **kwargs)
         except DistributedError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            rows.append(CheckResult(name, world.backend, FAIL, N, len(exs), detail=f"{type(exc).__name__}: {first}",
+            rows.append(CheckResult(name, world.backend, FAIL, N, len(exs), detail=describe_failure(exc),
                                     extra={"error": str(exc)}))
             continue
         ok_all, worst_err, worst_bound, notes = True, 0.0, 0.0, []

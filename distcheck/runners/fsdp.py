@@ -15,7 +15,8 @@ Rank function :func:`fsdp_rank`; driver :func:`run_fsdp_checks`. Properties:
     learning rate is a power of two, so every product and sum of forward,
     backward and the cross-rank gradient sum is a dyadic rational well below
     2**53: exact in float64, whatever the order of summation. That holds for
-    SGD for the ``k = 2`` steps used here, and for Adam's first step (Adam's
+    SGD for the ``k = 2`` steps used here with a global batch of at most 16
+    rows (:func:`default_fsdp_examples` caps it), and for Adam's first step (Adam's
     update is elementwise, so on exact gradients the shard computes the same
     bits as the full tensor). Beyond that, sums are reordered between the
     sharded and unsharded runs and results differ by rounding; distcheck does
@@ -50,9 +51,9 @@ from typing import Sequence
 
 from distcheck.errors import ConfigError, check_choice, check_positive_int
 from distcheck.report import CheckResult
-from distcheck.runners.collectives import iter_pools, result_row, run_guarded, skip_row
+from distcheck.runners.collectives import chunk_bounds, iter_pools, result_row, run_guarded, skip_row
 
-__all__ = ["fsdp_rank", "default_fsdp_examples", "run_fsdp_checks", "dyadic_mlp"]
+__all__ = ["fsdp_rank", "default_fsdp_examples", "run_fsdp_checks", "dyadic_mlp", "MAX_DEFAULT_BATCH"]
 
 
 def dyadic_mlp(widths: Sequence[int], seed: int, device="cpu"):
@@ -93,7 +94,10 @@ def fsdp_rank(ctx, example: dict) -> dict:
     """Rank function for both FSDP2 properties.
 
     ``example``: ``{"widths": [...], "optimizer": "sgd"|"adam", "steps": k,
-    "rows_per_rank": b, "reshard_after_forward": bool, "seed": int}``.
+    "rows_per_rank": b, "reshard_after_forward": bool, "seed": int}``; instead
+    of ``rows_per_rank``, ``"batch": B`` fixes the global batch, split over the
+    ranks like ``numpy.array_split`` (ranks ``r >= B`` get no rows and still
+    take part in every collective).
 
     Returns (plain Python): ``max_error`` and ``bitwise`` (sharded vs single
     process after every step), ``param_bytes``, ``grad_bytes``,
@@ -108,7 +112,13 @@ def fsdp_rank(ctx, example: dict) -> dict:
 
     opt_name = check_choice("optimizer", example["optimizer"], ("sgd", "adam"))
     steps = check_positive_int("steps", example["steps"])
-    rows = check_positive_int("rows_per_rank", example["rows_per_rank"])
+    n, r = ctx.world_size, ctx.rank
+    if "batch" in example:
+        total = check_positive_int("batch", example["batch"])
+        lo, hi = chunk_bounds(total, n)[r]
+    else:
+        rows = check_positive_int("rows_per_rank", example["rows_per_rank"])
+        total, lo, hi = n * rows, r * rows, (r + 1) * rows
     reshard = example["reshard_after_forward"]
     if not isinstance(reshard, bool):
         raise ConfigError("reshard_after_forward", reshard, "must be a bool")
@@ -125,12 +135,11 @@ def fsdp_rank(ctx, example: dict) -> dict:
     make = (lambda ps: torch.optim.SGD(ps, lr=2.0**-6)) if opt_name == "sgd" else (lambda ps: torch.optim.Adam(ps, lr=2.0**-6))
     opt, opt_single = make(model.parameters()), make(single.parameters())
     gen = torch.Generator().manual_seed(seed + 1)
-    n, r = ctx.world_size, ctx.rank
     worst, bitwise, grad_bytes = 0.0, True, 0
     for _ in range(steps):
-        x = torch.randint(-3, 4, (n * rows, widths[0]), generator=gen).double().to(ctx.device)
-        t = torch.randint(-3, 4, (n * rows, widths[-1]), generator=gen).double().to(ctx.device)
-        mine = slice(r * rows, (r + 1) * rows)
+        x = torch.randint(-3, 4, (total, widths[0]), generator=gen).double().to(ctx.device)
+        t = torch.randint(-3, 4, (total, widths[-1]), generator=gen).double().to(ctx.device)
+        mine = slice(lo, hi)
         opt.zero_grad()
         (0.5 * (model(x[mine]) - t[mine]).pow(2).sum()).backward()
         grad_bytes = _storage_bytes([p.grad for p in model.parameters()])
@@ -153,18 +162,32 @@ def fsdp_rank(ctx, example: dict) -> dict:
     }
 
 
-def default_fsdp_examples() -> list[dict]:
+#: the largest global batch (rows) of the default examples; see default_fsdp_examples
+MAX_DEFAULT_BATCH = {"sgd": 16, "adam": 24}
+
+
+def default_fsdp_examples(world_size: int = 4) -> list[dict]:
     """SGD x 2 steps and Adam x 1 step, each with reshard_after_forward True and False.
 
     Widths are chosen so that dim 0 of some parameters (7, 3) is not a
     multiple of 2 or 4: padding and empty trailing shards are exercised.
+
+    Global batch: 2 rows per rank (SGD) and 3 (Adam) up to 8 ranks, then
+    capped at :data:`MAX_DEFAULT_BATCH` (16 and 24 rows; ranks beyond get no
+    rows). The cap keeps the bitwise claim true at any world size: the second
+    SGD step multiplies weights on the 2**-15 grid (1/8 minus 2**-6 times a
+    gradient on the 2**-9 grid) and accumulates weight gradients on the 2**-45
+    grid, so they are exact while their magnitude stays below 2**(53-45);
+    a batch that grows with the world breaks that (seen: 64 rows at 32 ranks,
+    differences of 2**-50).
     """
+    n = check_positive_int("world_size", world_size)
     out = []
     for reshard in (True, False):
-        out.append({"widths": [5, 7, 3], "optimizer": "sgd", "steps": 2, "rows_per_rank": 2,
-                    "reshard_after_forward": reshard, "seed": 21})
-        out.append({"widths": [4, 6, 5, 2], "optimizer": "adam", "steps": 1, "rows_per_rank": 3,
-                    "reshard_after_forward": reshard, "seed": 22})
+        out.append({"widths": [5, 7, 3], "optimizer": "sgd", "steps": 2,
+                    "batch": min(2 * n, MAX_DEFAULT_BATCH["sgd"]), "reshard_after_forward": reshard, "seed": 21})
+        out.append({"widths": [4, 6, 5, 2], "optimizer": "adam", "steps": 1,
+                    "batch": min(3 * n, MAX_DEFAULT_BATCH["adam"]), "reshard_after_forward": reshard, "seed": 22})
     return out
 
 
@@ -187,9 +210,9 @@ def run_fsdp_checks(pool_or_world_sizes=(2,), *, backend: str = "gloo", examples
     from distcheck.closed_form import get
 
     stage3 = get("zero.bytes_per_gpu.stage3")
-    exs = list(examples or default_fsdp_examples())
     rows: list[CheckResult] = []
     for pool, ws, be, skip in iter_pools(pool_or_world_sizes, backend, timeout_s):
+        exs = list(examples or default_fsdp_examples(ws))
         reshards = sorted({e["reshard_after_forward"] for e in exs}, reverse=True)
         names = [f"fsdp2.params_match_single_process[reshard={v}]" for v in reshards] + ["fsdp2.bytes_per_rank"]
         if skip:

@@ -40,6 +40,14 @@ Failure reporting:
   ``.ranks``), dumped by ``faulthandler`` on ``SIGUSR1``; it is raised at most a
   few seconds after the timeout.
 
+Temporary files: each pool keeps its rendezvous store and faulthandler dumps
+in a private folder ``<tmp>/distcheck-pool-*`` with an ``owner`` marker (pid,
+process start time, host, pid namespace). ``close()``, garbage collection and
+interpreter exit remove it; a parent stopped by a signal that runs no Python
+clean-up (SIGTERM's default action, SIGKILL) cannot, so every pool first
+removes the folders of dead owners in its temporary root
+(:func:`sweep_stale_folders`). The pool installs no signal handler.
+
 No child outlives the pool: children ask the kernel to kill them when their
 parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux), run in their own
 process group (so a terminal Ctrl-C reaches only the parent, which then tears the
@@ -82,7 +90,7 @@ from distcheck.errors import (
     check_positive_int,
 )
 
-__all__ = ["RankPool", "BACKENDS", "check_backend_available"]
+__all__ = ["RankPool", "BACKENDS", "check_backend_available", "sweep_stale_folders"]
 
 #: backends a RankPool can run
 BACKENDS = ("gloo", "nccl", "threaded")
@@ -96,6 +104,12 @@ STACK_DUMP_WAIT_S = 2.0
 THREADED_HARD_MARGIN_S = 5.0
 #: how long close() lets children exit by themselves before killing them
 CLOSE_WAIT_S = 2.0
+#: at start-up the threaded host reports its ranks that did not come up at the deadline;
+#: the parent waits this much longer for that report before dumping the host's stacks itself
+THREADED_STARTUP_MARGIN_S = 1.0
+#: prefix of a pool's private temporary folder, and the owner marker file inside it
+TMP_PREFIX = "distcheck-pool-"
+OWNER_FILE = "owner"
 
 _SHUTDOWN = b""
 _PR_SET_PDEATHSIG = 1
@@ -250,6 +264,108 @@ def _process_rank(conn, spec: dict) -> None:
         _send(conn, (seq, [(rank, *_run_one(fn, ctx, args_list[0]))]))
 
 
+# --------------------------------------------------------------------------- temporary folders
+
+
+def _proc_stat(pid: int) -> list[str]:
+    """Fields of ``/proc/<pid>/stat`` after the command name (state first); [] where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks), or None where unreadable."""
+    fields = _proc_stat(pid)
+    return fields[19] if len(fields) > 19 else None
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "-"
+
+
+def _owner_line(pid: int) -> str:
+    """``pid start_time host pid_namespace``: who owns a pool folder, robust to pid reuse."""
+    return f"{pid} {_proc_start_time(pid) or '-'} {os.uname().nodename} {_pid_namespace()}\n"
+
+
+def _owner_is_dead(line: str) -> bool:
+    """True only when the marker names a process of this host and pid namespace that is gone.
+
+    Gone means: no such pid, a zombie, or a pid reused by a process that
+    started at another time. A marker from another host or pid namespace (a
+    shared /tmp between containers) is never judged dead.
+    """
+    parts = line.split()
+    if len(parts) != 4 or not parts[0].isdigit():
+        return False
+    pid, start, host, ns = int(parts[0]), parts[1], parts[2], parts[3]
+    if host != os.uname().nodename or ns != _pid_namespace():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    except OSError:
+        return False
+    if _proc_stat(pid)[:1] == ["Z"]:
+        return True
+    now = _proc_start_time(pid)
+    return start != "-" and now is not None and now != start
+
+
+def sweep_stale_folders(root: str | None = None) -> list[str]:
+    """Remove pool folders under ``root`` whose owner process is dead; return their paths.
+
+    ``root`` defaults to :func:`tempfile.gettempdir` (where pools create their
+    folders). A folder qualifies when its name starts with ``distcheck-pool-``,
+    it belongs to this user, and its ``owner`` marker (written by the pool that
+    made it: pid, process start time, host, pid namespace) names a dead process
+    of this host and pid namespace. Folders without a marker (being created
+    right now, or made by an older version) are left alone. A pool calls this
+    when it makes its own folder, so a parent stopped by a signal that skips
+    clean-up (SIGTERM's default action, SIGKILL) leaves its folder only until
+    the next pool starts in the same temporary root. Never raises for a folder
+    it cannot read or remove.
+    """
+    root = tempfile.gettempdir() if root is None else root
+    removed = []
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(TMP_PREFIX)]
+    except OSError:
+        return removed
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            if uid is not None and os.stat(path).st_uid != uid:
+                continue
+            with open(os.path.join(path, OWNER_FILE)) as f:
+                line = f.read()
+        except OSError:
+            continue
+        if _owner_is_dead(line):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _make_pool_folder() -> str:
+    """A private folder with its owner marker; first removes dead pools' folders."""
+    sweep_stale_folders()
+    path = tempfile.mkdtemp(prefix=TMP_PREFIX)
+    with open(os.path.join(path, OWNER_FILE), "w") as f:
+        f.write(_owner_line(os.getpid()))
+    return path
+
+
 # --------------------------------------------------------------------------- parent side
 
 
@@ -357,9 +473,14 @@ class RankPool:
         backend: ``"gloo"`` (default; CPU, one forked process per rank),
             ``"nccl"`` (one spawned process per GPU, device ``cuda:rank``) or
             ``"threaded"`` (every rank a thread of one forked process).
-        timeout_s: seconds a :meth:`run` (and the world's start-up) may take before
-            :class:`WorldTimeout`; also the process group's own collective timeout.
-            Must be > 0. Default 60.
+        timeout_s: seconds a :meth:`run` may take before :class:`WorldTimeout`;
+            also the process group's own collective timeout. Must be > 0.
+            Default 60. The world's start-up (forking the children and their
+            rendezvous, counted after the parent's one-time torch import) has
+            the same budget: ``WorldTimeout`` naming the ranks that did not
+            come up (``.ranks``, ``.stacks``) arrives within ``timeout_s`` plus
+            the stack dump (at most 2 s; threaded: 1 s more for the host's
+            own report).
         start_method: ``"fork"`` or ``"spawn"``; default fork for gloo/threaded and
             spawn for nccl (fork is refused for nccl).
         preload: modules imported in the parent before forking so that children
@@ -523,7 +644,9 @@ class RankPool:
             for name in self.preload:
                 importlib.import_module(name)
         if self._world.tmpdir is None:
-            self._world.tmpdir = tempfile.mkdtemp(prefix="distcheck-pool-")
+            self._world.tmpdir = _make_pool_folder()
+        # start-up (forking the children and their rendezvous) is bounded by timeout_s from here
+        deadline = time.monotonic() + self.timeout_s
         self.generation += 1
         gen = self.generation
         tmp = self._world.tmpdir
@@ -532,10 +655,12 @@ class RankPool:
         spec_common = {
             "world_size": self.world_size, "backend": self.backend, "parent_pid": os.getpid(),
             "store_path": os.path.join(tmp, f"store-{gen}"), "pg_timeout_s": max(self.timeout_s, 1.0),
-            "env": self.env,
+            "env": self.env, "startup_deadline": deadline,
         }
         try:
-            for ranks in groups:
+            for k, ranks in enumerate(groups):
+                if k and time.monotonic() > deadline:
+                    self._startup_overrun(groups, k)
                 dump_path = os.path.join(tmp, f"stacks-{gen}-rank{ranks[0]}.txt")
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 spec = dict(spec_common, rank=ranks[0], dump_path=dump_path)
@@ -553,16 +678,31 @@ class RankPool:
                 except OSError:
                     pass
                 self._world.workers.append(_Worker(proc, parent_conn, ranks, dump_path))
-            self._collect("ready", self.timeout_s, startup=True)
+            margin = THREADED_STARTUP_MARGIN_S if self.backend == "threaded" else 0.0
+            self._collect("ready", self.timeout_s, startup=True, deadline=deadline + margin)
         except BaseException:
             self._world.kill()
             raise
 
+    def _startup_overrun(self, groups: list[list[int]], started: int) -> None:
+        """Raise WorldTimeout: the deadline passed while forking (``started`` of ``len(groups)`` forked)."""
+        ranks = list(range(self.world_size))
+        not_forked = [r for g in groups[started:] for r in g]
+        raise WorldTimeout(
+            f"start-up did not finish within timeout_s={self.timeout_s:g} on backend {self.backend!r}: "
+            f"ranks {ranks} did not come up (the time ran out while forking; ranks {not_forked} were not "
+            "forked yet; the world was torn down)",
+            ranks=ranks, stacks={}, timeout_s=self.timeout_s,
+        )
+
     def _hard_limit(self, timeout: float) -> float:
         return timeout + (THREADED_HARD_MARGIN_S if self.backend == "threaded" else 0.0)
 
-    def _collect(self, seq, timeout: float, startup: bool = False) -> dict[int, tuple]:
-        """Wait for every worker's reply to ``seq``; return rank -> (kind, payload, exc)."""
+    def _collect(self, seq, timeout: float, startup: bool = False, deadline: float | None = None) -> dict[int, tuple]:
+        """Wait for every worker's reply to ``seq``; return rank -> (kind, payload, exc).
+
+        ``deadline`` (``time.monotonic()`` seconds) defaults to now plus the step's hard limit.
+        """
         workers = self._world.workers
         by_obj: dict[Any, _Worker] = {}
         for w in workers:
@@ -573,7 +713,8 @@ class RankPool:
         replies: dict[int, tuple] = {}
         deaths: dict[int, str] = {}
         first_failure: float | None = None
-        deadline = time.monotonic() + self._hard_limit(timeout)
+        if deadline is None:
+            deadline = time.monotonic() + self._hard_limit(timeout)
         while pending:
             limit = deadline if first_failure is None else min(deadline, first_failure + FAILURE_GRACE_S)
             wait_s = limit - time.monotonic()
@@ -612,7 +753,7 @@ class RankPool:
                 if startup and tag == "ready":
                     pending.discard(i)
                     continue
-                if startup and tag == "fail":
+                if startup and tag in ("fail", "startup_timeout"):
                     for r, kind, payload, exc in items:
                         replies[r] = (kind, payload, exc)
                     pending.discard(i)
@@ -663,9 +804,10 @@ class RankPool:
             self._world.kill()
             ranks = sorted(stacks)
             body = "\n".join(f"--- rank {r} ---\n{stacks[r]}" for r in ranks)
+            state = "did not come up" if startup else "stuck"
             err = WorldTimeout(
                 f"{what} did not finish within timeout_s={timeout:g} on backend {self.backend!r}: "
-                f"ranks {ranks} stuck (world torn down; the next run starts a fresh one)\n{body}",
+                f"ranks {ranks} {state} (world torn down; the next run starts a fresh one)\n{body}",
                 ranks=ranks, stacks=stacks, timeout_s=timeout,
             )
             raise err

@@ -61,7 +61,10 @@ def threaded_host(conn, spec: dict) -> None:
     """Serve a threaded world over ``conn`` (called in the forked host process by the pool).
 
     Protocol (shared with process ranks): answer ``("ready", None)`` or
-    ``("fail", [(rank, "err", text, exc), ...])``; then for every task
+    ``("fail", [(rank, "err", text, exc), ...])``, or, when the pool's
+    ``spec["startup_deadline"]`` (``time.monotonic()`` seconds) passes first,
+    ``("startup_timeout", [(rank, "timeout", stack, None), ...])`` for the ranks
+    that did not come up; then for every task
     ``(seq, fn, args_list, timeout_s)`` answer ``(seq, [(rank, kind, payload, exc), ...])``
     with kind ``"ok"``, ``"err"``, ``"stopped"`` or ``"timeout"`` (payload: the
     rank's stack). Returns (the process then exits) once the world is broken.
@@ -115,8 +118,15 @@ def threaded_host(conn, spec: dict) -> None:
     for t in threads:
         t.start()
     ready: dict[int, tuple] = {}
+    deadline = spec.get("startup_deadline")
     while len(ready) < world_size:
-        _, rank, item = outbox.get()
+        try:
+            _, rank, item = outbox.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except queue.Empty:  # the pool's start-up deadline: name the ranks that did not come up
+            frames = sys._current_frames()
+            _send(conn, ("startup_timeout", [(r, "timeout", _thread_stack(threads[r], frames), None)
+                                             for r in range(world_size) if r not in ready]))
+            return
         ready[rank] = item
     failed = [(r, *item) for r, item in sorted(ready.items()) if item[0] != "ready"]
     if failed:
@@ -129,17 +139,18 @@ def threaded_host(conn, spec: dict) -> None:
             inboxes[r].put((seq, fn, args_list[r]))
         got, woke = _gather(outbox, seq, world_size, timeout_s, FAILURE_GRACE_S, ProcessLocalGroup)
         frames = sys._current_frames()
-        replies = []
-        for r in range(world_size):
-            if r in got:
-                replies.append((r, *got[r]))
-            else:
-                frame = frames.get(threads[r].ident)
-                stack = "".join(traceback.format_stack(frame)) if frame is not None else "(thread has ended)\n"
-                replies.append((r, "timeout", f"Thread rank-{r} (most recent call last):\n{stack}", None))
+        replies = [(r, *got[r]) if r in got else (r, "timeout", _thread_stack(threads[r], frames), None)
+                   for r in range(world_size)]
         _send(conn, (seq, replies))
         if woke or len(got) < world_size:
             return  # the world is broken: exit so that the parent starts a fresh one
+
+
+def _thread_stack(thread, frames: dict) -> str:
+    """The Python stack of a rank thread (``frames`` from ``sys._current_frames()``), most recent call last."""
+    frame = frames.get(thread.ident)
+    stack = "".join(traceback.format_stack(frame)) if frame is not None else "(thread has ended)\n"
+    return f"Thread {thread.name} (most recent call last):\n{stack}"
 
 
 def _gather(outbox, seq, world_size, timeout_s, grace_s, pg_cls):
