@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck.errors import ConfigError, check_choice, check_positive_int
+from distcheck.errors import ConfigError, check_positive_int
+from distcheck.validate import check_choice
 
 __all__ = [
     "StoredTensor",

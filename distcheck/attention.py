@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from distcheck.errors import ConfigError, check_divides, check_positive_int
+from distcheck.validate import MAX_RANKS, as_array, check_at_most, check_bool, check_type
 
 __all__ = [
     "validate_heads",
@@ -58,11 +59,12 @@ def validate_tp_heads(tp: int, num_heads: int, num_kv_heads: int) -> None:
 
     Rules, checked in this order: all three are integers >= 1;
     ``num_kv_heads | num_heads``; ``tp | num_heads``; ``tp | num_kv_heads``
-    (message e.g. "tp=3 must divide num_kv_heads=8"). With ``tp > num_kv_heads``
+    (message e.g. "tp=3 must divide num_kv_heads=8"); ``tp <= MAX_RANKS`` (2**24). With ``tp > num_kv_heads``
     KV heads would have to be replicated, which this reference does not model.
     """
     validate_heads(num_heads, num_kv_heads)
     check_positive_int("tp", tp)
+    check_at_most("tp", tp, MAX_RANKS, "one head range is listed per rank")
     check_divides("tp", tp, "num_heads", num_heads)
     check_divides("tp", tp, "num_kv_heads", num_kv_heads)
 
@@ -73,7 +75,7 @@ def head_dim_of(Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int) -> int:
     Raises ConfigError naming the first weight whose shape is wrong.
     """
     validate_heads(num_heads, num_kv_heads)
-    Wq, Wk, Wv, Wo = (np.asarray(a) for a in (Wq, Wk, Wv, Wo))
+    Wq, Wk, Wv, Wo = (as_array(name, a) for name, a in (("Wq", Wq), ("Wk", Wk), ("Wv", Wv), ("Wo", Wo)))
     if Wq.ndim != 2 or Wq.shape[1] % num_heads or Wq.shape[1] == 0:
         raise ConfigError("Wq.shape", Wq.shape, f"must be (d, num_heads * head_dim) with num_heads={num_heads}")
     d, hd = Wq.shape[0], Wq.shape[1] // num_heads
@@ -86,7 +88,7 @@ def head_dim_of(Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int) -> int:
 
 
 def _check_x(x, d):
-    x = np.asarray(x)
+    x = as_array("x", x)
     if x.ndim not in (2, 3) or x.shape[-1] != d:
         raise ConfigError("x.shape", x.shape, f"must be (seq, {d}) or (batch, seq, {d})")
     return x
@@ -111,9 +113,13 @@ def attention_heads(x, Wq, Wk, Wv, num_heads: int, num_kv_heads: int, causal: bo
     ``[h * head_dim, (h + 1) * head_dim)``. Shapes as the module docstring
     (``Wo`` is not needed). Raises ConfigError on inconsistent shapes/heads.
     """
-    Wq, Wk, Wv = np.asarray(Wq), np.asarray(Wk), np.asarray(Wv)
     validate_heads(num_heads, num_kv_heads)
+    check_bool("causal", causal)
+    Wq = as_array("Wq", Wq)
+    if Wq.ndim != 2:
+        raise ConfigError("Wq.shape", Wq.shape, f"must be (d, num_heads * head_dim) with num_heads={num_heads}")
     hd = head_dim_of(Wq, Wk, Wv, np.zeros((Wq.shape[1], 1)), num_heads, num_kv_heads)
+    Wk, Wv = np.asarray(Wk), np.asarray(Wv)
     x = _check_x(x, Wq.shape[0])
     group = num_heads // num_kv_heads
     outs = []
@@ -168,7 +174,10 @@ def tp_attention(
 
     Appends one ``("all_reduce", shape)`` to ``log`` when given. Within
     ``row_parallel_error_bound(attention_heads(...), Wo, tp)`` of :func:`attention`.
+    Raises ConfigError as :func:`tp_attention_parts`, or for a ``log`` that is not a list.
     """
+    if log is not None:
+        check_type("log", log, list, "must be a list (collectives are appended to it) or None")
     parts = tp_attention_parts(x, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, tp, causal)
     out = parts[0]
     for p in parts[1:]:

@@ -51,7 +51,8 @@ from typing import Sequence
 
 import numpy as np
 
-from distcheck.errors import ConfigError, PropertyFailure, check_choice, check_nonnegative_int, check_positive_int
+from distcheck.errors import ConfigError, PropertyFailure, check_nonnegative_int, check_positive_int
+from distcheck.validate import as_array, as_arrays, check_at_most, check_choice, check_int
 
 __all__ = [
     "COLLECTIVES",
@@ -66,7 +67,14 @@ __all__ = [
     "volume",
     "bus_bandwidth_factor",
     "sum_error_bound",
+    "MAX_SIM_RANKS",
+    "MAX_SIM_ELEMENTS",
 ]
+
+#: the most ranks one simulated collective runs (a ring moves O(n**2) messages, one Python call each)
+MAX_SIM_RANKS = 1024
+#: the most elements one simulation holds over all ranks (n * elements per rank)
+MAX_SIM_ELEMENTS = 2**24
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
@@ -143,8 +151,13 @@ class _Net:
 
 
 def _check_inputs(arrays: Sequence[np.ndarray], name: str, same_shape: bool = True) -> list[np.ndarray]:
-    arrays = [np.asarray(a) for a in arrays]
+    """n in 1..MAX_SIM_RANKS finite integer/float 1-D arrays of one dtype (and shape), at
+    most MAX_SIM_ELEMENTS elements in all."""
+    arrays = as_arrays(name, arrays, min_len=0, allow_empty=True, allow_object=False, allow_bool=False)
     check_positive_int("n", len(arrays))
+    check_at_most("n", len(arrays), MAX_SIM_RANKS, "comm.MAX_SIM_RANKS: ranks one simulated collective runs")
+    total = len(arrays) * max(a.size for a in arrays)
+    check_at_most(f"len({name}) * elements", total, MAX_SIM_ELEMENTS, "comm.MAX_SIM_ELEMENTS: the simulation copies every buffer")
     for r, a in enumerate(arrays):
         if a.ndim != 1:
             raise ConfigError(f"{name}[{r}]", a.shape, "must be a 1-D array")
@@ -172,8 +185,14 @@ def sum_error_bound(arrays: Sequence[np.ndarray]) -> np.ndarray:
     the exact sum, ``gamma(k) = k*u/(1 - k*u)`` with ``u`` the unit roundoff
     (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., §4.2), so
     two orders differ by at most ``2 * gamma(n-1) * sum|x_i|``.
+
+    Raises ConfigError unless ``arrays`` is a non-empty list of finite numeric arrays of one shape.
     """
-    stack = np.stack([np.asarray(a) for a in arrays])
+    arrays = as_arrays("arrays", arrays, allow_empty=True, allow_object=False)
+    for r, a in enumerate(arrays):
+        if a.shape != arrays[0].shape:
+            raise ConfigError(f"arrays[{r}].shape", a.shape, f"must equal arrays[0].shape {arrays[0].shape}")
+    stack = np.stack(arrays)
     if not np.issubdtype(stack.dtype, np.floating):
         return np.zeros(stack.shape[1:])
     k = stack.shape[0] - 1
@@ -354,16 +373,21 @@ def chain_broadcast(data: np.ndarray, n: int, *, root: int = 0, num_chunks: int 
     and the broadcast takes ``num_chunks + n - 2`` steps. Per rank: each of the
     first n-1 ranks of the chain sends S bytes, the last sends 0 (max = S,
     total = (n-1)*S), whatever the chunking. Every rank's copy is checked bitwise.
-    Raises ConfigError for n < 1, root outside range(n), num_chunks < 1.
+    Raises ConfigError for n outside 1..MAX_SIM_RANKS, root outside range(n),
+    num_chunks outside 1..MAX_SIM_RANKS, ``data`` not a finite 1-D integer/float
+    array, or ``n * data.size > MAX_SIM_ELEMENTS``.
     """
     check_positive_int("n", n)
+    check_at_most("n", n, MAX_SIM_RANKS, "comm.MAX_SIM_RANKS: ranks one simulated collective runs")
     check_nonnegative_int("root", root)
     if root >= n:
         raise ConfigError("root", root, f"must be in range(0, {n})")
-    data = np.asarray(data)
+    data = as_array("data", data, allow_empty=True, allow_object=False, allow_bool=False)
     if data.ndim != 1:
         raise ConfigError("data", data.shape, "must be a 1-D array")
+    check_at_most("n * data.size", n * data.size, MAX_SIM_ELEMENTS, "comm.MAX_SIM_ELEMENTS: every rank holds a copy")
     num_chunks = n if num_chunks is None else check_positive_int("num_chunks", num_chunks)
+    check_at_most("num_chunks", num_chunks, MAX_SIM_RANKS, "one message per chunk and hop")
     bounds = _bounds(data.size, num_chunks)
     chain = [(root + i) % n for i in range(n)]
     bufs = [np.zeros_like(data) for _ in range(n)]
@@ -399,15 +423,28 @@ def simulate(collective: str, size_bytes: int, n: int, *, dtype=np.int64, seed: 
     - ``n``: ranks (>= 1). ``dtype``: element type (default int64, so sums are
       exact). ``seed``: for numpy's default_rng.
 
-    Raises ConfigError for an unknown collective or a size that is not whole elements.
+    Raises ConfigError for an unknown collective, a size that is not whole elements,
+    a dtype that is not an integer or float type, a seed that is not an int >= 0,
+    ``n > MAX_SIM_RANKS`` (1024) or ``n * size_bytes / itemsize > MAX_SIM_ELEMENTS``
+    (2**24): for larger sizes use :func:`volume` or the closed forms ``comm.bytes_per_rank.*``.
     """
     check_choice("collective", collective, COLLECTIVES)
     check_nonnegative_int("size_bytes", size_bytes)
     check_positive_int("n", n)
-    itemsize = np.dtype(dtype).itemsize
+    check_at_most("n", n, MAX_SIM_RANKS, "comm.MAX_SIM_RANKS; use comm.volume or the closed forms comm.bytes_per_rank.* for more")
+    try:
+        np_dtype = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise ConfigError("dtype", dtype, "must be a numpy integer or float dtype") from None
+    if np_dtype.kind not in "iuf":
+        raise ConfigError("dtype", dtype, "must be a numpy integer or float dtype")
+    check_int("seed", seed, min_value=0)
+    itemsize = np_dtype.itemsize
     if size_bytes % itemsize:
-        raise ConfigError("size_bytes", size_bytes, f"must be a multiple of itemsize={itemsize} ({np.dtype(dtype).name})")
+        raise ConfigError("size_bytes", size_bytes, f"must be a multiple of itemsize={itemsize} ({np_dtype.name})")
     count = size_bytes // itemsize
+    check_at_most("n * size_bytes / itemsize", n * count, MAX_SIM_ELEMENTS,
+                  "comm.MAX_SIM_ELEMENTS; use comm.volume or the closed forms comm.bytes_per_rank.* for more")
     rng = np.random.default_rng(seed)
 
     def draw(k):

@@ -18,6 +18,11 @@ Conventions
 * The functions are dtype-generic: float64 arrays in normal use, or object
   arrays of ``fractions.Fraction`` (exact) / ``decimal.Decimal`` (high
   precision) for exact checks. Nothing casts to float.
+* Inputs are checked at the boundary of every public function: arrays must be
+  numeric (or object arrays of real numbers), finite (no NaN/infinity) and
+  non-empty (``n >= 1`` examples), with matching shapes; anything else raises
+  :class:`~distcheck.errors.ConfigError` naming the argument (never NaN with a
+  RuntimeWarning, or a numpy error from deep inside).
 
 Floating-point bounds use the standard model ``fl(a op b) = (a op b)(1 + e)``,
 ``|e| <= u = 2**-53`` and ``gamma_k = k u / (1 - k u)`` (Higham, *Accuracy and
@@ -32,9 +37,10 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from distcheck.errors import ConfigError, check_choice, check_positive_int
+from distcheck.errors import ConfigError, check_positive_int
 from distcheck.exactness import gamma as exact_gamma
 from distcheck.exactness import unit_roundoff
+from distcheck.validate import MAX_ELEMENTS, MAX_RANKS, as_array, as_int_list, check_at_most, check_callable, check_choice, check_type
 
 __all__ = [
     "UNIT_ROUNDOFF",
@@ -99,10 +105,11 @@ def shard_sizes(n: int, dp: int) -> np.ndarray:
     ``shard_sizes(60, 8) -> [8, 8, 8, 8, 7, 7, 7, 7]``.
 
     Raises ConfigError unless ``n`` and ``dp`` are integers with ``n >= dp >= 1``
-    (an empty shard has no mean).
+    (an empty shard has no mean) and ``dp <= MAX_RANKS`` (2**24).
     """
     check_positive_int("dp", dp)
     check_positive_int("n", n)
+    check_at_most("dp", dp, MAX_RANKS, "one size is listed per rank (distcheck.validate.MAX_RANKS)")
     if n < dp:
         raise ConfigError("dp", dp, f"must be <= n={n} (every rank needs at least one example)")
     base, extra = divmod(n, dp)
@@ -112,10 +119,11 @@ def shard_sizes(n: int, dp: int) -> np.ndarray:
 def split_batch(arr, sizes: Sequence[int]) -> list:
     """Split ``arr`` along axis 0 into consecutive pieces of the given ``sizes``.
 
-    Raises ConfigError if the sizes do not sum to ``arr.shape[0]``.
+    Raises ConfigError if ``arr`` is not a numeric array with an axis 0, a size is
+    not an integer >= 0, or the sizes do not sum to ``arr.shape[0]``.
     """
-    arr = np.asarray(arr)
-    sizes = [int(s) for s in sizes]
+    arr = as_array("arr", arr, min_ndim=1, allow_empty=True)
+    sizes = as_int_list("sizes", sizes, min_value=0)
     if sum(sizes) != arr.shape[0]:
         raise ConfigError("sizes", sizes, f"must sum to the batch size {arr.shape[0]}")
     bounds = np.cumsum([0] + sizes)
@@ -131,9 +139,36 @@ def _map(fn, *trees):
     if isinstance(first, Mapping):
         for t in trees[1:]:
             if not isinstance(t, Mapping) or set(t) != set(first):
-                raise ConfigError("grads", sorted(first), "must all be dicts with the same keys")
+                raise ConfigError("grads", sorted(map(str, first)), "must all be dicts with the same keys")
         return {k: fn(*(t[k] for t in trees)) for k in first}
     return fn(*(np.asarray(t) for t in trees))
+
+
+def _check_grads(field: str, grads) -> list:
+    """A non-empty list of gradients: numeric arrays of one shape, or dicts of them with
+    the same keys and the same shape per key."""
+    if isinstance(grads, (str, bytes, Mapping, np.ndarray)) or not isinstance(grads, Sequence):
+        raise ConfigError(field, grads, "must be a list of gradients (arrays, or dicts of arrays), one per rank")
+    grads = list(grads)
+    if not grads:
+        raise ConfigError(field, grads, "must be non-empty")
+    first = grads[0]
+    keys = sorted(map(str, first)) if isinstance(first, Mapping) else None
+    out = []
+    for i, g in enumerate(grads):
+        if isinstance(first, Mapping):
+            if not isinstance(g, Mapping) or sorted(map(str, g)) != keys:
+                raise ConfigError(field, keys, "must all be dicts with the same keys")
+            out.append({k: as_array(f"{field}[{i}][{k!r}]", v, allow_empty=True) for k, v in g.items()})
+        else:
+            out.append(as_array(f"{field}[{i}]", g, allow_empty=True))
+    for i, g in enumerate(out[1:], 1):
+        for k in (first if isinstance(first, Mapping) else [None]):
+            a, b = (out[0][k], g[k]) if k is not None else (out[0], g)
+            if a.shape != b.shape:
+                raise ConfigError(f"{field}[{i}]" + (f"[{k!r}]" if k is not None else "") + ".shape", b.shape,
+                                  f"must equal the shape of {field}[0] {a.shape}")
+    return out
 
 
 def _sum(trees):
@@ -155,18 +190,19 @@ def _scale_coef(coef: Fraction, like: np.ndarray):
 # ----------------------------------------------------------------------------- linear / MSE
 
 
-def _check_xy(X, y, w=None):
-    X, y = np.asarray(X), np.asarray(y)
+def _check_xy(X, y, w):
+    """X (n, d) with n, d >= 1; y (n,) or (n, k); w (d,) or (d, k) matching y; all numeric and finite."""
+    X = as_array("X", X)
     if X.ndim != 2:
         raise ConfigError("X.shape", X.shape, "must be (n, d)")
+    y = as_array("y", y, ndim=(1, 2))
     if y.shape[:1] != X.shape[:1]:
         raise ConfigError("y.shape", y.shape, f"must start with n={X.shape[0]} (rows of X)")
-    if w is not None:
-        w = np.asarray(w)
-        if w.shape[:1] != X.shape[1:]:
-            raise ConfigError("w.shape", w.shape, f"must start with d={X.shape[1]} (columns of X)")
-        if (X[:1] @ w).shape[1:] != y.shape[1:]:
-            raise ConfigError("y.shape", y.shape, f"must match X @ w, shape {(X.shape[0],) + w.shape[1:]}")
+    w = as_array("w", w, ndim=(1, 2))
+    if w.shape[:1] != X.shape[1:]:
+        raise ConfigError("w.shape", w.shape, f"must start with d={X.shape[1]} (columns of X)")
+    if w.shape[1:] != y.shape[1:]:
+        raise ConfigError("y.shape", y.shape, f"must match X @ w, shape {(X.shape[0],) + w.shape[1:]}")
     return X, y, w
 
 
@@ -213,10 +249,14 @@ def mlp_init(rng: np.random.Generator, d_in: int, d_hidden: int, d_out: int) -> 
 
     ``W1`` (d_in, d_hidden) and ``W2`` (d_hidden, d_out) are N(0, 1/fan_in);
     ``b1`` (d_hidden,) and ``b2`` (d_out,) are N(0, 0.1^2) (non-zero, so that
-    their gradients are exercised). Raises ConfigError on non-positive sizes.
+    their gradients are exercised). Raises ConfigError on non-positive sizes, more
+    than ``MAX_ELEMENTS`` (2**24) weights, or an ``rng`` that is not a ``numpy.random.Generator``.
     """
+    check_type("rng", rng, np.random.Generator, "must be a numpy.random.Generator (np.random.default_rng(seed))")
     for name, v in (("d_in", d_in), ("d_hidden", d_hidden), ("d_out", d_out)):
         check_positive_int(name, v)
+    check_at_most("d_in*d_hidden + d_hidden*d_out", d_in * d_hidden + d_hidden * d_out, MAX_ELEMENTS,
+                  "distcheck.validate.MAX_ELEMENTS: elements one init allocates")
     return {
         "W1": rng.standard_normal((d_in, d_hidden)) / np.sqrt(d_in),
         "b1": 0.1 * rng.standard_normal(d_hidden),
@@ -245,12 +285,23 @@ def mlp_loss_and_grad(params: Mapping[str, np.ndarray], X, y, *, reduction: str 
     Raises ConfigError on a missing key, a shape mismatch or a bad ``reduction``.
     """
     check_choice("reduction", reduction, ("mean", "sum"))
+    check_type("params", params, Mapping, f"must be a dict with keys {', '.join(MLP_PARAM_NAMES)} (see mlp_init)")
     missing = [k for k in MLP_PARAM_NAMES if k not in params]
     if missing:
-        raise ConfigError("params", sorted(params), f"must have keys {', '.join(MLP_PARAM_NAMES)}")
-    W1, b1, W2, b2 = (np.asarray(params[k]) for k in MLP_PARAM_NAMES)
-    X, y = np.asarray(X), np.asarray(y)
-    if X.ndim != 2 or X.shape[1] != W1.shape[0]:
+        raise ConfigError("params", sorted(map(str, params)), f"must have keys {', '.join(MLP_PARAM_NAMES)}")
+    W1 = as_array("params['W1']", params["W1"], ndim=2)
+    W2 = as_array("params['W2']", params["W2"], ndim=2)
+    h = W1.shape[1]
+    if W2.shape[0] != h:
+        raise ConfigError("params['W2'].shape", W2.shape, f"must start with h={h} (columns of W1)")
+    b1 = as_array("params['b1']", params["b1"])
+    b2 = as_array("params['b2']", params["b2"])
+    if b1.shape != (h,):
+        raise ConfigError("params['b1'].shape", b1.shape, f"must be ({h},)")
+    if b2.shape != (W2.shape[1],):
+        raise ConfigError("params['b2'].shape", b2.shape, f"must be ({W2.shape[1]},)")
+    X, y = as_array("X", X, ndim=2), as_array("y", y)
+    if X.shape[1] != W1.shape[0]:
         raise ConfigError("X.shape", X.shape, f"must be (n, {W1.shape[0]})")
     if y.shape != (X.shape[0], W2.shape[1]):
         raise ConfigError("y.shape", y.shape, f"must be ({X.shape[0]}, {W2.shape[1]})")
@@ -280,9 +331,11 @@ def mlp_grad_sum(params, X, y):
 
 
 def _check_tokens(w, X, y, mask):
-    X, y, mask, w = np.asarray(X), np.asarray(y), np.asarray(mask), np.asarray(w)
+    X = as_array("X", X)
     if X.ndim != 3:
         raise ConfigError("X.shape", X.shape, "must be (batch, seq, d)")
+    y, w = as_array("y", y), as_array("w", w, ndim=(1, 2))
+    mask = as_array("mask", mask, allow_object=False)
     if mask.shape != X.shape[:2]:
         raise ConfigError("mask.shape", mask.shape, f"must be {X.shape[:2]} (batch, seq)")
     if not np.all((mask == 0) | (mask == 1)):
@@ -320,7 +373,7 @@ def token_mse_loss(w, X, y, mask):
     Raises ConfigError when the mask has no valid token.
     """
     Xf, yf, mf, w = _check_tokens(w, X, y, mask)
-    tokens = int(np.sum(np.asarray(mask)))
+    tokens = int(np.sum(mf))
     if tokens == 0:
         raise ConfigError("mask", "all zeros", "must have at least one valid token")
     r = mf * (Xf @ w - yf)
@@ -333,10 +386,11 @@ def token_mse_grad(w, X, y, mask):
     Shapes as :func:`token_mse_grad_sum`; returns an array shaped like ``w``.
     Raises ConfigError on a shape mismatch, a mask entry other than 0/1, or no valid token.
     """
-    tokens = int(np.sum(np.asarray(mask)))
+    Xf, yf, mf, w = _check_tokens(w, X, y, mask)
+    tokens = int(np.sum(mf))
     if tokens == 0:
         raise ConfigError("mask", "all zeros", "must have at least one valid token")
-    return token_mse_grad_sum(w, X, y, mask) / tokens
+    return 2 * (Xf.T @ (mf * (Xf @ w - yf))) / tokens
 
 
 # ----------------------------------------------------------------------------- data parallel
@@ -346,9 +400,11 @@ def shard_grads(grad_fn: Callable, params, X, y, dp: int) -> list:
     """Per-rank gradients: ``grad_fn(params, X_k, y_k)`` on each ``np.array_split`` shard.
 
     ``grad_fn`` returns the gradient of the *mean* loss over its examples (an
-    array or a dict of arrays). Raises ConfigError unless ``len(X) >= dp >= 1``.
+    array or a dict of arrays). Raises ConfigError unless ``len(X) >= dp >= 1``,
+    ``grad_fn`` is callable and ``X``, ``y`` are numeric arrays with the same rows.
     """
-    X, y = np.asarray(X), np.asarray(y)
+    check_callable("grad_fn", grad_fn)
+    X, y = as_array("X", X, min_ndim=1), as_array("y", y, min_ndim=1)
     if y.shape[:1] != X.shape[:1]:
         raise ConfigError("y.shape", y.shape, f"must start with n={X.shape[0]} (rows of X)")
     sizes = shard_sizes(X.shape[0], dp)
@@ -361,24 +417,22 @@ def plain_mean(grads: Sequence) -> object:
     Exact (the full-batch gradient) only when every shard has the same size.
 
     ``grads``: one gradient (array or dict of arrays, same keys) per rank.
-    Raises ConfigError on an empty list or dicts with different keys.
+    Raises ConfigError on an empty list, dicts with different keys, or gradients
+    that are not finite numeric arrays of one shape.
     """
-    grads = list(grads)
-    if not grads:
-        raise ConfigError("grads", grads, "must be non-empty")
+    grads = _check_grads("grads", grads)
     return _map(lambda a: a / len(grads), _sum(grads))
 
 
 def weighted_mean(grads: Sequence, sizes: Sequence[int]) -> object:
     """Example-weighted mean ``sum_k n_k g_k / sum_k n_k`` (exact for any shard sizes).
 
-    Raises ConfigError if ``sizes`` and ``grads`` differ in length or a size is < 1.
+    Raises ConfigError if ``sizes`` and ``grads`` differ in length, a size is not an
+    integer >= 1, or the gradients are not as :func:`plain_mean` requires.
     """
-    grads, sizes = list(grads), [int(s) for s in sizes]
-    if len(grads) != len(sizes) or not grads:
+    grads, sizes = _check_grads("grads", grads), as_int_list("sizes", sizes, min_value=1)
+    if len(grads) != len(sizes):
         raise ConfigError("sizes", sizes, f"must have one positive entry per gradient ({len(grads)})")
-    for s in sizes:
-        check_positive_int("sizes[k]", s)
     total = sum(sizes)
     return _map(lambda a: a / total, _sum(_map(lambda a, s=s: s * a, g) for g, s in zip(grads, sizes)))
 
@@ -411,13 +465,12 @@ def plain_mean_bias(grad_sums: Sequence, sizes: Sequence[int]):
     (Fractions) and rounded once for float gradients.
 
     Args: ``grad_sums``: one gradient-sum (array or dict) per shard; ``sizes``:
-    ``n_k`` per shard. Raises ConfigError on a length mismatch or a size < 1.
+    ``n_k`` per shard. Raises ConfigError on a length mismatch, a size that is not
+    an integer >= 1, or gradient sums that are not as :func:`plain_mean` requires.
     """
-    grad_sums, sizes = list(grad_sums), [int(s) for s in sizes]
-    if len(grad_sums) != len(sizes) or not sizes:
+    grad_sums, sizes = _check_grads("grad_sums", grad_sums), as_int_list("sizes", sizes, min_value=1)
+    if len(grad_sums) != len(sizes):
         raise ConfigError("sizes", sizes, f"must have one positive entry per gradient sum ({len(grad_sums)})")
-    for s in sizes:
-        check_positive_int("sizes[k]", s)
     N, n = len(sizes), sum(sizes)
     terms = []
     for G, nk in zip(grad_sums, sizes):
@@ -517,19 +570,16 @@ def accumulate_grads(
     without a mask, or a count of zero where it is a divisor.
     """
     check_choice("normalize", normalize, _NORMALIZE)
-    X, y = np.asarray(X), np.asarray(y)
-    sizes = [int(s) if isinstance(s, (int, np.integer)) and not isinstance(s, bool) else s for s in microbatch_sizes]
-    if not sizes:
-        raise ConfigError("microbatch_sizes", sizes, "must be non-empty")
-    for s in sizes:
-        check_positive_int("microbatch_sizes[i]", s)
+    check_callable("grad_fn_sum", grad_fn_sum)
+    X, y = as_array("X", X, min_ndim=1), as_array("y", y, min_ndim=1)
+    sizes = as_int_list("microbatch_sizes", microbatch_sizes, min_value=1)
     if y.shape[:1] != X.shape[:1]:
         raise ConfigError("y.shape", y.shape, f"must start with batch={X.shape[0]} (rows of X)")
     if normalize == "tokens" and mask is None:
         raise ConfigError("mask", None, "is required when normalize='tokens'")
     Xs, ys = split_batch(X, sizes), split_batch(y, sizes)
     if mask is not None:
-        mask = np.asarray(mask)
+        mask = as_array("mask", mask, min_ndim=1, allow_object=False)
         if mask.shape[:1] != X.shape[:1]:
             raise ConfigError("mask.shape", mask.shape, f"must start with batch={X.shape[0]}")
         ms = split_batch(mask, sizes)

@@ -163,8 +163,29 @@ def check_divides(field: str, value: int, other_field: str, other: int) -> None:
         raise ConfigError(field, value, f"must divide {other_field}={other}")
 
 
+class _TypeOnly:
+    """Shows a value by its type alone (``<ndarray>``): for values too big or odd to print."""
+
+    def __init__(self, value: object):
+        self.type_name = type(value).__name__
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name}>"
+
+
 def check_choice(field: str, value: object, choices) -> object:
-    """Raise ConfigError unless ``value`` is one of ``choices``."""
-    if value not in choices:
-        raise ConfigError(field, value, f"must be one of {', '.join(map(repr, choices))}")
+    """Return ``value`` if it is one of ``choices`` (same type and equal), else raise ConfigError.
+
+    Safe for any value: arrays and unhashable objects are refused, not compared
+    elementwise, and ``True`` does not pass for ``1``.
+    """
+    def same(c) -> bool:
+        try:
+            return type(value) is type(c) and bool(value == c)
+        except Exception:  # e.g. numpy's "truth value of an array is ambiguous"
+            return False
+
+    if not any(same(c) for c in choices):
+        shown = value if isinstance(value, (str, int, float, type(None))) else _TypeOnly(value)
+        raise ConfigError(field, shown, f"must be one of {', '.join(map(repr, choices))}")
     return value

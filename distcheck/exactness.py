@@ -29,12 +29,15 @@ got, the max error and the bound (0 for bitwise checks).
 
 from __future__ import annotations
 
+import numbers
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Iterable
 
 import numpy as np
 
 from distcheck.errors import ConfigError, PropertyFailure
+from distcheck.validate import check_int
 
 __all__ = [
     "PRECISION_BITS",
@@ -64,7 +67,7 @@ def precision_bits(dtype: Any = "float64") -> int:
     """
     try:
         name = np.dtype(dtype).name
-    except TypeError:
+    except (TypeError, ValueError):
         raise ConfigError("dtype", dtype, f"must be one of {', '.join(PRECISION_BITS)}") from None
     if name not in PRECISION_BITS:
         raise ConfigError("dtype", dtype, f"must be one of {', '.join(PRECISION_BITS)}")
@@ -93,6 +96,8 @@ def _iroot_floor(n: int, r: int) -> int:
     """floor(n ** (1/r)) for integers n >= 0, r >= 1, exactly."""
     if n < 2 or r == 1:
         return n
+    if r >= n.bit_length():  # 2**r > n: the root is in [1, 2)
+        return 1
     x = int(round(n ** (1.0 / r)))
     while x**r > n:
         x -= 1
@@ -120,16 +125,27 @@ def max_exact_int(num_terms: int, *, factors: int = 1, dtype: Any = "float64") -
 
 
 def is_exactly_integer(a: Any, *, dtype: Any = "float64") -> bool:
-    """True if every entry of ``a`` is an integer of magnitude <= 2**p (exact in ``dtype``)."""
-    arr = np.asarray(a, dtype=np.float64)
+    """True if every entry of ``a`` is an integer of magnitude <= 2**p (exact in ``dtype``).
+
+    Raises ConfigError when ``a`` is not a number or an array of numbers."""
+    try:
+        arr = np.asarray(a)
+        if arr.dtype.kind not in "biufO":
+            raise TypeError(arr.dtype)
+        arr = arr.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError("a", a, "must be a real number or an array of real numbers") from None
     return bool(np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))
                 and np.all(np.abs(arr) <= 2.0 ** precision_bits(dtype)))
 
 
 def to_exact(a: Any) -> Any:
-    """Convert a float, int, Fraction or array to exact Fractions (object array for arrays).
+    """Convert a float, int, Fraction, Decimal or array of them to exact Fractions
+    (an object array for arrays).
 
-    Raises PropertyFailure for NaN or infinity (no exact value exists).
+    Raises PropertyFailure for NaN or infinity (no exact value exists; a computed
+    result that is not finite fails the property); ConfigError for anything that is
+    not a real number or an array of real numbers (strings, complex, objects).
     """
     if isinstance(a, Fraction):
         return a
@@ -139,9 +155,22 @@ def to_exact(a: Any) -> Any:
         if not np.isfinite(a):
             raise PropertyFailure("non-finite value", got=float(a))
         return Fraction(float(a))
-    arr = np.asarray(a)
+    if isinstance(a, Decimal):
+        if not a.is_finite():
+            raise PropertyFailure("non-finite value", got=a)
+        return Fraction(a)
+    if isinstance(a, numbers.Rational) and not isinstance(a, bool):
+        return Fraction(a.numerator, a.denominator)
+    try:
+        arr = np.asarray(a)
+    except (TypeError, ValueError):
+        raise ConfigError("value", a, "must be a real number or an array of real numbers") from None
     if arr.dtype == object:
+        if arr.ndim == 0:  # one object that is not a number (a number was handled above)
+            raise ConfigError("value", a, "must be a real number or an array of real numbers")
         return np.vectorize(to_exact, otypes=[object])(arr) if arr.size else arr
+    if arr.dtype.kind not in "biuf":
+        raise ConfigError("value", a, f"must be a real number or an array of real numbers (got dtype {arr.dtype})")
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise PropertyFailure("non-finite value", got=arr)
     out = np.empty(arr.shape, dtype=object)
@@ -156,27 +185,41 @@ def _abs(x: Any) -> Any:
 
 
 def abs_sum(terms: Iterable[Any]) -> Fraction:
-    """sum |x_i| in exact arithmetic."""
-    return sum((abs(to_exact(t)) for t in terms), Fraction(0))
+    """sum |x_i| in exact arithmetic. Raises ConfigError unless ``terms`` is an iterable of numbers."""
+    if isinstance(terms, (str, bytes)) or not isinstance(terms, Iterable):
+        raise ConfigError("terms", terms, "must be an iterable of numbers")
+    try:
+        return sum((abs(to_exact(t)) for t in terms), Fraction(0))
+    except ConfigError:
+        raise
+    except ValueError:  # arrays of different shapes do not add up
+        raise ConfigError("terms", terms, "must be numbers, or arrays of one shape (summed elementwise)") from None
 
 
 def sum_bound(abs_total: Any, k: int, dtype: Any = "float64") -> Fraction:
     """Bound on |fl(sum of k terms) - exact sum| for ANY summation order:
     ``gamma_{k-1} * sum|x_i|`` (Higham eq. (3.4)). Two different orders differ
     by at most twice this."""
-    return gamma(max(int(k) - 1, 0), dtype) * _abs(to_exact(abs_total))
+    return gamma(max(check_int("k", k, min_value=0) - 1, 0), dtype) * _abs(to_exact(abs_total))
 
 
 def dot_bound(abs_products: Any, k: int, dtype: Any = "float64") -> Fraction:
     """Bound on |fl(x . y) - x . y| for length-k vectors: ``gamma_k * sum|x_i*y_i|``
     (Higham Lemma 3.1 / eq. (3.5))."""
-    return gamma(int(k), dtype) * _abs(to_exact(abs_products))
+    return gamma(check_int("k", k, min_value=0), dtype) * _abs(to_exact(abs_products))
 
 
 def chain_bound(abs_exact: Any, j: int, dtype: Any = "float64") -> Fraction:
     """Bound after j rounded operations (products/quotients) on an exact value:
     ``gamma_j * |value|`` (Higham Lemma 3.1)."""
-    return gamma(int(j), dtype) * _abs(to_exact(abs_exact))
+    return gamma(check_int("j", j, min_value=0), dtype) * _abs(to_exact(abs_exact))
+
+
+def _asarray(field: str, x: Any) -> np.ndarray:
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError):
+        raise ConfigError(field, x, "must be a number or a (rectangular) array of numbers") from None
 
 
 def _as_exact_array(x: Any) -> np.ndarray:
@@ -197,12 +240,22 @@ def _check_shapes(what: str, expected: np.ndarray, got: np.ndarray, e_raw, g_raw
 
 
 def assert_bitwise_equal(expected: Any, got: Any, *, what: str = "result") -> None:
-    """Require two float results to be identical bit for bit (same shape, same values;
-    +0.0 and -0.0 count as equal, NaN never does).
+    """Require two results to be identical bit for bit: the same dtype, the same shape
+    and the same values (+0.0 and -0.0 count as equal, NaN never does).
 
-    Raises PropertyFailure(max error, bound=0.0).
+    The dtype is part of "bitwise": a float32 result is not bitwise equal to a
+    float64 reference even when every value happens to round-trip, and the exactness
+    arguments of :mod:`distcheck.exactness` hold for one format. Python scalars and
+    lists are compared as the arrays numpy makes of them (a float becomes float64).
+
+    Raises PropertyFailure: ``"<what>: dtype float32 differs from expected float64"``
+    (a dtype mismatch, checked first), a shape mismatch, or differing values (with the
+    max error and bound=0.0).
     """
-    e, g = np.asarray(expected), np.asarray(got)
+    e, g = _asarray("expected", expected), _asarray("got", got)
+    if e.dtype != g.dtype:
+        raise PropertyFailure(f"{what}: dtype {g.dtype} differs from expected {e.dtype} (a bitwise check "
+                              "compares values of one format)", expected=expected, got=got)
     _check_shapes(what, e, g, expected, got)
     if not np.array_equal(e, g):
         err = _max_error(_as_exact_array(e), _as_exact_array(g))
@@ -230,7 +283,10 @@ def assert_within(expected: Any, got: Any, bound: Any, *, what: str = "result") 
     """
     e, g = _as_exact_array(expected), _as_exact_array(got)
     _check_shapes(what, e, g, expected, got)
-    b = np.broadcast_to(_as_exact_array(bound), e.shape)
+    try:
+        b = np.broadcast_to(_as_exact_array(bound), e.shape)
+    except ValueError:
+        raise ConfigError("bound", bound, f"must broadcast to the expected shape {e.shape}") from None
     rows = [(abs(ei - gi), bi) for ei, gi, bi in zip(e.reshape(-1), g.reshape(-1), b.reshape(-1))]
     bad = [(err, bi) for err, bi in rows if err > bi]
     if bad:

@@ -28,6 +28,14 @@ Expert parallelism has two placements (``ep_placement``):
 
 Everything here is numpy (no torch, no sympy); groups of a 16,384-rank world
 are built with one ``arange/reshape/transpose``.
+
+Sizes: :func:`coords`, :func:`rank_of`, :func:`node_of`, :func:`mesh_shape` and
+``ParallelConfig.num_groups`` are O(1) arithmetic and work for any world size.
+The functions that enumerate every rank (:func:`rank_grid`, :func:`groups`,
+:func:`groups_node_local`, :func:`tp_groups_node_local`) require
+``world_size <= MAX_RANKS`` (2**24 = 16,777,216, :data:`distcheck.validate.MAX_RANKS`)
+and raise ConfigError beyond it. Every function raises ConfigError when ``cfg``
+is not a :class:`ParallelConfig`.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ from math import prod
 
 import numpy as np
 
-from distcheck.errors import ConfigError, check_choice, check_positive_int
+from distcheck.errors import ConfigError, check_positive_int
+from distcheck.validate import MAX_RANKS, check_choice
 
 __all__ = [
     "AXES",
@@ -56,6 +65,7 @@ __all__ = [
     "groups_node_local",
     "tp_groups_node_local",
     "EXAMPLES",
+    "MAX_RANKS",
 ]
 
 #: every axis name a config knows
@@ -174,18 +184,34 @@ class ParallelConfig:
         return Fraction(1, self.tp * self.pp)
 
 
+def _check_cfg(cfg: object) -> ParallelConfig:
+    if not isinstance(cfg, ParallelConfig):
+        raise ConfigError("cfg", cfg, "must be a ParallelConfig (see distcheck.layout.EXAMPLES)")
+    return cfg
+
+
+def _check_enumerable(cfg: ParallelConfig) -> None:
+    if cfg.world_size > MAX_RANKS:
+        raise ConfigError("world_size", cfg.world_size,
+                          f"must be <= {MAX_RANKS} (2**24) to enumerate every rank; coords, rank_of, node_of "
+                          "and ParallelConfig.num_groups work for any world size")
+
+
 def mesh_axes(cfg: ParallelConfig) -> tuple[str, ...]:
     """The axes of the rank grid, canonical order: ``tp, cp, pp, dp`` (+ ``ep`` when outside)."""
+    _check_cfg(cfg)
     return DEFAULT_ORDER + (("ep",) if cfg.ep_placement == "outside" else ())
 
 
 def mesh_shape(cfg: ParallelConfig) -> tuple[int, ...]:
     """Degrees outermost first: the ``mesh_shape`` for ``init_device_mesh``."""
+    _check_cfg(cfg)
     return tuple(cfg.degree(a) for a in reversed(cfg.order))
 
 
 def mesh_dim_names(cfg: ParallelConfig) -> tuple[str, ...]:
     """Axis names outermost first: the ``mesh_dim_names`` for ``init_device_mesh``."""
+    _check_cfg(cfg)
     return tuple(reversed(cfg.order))
 
 
@@ -202,8 +228,9 @@ def coords(cfg: ParallelConfig, rank: int) -> dict[str, int]:
 
     ``index[a] = (rank // stride[a]) % degree(a)`` where ``stride`` is the
     product of the degrees of the axes inner to ``a`` in ``cfg.order``.
-    Raises ConfigError unless ``0 <= rank < world_size``.
+    O(1) per axis, any world size. Raises ConfigError unless ``0 <= rank < world_size``.
     """
+    _check_cfg(cfg)
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
         raise ConfigError("rank", rank, "must be an integer")
     if not 0 <= rank < cfg.world_size:
@@ -217,8 +244,9 @@ def rank_of(cfg: ParallelConfig, **index: int) -> int:
 
     Every mesh axis of degree > 1 must be given; an axis of degree 1 may be
     left out (index 0). Raises ConfigError for an unknown or missing axis or an
-    index outside ``range(0, degree)``.
+    index outside ``range(0, degree)``. O(1) per axis, any world size.
     """
+    _check_cfg(cfg)
     axes = mesh_axes(cfg)
     for a, i in index.items():
         if a not in axes:
@@ -235,13 +263,20 @@ def rank_of(cfg: ParallelConfig, **index: int) -> int:
 
 
 def rank_grid(cfg: ParallelConfig) -> np.ndarray:
-    """``arange(world_size).reshape(mesh_shape(cfg))``: the ranks, axes outermost first."""
+    """``arange(world_size).reshape(mesh_shape(cfg))``: the ranks, axes outermost first.
+
+    Raises ConfigError when ``world_size > MAX_RANKS`` (2**24).
+    """
+    _check_cfg(cfg)
+    _check_enumerable(cfg)
     return np.arange(cfg.world_size, dtype=np.int64).reshape(mesh_shape(cfg))
 
 
 def _groups_array(cfg: ParallelConfig, axis: str) -> np.ndarray:
     """Groups as a 2-D array, one row per group, rows and entries ascending."""
+    _check_cfg(cfg)
     check_choice("axis", axis, AXES)
+    _check_enumerable(cfg)
     grid = rank_grid(cfg)
     if axis == "ep" and cfg.ep_placement == "inside_dp":
         # ep borrows from the dp*cp data ranks: flatten (dp, cp) with dp outer,
@@ -269,7 +304,9 @@ def groups(cfg: ParallelConfig, axis: str) -> list[list[int]]:
     every other index are ordered by ``(dp index, cp index)`` (dp outer) and
     cut into consecutive blocks of ``ep``; each block is one expert-parallel
     group. This matches torchtitan's ``dp_shard_in_ep x cp`` split when
-    ``cp`` divides ``ep``. Raises ConfigError for an unknown axis.
+    ``cp`` divides ``ep``. Raises ConfigError for an unknown axis, or when
+    ``world_size > MAX_RANKS`` (2**24; use ``cfg.num_groups(axis)`` and
+    :func:`coords` / :func:`rank_of` for larger worlds).
     """
     return _groups_array(cfg, axis).tolist()
 
@@ -281,7 +318,10 @@ def node_of(cfg: ParallelConfig, rank: int) -> int:
 
 
 def groups_node_local(cfg: ParallelConfig, axis: str) -> bool:
-    """True if every group of ``axis`` lies within one node of ``gpus_per_node`` GPUs."""
+    """True if every group of ``axis`` lies within one node of ``gpus_per_node`` GPUs.
+
+    Raises ConfigError as :func:`groups` (unknown axis, ``world_size > MAX_RANKS``).
+    """
     nodes = _groups_array(cfg, axis) // cfg.gpus_per_node
     return bool(np.all(nodes.min(axis=1) == nodes.max(axis=1)))
 

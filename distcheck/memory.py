@@ -18,6 +18,7 @@ layers only approximate (norms and embeddings are often replicated).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Union
@@ -36,6 +37,7 @@ __all__ = [
     "min_tp",
     "min_tp_pp",
     "min_gpus",
+    "MAX_NUM_LAYERS",
 ]
 
 
@@ -262,31 +264,69 @@ def min_tp_pp(
     Returns:
         ``(tp, pp)`` or **None** when nothing fits.
 
+    Work: O(log max_tp) splits, each O(log max_pp) (pp_pow2) or at most
+    O(sqrt(num_layers)) divisor trials: huge ``max_pp`` never loops over every pp.
+
     Raises:
-        ConfigError: invalid arguments.
+        ConfigError: invalid arguments; ``num_layers > MAX_NUM_LAYERS`` (10**12).
     """
     budget = _positive_bytes("budget_bytes", budget_bytes)
     check_positive_int("max_tp", max_tp)
     check_positive_int("max_pp", max_pp)
     if num_layers is not None:
         check_positive_int("num_layers", num_layers)
+        if num_layers > MAX_NUM_LAYERS:
+            raise ConfigError("num_layers", num_layers, f"must be <= {MAX_NUM_LAYERS} (bounds the divisor search)")
     if not isinstance(pp_pow2, bool):
         raise ConfigError("pp_pow2", pp_pow2, "must be a bool")
+    full = Fraction(train_state_bytes(params, bytes_per_param))  # validates params and bytes_per_param
+    divisors = _divisors_up_to(num_layers, max_pp) if num_layers is not None else None
     best: tuple[int, int] | None = None
     tp = 1
     while tp <= max_tp:
-        for pp in range(1, max_pp + 1):
-            if num_layers is not None and num_layers % pp != 0:
-                continue
-            if pp_pow2 and pp & (pp - 1):
-                continue
-            if train_state_bytes(params, bytes_per_param, tp=tp, pp=pp) <= budget:
-                key = (tp * pp, -tp)
-                if best is None or key < (best[0] * best[1], -best[0]):
-                    best = (tp, pp)
-                break  # larger pp with this tp only grows the product
+        # bytes fall as pp grows, so the smallest fitting pp is the first allowed pp >= full / (tp * budget)
+        pp = _first_allowed_pp(_ceil_fraction(full / (tp * budget)), max_pp, divisors, pp_pow2)
+        if pp is not None:
+            key = (tp * pp, -tp)
+            if best is None or key < (best[0] * best[1], -best[0]):
+                best = (tp, pp)
         tp *= 2
     return best
+
+
+def _ceil_fraction(q: Fraction) -> int:
+    return -((-q.numerator) // q.denominator)
+
+
+def _divisors_up_to(n: int, limit: int) -> list[int]:
+    """The divisors of ``n`` that are <= ``limit``, ascending: O(min(limit, sqrt n)) trials
+    (divisors come in pairs d, n // d with d <= sqrt n; past ``limit`` both exceed it)."""
+    out = set()
+    d = 1
+    while d * d <= n and d <= limit:
+        if n % d == 0:
+            out.update(x for x in (d, n // d) if x <= limit)
+        d += 1
+    return sorted(out)
+
+
+def _first_allowed_pp(low: int, max_pp: int, divisors: list[int] | None, pp_pow2: bool) -> int | None:
+    """The smallest pp with ``max(low, 1) <= pp <= max_pp`` that is in ``divisors`` (when given)
+    and a power of two (when ``pp_pow2``); None if there is none."""
+    low = max(low, 1)
+    if low > max_pp:
+        return None
+    if divisors is not None:
+        i = bisect.bisect_left(divisors, low)
+        return next((d for d in divisors[i:] if not pp_pow2 or d & (d - 1) == 0), None)
+    if pp_pow2:
+        pp = 1 << (low - 1).bit_length()  # the smallest power of two >= low
+        return pp if pp <= max_pp else None
+    return low
+
+
+#: the largest num_layers :func:`min_tp_pp` searches the divisors of (about sqrt of it trials)
+MAX_NUM_LAYERS = 10**12
 
 
 def min_gpus(total_bytes: int | Fraction | str, gpu_bytes: int | Fraction | str) -> int:

@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from distcheck.errors import ConfigError, check_choice, check_positive_int
+from distcheck.errors import ConfigError, check_positive_int
+from distcheck.validate import check_choice
 
 __all__ = [
     "TransformerConfig",
@@ -39,7 +40,11 @@ __all__ = [
     "component_counts",
     "PRESETS",
     "NORMS",
+    "MAX_LISTED_LAYERS",
 ]
+
+#: the most layers :func:`param_tensors` lists tensor by tensor (the counts work for any num_layers)
+MAX_LISTED_LAYERS = 10**5
 
 #: allowed values of TransformerConfig.norm
 NORMS = ("rms", "layer", None)
@@ -172,22 +177,14 @@ def _layer_tensors(i: int, cfg: TransformerConfig) -> dict[str, list[tuple[str, 
     return {"attention": attention, "mlp": mlp, "norms": norms}
 
 
-def _grouped(cfg: TransformerConfig) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
-    groups: dict[str, list[tuple[str, tuple[int, ...]]]] = {
-        "embedding": [("model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size))],
-        "attention": [],
-        "mlp": [],
-        "norms": [],
-        "lm_head": [],
-    }
-    for i in range(cfg.num_layers):
-        for key, tensors in _layer_tensors(i, cfg).items():
-            groups[key] += tensors
-    if cfg.final_norm:
-        groups["norms"] += _norm_tensors("model.norm", cfg)
-    if not cfg.tied_embeddings:
-        groups["lm_head"].append(("lm_head.weight", (cfg.vocab_size, cfg.hidden_size)))
-    return groups
+def _check_cfg(cfg: object) -> TransformerConfig:
+    if not isinstance(cfg, TransformerConfig):
+        raise ConfigError("cfg", cfg, "must be a TransformerConfig (see distcheck.params.PRESETS)")
+    return cfg
+
+
+def _numel(tensors: list[tuple[str, tuple[int, ...]]]) -> int:
+    return sum(prod(shape) for _, shape in tensors)
 
 
 def param_tensors(cfg: TransformerConfig) -> list[tuple[str, tuple[int, ...]]]:
@@ -196,7 +193,15 @@ def param_tensors(cfg: TransformerConfig) -> list[tuple[str, tuple[int, ...]]]:
     Order: embedding, then per layer q/k/v/o (+ biases), gate/up/down (+ biases),
     the two layer norms, then the final norm and ``lm_head`` (absent when tied).
     Shapes follow ``torch.nn.Linear``: ``(out_features, in_features)``.
+
+    Raises ConfigError when ``cfg`` is not a TransformerConfig, or has more than
+    :data:`MAX_LISTED_LAYERS` layers (a list that long is never useful; the counts
+    :func:`count_params` / :func:`component_counts` work for any ``num_layers``).
     """
+    _check_cfg(cfg)
+    if cfg.num_layers > MAX_LISTED_LAYERS:
+        raise ConfigError("num_layers", cfg.num_layers, f"must be <= {MAX_LISTED_LAYERS} to list every tensor "
+                                                          "(count_params and component_counts take any num_layers)")
     out = [("model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size))]
     for i in range(cfg.num_layers):
         layer = _layer_tensors(i, cfg)
@@ -209,8 +214,13 @@ def param_tensors(cfg: TransformerConfig) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def count_params(cfg: TransformerConfig) -> int:
-    """Total parameters of ``cfg``: the sum of the element counts of :func:`param_tensors`."""
-    return sum(prod(shape) for _, shape in param_tensors(cfg))
+    """Total parameters of ``cfg``: the sum of the element counts of :func:`param_tensors`.
+
+    Every layer has the same tensors, so one layer's tensors are counted and
+    multiplied by ``num_layers`` (the same number as summing the full list, for
+    any ``num_layers``). Raises ConfigError when ``cfg`` is not a TransformerConfig.
+    """
+    return sum(component_counts(cfg).values())
 
 
 def component_counts(cfg: TransformerConfig) -> dict[str, int]:
@@ -219,8 +229,19 @@ def component_counts(cfg: TransformerConfig) -> dict[str, int]:
     Keys: ``embedding`` (token embedding), ``attention`` (q, k, v, o and their
     biases), ``mlp``, ``norms`` (per-layer and final norms), ``lm_head`` (0 when
     tied). The values sum to :func:`count_params`.
+
+    Raises ConfigError when ``cfg`` is not a TransformerConfig.
     """
-    return {k: sum(prod(s) for _, s in v) for k, v in _grouped(cfg).items()}
+    _check_cfg(cfg)
+    layer = {k: _numel(v) for k, v in _layer_tensors(0, cfg).items()}
+    final_norm = _numel(_norm_tensors("model.norm", cfg)) if cfg.final_norm else 0
+    return {
+        "embedding": cfg.vocab_size * cfg.hidden_size,
+        "attention": cfg.num_layers * layer["attention"],
+        "mlp": cfg.num_layers * layer["mlp"],
+        "norms": cfg.num_layers * layer["norms"] + final_norm,
+        "lm_head": 0 if cfg.tied_embeddings else cfg.vocab_size * cfg.hidden_size,
+    }
 
 
 _LLAMA2_7B = dict(hidden_size=4096, num_layers=32, ffn_hidden_size=11008, num_heads=32, vocab_size=32000)

@@ -26,15 +26,31 @@ list's order, each action starting at ``max(rank free, dependencies done)``.
 :func:`schedule_order` builds the orders of GPipe, 1F1B and interleaved 1F1B;
 :func:`simulate` is ``replay(schedule_order(...))``. This module imports
 neither sympy nor torch; :func:`from_torch_actions` duck-types torch's actions.
+
+Size limits. The simulation is tick by tick in pure Python (about 20 us per
+action), so its size is checked before any work:
+
+* :data:`MAX_ACTIONS` = 10**6 forward actions, i.e. (virtual stage, micro-batch)
+  pairs: ``p*v*m`` for :func:`schedule_order` / :func:`simulate`,
+  ``num_stages * num_microbatches`` for :func:`replay`, whose order may hold at
+  most ``3 * MAX_ACTIONS`` actions (F, then B or I and W, per pair);
+* :data:`MAX_GRID_CELLS` = 10**7 cells of :attr:`Timeline.grid`
+  (``num_ranks * step_ticks``; large tick costs make long timelines).
+
+Beyond them a ConfigError points to the closed forms, which answer any size
+exactly: ``distcheck.closed_form.get("pipeline.step_ticks.gpipe").evaluate(p=4, m=10**9)``
+(also ``pipeline.bubble_fraction.*``, ``pipeline.peak_in_flight.*``, ...).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterable, Literal, Mapping, Sequence
 
-from distcheck.errors import ConfigError, DistcheckError, check_choice, check_positive_int
+from distcheck.errors import ConfigError, DistcheckError, check_positive_int
+from distcheck.validate import check_choice
 
 __all__ = [
     "Schedule",
@@ -48,7 +64,20 @@ __all__ = [
     "replay",
     "simulate",
     "from_torch_actions",
+    "MAX_ACTIONS",
+    "MAX_GRID_CELLS",
 ]
+
+#: the most (virtual stage, micro-batch) pairs one tick-level simulation runs (module docstring)
+MAX_ACTIONS = 10**6
+#: the most cells (ranks x ticks) of one Timeline.grid
+MAX_GRID_CELLS = 10**7
+
+
+def _closed_form_hint(schedule: str, p: int, m: int, v: int) -> str:
+    args = f"p={p}, m={m}" + (f", v={v}" if schedule == "interleaved" else "")
+    return (f"for large sizes use the closed forms, e.g. "
+            f"distcheck.closed_form.get('pipeline.step_ticks.{schedule}').evaluate({args})")
 
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 #: the schedules :func:`schedule_order` and :func:`simulate` know
@@ -138,6 +167,10 @@ def _check_shape(schedule: str, p: object, m: object, v: object) -> None:
             raise ConfigError("m", m, f"must be a multiple of p={p} for the interleaved schedule")
     elif v != 1:
         raise ConfigError("v", v, f"must be 1 for the {schedule} schedule (chunks per rank need 'interleaved')")
+    if p * v * m > MAX_ACTIONS:
+        raise ConfigError("m", m, f"gives p*v*m = {p}*{v}*{m} = {p * v * m} (stage, micro-batch) pairs, more than "
+                                  f"the tick-level simulation handles (pipeline.MAX_ACTIONS = {MAX_ACTIONS}); "
+                                  + _closed_form_hint(schedule, p, m, v))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,7 +257,8 @@ def schedule_order(schedule: Schedule, p: int, m: int, v: int = 1) -> dict[int, 
 
     Raises:
         ConfigError: unknown schedule, ``p``/``m``/``v`` not positive integers,
-        ``v != 1`` outside interleaved, ``v < 2`` or ``m % p != 0`` for interleaved.
+        ``v != 1`` outside interleaved, ``v < 2`` or ``m % p != 0`` for interleaved,
+        ``p*v*m > MAX_ACTIONS`` (use the closed forms ``pipeline.*`` then).
     """
     _check_shape(schedule, p, m, v)
     if schedule == "gpipe":
@@ -314,7 +348,7 @@ class Timeline:
 # replay
 
 
-def _normalise_order(order) -> dict[int, list[Action]]:
+def _normalise_order(order, max_actions: int) -> dict[int, list[Action]]:
     if isinstance(order, Mapping):
         items = list(order.items())
     elif isinstance(order, Sequence) and not isinstance(order, (str, bytes)):
@@ -322,6 +356,7 @@ def _normalise_order(order) -> dict[int, list[Action]]:
     else:
         raise ConfigError("order", type(order).__name__, "must be a dict {rank: [Action, ...]} or a list of lists")
     out: dict[int, list[Action]] = {}
+    total = 0
     for rank, actions in items:
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ConfigError("rank", rank, "must be an integer >= 0")
@@ -334,6 +369,10 @@ def _normalise_order(order) -> dict[int, list[Action]]:
             if not isinstance(a, Action):
                 raise ConfigError(f"order[{rank}]", a, "must hold Action objects or None (see from_torch_actions)")
             acts.append(a)
+            total += 1
+            if total > max_actions:
+                raise ConfigError("order", f"<more than {max_actions} actions>",
+                                  "must hold at most 3 actions per (stage, micro-batch) pair (pipeline.MAX_ACTIONS pairs)")
         out[rank] = acts
     if not out:
         raise ConfigError("order", order, "must have at least one rank")
@@ -386,12 +425,20 @@ def replay(
             ``I``/``W`` for one (stage, micro-batch); ``I``/``W`` with no usable
             ``t_i``/``t_w``.
         DeadlockError: the order can never finish (names the blocked rank and action).
+        ConfigError: ``num_stages * num_microbatches > MAX_ACTIONS``, more than
+            ``3 * MAX_ACTIONS`` actions, or a timeline of more than
+            ``MAX_GRID_CELLS`` rank-ticks (module docstring: size limits).
     """
     check_positive_int("num_stages", num_stages)
     check_positive_int("num_microbatches", num_microbatches)
+    if num_stages * num_microbatches > MAX_ACTIONS:
+        raise ConfigError("num_microbatches", num_microbatches,
+                          f"gives num_stages*num_microbatches = {num_stages * num_microbatches} (stage, micro-batch) "
+                          f"pairs, more than the tick-level simulation handles (pipeline.MAX_ACTIONS = {MAX_ACTIONS}); "
+                          "for large sizes use the closed forms pipeline.* (distcheck.closed_form.get)")
     _check_ticks("t_f", t_f)
     _check_ticks("t_b", t_b)
-    orders = _normalise_order(order)
+    orders = _normalise_order(order, 3 * MAX_ACTIONS)
     num_ranks = max(orders) + 1
     S, M = num_stages, num_microbatches
 
@@ -456,34 +503,39 @@ def replay(
             out.append(_backward_of(kinds, s + 1, j))
         return out
 
-    # --- list scheduling: each rank's next action runs once its dependencies are placed
+    # --- list scheduling: each rank's next action runs once its dependencies are placed.
+    # A rank whose next action waits on a dependency is parked on it and woken when it ends, so
+    # the work is linear in the number of actions. The times do not depend on the visiting order:
+    # an action starts at max(its rank free, its dependencies done).
     end: dict[Action, int] = {}
     free = {r: 0 for r in orders}
     pos = {r: 0 for r in orders}
     spans: list[Span] = []
-    remaining = sum(len(a) for a in orders.values())
-    while remaining:
-        progressed = False
-        for r, acts in orders.items():
-            while pos[r] < len(acts):
-                a = acts[pos[r]]
-                ds = deps(a)
-                if any(d not in end for d in ds):
-                    break
-                start = max([free[r]] + [end[d] for d in ds])
-                end[a] = start + cost[a.kind]
-                free[r] = end[a]
-                spans.append(Span(a, r, start, end[a]))
-                pos[r] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            blocked = {}
-            for r, acts in orders.items():
-                if pos[r] < len(acts):
-                    a = acts[pos[r]]
-                    blocked[r] = (a, next(d for d in deps(a) if d not in end))
-            raise DeadlockError(blocked)
+    parked: dict[Action, list[int]] = {}
+    ready = deque(orders)
+    while ready:
+        r = ready.popleft()
+        acts = orders[r]
+        while pos[r] < len(acts):
+            a = acts[pos[r]]
+            ds = deps(a)
+            missing = next((d for d in ds if d not in end), None)
+            if missing is not None:
+                parked.setdefault(missing, []).append(r)
+                break
+            start = max([free[r]] + [end[d] for d in ds])
+            end[a] = start + cost[a.kind]
+            free[r] = end[a]
+            spans.append(Span(a, r, start, end[a]))
+            pos[r] += 1
+            ready.extend(parked.pop(a, ()))
+    blocked = {}
+    for r, acts in orders.items():
+        if pos[r] < len(acts):
+            a = acts[pos[r]]
+            blocked[r] = (a, next(d for d in deps(a) if d not in end))
+    if blocked:
+        raise DeadlockError(blocked)
 
     return _timeline(spans, num_ranks, S, M)
 
@@ -492,6 +544,11 @@ def _timeline(spans: list[Span], num_ranks: int, num_stages: int, num_microbatch
     spans.sort(key=lambda s: (s.start, s.rank))
     step = max(s.end for s in spans) - min(s.start for s in spans)
     origin = min(s.start for s in spans)
+    if num_ranks * step > MAX_GRID_CELLS:
+        raise ConfigError("num_ranks*step_ticks", num_ranks * step,
+                          f"must be <= pipeline.MAX_GRID_CELLS = {MAX_GRID_CELLS} (the timeline grid has one cell per rank "
+                          f"and tick; here {num_ranks} ranks x {step} ticks): use fewer ranks or smaller tick costs t_f/t_b, or the "
+                          "closed forms pipeline.* (distcheck.closed_form.get) for large sizes")
     grid = [[None] * step for _ in range(num_ranks)]
     busy = [0] * num_ranks
     for s in spans:
@@ -615,7 +672,7 @@ def from_torch_actions(pipeline_order) -> dict[int, list[Action]]:
     """
     if isinstance(pipeline_order, Mapping):
         items = list(pipeline_order.items())
-    elif isinstance(pipeline_order, Sequence):
+    elif isinstance(pipeline_order, Sequence) and not isinstance(pipeline_order, (str, bytes)):
         items = list(enumerate(pipeline_order))
     else:
         raise ConfigError(
@@ -623,6 +680,10 @@ def from_torch_actions(pipeline_order) -> dict[int, list[Action]]:
         )
     out: dict[int, list[Action]] = {}
     for rank, actions in items:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise ConfigError("rank", rank, "must be an integer >= 0")
+        if isinstance(actions, (str, bytes, Mapping)) or not isinstance(actions, Iterable):
+            raise ConfigError(f"pipeline_order[{rank}]", type(actions).__name__, "must be a list of actions")
         acts: list[Action] = []
         for a in actions:
             if a is not None:

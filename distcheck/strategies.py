@@ -111,7 +111,7 @@ def _check_subset(name: str, value: object, allowed: tuple) -> tuple:
     if not items:
         raise InvalidArgument(f"{name}={value!r} must not be empty")
     for x in items:
-        if x not in allowed:
+        if not isinstance(x, (str, int, type(None))) or x not in allowed:  # arrays/unhashables are never allowed
             raise InvalidArgument(f"{name}={value!r} contains {x!r}, which is not one of {allowed!r}")
     return items
 
@@ -119,7 +119,7 @@ def _check_subset(name: str, value: object, allowed: tuple) -> tuple:
 def _check_dtype(name: str, value: object) -> str:
     try:
         dt = np.dtype(value).name  # type: ignore[arg-type]
-    except TypeError:
+    except (TypeError, ValueError):
         raise InvalidArgument(f"{name}={value!r} is not a dtype") from None
     if dt not in PRECISION_BITS:
         raise InvalidArgument(f"{name}={value!r} must be one of {tuple(PRECISION_BITS)!r}")

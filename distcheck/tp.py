@@ -38,7 +38,8 @@ from typing import Sequence
 import numpy as np
 
 from distcheck.dp import UNIT_ROUNDOFF, gamma  # one float gamma, wrapping distcheck.exactness.gamma
-from distcheck.errors import ConfigError, check_choice, check_positive_int
+from distcheck.errors import ConfigError, check_positive_int
+from distcheck.validate import MAX_RANKS, as_array, as_int_list, check_at_most, check_choice, check_type
 
 __all__ = [
     "UNIT_ROUNDOFF",
@@ -70,8 +71,10 @@ _erf = np.vectorize(math.erf, otypes=[float])
 
 
 def silu(z):
-    """SiLU / swish: ``z * sigmoid(z) = z / (1 + exp(-z))`` (Elfwing et al. 2018)."""
-    z = np.asarray(z)
+    """SiLU / swish: ``z * sigmoid(z) = z / (1 + exp(-z))`` (Elfwing et al. 2018).
+
+    Raises ConfigError unless ``z`` is a finite numeric array (or number)."""
+    z = as_array("z", z, allow_empty=True, allow_object=False, allow_bool=False)
     return z / (1 + np.exp(-z))
 
 
@@ -83,7 +86,7 @@ def activation(name: str, z):
     Raises ConfigError on an unknown name.
     """
     check_choice("act", name, ACTIVATIONS)
-    z = np.asarray(z)
+    z = as_array("z", z, allow_empty=True, allow_object=False, allow_bool=False)
     if name == "relu":
         return np.maximum(z, 0)
     if name == "tanh":
@@ -107,34 +110,44 @@ def _sizes(n: int, tp: int, what: str) -> list[int]:
 def split_sizes(n: int, shards: int) -> list[int]:
     """Sizes of ``np.array_split(range(n), shards)``: ``split_sizes(10, 4) -> [3, 3, 2, 2]``.
 
-    Raises ConfigError unless ``n >= shards >= 1`` (integers).
+    Raises ConfigError unless ``n >= shards >= 1`` (integers) and ``shards <= MAX_RANKS``
+    (2**24, :data:`distcheck.validate.MAX_RANKS`).
     """
     check_positive_int("n", n)
     check_positive_int("shards", shards)
+    check_at_most("shards", shards, MAX_RANKS, "one size is listed per shard")
     if n < shards:
         raise ConfigError("shards", shards, f"must be <= n={n} (every shard needs at least one)")
     return _sizes(n, shards, "n")
 
 
 def split_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
-    """``[(start, stop), ...]`` of consecutive shards of the given sizes."""
+    """``[(start, stop), ...]`` of consecutive shards of the given sizes.
+
+    Raises ConfigError unless ``sizes`` is a list of integers >= 0."""
     out, start = [], 0
-    for s in sizes:
-        out.append((start, start + int(s)))
-        start += int(s)
+    for s in as_int_list("sizes", sizes, min_value=0, min_len=0):
+        out.append((start, start + s))
+        start += s
     return out
 
 
-def _check_linear(x, W, b):
-    x, W = np.asarray(x), np.asarray(W)
+def _check_log(log) -> None:
+    if log is not None:
+        check_type("log", log, list, "must be a list (collectives are appended to it) or None")
+
+
+def _check_linear(x, W, b, x_name: str = "x", W_name: str = "W", b_name: str = "b"):
+    """x (..., d_in), W (d_in, d_out), b (d_out,) or None: finite, numeric, non-empty."""
+    x, W = as_array(x_name, x, min_ndim=1), as_array(W_name, W)
     if W.ndim != 2:
-        raise ConfigError("W.shape", W.shape, "must be (d_in, d_out)")
-    if x.ndim < 1 or x.shape[-1] != W.shape[0]:
-        raise ConfigError("x.shape", x.shape, f"must end with d_in={W.shape[0]} (rows of W)")
+        raise ConfigError(f"{W_name}.shape", W.shape, "must be (d_in, d_out)")
+    if x.shape[-1] != W.shape[0]:
+        raise ConfigError(f"{x_name}.shape", x.shape, f"must end with d_in={W.shape[0]} (rows of {W_name})")
     if b is not None:
-        b = np.asarray(b)
+        b = as_array(b_name, b)
         if b.shape != (W.shape[1],):
-            raise ConfigError("b.shape", b.shape, f"must be ({W.shape[1]},) (columns of W)")
+            raise ConfigError(f"{b_name}.shape", b.shape, f"must be ({W.shape[1]},) (columns of {W_name})")
     return x, W, b
 
 
@@ -203,8 +216,9 @@ def row_parallel(x, W, tp: int, b=None, *, log: list | None = None) -> np.ndarra
     Args as :func:`row_parallel_parts`; ``b`` (d_out,) or None. Appends one
     ``("all_reduce", shape)`` to ``log`` when given.
 
-    Raises ConfigError on mismatched shapes or ``tp > d_in``.
+    Raises ConfigError on mismatched shapes, ``tp > d_in`` or a ``log`` that is not a list.
     """
+    _check_log(log)
     x, W, b = _check_linear(x, W, b)
     parts = row_parallel_parts(x, W, tp)
     out = parts[0]
@@ -249,10 +263,12 @@ def mlp(x, W_up, W_down, act: str = "relu", b_up=None, b_down=None) -> np.ndarra
 
     Raises ConfigError on mismatched shapes or an unknown ``act``.
     """
-    x, W_up, b_up = _check_linear(x, W_up, b_up)
+    x, W_up, b_up = _check_linear(x, W_up, b_up, "x", "W_up", "b_up")
+    check_choice("act", act, ACTIVATIONS)
+    _check_linear(np.zeros(W_up.shape[1:]), W_down, b_down, "hidden", "W_down", "b_down")
     h = x @ W_up
     h = activation(act, h if b_up is None else h + b_up)
-    h, W_down, b_down = _check_linear(h, W_down, b_down)
+    h, W_down, b_down = _check_linear(h, W_down, b_down, "hidden", "W_down", "b_down")
     y = h @ W_down
     return y if b_down is None else y + b_down
 
@@ -271,9 +287,12 @@ def megatron_mlp(x, W_up, W_down, tp: int, act: str = "relu", b_up=None, b_down=
     :func:`row_parallel_error_bound` of the single-device product.
     Raises ConfigError on shape mismatch, ``tp > ffn`` or an unknown ``act``.
     """
-    x, W_up, b_up = _check_linear(x, W_up, b_up)
-    if W_down.shape[0] != W_up.shape[1]:
-        raise ConfigError("W_down.shape", W_down.shape, f"must start with ffn={W_up.shape[1]} (columns of W_up)")
+    _check_log(log)
+    check_choice("act", act, ACTIVATIONS)
+    x, W_up, b_up = _check_linear(x, W_up, b_up, "x", "W_up", "b_up")
+    W_down = as_array("W_down", W_down)
+    if W_down.ndim != 2 or W_down.shape[0] != W_up.shape[1]:
+        raise ConfigError("W_down.shape", W_down.shape, f"must start with ffn={W_up.shape[1]} (columns of W_up) and be 2-D (ffn, d_out)")
     h_parts = [activation(act, h) for h in column_parallel_parts(x, W_up, tp, b_up)]  # local, no comm
     h = np.concatenate(h_parts, axis=-1)
     return row_parallel(h, W_down, tp, b_down, log=log)
@@ -286,11 +305,12 @@ def swiglu_mlp(x, W_gate, W_up, W_down) -> np.ndarray:
 
     Raises ConfigError on mismatched shapes.
     """
-    x, W_gate, _ = _check_linear(x, W_gate, None)
-    if np.shape(W_up) != W_gate.shape:
-        raise ConfigError("W_up.shape", np.shape(W_up), f"must equal W_gate.shape={W_gate.shape}")
-    h = silu(x @ W_gate) * (x @ np.asarray(W_up))
-    h, W_down, _ = _check_linear(h, W_down, None)
+    x, W_gate, _ = _check_linear(x, W_gate, None, "x", "W_gate")
+    W_up = as_array("W_up", W_up)
+    if W_up.shape != W_gate.shape:
+        raise ConfigError("W_up.shape", W_up.shape, f"must equal W_gate.shape={W_gate.shape}")
+    _, W_down, _ = _check_linear(np.zeros(W_gate.shape[1:]), W_down, None, "hidden", "W_down")
+    h = silu(x @ W_gate) * (x @ W_up)
     return h @ W_down
 
 
@@ -302,11 +322,14 @@ def tp_swiglu_mlp(x, W_gate, W_up, W_down, tp: int, *, log: list | None = None) 
     :func:`row_parallel_error_bound`). Raises ConfigError on shape mismatch or
     ``tp > ffn``.
     """
-    x, W_gate, _ = _check_linear(x, W_gate, None)
-    if np.shape(W_up) != W_gate.shape:
-        raise ConfigError("W_up.shape", np.shape(W_up), f"must equal W_gate.shape={W_gate.shape}")
-    if np.shape(W_down)[0] != W_gate.shape[1]:
-        raise ConfigError("W_down.shape", np.shape(W_down), f"must start with ffn={W_gate.shape[1]}")
+    _check_log(log)
+    x, W_gate, _ = _check_linear(x, W_gate, None, "x", "W_gate")
+    W_up = as_array("W_up", W_up)
+    if W_up.shape != W_gate.shape:
+        raise ConfigError("W_up.shape", W_up.shape, f"must equal W_gate.shape={W_gate.shape}")
+    W_down = as_array("W_down", W_down)
+    if W_down.ndim != 2 or W_down.shape[0] != W_gate.shape[1]:
+        raise ConfigError("W_down.shape", W_down.shape, f"must start with ffn={W_gate.shape[1]} and be 2-D (ffn, d_out)")
     g_parts = column_parallel_parts(x, W_gate, tp)
     u_parts = column_parallel_parts(x, W_up, tp)
     h = np.concatenate([silu(g) * u for g, u in zip(g_parts, u_parts)], axis=-1)
@@ -326,7 +349,7 @@ def shard_fused_gate_up(W_fused, tp: int) -> list[np.ndarray]:
     Returns one (d, 2 ffn_r) array per rank, ``ffn_r`` from :func:`split_sizes`.
     Raises ConfigError if the output dim is odd or ``tp > ffn``.
     """
-    W = np.asarray(W_fused)
+    W = as_array("W_fused", W_fused)
     if W.ndim != 2 or W.shape[1] % 2:
         raise ConfigError("W_fused.shape", W.shape, "must be (d, 2 * ffn) with layout [gate | up]")
     ffn = W.shape[1] // 2
@@ -345,13 +368,16 @@ def tp_swiglu_mlp_fused(x, W_fused, W_down, tp: int, *, log: list | None = None)
     ``W_down`` (ffn, d_out). Raises ConfigError on mismatched shapes, an odd
     output dim of ``W_fused`` or ``tp > ffn``.
     """
-    x = np.asarray(x)
+    _check_log(log)
+    x = as_array("x", x, min_ndim=1)
     shards = shard_fused_gate_up(W_fused, tp)
-    ffn = np.shape(W_fused)[1] // 2
-    if np.shape(W_down)[0] != ffn:
-        raise ConfigError("W_down.shape", np.shape(W_down), f"must start with ffn={ffn}")
-    if x.shape[-1] != np.shape(W_fused)[0]:
-        raise ConfigError("x.shape", x.shape, f"must end with d={np.shape(W_fused)[0]}")
+    W_fused = np.asarray(W_fused)
+    ffn = W_fused.shape[1] // 2
+    W_down = as_array("W_down", W_down)
+    if W_down.ndim != 2 or W_down.shape[0] != ffn:
+        raise ConfigError("W_down.shape", W_down.shape, f"must start with ffn={ffn} and be 2-D (ffn, d_out)")
+    if x.shape[-1] != W_fused.shape[0]:
+        raise ConfigError("x.shape", x.shape, f"must end with d={W_fused.shape[0]}")
     h_parts = []
     for S in shards:
         half = S.shape[1] // 2
@@ -367,8 +393,17 @@ def layer_norm(h, eps: float = 0.0) -> np.ndarray:
     so applying it to each rank's hidden slice (as Megatron does with the
     activation) gives a different result; it needs an extra all-reduce of the
     statistics (lesson, "Predict" question after tp_mlp).
+
+    Args: ``h`` (..., hidden), finite, hidden >= 1; ``eps`` a finite number >= 0.
+    Raises ConfigError otherwise, or when ``eps == 0`` and a row of ``h`` is
+    constant (its variance is 0: the result would be 0/0 = NaN).
     """
-    h = np.asarray(h)
+    h = as_array("h", h, min_ndim=1, allow_object=False)
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(eps) or eps < 0:
+        raise ConfigError("eps", eps, "must be a finite number >= 0")
     mu = h.mean(axis=-1, keepdims=True)
     var = ((h - mu) ** 2).mean(axis=-1, keepdims=True)
+    if eps == 0 and np.any(var == 0):
+        raise ConfigError("eps", eps, "must be > 0 when a row of h is constant (its variance is 0; 0/0 is NaN)")
     return (h - mu) / np.sqrt(var + eps)

@@ -39,12 +39,14 @@ master + Adam m + v).
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
 from typing import Sequence, Union
 
-from distcheck.errors import ConfigError, check_choice, check_nonnegative_int, check_positive_int
+from distcheck.errors import ConfigError, check_nonnegative_int, check_positive_int
+from distcheck.validate import MAX_RANKS, as_int_list, check_at_most, check_bool, check_choice
 
 __all__ = [
     "SCHEMES",
@@ -76,6 +78,13 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _check_dp(dp: object) -> int:
+    """dp: an int in 1..MAX_RANKS (the functions below list one entry per rank)."""
+    check_positive_int("dp", dp)
+    return check_at_most("dp", dp, MAX_RANKS, "one entry is listed per rank (distcheck.validate.MAX_RANKS = 2**24); "
+                                              "model_state_bytes_per_gpu and comm_elements_per_rank take any dp")
+
+
 def normalize_shapes(params: Sequence[ShapeLike]) -> list[Shape]:
     """Turn a list of shapes or numels into a list of shape tuples (an int ``n`` is ``(n,)``).
 
@@ -102,9 +111,11 @@ def flat_shard_elements(numels: Sequence[int], dp: int, alignment: int = 1) -> l
     ``alignment * dp`` and cut into ``dp`` equal chunks.
     Returns ``dp`` equal integers.
 
-    Raises ConfigError unless ``dp`` and ``alignment`` are integers >= 1.
+    Raises ConfigError unless ``numels`` are integers >= 1, ``dp`` is an integer in
+    ``1..MAX_RANKS`` and ``alignment`` an integer >= 1.
     """
-    check_positive_int("dp", dp)
+    numels = as_int_list("numels", numels, min_value=1)
+    _check_dp(dp)
     check_positive_int("alignment", alignment)
     total = sum(numels)
     padded = _ceil_div(total, alignment * dp) * alignment * dp
@@ -118,10 +129,10 @@ def fsdp2_shard_rows(dim0: int, dp: int) -> list[int]:
     fewer than ``dp`` chunks, and FSDP2 fills the missing ones with empty
     tensors (``_chunk_with_empty``). Example: dim0 = 5, dp = 4 -> [2, 2, 1, 0].
 
-    Raises ConfigError unless ``dim0`` and ``dp`` are integers >= 1.
+    Raises ConfigError unless ``dim0`` and ``dp`` are integers >= 1 (``dp <= MAX_RANKS``).
     """
     check_positive_int("dim0", dim0)
-    check_positive_int("dp", dp)
+    _check_dp(dp)
     c = _ceil_div(dim0, dp)
     return [max(0, min(c, dim0 - r * c)) for r in range(dp)]
 
@@ -133,15 +144,31 @@ def fsdp2_shard_elements(shapes: Sequence[ShapeLike], dp: int, padded: bool = Tr
     ``ceil(dim0 / dp) * prod(shape[1:])`` per parameter. ``padded=False``: the
     real rows of :func:`fsdp2_shard_rows`, which sum to the parameter count.
 
-    Raises ConfigError for ``dp`` < 1 or a bad shape (see :func:`normalize_shapes`).
+    Work: O(len(shapes) + dp) (rank r's rows are ``c = ceil(dim0/dp)`` for the first
+    ``dim0 // c`` ranks, the remainder on the next, 0 after).
+
+    Raises ConfigError for ``dp`` outside ``1..MAX_RANKS``, a non-bool ``padded``
+    or a bad shape (see :func:`normalize_shapes`).
     """
-    check_positive_int("dp", dp)
-    out = [0] * dp
-    for shape in normalize_shapes(shapes):
-        inner = prod(shape[1:])
-        rows = [_ceil_div(shape[0], dp)] * dp if padded else fsdp2_shard_rows(shape[0], dp)
-        for r in range(dp):
-            out[r] += rows[r] * inner
+    _check_dp(dp)
+    check_bool("padded", padded)
+    shapes = normalize_shapes(shapes)
+    if padded:
+        return [sum(_ceil_div(shape[0], dp) * prod(shape[1:]) for shape in shapes)] * dp
+    diff = [0] * (dp + 1)  # diff[r] - diff[r-1]: change of rank r's total over rank r-1
+    for shape in shapes:
+        inner, c = prod(shape[1:]), _ceil_div(shape[0], dp)
+        full = shape[0] // c  # ranks with c rows
+        diff[0] += c * inner
+        diff[full] -= c * inner
+        rest = shape[0] - full * c
+        if rest:
+            diff[full] += rest * inner
+            diff[full + 1] -= rest * inner
+    out, running = [], 0
+    for r in range(dp):
+        running += diff[r]
+        out.append(running)
     return out
 
 
@@ -154,22 +181,26 @@ def zero_redundancy_assignment(numels: Sequence[int], dp: int) -> list[list[int]
 
     Example: numels [1, 3, 3, 2], dp = 2 -> [[1, 3], [2, 0]] (totals 5 and 4).
 
-    Raises ConfigError unless ``dp`` is an integer >= 1.
+    Work: O(n log dp) with a heap of (total, rank).
+
+    Raises ConfigError unless ``numels`` are integers >= 1 and ``dp`` an integer in ``1..MAX_RANKS``.
     """
-    check_positive_int("dp", dp)
+    numels = as_int_list("numels", numels, min_value=1)
+    _check_dp(dp)
     order = sorted(range(len(numels)), key=lambda i: numels[i], reverse=True)
-    sizes = [0] * dp
+    heap = [(0, r) for r in range(dp)]  # (total so far, rank): the smallest total, then the lowest rank
     ranks: list[list[int]] = [[] for _ in range(dp)]
     for i in order:
-        r = min(range(dp), key=lambda j: (sizes[j], j))
+        size, r = heapq.heappop(heap)
         ranks[r].append(i)
-        sizes[r] += numels[i]
+        heapq.heappush(heap, (size + numels[i], r))
     return ranks
 
 
 def zero_redundancy_shard_elements(numels: Sequence[int], dp: int) -> list[int]:
-    """Elements each rank owns under :func:`zero_redundancy_assignment`."""
-    return [sum(numels[i] for i in idx) for idx in zero_redundancy_assignment(numels, dp)]
+    """Elements each rank owns under :func:`zero_redundancy_assignment` (same errors)."""
+    assignment = zero_redundancy_assignment(numels, dp)
+    return [sum(int(numels[i]) for i in idx) for idx in assignment]
 
 
 def shard_elements(params: Sequence[ShapeLike], dp: int, scheme: str = "flat", alignment: int = 1) -> list[int]:
@@ -311,13 +342,23 @@ def model_state_bytes_per_gpu(params: int, dp: int, stage: int, k: int = 12) -> 
     ZeRO paper's Figure 1 value (e.g. Psi = 7.5e9, N = 64, K = 12:
     120e9 / 31.40625e9 / 16.640625e9 / 1.875e9 bytes for stages 0..3); otherwise
     each rank allocates the padded chunk ``ceil(params / dp)`` and the result is
-    slightly above the formula.
+    slightly above the formula. O(1): every rank holds the same padded chunk, so
+    no per-rank list is built and any ``dp`` works (equal to
+    ``partition([params], dp, stage, "flat", k=k).max_bytes``).
 
     Raises:
         ConfigError: params or dp not an int >= 1, stage not in 0..3, k < 0.
     """
     check_positive_int("params", params)
-    return partition([params], dp, stage, "flat", k=k).max_bytes
+    check_positive_int("dp", dp)
+    stage = _check_stage(stage)
+    check_nonnegative_int("k", k)
+    chunk = _ceil_div(params, dp)  # flat scheme, alignment 1: the buffer padded to a multiple of dp
+
+    def held(sharded: bool) -> int:
+        return chunk if sharded else params
+
+    return 2 * held(stage >= 3) + 2 * held(stage >= 2) + k * held(stage >= 1)
 
 
 def comm_elements_per_rank(params: int, dp: int, stage: int, exact_ring: bool = False) -> int | Fraction:

@@ -171,7 +171,7 @@ def test_weighted_mean_rejects_bad_sizes():
     _expect_config_error(e, "sizes", [1], "one positive entry per gradient (2)")
     with pytest.raises(ConfigError) as e:
         dp.weighted_mean([np.ones(2)] * 2, [1, 0])
-    _expect_config_error(e, "sizes[k]", 0, "must be >= 1")
+    _expect_config_error(e, "sizes[1]", 0, "must be >= 1")
 
 
 def test_data_parallel_grad_rejects_bad_weighting():
@@ -354,7 +354,7 @@ def test_accumulation_errors():
     _expect_config_error(e, "normalize", "mean", "must be one of 'examples', 'tokens', 'per_microbatch_mean'")
     with pytest.raises(ConfigError) as e:
         dp.accumulate_grads(dp.token_mse_grad_sum, w, X, y, [6, 0], normalize="tokens", mask=mask)
-    _expect_config_error(e, "microbatch_sizes[i]", 0, "must be >= 1")
+    _expect_config_error(e, "microbatch_sizes[1]", 0, "must be >= 1")
     zero = mask.copy()
     zero[1] = 0
     with pytest.raises(ConfigError) as e:

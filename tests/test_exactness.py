@@ -147,3 +147,48 @@ def test_bitwise_failure_message_names_the_zero_bound():
         assert_bitwise_equal(np.array([3.0]), np.array([2.0]))
     msg = str(e.value)
     assert "expected" in msg and "got" in msg and "max error 1.000e+00" in msg and "bound 0.000e+00" in msg
+
+
+# ---- bitwise means the same dtype; junk is a ConfigError, never a RecursionError
+
+
+def test_bitwise_equal_requires_the_same_dtype():
+    ref = np.array([[1.0, 2.0]])
+    assert_bitwise_equal(ref, ref.copy())
+    with pytest.raises(PropertyFailure, match="dtype float32 differs from expected float64"):
+        assert_bitwise_equal(ref, ref.astype(np.float32))  # every value round-trips, the format does not
+    with pytest.raises(PropertyFailure, match="dtype int64 differs from expected float64"):
+        assert_bitwise_equal(ref, ref.astype(np.int64))
+
+
+def test_a_float32_layer_fails_a_bitwise_property_against_the_float64_reference():
+    from distcheck.props import tp as tp_props
+    from distcheck.strategies import LinearCase
+
+    def float32_row_parallel(x, W, tp, b=None):
+        out = (x.astype(np.float32) @ W.astype(np.float32))
+        return out if b is None else out + b.astype(np.float32)
+
+    case = LinearCase(x=np.array([[1.0, 2.0]]), W=np.array([[1.0], [3.0]]), tp=2)
+    with pytest.raises(PropertyFailure, match="dtype float32 differs"):
+        tp_props.row_exact(case, impl=float32_row_parallel)
+    tp_props.row_exact(case)  # the reference itself still passes
+
+
+def test_to_exact_rejects_what_is_not_a_real_number():
+    for junk in (object(), "3", np.array(["a"]), np.array([1 + 1j]), np.array([object()], dtype=object)):
+        with pytest.raises(ConfigError, match="must be a real number"):
+            to_exact(junk)
+    from decimal import Decimal
+
+    assert to_exact(Decimal("0.5")) == Fraction(1, 2)
+    assert to_exact(np.array([Decimal("1.25")], dtype=object))[0] == Fraction(5, 4)
+
+
+def test_bounds_reject_non_integer_lengths_and_huge_factor_counts_finish():
+    with pytest.raises(ConfigError, match=r"k=1\.5 must be an integer"):
+        sum_bound(1.0, 1.5)
+    with pytest.raises(ConfigError, match="j=inf must be an integer"):
+        chain_bound(1.0, float("inf"))
+    assert max_exact_int(1, factors=2**40) == 1  # 2**53 ** (1/2**40) is in [1, 2): no huge power is formed
+    assert max_exact_int(1, factors=53) == 2 and max_exact_int(1, factors=54) == 1

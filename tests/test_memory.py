@@ -187,3 +187,37 @@ def test_errors(call, message):
     with pytest.raises(ConfigError) as info:
         call()
     assert str(info.value).startswith(message)
+
+
+# ---- min_tp_pp: the direct search agrees with trying every pp; huge bounds do not loop
+
+
+def _min_tp_pp_by_trying(params, budget, bpp, max_tp, max_pp, num_layers, pp_pow2):
+    best, tp = None, 1
+    while tp <= max_tp:
+        for pp in range(1, max_pp + 1):
+            if (num_layers is not None and num_layers % pp) or (pp_pow2 and pp & (pp - 1)):
+                continue
+            if Fraction(bpp * params, tp * pp) <= budget:
+                if best is None or (tp * pp, -tp) < (best[0] * best[1], -best[0]):
+                    best = (tp, pp)
+                break
+        tp *= 2
+    return best
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 10**4), st.integers(1, 2000), st.integers(1, 20), st.integers(1, 16), st.integers(1, 40),
+       st.none() | st.integers(1, 60), st.booleans())
+def test_min_tp_pp_matches_trying_every_split(params, budget, bpp, max_tp, max_pp, num_layers, pp_pow2):
+    assert min_tp_pp(params, budget, bpp, max_tp, max_pp, num_layers, pp_pow2) == \
+        _min_tp_pp_by_trying(params, budget, bpp, max_tp, max_pp, num_layers, pp_pow2)
+
+
+def test_min_tp_pp_with_huge_bounds_answers_without_enumerating():
+    assert min_tp_pp(10**12, "80 GB", 16, max_tp=8, max_pp=2**60) == (8, 25)  # 16e12 / 80e9 = 200 = 8 * 25
+    # 10**12 - 1 = 3**3 * 7 * 11 * 13 * 37 * 101 * 9901: tp=2 needs pp >= 100 -> 101 (product 202)
+    # beats tp=8, pp >= 25 -> 27 (216) and tp=4, pp >= 50 -> 63 (252)
+    assert min_tp_pp(10**12, "80 GB", 16, max_tp=8, max_pp=2**60, num_layers=10**12 - 1) == (2, 101)
+    with pytest.raises(ConfigError, match="num_layers=.* must be <= 1000000000000"):
+        min_tp_pp(10**12, "80 GB", num_layers=10**13)

@@ -192,3 +192,32 @@ def test_config_is_frozen_and_fills_defaults():
 def test_form_rejects_non_flag():
     with pytest.raises(ConfigError, match="swiglu=2 must be 0 or 1"):
         F.MLP_PER_LAYER(hidden_size=2, ffn_hidden_size=2, swiglu=2)
+
+
+# ---- counts by layer multiplication equal the full tensor list; wrong types and huge lists refused
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.sampled_from(["rms", "layer", None]), st.booleans(), st.booleans())
+def test_count_params_equals_the_sum_over_every_listed_tensor(layers, heads, norm, tied, final_norm):
+    from math import prod
+
+    cfg = TransformerConfig(hidden_size=4 * heads, num_layers=layers, ffn_hidden_size=7, num_heads=heads,
+                            vocab_size=11, norm=norm, tied_embeddings=tied, final_norm=final_norm, qkv_bias=True)
+    assert count_params(cfg) == sum(prod(shape) for _, shape in param_tensors(cfg))
+
+
+def test_a_trillion_layers_counts_but_does_not_list():
+    cfg = dataclasses.replace(PRESETS["llama-2-7b"], num_layers=10**12)
+    per_layer = (count_params(PRESETS["llama-2-7b"]) - component_counts(PRESETS["llama-2-7b"])["embedding"]
+                 - component_counts(PRESETS["llama-2-7b"])["lm_head"] - 4096) // 32
+    assert count_params(cfg) == 2 * 32000 * 4096 + 4096 + 10**12 * per_layer
+    with pytest.raises(ConfigError, match=r"num_layers=1000000000000 must be <= 100000"):
+        param_tensors(cfg)
+
+
+def test_norm_given_as_an_array_is_a_config_error():
+    import numpy as np
+
+    with pytest.raises(ConfigError, match="norm=.* must be one of 'rms', 'layer', None"):
+        dataclasses.replace(PRESETS["llama-2-7b"], norm=np.array(["rms", "layer"]))

@@ -311,3 +311,17 @@ def test_form_comm_per_layer():
     with pytest.raises(ConfigError) as e:
         el.evaluate(s=1, b=1, h=3)
     _expect_config_error(e, "t", None, "is required by tp.comm_elements_per_layer")
+
+
+def test_layer_norm_of_a_constant_row_needs_eps_and_junk_is_refused():
+    with pytest.raises(ConfigError, match=r"eps=0\.0 must be > 0 when a row of h is constant"):
+        tp.layer_norm(np.array([[2.0, 2.0], [1.0, 3.0]]))
+    assert np.array_equal(tp.layer_norm(np.array([[2.0, 2.0]]), eps=1.0), np.zeros((1, 2)))
+    with pytest.raises(ConfigError, match="eps=nan must be a finite number >= 0"):
+        tp.layer_norm(np.ones((1, 2)), eps=float("nan"))
+    with pytest.raises(ConfigError, match="log=.* must be a list"):
+        tp.row_parallel(LESSON_X, LESSON_W, 2, log=())
+    with pytest.raises(ConfigError, match="must be finite"):
+        tp.column_parallel(np.array([[np.inf, 1.0]]), LESSON_W, 2)
+    with pytest.raises(ConfigError, match=r"W_up\.shape"):
+        tp.swiglu_mlp(LESSON_X, LESSON_W, np.ones((2, 3)), np.ones((4, 2)))

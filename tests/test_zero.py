@@ -180,3 +180,46 @@ def test_errors(call, message):
     with pytest.raises(ConfigError) as info:
         call()
     assert str(info.value).startswith(message)
+
+
+# ---- per-rank lists: fast formulas agree with the per-rank definitions; huge dp refused
+
+
+def _greedy_by_scan(numels, dp):
+    """The definition: assign each parameter (largest first) to the rank with the smallest total, lowest rank on a tie."""
+    order = sorted(range(len(numels)), key=lambda i: numels[i], reverse=True)
+    sizes, ranks = [0] * dp, [[] for _ in range(dp)]
+    for i in order:
+        r = min(range(dp), key=lambda j: (sizes[j], j))
+        ranks[r].append(i)
+        sizes[r] += numels[i]
+    return ranks
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=9), st.integers(1, 6))
+def test_zero_redundancy_heap_matches_the_greedy_scan(numels, dp):
+    assert zero_redundancy_assignment(numels, dp) == _greedy_by_scan(numels, dp)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), st.integers(1, 3)), min_size=1, max_size=4), st.integers(1, 12))
+def test_fsdp2_unpadded_sum_matches_the_rows_of_each_rank(shapes, dp):
+    expected = [sum(fsdp2_shard_rows(d0, dp)[r] * inner for d0, inner in shapes) for r in range(dp)]
+    assert fsdp2_shard_elements(shapes, dp, padded=False) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 10**4), st.integers(1, 64), st.integers(0, 3), st.integers(0, 16))
+def test_model_state_bytes_per_gpu_is_the_max_of_the_flat_partition(params, dp, stage, k):
+    assert model_state_bytes_per_gpu(params, dp, stage, k) == partition([params], dp, stage, "flat", k=k).max_bytes
+
+
+def test_per_rank_lists_refuse_a_huge_dp_and_the_formulas_take_it():
+    for fn in (lambda: fsdp2_shard_rows(8, 2**40), lambda: shard_elements([8], 2**40),
+               lambda: zero_redundancy_assignment([3, 2], 2**40), lambda: partition([8], 2**40, 3)):
+        with pytest.raises(ConfigError, match=r"dp=1099511627776 must be <= 16777216"):
+            fn()
+    assert model_state_bytes_per_gpu(2**41, 2**40, 3) == 16 * 2  # 2 elements per rank, 16 bytes each
+    with pytest.raises(ConfigError, match=r"numels\[1\]=0 must be >= 1"):
+        zero_redundancy_assignment([3, 0], 2)

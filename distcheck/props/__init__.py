@@ -14,6 +14,13 @@ examples tried, the verdict, and on failure the shrunk counterexample and how to
 reproduce it (the seed, and the ``@reproduce_failure`` blob).
 
 Suites (one module each): dp, accumulation, tp, pipeline, zero, params, layout, comm.
+
+Importing this package loads the closed-form catalogue (sympy and every module of
+:mod:`distcheck.forms`, about a second). The cost is paid once, at import (test
+collection), not inside the first example of a user's ``@given`` test, where it
+would exceed Hypothesis' default 200 ms deadline (DeadlineExceeded, then
+FlakyFailure when the replay is fast). After that a property evaluates its closed
+forms in about a millisecond.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Callable, Iterable
 from hypothesis import Phase, given, seed as hypothesis_seed, settings
 from hypothesis.strategies import SearchStrategy
 
+from distcheck.closed_form import catalogue as _catalogue
 from distcheck.errors import ConfigError, PropertyFailure, UnknownQuantityError
 from distcheck.report import FAIL, PASS, CheckResult
 
@@ -49,6 +57,8 @@ SUITES = ("dp", "accumulation", "tp", "pipeline", "zero", "params", "layout", "c
 
 _REGISTRY: dict[str, "Property"] = {}
 _loaded = False
+
+_catalogue()  # warm the closed forms now (see the module docstring): no lazy sympy import inside an example
 
 
 @dataclass(frozen=True)

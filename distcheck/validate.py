@@ -1,0 +1,176 @@
+"""Input checks shared by the numpy references (dp, tp, attention, comm, zero, layout, ...).
+
+Every check raises :class:`distcheck.errors.ConfigError` naming the argument, its
+value and the rule, so a wrong type, an empty or non-finite array, or a size too
+large to enumerate never surfaces as an AttributeError, IndexError, MemoryError or
+a hang from deep inside numpy.
+
+Size limits (documented here, used by the modules that enumerate):
+
+- :data:`MAX_RANKS` = 2**24 (16,777,216): the most ranks a function that lists
+  something per rank (layout groups and grids, ZeRO per-rank shards) enumerates.
+  Larger worlds are answered by the O(1) functions (``layout.coords``,
+  ``layout.rank_of``, ``ParallelConfig.num_groups``) and the closed forms.
+"""
+
+from __future__ import annotations
+
+import numbers
+from decimal import Decimal
+from typing import Any, Sequence
+
+import numpy as np
+
+from distcheck.errors import ConfigError, check_choice  # re-exported: one array-safe check_choice
+
+__all__ = [
+    "MAX_RANKS",
+    "MAX_ELEMENTS",
+    "check_type",
+    "check_choice",
+    "check_bool",
+    "check_callable",
+    "check_int",
+    "check_at_most",
+    "as_array",
+    "as_arrays",
+    "as_int_list",
+]
+
+#: the most ranks a per-rank enumeration builds (layout groups/grids, ZeRO shards)
+MAX_RANKS = 2**24
+#: the most elements a reference allocates for arrays it creates itself (e.g. dp.mlp_init)
+MAX_ELEMENTS = 2**24
+
+#: numpy dtype kinds accepted as numbers: bool, signed, unsigned, float
+_NUMERIC_KINDS = "biuf"
+
+
+def check_type(field: str, value: Any, cls: type | tuple[type, ...], hint: str) -> Any:
+    """Return ``value`` if it is an instance of ``cls``, else ConfigError(field, value, hint)."""
+    if not isinstance(value, cls):
+        raise ConfigError(field, _short(value), hint)
+    return value
+
+
+def check_bool(field: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool (numpy bools accepted), else ConfigError."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(field, _short(value), "must be a bool")
+    return bool(value)
+
+
+def check_callable(field: str, value: Any) -> Any:
+    """Return ``value`` if it is callable, else ConfigError."""
+    if not callable(value):
+        raise ConfigError(field, _short(value), "must be a callable")
+    return value
+
+
+def check_int(field: str, value: Any, *, min_value: int | None = None, max_value: int | None = None) -> int:
+    """``value`` as a Python int: an ``int`` or numpy integer (bools rejected) within
+    ``[min_value, max_value]`` (either end optional). Raises ConfigError otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(field, _short(value), "must be an integer")
+    value = int(value)
+    if min_value is not None and value < min_value:
+        raise ConfigError(field, value, f"must be >= {min_value}")
+    if max_value is not None and value > max_value:
+        raise ConfigError(field, value, f"must be <= {max_value}")
+    return value
+
+
+def check_at_most(field: str, value: int, limit: int, why: str) -> int:
+    """Raise ConfigError(field, value, "must be <= limit (why)") when ``value > limit``."""
+    if value > limit:
+        raise ConfigError(field, value, f"must be <= {limit} ({why})")
+    return value
+
+
+def _short(value: Any) -> Any:
+    """A value fit for an error message (large arrays summarised by shape and dtype)."""
+    if isinstance(value, np.ndarray) and value.size > 8:
+        return f"<array shape={value.shape} dtype={value.dtype}>"
+    return value
+
+
+def as_array(
+    field: str,
+    value: Any,
+    *,
+    ndim: int | tuple[int, ...] | None = None,
+    min_ndim: int = 0,
+    allow_empty: bool = False,
+    allow_object: bool = True,
+    allow_bool: bool = True,
+) -> np.ndarray:
+    """``value`` as a numeric numpy array, or ConfigError naming ``field``.
+
+    Accepted: bool (unless ``allow_bool`` is False), integer and float dtypes; with ``allow_object`` also object
+    arrays whose entries are all real numbers (``fractions.Fraction``,
+    ``decimal.Decimal``: the exact and high-precision inputs of the references).
+    Rules: a float entry must be finite (NaN and infinity have no exact value and
+    turn every comparison into a false negative); ``ndim`` (an int or a tuple of
+    allowed values) and ``min_ndim`` constrain the rank; the array must be
+    non-empty unless ``allow_empty``.
+    """
+    if isinstance(value, (str, bytes, dict)) or value is None:
+        raise ConfigError(field, _short(value), "must be a numeric array")
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(field, _short(value), f"must be a numeric array ({exc})") from None
+    kind = arr.dtype.kind
+    if kind == "O":
+        if not allow_object or not all(isinstance(x, (numbers.Real, Decimal)) and not isinstance(x, bool)
+                                       for x in arr.reshape(-1).tolist()):
+            raise ConfigError(field, _short(value), "must be a numeric array (ints, floats, Fractions or Decimals)")
+        if not all(_finite(x) for x in arr.reshape(-1).tolist()):
+            raise ConfigError(field, _short(value), "must be finite (no NaN or infinity)")
+    elif kind not in _NUMERIC_KINDS or (kind == "b" and not allow_bool):
+        raise ConfigError(field, _short(value), f"must be a numeric array (got dtype {arr.dtype})")
+    elif kind == "f" and not np.all(np.isfinite(arr)):
+        raise ConfigError(field, _short(value), "must be finite (no NaN or infinity)")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if arr.ndim not in allowed:
+            raise ConfigError(f"{field}.shape", arr.shape, f"must have {' or '.join(map(str, allowed))} dimensions")
+    if arr.ndim < min_ndim:
+        raise ConfigError(f"{field}.shape", arr.shape, f"must have at least {min_ndim} dimension(s)")
+    if arr.size == 0 and not allow_empty:
+        raise ConfigError(f"{field}.shape", arr.shape, "must not be empty (every dimension >= 1)")
+    return arr
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return bool(np.isfinite(float(x)))
+    except (OverflowError, ValueError, TypeError):
+        return False
+
+
+def as_arrays(field: str, values: Any, *, min_len: int = 1, max_len: int | None = None, **array_kw) -> list[np.ndarray]:
+    """A non-string sequence of arrays, each checked by :func:`as_array` as ``field[i]``;
+    at least ``min_len`` and at most ``max_len`` of them."""
+    if isinstance(values, (str, bytes, dict, np.ndarray)) or not isinstance(values, Sequence):
+        if not (isinstance(values, np.ndarray) and values.ndim >= 1):
+            raise ConfigError(field, _short(values), "must be a list of arrays")
+    n = len(values)
+    if n < min_len:
+        raise ConfigError(field, _short(values), "must be non-empty" if min_len == 1 else f"must hold at least {min_len} arrays")
+    if max_len is not None and n > max_len:
+        raise ConfigError(f"len({field})", n, f"must be <= {max_len}")
+    return [as_array(f"{field}[{i}]", v, **array_kw) for i, v in enumerate(values)]
+
+
+def as_int_list(field: str, values: Any, *, min_value: int = 1, min_len: int = 1) -> list[int]:
+    """A sequence (or 1-D integer array) of integers >= ``min_value`` as a list of ints."""
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            raise ConfigError(field, _short(values), "must be a 1-D list of integers")
+        values = values.tolist()
+    if isinstance(values, (str, bytes, dict)) or not isinstance(values, Sequence):
+        raise ConfigError(field, _short(values), "must be a list of integers")
+    if len(values) < min_len:
+        raise ConfigError(field, _short(values), "must be non-empty" if min_len == 1 else f"must hold at least {min_len} integers")
+    return [check_int(f"{field}[{i}]", v, min_value=min_value) for i, v in enumerate(values)]
