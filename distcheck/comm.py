@@ -223,8 +223,9 @@ def _result(collective, n, size_bytes, itemsize, net, outputs) -> CommResult:
     )
 
 
-def _ring_reduce_scatter_phase(net: _Net, bufs: list[np.ndarray], bounds, shift: int) -> None:
-    """n-1 steps: at step k rank r sends chunk (r - k + shift) mod n to r+1, which adds it."""
+def _ring_phase(net: _Net, bufs: list[np.ndarray], bounds, shift: int, *, reduce: bool) -> None:
+    """n-1 ring steps: at step k rank r sends chunk (r - k + shift) mod n to r+1, which adds
+    it to its own chunk (``reduce=True``: the reduce-scatter phase) or stores it (the all-gather phase)."""
     n = len(bufs)
     for k in range(n - 1):
         for r in range(n):
@@ -233,20 +234,18 @@ def _ring_reduce_scatter_phase(net: _Net, bufs: list[np.ndarray], bounds, shift:
             net.send(r, (r + 1) % n, c, bufs[r][a:b])
         for _src, dst, c, data in net.deliver():
             a, b = bounds[c]
-            bufs[dst][a:b] += data
+            if reduce:
+                bufs[dst][a:b] += data
+            else:
+                bufs[dst][a:b] = data
+
+
+def _ring_reduce_scatter_phase(net: _Net, bufs: list[np.ndarray], bounds, shift: int) -> None:
+    _ring_phase(net, bufs, bounds, shift, reduce=True)
 
 
 def _ring_all_gather_phase(net: _Net, bufs: list[np.ndarray], bounds, shift: int) -> None:
-    """n-1 steps: at step k rank r sends chunk (r - k + shift) mod n to r+1, which stores it."""
-    n = len(bufs)
-    for k in range(n - 1):
-        for r in range(n):
-            c = (r - k + shift) % n
-            a, b = bounds[c]
-            net.send(r, (r + 1) % n, c, bufs[r][a:b])
-        for _src, dst, c, data in net.deliver():
-            a, b = bounds[c]
-            bufs[dst][a:b] = data
+    _ring_phase(net, bufs, bounds, shift, reduce=False)
 
 
 def ring_all_reduce(inputs: Sequence[np.ndarray]) -> CommResult:

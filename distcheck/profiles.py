@@ -30,28 +30,16 @@ from distcheck.errors import ConfigError
 
 __all__ = ["PROFILES", "DEFAULT_PROFILE", "register_profiles", "load_profile", "get_profile", "default_profile_name"]
 
+#: settings every profile shares: no deadline (first examples import sympy and torch),
+#: and the @reproduce_failure blob printed with every failure
+_COMMON = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+
 #: profile name -> keyword arguments of :class:`hypothesis.settings`
 PROFILES: dict[str, dict] = {
-    "dev": dict(
-        max_examples=25,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    ),
-    "ci": dict(
-        max_examples=40,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    ),
-    "thorough": dict(
-        max_examples=400,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    ),
+    "dev": dict(_COMMON, max_examples=25),
+    "ci": dict(_COMMON, max_examples=40, derandomize=True, database=None),
+    "thorough": dict(_COMMON, max_examples=400,
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]),
 }
 
 #: the profile used when nothing selects one and CI is not set
