@@ -156,7 +156,8 @@ def call_impl(what: str, fn: Callable, *args, **kwargs):
 
 
 _BLOB = re.compile(r"@reproduce_failure\([^)]*\)")
-_FALSIFYING = re.compile(r"Falsifying example: .*", re.S)
+# Hypothesis says "Falsifying example:" (before 6.16x) or "Failing test case:" (after)
+_FALSIFYING = re.compile(r"(?:Falsifying example|Failing test case): .*", re.S)
 
 
 def _one_line(text: str, limit: int = 400) -> str:
