@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("keys", nargs="*", type=Path, metavar="KEY.toml", help="answer keys to audit")
     audit.add_argument("--list", action="store_true", help="list the quantities a key may name, with inputs and units")
-    audit.add_argument("--format", choices=("table", "markdown", "json"), default="table", help="report format")
+    audit.add_argument("--format", choices=("table", "markdown", "json"), default=None,
+                       help="report format (default: from --output's suffix, .json or .md, else table)")
     audit.add_argument("--output", type=Path, default=None, help="write the report to this file instead of stdout")
     return parser
 
@@ -200,6 +201,9 @@ def _check_worlds(backend: str, world_sizes) -> None:
 def _run_audit(args) -> int:
     from distcheck import audit
 
+    if args.format is None:
+        suffix = args.output.suffix.lower() if args.output is not None else ""
+        args.format = {".json": "json", ".md": "markdown", ".markdown": "markdown"}.get(suffix, "table")
     if args.list:
         if args.keys:
             raise _UsageError("--list takes no KEY.toml")

@@ -60,10 +60,15 @@ def _show(value: object) -> str:
 
 
 class UnknownQuantityError(DistcheckError, KeyError):
-    """A quantity name is not in the closed-form catalogue."""
+    """A name is not in a catalogue (closed forms, auditable quantities, properties).
 
-    def __init__(self, name: str, known: list[str] | None = None):
+    ``kind`` says which: ``"quantity"`` (default) or ``"property"``; the message
+    suggests close matches.
+    """
+
+    def __init__(self, name: str, known: list[str] | None = None, kind: str = "quantity"):
         self.name = name
+        self.kind = kind
         self.known = known or []
         hint = ""
         if self.known:
@@ -72,10 +77,13 @@ class UnknownQuantityError(DistcheckError, KeyError):
             close = difflib.get_close_matches(name, self.known, n=3)
             if close:
                 hint = f"; did you mean {', '.join(close)}?"
-        super().__init__(f"unknown quantity {name!r}{hint}")
+        super().__init__(f"unknown {kind} {name!r}{hint}")
 
     def __str__(self) -> str:  # KeyError quotes its message otherwise
         return self.args[0]
+
+    def __reduce__(self):
+        return (type(self), (self.name, self.known, self.kind))
 
 
 class GoldenError(DistcheckError):

@@ -57,6 +57,12 @@ def load_golden(path: str | Path) -> AnswerKey:
     return key
 
 
+def _name(path: Path, ident: str) -> str:
+    """A row's check name: the claim id, prefixed ``<key>:`` unless the id already starts with it
+    (``chapter.70b.weights`` from chapter.toml; ``zero.pos`` from tampered.toml -> ``tampered:zero.pos``)."""
+    return ident if ident.startswith(path.stem + ".") else f"{path.stem}:{ident}"
+
+
 def _detail(verdict: str, expect: str, ok: bool, explanation: str) -> str:
     """``"as recorded, wrong: ..."`` when the audit reproduces the golden verdict, else says both."""
     head = f"as recorded, {verdict}" if ok else f"audit says {verdict}, golden records {expect}"
@@ -79,7 +85,7 @@ def verify(path: str | Path) -> list[CheckResult]:
         ok = v.verdict == v.claim.expect
         err = v.error
         rows.append(CheckResult(
-            check=f"golden/{p.stem}:{v.claim.id}", backend="golden", verdict=PASS if ok else FAIL, examples=1,
+            check=_name(p, v.claim.id), backend="golden", verdict=PASS if ok else FAIL, examples=1,
             # the error column is distcheck's error against a figure that holds; for a figure
             # recorded as wrong, its own discrepancy is in the detail, not an error of the check
             max_error=err if v.claim.expect == "holds" else None,
@@ -91,7 +97,7 @@ def verify(path: str | Path) -> list[CheckResult]:
         expect = k.expect if not k.automatic else "consistent"
         ok = k.verdict == expect
         rows.append(CheckResult(
-            check=f"golden/{p.stem}:{k.id}", backend="golden", verdict=PASS if ok else FAIL, examples=1,
+            check=_name(p, k.id), backend="golden", verdict=PASS if ok else FAIL, examples=1,
             detail=_detail(k.verdict, expect, ok, k.explanation),
         ))
     return rows

@@ -77,10 +77,12 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
     results = list(results)
     console = console or Console()
     style = {PASS: "green", FAIL: "bold red", SKIP: "yellow", FINDING: "magenta"}
-    check_w = min(CHECK_WIDTH, max([len(r.check) for r in results] + [5]))
     backend_w = max([len(r.backend) for r in results] + [7])
-    fixed = [check_w, backend_w, 5, 8, 7, 9]  # check, backend, world size, examples, verdict, max error
-    room = console.width - sum(w + 3 for w in fixed) - 4  # each column: its width, padding and a separator
+    others = sum(w + 3 for w in (backend_w, 5, 8, 7, 9)) + 4  # each column: width, padding, separator
+    longest = max([len(r.check) for r in results] + [5])
+    # the check column gives way (down to 24) so that the detail keeps at least 30 columns
+    check_w = max(min(24, longest), min(CHECK_WIDTH, longest, console.width - others - 3 - 30))
+    room = console.width - others - (check_w + 3)
     if console.width < 100:  # too narrow for columns: one plain line per row
         if title:
             console.print(title, style="bold", highlight=False)
@@ -133,7 +135,9 @@ def summary_line(results: Iterable[CheckResult], seconds: float | None = None) -
     results = list(results)
     counts = {v: sum(r.verdict == v for r in results) for v in (PASS, FAIL, SKIP, FINDING)}
     line = f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped, {counts[FINDING]} findings"
-    return line if seconds is None else f"{line} in {seconds:.1f}s"
+    line = line if seconds is None else f"{line} in {seconds:.1f}s"
+    mutants = [r for r in results if r.check == "mutants"]  # the properties stage's kill count
+    return line + "".join(f"; {r.detail}" for r in mutants)
 
 
 def print_report(results: Iterable[CheckResult], *, title: str = "distcheck check", seconds: float | None = None,

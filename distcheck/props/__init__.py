@@ -127,7 +127,7 @@ def get(name: str) -> Property:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise UnknownQuantityError(name, sorted(_REGISTRY)) from None
+        raise UnknownQuantityError(name, sorted(_REGISTRY), kind="property") from None
 
 
 def form_value(name: str, **values):

@@ -10,6 +10,9 @@ See docs/RUNNERS.md.
 """
 
 from distcheck.runners.context import RankContext, check_same_shape
+from distcheck.runners.fake import FakeWorld, run_fake
 from distcheck.runners.pool import BACKENDS, RankPool, check_backend_available
+from distcheck.runners.torchrun import TorchrunWorld
 
-__all__ = ["RankPool", "RankContext", "BACKENDS", "check_backend_available", "check_same_shape"]
+__all__ = ["RankPool", "RankContext", "BACKENDS", "check_backend_available", "check_same_shape",
+           "FakeWorld", "run_fake", "TorchrunWorld"]

@@ -192,7 +192,7 @@ def tp_rank(ctx, example: dict) -> dict:
     if ctx.backend != "threaded":
         # CommDebugMode's module tracker uses process-global module hooks, which
         # break when ranks are threads; on processes it must agree with ByteCounter
-        with CommDebugMode() as comm:
+        with CommDebugMode() as comm, torch.no_grad():  # counting only: no autograd graph
             again = sharded(x)
         float(again.sum())  # wait for the async all-reduce: an unwaited collective warns at exit
         result_cdm = sum(int(v) for v in comm.get_comm_counts().values())
