@@ -40,6 +40,8 @@ is not a :class:`ParallelConfig`.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
@@ -320,10 +322,37 @@ def node_of(cfg: ParallelConfig, rank: int) -> int:
 def groups_node_local(cfg: ParallelConfig, axis: str) -> bool:
     """True if every group of ``axis`` lies within one node of ``gpus_per_node`` GPUs.
 
-    Raises ConfigError as :func:`groups` (unknown axis, ``world_size > MAX_RANKS``).
+    Works at any world size, without listing ranks: a group of a mesh axis is
+    ``base + i*stride`` for ``i < degree``, where ``stride`` is the product of the degrees
+    of the axes inside it in ``cfg.order``; it stays in one node iff
+    ``base mod g + (degree-1)*stride < g`` (g = gpus_per_node). The bases are
+    ``inner + k*stride*degree`` with ``inner < stride``, so only their residues mod g
+    matter: at most g values of each, O(g**2) work. EP placed inside DP is checked by
+    listing its groups (``world_size <= MAX_RANKS``).
+
+    Raises ConfigError for a non-ParallelConfig or an unknown axis.
     """
-    nodes = _groups_array(cfg, axis) // cfg.gpus_per_node
-    return bool(np.all(nodes.min(axis=1) == nodes.max(axis=1)))
+    _check_cfg(cfg)
+    check_choice("axis", axis, AXES)
+    if axis == "ep" and cfg.ep_placement == "inside_dp":
+        nodes = _groups_array(cfg, axis) // cfg.gpus_per_node
+        return bool(np.all(nodes.min(axis=1) == nodes.max(axis=1)))
+    g, d = cfg.gpus_per_node, cfg.degree(axis)
+    if d == 1:
+        return True
+    stride = 1
+    for a in cfg.order:
+        if a == axis:
+            break
+        stride *= cfg.degree(a)
+    span = (d - 1) * stride
+    if span >= g:  # (with degree >= 2 this also covers stride >= g)
+        return False
+    block = stride * d
+    blocks = cfg.world_size // block
+    step = g // math.gcd(block, g)  # k*block mod g repeats with this period
+    residues = {(k * block) % g for k in range(min(blocks, step))}
+    return all((r + inner) % g + span < g for r in residues for inner in range(stride))
 
 
 def tp_groups_node_local(cfg: ParallelConfig) -> bool:

@@ -297,3 +297,23 @@ def test_form_input_errors():
         forms.WORLD_SIZE.evaluate(tp=0, pp=1, dp=1)
     with pytest.raises(ConfigError, match="dp=None is required by layout.world_size"):
         forms.WORLD_SIZE.evaluate(tp=1, pp=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 6), st.integers(1, 6), st.integers(1, 3),
+       st.sampled_from([1, 2, 3, 4, 6, 8, 16]), st.permutations(["tp", "cp", "pp", "dp"]))
+def test_node_locality_arithmetic_equals_listing_every_group(tp, pp, dp, cp, gpus_per_node, order):
+    from distcheck.layout import _groups_array
+
+    cfg = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, gpus_per_node=gpus_per_node, order=tuple(order))
+    for axis in ("tp", "cp", "pp", "dp"):
+        nodes = _groups_array(cfg, axis) // gpus_per_node
+        listed = bool(np.all(nodes.min(axis=1) == nodes.max(axis=1)))
+        assert groups_node_local(cfg, axis) == listed, (cfg, axis)
+
+
+def test_node_locality_at_a_trillion_ranks():
+    big = ParallelConfig(tp=8, pp=10**6, dp=10**6)
+    assert tp_groups_node_local(big) is True
+    assert groups_node_local(big, "pp") is False
+    assert tp_groups_node_local(ParallelConfig(tp=8, pp=10**6, dp=10**6, order="dp-tp-pp-cp")) is False
