@@ -223,6 +223,13 @@ def _result(collective, n, size_bytes, itemsize, net, outputs) -> CommResult:
     )
 
 
+def _ring_start(inputs):
+    """Validated inputs, n, per-rank working copies, the array_split chunk bounds and a fresh network."""
+    arrays = _check_inputs(inputs, "inputs")
+    n = len(arrays)
+    return arrays, n, [a.copy() for a in arrays], _bounds(arrays[0].size, n), _Net(n)
+
+
 def _ring_phase(net: _Net, bufs: list[np.ndarray], bounds, shift: int, *, reduce: bool) -> None:
     """n-1 ring steps: at step k rank r sends chunk (r - k + shift) mod n to r+1, which adds
     it to its own chunk (``reduce=True``: the reduce-scatter phase) or stores it (the all-gather phase)."""
@@ -264,11 +271,7 @@ def ring_all_reduce(inputs: Sequence[np.ndarray]) -> CommResult:
 
     Raises ConfigError unless the inputs are n >= 1 equal-shape 1-D arrays.
     """
-    arrays = _check_inputs(inputs, "inputs")
-    n = len(arrays)
-    bufs = [a.copy() for a in arrays]
-    bounds = _bounds(arrays[0].size, n)
-    net = _Net(n)
+    arrays, n, bufs, bounds, net = _ring_start(inputs)
     _ring_reduce_scatter_phase(net, bufs, bounds, shift=0)
     _ring_all_gather_phase(net, bufs, bounds, shift=1)
     for r in range(n):
@@ -287,11 +290,7 @@ def ring_reduce_scatter(inputs: Sequence[np.ndarray]) -> CommResult:
 
     Raises ConfigError unless the inputs are n >= 1 equal-shape 1-D arrays.
     """
-    arrays = _check_inputs(inputs, "inputs")
-    n = len(arrays)
-    bufs = [a.copy() for a in arrays]
-    bounds = _bounds(arrays[0].size, n)
-    net = _Net(n)
+    arrays, n, bufs, bounds, net = _ring_start(inputs)
     _ring_reduce_scatter_phase(net, bufs, bounds, shift=-1)
     outputs = []
     for r in range(n):
