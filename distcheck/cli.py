@@ -6,8 +6,9 @@ mutant catalogue, (b) verifies every golden figure, and (c) runs the real-backen
 checks on torch.distributed gloo worlds of 2 and 4 CPU processes. It prints one
 table and exits 1 on any failure, 2 on bad input.
 
-``distcheck audit KEY.toml ...`` audits answer keys; ``distcheck audit --list``
-lists the quantities a key may name.
+``distcheck audit KEY.toml ...`` audits answer keys (a bare name such as ``chapter``
+names a key shipped with distcheck); ``distcheck audit --list`` lists the quantities a
+key may name, ``distcheck audit --list-keys`` the shipped keys.
 """
 
 from __future__ import annotations
@@ -108,8 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
             "documented in docs/AUDIT.md."
         ),
     )
-    audit.add_argument("keys", nargs="*", type=Path, metavar="KEY.toml", help="answer keys to audit")
+    audit.add_argument("keys", nargs="*", metavar="KEY.toml",
+                       help="answer keys to audit: a file, or the name of a key shipped with distcheck "
+                            "(e.g. chapter; see --list-keys)")
     audit.add_argument("--list", action="store_true", help="list the quantities a key may name, with inputs and units")
+    audit.add_argument("--list-keys", action="store_true",
+                       help="list the answer keys shipped with distcheck (the golden figures), by name")
     audit.add_argument("--format", choices=("table", "markdown", "json"), default=None,
                        help="report format (default: from --output's suffix, .json or .md, else table)")
     audit.add_argument("--output", type=Path, default=None, help="write the report to this file instead of stdout")
@@ -204,18 +209,44 @@ def _run_audit(args) -> int:
     if args.format is None:
         suffix = args.output.suffix.lower() if args.output is not None else ""
         args.format = {".json": "json", ".md": "markdown", ".markdown": "markdown"}.get(suffix, "table")
-    if args.list:
+    if args.list and args.list_keys:
+        raise _UsageError("--list and --list-keys cannot be combined")
+    if args.list or args.list_keys:
         if args.keys:
-            raise _UsageError("--list takes no KEY.toml")
-        text = audit.render_quantity_list(args.format)
+            raise _UsageError(f"{'--list' if args.list else '--list-keys'} takes no KEY.toml")
+        text = audit.render_quantity_list(args.format) if args.list else _render_key_list(args.format)
         _emit(text, args.output)
         return EXIT_OK
     if not args.keys:
-        raise _UsageError("audit needs at least one KEY.toml (or --list)")
-    results = [audit.audit_file(path) for path in args.keys]
+        raise _UsageError("audit needs at least one KEY.toml (or --list, --list-keys)")
+    from distcheck.golden import resolve_key
+
+    results = [audit.audit_file(resolve_key(key)) for key in args.keys]
     text = audit.render(results, args.format)
     _emit(text, args.output)
     return max(audit.audit_exit_code(r) for r in results)
+
+
+def _render_key_list(fmt: str) -> str:
+    """The shipped answer keys (name, claims, title; the folder they are read from) as text in ``fmt``."""
+    import json
+
+    from distcheck.audit import load_key
+    from distcheck.golden import default_golden_dir, shipped_keys
+
+    keys = {name: load_key(path) for name, path in shipped_keys().items()}
+    if fmt == "json":
+        return json.dumps([{"name": name, "path": k.path, "title": k.title, "source": k.source,
+                            "claims": len(k.claims), "checks": len(k.checks)} for name, k in keys.items()], indent=2)
+    if fmt == "markdown":
+        rows = ["| name | claims | title |", "|---|---|---|"]
+        rows += [f"| `{name}` | {len(k.claims)} | {k.title} |" for name, k in keys.items()]
+        return "\n".join(rows) + "\n"
+    width = max(map(len, keys))
+    lines = [f"shipped answer keys ({default_golden_dir()}); audit one with `distcheck audit NAME`",
+             f"{'name':<{width}}  claims  title"]
+    lines += [f"{name:<{width}}  {len(k.claims):>6}  {k.title}" for name, k in keys.items()]
+    return "\n".join(lines) + "\n"
 
 
 def _emit(text: str | None, output: Path | None) -> None:

@@ -6,10 +6,17 @@ inside the ``[meta] source`` document), and ``[meta] source`` names the document
 :func:`verify` audits a key and compares each verdict with its ``expect``: the
 value is recomputed by the library every time, and the stored ``claimed`` figure
 is only what the recomputation is checked against.
+
+The keys live in the repository's ``golden/`` folder, their one copy. A built wheel
+ships that folder inside the package as ``distcheck/golden_keys`` (a setuptools
+``package-dir`` mapping in ``pyproject.toml``), so an installed distcheck finds its
+keys without a checkout: :func:`default_golden_dir`. A shipped key can be named by
+its file stem (``chapter``): :func:`shipped_keys`, :func:`resolve_key`.
 """
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 from distcheck.audit.keys import AnswerKey, load_key
@@ -17,11 +24,20 @@ from distcheck.audit.verdict import audit_key
 from distcheck.errors import AnswerKeyError, GoldenError
 from distcheck.report import FAIL, PASS, CheckResult
 
-__all__ = ["default_golden_dir", "golden_paths", "load_golden", "verify", "verify_all"]
+__all__ = ["default_golden_dir", "golden_paths", "shipped_keys", "resolve_key", "load_golden", "verify",
+           "verify_all"]
 
 
 def default_golden_dir() -> Path:
-    """The golden/ folder shipped beside the package (repository root)."""
+    """The folder of the golden keys shipped with distcheck.
+
+    An installed wheel holds them as package data, ``<site-packages>/distcheck/golden_keys``
+    (read through :mod:`importlib.resources`). A source checkout run in place (an editable
+    install, or ``PYTHONPATH=.``) has no such folder and uses the checkout's ``golden/``.
+    """
+    shipped = resources.files("distcheck") / "golden_keys"
+    if isinstance(shipped, Path) and shipped.is_dir():
+        return shipped
     return Path(__file__).resolve().parent.parent / "golden"
 
 
@@ -37,6 +53,32 @@ def golden_paths(directory: str | Path | None = None) -> list[Path]:
     if not paths:
         raise GoldenError(f"golden folder {d} holds no *.toml key")
     return paths
+
+
+def shipped_keys() -> dict[str, Path]:
+    """The shipped golden keys by name (file stem), sorted: ``{"chapter": .../chapter.toml, ...}``.
+
+    Raises GoldenError when the shipped folder is missing or empty.
+    """
+    return {p.stem: p for p in golden_paths()}
+
+
+def resolve_key(key: str | Path) -> Path:
+    """The answer key a user names on the command line.
+
+    An existing file, or anything with a folder or a suffix (``golden/chapter.toml``,
+    ``my.toml``), is a path and is returned as given: reading it reports what is wrong
+    with it. A bare name that is no file here (``chapter``) names a shipped key.
+    Raises AnswerKeyError for a bare name that is neither, listing the shipped names.
+    """
+    p = Path(key)
+    if p.exists() or len(p.parts) != 1 or p.suffix:
+        return p
+    shipped = shipped_keys()
+    if p.name in shipped:
+        return shipped[p.name]
+    raise AnswerKeyError(f"no such file, and no shipped key of that name (shipped: {', '.join(shipped)}; "
+                         "see `distcheck audit --list-keys`)", path=str(key))
 
 
 def load_golden(path: str | Path) -> AnswerKey:

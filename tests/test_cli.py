@@ -27,7 +27,7 @@ def test_help_documents_every_option(argv, capsys):
     for word in {"--help": ["check", "audit", "Exit codes"],
                  "check": ["--profile", "--backend", "--world-sizes", "--launcher", "--only", "--skip",
                            "--golden-dir", "--timeout", "--format"],
-                 "audit": ["--list", "--format", "--output", "KEY.toml"]}[argv[0]]:
+                 "audit": ["--list", "--list-keys", "--format", "--output", "KEY.toml"]}[argv[0]]:
         assert word in out
 
 
@@ -49,6 +49,9 @@ def test_help_documents_every_option(argv, capsys):
         (["audit"], "needs at least one KEY.toml"),
         (["audit", "--list", "golden/lesson.toml"], "--list takes no KEY.toml"),
         (["audit", "/nonexistent/key.toml"], "key.toml"),
+        (["audit", "chaptre"], "chaptre: no such file, and no shipped key of that name (shipped: chapter, "),
+        (["audit", "--list-keys", "chapter"], "--list-keys takes no KEY.toml"),
+        (["audit", "--list", "--list-keys"], "cannot be combined"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_and_exit_2(argv, message, capsys):
@@ -115,3 +118,22 @@ def test_sigterm_unwinds_closes_the_pool_and_exits_143(tmp_path):
     assert "terminated" in err and "Traceback" not in err
     time.sleep(0.5)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("distcheck-pool-")]
+
+
+def test_a_shipped_key_is_named_without_a_path(tmp_path, monkeypatch, capsys):
+    from distcheck.golden import default_golden_dir
+
+    monkeypatch.chdir(tmp_path)  # no checkout here: the names resolve to the shipped keys
+    assert main(["audit", "--list-keys"]) == 0
+    out = capsys.readouterr().out
+    assert str(default_golden_dir()) in out.splitlines()[0]
+    rows = [line.split(None, 2) for line in out.splitlines()[2:]]
+    assert [(name, claims) for name, claims, _ in rows] == [
+        ("chapter", "33"), ("korthikanti", "8"), ("lesson", "88"), ("llama3_table4", "8"), ("zero_paper", "7")]
+    assert main(["audit", "zero_paper", "--format", "json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["path"] == str(default_golden_dir() / "zero_paper.toml")
+    assert main(["audit", "chapter", "--format", "json"]) == 1  # its wrong figures, found from the name alone
+    (tmp_path / "chapter").write_text("not toml")  # a file of that name here wins over the shipped key
+    assert main(["audit", "chapter"]) == 2
+    assert "chapter:1: not valid TOML" in capsys.readouterr().err
