@@ -11,35 +11,41 @@ walks whole schedules, so per-example time varies with the drawn sizes).
 
 Selecting a profile:
 
-- pytest: ``pytest properties/ --distcheck-profile=thorough`` or the
-  ``HYPOTHESIS_PROFILE`` environment variable; default ``ci`` when ``CI=true``,
-  else ``dev`` (see ``properties/conftest.py``).
-- CLI / library: :func:`load_profile` (``distcheck check --profile ci``).
+- pytest: ``--distcheck-profile=NAME``, an option of distcheck's pytest plugin
+  (:mod:`distcheck.pytest_plugin`). Nothing else selects one: a suite that does not
+  ask keeps Hypothesis' own choice. This repository's ``properties/`` suite picks a
+  default of its own (``properties/conftest.py``, :func:`default_profile_name`).
+- CLI / library: ``distcheck check --profile NAME``, :func:`load_profile`, :func:`get_profile`.
 
-Re-registering ``ci`` replaces Hypothesis' own built-in ``ci`` profile by design.
+In Hypothesis' registry the profiles are named ``distcheck-dev``, ``distcheck-ci`` and
+``distcheck-thorough`` (:func:`hypothesis_name`). Hypothesis' own ``ci`` profile, which it
+makes current on a CI machine, is never replaced: registering distcheck's profiles changes
+nothing for a suite that does not load one. Importing this module does not import
+Hypothesis; the profiles are registered on first use.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Mapping
-
-from hypothesis import HealthCheck, settings
+from typing import TYPE_CHECKING, Mapping
 
 from distcheck.errors import ConfigError
 
-__all__ = ["PROFILES", "DEFAULT_PROFILE", "register_profiles", "load_profile", "get_profile", "default_profile_name"]
+if TYPE_CHECKING:
+    from hypothesis import settings
+
+__all__ = ["PROFILES", "DEFAULT_PROFILE", "hypothesis_name", "register_profiles", "load_profile", "get_profile",
+           "default_profile_name"]
 
 #: settings every profile shares: no deadline (first examples import sympy and torch),
 #: and the @reproduce_failure blob printed with every failure
-_COMMON = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+_COMMON = dict(deadline=None, print_blob=True, suppress_health_check=("too_slow",))
 
-#: profile name -> keyword arguments of :class:`hypothesis.settings`
+#: profile name -> keyword arguments of :class:`hypothesis.settings` (health checks by name)
 PROFILES: dict[str, dict] = {
     "dev": dict(_COMMON, max_examples=25),
     "ci": dict(_COMMON, max_examples=40, derandomize=True, database=None),
-    "thorough": dict(_COMMON, max_examples=400,
-                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]),
+    "thorough": dict(_COMMON, max_examples=400, suppress_health_check=("too_slow", "data_too_large")),
 }
 
 #: the profile used when nothing selects one and CI is not set
@@ -48,16 +54,30 @@ DEFAULT_PROFILE = "dev"
 _registered = False
 
 
+def hypothesis_name(name: str) -> str:
+    """The name Hypothesis knows profile ``name`` by: ``"distcheck-" + name``.
+
+    Raises ConfigError for an unknown name.
+    """
+    return f"distcheck-{_check_name(name)}"
+
+
 def register_profiles() -> None:
-    """Register every profile of :data:`PROFILES` with Hypothesis (idempotent)."""
+    """Register every profile of :data:`PROFILES` with Hypothesis, as :func:`hypothesis_name` (idempotent).
+
+    Registering makes no profile current.
+    """
     global _registered
     if not _registered:
+        from hypothesis import HealthCheck, settings
+
         # parent = Hypothesis' pristine "default" profile, not the current one: under CI=true
         # Hypothesis makes its own "ci" profile current (derandomize=True, no database), and a
         # profile registered without a parent would silently inherit that (dev derandomized)
         base = settings.get_profile("default")
         for name, kwargs in PROFILES.items():
-            settings.register_profile(name, parent=base, **kwargs)
+            checks = [HealthCheck[check] for check in kwargs["suppress_health_check"]]
+            settings.register_profile(hypothesis_name(name), parent=base, **{**kwargs, "suppress_health_check": checks})
         _registered = True
 
 
@@ -72,8 +92,10 @@ def get_profile(name: str) -> settings:
 
     Raises ConfigError for an unknown name.
     """
+    from hypothesis import settings
+
     register_profiles()
-    return settings.get_profile(_check_name(name))
+    return settings.get_profile(hypothesis_name(name))
 
 
 def load_profile(name: str) -> settings:
@@ -81,15 +103,18 @@ def load_profile(name: str) -> settings:
 
     Raises ConfigError("profile", name, ...) for an unknown name.
     """
+    from hypothesis import settings
+
     register_profiles()
-    settings.load_profile(_check_name(name))
-    return settings.get_profile(name)
+    settings.load_profile(hypothesis_name(name))
+    return settings.get_profile(hypothesis_name(name))
 
 
 def default_profile_name(env: Mapping[str, str] | None = None) -> str:
     """``HYPOTHESIS_PROFILE`` if set, else ``"ci"`` when ``CI`` is true-ish, else ``"dev"``.
 
-    Raises ConfigError when ``HYPOTHESIS_PROFILE`` names an unknown profile.
+    The default of this repository's own property suite (``properties/conftest.py``); the
+    pytest plugin never applies it to another suite. Raises ConfigError when ``HYPOTHESIS_PROFILE`` names an unknown profile.
     """
     env = os.environ if env is None else env
     chosen = env.get("HYPOTHESIS_PROFILE")

@@ -1,66 +1,72 @@
-"""pytest plugin: select distcheck's Hypothesis settings profile (dev, ci, thorough).
+"""pytest plugin: run a suite under one of distcheck's Hypothesis settings profiles, on request.
 
-Adds ``--distcheck-profile=dev|ci|thorough``. Without it the profile is
-``HYPOTHESIS_PROFILE`` when set, else ``ci`` when ``CI`` is true, else ``dev``
-(:func:`distcheck.profiles.default_profile_name`); an explicit
-``--hypothesis-profile`` (Hypothesis' own option) is respected when neither
-``--distcheck-profile`` nor ``HYPOTHESIS_PROFILE`` is given. The chosen profile is
-loaded in ``pytest_configure`` and shown in the report header
-(``distcheck profile: ci``).
+Installing distcheck registers this plugin with pytest (the ``pytest11`` entry point
+``distcheck``). It adds one option group, ``distcheck``, with one option::
 
-The profiles are registered when this module is imported, so Hypothesis' own
-``--hypothesis-profile=thorough`` finds them too. Every profile prints the
-``@reproduce_failure(...)`` blob of a failing example (``print_blob=True``).
+    --distcheck-profile {dev,ci,thorough}
 
-Loaded by ``properties/conftest.py``; installed packages can load it with
-``-p distcheck.pytest_plugin`` or the ``pytest11`` entry point ``distcheck``.
-Imports only Hypothesis and :mod:`distcheck.profiles`.
+and does nothing else:
+
+- Without the option no Hypothesis setting changes. A suite that does not ask keeps
+  what Hypothesis chose: its ``default`` profile, or on a CI machine (``CI=true``) its
+  own ``ci`` profile, which distcheck never replaces (:mod:`distcheck.profiles`).
+  ``HYPOTHESIS_PROFILE`` means nothing to the plugin (Hypothesis does not read it
+  either); this repository's ``properties/conftest.py`` reads it for its own suite.
+- With the option the profile is registered and loaded in ``pytest_configure``, before
+  Hypothesis' own plugin applies ``--hypothesis-verbosity`` or ``--hypothesis-seed`` on
+  top, and the report header says ``distcheck profile: NAME``. Giving Hypothesis'
+  ``--hypothesis-profile`` as well is a usage error: it would load a second profile.
+
+Importing this module imports neither Hypothesis nor torch nor sympy: pytest imports
+every installed plugin when it starts.
+
+Turn it off with ``-p no:distcheck``; under ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` turn it
+on with ``-p distcheck``. From a checkout that is not installed (``PYTHONPATH=.``), load
+the module with ``-p distcheck.pytest_plugin``; once distcheck is installed that second
+name registers the module twice, and pytest refuses it.
 """
 
 from __future__ import annotations
 
-import os
+import pytest
 
-from distcheck.profiles import PROFILES, default_profile_name, load_profile, register_profiles
+from distcheck.profiles import PROFILES
 
-__all__ = ["OPTION", "pytest_addoption", "pytest_configure", "pytest_report_header", "selected_profile"]
+__all__ = ["OPTION", "pytest_addoption", "pytest_configure", "pytest_report_header", "requested_profile"]
 
 OPTION = "--distcheck-profile"
 
-register_profiles()
 
-
-def pytest_addoption(parser) -> None:
-    group = parser.getgroup("distcheck")
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("distcheck", "distcheck (Hypothesis settings profiles)")
     group.addoption(
         OPTION,
+        dest="distcheck_profile",
         action="store",
         default=None,
-        choices=sorted(PROFILES),
-        help="Hypothesis settings profile for distcheck's properties (default: HYPOTHESIS_PROFILE, "
-        "else 'ci' when CI=true, else 'dev')",
+        choices=list(PROFILES),
+        help="load this distcheck Hypothesis settings profile: dev (25 examples), ci (40, derandomized, no "
+             "database) or thorough (400). Default: none, Hypothesis' own settings are left alone.",
     )
 
 
-def selected_profile(config) -> str | None:
-    """The distcheck profile to load, or None when the user chose one with ``--hypothesis-profile``.
-
-    Raises ConfigError when ``HYPOTHESIS_PROFILE`` names an unknown profile.
-    """
-    chosen = config.getoption(OPTION, default=None)
-    if chosen:
-        return chosen
-    if not os.environ.get("HYPOTHESIS_PROFILE") and config.getoption("hypothesis_profile", default=None):
-        return None
-    return default_profile_name()
+def requested_profile(config: pytest.Config) -> str | None:
+    """The profile named by ``--distcheck-profile``, or None when the option was not given."""
+    return config.getoption("distcheck_profile", default=None)
 
 
-def pytest_configure(config) -> None:
-    name = selected_profile(config)
-    if name is not None:
-        load_profile(name)
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    name = requested_profile(config)
+    if name is None:
+        return
+    if config.getoption("hypothesis_profile", default=None):
+        raise pytest.UsageError(f"{OPTION} and --hypothesis-profile both name a settings profile; give one")
+    from distcheck.profiles import load_profile
+
+    load_profile(name)
 
 
-def pytest_report_header(config) -> str:
-    name = selected_profile(config)
-    return f"distcheck profile: {name}" if name else "distcheck profile: (--hypothesis-profile)"
+def pytest_report_header(config: pytest.Config) -> str | None:
+    name = requested_profile(config)
+    return f"distcheck profile: {name}" if name else None

@@ -1,52 +1,62 @@
-"""pytest configuration of the property suites: the Hypothesis settings profile.
+"""pytest configuration of this repository's property suites: which of distcheck's
+Hypothesis settings profiles they run under.
 
-Select with ``--distcheck-profile=dev|ci|thorough`` or the ``HYPOTHESIS_PROFILE``
-environment variable; default ``ci`` when ``CI=true``, else ``dev``
-(:func:`distcheck.profiles.default_profile_name`). The hooks live in
-:mod:`distcheck.pytest_plugin`; they are registered here unless the plugin is
-already loaded (``-p distcheck.pytest_plugin`` or its ``pytest11`` entry point).
+``--distcheck-profile`` comes from distcheck's pytest plugin (:mod:`distcheck.pytest_plugin`),
+which pytest loads through its ``pytest11`` entry point when distcheck is installed; from a
+checkout that is not installed (``PYTHONPATH=.``) it is registered here. The plugin loads
+a profile only when asked. This suite also chooses one when nobody asks, first match wins:
+
+1. ``--distcheck-profile NAME``: the plugin loads it;
+2. ``HYPOTHESIS_PROFILE=NAME``, one of distcheck's profiles;
+3. Hypothesis' own ``--hypothesis-profile NAME``: Hypothesis loads it, nothing is loaded here;
+4. ``ci`` when ``CI`` is true, else ``dev`` (:func:`distcheck.profiles.default_profile_name`).
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from distcheck import pytest_plugin
-from distcheck.profiles import PROFILES
+from distcheck.profiles import default_profile_name, load_profile
 
 
 def pytest_addoption(parser, pluginmanager):
-    if not pluginmanager.has_plugin("distcheck") and not pluginmanager.has_plugin("distcheck.pytest_plugin"):
-        pytest_plugin.pytest_addoption(parser)
+    # installed: the entry point registered it already; -p no:distcheck: leave it out
+    if not pluginmanager.is_registered(pytest_plugin) and not pluginmanager.is_blocked("distcheck"):
+        pluginmanager.register(pytest_plugin, "distcheck")
 
 
-def _plugin_active(config) -> bool:
-    pm = config.pluginmanager
-    return pm.has_plugin("distcheck") or pm.has_plugin("distcheck.pytest_plugin")
+def suite_profile(config) -> str | None:
+    """The distcheck profile this suite runs under, or None when ``--hypothesis-profile`` chose one.
+
+    Raises ConfigError when ``HYPOTHESIS_PROFILE`` names an unknown profile.
+    """
+    requested = pytest_plugin.requested_profile(config)
+    if requested:
+        return requested
+    if not os.environ.get("HYPOTHESIS_PROFILE") and config.getoption("hypothesis_profile", default=None):
+        return None
+    return default_profile_name()
 
 
 def pytest_configure(config):
-    if not _plugin_active(config):
-        pytest_plugin.pytest_configure(config)
+    if pytest_plugin.requested_profile(config) is None:  # else the plugin has loaded it
+        name = suite_profile(config)
+        if name is not None:
+            load_profile(name)
 
 
 def pytest_report_header(config):
-    if not _plugin_active(config):
-        return pytest_plugin.pytest_report_header(config)
+    if pytest_plugin.requested_profile(config) is None:  # else the plugin's header names it
+        name = suite_profile(config)
+        return f"distcheck profile: {name} (default of properties/)" if name else None
     return None
 
 
 @pytest.fixture(scope="session")
 def distcheck_profile(pytestconfig) -> str:
-    """The selected profile name, for tests that call distcheck.props.run_property.
-
-    With ``--hypothesis-profile=NAME`` (and no distcheck selection) it is NAME when
-    NAME is one of distcheck's profiles, else ``ci``.
-    """
-    name = pytest_plugin.selected_profile(pytestconfig)
-    if name is None:
-        from hypothesis import settings
-
-        current = settings.get_current_profile_name()
-        name = current if current in PROFILES else "ci"
-    return name
+    """The profile name for tests that call distcheck.props.run_property: the suite's profile,
+    or ``ci`` when Hypothesis' ``--hypothesis-profile`` chose the settings."""
+    return suite_profile(pytestconfig) or "ci"

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError, PropertyFailure
-from distcheck.profiles import PROFILES, default_profile_name, get_profile
+from distcheck.profiles import PROFILES, default_profile_name, get_profile, hypothesis_name
 from distcheck.props import Property, run_property
 
 pytest_plugins = ("pytester",)
@@ -44,6 +44,7 @@ def test_failure_reports_counts_blob_and_replay():
 def test_profiles_and_defaults():
     assert get_profile("ci").derandomize and get_profile("ci").database is None
     assert [get_profile(n).max_examples for n in ("dev", "ci", "thorough")] == [25, 40, 400]
+    assert hypothesis_name("ci") == "distcheck-ci"  # Hypothesis' own "ci" profile is left alone
     assert all(get_profile(n).print_blob for n in PROFILES)
     assert default_profile_name({}) == "dev"
     assert default_profile_name({"CI": "true"}) == "ci"
@@ -105,13 +106,10 @@ def keep_current_profile():
     settings.load_profile(name)  # the in-process run below loads its own
 
 
-@pytest.mark.parametrize("how", [["--distcheck-profile=ci"], []])
-def test_pytest_option_selects_the_profile_and_failures_print_the_blob(pytester, monkeypatch, keep_current_profile, how):
-    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
-    if not how:
-        monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+def test_pytest_option_selects_the_profile_and_failures_print_the_blob(pytester, keep_current_profile):
+    # the plugin comes from distcheck's pytest11 entry point: no -p needed
     pytester.makepyfile(test_user=_FAILING_TEST)
-    result = pytester.runpytest_inprocess("-p", "distcheck.pytest_plugin", *how)
+    result = pytester.runpytest_inprocess("--distcheck-profile=ci")
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
     assert "distcheck profile: ci" in text

@@ -35,17 +35,25 @@ def _only(folder: Path, pattern: str) -> Path:
 
 
 @pytest.mark.slow
-def test_wheel_ships_every_module_and_the_golden_keys(dist):
+def test_wheel_ships_every_module_the_golden_keys_and_the_pytest_plugin(dist):
     with zipfile.ZipFile(_only(dist, "*.whl")) as whl:
         names = set(whl.namelist())
         for key in GOLDEN:  # the same bytes as the repository's golden/, under the package
             assert whl.read(f"distcheck/golden_keys/{key.name}") == key.read_bytes()
+        entry_points = whl.read(_only_name(names, ".dist-info/entry_points.txt")).decode()
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "distcheck").rglob("*.py")}
     assert modules <= names, sorted(modules - names)  # a subpackage missing from pyproject's list
     assert not any(n.startswith(("golden/", "tests/", "properties/")) for n in names)
+    assert "[pytest11]\ndistcheck = distcheck.pytest_plugin" in entry_points
     with tarfile.open(_only(dist, "*.tar.gz")) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
     assert {f"golden/{key.name}" for key in GOLDEN} <= members
+
+
+def _only_name(names: set[str], suffix: str) -> str:
+    found = [n for n in names if n.endswith(suffix)]
+    assert len(found) == 1, found
+    return found[0]
 
 
 @pytest.mark.slow
