@@ -58,9 +58,15 @@ def test_units_are_exact_and_distinguish_gb_from_gib():
         bytes_to(1, "gb")
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_test_command_then_checks_the_wheel_outside_the_checkout():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "readme_commands.py test" in ci
+    subprocess.run(["bash", "-n", str(ROOT / ".ci" / "run")], check=True)  # it parses
+    steps = ["-m build", "-m venv", '"$torch_pin"', 'cd "$work"', "check --only golden --only properties",
+             "audit zero_paper"]
+    positions = [ci.find(step) for step in steps]
+    assert -1 not in positions and positions == sorted(positions), dict(zip(steps, positions))
+    assert ci.find("readme_commands.py test") < positions[0]
     out = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py"), "test"],
                          capture_output=True, text=True, check=True).stdout
     assert "pytest" in out and "requirements-ci.txt" in out
