@@ -119,7 +119,7 @@ class ParallelConfig:
     ``world_size=100 must equal tp*cp*pp*dp = 8*1*4*2 = 64``.
 
     Sources: Narayanan et al. 2021 §3.1 (``p*t*d = n``); Llama 3 §3.3.2
-    (order [TP, CP, PP, DP], Table 4); the lesson (seed 000, "3D parallelism").
+    (order [TP, CP, PP, DP], Table 4); the lesson "Scaling and distributed training" ("3D parallelism").
 
     >>> ParallelConfig(tp=8, pp=16, dp=128).world_size
     16384
@@ -181,7 +181,7 @@ class ParallelConfig:
 
         TP splits every layer's matrices and PP splits the layers; dp (and cp)
         replicate. Sharding over dp (ZeRO-3/FSDP) is not counted here.
-        Source: the lesson (seed 000, "3D parallelism"): 1/128 for tp=8, pp=16.
+        Source: the lesson "Scaling and distributed training" ("3D parallelism"): 1/128 for tp=8, pp=16.
         """
         return Fraction(1, self.tp * self.pp)
 
@@ -362,9 +362,9 @@ def tp_groups_node_local(cfg: ParallelConfig) -> bool:
 
 #: Worked layouts from the sources (inputs only; world sizes are computed)
 EXAMPLES: dict[str, ParallelConfig] = {
-    # lesson (seed 000, "3D parallelism"): 8 x 16 x 128 = 16,384 GPUs, 1/128 of the weights each
+    # the lesson "Scaling and distributed training" ("3D parallelism"): 8 x 16 x 128 = 16,384 GPUs, 1/128 of the weights each
     "lesson.llama3_405b": ParallelConfig(tp=8, pp=16, dp=128),
-    # chapter (seed 001, "Putting It All Together"): DP=16 x TP=8 x PP=8 = 1,024
+    # "Chapter 26: Distributed Training" ("Putting It All Together"): DP=16 x TP=8 x PP=8 = 1,024
     "chapter.llama3_405b_1024": ParallelConfig(tp=8, pp=8, dp=16),
     # Llama 3 paper, Table 4 (order [TP, CP, PP, DP])
     "llama3.table4.8192": ParallelConfig(tp=8, cp=1, pp=16, dp=64),

@@ -11,7 +11,7 @@ names its unit, ``"80 GB"`` (80e9 bytes) or ``"80 GiB"`` (85,899,345,920 bytes).
 The training state (activations excluded) is ``bytes_per_param * params``.
 Without sharding, tensor parallelism (tp) and pipeline parallelism (pp) split
 the weights ``tp * pp`` ways, so each GPU holds ``b * P / (tp * pp)`` bytes
-(lesson, seed 000, section 3 "Memory per GPU"); data parallelism does not
+(the lesson "Scaling and distributed training", section 3 "Memory per GPU"); data parallelism does not
 reduce it at all. The formula assumes every tensor splits evenly, which real
 layers only approximate (norms and embeddings are often replicated).
 """
@@ -88,14 +88,14 @@ class BytesPerParam:
 #: the answer to the lesson's 8-bit Adam question (section 4);
 #: ``sgd_momentum`` is mixed-precision SGD with momentum: 2 + 2 + 4 master + 4 = 12;
 #: ``moments_only`` has no fp32 master (2 + 2 + 4 + 4 = 12): the chapter's
-#: convention (seed 001, "Adam optimizer states" = 8 bytes per parameter) and
+#: convention ("Chapter 26: Distributed Training": "Adam optimizer states" = 8 bytes per parameter) and
 #: the lesson's "common mistake" of using 12 for mixed-precision Adam.
 CONVENTIONS: dict[str, BytesPerParam] = {
     "mixed_adamw": BytesPerParam(2, 2, 4, 4, 4, "lesson section 1; ZeRO paper section 3.1 (K = 12)"),
     "mixed_adamw_fp32_grads": BytesPerParam(2, 4, 4, 4, 4, "Megatron-LM theoretical memory (fp32 grads)"),
     "adam_8bit": BytesPerParam(2, 2, 4, 1, 1, "bitsandbytes 8-bit Adam; lesson section 4 exercise"),
     "sgd_momentum": BytesPerParam(2, 2, 4, 4, 0, "mixed-precision SGD with momentum"),
-    "moments_only": BytesPerParam(2, 2, 0, 4, 4, "chapter (seed 001) table; lesson 'common mistakes'"),
+    "moments_only": BytesPerParam(2, 2, 0, 4, 4, "chapter 'Chapter 26: Distributed Training' table; lesson 'common mistakes'"),
 }
 
 BytesLike = Union[int, Fraction, str, BytesPerParam]
@@ -157,7 +157,7 @@ def _split(params: object, tp: object, pp: object) -> tuple[int, int, int]:
 def train_state_bytes(params: int, bytes_per_param: BytesLike = 16, tp: int = 1, pp: int = 1) -> int | Fraction:
     """Training state (weights, grads, optimizer; no activations) per GPU, in bytes.
 
-    ``bytes_per_param * params / (tp * pp)`` (lesson, seed 000, section 3).
+    ``bytes_per_param * params / (tp * pp)`` (the lesson "Scaling and distributed training", section 3).
 
     Args:
         params: parameter count P (int >= 1).
@@ -332,8 +332,8 @@ MAX_NUM_LAYERS = 10**12
 def min_gpus(total_bytes: int | Fraction | str, gpu_bytes: int | Fraction | str) -> int:
     """Fewest GPUs of ``gpu_bytes`` each that hold ``total_bytes``: ``ceil(total / gpu)``.
 
-    A lower bound: it assumes the state splits perfectly (chapter, seed 001,
-    "H100 80GB GPUs needed: minimum 11" for ~870 GB). Both arguments are
+    A lower bound: it assumes the state splits perfectly ("Chapter 26: Distributed
+    Training": "H100 80GB GPUs needed: minimum 11" for ~870 GB). Both arguments are
     bytes (int or Fraction) or strings naming their unit (``"870 GB"``,
     ``"80 GiB"``). Closed form: ``memory.min_gpus``.
 

@@ -6,7 +6,8 @@ makes. :func:`kill_mutants` runs each mutant's property with the mutant as ``imp
 and expects it to FAIL with a shrunk counterexample. A mutant that survives means
 the property is too weak: ``distcheck check`` reports "mutants killed k/n" (n = 15).
 
-The mistakes (sources: the lesson = seed 000, the chapter = seed 001):
+The mistakes (sources: "the lesson" is "Scaling and distributed training", "the chapter" is
+"Chapter 26: Distributed Training" of *Language Modelling: The Complete Guide*):
 
 =================================  ====================================  ===================================
 mutant                             mistake                               killed by

@@ -22,7 +22,7 @@ Conventions (the Llama family, Hugging Face ``LlamaForCausalLM`` layout):
   ``tied_embeddings``.
 
 Sources: the Llama 2 / Llama 3 model cards and configs (presets), the lesson
-(seed 000, section 3, the 7B-style and 70B-style worked examples).
+"Scaling and distributed training" (section 3, the 7B-style and 70B-style worked examples).
 """
 
 from __future__ import annotations

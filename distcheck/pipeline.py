@@ -5,7 +5,7 @@ costs a whole number of ticks: a forward ``t_f`` (default 1), a full backward
 ``t_b`` (default 2), and, for zero-bubble style orders that split the backward,
 an input-gradient backward ``t_i`` and a weight-gradient backward ``t_w``.
 Communication is free and instantaneous; a rank runs one action at a time.
-These are the lesson's idealised assumptions (seed 000, "Pipeline bubble":
+These are the idealised assumptions of the lesson "Scaling and distributed training" ("Pipeline bubble":
 forward 1 tick, backward 2 ticks per stage, no communication time).
 
 Stages are *virtual*: with interleaving each rank holds ``v`` model chunks and
@@ -601,7 +601,7 @@ def simulate(schedule: Schedule, p: int, m: int, v: int = 1, t_f: int = 1, t_b: 
     chunks per rank), plus ``t_f``/``t_b``: ticks of one forward/backward of one
     stage (of one chunk when interleaved), positive integers (lesson: 1 and 2).
 
-    Lesson figures (seed 000): ``simulate("gpipe", 4, 4).step_ticks == 21`` with
+    Figures of the lesson "Scaling and distributed training": ``simulate("gpipe", 4, 4).step_ticks == 21`` with
     ``bubble_fraction == 3/7``; ``p=4, m=16`` gives 57 ticks and ``3/19``.
 
     Raises:

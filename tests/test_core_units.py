@@ -45,6 +45,6 @@ def test_a_gib_budget_is_larger_than_a_gb_budget():
     assert min_tp(5_200_000_000, "80 GiB") == 1
     assert min_tp(5_200_000_000, parse_bytes("80 GiB")) == min_tp(5_200_000_000, 80 * GiB) == 1
     assert min_tp_pp(P70, "80 GB", num_layers=80) == (8, 2)
-    assert min_gpus("870 GB", "80 GB") == 11  # chapter (seed 001): "minimum 11"
+    assert min_gpus("870 GB", "80 GB") == 11  # "Chapter 26: Distributed Training": "minimum 11"
     assert min_gpus(train_state_bytes(P70), "80 GB") == 14
     assert min_gpus(train_state_bytes(P70), "80 GiB") == 13

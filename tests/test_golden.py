@@ -102,7 +102,8 @@ def _printed(path) -> set[str]:
             for c in load_golden(path).claims}
 
 
-# Figures as the two seed documents print them (numbers only, read off the seeds by hand).
+# Figures as the lesson "Scaling and distributed training" and "Chapter 26: Distributed Training" print
+# them (numbers only, read off the two documents by hand).
 LESSON_FIGURES = [
     "16", "12", "2", "8", "16384", "6738149376", "107810390016", "107.81", "0.822", "108.63", "13.48",
     "67108864", "8388608", "150994944", "234881024", "704643072", "855638016", "68451041280", "524288000",

@@ -99,7 +99,7 @@ def test_min_tp_none_when_nothing_fits():
 
 
 def test_chapter_figures():
-    # seed 001: 70B weights 140 GB, Adam states 560 GB (8 B/param: no master), grads 140 GB
+    # "Chapter 26: Distributed Training": 70B weights 140 GB, Adam states 560 GB (8 B/param: no master), grads 140 GB
     p = 70 * 10**9
     mo = bytes_per_param("moments_only")
     assert weights_bytes(p, mo) == 140 * GB

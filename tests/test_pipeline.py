@@ -32,7 +32,7 @@ def pct(x: Fraction) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# the lesson's figures (seed 000, "Pipeline bubble" and exercises), t_f = 1, t_b = 2
+# figures of the lesson "Scaling and distributed training" ("Pipeline bubble" and exercises), t_f = 1, t_b = 2
 
 
 @pytest.mark.parametrize(

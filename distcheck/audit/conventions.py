@@ -18,8 +18,12 @@ Variants of different axes combine (at most :data:`MAX_CHANGES` at once); the
 audit prefers the fewest changes. Nothing here is code to evaluate: every
 transformation is one of these records.
 
-Sources: REFERENCES.md "Bytes per parameter conventions", "Pipeline bubbles",
-"Collective communication"; Korthikanti et al. 2022 Table 2; the ZeRO paper.
+Sources: Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", §3.1 and Figure 1 (16 bytes per parameter, K = 12); Narayanan et al.
+2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
+§2.2 (bubble relative to ideal time) and Huang et al. 2019, "GPipe", §2.3 (relative to
+total time); Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", Table 2; nccl-tests, doc/PERFORMANCE.md (collective volumes).
 """
 
 from __future__ import annotations

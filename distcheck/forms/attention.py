@@ -21,7 +21,7 @@ HEADS_PER_RANK = register(
         expr=_heads.symbol / _tp.symbol,
         inputs=(_heads, _tp),
         unit="count",
-        source="Shoeybi et al. 2019 (Megatron-LM), section 3; lesson (seed 000), 'Tensor parallelism'",
+        source="Shoeybi et al. 2019 (Megatron-LM), section 3; lesson 'Scaling and distributed training', 'Tensor parallelism'",
         description="query heads held by each tensor-parallel rank: num_heads/tp",
         constraints=("tp divides num_heads",),
     )

@@ -131,7 +131,7 @@ TP_GROUPS_NODE_LOCAL = register(ClosedForm(
     expr=sp.Piecewise((1, sp.Eq(sp.Mod(_g.symbol, _tp_s), 0)), (0, True)),
     inputs=(_tp, _g),
     unit="flag",
-    source="lesson (seed 000) '3D parallelism': TP inside a server (NVLink); Llama 3 §3.3.2 (TP innermost)",
+    source="lesson 'Scaling and distributed training', '3D parallelism': TP inside a server (NVLink); Llama 3 §3.3.2 (TP innermost)",
     description="1 if every TP group lies inside one node, i.e. tp divides gpus_per_node, when tp is the "
                 "innermost axis; 0 otherwise",
     constraints=("tp is the innermost axis (the default order)",

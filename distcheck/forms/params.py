@@ -10,7 +10,7 @@ H = num_heads, G = num_kv_heads, e = head_dim, V = vocab_size, L = num_layers,
 * norms: (2L + final_norm) d (norm_weights + norm_biases);
 * embedding V d, output head (1 - tied) V d.
 
-Source: the lesson (seed 000, section 3, 70B-style worked example: q, o are
+Source: the lesson "Scaling and distributed training" (section 3, 70B-style worked example: q, o are
 d^2, k, v are d x KV width, MLP is 3 d f, embedding plus head 2 V d), and the
 Llama 2 / 3 model configs.
 """
@@ -21,7 +21,7 @@ from distcheck.closed_form import ClosedForm, Input, register
 
 __all__ = ["DECODER_ONLY", "ATTENTION_PER_LAYER", "MLP_PER_LAYER", "EMBEDDING", "LM_HEAD", "NORMS"]
 
-_SRC = "lesson (seed 000) section 3, 70B-style worked example; Llama 2/3 model configs"
+_SRC = "lesson 'Scaling and distributed training' section 3, 70B-style worked example; Llama 2/3 model configs"
 
 d_in = Input("hidden_size", "model width d", "elements")
 L_in = Input("num_layers", "transformer layers L", "count")

@@ -5,7 +5,8 @@ module does not import): ``p`` ranks (stages), ``m`` micro-batches, ``v`` model
 chunks per rank (interleaved only), ``t_f``/``t_b`` the ticks of one forward /
 one backward of one stage -- of one *chunk* for the interleaved schedule, so a
 rank's ideal (bubble-free) time is ``v * m * (t_f + t_b)``. Communication is
-free. Two bubble conventions (REFERENCES.md, "Pipeline bubbles"):
+free. Two bubble conventions (Huang et al. 2019, "GPipe", §2.3; Narayanan et al. 2021,
+"Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", §2.2):
 
 * ``bubble_fraction`` = idle / total time (0..1), GPipe's ``(p-1)/(m+p-1)``;
 * ``bubble_ratio`` = idle / ideal time, Narayanan et al.'s ``(p-1)/m``;
@@ -46,7 +47,7 @@ _TB = Input("t_b", "ticks of one backward of one stage (one chunk when interleav
 
 p, m, v, t_f, t_b = (i.symbol for i in (_P, _M, _V, _TF, _TB))
 
-_GPIPE = "GPipe (Huang et al. 2019, arXiv:1811.06965, §2.3: bubble O((K-1)/(M+K-1))); lesson (seed 000, 'Pipeline bubble')"
+_GPIPE = "GPipe (Huang et al. 2019, arXiv:1811.06965, §2.3: bubble O((K-1)/(M+K-1))); lesson 'Scaling and distributed training', 'Pipeline bubble'"
 _NARAYANAN_1F1B = "Narayanan et al. 2021 (SC'21), §2.2.1: PipeDream-Flush bubble (p-1)/m relative to ideal time"
 _NARAYANAN_INT = "Narayanan et al. 2021 (SC'21), §2.2.2: interleaved bubble (1/v)(p-1)/m; exact per the tick simulator"
 _INT_CONSTRAINTS = ("v >= 2", "m % p == 0 (Megatron-LM's interleaved order; Narayanan et al. 2021 §2.2.2)")
@@ -77,7 +78,7 @@ FORMS: tuple[ClosedForm, ...] = (
     # --- useful work
     _form(
         "pipeline.busy_ticks", v * m * (t_f + t_b), (_P, _M, _V1, _TF, _TB), "ticks",
-        "lesson (seed 000, 'Pipeline bubble': each stage is busy 3m ticks); Narayanan et al. 2021 §2.2 (ideal time)",
+        "lesson 'Scaling and distributed training' ('Pipeline bubble': each stage is busy 3m ticks); Narayanan et al. 2021 §2.2 (ideal time)",
         "ticks each rank spends computing in one step (the ideal time): v*m forwards and v*m backwards; "
         "the same for every rank and every schedule",
     ),

@@ -43,7 +43,7 @@ def _array_split_form(name: str, size: Input, what: str, layer: str) -> ClosedFo
             expr=sp.floor((n + _tp.symbol - 1 - _rank.symbol) / _tp.symbol),
             inputs=(size, _tp, _rank),
             unit="count",
-            source=f"numpy.array_split convention (the first {size.name} % tp ranks get one extra); lesson (seed 000), {layer}",
+            source=f"numpy.array_split convention (the first {size.name} % tp ranks get one extra); lesson 'Scaling and distributed training', {layer}",
             description=f"{what} on rank `rank` of a {layer.replace('_', '-')} linear: "
             f"floor(({size.name} + tp - 1 - rank)/tp), = {size.name}/tp when tp divides it",
             constraints=(f"0 <= rank < tp <= {size.name}",),
@@ -68,7 +68,7 @@ ROW_ALLREDUCE_COUNT = register(
         expr=sp.Integer(1),
         inputs=(),
         unit="count",
-        source="lesson (seed 000), 'Tensor parallelism: columns and rows'; Shoeybi et al. 2019, section 3",
+        source="lesson 'Scaling and distributed training', 'Tensor parallelism: columns and rows'; Shoeybi et al. 2019, section 3",
         description="all-reduces in the forward pass of one row-parallel linear (sum of partial products)",
         constraints=("tp >= 2 (with tp = 1 the all-reduce is a no-op)",),
     )
@@ -80,7 +80,7 @@ MLP_ALLREDUCE_PER_FORWARD = register(
         expr=sp.Integer(1),
         inputs=(),
         unit="count",
-        source="Shoeybi et al. 2019 (Megatron-LM), section 3, Fig. 3a; lesson (seed 000)",
+        source="Shoeybi et al. 2019 (Megatron-LM), section 3, Fig. 3a; lesson 'Scaling and distributed training'",
         description="all-reduces in the forward pass of a tensor-parallel MLP (column-split up, row-split down)",
         constraints=("tp >= 2", "activation is elementwise"),
     )
@@ -92,7 +92,7 @@ ATTENTION_ALLREDUCE_PER_FORWARD = register(
         expr=sp.Integer(1),
         inputs=(),
         unit="count",
-        source="Shoeybi et al. 2019 (Megatron-LM), section 3, Fig. 3b; lesson (seed 000)",
+        source="Shoeybi et al. 2019 (Megatron-LM), section 3, Fig. 3b; lesson 'Scaling and distributed training'",
         description="all-reduces in the forward pass of tensor-parallel attention split by heads (row-parallel output projection)",
         constraints=("tp >= 2", "tp divides num_heads and num_kv_heads"),
     )

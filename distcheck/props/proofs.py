@@ -10,7 +10,8 @@ Proved:
 - GPipe: ``1 - busy/total`` with total ``(m+p-1)(t_f+t_b)`` and busy ``m(t_f+t_b)``
   simplifies to ``(p-1)/(m+p-1)`` (lesson), and equals the catalogue form;
 - the two bubble conventions: fraction = ratio / (1 + ratio) for gpipe, 1f1b and
-  interleaved (REFERENCES.md "Pipeline bubbles");
+  interleaved (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+  Clusters Using Megatron-LM", §2.2: relative to total = x / (1 + x), x relative to ideal time);
 - the interleaved bubble ratio is the 1F1B ratio divided by v (Narayanan et al. 2021 §2.2.2);
 - every bubble fraction tends to 0 as m -> oo;
 - ZeRO: each stage reduces to the DDP baseline at N_d = 1, and stages are
