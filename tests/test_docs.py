@@ -36,7 +36,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 LANGUAGES = {"bash", "console", "python", "toml"}
 MARKERS = {"slow", "multiprocess"}
 EXIT = re.compile(r"\bexit (\d+)\b")
@@ -129,7 +129,8 @@ def _squash(line: str) -> str:
 
 
 def _run(cmd: list[str], block: Block, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=_timeout(block), **kwargs)
+    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=_timeout(block),
+                          check=False, **kwargs)
 
 
 _CHECK = '''

@@ -101,3 +101,10 @@ def test_the_plugin_can_be_turned_off(pytester, no_ci):
     result = pytester.runpytest_subprocess("-p", "no:distcheck", "--distcheck-profile=ci")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unrecognized arguments: --distcheck-profile=ci*"])
+
+
+def test_without_autoload_the_entry_point_name_loads_it(pytester, no_ci, monkeypatch):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makepyfile(test_plain=_SETTINGS_TEST)
+    result = pytester.runpytest_subprocess("-s", "-p", "distcheck", "--distcheck-profile=ci")
+    assert _settings_line(result) == ["distcheck-ci", "40", "True", "True"]
