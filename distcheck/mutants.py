@@ -3,8 +3,10 @@
 Each mutant is a small function with the same signature as the implementation slot
 of one property (see :mod:`distcheck.props`), carrying one mistake that real code
 makes. :func:`kill_mutants` runs each mutant's property with the mutant as ``impl``
-and expects it to FAIL with a shrunk counterexample. A mutant that survives means
-the property is too weak: ``distcheck check`` reports "mutants killed k/n" (n = 15).
+and expects it to FAIL on the property's own claim (a wrong value, bound or count),
+with a shrunk counterexample. A mutant that survives means the property is too weak;
+a mutant that raises is *broken* (a crash proves nothing about the property). Either
+way ``distcheck check`` FAILs the "mutants killed k/n" row (n = 15) and names it.
 
 The mistakes (sources: the lesson = seed 000, the chapter = seed 001):
 
@@ -261,12 +263,21 @@ def mutants() -> list[Mutant]:
 def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None = None) -> CheckResult:
     """Run ``mutant.kills`` with the mutant as the implementation.
 
-    Returns a CheckResult with ``check = "mutant:<name>"``: verdict ``pass`` when the
-    property FAILED (the mutant is killed; ``detail`` = the shrunk counterexample),
-    ``FAIL`` when the mutant survived. ``extra`` holds the property run's extra
-    (counterexample, error, reproduce_failure, seed, examples_until_failure,
-    shrink_calls) plus ``killed``, ``property`` and ``reproduce`` (a ``kill_mutant``
-    call with the seed). Raises KeyError for an unknown mutant name.
+    Returns a CheckResult with ``check = "mutant:<name>"`` and ``extra["outcome"]``:
+
+    - ``"killed"`` (verdict ``pass``): the property FAILED on its own claim (a wrong value,
+      bound or count; ``failure_kind == "claim"``). ``detail`` = the reason and the shrunk
+      counterexample.
+    - ``"broken"`` (verdict ``FAIL``): the run failed some other way: the mutant raised
+      (``ImplementationError``, e.g. a ZeroDivisionError or a call with the wrong
+      signature), broke the slot's contract, or the property's code raised on what it
+      returned. A crash proves nothing about the property: the mutant must be fixed.
+    - ``"survived"`` (verdict ``FAIL``): the property held on every example.
+
+    ``extra`` also holds the property run's extra (counterexample, error, failure_kind,
+    reproduce_failure, seed, examples_until_failure, shrink_calls) plus ``killed``,
+    ``property`` and ``reproduce`` (a ``kill_mutant`` call with the seed). Raises KeyError
+    for an unknown mutant name.
     """
     from distcheck.profiles import get_profile
     from distcheck.props import get, run_property
@@ -274,15 +285,20 @@ def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None =
     if isinstance(mutant, str):
         mutant = MUTANTS[mutant]
     run = run_property(get(mutant.kills), profile, impl=mutant.function, seed=seed, label=f"mutant:{mutant.name}")
-    killed = run.verdict == FAIL
-    replay = f"kill_mutant({mutant.name!r}, profile={profile!r}" + (
-        "" if get_profile(profile).derandomize else f", seed={run.extra['seed']}") + ")"
-    extra = dict(run.extra, killed=killed, property=mutant.kills, mutant=mutant.name, reproduce=replay)
-    if killed:
+    if run.verdict == PASS:
+        outcome = "survived"
+        detail = f"SURVIVED {run.examples} examples of {mutant.kills}: {mutant.description}"
+    elif run.extra.get("failure_kind") == "claim":
+        outcome = "killed"
         detail = f"killed by {mutant.kills}: {run.detail}"
     else:
-        detail = f"SURVIVED {run.examples} examples of {mutant.kills}: {mutant.description}"
-    return CheckResult(check=f"mutant:{mutant.name}", backend="reference", verdict=PASS if killed else FAIL,
+        outcome = "broken"
+        detail = f"BROKEN (not a kill of {mutant.kills}): {run.detail}"
+    replay = f"kill_mutant({mutant.name!r}, profile={profile!r}" + (
+        "" if get_profile(profile).derandomize else f", seed={run.extra['seed']}") + ")"
+    extra = dict(run.extra, killed=outcome == "killed", outcome=outcome, property=mutant.kills, mutant=mutant.name,
+                 reproduce=replay)
+    return CheckResult(check=f"mutant:{mutant.name}", backend="reference", verdict=PASS if outcome == "killed" else FAIL,
                        world_size=1, examples=run.examples, max_error=run.max_error, bound=run.bound,
                        detail=detail, extra=extra)
 

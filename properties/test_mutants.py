@@ -107,6 +107,48 @@ def test_a_correct_implementation_survives():
     assert result.verdict == "FAIL" and "SURVIVED" in result.detail
 
 
+def _row_parallel_divides_by_zero(x, W, tp, b=None, *, log=None):
+    """A row-parallel layer that crashes on every call (integer division by zero)."""
+    return x @ W * (tp // (tp - tp))
+
+
+def _row_parallel_wrong_signature(x, W):
+    """A row-parallel layer that does not take tp (the property calls it with four arguments)."""
+    return x @ W
+
+
+def _row_parallel_raising_property_failure(x, W, tp, b=None, *, log=None):
+    """A layer that raises PropertyFailure itself: not the property's verdict, so not a kill."""
+    from distcheck.errors import PropertyFailure
+
+    raise PropertyFailure("raised by the implementation")
+
+
+@pytest.mark.parametrize("fn, error", [
+    (_row_parallel_divides_by_zero, "ZeroDivisionError: integer division or modulo by zero"),
+    (_row_parallel_wrong_signature, "TypeError: _row_parallel_wrong_signature() takes 2 positional arguments but 4 were given"),
+    (_row_parallel_raising_property_failure, "PropertyFailure: raised by the implementation"),
+])
+def test_a_mutant_that_raises_is_broken_not_killed(fn, error):
+    result = kill_mutant(Mutant("broken", fn, "tp.row.exact", "crashes"), "ci")
+    assert result.verdict == "FAIL"
+    assert result.extra["outcome"] == "broken" and result.extra["killed"] is False
+    assert result.extra["failure_kind"] == "raised" and result.extra["error_type"] == "ImplementationError"
+    assert result.detail.startswith(f"BROKEN (not a kill of tp.row.exact): implementation row_parallel raised {error}")
+
+
+def test_broken_mutants_are_not_counted_as_kills(kills):
+    from distcheck.props import mutant_summary
+
+    broken = [kill_mutant(Mutant(name, fn, "tp.row.exact", "crashes"), "ci")
+              for name, fn in (("zero_division", _row_parallel_divides_by_zero),
+                               ("wrong_signature", _row_parallel_wrong_signature))]
+    summary = mutant_summary([kills["tp.row.even_split_only"], *broken])
+    assert summary.verdict == "FAIL"
+    assert summary.detail == "mutants killed 1/3; broken: zero_division, wrong_signature"
+    assert summary.extra["broken"] == ["zero_division", "wrong_signature"] and summary.extra["killed"] == 1
+
+
 def test_summary_row_counts_kills():
     from distcheck.props import mutant_summary
     from distcheck.report import CheckResult

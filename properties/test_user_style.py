@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.errors import ImplementationError, PropertyFailure
 from distcheck.props import accumulation as acc_props
 from distcheck.props import dp as dp_props
 from distcheck.props import run_property
@@ -101,8 +101,25 @@ def test_a_crashing_implementation_fails_the_property():
     def needs_divisible_tp(x, W, tp, b=None):
         return sum(np.split(x, tp, axis=-1)[r] @ np.split(W, tp, axis=0)[r] for r in range(tp))
 
-    with pytest.raises(PropertyFailure, match="row_parallel raised ValueError"):
+    with pytest.raises(ImplementationError, match="implementation row_parallel raised ValueError") as info:
         tp_props.row_exact(ds.LinearCase(x=np.ones((1, 3)), W=np.ones((3, 2)), tp=2), impl=needs_divisible_tp)
+    assert isinstance(info.value, PropertyFailure) and info.value.kind == "raised"
+
+
+def test_a_crash_fails_the_property_and_says_the_implementation_raised():
+    def raises(x, W, tp, b=None):
+        if b is not None:
+            raise ZeroDivisionError("bias scale is zero")
+        return my_row_parallel(x, W, tp, b)
+
+    crash = run_property("tp.row.exact", "ci", impl=raises)
+    assert crash.verdict == "FAIL" and crash.extra["failure_kind"] == "raised"
+    assert crash.detail.startswith("implementation row_parallel raised ZeroDivisionError: bias scale is zero; "
+                                   "counterexample LinearCase(tp=1")
+    # a wrong value reads differently: the property's claim, with max error and bound
+    wrong = run_property("tp.row.exact", "ci", impl=my_row_parallel_naive_bias)
+    assert wrong.extra["failure_kind"] == "claim"
+    assert wrong.detail.startswith("PropertyFailure: row-parallel (tp=2) vs x @ W + b: not bitwise equal; max error")
 
 
 # ---- a user's gradient accumulation

@@ -35,7 +35,7 @@ from hypothesis import Phase, given, seed as hypothesis_seed, settings
 from hypothesis.strategies import SearchStrategy
 
 from distcheck.closed_form import catalogue as _catalogue
-from distcheck.errors import ConfigError, PropertyFailure, UnknownQuantityError
+from distcheck.errors import ConfigError, ImplementationError, PropertyFailure, UnknownQuantityError
 from distcheck.report import FAIL, PASS, CheckResult
 
 __all__ = [
@@ -49,6 +49,8 @@ __all__ = [
     "run_all",
     "mutant_summary",
     "call_impl",
+    "failure_detail",
+    "failure_kind",
     "form_value",
 ]
 
@@ -142,27 +144,56 @@ def form_value(name: str, **values):
 
 
 def call_impl(what: str, fn: Callable, *args, **kwargs):
-    """Call the implementation under test; turn an unexpected exception into a PropertyFailure.
+    """Call the implementation under test; turn anything it raises into an ImplementationError.
 
-    A crash of the implementation on a valid case is a failure of the property
-    (e.g. a mis-sharded weight whose shapes no longer line up).
+    A crash of the implementation on a valid case fails the property (e.g. a
+    mis-sharded weight whose shapes no longer line up), but as
+    :class:`~distcheck.errors.ImplementationError` (``kind="raised"``), whose message
+    says "implementation WHAT raised TYPE: message": distinct from a claim that does
+    not hold (a wrong value, bound or count). Even a PropertyFailure raised inside the
+    implementation is wrapped: only the property itself judges its claim.
     """
     try:
         return fn(*args, **kwargs)
-    except PropertyFailure:
-        raise
     except Exception as e:  # noqa: BLE001 - any crash on a valid input fails the property
-        raise PropertyFailure(f"{what} raised {type(e).__name__}: {e}") from e
+        raise ImplementationError(f"implementation {what} raised {type(e).__name__}: {e}", "raised",
+                                  type(e).__name__) from e
+
+
+#: the longest reason a row's detail keeps whole (error type, message, max error, bound,
+#: then expected and got); the counterexample gets what is left of DETAIL_CHARS
+REASON_CHARS = 320
+DETAIL_CHARS = 480
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def failure_detail(reason: str, counterexample: str) -> str:
+    """One line: the reason first (kept up to REASON_CHARS), then the counterexample, cut to
+    fit DETAIL_CHARS. Both are kept whole in the row's ``extra`` and printed below the table."""
+    reason = _cut(_flat(reason), REASON_CHARS)
+    if not counterexample:
+        return reason
+    head = f"{reason}; counterexample "
+    return head + _cut(_flat(counterexample), max(40, DETAIL_CHARS - len(head)))
+
+
+def failure_kind(error: BaseException) -> str:
+    """``"claim"`` (the property's claim is false), ``"raised"`` or ``"contract"`` (the
+    implementation could not be checked; :class:`~distcheck.errors.ImplementationError`), or
+    ``"error"`` (anything else: the property's own code or Hypothesis raised)."""
+    return error.kind if isinstance(error, PropertyFailure) else "error"
 
 
 _BLOB = re.compile(r"@reproduce_failure\([^)]*\)")
 # Hypothesis says "Falsifying example:" (before 6.16x) or "Failing test case:" (after)
 _FALSIFYING = re.compile(r"(?:Falsifying example|Failing test case): .*", re.S)
-
-
-def _one_line(text: str, limit: int = 400) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def run_property(
@@ -248,6 +279,7 @@ def run_property(
             counterexample=counter,
             error=str(e),
             error_type=type(e).__name__,
+            failure_kind=failure_kind(e),
             reproduce_failure=blob.group(0) if blob else None,
             reproduce=reproduce,
         )
@@ -257,7 +289,8 @@ def run_property(
             check=check, backend="reference", verdict=FAIL, world_size=1, examples=state["calls"],
             max_error=float(max_error) if max_error is not None else None,
             bound=float(bound) if bound is not None else None,
-            detail=_one_line(f"counterexample {counter}: {type(e).__name__}: {e}"),
+            detail=failure_detail(str(e) if isinstance(e, ImplementationError) else f"{type(e).__name__}: {e}",
+                                  counter),
             extra=extra,
         )
     return CheckResult(check=check, backend="reference", verdict=PASS, world_size=1, examples=state["calls"],
@@ -271,13 +304,25 @@ def run_suite(suite: str | None = None, profile: str = "ci", *, names: Iterable[
 
 
 def mutant_summary(rows: Iterable[CheckResult]) -> CheckResult:
-    """One row "mutants killed k/n" over the rows of :func:`distcheck.mutants.kill_mutants`."""
+    """One row "mutants killed k/n" over the rows of :func:`distcheck.mutants.kill_mutants`.
+
+    Only a kill counts (``extra["outcome"] == "killed"``, or a ``pass`` row without an
+    outcome); broken mutants (the implementation raised) and survivors are named, and
+    the row FAILs unless every mutant was killed.
+    """
     rows = list(rows)
-    killed = sum(1 for r in rows if r.verdict == PASS)
-    survivors = [r.check.removeprefix("mutant:") for r in rows if r.verdict != PASS]
-    detail = f"mutants killed {killed}/{len(rows)}" + (f"; survived: {', '.join(survivors)}" if survivors else "")
-    return CheckResult(check="mutants", backend="reference", verdict=PASS if not survivors and rows else FAIL,
-                       examples=sum(r.examples for r in rows), detail=detail, extra={"killed": killed, "total": len(rows)})
+
+    def outcome(r: CheckResult) -> str:
+        return str(r.extra.get("outcome", "killed" if r.verdict == PASS else "survived"))
+
+    killed = sum(1 for r in rows if outcome(r) == "killed")
+    named = {kind: [r.check.removeprefix("mutant:") for r in rows if outcome(r) == kind] for kind in ("broken", "survived")}
+    detail = f"mutants killed {killed}/{len(rows)}" + "".join(
+        f"; {kind}: {', '.join(names)}" for kind, names in named.items() if names)
+    ok = bool(rows) and killed == len(rows)
+    return CheckResult(check="mutants", backend="reference", verdict=PASS if ok else FAIL,
+                       examples=sum(r.examples for r in rows), detail=detail,
+                       extra={"killed": killed, "total": len(rows), **named})
 
 
 def run_all(profile: str = "ci", *, mutants: bool = True, proofs: bool = True) -> list[CheckResult]:
