@@ -6,7 +6,7 @@ makes. :func:`kill_mutants` runs each mutant's property with the mutant as ``imp
 and expects it to FAIL on the property's own claim (a wrong value, bound or count),
 with a shrunk counterexample. A mutant that survives means the property is too weak;
 a mutant that raises is *broken* (a crash proves nothing about the property). Either
-way ``distcheck check`` FAILs the "mutants killed k/n" row (n = 15) and names it.
+way ``distcheck check`` FAILs the "mutants killed k/n" row (n = 16) and names it.
 
 The mistakes (sources: the lesson = seed 000, the chapter = seed 001):
 
@@ -22,6 +22,8 @@ tp.layer_norm.per_shard            layer norm over each shard's slice    tp.laye
                                    of the hidden dim (lesson, Predict)
 tp.row.bias_every_rank             bias added on every rank before the   tp.row.exact
                                    all-reduce (added tp times)
+tp.row.unlogged_allreduce          takes the collective log but records  tp.row.exact (tp >= 2)
+                                   no all-reduce (right numbers)
 tp.swiglu.fused_naive_split        fused [gate|up] split as one matrix   tp.swiglu.fused
 params.attention_ignores_kv        k/v sized with num_heads (no GQA)     params.total.closed_form
 params.tied_counted_twice          tied head counted again               params.total.closed_form
@@ -159,6 +161,15 @@ def row_parallel_even_split_only(x, W, tp, b=None, *, log=None):
     if log is not None:
         log.append(("all_reduce", np.shape(out)))
     return out if b is None else out + b
+
+
+@_mutant("tp.row.unlogged_allreduce", "tp.row.exact")
+def row_parallel_unlogged_allreduce(x, W, tp, b=None, *, log=None):
+    """Row-parallel linear with the right numbers that takes the collective log but records no
+    all-reduce: "one all-reduce per forward" is then unconfirmed, and the property must fail."""
+    from distcheck.tp import row_parallel
+
+    return row_parallel(x, W, tp, b)
 
 
 @_mutant("tp.swiglu.fused_naive_split", "tp.swiglu.fused")

@@ -26,10 +26,12 @@ NAMED_IN_ISSUE = {
 }
 #: mistakes that only show on the strategies' edge cases
 EDGE_CASES = {"tp.row.even_split_only", "pipeline.stash_ignores_m", "zero.floor_partition"}
+#: right numbers, wrong collective record: killed by the count a property states
+COUNTS = {"tp.row.unlogged_allreduce"}
 
 
 def test_catalogue_covers_the_issue_and_the_edge_cases():
-    assert set(MUTANTS) == set(NAMED_IN_ISSUE.values()) | EDGE_CASES
+    assert set(MUTANTS) == set(NAMED_IN_ISSUE.values()) | EDGE_CASES | COUNTS
     for m in mutants():
         assert get(m.kills).name == m.kills
         assert m.description and m.function.__doc__
@@ -93,9 +95,27 @@ def test_edge_case_mutants_are_killed_on_their_edge(kills):
     assert params % dp != 0
 
 
-def test_row_then_column_is_killed_on_its_numbers(kills):
-    # the mutant records no all-reduce, so the count check is skipped: the kill is numeric
-    assert "not bitwise equal" in kills["tp.mlp.row_then_column"].extra["error"]
+def test_row_then_column_is_killed_on_its_claim_numbers_and_count():
+    # it omits the all-reduce after the row-split W_up: its numbers are wrong, and it records none
+    from distcheck import strategies as ds
+    from distcheck.errors import PropertyFailure
+    from distcheck.mutants import row_then_column_mlp
+    from distcheck.props import tp as T
+
+    case = ds.MLPCase(x=np.array([[1.0, -1.0]]), W_up=np.array([[1.0, 0.0], [1.0, 0.0]]),
+                      W_down=np.array([[1.0, 1.0], [0.0, 0.0]]), tp=2)
+    with pytest.raises(PropertyFailure, match="not bitwise equal"):  # relu(0) vs relu(1) + relu(-1)
+        T.mlp_exact(case, impl=row_then_column_mlp)
+    zeros = ds.MLPCase(x=np.zeros((1, 2)), W_up=np.zeros((2, 2)), W_down=np.zeros((2, 2)), tp=2)
+    with pytest.raises(PropertyFailure, match="0 all-reduces per forward"):  # right numbers, no all-reduce
+        T.mlp_exact(zeros, impl=row_then_column_mlp)
+
+
+def test_unlogged_allreduce_is_killed_on_the_count(kills):
+    row = kills["tp.row.unlogged_allreduce"]
+    assert row.extra["failure_kind"] == "claim"
+    assert "0 all-reduces per forward (the implementation takes log= but recorded no all-reduce)" in row.extra["error"]
+    assert re.search(r"LinearCase\(tp=[2-9]", row.extra["counterexample"])  # tp = 1 needs no all-reduce
 
 
 def test_a_correct_implementation_survives():
@@ -172,7 +192,7 @@ def test_check_reports_every_mutant_killed(kills):
 
     summary = mutant_summary(kills[n] for n in sorted(kills))
     assert summary.verdict == "pass"
-    assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}" == "mutants killed 15/15"
+    assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}" == "mutants killed 16/16"
 
 
 def test_run_all_passes_its_profile_down_and_ends_with_the_kill_count(monkeypatch):

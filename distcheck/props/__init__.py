@@ -88,12 +88,13 @@ class Property:
     def suite(self) -> str:
         return self.name.split(".", 1)[0]
 
-    def check(self, case, impl=None) -> None:
-        """Run the property on one case (raises PropertyFailure)."""
+    def check(self, case, impl=None, **options) -> None:
+        """Run the property on one case (raises PropertyFailure); ``options`` are keyword
+        arguments of the property function (e.g. ``require_log=False``)."""
         if impl is None:
-            self.function(case)
+            self.function(case, **options)
         else:
-            self.function(case, impl=impl)
+            self.function(case, impl=impl, **options)
 
 
 def register(prop: Property) -> Property:
@@ -204,6 +205,7 @@ def run_property(
     seed: int | None = None,
     max_examples: int | None = None,
     label: str | None = None,
+    options: dict | None = None,
 ) -> CheckResult:
     """Run one property under a settings profile, without pytest.
 
@@ -215,6 +217,8 @@ def run_property(
             random when None and reported, so any failure can be replayed.
         max_examples: overrides the profile's example count.
         label: the ``check`` column of the row (default: the property name).
+        options: keyword arguments of the property function, e.g. ``{"require_log": False}``
+            for a TP layer that cannot record its collectives.
 
     Returns a CheckResult: ``verdict`` pass/FAIL, ``examples`` = the number of
     times Hypothesis actually called the property (counted inside the test body, not
@@ -241,12 +245,13 @@ def run_property(
     if seed is None:
         seed = random.getrandbits(32)
 
+    opts = dict(options or {})
     state = {"calls": 0, "failing": None, "first_failure": None}
 
     def test(case):
         state["calls"] += 1
         try:
-            prop.check(case, impl)
+            prop.check(case, impl, **opts)
         except BaseException:
             state["failing"] = case
             if state["first_failure"] is None:
@@ -271,7 +276,8 @@ def run_property(
             counter = m.group(0).split("\n\n")[0] if m else ""
         impl_text = "" if impl is None else f", impl={getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', impl)}"
         reproduce = (f"run_property({prop.name!r}, profile={profile!r}"
-                     + (f", seed={seed}" if not base.derandomize else "") + impl_text + ")")
+                     + (f", seed={seed}" if not base.derandomize else "") + impl_text
+                     + (f", options={opts!r}" if opts else "") + ")")
         first = state["first_failure"] or state["calls"]
         extra.update(
             examples_until_failure=first,
