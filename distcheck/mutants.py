@@ -285,12 +285,14 @@ def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None =
       returned. A crash proves nothing about the property: the mutant must be fixed.
     - ``"survived"`` (verdict ``FAIL``): the property held on every example.
 
-    ``extra`` also holds the property run's extra (counterexample, error, failure_kind,
-    reproduce_failure, seed, examples_until_failure, shrink_calls) plus ``killed``,
-    ``property`` and ``reproduce`` (a ``kill_mutant`` call with the seed). Raises KeyError
-    for an unknown mutant name.
+    ``seed`` is the run seed (:func:`distcheck.props.resolve_seed`); the property runs with
+    Hypothesis seed ``example_seed(seed, "mutant:<name>")``, so the same profile and seed
+    give the same row. ``extra`` also holds the property run's extra (counterexample, error,
+    failure_kind, reproduce_failure, seed, examples_until_failure, shrink_calls) plus
+    ``killed``, ``property``, ``reproduce`` (a ``kill_mutant`` call with the seed) and, for a
+    catalogue mutant, ``replay`` (the ``distcheck check`` command). Raises KeyError for an
+    unknown mutant name.
     """
-    from distcheck.profiles import get_profile
     from distcheck.props import get, run_property
 
     if isinstance(mutant, str):
@@ -305,15 +307,20 @@ def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None =
     else:
         outcome = "broken"
         detail = f"BROKEN (not a kill of {mutant.kills}): {run.detail}"
-    replay = f"kill_mutant({mutant.name!r}, profile={profile!r}" + (
-        "" if get_profile(profile).derandomize else f", seed={run.extra['seed']}") + ")"
+    replay = f"kill_mutant({mutant.name!r}, profile={profile!r}, seed={run.extra['seed']})"
     extra = dict(run.extra, killed=outcome == "killed", outcome=outcome, property=mutant.kills, mutant=mutant.name,
                  reproduce=replay)
+    if MUTANTS.get(mutant.name) is mutant:  # a catalogue mutant: distcheck check replays it
+        extra["replay"] = f"distcheck check --only properties --profile {profile} --seed {run.extra['seed']}"
     return CheckResult(check=f"mutant:{mutant.name}", backend="reference", verdict=PASS if outcome == "killed" else FAIL,
                        world_size=1, examples=run.examples, max_error=run.max_error, bound=run.bound,
                        detail=detail, extra=extra)
 
 
-def kill_mutants(profile: str = "ci") -> list[CheckResult]:
-    """Run every mutant (see :func:`kill_mutant`); one row each, sorted by mutant name."""
-    return [kill_mutant(m, profile) for m in mutants()]
+def kill_mutants(profile: str = "ci", *, seed: int | None = None) -> list[CheckResult]:
+    """Run every mutant (see :func:`kill_mutant`) with one run seed
+    (:func:`distcheck.props.resolve_seed`); one row each, sorted by mutant name."""
+    from distcheck.props import resolve_seed
+
+    seed = resolve_seed(profile, seed)
+    return [kill_mutant(m, profile, seed=seed) for m in mutants()]

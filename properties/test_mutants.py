@@ -50,7 +50,8 @@ def test_mutant_is_killed_with_a_counterexample(kills, name):
     assert result.extra["killed"] is True
     assert result.extra["counterexample"], "the shrunk counterexample must be reported"
     assert result.extra["reproduce_failure"].startswith("@reproduce_failure(")
-    assert result.extra["reproduce"] == f"kill_mutant({name!r}, profile='ci')"
+    assert result.extra["reproduce"] == f"kill_mutant({name!r}, profile='ci', seed=0)"
+    assert result.extra["replay"] == "distcheck check --only properties --profile ci --seed 0"
     assert result.detail.startswith(f"killed by {mutant.kills}")
     # examples is the real count of calls: those up to the first failure plus the shrinking replays
     assert result.examples == result.extra["examples_until_failure"] + result.extra["shrink_calls"]
@@ -195,7 +196,7 @@ def test_check_reports_every_mutant_killed(kills):
     assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}" == "mutants killed 16/16"
 
 
-def test_run_all_passes_its_profile_down_and_ends_with_the_kill_count(monkeypatch):
+def test_run_all_passes_its_profile_and_one_seed_down_and_ends_with_the_kill_count(monkeypatch):
     import distcheck.mutants as mutants_module
     import distcheck.props as props
     import distcheck.props.proofs as proofs
@@ -203,18 +204,22 @@ def test_run_all_passes_its_profile_down_and_ends_with_the_kill_count(monkeypatc
 
     seen = {}
 
-    def fake_suite(suite=None, profile="ci", **kw):
-        seen["suite"] = profile
+    def fake_suite(suite=None, profile="ci", *, seed=None, **kw):
+        seen["suite"] = (profile, seed)
         return [CheckResult("p", "reference", "pass", examples=25)]
 
-    def fake_kill(profile="ci"):
-        seen["mutants"] = profile
+    def fake_kill(profile="ci", *, seed=None):
+        seen["mutants"] = (profile, seed)
         return [CheckResult("mutant:m", "reference", "pass", examples=7)]
 
     monkeypatch.setattr(props, "run_suite", fake_suite)
     monkeypatch.setattr(mutants_module, "kill_mutants", fake_kill)
     monkeypatch.setattr(proofs, "prove_all", lambda: [CheckResult("proof", "sympy", "pass", examples=1)])
-    rows = props.run_all("dev")
-    assert seen == {"suite": "dev", "mutants": "dev"}
+    rows = props.run_all("dev", seed=31)
+    assert seen == {"suite": ("dev", 31), "mutants": ("dev", 31)}
     assert [r.check for r in rows] == ["p", "proof", "mutant:m", "mutants"]
     assert rows[-1].detail == "mutants killed 1/1"
+    assert rows[-1].extra["seed"] == 31 and rows[-1].extra["profile"] == "dev"
+    # without a seed, dev draws one, and properties and mutants share it
+    props.run_all("dev")
+    assert seen["suite"] == seen["mutants"] and isinstance(seen["suite"][1], int)

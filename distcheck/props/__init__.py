@@ -25,6 +25,7 @@ forms in about a millisecond.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import random
 import re
@@ -35,7 +36,13 @@ from hypothesis import Phase, given, seed as hypothesis_seed, settings
 from hypothesis.strategies import SearchStrategy
 
 from distcheck.closed_form import catalogue as _catalogue
-from distcheck.errors import ConfigError, ImplementationError, PropertyFailure, UnknownQuantityError
+from distcheck.errors import (
+    ConfigError,
+    ImplementationError,
+    PropertyFailure,
+    UnknownQuantityError,
+    check_nonnegative_int,
+)
 from distcheck.report import FAIL, PASS, CheckResult
 
 __all__ = [
@@ -46,6 +53,8 @@ __all__ = [
     "get",
     "run_property",
     "run_suite",
+    "resolve_seed",
+    "example_seed",
     "run_all",
     "mutant_summary",
     "call_impl",
@@ -110,7 +119,26 @@ def _load() -> None:
     if not _loaded:
         for suite in SUITES:
             importlib.import_module(f"distcheck.props.{suite}")
+        _import_package()
         _loaded = True
+
+
+def _import_package() -> None:
+    """Import every module of distcheck (none imports torch at module level).
+
+    Hypothesis mixes into its draws the literal constants of the "local" (non-installed,
+    non-test) modules loaded at the time, and picks up newly loaded ones as it goes. A
+    reference or mutant imported lazily in the middle of a run would change the draws
+    of every later property, so the same seed could give different rows. Loading the
+    whole package first makes distcheck's part of that pool the same in every run.
+    """
+    import pkgutil
+
+    import distcheck
+
+    for info in pkgutil.walk_packages(distcheck.__path__, "distcheck."):
+        if info.name != "distcheck.__main__":
+            importlib.import_module(info.name)
 
 
 def properties(suite: str | None = None) -> list[Property]:
@@ -192,6 +220,29 @@ def failure_kind(error: BaseException) -> str:
     return error.kind if isinstance(error, PropertyFailure) else "error"
 
 
+def resolve_seed(profile: str, seed: int | None = None) -> int:
+    """The seed of a run: ``seed`` when given, else 0 under a derandomized profile (``ci``), else a
+    fresh random 32-bit seed (``dev``, ``thorough``). It is reported with every property row
+    (``extra["seed"]``) and in the summary line; passing it back replays the run.
+
+    Raises ConfigError for an unknown profile, or a seed that is not an int >= 0.
+    """
+    from distcheck.profiles import get_profile
+
+    base = get_profile(profile)
+    if seed is not None:
+        return check_nonnegative_int("seed", seed)
+    return 0 if base.derandomize else random.getrandbits(32)
+
+
+def example_seed(seed: int, key: str) -> int:
+    """The Hypothesis seed of one row: a hash (SHA-256) of the run seed and the row's key (a
+    property name, or ``mutant:<name>``). Every row gets its own stream, which does not depend
+    on the order of the run or on which other rows ran, so one row replays alone."""
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
 _BLOB = re.compile(r"@reproduce_failure\([^)]*\)")
 # Hypothesis says "Falsifying example:" (before 6.16x) or "Failing test case:" (after)
 _FALSIFYING = re.compile(r"(?:Falsifying example|Failing test case): .*", re.S)
@@ -213,8 +264,10 @@ def run_property(
         prop: a :class:`Property` or its name.
         profile: ``"dev"``, ``"ci"`` or ``"thorough"`` (:mod:`distcheck.profiles`).
         impl: implementation under test (None: the reference).
-        seed: Hypothesis seed (ignored by the derandomized ``ci`` profile); drawn at
-            random when None and reported, so any failure can be replayed.
+        seed: the run seed (:func:`resolve_seed`: None means 0 under ``ci``, a random seed
+            under ``dev`` and ``thorough``). Hypothesis is seeded with
+            ``example_seed(seed, label or prop.name)``, so the same call gives the same row:
+            the same examples, counts, counterexample and shrinking.
         max_examples: overrides the profile's example count.
         label: the ``check`` column of the row (default: the property name).
         options: keyword arguments of the property function, e.g. ``{"require_log": False}``
@@ -225,9 +278,11 @@ def run_property(
     the profile's ``max_examples``: fewer when the strategy's space is exhausted; on
     failure, the examples up to the first failure plus the shrinking replays),
     ``max_error`` and ``bound`` from the PropertyFailure, ``detail`` = the shrunk
-    counterexample and the error; ``extra`` = ``{"seed", "profile", "property",
-    "max_examples"}`` and, on failure, ``{"counterexample", "error", "error_type",
-    "reproduce_failure", "reproduce", "examples_until_failure", "shrink_calls"}``.
+    counterexample and the error; ``extra`` = ``{"seed", "hypothesis_seed", "profile",
+    "property", "max_examples"}`` and, on failure, ``{"counterexample", "error",
+    "error_type", "failure_kind", "reproduce_failure", "reproduce", "examples_until_failure",
+    "shrink_calls"}`` plus, for a registered property run on its reference, ``"replay"``
+    (the ``distcheck check`` command that replays the run).
     Raises ConfigError for an unknown profile; UnknownQuantityError for an unknown name.
     """
     from distcheck.profiles import get_profile
@@ -242,8 +297,9 @@ def run_property(
     if max_examples is not None:
         overrides["max_examples"] = max_examples
     run_settings = settings(base, **overrides)
-    if seed is None:
-        seed = random.getrandbits(32)
+    seed = resolve_seed(profile, seed)
+    check = label or prop.name
+    hyp_seed = example_seed(seed, check)
 
     opts = dict(options or {})
     state = {"calls": 0, "failing": None, "first_failure": None}
@@ -260,10 +316,9 @@ def run_property(
 
     test.__name__ = prop.name.replace(".", "_")
     runner = run_settings(given(prop.strategy())(test))
-    runner = hypothesis_seed(seed)(runner)
+    runner = hypothesis_seed(hyp_seed)(runner)
 
-    check = label or prop.name
-    extra = {"seed": seed, "profile": profile, "property": prop.name,
+    extra = {"seed": seed, "hypothesis_seed": hyp_seed, "profile": profile, "property": prop.name,
              "max_examples": run_settings.max_examples}
     try:
         runner()
@@ -275,9 +330,10 @@ def run_property(
             m = _FALSIFYING.search(notes)
             counter = m.group(0).split("\n\n")[0] if m else ""
         impl_text = "" if impl is None else f", impl={getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', impl)}"
-        reproduce = (f"run_property({prop.name!r}, profile={profile!r}"
-                     + (f", seed={seed}" if not base.derandomize else "") + impl_text
-                     + (f", options={opts!r}" if opts else "") + ")")
+        reproduce = (f"run_property({prop.name!r}, profile={profile!r}, seed={seed}" + impl_text
+                     + (f", label={label!r}" if label else "") + (f", options={opts!r}" if opts else "") + ")")
+        if impl is None and not opts and label is None and _REGISTRY.get(prop.name) is prop:
+            extra["replay"] = f"distcheck check --only properties --profile {profile} --seed {seed}"
         first = state["first_failure"] or state["calls"]
         extra.update(
             examples_until_failure=first,
@@ -303,10 +359,14 @@ def run_property(
                        detail=prop.description, extra=extra)
 
 
-def run_suite(suite: str | None = None, profile: str = "ci", *, names: Iterable[str] | None = None) -> list[CheckResult]:
-    """Run every property (of ``suite``, or the listed ``names``) and return one row each."""
+def run_suite(suite: str | None = None, profile: str = "ci", *, names: Iterable[str] | None = None,
+              seed: int | None = None) -> list[CheckResult]:
+    """Run every property (of ``suite``, or the listed ``names``) and return one row each.
+
+    ``seed``: the run seed, one for every row (:func:`resolve_seed`)."""
     props = [get(n) for n in names] if names is not None else properties(suite)
-    return [run_property(p, profile) for p in props]
+    seed = resolve_seed(profile, seed)
+    return [run_property(p, profile, seed=seed) for p in props]
 
 
 def mutant_summary(rows: Iterable[CheckResult]) -> CheckResult:
@@ -331,11 +391,17 @@ def mutant_summary(rows: Iterable[CheckResult]) -> CheckResult:
                        extra={"killed": killed, "total": len(rows), **named})
 
 
-def run_all(profile: str = "ci", *, mutants: bool = True, proofs: bool = True) -> list[CheckResult]:
+def run_all(profile: str = "ci", *, mutants: bool = True, proofs: bool = True,
+            seed: int | None = None) -> list[CheckResult]:
     """Everything ``distcheck check`` runs for the properties stage, one row each:
     every property (backend "reference"), every sympy proof (backend "sympy"), every
-    mutant ("mutant:<name>", pass = killed) and a final "mutants killed k/n" row."""
-    rows = run_suite(None, profile)
+    mutant ("mutant:<name>", pass = killed) and a final "mutants killed k/n" row.
+
+    ``seed``: the run seed (:func:`resolve_seed`), shared by every property and mutant row
+    and recorded in their ``extra["seed"]``; the same profile and seed give the same rows.
+    """
+    seed = resolve_seed(profile, seed)
+    rows = run_suite(None, profile, seed=seed)
     if proofs:
         from distcheck.props.proofs import prove_all
 
@@ -343,6 +409,8 @@ def run_all(profile: str = "ci", *, mutants: bool = True, proofs: bool = True) -
     if mutants:
         from distcheck.mutants import kill_mutants
 
-        killed = kill_mutants(profile)
-        rows += killed + [mutant_summary(killed)]
+        killed = kill_mutants(profile, seed=seed)
+        summary = mutant_summary(killed)
+        summary.extra.update(seed=seed, profile=profile)
+        rows += [*killed, summary]
     return rows
