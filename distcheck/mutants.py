@@ -271,7 +271,8 @@ def mutants() -> list[Mutant]:
     return [MUTANTS[n] for n in sorted(MUTANTS)]
 
 
-def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None = None) -> CheckResult:
+def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None = None,
+                shrink: bool = True, edge_cases: bool = True) -> CheckResult:
     """Run ``mutant.kills`` with the mutant as the implementation.
 
     Returns a CheckResult with ``check = "mutant:<name>"`` and ``extra["outcome"]``:
@@ -287,7 +288,10 @@ def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None =
 
     ``seed`` is the run seed (:func:`distcheck.props.resolve_seed`); the property runs with
     Hypothesis seed ``example_seed(seed, "mutant:<name>")``, so the same profile and seed
-    give the same row. ``extra`` also holds the property run's extra (counterexample, error,
+    give the same row. The property tries its edge cases first (``extra["found_by"]`` says
+    whether an edge case or a generated example killed the mutant); ``edge_cases=False``
+    leaves them out, to show what the generated search alone finds. ``shrink=False`` stops at
+    the first failing example (to scan many seeds quickly). ``extra`` also holds the property run's extra (counterexample, error,
     failure_kind, reproduce_failure, seed, examples_until_failure, shrink_calls) plus
     ``killed``, ``property``, ``reproduce`` (a ``kill_mutant`` call with the seed) and, for a
     catalogue mutant, ``replay`` (the ``distcheck check`` command). Raises KeyError for an
@@ -297,7 +301,8 @@ def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None =
 
     if isinstance(mutant, str):
         mutant = MUTANTS[mutant]
-    run = run_property(get(mutant.kills), profile, impl=mutant.function, seed=seed, label=f"mutant:{mutant.name}")
+    run = run_property(get(mutant.kills), profile, impl=mutant.function, seed=seed, label=f"mutant:{mutant.name}",
+                       shrink=shrink, edge_cases=edge_cases)
     if run.verdict == PASS:
         outcome = "survived"
         detail = f"SURVIVED {run.examples} examples of {mutant.kills}: {mutant.description}"

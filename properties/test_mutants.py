@@ -39,20 +39,36 @@ def test_catalogue_covers_the_issue_and_the_edge_cases():
 
 @pytest.fixture(scope="module")
 def kills():
+    """What distcheck check runs: each property tries its edge cases, then generated cases."""
     return {m.name: kill_mutant(m, "ci") for m in mutants()}
 
 
+@pytest.fixture(scope="module")
+def generated_kills():
+    """The generated search alone (no edge cases): the strategies must reach every mistake too."""
+    return {m.name: kill_mutant(m, "ci", edge_cases=False) for m in mutants()}
+
+
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_mutant_is_killed_with_a_counterexample(kills, name):
+def test_mutant_is_killed_by_one_of_its_propertys_edge_cases(kills, name):
     result = kills[name]
     mutant = MUTANTS[name]
     assert result.verdict == "pass", result.detail
-    assert result.extra["killed"] is True
-    assert result.extra["counterexample"], "the shrunk counterexample must be reported"
-    assert result.extra["reproduce_failure"].startswith("@reproduce_failure(")
+    assert result.extra["killed"] is True and result.extra["outcome"] == "killed"
+    assert result.extra["found_by"].startswith("edge case ")
+    assert result.extra["counterexample"] in [repr(c) for c in get(mutant.kills).edge_cases()]
     assert result.extra["reproduce"] == f"kill_mutant({name!r}, profile='ci', seed=0)"
     assert result.extra["replay"] == "distcheck check --only properties --profile ci --seed 0"
     assert result.detail.startswith(f"killed by {mutant.kills}")
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_the_generated_search_alone_kills_it_with_a_shrunk_counterexample(generated_kills, name):
+    result = generated_kills[name]
+    assert result.verdict == "pass", result.detail
+    assert result.extra["found_by"] == "generated example" and result.extra["edge_cases"] == 0
+    assert result.extra["counterexample"], "the shrunk counterexample must be reported"
+    assert result.extra["reproduce_failure"].startswith("@reproduce_failure(")
     # examples is the real count of calls: those up to the first failure plus the shrinking replays
     assert result.examples == result.extra["examples_until_failure"] + result.extra["shrink_calls"]
     assert 1 <= result.extra["examples_until_failure"] <= result.extra["max_examples"]
@@ -64,8 +80,8 @@ def _dims(text: str) -> list[int]:
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_counterexample_is_shrunk_and_readable(kills, name):
-    text = kills[name].extra["counterexample"]
+def test_counterexample_is_shrunk_and_readable(generated_kills, name):
+    text = generated_kills[name].extra["counterexample"]
     assert len(text) <= 300, text  # one readable line
     assert "\n" not in text
     assert max(_dims(text), default=0) <= 3, text  # no array wider than 3 entries
@@ -73,17 +89,19 @@ def test_counterexample_is_shrunk_and_readable(kills, name):
     assert max(map(abs, numbers)) <= 16, text  # small values (shard sizes, dims and entries)
 
 
-def test_pinned_shrunk_counterexamples(kills):
-    # the smallest cases showing each mistake (ci is derandomized, so these are stable)
+def test_pinned_shrunk_counterexamples(generated_kills):
+    kills = generated_kills
+    # the smallest cases showing each mistake (ci runs with seed 0, so these are stable)
     assert kills["tp.layer_norm.per_shard"].extra["counterexample"] == "NormCase(tp=2, x=[[0.0, 1.0]])"
     assert kills["pipeline.ratio_as_fraction"].extra["counterexample"] == \
         "PipelineParams(schedule='gpipe', p=2, m=1, v=1, t_f=1, t_b=1)"
     assert kills["zero.floor_partition"].extra["counterexample"] == "ZeroCase(params=1, dp=2, k=12)"
-    assert "shard_sizes=(2, 1)" in kills["dp.plain_mean_unequal"].extra["counterexample"] or \
-        "shard_sizes=(1, 2)" in kills["dp.plain_mean_unequal"].extra["counterexample"]
+    assert kills["dp.plain_mean_unequal"].extra["counterexample"] == \
+        "DPCase(shard_sizes=(2, 1), X=[[0.0], [1.0], [1.0]], y=[0.0, 0.0, 0.0], w=[1.0])"
 
 
-def test_edge_case_mutants_are_killed_on_their_edge(kills):
+def test_edge_case_mutants_are_killed_on_their_edge_by_the_generated_search_too(generated_kills):
+    kills = generated_kills
     row = kills["tp.row.even_split_only"].extra["counterexample"]
     tp = int(re.search(r"tp=(\d+)", row).group(1))
     k = len(re.search(r"x=\[\[([^\]]*)\]", row).group(1).split(","))
@@ -223,3 +241,44 @@ def test_run_all_passes_its_profile_and_one_seed_down_and_ends_with_the_kill_cou
     # without a seed, dev draws one, and properties and mutants share it
     props.run_all("dev")
     assert seen["suite"] == seen["mutants"] and isinstance(seen["suite"][1], int)
+
+
+def test_with_edge_cases_runs_a_propertys_edge_cases_first_in_order():
+    from hypothesis import Phase, given, settings
+
+    from distcheck import strategies as ds
+    from distcheck.props import with_edge_cases
+
+    seen = []
+
+    @settings(phases=[Phase.explicit], database=None)
+    @with_edge_cases("pipeline.stash.formula")
+    @given(ds.pipeline_params())
+    def record(pp):
+        seen.append(pp)
+
+    record()
+    assert seen == list(get("pipeline.stash.formula").edge_cases())
+    assert ds.PipelineParams("1f1b", 2, 1, 1, 1, 2) in seen  # m < p
+
+    from distcheck.mutants import stash_ignores_few_microbatches
+    from distcheck.props.pipeline import stash_formula_matches_simulator
+
+    @settings(phases=[Phase.explicit], database=None)
+    @with_edge_cases("pipeline.stash.formula")
+    @given(ds.pipeline_params())
+    def users_test(pp):
+        stash_formula_matches_simulator(pp, impl=stash_ignores_few_microbatches)
+
+    with pytest.raises(AssertionError, match="peak in flight of the formula vs the simulator"):
+        users_test()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_no_mutant_survives_any_of_100_seeds_under_dev(name):
+    # the kill must not depend on luck: each seed runs the mutant's property (dev: 25 examples),
+    # stopping at the first failure
+    survivors = [seed for seed in range(100)
+                 if kill_mutant(name, "dev", seed=seed, shrink=False).extra["outcome"] != "killed"]
+    assert survivors == []

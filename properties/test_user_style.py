@@ -108,7 +108,7 @@ def test_a_layer_without_log_fails_the_count_claim_by_default():
     assert info.value.kind == "contract"
     result = run_property("tp.row.exact", "ci", impl=my_row_parallel_without_log)
     assert result.verdict == "FAIL" and result.extra["failure_kind"] == "contract"
-    assert result.extra["counterexample"].startswith("LinearCase(tp=1")  # the smallest case: any case fails it
+    assert result.extra["found_by"] == "edge case 1 of 3"  # any case fails it: the first one tried
     relaxed = run_property("tp.row.exact", "ci", impl=my_row_parallel_without_log, options={"require_log": False})
     assert relaxed.verdict == "pass", relaxed.detail
 
@@ -169,7 +169,7 @@ def test_a_crash_fails_the_property_and_says_the_implementation_raised():
     crash = run_property("tp.row.exact", "ci", impl=raises)
     assert crash.verdict == "FAIL" and crash.extra["failure_kind"] == "raised"
     assert crash.detail.startswith("implementation row_parallel raised ZeroDivisionError: bias scale is zero; "
-                                   "counterexample LinearCase(tp=1")
+                                   "counterexample LinearCase(tp=2, x=[[1.0, 2.0, 3.0]]")  # the first edge case
     # a wrong value reads differently: the property's claim, with max error and bound
     wrong = run_property("tp.row.exact", "ci", impl=my_row_parallel_naive_bias)
     assert wrong.extra["failure_kind"] == "claim"

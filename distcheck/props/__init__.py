@@ -30,9 +30,9 @@ import importlib
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
-from hypothesis import Phase, given, seed as hypothesis_seed, settings
+from hypothesis import Phase, example, given, seed as hypothesis_seed, settings
 from hypothesis.strategies import SearchStrategy
 
 from distcheck.closed_form import catalogue as _catalogue
@@ -53,6 +53,7 @@ __all__ = [
     "get",
     "run_property",
     "run_suite",
+    "with_edge_cases",
     "resolve_seed",
     "example_seed",
     "run_all",
@@ -84,6 +85,12 @@ class Property:
         description: one line: what must hold, and its exactness regime.
         reference: the default implementation (``impl=None``), for documentation.
         impl_signature: the signature an ``impl`` must have.
+        edge_cases: a zero-argument callable returning the cases that are part of the
+            property's definition: the boundaries of its domain where a wrong
+            implementation shows (a tp that does not divide a width, m < p, dp that does
+            not divide the parameters, a bias, GQA, tied embeddings ...). Every run tries
+            them first, in order, before any generated case (as Hypothesis ``@example``s;
+            :func:`with_edge_cases` adds them to your own ``@given`` test).
     """
 
     name: str
@@ -92,6 +99,7 @@ class Property:
     description: str
     reference: Callable | None = field(default=None, repr=False)
     impl_signature: str = ""
+    edge_cases: Callable[[], Sequence] = field(default=lambda: (), repr=False)
 
     @property
     def suite(self) -> str:
@@ -159,6 +167,31 @@ def get(name: str) -> Property:
         return _REGISTRY[name]
     except KeyError:
         raise UnknownQuantityError(name, sorted(_REGISTRY), kind="property") from None
+
+
+def with_edge_cases(prop: Property | str) -> Callable:
+    """Decorator: the property's edge cases as Hypothesis ``@example``s of a ``@given`` test.
+
+    Use it above or below ``@given``::
+
+        @with_edge_cases("tp.row.exact")
+        @given(ds.linear_cases(max_tp=8))
+        def test_my_row_parallel_layer(case):
+            tp_props.row_exact(case, impl=my_row_parallel)
+
+    The cases run first, in the order the property declares them.
+    """
+    if isinstance(prop, str):
+        prop = get(prop)
+    cases = tuple(prop.edge_cases())
+
+    def decorate(test: Callable) -> Callable:
+        # Hypothesis runs explicit examples last-applied first: apply them in reverse
+        for case in reversed(cases):
+            test = example(case)(test)
+        return test
+
+    return decorate
 
 
 def form_value(name: str, **values):
@@ -257,6 +290,8 @@ def run_property(
     max_examples: int | None = None,
     label: str | None = None,
     options: dict | None = None,
+    shrink: bool = True,
+    edge_cases: bool = True,
 ) -> CheckResult:
     """Run one property under a settings profile, without pytest.
 
@@ -272,6 +307,11 @@ def run_property(
         label: the ``check`` column of the row (default: the property name).
         options: keyword arguments of the property function, e.g. ``{"require_log": False}``
             for a TP layer that cannot record its collectives.
+        shrink: False stops at the first failing example (no shrinking), e.g. to scan many
+            seeds; the counterexample is then the first one found.
+        edge_cases: True (default) tries the property's edge cases (:attr:`Property.edge_cases`)
+            first; False runs only what the strategy generates (to show that the random
+            search alone reaches a mistake).
 
     Returns a CheckResult: ``verdict`` pass/FAIL, ``examples`` = the number of
     times Hypothesis actually called the property (counted inside the test body, not
@@ -292,8 +332,9 @@ def run_property(
     base = get_profile(profile)
     # no example database (runs are reproduced by seed or blob); one bug per run; the
     # "explain" phase is skipped: it re-runs the failing example many times to annotate lines
+    skipped = (Phase.explain,) if shrink else (Phase.explain, Phase.shrink)
     overrides = dict(database=None, report_multiple_bugs=False,
-                     phases=tuple(ph for ph in base.phases if ph is not Phase.explain))
+                     phases=tuple(ph for ph in base.phases if ph not in skipped))
     if max_examples is not None:
         overrides["max_examples"] = max_examples
     run_settings = settings(base, **overrides)
@@ -315,11 +356,15 @@ def run_property(
             raise
 
     test.__name__ = prop.name.replace(".", "_")
-    runner = run_settings(given(prop.strategy())(test))
+    edges = tuple(prop.edge_cases()) if edge_cases else ()
+    runner = given(prop.strategy())(test)
+    if edges:
+        runner = with_edge_cases(prop)(runner)
+    runner = run_settings(runner)
     runner = hypothesis_seed(hyp_seed)(runner)
 
     extra = {"seed": seed, "hypothesis_seed": hyp_seed, "profile": profile, "property": prop.name,
-             "max_examples": run_settings.max_examples}
+             "max_examples": run_settings.max_examples, "edge_cases": len(edges)}
     try:
         runner()
     except Exception as e:  # noqa: BLE001 - every failure becomes a FAIL row
@@ -336,6 +381,7 @@ def run_property(
             extra["replay"] = f"distcheck check --only properties --profile {profile} --seed {seed}"
         first = state["first_failure"] or state["calls"]
         extra.update(
+            found_by=f"edge case {first} of {len(edges)}" if 0 < first <= len(edges) else "generated example",
             examples_until_failure=first,
             shrink_calls=state["calls"] - first,
             counterexample=counter,

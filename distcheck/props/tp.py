@@ -207,27 +207,67 @@ def attention_bounded(case, *, impl=None, require_log: bool = True) -> None:
     _check_allreduces(log, "tp.attention.allreduce_per_forward", case.tp, "tp_attention", require_log)
 
 
+def _a(rows) -> np.ndarray:
+    return np.array(rows, dtype=float)
+
+
+def _linear_edges():
+    """The lesson's worked example (tp = 2 divides both widths), one rank (the all-reduce is a
+    no-op), then tp = 2 with 3 input and output features (neither divisible) and a bias."""
+    lesson = ds.LinearCase(x=_a([[1, 2]]), W=_a([[1, 0, 2, 1], [0, 1, 1, 3]]), tp=2)
+    single = ds.LinearCase(x=_a([[1, 2]]), W=_a([[1], [3]]), tp=1, b=_a([1]))
+    uneven = ds.LinearCase(x=_a([[1, 2, 3]]), W=_a([[1, 0, 2], [0, 1, 1], [2, 1, 0]]), tp=2, b=_a([1, -1, 2]))
+    return (uneven, lesson, single)
+
+
+def _mlp_edges():
+    """tp = 2 over ffn = 3 (not divisible) with pre-activations of both signs and a bias: a row
+    split of W_up takes relu of PARTIAL sums (relu(1) + relu(-1) != relu(0))."""
+    return (ds.MLPCase(x=_a([[1, -1]]), W_up=_a([[1, 0, 1], [1, 0, -1]]), W_down=_a([[1, 1], [0, 1], [1, 0]]), tp=2,
+                       b_down=_a([1, 0])),)
+
+
+def _swiglu_edges():
+    """tp = 2 over ffn = 3: each rank must take the same ffn slice of gate and of up."""
+    return (ds.MLPCase(x=_a([[1, -1]]), W_up=_a([[1, 2, 1], [0, 1, -1]]), W_down=_a([[1, 1], [0, 1], [1, 0]]), tp=2,
+                       W_gate=_a([[1, 0, 2], [-1, 1, 0]])),)
+
+
+def _norm_edges():
+    """Two and four ranks over a hidden size of 4: no shard sees the row's mean or variance."""
+    return (ds.NormCase(x=_a([[0, 1, 2, 5]]), tp=2), ds.NormCase(x=_a([[0, 1, 2, 5]]), tp=4))
+
+
+def _attention_edges():
+    """GQA: 4 query heads over 2 kv heads (2 per group), tp = 2, two tokens (causal)."""
+    return (ds.AttentionCase(x=_a([[1, 0], [0, 1]]), Wq=_a([[1, 0, 1, -1], [0, 1, 1, 0]]), Wk=_a([[1, 0], [1, 1]]),
+                             Wv=_a([[1, 2], [0, 1]]), Wo=_a([[1, 0], [0, 1], [1, 1], [2, 0]]),
+                             num_heads=4, num_kv_heads=2, head_dim=1, tp=2),)
+
+
 _linear = lambda: ds.linear_cases(max_tp=4, max_batch=2, max_features=6)  # noqa: E731
 _mlp = lambda swiglu: ds.mlp_cases(max_tp=4, max_batch=2, max_hidden=4, max_ffn=6, swiglu=swiglu, bias=None if not swiglu else False)  # noqa: E731
 
 register(Property("tp.column.exact", _linear, column_exact,
                   "column-parallel linear == x @ W (+ b) bit for bit, any tp incl. uneven shards",
-                  None, "column_parallel(x, W, tp, b=None) -> ndarray"))
+                  None, "column_parallel(x, W, tp, b=None) -> ndarray", _linear_edges))
 register(Property("tp.row.exact", _linear, row_exact,
                   "row-parallel linear == x @ W + b bit for bit (bias once, after the all-reduce)",
-                  None, "row_parallel(x, W, tp, b=None, *, log=None) -> ndarray"))
+                  None, "row_parallel(x, W, tp, b=None, *, log=None) -> ndarray", _linear_edges))
 register(Property("tp.mlp.exact", lambda: _mlp(False), mlp_exact,
                   "Megatron MLP == single-device MLP bit for bit; one all-reduce per forward",
-                  None, "megatron_mlp(x, W_up, W_down, tp, act='relu', b_up=None, b_down=None, *, log=None)"))
+                  None, "megatron_mlp(x, W_up, W_down, tp, act='relu', b_up=None, b_down=None, *, log=None)",
+                  _mlp_edges))
 register(Property("tp.swiglu.bounded", lambda: _mlp(True), swiglu_bounded,
                   "TP SwiGLU within gamma_ffn |h||W_down| of the exact single-device result",
-                  None, "tp_swiglu_mlp(x, W_gate, W_up, W_down, tp, *, log=None)"))
+                  None, "tp_swiglu_mlp(x, W_gate, W_up, W_down, tp, *, log=None)", _swiglu_edges))
 register(Property("tp.swiglu.fused", lambda: _mlp(True), swiglu_fused_bounded,
                   "fused [gate | up] SwiGLU sharded per ffn slice, within gamma_ffn |h||W_down|",
-                  None, "tp_swiglu_mlp_fused(x, W_fused, W_down, tp, *, log=None)"))
+                  None, "tp_swiglu_mlp_fused(x, W_fused, W_down, tp, *, log=None)", _swiglu_edges))
 register(Property("tp.layer_norm.sharded_hidden", lambda: ds.norm_cases(), layer_norm_sharded_hidden,
                   "layer norm with all-reduced statistics over a sharded hidden dim == single device, bit for bit",
-                  sharded_layer_norm, "norm(x_shards: list[ndarray (batch, h_r)], eps) -> list[ndarray]"))
+                  sharded_layer_norm, "norm(x_shards: list[ndarray (batch, h_r)], eps) -> list[ndarray]", _norm_edges))
 register(Property("tp.attention.bounded", lambda: ds.attention_cases(), attention_bounded,
                   "attention split by heads within gamma_{H e} |heads||Wo| of the exact result; one all-reduce",
-                  None, "tp_attention(x, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, tp, causal=True, *, log=None)"))
+                  None, "tp_attention(x, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, tp, causal=True, *, log=None)",
+                  _attention_edges))
