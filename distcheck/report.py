@@ -173,6 +173,11 @@ def _reproduce_lines(r: CheckResult) -> list[tuple[str, str]]:
     if r.verdict == FINDING and isinstance(finding, dict):
         lines += [("reproduce", str(finding.get("reproduce", ""))), ("reported", str(finding.get("reported", "")))]
     if r.verdict == FAIL:
+        flat = " ".join((r.detail or "").split())
+        for key in ("error", "counterexample"):  # whole, where the one-line detail had to cut them
+            text = " ".join(str(r.extra.get(key) or "").split())
+            if text and text not in flat:
+                lines.append((key, str(r.extra[key])))
         if "seed" in r.extra:
             lines.append(("seed", f"{r.extra['seed']} (profile {r.extra.get('profile', '?')})"))
         if r.extra.get("reproduce"):

@@ -144,6 +144,17 @@ def test_a_correct_implementation_survives():
     fake = Mutant("reference", bubble_fraction_formula, "pipeline.bubble_fraction.formula", "not wrong")
     result = kill_mutant(fake, "ci")
     assert result.verdict == "FAIL" and "SURVIVED" in result.detail
+    assert result.extra["outcome"] == "survived" and result.examples == 5 + 40  # its 5 edge cases, then 40 examples
+    # the table says how to replay the survivor, not only the JSON
+    from rich.console import Console
+
+    from distcheck.report import render_table
+
+    console = Console(record=True, width=200, color_system=None)
+    render_table([result], console=console)
+    text = " ".join(console.export_text().split())
+    assert "FAIL mutant:reference (reference, world size 1): SURVIVED 45 examples" in text
+    assert "seed: 0 (profile ci)" in text and "reproduce: kill_mutant('reference', profile='ci', seed=0)" in text
 
 
 def _row_parallel_divides_by_zero(x, W, tp, b=None, *, log=None):

@@ -116,7 +116,7 @@ def test_run_all_under_dev_replays_with_its_seed():
 def test_check_properties_json_is_the_same_twice_under_ci():
     def run() -> list[dict]:
         proc = subprocess.run([sys.executable, "-m", "distcheck", "check", "--only", "properties", "--format", "json"],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=300, check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads(proc.stdout)
 
@@ -126,3 +126,26 @@ def test_check_properties_json_is_the_same_twice_under_ci():
     mutants = [r for r in first if r["check"].startswith("mutant:")]
     assert len(mutants) == 16 and all(r["extra"]["shrink_calls"] >= 0 for r in mutants)
     assert {r["extra"]["seed"] for r in first if r["backend"] == "reference"} == {0}
+
+
+def test_a_long_failure_keeps_its_reason_in_the_detail_and_prints_everything_below_the_table():
+    from rich.console import Console
+
+    from distcheck.props import DETAIL_CHARS, failure_detail
+    from distcheck.report import FAIL, CheckResult, render_table
+
+    reason = "PropertyFailure: row-parallel (tp=2) vs x @ W + b: not bitwise equal; max error 1.000e+00 > bound 0.000e+00"
+    counter = "LinearCase(tp=2, x=[[" + ", ".join(["1.0"] * 300) + "]])"
+    detail = failure_detail(reason, counter)
+    assert detail.startswith(reason + "; counterexample LinearCase(tp=2, x=[[1.0, 1.0")
+    assert detail.endswith("…") and len(detail) == DETAIL_CHARS
+    row = CheckResult("tp.row.exact", "reference", FAIL, detail=detail,
+                      extra={"error": reason.split(": ", 1)[1], "counterexample": counter, "seed": 3, "profile": "dev",
+                             "reproduce": "run_property('tp.row.exact', profile='dev', seed=3)",
+                             "replay": "distcheck check --only properties --profile dev --seed 3"})
+    console = Console(record=True, width=120, color_system=None)
+    render_table([row], console=console)
+    text = "".join(console.export_text().split())
+    assert ("counterexample:" + counter.replace(" ", "")) in text  # the whole counterexample, below the table
+    assert "error:" not in text  # the reason was not cut: it is not repeated
+    assert "seed:3(profiledev)" in text and "replay:distcheckcheck--onlyproperties--profiledev--seed3" in text

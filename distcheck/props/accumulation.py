@@ -65,7 +65,6 @@ _SIG = "accumulate(grad_fn_sum, params, X, y, microbatch_sizes: list[int], mask:
 def _edges():
     """Three sequences as one micro-batch or as 1 + 2 (micro-batches of unequal size: a mean of
     per-micro-batch means weighs them wrongly), then with a masked token (unequal token counts)."""
-    import numpy as np
 
     def case(X, y, mask, a, b):
         X = np.array(X, dtype=float)
