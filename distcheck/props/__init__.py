@@ -30,7 +30,7 @@ import importlib
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from hypothesis import Phase, example, given, seed as hypothesis_seed, settings
 from hypothesis.strategies import SearchStrategy
@@ -281,6 +281,15 @@ _BLOB = re.compile(r"@reproduce_failure\([^)]*\)")
 _FALSIFYING = re.compile(r"(?:Falsifying example|Failing test case): .*", re.S)
 
 
+@dataclass
+class _Calls:
+    """What the test body saw: calls so far, the last failing case (in a 1-tuple), the first failing call."""
+
+    calls: int = 0
+    failing: tuple = ()
+    first_failure: int | None = None
+
+
 def run_property(
     prop: Property | str,
     profile: str = "ci",
@@ -319,9 +328,9 @@ def run_property(
     failure, the examples up to the first failure plus the shrinking replays),
     ``max_error`` and ``bound`` from the PropertyFailure, ``detail`` = the shrunk
     counterexample and the error; ``extra`` = ``{"seed", "hypothesis_seed", "profile",
-    "property", "max_examples"}`` and, on failure, ``{"counterexample", "error",
-    "error_type", "failure_kind", "reproduce_failure", "reproduce", "examples_until_failure",
-    "shrink_calls"}`` plus, for a registered property run on its reference, ``"replay"``
+    "property", "max_examples", "edge_cases"}`` and, on failure, ``{"counterexample", "error",
+    "error_type", "failure_kind", "found_by", "reproduce_failure", "reproduce",
+    "examples_until_failure", "shrink_calls"}`` plus, for a registered property run on its reference, ``"replay"``
     (the ``distcheck check`` command that replays the run).
     Raises ConfigError for an unknown profile; UnknownQuantityError for an unknown name.
     """
@@ -333,8 +342,8 @@ def run_property(
     # no example database (runs are reproduced by seed or blob); one bug per run; the
     # "explain" phase is skipped: it re-runs the failing example many times to annotate lines
     skipped = (Phase.explain,) if shrink else (Phase.explain, Phase.shrink)
-    overrides = dict(database=None, report_multiple_bugs=False,
-                     phases=tuple(ph for ph in base.phases if ph not in skipped))
+    overrides: dict[str, Any] = {"database": None, "report_multiple_bugs": False,
+                                 "phases": tuple(ph for ph in base.phases if ph not in skipped)}
     if max_examples is not None:
         overrides["max_examples"] = max_examples
     run_settings = settings(base, **overrides)
@@ -343,16 +352,16 @@ def run_property(
     hyp_seed = example_seed(seed, check)
 
     opts = dict(options or {})
-    state = {"calls": 0, "failing": None, "first_failure": None}
+    state = _Calls()
 
     def test(case):
-        state["calls"] += 1
+        state.calls += 1
         try:
             prop.check(case, impl, **opts)
         except BaseException:
-            state["failing"] = case
-            if state["first_failure"] is None:
-                state["first_failure"] = state["calls"]
+            state.failing = (case,)
+            if state.first_failure is None:
+                state.first_failure = state.calls
             raise
 
     test.__name__ = prop.name.replace(".", "_")
@@ -370,7 +379,7 @@ def run_property(
     except Exception as e:  # noqa: BLE001 - every failure becomes a FAIL row
         notes = "\n".join(getattr(e, "__notes__", []) or [])
         blob = _BLOB.search(notes)
-        counter = repr(state["failing"]) if state["failing"] is not None else ""
+        counter = repr(state.failing[0]) if state.failing else ""
         if not counter:
             m = _FALSIFYING.search(notes)
             counter = m.group(0).split("\n\n")[0] if m else ""
@@ -379,11 +388,11 @@ def run_property(
                      + (f", label={label!r}" if label else "") + (f", options={opts!r}" if opts else "") + ")")
         if impl is None and not opts and label is None and _REGISTRY.get(prop.name) is prop:
             extra["replay"] = f"distcheck check --only properties --profile {profile} --seed {seed}"
-        first = state["first_failure"] or state["calls"]
+        first = state.first_failure or state.calls
         extra.update(
             found_by=f"edge case {first} of {len(edges)}" if 0 < first <= len(edges) else "generated example",
             examples_until_failure=first,
-            shrink_calls=state["calls"] - first,
+            shrink_calls=state.calls - first,
             counterexample=counter,
             error=str(e),
             error_type=type(e).__name__,
@@ -394,14 +403,14 @@ def run_property(
         max_error = getattr(e, "max_error", None)
         bound = getattr(e, "bound", None)
         return CheckResult(
-            check=check, backend="reference", verdict=FAIL, world_size=1, examples=state["calls"],
+            check=check, backend="reference", verdict=FAIL, world_size=1, examples=state.calls,
             max_error=float(max_error) if max_error is not None else None,
             bound=float(bound) if bound is not None else None,
             detail=failure_detail(str(e) if isinstance(e, ImplementationError) else f"{type(e).__name__}: {e}",
                                   counter),
             extra=extra,
         )
-    return CheckResult(check=check, backend="reference", verdict=PASS, world_size=1, examples=state["calls"],
+    return CheckResult(check=check, backend="reference", verdict=PASS, world_size=1, examples=state.calls,
                        detail=prop.description, extra=extra)
 
 
