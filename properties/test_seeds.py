@@ -12,7 +12,7 @@ import pytest
 
 from distcheck.errors import ConfigError
 from distcheck.mutants import kill_mutant, row_parallel_bias_every_rank
-from distcheck.props import example_seed, resolve_seed, run_all, run_property
+from distcheck.props import example_seed, resolve_seed, run_property
 from distcheck.report import summary_line
 
 
@@ -104,12 +104,17 @@ def test_a_failing_registered_property_names_the_command_that_replays_the_run(mo
     assert "replay" not in run_property(dataclasses.replace(broken), "dev", seed=5).extra
 
 
-@pytest.mark.slow
-def test_run_all_under_dev_replays_with_its_seed():
-    a = [_row(r) for r in run_all("dev", seed=99, proofs=False)]
-    b = [_row(r) for r in run_all("dev", seed=99, proofs=False)]
-    assert a == b
-    assert {r["extra"]["seed"] for r in a} == {99}
+def test_a_dev_run_replays_with_its_seed():
+    from distcheck.mutants import kill_mutants
+    from distcheck.props import run_suite
+
+    def run() -> list[dict]:
+        names = ["dp.any_shards.bounded", "pipeline.stash.formula", "tp.row.exact"]
+        return [_row(r) for r in run_suite(names=names, profile="dev", seed=99) + kill_mutants("dev", seed=99)]
+
+    first = run()
+    assert first == run()
+    assert {r["extra"]["seed"] for r in first} == {99} and len(first) == 3 + 16
 
 
 @pytest.mark.slow

@@ -6,12 +6,14 @@ implementation under test; ``None`` means the reference (``distcheck.dp``,
 ``distcheck.tp``, ...). Passing another function with the same signature is how a
 mutant (:mod:`distcheck.mutants`) or a third-party layer is checked.
 
-Each property is registered with the strategy that feeds it as a :class:`Property`.
-:func:`run_property` applies :func:`hypothesis.given` itself, so properties run
-without pytest (``distcheck check``); it returns a
+Each property is registered with the strategy that feeds it and its edge cases as
+a :class:`Property`. :func:`run_property` applies :func:`hypothesis.given` itself,
+so properties run without pytest (``distcheck check``): the edge cases first, then
+the generated cases, seeded from the run seed (:func:`resolve_seed`,
+:func:`example_seed`), so the same profile and seed give the same row. It returns a
 :class:`distcheck.report.CheckResult` row (backend ``"reference"``) with the
-examples tried, the verdict, and on failure the shrunk counterexample and how to
-reproduce it (the seed, and the ``@reproduce_failure`` blob).
+examples tried, the verdict, and on failure the reason, the shrunk counterexample
+and how to reproduce it (the seed, and the ``@reproduce_failure`` blob).
 
 Suites (one module each): dp, accumulation, tp, pipeline, zero, params, layout, comm.
 
@@ -326,12 +328,12 @@ def run_property(
     times Hypothesis actually called the property (counted inside the test body, not
     the profile's ``max_examples``: fewer when the strategy's space is exhausted; on
     failure, the examples up to the first failure plus the shrinking replays),
-    ``max_error`` and ``bound`` from the PropertyFailure, ``detail`` = the shrunk
-    counterexample and the error; ``extra`` = ``{"seed", "hypothesis_seed", "profile",
-    "property", "max_examples", "edge_cases"}`` and, on failure, ``{"counterexample", "error",
-    "error_type", "failure_kind", "found_by", "reproduce_failure", "reproduce",
-    "examples_until_failure", "shrink_calls"}`` plus, for a registered property run on its reference, ``"replay"``
-    (the ``distcheck check`` command that replays the run).
+    ``max_error`` and ``bound`` from the PropertyFailure, ``detail`` = the reason, then the
+    shrunk counterexample (:func:`failure_detail`); ``extra`` = ``{"seed", "hypothesis_seed", "profile",
+    "property", "max_examples", "edge_cases"}`` and, on failure, ``{"counterexample",
+    "error", "error_type", "failure_kind", "found_by", "reproduce_failure", "reproduce",
+    "examples_until_failure", "shrink_calls"}`` plus, for a registered property run on its
+    reference, ``"replay"`` (the ``distcheck check`` command that replays the run).
     Raises ConfigError for an unknown profile; UnknownQuantityError for an unknown name.
     """
     from distcheck.profiles import get_profile
