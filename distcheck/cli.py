@@ -59,6 +59,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seed must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"seed must be an integer >= 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="distcheck",
@@ -82,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--profile", default=None, choices=("dev", "ci", "thorough"),
                        help="Hypothesis settings profile (default: ci)")
+    check.add_argument("--seed", type=_seed, default=None, metavar="N",
+                       help="seed of the properties stage (an integer >= 0); default 0 under the ci profile, a "
+                            "fresh random seed under dev and thorough. Every run prints its seed; the same "
+                            "profile and seed replay the same rows")
     check.add_argument("--backend", default="gloo", choices=BACKENDS,
                        help="backend for the real-backend checks: gloo (CPU processes), threaded "
                             "(in-process ranks), nccl (one GPU per rank), none (skip them); default gloo")
@@ -164,7 +178,7 @@ def _run_check(args) -> int:
     if "properties" in stages:
         from distcheck.props import run_all
 
-        stage("properties", lambda: run_all(profile=args.profile or "ci"))
+        stage("properties", lambda: run_all(profile=args.profile or "ci", seed=args.seed))
     if "golden" in stages:
         from distcheck.golden import verify_all
 

@@ -18,6 +18,7 @@ __all__ = [
     "GoldenError",
     "AnswerKeyError",
     "PropertyFailure",
+    "ImplementationError",
     "DistributedError",
     "RankFailure",
     "WorldTimeout",
@@ -102,7 +103,14 @@ class AnswerKeyError(DistcheckError):
 
 
 class PropertyFailure(DistcheckError, AssertionError):
-    """A property does not hold: carries expected, got, max error and the bound."""
+    """A property does not hold: carries expected, got, max error and the bound.
+
+    ``kind`` is ``"claim"``: the property's own claim (values, bounds, counts) is false.
+    The subclass :class:`ImplementationError` says instead that the implementation
+    under test could not be checked (it raised, or breaks the slot's contract).
+    """
+
+    kind = "claim"
 
     def __init__(self, message: str, *, expected=None, got=None, max_error=None, bound=None):
         self.expected, self.got, self.max_error, self.bound = expected, got, max_error, bound
@@ -114,6 +122,27 @@ class PropertyFailure(DistcheckError, AssertionError):
         if got is not None:
             parts.append(f"got {got!r}")
         super().__init__("; ".join(parts))
+
+
+class ImplementationError(PropertyFailure):
+    """The implementation under test could not be checked on a valid case.
+
+    ``kind``: ``"raised"`` (it raised; ``error_type`` names the exception) or
+    ``"contract"`` (it breaks the slot's contract, e.g. takes no ``log=`` where the
+    property's collective count needs one). For a user's implementation this fails
+    the property like a wrong value does; a mutant that fails this way is *broken*,
+    not killed (:func:`distcheck.mutants.kill_mutant`).
+    """
+
+    def __init__(self, message: str, kind: str = "raised", error_type: str | None = None):
+        if kind not in ("raised", "contract"):
+            raise ValueError(f"kind={kind!r} must be 'raised' or 'contract'")
+        self.kind = kind
+        self.error_type = error_type
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.kind, self.error_type))
 
 
 class DistributedError(DistcheckError):

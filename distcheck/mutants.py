@@ -3,8 +3,10 @@
 Each mutant is a small function with the same signature as the implementation slot
 of one property (see :mod:`distcheck.props`), carrying one mistake that real code
 makes. :func:`kill_mutants` runs each mutant's property with the mutant as ``impl``
-and expects it to FAIL with a shrunk counterexample. A mutant that survives means
-the property is too weak: ``distcheck check`` reports "mutants killed k/n" (n = 15).
+and expects it to FAIL on the property's own claim (a wrong value, bound or count),
+with a shrunk counterexample. A mutant that survives means the property is too weak;
+a mutant that raises is *broken* (a crash proves nothing about the property). Either
+way ``distcheck check`` FAILs the "mutants killed k/n" row (n = 16) and names it.
 
 The mistakes (sources: "the lesson" is "Scaling and distributed training", "the chapter" is
 "Chapter 26: Distributed Training" of *Language Modelling: The Complete Guide*):
@@ -21,6 +23,8 @@ tp.layer_norm.per_shard            layer norm over each shard's slice    tp.laye
                                    of the hidden dim (lesson, Predict)
 tp.row.bias_every_rank             bias added on every rank before the   tp.row.exact
                                    all-reduce (added tp times)
+tp.row.unlogged_allreduce          takes the collective log but records  tp.row.exact (tp >= 2)
+                                   no all-reduce (right numbers)
 tp.swiglu.fused_naive_split        fused [gate|up] split as one matrix   tp.swiglu.fused
 params.attention_ignores_kv        k/v sized with num_heads (no GQA)     params.total.closed_form
 params.tied_counted_twice          tied head counted again               params.total.closed_form
@@ -160,6 +164,15 @@ def row_parallel_even_split_only(x, W, tp, b=None, *, log=None):
     return out if b is None else out + b
 
 
+@_mutant("tp.row.unlogged_allreduce", "tp.row.exact")
+def row_parallel_unlogged_allreduce(x, W, tp, b=None, *, log=None):
+    """Row-parallel linear with the right numbers that takes the collective log but records no
+    all-reduce: "one all-reduce per forward" is then unconfirmed, and the property must fail."""
+    from distcheck.tp import row_parallel
+
+    return row_parallel(x, W, tp, b)
+
+
 @_mutant("tp.swiglu.fused_naive_split", "tp.swiglu.fused")
 def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
     """Fused [gate | up] weight column-split as one matrix: rank r takes a contiguous block of
@@ -259,35 +272,61 @@ def mutants() -> list[Mutant]:
     return [MUTANTS[n] for n in sorted(MUTANTS)]
 
 
-def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None = None) -> CheckResult:
+def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None = None,
+                shrink: bool = True, edge_cases: bool = True) -> CheckResult:
     """Run ``mutant.kills`` with the mutant as the implementation.
 
-    Returns a CheckResult with ``check = "mutant:<name>"``: verdict ``pass`` when the
-    property FAILED (the mutant is killed; ``detail`` = the shrunk counterexample),
-    ``FAIL`` when the mutant survived. ``extra`` holds the property run's extra
-    (counterexample, error, reproduce_failure, seed, examples_until_failure,
-    shrink_calls) plus ``killed``, ``property`` and ``reproduce`` (a ``kill_mutant``
-    call with the seed). Raises KeyError for an unknown mutant name.
+    Returns a CheckResult with ``check = "mutant:<name>"`` and ``extra["outcome"]``:
+
+    - ``"killed"`` (verdict ``pass``): the property FAILED on its own claim (a wrong value,
+      bound or count; ``failure_kind == "claim"``). ``detail`` = the reason and the shrunk
+      counterexample.
+    - ``"broken"`` (verdict ``FAIL``): the run failed some other way: the mutant raised
+      (``ImplementationError``, e.g. a ZeroDivisionError or a call with the wrong
+      signature), broke the slot's contract, or the property's code raised on what it
+      returned. A crash proves nothing about the property: the mutant must be fixed.
+    - ``"survived"`` (verdict ``FAIL``): the property held on every example.
+
+    ``seed`` is the run seed (:func:`distcheck.props.resolve_seed`); the property runs with
+    Hypothesis seed ``example_seed(seed, "mutant:<name>")``, so the same profile and seed
+    give the same row. The property tries its edge cases first (``extra["found_by"]`` says
+    whether an edge case or a generated example killed the mutant); ``edge_cases=False``
+    leaves them out, to show what the generated search alone finds. ``shrink=False`` stops at
+    the first failing example (to scan many seeds quickly). ``extra`` also holds the property run's extra (counterexample, error,
+    failure_kind, reproduce_failure, seed, examples_until_failure, shrink_calls) plus
+    ``killed``, ``property``, ``reproduce`` (a ``kill_mutant`` call with the seed) and, for a
+    catalogue mutant, ``replay`` (the ``distcheck check`` command). Raises KeyError for an
+    unknown mutant name.
     """
-    from distcheck.profiles import get_profile
     from distcheck.props import get, run_property
 
     if isinstance(mutant, str):
         mutant = MUTANTS[mutant]
-    run = run_property(get(mutant.kills), profile, impl=mutant.function, seed=seed, label=f"mutant:{mutant.name}")
-    killed = run.verdict == FAIL
-    replay = f"kill_mutant({mutant.name!r}, profile={profile!r}" + (
-        "" if get_profile(profile).derandomize else f", seed={run.extra['seed']}") + ")"
-    extra = dict(run.extra, killed=killed, property=mutant.kills, mutant=mutant.name, reproduce=replay)
-    if killed:
+    run = run_property(get(mutant.kills), profile, impl=mutant.function, seed=seed, label=f"mutant:{mutant.name}",
+                       shrink=shrink, edge_cases=edge_cases)
+    if run.verdict == PASS:
+        outcome = "survived"
+        detail = f"SURVIVED {run.examples} examples of {mutant.kills}: {mutant.description}"
+    elif run.extra.get("failure_kind") == "claim":
+        outcome = "killed"
         detail = f"killed by {mutant.kills}: {run.detail}"
     else:
-        detail = f"SURVIVED {run.examples} examples of {mutant.kills}: {mutant.description}"
-    return CheckResult(check=f"mutant:{mutant.name}", backend="reference", verdict=PASS if killed else FAIL,
+        outcome = "broken"
+        detail = f"BROKEN (not a kill of {mutant.kills}): {run.detail}"
+    replay = f"kill_mutant({mutant.name!r}, profile={profile!r}, seed={run.extra['seed']})"
+    extra = dict(run.extra, killed=outcome == "killed", outcome=outcome, property=mutant.kills, mutant=mutant.name,
+                 reproduce=replay)
+    if MUTANTS.get(mutant.name) is mutant:  # a catalogue mutant: distcheck check replays it
+        extra["replay"] = f"distcheck check --only properties --profile {profile} --seed {run.extra['seed']}"
+    return CheckResult(check=f"mutant:{mutant.name}", backend="reference", verdict=PASS if outcome == "killed" else FAIL,
                        world_size=1, examples=run.examples, max_error=run.max_error, bound=run.bound,
                        detail=detail, extra=extra)
 
 
-def kill_mutants(profile: str = "ci") -> list[CheckResult]:
-    """Run every mutant (see :func:`kill_mutant`); one row each, sorted by mutant name."""
-    return [kill_mutant(m, profile) for m in mutants()]
+def kill_mutants(profile: str = "ci", *, seed: int | None = None) -> list[CheckResult]:
+    """Run every mutant (see :func:`kill_mutant`) with one run seed
+    (:func:`distcheck.props.resolve_seed`); one row each, sorted by mutant name."""
+    from distcheck.props import resolve_seed
+
+    seed = resolve_seed(profile, seed)
+    return [kill_mutant(m, profile, seed=seed) for m in mutants()]

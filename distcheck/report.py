@@ -7,15 +7,45 @@ size, how many examples were tried, the verdict, and the largest error seen.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from enum import StrEnum
 
-__all__ = ["CheckResult", "PASS", "FAIL", "SKIP", "FINDING", "render_table", "summary_line", "print_report", "to_json", "exit_code"]
+__all__ = [
+    "FAIL",
+    "FINDING",
+    "PASS",
+    "SKIP",
+    "CheckResult",
+    "Verdict",
+    "exit_code",
+    "print_report",
+    "render_table",
+    "summary_line",
+    "to_json",
+]
 
-PASS, FAIL, SKIP = "pass", "FAIL", "skip"
-#: a documented discrepancy in an upstream library (e.g. a torch schedule table that
-#: disagrees with what torch executes): printed with its evidence, not a failure of the run
-FINDING = "finding"
+
+class Verdict(StrEnum):
+    """The verdict of one row. Each member IS its string (``Verdict.PASS == "pass"``), so rows
+    built with plain strings compare equal and ``--format json`` writes the strings.
+
+    - ``pass``: the check held.
+    - ``FAIL``: it did not, or it could not run as it should (a crash, a timeout, a broken
+      mutant, a failure no recorded finding explains exactly). The run exits 1.
+    - ``skip``: it cannot run here; the detail names the reason.
+    - ``finding``: the check FAILED with exactly the symptom of a recorded upstream
+      discrepancy (:mod:`distcheck.runners.findings`); reported with its evidence, not a
+      failure of the run.
+    """
+
+    PASS = "pass"
+    FAIL = "FAIL"
+    SKIP = "skip"
+    FINDING = "finding"
+
+
+PASS, FAIL, SKIP, FINDING = Verdict.PASS, Verdict.FAIL, Verdict.SKIP, Verdict.FINDING
 
 
 @dataclass
@@ -76,7 +106,7 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
 
     results = list(results)
     console = console or Console()
-    style = {PASS: "green", FAIL: "bold red", SKIP: "yellow", FINDING: "magenta"}
+    style: dict[str, str] = {PASS: "green", FAIL: "bold red", SKIP: "yellow", FINDING: "magenta"}
     backend_w = max([len(r.backend) for r in results] + [7])
     others = sum(w + 3 for w in (backend_w, 5, 8, 7, 9)) + 4  # each column: width, padding, separator
     longest = max([len(r.check) for r in results] + [5])
@@ -120,24 +150,64 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
 
 
 def _print_notable(results: list[CheckResult], console, style: dict) -> None:
-    """The full detail of every FAIL and finding row."""
+    """Below the table: the full detail of every FAIL and finding row, with how to reproduce it
+    (the seed and the replay call of a property or mutant; the command and the upstream reference
+    of a finding), and every recorded finding that no longer reproduces."""
     from rich.markup import escape
 
     for r in results:
-        if r.verdict in (FAIL, FINDING):
-            console.print(f"[{style[r.verdict]}]{r.verdict}[/] {escape(r.check)} ({r.backend}, world size {r.world_size}):",
-                          highlight=False)
-            console.print(f"  {r.detail}", highlight=False, markup=False)
+        stale = r.extra.get("finding_no_longer_reproduces")
+        if r.verdict not in (FAIL, FINDING) and not stale:
+            continue
+        head = f"[{style[r.verdict]}]{r.verdict}[/]" if r.verdict in (FAIL, FINDING) else "note"
+        console.print(f"{head} {escape(r.check)} ({r.backend}, world size {r.world_size}):", highlight=False)
+        console.print(f"  {r.detail}", highlight=False, markup=False)
+        for label, text in _reproduce_lines(r):
+            console.print(f"  {label}: {text}", highlight=False, markup=False)
+
+
+def _reproduce_lines(r: CheckResult) -> list[tuple[str, str]]:
+    """(label, text) lines saying how to see ``r`` again."""
+    lines = []
+    finding = r.extra.get("finding")
+    if r.verdict == FINDING and isinstance(finding, dict):
+        lines += [("reproduce", str(finding.get("reproduce", ""))), ("reported", str(finding.get("reported", "")))]
+    if r.verdict == FAIL:
+        flat = " ".join((r.detail or "").split())
+        for key in ("error", "counterexample"):  # whole, where the one-line detail had to cut them
+            text = " ".join(str(r.extra.get(key) or "").split())
+            if text and text not in flat:
+                lines.append((key, str(r.extra[key])))
+        if "seed" in r.extra:
+            lines.append(("seed", f"{r.extra['seed']} (profile {r.extra.get('profile', '?')})"))
+        if r.extra.get("reproduce"):
+            lines.append(("reproduce", str(r.extra["reproduce"])))
+        if r.extra.get("replay"):
+            lines.append(("replay", str(r.extra["replay"])))
+    return lines
 
 
 def summary_line(results: Iterable[CheckResult], seconds: float | None = None) -> str:
-    """``"N passed, N failed, N skipped, N findings in S s"``: the closing line of a report."""
+    """``"N passed, N failed, N skipped, N findings in S s"``: the closing line of a report.
+
+    Then, when present: the mutant kill count (the ``mutants`` row), the seed of the
+    properties stage (``seed N (profile P)``, from the rows' ``extra["seed"]``; ``distcheck
+    check --seed N`` replays it), and the recorded findings that no longer reproduce.
+    """
     results = list(results)
     counts = {v: sum(r.verdict == v for r in results) for v in (PASS, FAIL, SKIP, FINDING)}
     line = f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped, {counts[FINDING]} findings"
     line = line if seconds is None else f"{line} in {seconds:.1f}s"
     mutants = [r for r in results if r.check == "mutants"]  # the properties stage's kill count
-    return line + "".join(f"; {r.detail}" for r in mutants)
+    line += "".join(f"; {r.detail}" for r in mutants)
+    seeds = sorted({(str(r.extra["seed"]), str(r.extra.get("profile", "?"))) for r in results
+                    if r.backend == "reference" and "seed" in r.extra})
+    line += "".join(f"; seed {seed} (profile {profile})" for seed, profile in seeds)
+    stale = sorted({str(r.extra["finding_no_longer_reproduces"]) for r in results
+                    if r.extra.get("finding_no_longer_reproduces")})
+    if stale:
+        line += f"; recorded findings no longer reproducing: {', '.join(stale)}"
+    return line
 
 
 def print_report(results: Iterable[CheckResult], *, title: str = "distcheck check", seconds: float | None = None,

@@ -26,10 +26,12 @@ NAMED_IN_ISSUE = {
 }
 #: mistakes that only show on the strategies' edge cases
 EDGE_CASES = {"tp.row.even_split_only", "pipeline.stash_ignores_m", "zero.floor_partition"}
+#: right numbers, wrong collective record: killed by the count a property states
+COUNTS = {"tp.row.unlogged_allreduce"}
 
 
 def test_catalogue_covers_the_issue_and_the_edge_cases():
-    assert set(MUTANTS) == set(NAMED_IN_ISSUE.values()) | EDGE_CASES
+    assert set(MUTANTS) == set(NAMED_IN_ISSUE.values()) | EDGE_CASES | COUNTS
     for m in mutants():
         assert get(m.kills).name == m.kills
         assert m.description and m.function.__doc__
@@ -37,19 +39,36 @@ def test_catalogue_covers_the_issue_and_the_edge_cases():
 
 @pytest.fixture(scope="module")
 def kills():
+    """What distcheck check runs: each property tries its edge cases, then generated cases."""
     return {m.name: kill_mutant(m, "ci") for m in mutants()}
 
 
+@pytest.fixture(scope="module")
+def generated_kills():
+    """The generated search alone (no edge cases): the strategies must reach every mistake too."""
+    return {m.name: kill_mutant(m, "ci", edge_cases=False) for m in mutants()}
+
+
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_mutant_is_killed_with_a_counterexample(kills, name):
+def test_mutant_is_killed_by_one_of_its_propertys_edge_cases(kills, name):
     result = kills[name]
     mutant = MUTANTS[name]
     assert result.verdict == "pass", result.detail
-    assert result.extra["killed"] is True
+    assert result.extra["killed"] is True and result.extra["outcome"] == "killed"
+    assert result.extra["found_by"].startswith("edge case ")
+    assert result.extra["counterexample"] in [repr(c) for c in get(mutant.kills).edge_cases()]
+    assert result.extra["reproduce"] == f"kill_mutant({name!r}, profile='ci', seed=0)"
+    assert result.extra["replay"] == "distcheck check --only properties --profile ci --seed 0"
+    assert result.detail.startswith(f"killed by {mutant.kills}")
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_the_generated_search_alone_kills_it_with_a_shrunk_counterexample(generated_kills, name):
+    result = generated_kills[name]
+    assert result.verdict == "pass", result.detail
+    assert result.extra["found_by"] == "generated example" and result.extra["edge_cases"] == 0
     assert result.extra["counterexample"], "the shrunk counterexample must be reported"
     assert result.extra["reproduce_failure"].startswith("@reproduce_failure(")
-    assert result.extra["reproduce"] == f"kill_mutant({name!r}, profile='ci')"
-    assert result.detail.startswith(f"killed by {mutant.kills}")
     # examples is the real count of calls: those up to the first failure plus the shrinking replays
     assert result.examples == result.extra["examples_until_failure"] + result.extra["shrink_calls"]
     assert 1 <= result.extra["examples_until_failure"] <= result.extra["max_examples"]
@@ -61,8 +80,8 @@ def _dims(text: str) -> list[int]:
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_counterexample_is_shrunk_and_readable(kills, name):
-    text = kills[name].extra["counterexample"]
+def test_counterexample_is_shrunk_and_readable(generated_kills, name):
+    text = generated_kills[name].extra["counterexample"]
     assert len(text) <= 300, text  # one readable line
     assert "\n" not in text
     assert max(_dims(text), default=0) <= 3, text  # no array wider than 3 entries
@@ -70,17 +89,19 @@ def test_counterexample_is_shrunk_and_readable(kills, name):
     assert max(map(abs, numbers)) <= 16, text  # small values (shard sizes, dims and entries)
 
 
-def test_pinned_shrunk_counterexamples(kills):
-    # the smallest cases showing each mistake (ci is derandomized, so these are stable)
+def test_pinned_shrunk_counterexamples(generated_kills):
+    kills = generated_kills
+    # the smallest cases showing each mistake (ci runs with seed 0, so these are stable)
     assert kills["tp.layer_norm.per_shard"].extra["counterexample"] == "NormCase(tp=2, x=[[0.0, 1.0]])"
     assert kills["pipeline.ratio_as_fraction"].extra["counterexample"] == \
         "PipelineParams(schedule='gpipe', p=2, m=1, v=1, t_f=1, t_b=1)"
     assert kills["zero.floor_partition"].extra["counterexample"] == "ZeroCase(params=1, dp=2, k=12)"
-    assert "shard_sizes=(2, 1)" in kills["dp.plain_mean_unequal"].extra["counterexample"] or \
-        "shard_sizes=(1, 2)" in kills["dp.plain_mean_unequal"].extra["counterexample"]
+    assert kills["dp.plain_mean_unequal"].extra["counterexample"] == \
+        "DPCase(shard_sizes=(2, 1), X=[[0.0], [1.0], [1.0]], y=[0.0, 0.0, 0.0], w=[1.0])"
 
 
-def test_edge_case_mutants_are_killed_on_their_edge(kills):
+def test_edge_case_mutants_are_killed_on_their_edge_by_the_generated_search_too(generated_kills):
+    kills = generated_kills
     row = kills["tp.row.even_split_only"].extra["counterexample"]
     tp = int(re.search(r"tp=(\d+)", row).group(1))
     k = len(re.search(r"x=\[\[([^\]]*)\]", row).group(1).split(","))
@@ -93,9 +114,27 @@ def test_edge_case_mutants_are_killed_on_their_edge(kills):
     assert params % dp != 0
 
 
-def test_row_then_column_is_killed_on_its_numbers(kills):
-    # the mutant records no all-reduce, so the count check is skipped: the kill is numeric
-    assert "not bitwise equal" in kills["tp.mlp.row_then_column"].extra["error"]
+def test_row_then_column_is_killed_on_its_claim_numbers_and_count():
+    # it omits the all-reduce after the row-split W_up: its numbers are wrong, and it records none
+    from distcheck import strategies as ds
+    from distcheck.errors import PropertyFailure
+    from distcheck.mutants import row_then_column_mlp
+    from distcheck.props import tp as T
+
+    case = ds.MLPCase(x=np.array([[1.0, -1.0]]), W_up=np.array([[1.0, 0.0], [1.0, 0.0]]),
+                      W_down=np.array([[1.0, 1.0], [0.0, 0.0]]), tp=2)
+    with pytest.raises(PropertyFailure, match="not bitwise equal"):  # relu(0) vs relu(1) + relu(-1)
+        T.mlp_exact(case, impl=row_then_column_mlp)
+    zeros = ds.MLPCase(x=np.zeros((1, 2)), W_up=np.zeros((2, 2)), W_down=np.zeros((2, 2)), tp=2)
+    with pytest.raises(PropertyFailure, match="0 all-reduces per forward"):  # right numbers, no all-reduce
+        T.mlp_exact(zeros, impl=row_then_column_mlp)
+
+
+def test_unlogged_allreduce_is_killed_on_the_count(kills):
+    row = kills["tp.row.unlogged_allreduce"]
+    assert row.extra["failure_kind"] == "claim"
+    assert "0 all-reduces per forward (the implementation takes log= but recorded no all-reduce)" in row.extra["error"]
+    assert re.search(r"LinearCase\(tp=[2-9]", row.extra["counterexample"])  # tp = 1 needs no all-reduce
 
 
 def test_a_correct_implementation_survives():
@@ -105,6 +144,59 @@ def test_a_correct_implementation_survives():
     fake = Mutant("reference", bubble_fraction_formula, "pipeline.bubble_fraction.formula", "not wrong")
     result = kill_mutant(fake, "ci")
     assert result.verdict == "FAIL" and "SURVIVED" in result.detail
+    assert result.extra["outcome"] == "survived" and result.examples == 5 + 40  # its 5 edge cases, then 40 examples
+    # the table says how to replay the survivor, not only the JSON
+    from rich.console import Console
+
+    from distcheck.report import render_table
+
+    console = Console(record=True, width=200, color_system=None)
+    render_table([result], console=console)
+    text = " ".join(console.export_text().split())
+    assert "FAIL mutant:reference (reference, world size 1): SURVIVED 45 examples" in text
+    assert "seed: 0 (profile ci)" in text and "reproduce: kill_mutant('reference', profile='ci', seed=0)" in text
+
+
+def _row_parallel_divides_by_zero(x, W, tp, b=None, *, log=None):
+    """A row-parallel layer that crashes on every call (integer division by zero)."""
+    return x @ W * (tp // (tp - tp))
+
+
+def _row_parallel_wrong_signature(x, W):
+    """A row-parallel layer that does not take tp (the property calls it with four arguments)."""
+    return x @ W
+
+
+def _row_parallel_raising_property_failure(x, W, tp, b=None, *, log=None):
+    """A layer that raises PropertyFailure itself: not the property's verdict, so not a kill."""
+    from distcheck.errors import PropertyFailure
+
+    raise PropertyFailure("raised by the implementation")
+
+
+@pytest.mark.parametrize("fn, error", [
+    (_row_parallel_divides_by_zero, "ZeroDivisionError: integer division or modulo by zero"),
+    (_row_parallel_wrong_signature, "TypeError: _row_parallel_wrong_signature() takes 2 positional arguments but 4 were given"),
+    (_row_parallel_raising_property_failure, "PropertyFailure: raised by the implementation"),
+])
+def test_a_mutant_that_raises_is_broken_not_killed(fn, error):
+    result = kill_mutant(Mutant("broken", fn, "tp.row.exact", "crashes"), "ci")
+    assert result.verdict == "FAIL"
+    assert result.extra["outcome"] == "broken" and result.extra["killed"] is False
+    assert result.extra["failure_kind"] == "raised" and result.extra["error_type"] == "ImplementationError"
+    assert result.detail.startswith(f"BROKEN (not a kill of tp.row.exact): implementation row_parallel raised {error}")
+
+
+def test_broken_mutants_are_not_counted_as_kills(kills):
+    from distcheck.props import mutant_summary
+
+    broken = [kill_mutant(Mutant(name, fn, "tp.row.exact", "crashes"), "ci")
+              for name, fn in (("zero_division", _row_parallel_divides_by_zero),
+                               ("wrong_signature", _row_parallel_wrong_signature))]
+    summary = mutant_summary([kills["tp.row.even_split_only"], *broken])
+    assert summary.verdict == "FAIL"
+    assert summary.detail == "mutants killed 1/3; broken: zero_division, wrong_signature"
+    assert summary.extra["broken"] == ["zero_division", "wrong_signature"] and summary.extra["killed"] == 1
 
 
 def test_summary_row_counts_kills():
@@ -130,10 +222,10 @@ def test_check_reports_every_mutant_killed(kills):
 
     summary = mutant_summary(kills[n] for n in sorted(kills))
     assert summary.verdict == "pass"
-    assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}" == "mutants killed 15/15"
+    assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}" == "mutants killed 16/16"
 
 
-def test_run_all_passes_its_profile_down_and_ends_with_the_kill_count(monkeypatch):
+def test_run_all_passes_its_profile_and_one_seed_down_and_ends_with_the_kill_count(monkeypatch):
     import distcheck.mutants as mutants_module
     import distcheck.props as props
     import distcheck.props.proofs as proofs
@@ -141,18 +233,63 @@ def test_run_all_passes_its_profile_down_and_ends_with_the_kill_count(monkeypatc
 
     seen = {}
 
-    def fake_suite(suite=None, profile="ci", **kw):
-        seen["suite"] = profile
+    def fake_suite(suite=None, profile="ci", *, seed=None, **kw):
+        seen["suite"] = (profile, seed)
         return [CheckResult("p", "reference", "pass", examples=25)]
 
-    def fake_kill(profile="ci"):
-        seen["mutants"] = profile
+    def fake_kill(profile="ci", *, seed=None):
+        seen["mutants"] = (profile, seed)
         return [CheckResult("mutant:m", "reference", "pass", examples=7)]
 
     monkeypatch.setattr(props, "run_suite", fake_suite)
     monkeypatch.setattr(mutants_module, "kill_mutants", fake_kill)
     monkeypatch.setattr(proofs, "prove_all", lambda: [CheckResult("proof", "sympy", "pass", examples=1)])
-    rows = props.run_all("dev")
-    assert seen == {"suite": "dev", "mutants": "dev"}
+    rows = props.run_all("dev", seed=31)
+    assert seen == {"suite": ("dev", 31), "mutants": ("dev", 31)}
     assert [r.check for r in rows] == ["p", "proof", "mutant:m", "mutants"]
     assert rows[-1].detail == "mutants killed 1/1"
+    assert rows[-1].extra["seed"] == 31 and rows[-1].extra["profile"] == "dev"
+    # without a seed, dev draws one, and properties and mutants share it
+    props.run_all("dev")
+    assert seen["suite"] == seen["mutants"] and isinstance(seen["suite"][1], int)
+
+
+def test_with_edge_cases_runs_a_propertys_edge_cases_first_in_order():
+    from hypothesis import Phase, given, settings
+
+    from distcheck import strategies as ds
+    from distcheck.props import with_edge_cases
+
+    seen = []
+
+    @settings(phases=[Phase.explicit], database=None)
+    @with_edge_cases("pipeline.stash.formula")
+    @given(ds.pipeline_params())
+    def record(pp):
+        seen.append(pp)
+
+    record()
+    assert seen == list(get("pipeline.stash.formula").edge_cases())
+    assert ds.PipelineParams("1f1b", 2, 1, 1, 1, 2) in seen  # m < p
+
+    from distcheck.mutants import stash_ignores_few_microbatches
+    from distcheck.props.pipeline import stash_formula_matches_simulator
+
+    @settings(phases=[Phase.explicit], database=None)
+    @with_edge_cases("pipeline.stash.formula")
+    @given(ds.pipeline_params())
+    def users_test(pp):
+        stash_formula_matches_simulator(pp, impl=stash_ignores_few_microbatches)
+
+    with pytest.raises(AssertionError, match="peak in flight of the formula vs the simulator"):
+        users_test()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_no_mutant_survives_any_of_100_seeds_under_dev(name):
+    # the kill must not depend on luck: each seed runs the mutant's property (dev: 25 examples),
+    # stopping at the first failure
+    survivors = [seed for seed in range(100)
+                 if kill_mutant(name, "dev", seed=seed, shrink=False).extra["outcome"] != "killed"]
+    assert survivors == []

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.errors import ImplementationError, PropertyFailure
 from distcheck.props import accumulation as acc_props
 from distcheck.props import dp as dp_props
 from distcheck.props import run_property
@@ -53,13 +53,16 @@ def test_my_ddp_allreduce_is_caught_on_unequal_shards():
     assert "expected" in result.extra["error"] and "got" in result.extra["error"]
 
 
-# ---- a user's tensor-parallel layers (no log argument: checked on their numbers)
+# ---- a user's tensor-parallel layers (they record their all-reduces in log=)
 
 
-def my_row_parallel(x, W, tp, b=None):
-    """Row-parallel linear: rank r holds rows of W (np.array_split), partials summed, bias once."""
+def my_row_parallel(x, W, tp, b=None, *, log=None):
+    """Row-parallel linear: rank r holds rows of W (np.array_split), partials summed by one
+    all-reduce (recorded in ``log``), bias once."""
     parts = [xs @ Ws for xs, Ws in zip(np.array_split(x, tp, axis=-1), np.array_split(W, tp, axis=0))]
     out = sum(parts[1:], parts[0])
+    if log is not None:
+        log.append(("all_reduce", out.shape))
     return out if b is None else out + b
 
 
@@ -70,17 +73,68 @@ def my_column_parallel(x, W, tp, b=None):
     return np.concatenate(outs, axis=-1)
 
 
-def my_row_parallel_naive_bias(x, W, tp, b=None):
+def my_row_parallel_naive_bias(x, W, tp, b=None, *, log=None):
     """A common bug: every rank adds the bias to its partial."""
     parts = [xs @ Ws + (0 if b is None else b)
              for xs, Ws in zip(np.array_split(x, tp, axis=-1), np.array_split(W, tp, axis=0))]
-    return sum(parts[1:], parts[0])
+    out = sum(parts[1:], parts[0])
+    if log is not None:
+        log.append(("all_reduce", np.shape(out)))
+    return out
+
+
+def my_row_parallel_without_log(x, W, tp, b=None):
+    """The same right numbers as my_row_parallel, from a layer that cannot report its collectives."""
+    return my_row_parallel(x, W, tp, b)
 
 
 @FEW
 @given(ds.linear_cases(max_tp=4))
 def test_my_row_parallel_layer(case):
     tp_props.row_exact(case, impl=my_row_parallel)
+
+
+@FEW
+@given(ds.linear_cases(max_tp=4))
+def test_a_layer_without_log_is_checked_on_its_numbers_only_when_asked(case):
+    tp_props.row_exact(case, impl=my_row_parallel_without_log, require_log=False)
+
+
+def test_a_layer_without_log_fails_the_count_claim_by_default():
+    case = ds.LinearCase(x=np.array([[1.0, 2.0]]), W=np.array([[1.0], [3.0]]), tp=2)
+    with pytest.raises(ImplementationError, match=r"takes no log= keyword, so its all-reduce count cannot be checked "
+                                                  r"against tp.row.allreduce_count = 1") as info:
+        tp_props.row_exact(case, impl=my_row_parallel_without_log)
+    assert info.value.kind == "contract"
+    result = run_property("tp.row.exact", "ci", impl=my_row_parallel_without_log)
+    assert result.verdict == "FAIL" and result.extra["failure_kind"] == "contract"
+    assert result.extra["found_by"] == "edge case 1 of 3"  # any case fails it: the first one tried
+    relaxed = run_property("tp.row.exact", "ci", impl=my_row_parallel_without_log, options={"require_log": False})
+    assert relaxed.verdict == "pass", relaxed.detail
+
+
+def test_a_layer_that_takes_log_but_records_nothing_fails():
+    def silent(x, W, tp, b=None, *, log=None):
+        return my_row_parallel(x, W, tp, b)
+
+    case = ds.LinearCase(x=np.array([[1.0, 2.0]]), W=np.array([[1.0], [3.0]]), tp=2)
+    with pytest.raises(PropertyFailure, match=r"row_parallel \(tp=2\): 0 all-reduces per forward \(the implementation "
+                                              r"takes log= but recorded no all-reduce\)") as info:
+        tp_props.row_exact(case, impl=silent)
+    assert info.value.kind == "claim" and (info.value.expected, info.value.got) == (1, 0)
+    # at tp = 1 the all-reduce is a no-op: recording none is right
+    tp_props.row_exact(ds.LinearCase(x=np.array([[1.0, 2.0]]), W=np.array([[1.0], [3.0]]), tp=1), impl=silent)
+
+
+def test_two_all_reduces_fail_the_count():
+    def twice(x, W, tp, b=None, *, log=None):
+        out = my_row_parallel(x, W, tp, b, log=log)
+        log.append(("all_reduce", out.shape))
+        return out
+
+    case = ds.LinearCase(x=np.array([[1.0, 2.0]]), W=np.array([[1.0], [3.0]]), tp=1)
+    with pytest.raises(PropertyFailure, match="2 all-reduces per forward"):
+        tp_props.row_exact(case, impl=twice)
 
 
 @FEW
@@ -101,8 +155,25 @@ def test_a_crashing_implementation_fails_the_property():
     def needs_divisible_tp(x, W, tp, b=None):
         return sum(np.split(x, tp, axis=-1)[r] @ np.split(W, tp, axis=0)[r] for r in range(tp))
 
-    with pytest.raises(PropertyFailure, match="row_parallel raised ValueError"):
+    with pytest.raises(ImplementationError, match="implementation row_parallel raised ValueError") as info:
         tp_props.row_exact(ds.LinearCase(x=np.ones((1, 3)), W=np.ones((3, 2)), tp=2), impl=needs_divisible_tp)
+    assert isinstance(info.value, PropertyFailure) and info.value.kind == "raised"
+
+
+def test_a_crash_fails_the_property_and_says_the_implementation_raised():
+    def raises(x, W, tp, b=None, *, log=None):
+        if b is not None:
+            raise ZeroDivisionError("bias scale is zero")
+        return my_row_parallel(x, W, tp, b, log=log)
+
+    crash = run_property("tp.row.exact", "ci", impl=raises)
+    assert crash.verdict == "FAIL" and crash.extra["failure_kind"] == "raised"
+    assert crash.detail.startswith("implementation row_parallel raised ZeroDivisionError: bias scale is zero; "
+                                   "counterexample LinearCase(tp=2, x=[[1.0, 2.0, 3.0]]")  # the first edge case
+    # a wrong value reads differently: the property's claim, with max error and bound
+    wrong = run_property("tp.row.exact", "ci", impl=my_row_parallel_naive_bias)
+    assert wrong.extra["failure_kind"] == "claim"
+    assert wrong.detail.startswith("PropertyFailure: row-parallel (tp=2) vs x @ W + b: not bitwise equal; max error")
 
 
 # ---- a user's gradient accumulation

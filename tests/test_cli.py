@@ -25,7 +25,7 @@ def test_help_documents_every_option(argv, capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     for word in {"--help": ["check", "audit", "Exit codes"],
-                 "check": ["--profile", "--backend", "--world-sizes", "--launcher", "--only", "--skip",
+                 "check": ["--profile", "--seed", "--backend", "--world-sizes", "--launcher", "--only", "--skip",
                            "--golden-dir", "--timeout", "--format"],
                  "audit": ["--list", "--list-keys", "--format", "--output", "KEY.toml"]}[argv[0]]:
         assert word in out
@@ -42,6 +42,8 @@ def test_help_documents_every_option(argv, capsys):
         (["check", "--timeout", "inf"], "positive, finite"),
         (["check", "--timeout", "-1"], "positive, finite"),
         (["check", "--backend", "mpi"], "invalid choice: 'mpi'"),
+        (["check", "--seed", "-1"], "seed must be an integer >= 0, got '-1'"),
+        (["check", "--seed", "0x10"], "seed must be an integer >= 0, got '0x10'"),
         (["check", "--only", "golden", "--skip", "golden"], "no stage left to run"),
         (["check", "--golden-dir", "/nonexistent/golden"], "is not a folder"),
         (["check", "--world-sizes", "99999999999999999999", "--only", "distributed"], "must be <= 64"),

@@ -23,20 +23,23 @@ USER_TEST = textwrap.dedent(
     import numpy as np
     from hypothesis import given
     from distcheck import strategies as ds
-    from distcheck.props import tp as tp_props
+    from distcheck.props import tp as tp_props, with_edge_cases
 
 
-    def my_row_parallel(x, W, tp, b=None):
-        bounds = np.linspace(0, W.shape[0], tp + 1).astype(int)
-        out = sum(x[:, lo:hi] @ W[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]))
+    def my_row_parallel(x, W, tp, b=None, *, log=None):
+        parts = [xs @ Ws for xs, Ws in zip(np.array_split(x, tp, axis=-1), np.array_split(W, tp, axis=0))]
+        out = sum(parts[1:], parts[0])        # the all-reduce
+        if log is not None:
+            log.append(("all_reduce", out.shape))
         return out if b is None else out + b
 
 
-    def wrong_row_parallel(x, W, tp, b=None):  # adds the bias on every rank
-        out = my_row_parallel(x, W, tp)
+    def wrong_row_parallel(x, W, tp, b=None, *, log=None):  # adds the bias on every rank
+        out = my_row_parallel(x, W, tp, log=log)
         return out if b is None else out + tp * b
 
 
+    @with_edge_cases("tp.row.exact")
     @given(ds.linear_cases(max_tp=8))
     def test_my_row_parallel_layer(case):
         tp_props.row_exact(case, impl=my_row_parallel)
@@ -44,6 +47,12 @@ USER_TEST = textwrap.dedent(
 
     @given(ds.linear_cases(max_tp=8))
     def test_wrong_row_parallel_layer(case):
+        tp_props.row_exact(case, impl=wrong_row_parallel)
+
+
+    @with_edge_cases("tp.row.exact")
+    @given(ds.linear_cases(max_tp=8))
+    def test_wrong_row_parallel_layer_on_the_edge_cases(case):
         tp_props.row_exact(case, impl=wrong_row_parallel)
     """
 )
@@ -63,13 +72,16 @@ def test_readme_snippet_passes_under_default_hypothesis_settings(tmp_path):
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=240,
     )
     out = proc.stdout + proc.stderr
-    assert "1 failed, 1 passed" in out, out[-4000:]
+    assert "2 failed, 1 passed" in out, out[-4000:]
     assert "DeadlineExceeded" not in out and "Flaky" not in out, out[-4000:]
     # the wrong layer fails with a readable, shrunk counterexample and the numbers
     assert "FAILED test_mine.py::test_wrong_row_parallel_layer" in out
     # Hypothesis' heading changed across versions: "Falsifying example" / "Failing test case"
     assert ("Falsifying example" in out or "Failing test case" in out) and "case=LinearCase(" in out
     assert "not bitwise equal" in out and "expected array(" in out and "got array(" in out
+    # with the property's edge cases, the first one (tp = 2, three input features, a bias) fails first
+    assert "FAILED test_mine.py::test_wrong_row_parallel_layer_on_the_edge_cases" in out
+    assert "explicit example" in out and "case=LinearCase(x=array([[1., 2., 3.]])" in out
 
 
 FIRST_CALLS = textwrap.dedent(

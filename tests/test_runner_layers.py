@@ -321,6 +321,12 @@ def test_pipeline_schedules_on_gloo(gloo2):
     assert rows["pp.executed_order.Schedule1F1B"].verdict == FAIL
     assert "rank 1" in rows["pp.executed_order.Schedule1F1B"].detail
     assert rows["pp.executed_order.ScheduleGPipe"].verdict == PASS
+    # that FAIL is exactly the recorded finding, and no other row is
+    from distcheck.report import FINDING
+    from distcheck.runners.findings import label_findings
+
+    labelled = label_findings(list(rows.values()))
+    assert [r.check for r in labelled if r.verdict == FINDING] == ["pp.executed_order.Schedule1F1B"]
 
 
 @pytest.mark.multiprocess

@@ -12,6 +12,8 @@ Reference: :func:`distcheck.dp.accumulate_grads` with ``normalize="tokens"``
 
 from __future__ import annotations
 
+import numpy as np
+
 from distcheck import strategies as ds
 from distcheck.exactness import assert_bitwise_equal
 from distcheck.props import Property, call_impl, register
@@ -59,17 +61,31 @@ def examples_split_invariant(case, *, impl=accumulate) -> None:
 
 _SIG = "accumulate(grad_fn_sum, params, X, y, microbatch_sizes: list[int], mask: ndarray (batch, seq) | None) -> gradient"
 
+
+def _edges():
+    """Three sequences as one micro-batch or as 1 + 2 (micro-batches of unequal size: a mean of
+    per-micro-batch means weighs them wrongly), then with a masked token (unequal token counts)."""
+
+    def case(X, y, mask, a, b):
+        X = np.array(X, dtype=float)
+        return ds.AccumulationCase(X=X, y=np.array(y, dtype=float), w=np.zeros(X.shape[-1]),
+                                   mask=np.array(mask, dtype=float), split_a=a, split_b=b)
+
+    return (case([[[1]], [[1]], [[1]]], [[0], [0], [3]], [[1], [1], [1]], (3,), (1, 2)),
+            case([[[1], [1]], [[1], [2]]], [[1, 0], [0, 2]], [[1, 0], [1, 1]], (2,), (1, 1)))
+
+
 register(Property(
     "accumulation.tokens.split_invariant",
     lambda: ds.accumulation_cases(),
     tokens_split_invariant,
     "token-normalised accumulation == full-batch token mean for any micro-batch split, bit for bit",
-    accumulate, _SIG,
+    accumulate, _SIG, _edges,
 ))
 register(Property(
     "accumulation.examples.split_invariant",
     lambda: ds.accumulation_cases(),
     examples_split_invariant,
     "example-normalised accumulation == full-batch mean for any micro-batch split, bit for bit",
-    accumulate, _SIG,
+    accumulate, _SIG, _edges,
 ))

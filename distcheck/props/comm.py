@@ -78,9 +78,19 @@ def zero3_is_one_and_a_half_ddp(case, *, impl=_simulate) -> None:
                                   expected=expected, got=got)
 
 
+_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+
+
+def _edges():
+    """One rank (nothing to send); 5 int64 elements over 2 and 4 ranks (uneven chunks) for every collective."""
+    C = ds.CollectiveCase
+    return (C("all_reduce", 40, 1), *(C(c, 40, n) for n in (2, 4) for c in _COLLECTIVES))
+
+
 register(Property("comm.volume.closed_form", lambda: ds.collective_cases(), volume_matches_closed_form,
                   "ring simulations send exactly the nccl-tests per-rank volume (uneven: total exact, max < +1 element/phase)",
-                  _simulate, "simulate(collective, size_bytes, n, *, dtype) -> CommResult"))
+                  _simulate, "simulate(collective, size_bytes, n, *, dtype) -> CommResult", _edges))
 register(Property("comm.zero3.one_and_a_half_ddp", lambda: ds.collective_cases(collectives=("all_reduce",)),
                   zero3_is_one_and_a_half_ddp, "ZeRO-3 moves exactly 1.5x the bytes of DDP (simulated rings)",
-                  _simulate, "simulate(collective, size_bytes, n, *, dtype) -> CommResult"))
+                  _simulate, "simulate(collective, size_bytes, n, *, dtype) -> CommResult",
+                  lambda: tuple(c for c in _edges() if c.collective == "all_reduce")))

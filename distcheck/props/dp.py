@@ -115,31 +115,52 @@ def any_shards_bounded(case, *, impl=weighted_combine) -> None:
 
 _SIG = "combine(grads: list[ndarray (features,)], sizes: list[int]) -> ndarray (features,)"
 
+
+def _dp_case(sizes, X, y, w) -> ds.DPCase:
+    return ds.DPCase(X=np.array(X, dtype=float), y=np.array(y, dtype=float), w=np.array(w, dtype=float),
+                     shard_sizes=tuple(sizes))
+
+
+def _equal_edges():
+    """One shard (nothing to average), and two equal shards."""
+    return (_dp_case((1,), [[1]], [2], [0]), _dp_case((2, 2), [[1], [2], [0], [1]], [0, 1, 2, 3], [1]))
+
+
+def _unequal_edges():
+    """The lesson's split of three examples as 2 + 1: a plain mean weighs the lone example twice."""
+    return (_dp_case((2, 1), [[1], [1], [1]], [0, 0, 2], [0]),)
+
+
+def _any_edges():
+    """Shards of 3 and 1 and 2 (no power of two): the weighted mean rounds."""
+    return (*_unequal_edges(), _dp_case((3, 1, 2), [[1], [2], [3], [1], [0], [1]], [1, 0, 2, 3, 1, 0], [1]))
+
+
 register(Property(
     "dp.equal_shards.bitwise",
     lambda: ds.dp_cases(equal_shards=True, powers_of_two=True),
     equal_shards_bitwise,
     "equal shards (powers of two): mean of shard gradients == full-batch gradient, bit for bit",
-    plain_combine, _SIG,
+    plain_combine, _SIG, _equal_edges,
 ))
 register(Property(
     "dp.unequal_shards.weighted",
     lambda: ds.dp_cases(equal_shards=False, powers_of_two=True),
     unequal_shards_weighted,
     "unequal shards: example-weighted all-reduce == full-batch gradient, bit for bit",
-    weighted_combine, _SIG,
+    weighted_combine, _SIG, _unequal_edges,
 ))
 register(Property(
     "dp.unequal_shards.plain_mean_bias",
     lambda: ds.dp_cases(min_shards=1, powers_of_two=True, max_shards=8, equal_shards=None),
     plain_mean_bias,
     "plain mean - full gradient == sum_k (1/(dp n_k) - 1/n) G_k (closed forms), within u(|P| + |G/n|)",
-    plain_combine, _SIG,
+    plain_combine, _SIG, _unequal_edges,
 ))
 register(Property(
     "dp.any_shards.bounded",
     lambda: ds.dp_cases(),
     any_shards_bounded,
     "any shard sizes: weighted all-reduce within gamma_{N+2} sum|G_k|/n of the exact full gradient",
-    weighted_combine, _SIG,
+    weighted_combine, _SIG, _any_edges,
 ))

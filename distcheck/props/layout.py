@@ -98,12 +98,20 @@ def coords_bijection(cfg, *, impl=_coords) -> None:
             raise PropertyFailure(f"rank_of(coords(rank)) for {cfg}", expected=rank, got=back)
 
 
+def _configs():
+    """tp 2, pp 2, dp 4 on nodes of 2 GPUs (each TP group fills a node), and tp 3, dp 2 on nodes
+    of 3 GPUs (a tp that is not a power of two)."""
+    from distcheck.layout import ParallelConfig
+
+    return (ParallelConfig(tp=2, pp=2, dp=4, gpus_per_node=2), ParallelConfig(tp=3, dp=2, gpus_per_node=3))
+
+
 register(Property("layout.groups.partition", lambda: ds.parallel_configs(max_world_size=128, any_order=True),
                   groups_partition, "each rank in exactly one group per axis; group sizes = degrees",
-                  _groups, "groups(cfg, axis) -> list[list[int]]"))
+                  _groups, "groups(cfg, axis) -> list[list[int]]", _configs))
 register(Property("layout.tp.node_local", _node_local_configs, tp_node_local,
                   "tp-innermost order and tp | gpus_per_node: every TP group on one node",
-                  _groups, "groups(cfg, axis) -> list[list[int]]"))
+                  _groups, "groups(cfg, axis) -> list[list[int]]", _configs))
 register(Property("layout.coords.bijection", lambda: ds.parallel_configs(max_world_size=128, any_order=True),
                   coords_bijection, "coords <-> rank_of is a bijection onto the index grid",
-                  _coords, "coords(cfg, rank) -> dict[str, int]"))
+                  _coords, "coords(cfg, rank) -> dict[str, int]", _configs))

@@ -86,9 +86,29 @@ def option_delta(case, *, impl=_count) -> None:
 
 
 _SIG = "count_params(cfg: TransformerConfig) -> int"
+
+
+def _configs():
+    """GQA (4 query heads, 2 kv heads) with tied embeddings and SwiGLU; multi-head attention,
+    untied, with every bias and a layer norm."""
+    from distcheck.params import TransformerConfig
+
+    return (TransformerConfig(hidden_size=8, num_layers=2, ffn_hidden_size=16, num_heads=4, num_kv_heads=2,
+                              vocab_size=32, swiglu=True, tied_embeddings=True, norm="rms"),
+            TransformerConfig(hidden_size=6, num_layers=1, ffn_hidden_size=4, num_heads=3, vocab_size=10,
+                              swiglu=False, tied_embeddings=False, norm="layer", qkv_bias=True, mlp_bias=True,
+                              out_bias=True))
+
+
+def _option_edges():
+    gqa_tied = _configs()[0]
+    return tuple((gqa_tied, option) for option in ("gqa", "swiglu", "tied"))
+
 register(Property("params.total.closed_form", lambda: ds.transformer_configs(), total_matches_closed_form,
-                  "count_params == params.decoder_only for GQA/SwiGLU/tied/norm/bias options, exactly", _count, _SIG))
+                  "count_params == params.decoder_only for GQA/SwiGLU/tied/norm/bias options, exactly", _count, _SIG,
+                  _configs))
 register(Property("params.components.additive", lambda: ds.transformer_configs(), additive_over_components,
-                  "components sum to the total; each == its closed form", _count, _SIG))
+                  "components sum to the total; each == its closed form", _count, _SIG, _configs))
 register(Property("params.option.delta", _options, option_delta,
-                  "toggling GQA, SwiGLU or tying changes the count by exactly the closed-form delta", _count, _SIG))
+                  "toggling GQA, SwiGLU or tying changes the count by exactly the closed-form delta", _count, _SIG,
+                  _option_edges))

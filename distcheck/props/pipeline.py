@@ -78,24 +78,32 @@ def stash_formula_matches_simulator(pp, *, impl=stash_formula) -> None:
     _equal("peak in flight of the formula vs the simulator", max(tl.peak_in_flight), got, pp)
 
 
+def _edges():
+    """One stage (no bubble); fewer micro-batches than stages (m < p: the stash is m, not p);
+    interleaved with v m below (v + 1) p - 1; the lesson's GPipe p = 4, m = 4 (bubble 3/7)."""
+    P = ds.PipelineParams
+    return (P("gpipe", 1, 1, 1, 1, 2), P("1f1b", 2, 1, 1, 1, 2), P("1f1b", 4, 2, 1, 1, 2),
+            P("interleaved", 2, 2, 2, 1, 2), P("gpipe", 4, 4, 1, 1, 2))
+
+
 register(Property(
     "pipeline.simulator.closed_forms",
     lambda: ds.pipeline_params(),
     simulator_matches_closed_forms,
     "simulator == closed forms (step, busy, both bubble conventions, stash) for gpipe, 1f1b, interleaved",
-    _simulate, "simulate(schedule, p, m, v, t_f, t_b) -> Timeline",
+    _simulate, "simulate(schedule, p, m, v, t_f, t_b) -> Timeline", _edges,
 ))
 register(Property(
     "pipeline.bubble_fraction.formula",
     lambda: ds.pipeline_params(),
     formula_matches_simulator,
     "bubble-fraction formula (idle / total) == simulated idle / total, exactly",
-    bubble_fraction_formula, "bubble_fraction(schedule, p, m, v=1) -> Fraction",
+    bubble_fraction_formula, "bubble_fraction(schedule, p, m, v=1) -> Fraction", _edges,
 ))
 register(Property(
     "pipeline.stash.formula",
     lambda: ds.pipeline_params(),
     stash_formula_matches_simulator,
     "activation-stash formula (peak in flight) == simulated peak, exactly (incl. m < p)",
-    stash_formula, "peak_in_flight(schedule, p, m, v=1) -> int",
+    stash_formula, "peak_in_flight(schedule, p, m, v=1) -> int", _edges,
 ))

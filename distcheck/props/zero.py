@@ -90,17 +90,24 @@ def comm_matches_section7(case, *, impl=_comm) -> None:
         raise PropertyFailure(f"ZeRO-3 must move 1.5x DDP for {case}", expected=Fraction(3, 2) * got[0], got=got[3])
 
 
+def _edges():
+    """dp = 1 (the DDP baseline); more ranks than parameters (params = 1, dp = 2); dp not
+    dividing params (10 over 4, K = 12); the ZeRO paper's 7.5B parameters over 64 ranks."""
+    Z = ds.ZeroCase
+    return (Z(params=8, dp=1, k=12), Z(params=1, dp=2, k=12), Z(params=10, dp=4, k=12), Z(params=7_500_000_000, dp=64, k=12))
+
+
 _small = lambda: ds.zero_cases(max_params=10**9, max_dp=512, ks=(12, 14, 8, 0))  # noqa: E731
 
 register(Property("zero.bytes.figure1", _small, bytes_match_figure1,
                   "bytes per GPU of stages 0..3 == ZeRO Figure 1 closed forms (dp | params), exactly",
-                  _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int"))
+                  _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int", _edges))
 register(Property("zero.bytes.padded", _small, bytes_padded,
                   "any params: Figure 1 bytes of params <= bytes per GPU <= Figure 1 bytes of the padded params",
-                  _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int"))
+                  _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int", _edges))
 register(Property("zero.bytes.monotone", _small, bytes_monotone,
                   "bytes per GPU non-increasing in stage and in dp; == DDP baseline at dp = 1",
-                  _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int"))
+                  _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int", _edges))
 register(Property("zero.comm.section7", lambda: ds.zero_cases(max_params=10**9), comm_matches_section7,
                   "comm elements per rank == closed forms; ZeRO-3 moves 1.5x DDP",
-                  _comm, "comm_elements_per_rank(params, dp, stage) -> int"))
+                  _comm, "comm_elements_per_rank(params, dp, stage) -> int", _edges))

@@ -18,16 +18,17 @@ Three properties.
     (``ScheduleInterleavedZeroBubble``, ``ScheduleZBVZeroBubble``,
     ``ScheduleDualPipeV``) have no distcheck simulator: for them the table
     must replay as a complete, deadlock-free order, and the row reports its
-    step time, bubble and peak. A disagreement is a finding, reported with the
-    smallest ``(p, m)`` of the scan: in torch 2.13 ``Schedule1F1B``'s table is
+    step time, bubble and peak. A disagreement is a FAIL reported with the
+    smallest ``(p, m)`` of the scan. In torch 2.13 ``Schedule1F1B``'s table is
     wrong on the last rank (it starts at micro-batch 1 and names micro-batch
-    ``m``, which does not exist; smallest case p = 1, m = 1).
+    ``m``, which does not exist; smallest case p = 1, m = 1): that exact detail
+    is a recorded finding (:mod:`distcheck.runners.findings`).
 
 ``pp.executed_order.<Schedule>`` (gloo/NCCL)
     On a real world, the compute actions each rank actually runs (recorded by
     wrapping the stage's ``forward_one_chunk`` / ``backward_one_chunk`` /
     ``backward_weight_one_chunk``) must equal the rank's table, blanks
-    dropped. A difference is reported as a finding.
+    dropped. A difference is a FAIL (the 1F1B one, exactly as recorded, a finding).
 
 ``pp.executed_timeline.<Schedule>`` (gloo/NCCL; schedules with a simulator)
     The executed orders of all ranks, replayed, give the simulator's step

@@ -219,7 +219,8 @@ def _pure_rows(stages: set[str], args) -> list:
     if "properties" in stages:
         from distcheck.props import run_all
 
-        jobs.append(("properties", lambda: run_all(profile=getattr(args, "profile", None) or "ci")))
+        jobs.append(("properties", lambda: run_all(profile=getattr(args, "profile", None) or "ci",
+                                                   seed=getattr(args, "seed", None))))
     if "golden" in stages:
         from distcheck.golden import default_golden_dir, verify_all
 
