@@ -25,9 +25,12 @@ An answer key (and a golden key: the same format) is::
     expect = "consistent"        # consistent | contradiction
 
 Rounding. Without ``rounding`` the step is read from the digits as printed in
-the file (the raw TOML literal, so ``108.60`` keeps its trailing zero): the
-claim holds when the recomputed value lies within half a step. A ratio string
-``"3/7"`` is exact (step 0).
+the file (the raw TOML literal, so ``108.60`` keeps its trailing zero; see
+:mod:`distcheck.audit.numbers`): a decimal point, an exponent or a ``~`` make
+the last digit a rounded one, while a whole number written in full (``5``,
+``"1,024"``) and a ratio string (``"3/7"``) are exact. A stated ``rounding``
+must divide the figure (``~870`` with ``rounding = 10``). The claim holds when
+the recomputed value lies within half a step (:mod:`distcheck.audit.figures`).
 
 Every problem raises :class:`distcheck.errors.AnswerKeyError` naming the file,
 the line of the claim or field (found by scanning the text) and the field.
@@ -299,7 +302,7 @@ def _number(value, what: str, path, line, fld, *, raw: str | None = None) -> Pri
     if isinstance(value, int):
         if abs(value) > _MAX_ABS:
             raise _err(f"{what} is too large ({len(str(value))} digits)", path, line, fld)
-        return PrintedNumber(Fraction(value), Fraction(1), str(value))
+        return PrintedNumber(Fraction(value), Fraction(0), str(value))  # a whole number in full: exact
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _err(f"{what} must be finite, got {value!r}", path, line, fld)
@@ -470,6 +473,10 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
         if r.value < 0:
             raise _err(f"rounding must be >= 0, got {r.text}", path, ln("rounding"), f"{base}.rounding")
         step, step_inferred = r.value, False
+        figures = claimed if isinstance(claimed, tuple) else (claimed,)
+        if step and any((x / step).denominator != 1 for x in figures):
+            raise _err(f"rounding = {r.text} must divide the printed figure {ctext} (a figure rounded to the "
+                       f"nearest {r.text} is a multiple of it)", path, ln("rounding"), f"{base}.rounding")
 
     note = _check_str(rc, "note", path, ln("note"), f"{base}.note", required=False)
     section = _check_str(rc, "section", path, ln("section"), f"{base}.section", required=False)
