@@ -11,12 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.audit import audit_key, parse_key
-from distcheck.audit.consistency import is_whole_unit
-from distcheck.audit.figures import (
+from distcheck.audit.counts import (
     FRACTIONAL_COUNT_NOUNS,
+    WHOLE_COUNT_NOUNS,
+    is_whole_unit,
+)
+from distcheck.audit.figures import (
     MAX_WHOLE_COMBINATIONS,
     TIE_RULES,
-    WHOLE_COUNT_NOUNS,
     Figure,
     Span,
     check_equal,

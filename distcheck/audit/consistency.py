@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from distcheck.audit import figures as fig
 from distcheck.audit import quantities as qmod
+from distcheck.audit.counts import FRACTIONAL_COUNT_NOUNS, is_whole_unit
 from distcheck.audit.keys import AnswerKey, Check, Claim
 from distcheck.audit.numbers import format_exact
 from distcheck.errors import AnswerKeyError, ConfigError
@@ -25,7 +26,7 @@ from distcheck.errors import AnswerKeyError, ConfigError
 if TYPE_CHECKING:
     from distcheck.audit.verdict import ClaimVerdict
 
-__all__ = ["CheckVerdict", "check_key", "figure_of", "is_whole_unit"]
+__all__ = ["CheckVerdict", "check_key", "figure_of"]
 
 CONSISTENT, CONTRADICTION = "consistent", "contradiction"
 
@@ -45,13 +46,6 @@ class CheckVerdict:
     line: int | None = None
 
 
-def is_whole_unit(unit: str) -> bool:
-    """True when ``unit`` counts whole things (``GPUs``, ``layers``, ``"B params"``, ...:
-    :data:`~distcheck.audit.figures.WHOLE_COUNT_NOUNS`)."""
-    family = qmod.unit_family(unit)
-    return family is not None and family.startswith("count:") and family[6:] in fig.WHOLE_COUNT_NOUNS
-
-
 def _base_unit(unit: str) -> str:
     family = qmod.unit_family(unit) or ""
     if family.startswith("count:"):
@@ -65,7 +59,7 @@ def figure_of(c: Claim) -> fig.Figure:
     quantity in ``elements`` is not)."""
     f = qmod.unit_factor(_base_unit(c.unit), c.unit)
     q_unit = qmod.get_quantity(c.quantity).unit
-    whole = is_whole_unit(c.unit) and q_unit not in fig.FRACTIONAL_COUNT_NOUNS
+    whole = is_whole_unit(c.unit) and q_unit not in FRACTIONAL_COUNT_NOUNS
     return fig.Figure(c.claimed * f, c.step * f, whole)
 
 

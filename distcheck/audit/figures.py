@@ -15,7 +15,7 @@ The rule (also in docs/AUDIT.md, "Figures, rounding and consistency"):
    ``c - r/2 <= x <= c + r/2``, where each end belongs to the figure or to its
    neighbour (``c - r`` or ``c + r``) according to the rule's tie-break
    (:data:`TIE_RULES`). A figure in a unit that counts whole things (GPUs,
-   layers, ranks, ...: :data:`WHOLE_COUNT_NOUNS`) stands only for the whole
+   layers, ranks, ...: :mod:`distcheck.audit.counts`) stands only for the whole
    numbers among those values, in the unscaled unit (``16 M tokens`` to the
    nearest million is a whole number of tokens).
 
@@ -55,10 +55,8 @@ from fractions import Fraction
 from distcheck.errors import ConfigError
 
 __all__ = [
-    "FRACTIONAL_COUNT_NOUNS",
     "MAX_WHOLE_COMBINATIONS",
     "TIE_RULES",
-    "WHOLE_COUNT_NOUNS",
     "Figure",
     "Outcome",
     "Span",
@@ -71,16 +69,6 @@ __all__ = [
 HALF_AWAY, HALF_TOWARD, HALF_EVEN = "half away from zero", "half toward zero", "half to even"
 #: the tie-breaking rules a source may have rounded with (see the module docstring)
 TIE_RULES = (HALF_AWAY, HALF_TOWARD, HALF_EVEN)
-
-#: count nouns whose values are whole numbers: a fractional value means the inputs do not divide evenly
-WHOLE_COUNT_NOUNS = frozenset({
-    "count", "params", "GPUs", "tokens", "sequences", "layers", "stages", "micro-batches", "ranks", "nodes",
-    "groups", "examples", "chunks", "heads", "collectives", "all-reduces", "columns",
-})
-#: count nouns whose values may be fractional: per-rank communication volumes in elements are
-#: averages over ranks (a ring all-reduce moves 2(n-1)/n of the tensor per rank), and ticks measure
-#: time in units of one forward pass
-FRACTIONAL_COUNT_NOUNS = frozenset({"elements", "ticks"})
 
 #: the most combinations of whole values a product check enumerates (rounded counts as factors)
 MAX_WHOLE_COMBINATIONS = 10_000

@@ -28,6 +28,7 @@ from pathlib import Path
 from distcheck.audit import conventions as conv
 from distcheck.audit import quantities as qmod
 from distcheck.audit.consistency import CheckVerdict, check_key
+from distcheck.audit.counts import is_whole_unit, uneven_split
 from distcheck.audit.keys import (
     AMBIGUOUS, HOLDS, NOT_CHECKABLE, OTHER, WRONG, AnswerKey, Claim, _exact_float, load_key,
     parse_input_string,
@@ -114,6 +115,11 @@ def _matches(value_in_unit, claimed, step: Fraction) -> bool:
             return False
         return all(abs(a - b) <= half for a, b in zip(value_in_unit, claimed))
     return abs(Fraction(value_in_unit) - claimed) <= half
+
+
+def _not_whole(quantity_unit: str, value) -> bool:
+    """A count of whole things (distcheck.audit.counts) computed as a fraction."""
+    return not isinstance(value, tuple) and is_whole_unit(quantity_unit) and Fraction(value).denominator != 1
 
 
 def _fmt(value, unit: str = "") -> str:
@@ -254,22 +260,33 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     base = dict(claim=c, quantity_unit=q.unit, computed=value, computed_in_unit=in_unit, inputs=shown)
     printed = f"printed {c.claimed_text}" + ("" if c.unit == "flag" else f" {c.unit}") + (
         " (exact)" if c.step == 0 else f" (+-{float(c.step / 2):g})")
-    if _matches(in_unit, c.claimed, c.step):
+    # a count computed as a fraction counts nothing: the inputs do not divide evenly, and no figure holds
+    uneven = None
+    if _not_whole(q.unit, value):
+        full = {i.name: Fraction(str(i.default)) for i in q.inputs if i.default is not None} | values
+        noun = (qmod.unit_family(c.unit) or ":").split(":", 1)[1] or q.unit
+        uneven = f"{q.name} counts whole {noun}: {uneven_split(q.name, full, Fraction(value))}"
+    elif _matches(in_unit, c.claimed, c.step):
         return ClaimVerdict(verdict=HOLDS, explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}", **base)
+    default = f"default gives {_fmt(in_unit, c.unit)}" + (f" ({uneven})" if uneven else "")
 
     matches, closest = _search(c, q, values, model)
     if len(matches) == 1:
         name, v, u = matches[0]
         return ClaimVerdict(
             verdict=OTHER, convention=name, alternatives=[{"convention": name, "value": v, "unit": u}],
-            explanation=(f"default gives {_fmt(in_unit, c.unit)}; {printed} is reproduced with {name}: "
-                         f"{_fmt(v, u)}"), **base)
+            explanation=f"{default}; {printed} is reproduced with {name}: {_fmt(v, u)}", **base)
     if len(matches) > 1:
         listed = "; ".join(f"{n} -> {_fmt(v, u)}" for n, v, u in matches)
         return ClaimVerdict(
             verdict=AMBIGUOUS, alternatives=[{"convention": n, "value": v, "unit": u} for n, v, u in matches],
-            explanation=f"default gives {_fmt(in_unit, c.unit)}; {printed} is reproduced by several conventions: {listed}",
-            **base)
+            explanation=f"{default}; {printed} is reproduced by several conventions: {listed}", **base)
+    if uneven:
+        near = "" if closest is None else f"; closest documented convention: {closest[0]} -> {_fmt(closest[1], closest[2])}"
+        alts = [] if closest is None else [{"convention": closest[0], "value": closest[1], "unit": closest[2]}]
+        return ClaimVerdict(
+            verdict=WRONG, alternatives=alts,
+            explanation=f"recomputed {_fmt(in_unit, c.unit)}, but {uneven}; {printed} cannot count it{near}", **base)
     diff = _distance(in_unit, c.claimed)
     rel = ""
     if not isinstance(in_unit, tuple) and in_unit != 0:
@@ -313,6 +330,8 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
                     value = _compute(alt_q, vals)
                     value_in = _in_unit(value, alt_q.unit, unit)
                 except (ConfigError, ValueError, KeyError):
+                    continue
+                if _not_whole(alt_q.unit, value):  # an uneven count reproduces no figure
                     continue
                 # the figure read in `unit` is claimed (in that unit); compare there, report in the claim's unit
                 name = " + ".join(v.name for v in variants)
