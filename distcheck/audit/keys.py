@@ -39,7 +39,9 @@ the line of the claim or field (found by scanning the text) and the field.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -47,17 +49,21 @@ from pathlib import Path
 from typing import Any
 
 from distcheck.audit.numbers import PrintedNumber, parse_printed
-from distcheck.errors import AnswerKeyError, UnknownQuantityError
+from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
 
 __all__ = [
     "VERDICTS",
     "CHECK_VERDICTS",
     "CHECK_KINDS",
+    "MAX_KEY_BYTES",
+    "MAX_CLAIMS",
+    "MAX_CHECKS",
     "Claim",
     "Check",
     "AnswerKey",
     "parse_key",
     "load_key",
+    "as_path",
     "validate_data",
 ]
 
@@ -75,6 +81,13 @@ _META_OPTIONAL = ("note", "url", "date", "version", "author", "license")
 _CLAIM_FIELDS = ("id", "quantity", "inputs", "claimed", "unit", "rounding", "note", "section", "expect")
 _CHECK_FIELDS = ("id", "kind", "total", "parts", "note", "section", "expect")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+#: the largest answer key read, in bytes (4 MiB: the largest shipped golden key is under 50 KB)
+MAX_KEY_BYTES = 4 * 2**20
+#: the most [[claim]] tables in one key (auditing 10,000 claims takes seconds, up to about a minute
+#: when every claim is wrong and the convention search runs in full)
+MAX_CLAIMS = 10_000
+#: the most [[check]] tables in one key
+MAX_CHECKS = 10_000
 _MAX_ARRAY = 4096
 _MAX_ELEMENTS = 65536  # a matrix input holds at most this many numbers (exact arithmetic is O(rows x cols))
 _MAX_ABS = Fraction(10) ** 60  # inputs and figures beyond this are refused, not computed
@@ -225,17 +238,56 @@ def _scan(text: str) -> _Lines:
 # ----------------------------------------------------------------------------- parsing
 
 
-def load_key(path: str | Path) -> AnswerKey:
-    """Read and validate the answer key at ``path``.
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
-    Raises AnswerKeyError (file, line, field) for an unreadable file, bad TOML, or
-    any field that breaks the format; never evaluates anything.
-    """
-    p = Path(path)
+
+def _read_bounded(p: Path) -> bytes:
+    """The bytes of the regular file ``p``, at most MAX_KEY_BYTES. Opened without blocking
+    (a named pipe with no writer would block ``open``) and checked with ``fstat`` before any
+    read, so a pipe, a device or a folder is refused at once; the read itself stops at
+    MAX_KEY_BYTES + 1 bytes, so a file that grows while it is read cannot exhaust memory."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        raw = p.read_bytes()
+        fd = os.open(p, flags)
     except OSError as exc:
         raise AnswerKeyError(f"cannot read the answer key: {exc.strerror or exc}", path=str(p)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "not a regular file")
+            raise AnswerKeyError(f"is {kind}; an answer key must be a regular file", path=str(p))
+        if st.st_size > MAX_KEY_BYTES:
+            raise AnswerKeyError(f"is {st.st_size:,} bytes, over the answer-key limit of {MAX_KEY_BYTES:,} bytes "
+                                 "(4 MiB)", path=str(p))
+        chunks, size = [], 0
+        while size <= MAX_KEY_BYTES:
+            chunk = os.read(fd, min(MAX_KEY_BYTES + 1 - size, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise AnswerKeyError(f"cannot read the answer key: {exc.strerror or exc}", path=str(p)) from None
+    finally:
+        os.close(fd)
+    if size > MAX_KEY_BYTES:
+        raise AnswerKeyError(f"holds more than the answer-key limit of {MAX_KEY_BYTES:,} bytes (4 MiB)", path=str(p))
+    return b"".join(chunks)
+
+
+def load_key(path: str | os.PathLike[str]) -> AnswerKey:
+    """Read and validate the answer key at ``path``.
+
+    Only a regular file of at most :data:`MAX_KEY_BYTES` (4 MiB) is read, with at most
+    :data:`MAX_CLAIMS` claims and :data:`MAX_CHECKS` checks; a named pipe, a device or a
+    folder is refused without reading (no hang). Raises AnswerKeyError (file, line,
+    field) for an unreadable, oversized or non-regular file, bad TOML, or any field
+    that breaks the format; ConfigError when ``path`` is not a path. Never evaluates
+    anything.
+    """
+    p = as_path("path", path)
+    raw = _read_bounded(p)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -250,6 +302,8 @@ def parse_key(text: str, path: str = "<string>") -> AnswerKey:
     """Parse and validate answer-key TOML ``text``; ``path`` names it in errors."""
     if not isinstance(text, str):
         raise AnswerKeyError("answer key text must be a str", path=path)
+    if len(text) > MAX_KEY_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise AnswerKeyError(f"holds more than the answer-key limit of {MAX_KEY_BYTES:,} bytes (4 MiB)", path=path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -259,6 +313,15 @@ def parse_key(text: str, path: str = "<string>") -> AnswerKey:
     except (RecursionError, ValueError, TypeError) as exc:  # pathological nesting or text
         raise AnswerKeyError(f"not valid TOML: {type(exc).__name__}", path=path) from None
     return validate_data(data, path=path, text=text)
+
+
+def as_path(field: str, value: object) -> Path:
+    """``value`` as a Path: a ``str`` or an ``os.PathLike`` naming a str path. Raises
+    ConfigError naming ``field`` otherwise (an int, None, bytes, ...)."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text:
+        raise ConfigError(field, value, "must be a file path (a non-empty str or os.PathLike)")
+    return Path(text)
 
 
 def _err(msg, path, line, fld):
@@ -373,6 +436,9 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
     raw_claims = data.get("claim", [])
     if not isinstance(raw_claims, list):
         raise _err("'claim' must be an array of tables ([[claim]])", path, None, "claim")
+    if len(raw_claims) > MAX_CLAIMS:
+        raise _err(f"holds {len(raw_claims):,} claims, over the limit of {MAX_CLAIMS:,} per answer key", path, None,
+                   "claim")
     claims: list[Claim] = []
     ids: dict[str, int | None] = {}
     for i, rc in enumerate(raw_claims):
@@ -383,6 +449,9 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
     raw_checks = data.get("check", [])
     if not isinstance(raw_checks, list):
         raise _err("'check' must be an array of tables ([[check]])", path, None, "check")
+    if len(raw_checks) > MAX_CHECKS:
+        raise _err(f"holds {len(raw_checks):,} checks, over the limit of {MAX_CHECKS:,} per answer key", path, None,
+                   "check")
     checks: list[Check] = []
     claim_ids = {c.id for c in claims}
     for i, rk in enumerate(raw_checks):
