@@ -239,7 +239,8 @@ def test_a_key_of_rounded_gigabytes_that_adds_up():
             + check("s", "sum", '["z1", "z1b"]', "two"))
     by = key_checks(text)
     assert by["s"].verdict == "consistent"
-    assert by["s"].explanation == "31.4 GB + 31.4 GB lies in [62.7 (627/10), 62.9 (629/10)] GB; the total 62.8 GB is within it"
+    assert by["s"].explanation == ("31.4 GB + 31.4 GB lies in [62.7 (627/10), 62.9 (629/10)] GB; "
+                                   "the total 62.8 GB is within it")
 
 
 def test_a_key_with_rounding_stated_still_cannot_make_whole_gpus_add_up():

@@ -148,7 +148,8 @@ def _check_total(k: Check, key: AnswerKey) -> CheckVerdict:
                                      path=key.path, line=k.line, field=f"check ({k.id}).parts")
             if k.kind == "product" and c.claimed < 0:
                 raise AnswerKeyError(f"check {k.id!r}: part {p!r} is negative ({c.claimed_text}); a product check "
-                                     "multiplies figures >= 0", path=key.path, line=k.line, field=f"check ({k.id}).parts")
+                                     "multiplies figures >= 0", path=key.path, line=k.line,
+                                     field=f"check ({k.id}).parts")
             parts.append(figure_of(c))
             terms.append(_printed(c))
         else:
