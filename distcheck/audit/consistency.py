@@ -22,6 +22,7 @@ from distcheck.audit.counts import FRACTIONAL_COUNT_NOUNS, is_whole_unit
 from distcheck.audit.keys import AnswerKey, Check, Claim
 from distcheck.audit.numbers import format_exact
 from distcheck.errors import AnswerKeyError, ConfigError
+from distcheck.validate import check_type
 
 if TYPE_CHECKING:
     from distcheck.audit.verdict import ClaimVerdict
@@ -56,7 +57,8 @@ def _base_unit(unit: str) -> str:
 def figure_of(c: Claim) -> fig.Figure:
     """Claim ``c``'s printed figure in the unscaled unit of its family; whole when both the
     claim's unit and its quantity's unit count whole things (a claim in ``count`` of a
-    quantity in ``elements`` is not)."""
+    quantity in ``elements`` is not). ConfigError when ``c`` is not a Claim."""
+    check_type("c", c, Claim, "must be a Claim")
     f = qmod.unit_factor(_base_unit(c.unit), c.unit)
     q_unit = qmod.get_quantity(c.quantity).unit
     whole = is_whole_unit(c.unit) and q_unit not in FRACTIONAL_COUNT_NOUNS
@@ -213,6 +215,8 @@ def _automatic(key: AnswerKey, verdicts: Sequence[ClaimVerdict]) -> list[CheckVe
 def check_key(key: AnswerKey, verdicts: Sequence[ClaimVerdict]) -> list[CheckVerdict]:
     """One CheckVerdict per ``[[check]]`` of ``key``, then one per automatic group (claims of the
     same quantity and inputs). Raises AnswerKeyError for a check the figures cannot enter
-    (a vector, mixed units in a sum or equal check, a negative factor)."""
+    (a vector, mixed units in a sum or equal check, a negative factor), ConfigError for
+    arguments of the wrong type."""
+    check_type("key", key, AnswerKey, "must be an AnswerKey")
     explicit = [_check_equal(k, key) if k.kind == "equal" else _check_total(k, key) for k in key.checks]
     return explicit + _automatic(key, verdicts)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from distcheck.audit import quantities as qmod
+from distcheck.validate import check_type
 
 __all__ = ["FRACTIONAL_COUNT_NOUNS", "WHOLE_COUNT_NOUNS", "is_whole_unit", "uneven_split"]
 
@@ -84,7 +85,11 @@ def uneven_split(quantity: str, values: Mapping[str, Fraction], value: Fraction)
     """Why ``value`` (not whole) is no count: ``"num_layers=80 over p=3 is uneven: 27 + 27 + 26"``
     when the quantity is a count shared over parts, else ``"80/3 is not a whole number"``.
 
-    ``values`` are the exact inputs the quantity was computed from (defaults filled)."""
+    ``values`` are the exact inputs the quantity was computed from (defaults filled).
+    Raises ConfigError for arguments of the wrong type."""
+    check_type("quantity", quantity, str, "must be a quantity name (a str)")
+    check_type("values", values, Mapping, "must map input names to exact values")
+    check_type("value", value, Fraction, "must be a Fraction")
     share = _share(quantity, values)
     exact = f"{value.numerator}/{value.denominator}"
     if share is None or share[3] <= 1 or share[1] % share[3] == 0:

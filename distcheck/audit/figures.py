@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from distcheck.errors import ConfigError
+from distcheck.validate import check_choice, check_type
 
 __all__ = [
     "MAX_WHOLE_COMBINATIONS",
@@ -143,6 +144,8 @@ class Figure:
     whole: bool = False
 
     def __post_init__(self) -> None:
+        check_type("value", self.value, Fraction, "must be a Fraction")
+        check_type("step", self.step, Fraction, "must be a Fraction")
         if self.step < 0:
             raise ConfigError("step", self.step, "must be >= 0")
         if self.step and (self.value / self.step).denominator != 1:
@@ -152,7 +155,10 @@ class Figure:
 def span_of(figure: Figure, rule: str | None = None) -> Span:
     """The exact values ``figure`` stands for under tie rule ``rule`` (one of :data:`TIE_RULES`),
     or under any rule (both ends included) when ``rule`` is None. Whole numbers are not
-    singled out here: see :func:`Span.whole_range`."""
+    singled out here: see :func:`Span.whole_range`. ConfigError for another rule."""
+    check_type("figure", figure, Figure, "must be a Figure")
+    if rule is not None:
+        check_choice("rule", rule, TIE_RULES)
     c, r = figure.value, figure.step
     if r == 0:
         return Span.point(c)
@@ -167,9 +173,7 @@ def span_of(figure: Figure, rule: str | None = None) -> Span:
     away_keeps_upper = c < 0
     if rule == HALF_AWAY:
         return Span(c - half, c + half, away_keeps_lower, away_keeps_upper)
-    if rule == HALF_TOWARD:
-        return Span(c - half, c + half, not away_keeps_lower, not away_keeps_upper)
-    raise ConfigError("rule", rule, f"must be one of {', '.join(TIE_RULES)}")
+    return Span(c - half, c + half, not away_keeps_lower, not away_keeps_upper)  # HALF_TOWARD
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,16 @@ def _has_whole(s: Span) -> bool:
     return s.whole_range() is not None
 
 
+def _figures(field: str, figures: Sequence[Figure]) -> list[Figure]:
+    """``figures`` as a non-empty list of Figure (ConfigError otherwise)."""
+    check_type(field, figures, (list, tuple), "must be a list of Figure")
+    for i, f in enumerate(figures):
+        check_type(f"{field}[{i}]", f, Figure, "must be a Figure")
+    if not figures:
+        raise ConfigError(field, [], "must hold at least one figure")
+    return list(figures)
+
+
 def _outcome(figures: Sequence[Figure], decide: Callable[[str | None], bool], combined: Span | None) -> Outcome:
     empty = _empties(figures)
     if empty:
@@ -225,9 +239,9 @@ def _outcome(figures: Sequence[Figure], decide: Callable[[str | None], bool], co
 
 
 def check_equal(figures: Sequence[Figure]) -> Outcome:
-    """All figures stand for one common value (same unscaled unit)."""
-    if not figures:
-        raise ConfigError("figures", 0, "must hold at least one figure")
+    """All figures stand for one common value (same unscaled unit). ConfigError unless
+    ``figures`` is a non-empty list of Figure."""
+    figures = _figures("figures", figures)
 
     def decide(rule: str | None) -> bool:
         spans = [s for s in (_whole_span(f, rule) for f in figures) if s is not None]
@@ -266,9 +280,10 @@ def _zero_reachable(whole: Span | None, real: Span) -> bool:
 
 
 def check_sum(total: Figure, parts: Sequence[Figure]) -> Outcome:
-    """``total`` = sum of ``parts`` (all in the same unscaled unit; literal parts have step 0)."""
-    if not parts:
-        raise ConfigError("parts", 0, "must hold at least one part")
+    """``total`` = sum of ``parts`` (all in the same unscaled unit; literal parts have step 0).
+    ConfigError unless ``total`` is a Figure and ``parts`` a non-empty list of them."""
+    check_type("total", total, Figure, "must be a Figure")
+    parts = _figures("parts", parts)
 
     def decide(rule: str | None) -> bool:
         lin = _linear(total, parts, rule)
@@ -308,9 +323,10 @@ def _whole_values(spans: Sequence[Span]) -> list[int]:
 def check_product(total: Figure, parts: Sequence[Figure]) -> Outcome:
     """``total`` = product of ``parts``; every figure measures something non-negative, so
     values below 0 are not considered. Raises ConfigError when rounded counts among the
-    parts admit more than :data:`MAX_WHOLE_COMBINATIONS` combinations."""
-    if not parts:
-        raise ConfigError("parts", 0, "must hold at least one part")
+    parts admit more than :data:`MAX_WHOLE_COMBINATIONS` combinations, or unless ``total`` is a
+    Figure and ``parts`` a non-empty list of them."""
+    check_type("total", total, Figure, "must be a Figure")
+    parts = _figures("parts", parts)
     figures = [total, *parts]
 
     def product(rule: str | None) -> tuple[list[int], Span] | None:

@@ -50,6 +50,7 @@ from typing import Any
 
 from distcheck.audit.numbers import PrintedNumber, parse_printed
 from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
+from distcheck.validate import check_type
 
 __all__ = [
     "VERDICTS",
@@ -300,6 +301,7 @@ _TOML_POS = re.compile(r"\(at line (\d+), column \d+\)")
 
 def parse_key(text: str, path: str = "<string>") -> AnswerKey:
     """Parse and validate answer-key TOML ``text``; ``path`` names it in errors."""
+    path = _path_text(path)
     if not isinstance(text, str):
         raise AnswerKeyError("answer key text must be a str", path=path)
     if len(text) > MAX_KEY_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
@@ -318,10 +320,17 @@ def parse_key(text: str, path: str = "<string>") -> AnswerKey:
 def as_path(field: str, value: object) -> Path:
     """``value`` as a Path: a ``str`` or an ``os.PathLike`` naming a str path. Raises
     ConfigError naming ``field`` otherwise (an int, None, bytes, ...)."""
-    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    check_type(field, value, (str, os.PathLike), "must be a file path (a str or os.PathLike)")
+    text = os.fspath(value)  # type: ignore[call-overload]
     if not isinstance(text, str) or not text:
-        raise ConfigError(field, value, "must be a file path (a non-empty str or os.PathLike)")
+        raise ConfigError(field, value, "must be a non-empty str path")
     return Path(text)
+
+
+def _path_text(path: object) -> str:
+    """The name a key is reported under: a str or os.PathLike as written (ConfigError otherwise)."""
+    check_type("path", path, (str, os.PathLike), "must name the key (a str or os.PathLike)")
+    return str(os.fspath(path))  # type: ignore[call-overload]
 
 
 def _err(msg, path, line, fld):
@@ -410,6 +419,9 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
     """
     from distcheck.audit import quantities as qmod
 
+    path = _path_text(path)
+    if text is not None:
+        check_type("text", text, str, "must be the key's TOML text (a str) or None")
     lines = _scan(text) if text is not None else _Lines()
     if not isinstance(data, dict):
         raise _err("an answer key must be a TOML table", path, None, None)
@@ -698,7 +710,10 @@ def _check(rk, i, kl, path, ids, claim_ids) -> Check:
 
 
 def parse_input_string(text: str, target_unit: str) -> Fraction | None:
-    """Public wrapper: '80 GB' converted to ``target_unit`` (exact), None if not convertible."""
+    """Public wrapper: '80 GB' converted to ``target_unit`` (exact), None if not convertible.
+    Raises ConfigError when ``text`` or ``target_unit`` is not a str."""
     from distcheck.audit import quantities as qmod
 
+    check_type("text", text, str, "must be a str such as '80 GB'")
+    check_type("target_unit", target_unit, str, "must be a unit name (a str)")
     return _parse_quantity_string(text, target_unit, qmod)

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from distcheck.errors import ConfigError
+
 __all__ = ["PrintedNumber", "parse_printed", "step_of_literal", "format_exact"]
 
 # optional approximation mark, sign, digits with optional thousands separators
@@ -96,7 +98,12 @@ def step_of_literal(text: str) -> Fraction | None:
 def format_exact(value: Fraction | int, digits: int = 6) -> str:
     """Format an exact value for a report: integers in full, others as a decimal
     with ``digits`` significant digits and, when the denominator is small, the
-    exact ratio too (e.g. ``0.428571 (3/7)``)."""
+    exact ratio too (e.g. ``0.428571 (3/7)``). Raises ConfigError for a value that is not an
+    int or Fraction (a bool included) or ``digits`` that is not an integer from 1 to 60."""
+    if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
+        raise ConfigError("value", value, "must be an int or a Fraction")
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 60:
+        raise ConfigError("digits", digits, "must be an integer from 1 to 60")
     q = Fraction(value)
     if q.denominator == 1:
         return f"{q.numerator:,}"

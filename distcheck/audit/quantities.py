@@ -42,6 +42,7 @@ from typing import Callable, Mapping
 from distcheck.closed_form import ClosedForm, catalogue
 from distcheck.errors import ConfigError, UnknownQuantityError
 from distcheck.units import BYTE_UNITS
+from distcheck.validate import check_type
 
 __all__ = [
     "QuantityInput",
@@ -134,19 +135,22 @@ def unit_factor(quantity_unit: str, claim_unit: str) -> Fraction:
     """Factor f with ``value_in_claim_unit = value_in_quantity_unit / f``.
 
     E.g. ``unit_factor("bytes", "GB") == 10**9`` and ``unit_factor("fraction", "%") == 1/100``.
-    Raises ValueError when the units are unknown or of different families.
+    Raises ConfigError (a ValueError) naming the argument when a unit is not a str, is
+    unknown, or the two are of different families.
     """
+    check_type("quantity_unit", quantity_unit, str, "must be a unit name (a str)")
+    check_type("claim_unit", claim_unit, str, "must be a unit name (a str)")
     q = _parse_unit(quantity_unit) if quantity_unit != "any" else ("any", Fraction(1))
     c = _parse_unit(claim_unit)
     if q is None:
-        raise ValueError(f"unknown unit {quantity_unit!r}")
+        raise ConfigError("quantity_unit", quantity_unit, "is not a known unit")
     if c is None:
-        raise ValueError(f"unknown unit {claim_unit!r}; known: {KNOWN_UNITS_HELP}")
+        raise ConfigError("claim_unit", claim_unit, f"is not a known unit; known: {KNOWN_UNITS_HELP}")
     if quantity_unit == "any":  # not-checkable quantities take a figure in any unit
         return Fraction(1)
     q_family = _FAMILY_OF_QUANTITY_UNIT.get(quantity_unit, q[0])
     if not _compatible(q_family, c[0]):
-        raise ValueError(f"unit {claim_unit!r} does not measure a quantity in {quantity_unit!r}")
+        raise ConfigError("claim_unit", claim_unit, f"does not measure a quantity in {quantity_unit!r}")
     return c[1] / q[1]
 
 
@@ -259,7 +263,7 @@ def _pick(values: Mapping[str, object], names) -> dict:
 
 def _split_sizes(n: int, parts: int) -> list[int]:
     """numpy.array_split sizes: the reference's :func:`distcheck.tp.split_sizes` (imported lazily:
-    the audit itself needs no numpy until a worked example is computed)."""
+    the audit loads the tensor-parallel reference only when a worked example is computed)."""
     from distcheck.tp import split_sizes
 
     return split_sizes(n, parts)
@@ -638,10 +642,12 @@ def quantities() -> dict[str, Quantity]:
 
 
 def get_quantity(name: str) -> Quantity:
-    """The quantity called ``name``; raises UnknownQuantityError (with close matches)."""
+    """The quantity called ``name``; raises ConfigError when ``name`` is not a str and
+    UnknownQuantityError (a KeyError, with close matches) when no quantity has that name."""
+    check_type("name", name, str, "must be a str naming a quantity (see list_quantities())")
     table = quantities()
-    if not isinstance(name, str) or name not in table:
-        raise UnknownQuantityError(str(name), list(table))
+    if name not in table:
+        raise UnknownQuantityError(name, list(table))
     return table[name]
 
 
@@ -678,9 +684,12 @@ def preset_names() -> list[str]:
 
 def preset_inputs(model: str, quantity: Quantity) -> dict[str, Fraction]:
     """The inputs of ``quantity`` a preset fills (exact). ``params`` is the total of
-    ``params.decoder_only`` for the preset. Raises ConfigError for an unknown preset."""
+    ``params.decoder_only`` for the preset. Raises ConfigError for an unknown preset or a
+    ``quantity`` that is not a Quantity."""
     from distcheck.params import PRESETS
 
+    check_type("model", model, str, "must be a preset name (a str)")
+    check_type("quantity", quantity, Quantity, "must be a Quantity (see get_quantity)")
     if model not in PRESETS:
         raise ConfigError("model", model, f"must be one of {', '.join(sorted(PRESETS))}")
     cfg = PRESETS[model]
@@ -697,7 +706,9 @@ _NOMINAL = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORE
 
 
 def nominal_params(model: str) -> Fraction | None:
-    """The parameter count printed in a preset's name ("llama-3-70b" -> 70e9), None if it has none."""
+    """The parameter count printed in a preset's name ("llama-3-70b" -> 70e9), None if it has none.
+    Raises ConfigError when ``model`` is not a str."""
+    check_type("model", model, str, "must be a preset name (a str)")
     m = _NOMINAL.search(model)
     if not m:
         return None

@@ -30,11 +30,12 @@ from distcheck.audit import quantities as qmod
 from distcheck.audit.consistency import CheckVerdict, check_key
 from distcheck.audit.counts import is_whole_unit, uneven_split
 from distcheck.audit.keys import (
-    AMBIGUOUS, HOLDS, NOT_CHECKABLE, OTHER, WRONG, AnswerKey, Claim, _exact_float, load_key,
+    AMBIGUOUS, HOLDS, NOT_CHECKABLE, OTHER, WRONG, AnswerKey, Claim, _domain, _exact_float, load_key,
     parse_input_string,
 )
 from distcheck.audit.numbers import format_exact
 from distcheck.errors import AnswerKeyError, ConfigError
+from distcheck.validate import check_type
 
 __all__ = ["ClaimVerdict", "CheckVerdict", "AuditResult", "audit_key", "audit_file", "audit_exit_code"]
 
@@ -201,6 +202,8 @@ def _resolve(c: Claim, q: qmod.Quantity, key: AnswerKey) -> tuple[dict, str | No
                         f"{v!r} is in {ref.unit} but input {name} is in {qi.unit or 'plain numbers'}",
                         path=key.path, line=_input_line(c, name), field=f"{fld}.{name}")
                 f = Fraction(1)
+            # the referenced figure meets the input's domain like a literal would (no negative sizes)
+            _domain(qi, ref.claimed * f, key.path, _input_line(c, name), f"{fld}.{name} ({v})")
             values[name] = ref.claimed * f
         elif isinstance(v, str):
             values[name] = parse_input_string(v, qi.unit)
@@ -350,7 +353,9 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
 
 def audit_key(key: AnswerKey) -> AuditResult:
     """Audit a parsed key: one ClaimVerdict per claim, one CheckVerdict per check (explicit,
-    then automatic). Raises AnswerKeyError for inputs a closed form rejects."""
+    then automatic). Raises AnswerKeyError for inputs a closed form rejects, ConfigError when
+    ``key`` is not an AnswerKey."""
+    check_type("key", key, AnswerKey, "must be an AnswerKey (see load_key, parse_key)")
     verdicts = [audit_claim(c, key) for c in key.claims]
     return AuditResult(key.path, key.title, key.source, verdicts, check_key(key, verdicts))
 
@@ -361,8 +366,12 @@ def audit_file(path: str | Path) -> AuditResult:
 
 
 def audit_exit_code(result: AuditResult | list[AuditResult]) -> int:
-    """1 when any claim is wrong or any consistency check finds a contradiction, else 0."""
+    """1 when any claim is wrong or any consistency check finds a contradiction, else 0.
+    Raises ConfigError when ``result`` is not an AuditResult or a list of them."""
     results = result if isinstance(result, list) else [result]
+    for i, r in enumerate(results):
+        check_type(f"result[{i}]" if isinstance(result, list) else "result", r, AuditResult,
+                   "must be an AuditResult (see audit_file)")
     for r in results:
         if any(v.verdict == WRONG for v in r.claims) or r.contradictions:
             return 1
