@@ -4,7 +4,10 @@
 (``.<name>.<random>.tmp``, created with ``O_EXCL`` and mode 0o666 less the umask,
 as ``open`` would), flushes and fsyncs it, and renames it over the target with
 :func:`os.replace`, which is atomic within one file system on POSIX and Windows.
-A reader sees the old file or the new one, never a half-written one.
+A reader sees the old file or the new one, never a half-written one. A symbolic
+link is followed (the file it names is replaced, the link kept); an existing
+target that is not a regular file (a named pipe, a device such as /dev/stdout's
+terminal, a socket) is refused rather than replaced by a file.
 
 The temporary file is removed on every exit path Python sees: an exception, a
 ``KeyboardInterrupt`` (SIGINT), or SIGTERM where the process turns it into an
@@ -67,7 +70,8 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, *, encoding: str 
         encoding: text encoding (default UTF-8).
 
     Raises:
-        ConfigError: ``path`` is not a str or os.PathLike, or ``text`` is not a str.
+        ConfigError: ``path`` is not a str or os.PathLike, names an existing file that is not a
+            regular file (pipe, device, socket), or ``text`` is not a str.
         LookupError: ``encoding`` is unknown (nothing is created).
         OSError: the folder is missing or not writable, the disk is full, ``path`` is a folder.
             The temporary file is removed before any exception (KeyboardInterrupt included)
@@ -78,7 +82,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, *, encoding: str 
     if not isinstance(text, str):
         raise ConfigError("text", type(text).__name__, "must be a str")
     codecs.lookup(encoding)  # LookupError for an unknown encoding, before anything is created
-    target = Path(path)
+    target = Path(os.path.realpath(path))
+    if target.exists() and not (target.is_file() or target.is_dir()):  # a folder fails in os.replace
+        raise ConfigError("path", os.fspath(path), "is not a regular file (a pipe, device or socket is never replaced)")
     tmp: Path | None = None
     try:
         with _signals_held():

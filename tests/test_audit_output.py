@@ -120,3 +120,24 @@ def test_write_text_atomic_replaces_and_refuses_bad_arguments(tmp_path):
     with pytest.raises(LookupError):
         write_text_atomic(target, "x", encoding="no-such-codec")
     assert target.read_text() == "new\n" and [p.name for p in tmp_path.iterdir()] == ["t.txt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this platform")
+@pytest.mark.timeout(60)
+def test_output_to_a_named_pipe_is_refused_and_the_pipe_kept(tmp_path, capsys):
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    assert cli.main(["audit", str(GOLDEN / "zero_paper.toml"), "--output", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"distcheck: error: path='{fifo}' is not a regular file (a pipe, device or socket is never replaced)\n"
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_output_through_a_symlink_replaces_the_file_it_names(tmp_path):
+    real = tmp_path / "real.md"
+    real.write_text("old")
+    link = tmp_path / "link.md"
+    link.symlink_to(real)
+    assert cli.main(["audit", str(GOLDEN / "zero_paper.toml"), "--output", str(link)]) == 0
+    assert link.is_symlink() and real.read_text().startswith("## ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.md", "real.md"]
