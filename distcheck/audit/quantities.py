@@ -391,6 +391,11 @@ def _trim_ends(values):
     return (L + 2 * k) // p
 
 
+#: the two seed documents, cited by their public titles
+_LESSON = "lesson 'Scaling and distributed training' (adapted in part from AI Engineering from Scratch)"
+_CHAPTER = "'Chapter 26: Distributed Training' of Language Modelling: The Complete Guide"
+
+
 def _composites() -> list[Quantity]:
     Q, I = Quantity, QuantityInput
     act_bytes = I("activation_bytes", "activation bytes per GPU, added once (replicated: each GPU holds its own)",
@@ -398,7 +403,7 @@ def _composites() -> list[Quantity]:
     out: list[Quantity] = []
     out.append(Q(
         "memory.state_plus_activations_bytes", "bytes",
-        "lesson (seed 000) section 3, 7B-style step 2 (107.81 GB + 0.822 GB = 108.63 GB); chapter (seed 001) memory table totals",
+        f"{_LESSON} section 3, 7B-style step 2 (107.81 GB + 0.822 GB = 108.63 GB); {_CHAPTER} memory table totals",
         "training state b P / (t p) (memory.train_state_bytes) plus activation_bytes",
         _form_inputs("memory.train_state_bytes") + (act_bytes,),
         lambda v: _ev("memory.train_state_bytes", **_pick(v, ("params", "bytes_per_param", "tp", "pp")))
@@ -407,14 +412,14 @@ def _composites() -> list[Quantity]:
     for s in range(4):
         out.append(Q(
             f"memory.per_gpu_bytes.zero{s}", "bytes",
-            "ZeRO paper (Rajbhandari et al. 2020) Figure 1 plus activations; chapter (seed 001) ZeRO table",
+            f"ZeRO paper (Rajbhandari et al. 2020) Figure 1 plus activations; {_CHAPTER} ZeRO table",
             f"zero.bytes_per_gpu.stage{s} plus activation_bytes (activations are not sharded by ZeRO-DP)",
             _form_inputs(f"zero.bytes_per_gpu.stage{s}") + (act_bytes,),
             lambda v, s=s: _ev(f"zero.bytes_per_gpu.stage{s}", **_pick(v, ("params", "dp", "k")))
             + v.get("activation_bytes", 0),
         ))
     out.append(Q(
-        "memory.fits", "flag", "lesson (seed 000) section 3 ('fits 80 GB', 'does not fit an 80 GB GPU')",
+        "memory.fits", "flag", f"{_LESSON} section 3 ('fits 80 GB', 'does not fit an 80 GB GPU')",
         "1 if total_bytes <= gpu_bytes else 0",
         (I("total_bytes", "bytes to hold", "bytes", "positive"), I("gpu_bytes", "memory of one GPU", "bytes", "positive")),
         lambda v: 1 if v["total_bytes"] <= v["gpu_bytes"] else 0,
@@ -430,7 +435,7 @@ def _composites() -> list[Quantity]:
     out.append(Q(
         "activations.checkpointed_peak_bytes", "bytes",
         "Korthikanti et al. 2022 Table 2: full recompute keeps 2sbh per layer; the layer being recomputed holds "
-        "34sbh (the selective row at t=1: attention scores not stored, as with flash attention); lesson (seed 000) "
+        f"34sbh (the selective row at t=1: attention scores not stored, as with flash attention); {_LESSON} "
         "section 3, 0.822 GB",
         "num_layers x 2 s b h (checkpointed layer inputs) + 34 s b h / t (one layer's activations during its recompute)",
         _form_inputs("activations.bytes_per_layer.tp_sp_selective", drop=("a",))
@@ -469,20 +474,20 @@ def _composites() -> list[Quantity]:
         lambda v: v["dp"] * v["batch_per_dp"] * v["seq_len"],
     ))
     out.append(Q(
-        "layout.global_batch", "sequences", "lesson (seed 000) section 5, 'Global batch size'; DeepSpeed train_batch_size",
+        "layout.global_batch", "sequences", f"{_LESSON} section 5, 'Global batch size'; DeepSpeed train_batch_size",
         "sequences per optimizer step: dp x micro_batch_size x grad_accum",
         (I("dp", "data-parallel degree", "GPUs"), I("micro_batch_size", "sequences per GPU per micro-step", "sequences"),
          I("grad_accum", "gradient-accumulation steps", "count", default=1)),
         lambda v: v["dp"] * v["micro_batch_size"] * v["grad_accum"],
     ))
     out.append(Q(
-        "layout.batch_fraction_per_gpu", "fraction", "lesson (seed 000) section 3, '3D parallelism' (sees 1/d of each batch)",
+        "layout.batch_fraction_per_gpu", "fraction", f"{_LESSON} section 3, '3D parallelism' (sees 1/d of each batch)",
         "fraction of each global batch one GPU sees: 1/dp (tp and pp ranks of a replica see the same data)",
         (I("dp", "data-parallel degree", "GPUs"),),
         lambda v: Fraction(1) / v["dp"],
     ))
     out.append(Q(
-        "layout.nodes_per_replica", "nodes", "chapter (seed 001) 3D example (TP within a node, PP across nodes)",
+        "layout.nodes_per_replica", "nodes", f"{_CHAPTER} 3D example (TP within a node, PP across nodes)",
         "nodes one model replica spans: tp x pp / gpus_per_node",
         (I("tp", "tensor-parallel degree", "GPUs"), I("pp", "pipeline-parallel degree", "GPUs"),
          I("gpus_per_node", "GPUs per node", "GPUs", default=8)),
@@ -511,7 +516,7 @@ def _composites() -> list[Quantity]:
          I("trimmed", "layers removed from each end stage", "layers", "nonnegative_integer", 1)),
         lambda v: v["p"] * v["layers_per_stage"] - 2 * v["trimmed"],
     ))
-    psrc = "lesson (seed 000) section 3, 70B-style worked example; composed from the params.* closed forms"
+    psrc = f"{_LESSON} section 3, 70B-style worked example; composed from the params.* closed forms"
     layer_inputs = tuple(dict.fromkeys(
         _form_inputs("params.attention_per_layer") + _form_inputs("params.mlp_per_layer")
         + tuple(i for i in _form_inputs("params.norms") if i.name in ("norm_weights", "norm_biases"))))
@@ -557,13 +562,13 @@ def _composites() -> list[Quantity]:
         / _ev("activations.bytes_per_layer.tp_sp_selective", **v),
     ))
     out.append(Q(
-        "dp.shard_size.max", "examples", "numpy.array_split (lesson (seed 000) data_parallel_grad)",
+        "dp.shard_size.max", "examples", f"numpy.array_split ({_LESSON} data_parallel_grad)",
         "largest shard when n examples are split over dp ranks: dp.shard_size of rank 0 (ceil(n / dp))",
         (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
         lambda v: _ev("dp.shard_size", n=v["n"], dp=v["dp"], rank=0),
     ))
     out.append(Q(
-        "dp.shard_size.min", "examples", "numpy.array_split (lesson (seed 000) data_parallel_grad)",
+        "dp.shard_size.min", "examples", f"numpy.array_split ({_LESSON} data_parallel_grad)",
         "smallest shard when n examples are split over dp ranks: dp.shard_size of the last rank (floor(n / dp))",
         (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
         lambda v: _ev("dp.shard_size", n=v["n"], dp=v["dp"], rank=v["dp"] - 1),
@@ -572,7 +577,7 @@ def _composites() -> list[Quantity]:
     mat = I("w", "weight matrix (a list of rows)", "", "matrix")
     tp_in = I("tp", "tensor-parallel ranks", "GPUs")
     shard_in = I("shard", "0-based rank whose piece is computed", "", "nonnegative_integer")
-    src = "lesson (seed 000) section 3, 'Tensor parallelism: columns and rows' worked example (exact arithmetic)"
+    src = f"{_LESSON} section 3, 'Tensor parallelism: columns and rows' worked example (exact arithmetic)"
     out.append(Q("tp.example.full_output", "value", src, "x W computed exactly", (vec, mat),
                  lambda v: _vecmat(_vector(v, "x"), _matrix(v, "w")), array=True))
     out.append(Q("tp.example.column_shard_output", "value", src,
@@ -583,14 +588,14 @@ def _composites() -> list[Quantity]:
                  (vec, mat, tp_in, shard_in), _row_partial, array=True))
     out.append(Q(
         "tp.example.swapped_mlp_matches", "flag",
-        "lesson (seed 000) section 2 exercise 4 (swap the split order); a counterexample settles 'not exact'",
+        f"{_LESSON} section 2 exercise 4 (swap the split order); a counterexample settles 'not exact'",
         "1 if relu(x W1) W2 equals the swapped split (row-split W1, column-split W2, no all-reduce) on this input",
         (vec, I("w1", "first weight matrix", "", "matrix"), I("w2", "second weight matrix", "", "matrix"), tp_in),
         _swapped_mlp_matches,
     ))
     out.append(Q(
         "tp.example.sliced_activation_matches", "flag",
-        "lesson (seed 000) section 4, 'Predict: why can ReLU be applied to each slice separately, but a layer "
+        f"{_LESSON} section 4, 'Predict: why can ReLU be applied to each slice separately, but a layer "
         "norm over the hidden dimension could not?' (exact arithmetic; a counterexample settles 'could not')",
         "1 if the activation applied to each column shard of h (numpy.array_split) equals the activation of the "
         "whole h on this input: ReLU (layer_norm = 0) or layer norm over the hidden dimension without affine "
