@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from distcheck.audit.keys import AnswerKey, as_path, load_key
+from distcheck.audit.files import as_path
+from distcheck.audit.keys import AnswerKey, load_key
 from distcheck.audit.verdict import audit_key
 from distcheck.errors import AnswerKeyError, GoldenError
 from distcheck.report import FAIL, PASS, CheckResult

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from distcheck.audit import load_key, parse_key
-from distcheck.audit.keys import MAX_CHECKS, MAX_CLAIMS, MAX_KEY_BYTES
+from distcheck.audit.files import MAX_KEY_BYTES
+from distcheck.audit.keys import MAX_CHECKS, MAX_CLAIMS
 from distcheck.errors import AnswerKeyError
 
 META = '[meta]\ntitle = "t"\nsource = "s"\n'

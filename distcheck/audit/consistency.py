@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 from distcheck.audit import figures as fig
 from distcheck.audit import quantities as qmod
@@ -23,9 +22,6 @@ from distcheck.audit.keys import AnswerKey, Check, Claim
 from distcheck.audit.numbers import format_exact
 from distcheck.errors import AnswerKeyError, ConfigError
 from distcheck.validate import check_type
-
-if TYPE_CHECKING:
-    from distcheck.audit.verdict import ClaimVerdict
 
 __all__ = ["CheckVerdict", "check_key", "figure_of"]
 
@@ -191,32 +187,33 @@ def _defaults(quantity: str) -> dict[str, str]:
     return {i.name: str(Fraction(str(i.default))) for i in q.inputs if i.default is not None}
 
 
-def _automatic(key: AnswerKey, verdicts: Sequence[ClaimVerdict]) -> list[CheckVerdict]:
+def _automatic(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, str]]]) -> list[CheckVerdict]:
     """Claims naming the same quantity with the same resolved inputs must agree."""
     covered = {frozenset(p for p in k.parts if isinstance(p, str)) for k in key.checks if k.kind == "equal"}
-    groups: dict[tuple, list[ClaimVerdict]] = {}
-    for v in verdicts:
-        if v.computed is None or isinstance(v.claim.claimed, tuple):
+    groups: dict[tuple, list[Claim]] = {}
+    for c, inputs in recomputed:
+        if isinstance(c.claimed, tuple):
             continue
-        sig = (v.claim.quantity, tuple(sorted({**_defaults(v.claim.quantity), **v.inputs}.items())))
-        groups.setdefault(sig, []).append(v)
+        sig = (c.quantity, tuple(sorted({**_defaults(c.quantity), **inputs}.items())))
+        groups.setdefault(sig, []).append(c)
     out = []
-    for (qname, _), vs in groups.items():
-        ids = tuple(v.claim.id for v in vs)
-        if len(vs) < 2 or frozenset(ids) in covered:
+    for (qname, _), cs in groups.items():
+        ids = tuple(c.id for c in cs)
+        if len(cs) < 2 or frozenset(ids) in covered:
             continue
-        result = fig.check_equal([figure_of(v.claim) for v in vs])
-        labels = [f"{v.claim.id} = {_printed(v.claim)}" for v in vs]
+        result = fig.check_equal([figure_of(c) for c in cs])
+        labels = [f"{c.id} = {_printed(c)}" for c in cs]
         why = f"same quantity {qname} and inputs: " + _equal_text(labels, result, "agree", "contradict each other")
         out.append(CheckVerdict("auto:" + "=".join(ids), "equal", _verdict(result), ids, why, automatic=True))
     return out
 
 
-def check_key(key: AnswerKey, verdicts: Sequence[ClaimVerdict]) -> list[CheckVerdict]:
-    """One CheckVerdict per ``[[check]]`` of ``key``, then one per automatic group (claims of the
-    same quantity and inputs). Raises AnswerKeyError for a check the figures cannot enter
-    (a vector, mixed units in a sum or equal check, a negative factor), ConfigError for
-    arguments of the wrong type."""
+def check_key(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, str]]]) -> list[CheckVerdict]:
+    """One CheckVerdict per ``[[check]]`` of ``key``, then one per automatic group among
+    ``recomputed``: the claims whose value was recomputed, each with its resolved inputs
+    (``{name: exact value as text}``), grouped by quantity and inputs with defaults filled.
+    Raises AnswerKeyError for a check the figures cannot enter (a vector, mixed units in a
+    sum or equal check, a negative factor), ConfigError for arguments of the wrong type."""
     check_type("key", key, AnswerKey, "must be an AnswerKey")
     explicit = [_check_equal(k, key) if k.kind == "equal" else _check_total(k, key) for k in key.checks]
-    return explicit + _automatic(key, verdicts)
+    return explicit + _automatic(key, recomputed)

@@ -41,13 +41,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from distcheck.audit.files import MAX_KEY_BYTES, as_path, path_text, read_key_bytes
 from distcheck.audit.numbers import PrintedNumber, parse_printed
 from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
 from distcheck.validate import check_type
@@ -64,7 +64,6 @@ __all__ = [
     "AnswerKey",
     "parse_key",
     "load_key",
-    "as_path",
     "validate_data",
 ]
 
@@ -82,8 +81,6 @@ _META_OPTIONAL = ("note", "url", "date", "version", "author", "license")
 _CLAIM_FIELDS = ("id", "quantity", "inputs", "claimed", "unit", "rounding", "note", "section", "expect")
 _CHECK_FIELDS = ("id", "kind", "total", "parts", "note", "section", "expect")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
-#: the largest answer key read, in bytes (4 MiB: the largest shipped golden key is under 50 KB)
-MAX_KEY_BYTES = 4 * 2**20
 #: the most [[claim]] tables in one key (auditing 10,000 claims takes seconds, up to about a minute
 #: when every claim is wrong and the convention search runs in full)
 MAX_CLAIMS = 10_000
@@ -239,44 +236,6 @@ def _scan(text: str) -> _Lines:
 # ----------------------------------------------------------------------------- parsing
 
 
-_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def _read_bounded(p: Path) -> bytes:
-    """The bytes of the regular file ``p``, at most MAX_KEY_BYTES. Opened without blocking
-    (a named pipe with no writer would block ``open``) and checked with ``fstat`` before any
-    read, so a pipe, a device or a folder is refused at once; the read itself stops at
-    MAX_KEY_BYTES + 1 bytes, so a file that grows while it is read cannot exhaust memory."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(p, flags)
-    except OSError as exc:
-        raise AnswerKeyError(f"cannot read the answer key: {exc.strerror or exc}", path=str(p)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "not a regular file")
-            raise AnswerKeyError(f"is {kind}; an answer key must be a regular file", path=str(p))
-        if st.st_size > MAX_KEY_BYTES:
-            raise AnswerKeyError(f"is {st.st_size:,} bytes, over the answer-key limit of {MAX_KEY_BYTES:,} bytes "
-                                 "(4 MiB)", path=str(p))
-        chunks, size = [], 0
-        while size <= MAX_KEY_BYTES:
-            chunk = os.read(fd, min(MAX_KEY_BYTES + 1 - size, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise AnswerKeyError(f"cannot read the answer key: {exc.strerror or exc}", path=str(p)) from None
-    finally:
-        os.close(fd)
-    if size > MAX_KEY_BYTES:
-        raise AnswerKeyError(f"holds more than the answer-key limit of {MAX_KEY_BYTES:,} bytes (4 MiB)", path=str(p))
-    return b"".join(chunks)
-
-
 def load_key(path: str | os.PathLike[str]) -> AnswerKey:
     """Read and validate the answer key at ``path``.
 
@@ -288,7 +247,7 @@ def load_key(path: str | os.PathLike[str]) -> AnswerKey:
     anything.
     """
     p = as_path("path", path)
-    raw = _read_bounded(p)
+    raw = read_key_bytes(p)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -301,7 +260,7 @@ _TOML_POS = re.compile(r"\(at line (\d+), column \d+\)")
 
 def parse_key(text: str, path: str = "<string>") -> AnswerKey:
     """Parse and validate answer-key TOML ``text``; ``path`` names it in errors."""
-    path = _path_text(path)
+    path = path_text(path)
     if not isinstance(text, str):
         raise AnswerKeyError("answer key text must be a str", path=path)
     if len(text) > MAX_KEY_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
@@ -315,22 +274,6 @@ def parse_key(text: str, path: str = "<string>") -> AnswerKey:
     except (RecursionError, ValueError, TypeError) as exc:  # pathological nesting or text
         raise AnswerKeyError(f"not valid TOML: {type(exc).__name__}", path=path) from None
     return validate_data(data, path=path, text=text)
-
-
-def as_path(field: str, value: object) -> Path:
-    """``value`` as a Path: a ``str`` or an ``os.PathLike`` naming a str path. Raises
-    ConfigError naming ``field`` otherwise (an int, None, bytes, ...)."""
-    check_type(field, value, (str, os.PathLike), "must be a file path (a str or os.PathLike)")
-    text = os.fspath(value)  # type: ignore[call-overload]
-    if not isinstance(text, str) or not text:
-        raise ConfigError(field, value, "must be a non-empty str path")
-    return Path(text)
-
-
-def _path_text(path: object) -> str:
-    """The name a key is reported under: a str or os.PathLike as written (ConfigError otherwise)."""
-    check_type("path", path, (str, os.PathLike), "must name the key (a str or os.PathLike)")
-    return str(os.fspath(path))  # type: ignore[call-overload]
 
 
 def _err(msg, path, line, fld):
@@ -419,7 +362,7 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
     """
     from distcheck.audit import quantities as qmod
 
-    path = _path_text(path)
+    path = path_text(path)
     if text is not None:
         check_type("text", text, str, "must be the key's TOML text (a str) or None")
     lines = _scan(text) if text is not None else _Lines()

@@ -357,7 +357,8 @@ def audit_key(key: AnswerKey) -> AuditResult:
     ``key`` is not an AnswerKey."""
     check_type("key", key, AnswerKey, "must be an AnswerKey (see load_key, parse_key)")
     verdicts = [audit_claim(c, key) for c in key.claims]
-    return AuditResult(key.path, key.title, key.source, verdicts, check_key(key, verdicts))
+    recomputed = [(v.claim, v.inputs) for v in verdicts if v.computed is not None]
+    return AuditResult(key.path, key.title, key.source, verdicts, check_key(key, recomputed))
 
 
 def audit_file(path: str | Path) -> AuditResult:
