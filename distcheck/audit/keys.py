@@ -44,12 +44,11 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 from distcheck.audit.files import MAX_KEY_BYTES, as_path, path_text, read_key_bytes
 from distcheck.audit.numbers import PrintedNumber, parse_printed
-from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
+from distcheck.errors import AnswerKeyError, UnknownQuantityError
 from distcheck.validate import check_type
 
 __all__ = [

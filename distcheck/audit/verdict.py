@@ -285,8 +285,10 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
             verdict=AMBIGUOUS, alternatives=[{"convention": n, "value": v, "unit": u} for n, v, u in matches],
             explanation=f"{default}; {printed} is reproduced by several conventions: {listed}", **base)
     if uneven:
-        near = "" if closest is None else f"; closest documented convention: {closest[0]} -> {_fmt(closest[1], closest[2])}"
-        alts = [] if closest is None else [{"convention": closest[0], "value": closest[1], "unit": closest[2]}]
+        near, alts = "", []
+        if closest is not None:
+            near = f"; closest documented convention: {closest[0]} -> {_fmt(closest[1], closest[2])}"
+            alts = [{"convention": closest[0], "value": closest[1], "unit": closest[2]}]
         return ClaimVerdict(
             verdict=WRONG, alternatives=alts,
             explanation=f"recomputed {_fmt(in_unit, c.unit)}, but {uneven}; {printed} cannot count it{near}", **base)
