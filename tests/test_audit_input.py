@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from distcheck.audit import load_key, parse_key
+from distcheck.audit import keys, load_key, parse_key
 from distcheck.audit.files import MAX_KEY_BYTES
 from distcheck.audit.keys import MAX_CHECKS, MAX_CLAIMS
 from distcheck.errors import AnswerKeyError
@@ -100,3 +100,11 @@ def test_a_symlink_to_a_regular_file_is_read(tmp_path):
     link = tmp_path / "link.toml"
     link.symlink_to(real)
     assert len(load_key(link).claims) == 1
+
+
+def test_a_field_name_with_a_newline_is_escaped_so_the_error_stays_one_line():
+    # found by tests/test_audit_fuzz.py: {"meta": {"\n": None}}
+    with pytest.raises(AnswerKeyError) as err:
+        keys.validate_data({"meta": {"\n": None}}, path="fuzz.toml")
+    assert str(err.value) == ("fuzz.toml: [meta.\\n] unknown field '\\n' (allowed: title, source, note, url, date, "
+                              "version, author, license)")

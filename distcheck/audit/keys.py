@@ -276,6 +276,10 @@ def parse_key(text: str, path: str = "<string>") -> AnswerKey:
 
 
 def _err(msg, path, line, fld):
+    # a field named by a quoted TOML key may hold a newline or another control character: escape
+    # it, so that every error stays one line
+    if isinstance(fld, str) and not fld.isprintable():
+        fld = repr(fld)[1:-1]
     return AnswerKeyError(msg, path=path, line=line, field=fld)
 
 
