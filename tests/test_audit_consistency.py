@@ -4,6 +4,7 @@ consistency")."""
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction as F
 
 import pytest
@@ -276,4 +277,18 @@ def test_a_product_with_too_many_whole_combinations_is_bad_input():
             + claim("t", "reported.fact", "{}", 1000000000000, "GPUs")
             + check("p", "product", '["a", "b"]', "t"))
     with pytest.raises(AnswerKeyError, match=r"check 'p'.*more than 10,000 combinations"):
+        key_checks(text)
+
+
+@pytest.mark.parametrize("parts, claimed, message", [
+    ('["a", -2]', 4, "check 'p': part -2 is negative; a product check multiplies figures >= 0"),
+    ('["n", 2]', 4, "check 'p': part 'n' is negative (-2); a product check multiplies figures >= 0"),
+    ('["a", 2]', -4, "check 'p': the total -4 is negative; a product check multiplies figures >= 0"),
+])
+def test_a_product_check_refuses_negative_figures(parts, claimed, message):
+    text = (claim("a", "layout.world_size", "{ tp = 2 }", 2, "GPUs")
+            + claim("n", "reported.fact", "{}", -2, "count")
+            + claim("t", "reported.fact", "{}", claimed, "GPUs")
+            + check("p", "product", parts, "t"))
+    with pytest.raises(AnswerKeyError, match=re.escape(message)):
         key_checks(text)

@@ -152,6 +152,10 @@ def _check_total(k: Check, key: AnswerKey) -> CheckVerdict:
             terms.append(_printed(c))
         else:
             # a literal part of a sum is in the total's unit (a count if the total is one); of a product, a factor
+            if k.kind == "product" and p < 0:
+                raise AnswerKeyError(f"check {k.id!r}: part {format_exact(p)} is negative; a product check "
+                                     "multiplies figures >= 0", path=key.path, line=k.line,
+                                     field=f"check ({k.id}).parts")
             parts.append(fig.Figure(p * t_factor, whole=t_fig.whole) if k.kind == "sum" else fig.Figure(p))
             terms.append(format_exact(p))
     if k.kind == "product" and total.claimed < 0:

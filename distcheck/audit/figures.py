@@ -184,11 +184,10 @@ class Outcome:
     tie rules that do (all three when the figures do not meet at a tie); ``meets``: the
     relation holds when each figure may break its ties either way (so a contradiction
     with ``meets`` is one where the figures meet only at a tie no single rule prints as
-    every figure); ``combined``:
-    what the parts combine to under the widest reading (any rule; whole numbers
-    narrowed to their range), None for ``equal``; ``empty``: indices of whole-count
-    figures that stand for no whole number (e.g. ``26.7 layers``), each a
-    contradiction by itself.
+    every figure); ``combined``: what the parts combine to under the widest reading
+    (any rule; whole numbers narrowed to their range), None for ``equal``; ``empty``:
+    indices (total first, then the parts) of whole-count figures that stand for no
+    whole number (e.g. ``26.7 layers``), each a contradiction by itself.
     """
 
     consistent: bool
