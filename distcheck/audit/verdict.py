@@ -284,11 +284,12 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         return ClaimVerdict(
             verdict=AMBIGUOUS, alternatives=[{"convention": n, "value": v, "unit": u} for n, v, u in matches],
             explanation=f"{default}; {printed} is reproduced by several conventions: {listed}", **base)
+    near = "; no documented convention reproduces it"
+    alts = []
+    if closest is not None:
+        near += f" (closest: {closest[0]} -> {_fmt(closest[1], closest[2])})"
+        alts = [{"convention": closest[0], "value": closest[1], "unit": closest[2]}]
     if uneven:
-        near, alts = "", []
-        if closest is not None:
-            near = f"; closest documented convention: {closest[0]} -> {_fmt(closest[1], closest[2])}"
-            alts = [{"convention": closest[0], "value": closest[1], "unit": closest[2]}]
         return ClaimVerdict(
             verdict=WRONG, alternatives=alts,
             explanation=f"recomputed {_fmt(in_unit, c.unit)}, but {uneven}; {printed} cannot count it{near}", **base)
@@ -296,11 +297,6 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     rel = ""
     if not isinstance(in_unit, tuple) and in_unit != 0:
         rel = f" ({float(diff / abs(in_unit)):.2%} of the recomputed value)"
-    near = "; no documented convention reproduces it"
-    alts = []
-    if closest is not None:
-        near = f"; no documented convention reproduces it (closest: {closest[0]} -> {_fmt(closest[1], closest[2])})"
-        alts = [{"convention": closest[0], "value": closest[1], "unit": closest[2]}]
     return ClaimVerdict(
         verdict=WRONG, alternatives=alts,
         explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff, c.unit)}{rel}{near}", **base)
