@@ -264,7 +264,8 @@ def _render_key_list(fmt: str) -> str:
 
 
 def _emit(text: str | None, output: Path | None) -> None:
-    """Write ``text`` to stdout, or atomically to ``output`` (a temporary file beside it, then a rename)."""
+    """Write ``text`` to stdout, or atomically to ``output`` (:func:`distcheck.atomic.write_text_atomic`:
+    a temporary file beside it, then a rename; the temporary file never outlives an interruption)."""
     if text is None:
         return
     if output is None:
@@ -274,12 +275,11 @@ def _emit(text: str | None, output: Path | None) -> None:
         raise _UsageError(f"--output {output} is a folder; give a file path")
     if not output.parent.is_dir():
         raise _UsageError(f"--output {output}: folder {output.parent} does not exist")
-    tmp = output.with_name(f".{output.name}.distcheck-tmp")
+    from distcheck.atomic import write_text_atomic
+
     try:
-        tmp.write_text(text)
-        tmp.replace(output)  # atomic: no half-written report on failure
+        write_text_atomic(output, text)  # removes its temporary file on every exit path, signals included
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise _UsageError(f"--output {output}: {exc.strerror or exc}") from None
 
 

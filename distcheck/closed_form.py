@@ -19,13 +19,18 @@ from typing import Mapping
 import sympy as sp
 
 from distcheck.errors import ConfigError, UnknownQuantityError
+from distcheck.validate import check_choice, check_type
 
-__all__ = ["Input", "ClosedForm", "register", "get", "catalogue", "FORM_MODULES"]
+__all__ = ["Input", "ClosedForm", "register", "get", "catalogue", "FORM_MODULES", "INPUT_KINDS"]
 
 #: the modules of distcheck.forms that register closed forms (one per strategy)
 FORM_MODULES = (
     "dp", "tp", "attention", "pipeline", "memory", "zero", "activations", "params", "layout", "comm",
 )
+
+
+#: the kinds of closed-form input (see :class:`Input`)
+INPUT_KINDS = ("positive_integer", "nonnegative_integer", "flag", "positive", "nonnegative")
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,8 @@ class Input:
     ``kind`` is ``"positive_integer"`` (>= 1), ``"nonnegative_integer"`` (>= 0),
     ``"flag"`` (0 or 1), ``"positive"`` (a positive rational) or ``"nonnegative"``.
     ``default`` is used when the caller leaves the input out (None: required).
+    Raises ConfigError for a name that is not a str or a kind not in :data:`INPUT_KINDS`
+    (a misspelt kind would otherwise accept any value).
     """
 
     name: str
@@ -42,6 +49,10 @@ class Input:
     unit: str = ""
     kind: str = "positive_integer"
     default: int | Fraction | None = None
+
+    def __post_init__(self) -> None:
+        check_type("name", self.name, str, "must be a str naming the input")
+        check_choice("kind", self.kind, INPUT_KINDS)
 
     @property
     def symbol(self) -> sp.Symbol:
@@ -107,6 +118,15 @@ class ClosedForm:
     description: str
     constraints: tuple[str, ...] = field(default=())
 
+    def __post_init__(self) -> None:
+        check_type("name", self.name, str, "must be a str, e.g. 'pipeline.bubble_fraction.gpipe'")
+        check_type("expr", self.expr, sp.Basic, "must be a sympy expression")
+        check_type("inputs", self.inputs, tuple, "must be a tuple of Input")
+        for i in self.inputs:
+            check_type(f"{self.name} input", i, Input, "must be an Input")
+        for f in ("unit", "source", "description"):
+            check_type(f, getattr(self, f), str, "must be a str")
+
     @property
     def symbols(self) -> dict[str, sp.Symbol]:
         return {i.name: i.symbol for i in self.inputs}
@@ -154,7 +174,9 @@ _loaded = False
 
 
 def register(form: ClosedForm) -> ClosedForm:
-    """Add ``form`` to the catalogue; a second form of the same name is an error."""
+    """Add ``form`` to the catalogue; a second form of the same name is an error.
+    Raises ConfigError when ``form`` is not a ClosedForm."""
+    check_type("form", form, ClosedForm, "must be a ClosedForm")
     if form.name in _REGISTRY and _REGISTRY[form.name] is not form:
         raise ValueError(f"closed form {form.name!r} registered twice")
     _REGISTRY[form.name] = form
@@ -172,7 +194,11 @@ def catalogue() -> dict[str, ClosedForm]:
 
 
 def get(name: str) -> ClosedForm:
-    """The closed form called ``name``; raises UnknownQuantityError (a KeyError)."""
+    """The closed form called ``name``.
+
+    Raises ConfigError when ``name`` is not a str, UnknownQuantityError (a KeyError,
+    with close matches) when no closed form has that name."""
+    check_type("name", name, str, "must be a str naming a closed form, e.g. 'pipeline.bubble_fraction.gpipe'")
     forms = catalogue()
     try:
         return forms[name]

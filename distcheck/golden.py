@@ -19,6 +19,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from distcheck.audit.files import as_path
 from distcheck.audit.keys import AnswerKey, load_key
 from distcheck.audit.verdict import audit_key
 from distcheck.errors import AnswerKeyError, GoldenError
@@ -44,9 +45,10 @@ def default_golden_dir() -> Path:
 def golden_paths(directory: str | Path | None = None) -> list[Path]:
     """The golden keys in ``directory`` (default :func:`default_golden_dir`), sorted.
 
-    Raises GoldenError when the folder does not exist or holds no ``*.toml``.
+    Raises GoldenError when the folder does not exist or holds no ``*.toml``, ConfigError
+    when ``directory`` is not a path.
     """
-    d = Path(directory) if directory is not None else default_golden_dir()
+    d = as_path("directory", directory) if directory is not None else default_golden_dir()
     if not d.is_dir():
         raise GoldenError(f"golden folder {d} does not exist")
     paths = sorted(d.glob("*.toml"))
@@ -83,7 +85,8 @@ def resolve_key(key: str | Path) -> Path:
 
 def load_golden(path: str | Path) -> AnswerKey:
     """Load an answer key and enforce the golden rules (expect and section on every claim,
-    expect on every check). Raises AnswerKeyError naming the file, line and field."""
+    expect on every check). Raises AnswerKeyError naming the file, line and field, ConfigError
+    when ``path`` is not a path."""
     key = load_key(path)
     for c in key.claims:
         if c.expect is None:
@@ -114,8 +117,9 @@ def _detail(verdict: str, expect: str, ok: bool, explanation: str) -> str:
 def verify(path: str | Path) -> list[CheckResult]:
     """Audit the golden key at ``path``: one CheckResult (backend "golden") per claim and per
     consistency check, "pass" when the verdict equals ``expect``. An automatic consistency
-    finding (same quantity and inputs) must be "consistent". A malformed key gives one FAIL row."""
-    p = Path(path)
+    finding (same quantity and inputs) must be "consistent". A malformed key gives one FAIL row;
+    a ``path`` that is not a path raises ConfigError."""
+    p = as_path("path", path)
     try:
         key = load_golden(p)
         result = audit_key(key)
@@ -124,7 +128,8 @@ def verify(path: str | Path) -> list[CheckResult]:
                             detail=str(exc).splitlines()[0])]
     rows: list[CheckResult] = []
     for v in result.claims:
-        ok = v.verdict == v.claim.expect
+        expect = v.claim.expect or ""  # load_golden gives every claim an expect
+        ok = v.verdict == expect
         err = v.error
         rows.append(CheckResult(
             check=_name(p, v.claim.id), backend="golden", verdict=PASS if ok else FAIL, examples=1,
@@ -132,11 +137,11 @@ def verify(path: str | Path) -> list[CheckResult]:
             # recorded as wrong, its own discrepancy is in the detail, not an error of the check
             max_error=err if v.claim.expect == "holds" else None,
             bound=float(v.claim.step / 2) if (err is not None and v.claim.expect == "holds") else None,
-            detail=_detail(v.verdict, v.claim.expect, ok, v.explanation),
+            detail=_detail(v.verdict, expect, ok, v.explanation),
             extra={"quantity": v.claim.quantity, "section": v.claim.section},
         ))
     for k in result.checks:
-        expect = k.expect if not k.automatic else "consistent"
+        expect = (k.expect or "") if not k.automatic else "consistent"  # load_golden gives every check one
         ok = k.verdict == expect
         rows.append(CheckResult(
             check=_name(p, k.id), backend="golden", verdict=PASS if ok else FAIL, examples=1,

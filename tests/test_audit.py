@@ -45,7 +45,12 @@ def one(text: str):
     ("~109", Fraction(109), Fraction(1)),
     ("42.9", Fraction(429, 10), Fraction(1, 10)),
     ("1,103.61", Fraction(110361, 100), Fraction(1, 100)),
-    ("16_384", Fraction(16384), Fraction(1)),
+    ("16_384", Fraction(16384), Fraction(0)),   # a whole number in full is exact
+    ("1,024", Fraction(1024), Fraction(0)),
+    ("5", Fraction(5), Fraction(0)),
+    ("~5", Fraction(5), Fraction(1)),           # unless marked as rounded
+    ("5.", Fraction(5), Fraction(1)),
+    ("7e9", Fraction(7 * 10**9), Fraction(10**9)),
     ("6.7e-02", Fraction(67, 1000), Fraction(1, 1000)),
     ("108.60", Fraction(1086, 10), Fraction(1, 100)),
     ("3/7", Fraction(3, 7), Fraction(0)),
@@ -75,10 +80,21 @@ def test_rounding_is_read_from_the_toml_literal_trailing_zero_kept():
 
 def test_explicit_rounding_overrides_the_digits():
     base = claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", "108", "GB")
-    assert one(key(base)).verdict == "holds"  # 107.81 is within 108 +- 0.5
+    v = one(key(base))
+    assert (v.claim.step, v.verdict) == (0, "wrong")  # "108" is exact; the state is 107.81 GB
+    v = one(key(base + "rounding = 1\n"))
+    assert (v.claim.step, v.claim.step_inferred, v.verdict) == (1, False, "holds")  # 107.81 is within 108 +- 0.5
+    assert one(key(claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", '"~108"', "GB"))).verdict == "holds"
     v = one(key(base + "rounding = 0.1\n"))
     assert (v.claim.step, v.claim.step_inferred) == (Fraction(1, 10), False)
     assert v.verdict != "holds"  # not within 108 +- 0.05
+
+
+def test_a_stated_rounding_must_divide_the_figure():
+    base = claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", "108", "GB")
+    with pytest.raises(AnswerKeyError, match=r"k.toml:\d+: \[claim\[0\] \(a\).rounding\] rounding = 5 must divide "
+                                             r"the printed figure 108"):
+        parse_key(key(base + "rounding = 5\n"), "k.toml")
 
 
 def test_half_step_boundary_is_inclusive_and_exact():
@@ -157,12 +173,12 @@ def test_not_checkable_when_a_required_input_is_missing():
 
 def test_ambiguous_when_two_conventions_reproduce_and_the_default_does_not():
     # 1e9 params: 16 GB by default; 12 B/param gives 12 GB and 8-bit Adam 10 GB; a figure of
-    # "11 GB" printed with rounding 2 (+-1) covers both alternatives but not the default
-    base = claim("a", "memory.train_state_bytes", "{ params = 1e9 }", "11", "GB")
-    v = one(key(base + "rounding = 2\n"))
+    # "12 GB" printed with rounding 4 (+-2) covers both alternatives but not the default
+    base = claim("a", "memory.train_state_bytes", "{ params = 1e9 }", "12", "GB")
+    v = one(key(base + "rounding = 4\n"))
     assert v.verdict == "ambiguous"
     assert sorted(a["value"] for a in v.alternatives) == [10, 12]
-    # with the usual +-0.5 only the 12 B/param reading remains
+    # printed exactly, only the 12 B/param reading remains
     v = one(key(claim("a", "memory.train_state_bytes", "{ params = 1e9 }", "12", "GB")))
     assert v.verdict == "holds-under-another-convention" and v.convention.startswith("12 B/param")
 

@@ -6,10 +6,15 @@
     sys.exit(audit_exit_code(result))
 
 The key format, the verdicts and the conventions are documented in docs/AUDIT.md.
-Modules: :mod:`~distcheck.audit.keys` (parse and validate, tomllib only),
+Modules: :mod:`~distcheck.audit.files` (regular files only, size limit),
+:mod:`~distcheck.audit.keys` (parse and validate, tomllib only),
+:mod:`~distcheck.audit.numbers` (printed figures and their rounding step),
 :mod:`~distcheck.audit.quantities` (the auditable catalogue and units),
+:mod:`~distcheck.audit.counts` (which units count whole things; uneven splits),
 :mod:`~distcheck.audit.conventions` (alternative readings, as data),
-:mod:`~distcheck.audit.verdict` (verdicts and consistency),
+:mod:`~distcheck.audit.verdict` (one verdict per claim),
+:mod:`~distcheck.audit.figures` (what a rounded figure stands for; tie rules),
+:mod:`~distcheck.audit.consistency` (sum, product and equal checks),
 :mod:`~distcheck.audit.report` (table, Markdown, JSON).
 """
 

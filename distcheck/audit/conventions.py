@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping
 
+from distcheck.validate import check_type
+
 __all__ = [
     "MAX_CHANGES",
     "FormValue",
@@ -277,7 +279,11 @@ _UNIT_SIZE = {"KB": "1e3 bytes", "MB": "1e6 bytes", "GB": "1e9 bytes", "TB": "1e
 def axes_for(quantity: str, unit: str, inputs: Mapping[str, object]) -> list[Axis]:
     """The axes to try for a claim on ``quantity`` printed in ``unit`` with ``inputs``
     (the names the claim gave, ``model`` included). Variants whose ``needs`` are not
-    all present are dropped; empty axes are dropped."""
+    all present are dropped; empty axes are dropped. Raises ConfigError for arguments of
+    the wrong type."""
+    check_type("quantity", quantity, str, "must be a quantity name (a str)")
+    check_type("unit", unit, str, "must be a unit name (a str)")
+    check_type("inputs", inputs, Mapping, "must map input names to values")
     out: list[Axis] = []
     for pattern, axis in CONVENTIONS:
         if fnmatch.fnmatchcase(quantity, pattern):

@@ -25,9 +25,12 @@ An answer key (and a golden key: the same format) is::
     expect = "consistent"        # consistent | contradiction
 
 Rounding. Without ``rounding`` the step is read from the digits as printed in
-the file (the raw TOML literal, so ``108.60`` keeps its trailing zero): the
-claim holds when the recomputed value lies within half a step. A ratio string
-``"3/7"`` is exact (step 0).
+the file (the raw TOML literal, so ``108.60`` keeps its trailing zero; see
+:mod:`distcheck.audit.numbers`): a decimal point, an exponent or a ``~`` make
+the last digit a rounded one, while a whole number written in full (``5``,
+``"1,024"``) and a ratio string (``"3/7"``) are exact. A stated ``rounding``
+must divide the figure (``~870`` with ``rounding = 10``). The claim holds when
+the recomputed value lies within half a step (:mod:`distcheck.audit.figures`).
 
 Every problem raises :class:`distcheck.errors.AnswerKeyError` naming the file,
 the line of the claim or field (found by scanning the text) and the field.
@@ -36,20 +39,25 @@ the line of the claim or field (found by scanning the text) and the field.
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
+from distcheck.audit.files import MAX_KEY_BYTES, as_path, path_text, read_key_bytes
 from distcheck.audit.numbers import PrintedNumber, parse_printed
 from distcheck.errors import AnswerKeyError, UnknownQuantityError
+from distcheck.validate import check_type
 
 __all__ = [
     "VERDICTS",
     "CHECK_VERDICTS",
     "CHECK_KINDS",
+    "MAX_KEY_BYTES",
+    "MAX_CLAIMS",
+    "MAX_CHECKS",
     "Claim",
     "Check",
     "AnswerKey",
@@ -72,6 +80,10 @@ _META_OPTIONAL = ("note", "url", "date", "version", "author", "license")
 _CLAIM_FIELDS = ("id", "quantity", "inputs", "claimed", "unit", "rounding", "note", "section", "expect")
 _CHECK_FIELDS = ("id", "kind", "total", "parts", "note", "section", "expect")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+#: the most [[claim]] tables in one key (the largest shipped golden key has under 100)
+MAX_CLAIMS = 10_000
+#: the most [[check]] tables in one key
+MAX_CHECKS = 10_000
 _MAX_ARRAY = 4096
 _MAX_ELEMENTS = 65536  # a matrix input holds at most this many numbers (exact arithmetic is O(rows x cols))
 _MAX_ABS = Fraction(10) ** 60  # inputs and figures beyond this are refused, not computed
@@ -222,17 +234,18 @@ def _scan(text: str) -> _Lines:
 # ----------------------------------------------------------------------------- parsing
 
 
-def load_key(path: str | Path) -> AnswerKey:
+def load_key(path: str | os.PathLike[str]) -> AnswerKey:
     """Read and validate the answer key at ``path``.
 
-    Raises AnswerKeyError (file, line, field) for an unreadable file, bad TOML, or
-    any field that breaks the format; never evaluates anything.
+    Only a regular file of at most :data:`MAX_KEY_BYTES` (4 MiB) is read, with at most
+    :data:`MAX_CLAIMS` claims and :data:`MAX_CHECKS` checks; a named pipe, a device or a
+    folder is refused without reading (no hang). Raises AnswerKeyError (file, line,
+    field) for an unreadable, oversized or non-regular file, bad TOML, or any field
+    that breaks the format; ConfigError when ``path`` is not a path. Never evaluates
+    anything.
     """
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise AnswerKeyError(f"cannot read the answer key: {exc.strerror or exc}", path=str(p)) from None
+    p = as_path("path", path)
+    raw = read_key_bytes(p)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -245,8 +258,11 @@ _TOML_POS = re.compile(r"\(at line (\d+), column \d+\)")
 
 def parse_key(text: str, path: str = "<string>") -> AnswerKey:
     """Parse and validate answer-key TOML ``text``; ``path`` names it in errors."""
+    path = path_text(path)
     if not isinstance(text, str):
         raise AnswerKeyError("answer key text must be a str", path=path)
+    if len(text) > MAX_KEY_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise AnswerKeyError(f"holds more than the answer-key limit of {MAX_KEY_BYTES:,} bytes (4 MiB)", path=path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -259,6 +275,10 @@ def parse_key(text: str, path: str = "<string>") -> AnswerKey:
 
 
 def _err(msg, path, line, fld):
+    # a field named by a quoted TOML key may hold a newline or another control character: escape
+    # it, so that every error stays one line
+    if isinstance(fld, str) and not fld.isprintable():
+        fld = repr(fld)[1:-1]
     return AnswerKeyError(msg, path=path, line=line, field=fld)
 
 
@@ -299,7 +319,7 @@ def _number(value, what: str, path, line, fld, *, raw: str | None = None) -> Pri
     if isinstance(value, int):
         if abs(value) > _MAX_ABS:
             raise _err(f"{what} is too large ({len(str(value))} digits)", path, line, fld)
-        return PrintedNumber(Fraction(value), Fraction(1), str(value))
+        return PrintedNumber(Fraction(value), Fraction(0), str(value))  # a whole number in full: exact
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _err(f"{what} must be finite, got {value!r}", path, line, fld)
@@ -344,6 +364,9 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
     """
     from distcheck.audit import quantities as qmod
 
+    path = path_text(path)
+    if text is not None:
+        check_type("text", text, str, "must be the key's TOML text (a str) or None")
     lines = _scan(text) if text is not None else _Lines()
     if not isinstance(data, dict):
         raise _err("an answer key must be a TOML table", path, None, None)
@@ -370,6 +393,9 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
     raw_claims = data.get("claim", [])
     if not isinstance(raw_claims, list):
         raise _err("'claim' must be an array of tables ([[claim]])", path, None, "claim")
+    if len(raw_claims) > MAX_CLAIMS:
+        raise _err(f"holds {len(raw_claims):,} claims, over the limit of {MAX_CLAIMS:,} per answer key", path, None,
+                   "claim")
     claims: list[Claim] = []
     ids: dict[str, int | None] = {}
     for i, rc in enumerate(raw_claims):
@@ -380,6 +406,9 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
     raw_checks = data.get("check", [])
     if not isinstance(raw_checks, list):
         raise _err("'check' must be an array of tables ([[check]])", path, None, "check")
+    if len(raw_checks) > MAX_CHECKS:
+        raise _err(f"holds {len(raw_checks):,} checks, over the limit of {MAX_CHECKS:,} per answer key", path, None,
+                   "check")
     checks: list[Check] = []
     claim_ids = {c.id for c in claims}
     for i, rk in enumerate(raw_checks):
@@ -470,6 +499,10 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
         if r.value < 0:
             raise _err(f"rounding must be >= 0, got {r.text}", path, ln("rounding"), f"{base}.rounding")
         step, step_inferred = r.value, False
+        figures = claimed if isinstance(claimed, tuple) else (claimed,)
+        if step and any((x / step).denominator != 1 for x in figures):
+            raise _err(f"rounding = {r.text} must divide the printed figure {ctext} (a figure rounded to the "
+                       f"nearest {r.text} is a multiple of it)", path, ln("rounding"), f"{base}.rounding")
 
     note = _check_str(rc, "note", path, ln("note"), f"{base}.note", required=False)
     section = _check_str(rc, "section", path, ln("section"), f"{base}.section", required=False)
@@ -622,7 +655,10 @@ def _check(rk, i, kl, path, ids, claim_ids) -> Check:
 
 
 def parse_input_string(text: str, target_unit: str) -> Fraction | None:
-    """Public wrapper: '80 GB' converted to ``target_unit`` (exact), None if not convertible."""
+    """Public wrapper: '80 GB' converted to ``target_unit`` (exact), None if not convertible.
+    Raises ConfigError when ``text`` or ``target_unit`` is not a str."""
     from distcheck.audit import quantities as qmod
 
+    check_type("text", text, str, "must be a str such as '80 GB'")
+    check_type("target_unit", target_unit, str, "must be a unit name (a str)")
     return _parse_quantity_string(text, target_unit, qmod)

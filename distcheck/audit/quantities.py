@@ -42,6 +42,7 @@ from typing import Callable, Mapping
 from distcheck.closed_form import ClosedForm, catalogue
 from distcheck.errors import ConfigError, UnknownQuantityError
 from distcheck.units import BYTE_UNITS
+from distcheck.validate import check_type
 
 __all__ = [
     "QuantityInput",
@@ -134,19 +135,22 @@ def unit_factor(quantity_unit: str, claim_unit: str) -> Fraction:
     """Factor f with ``value_in_claim_unit = value_in_quantity_unit / f``.
 
     E.g. ``unit_factor("bytes", "GB") == 10**9`` and ``unit_factor("fraction", "%") == 1/100``.
-    Raises ValueError when the units are unknown or of different families.
+    Raises ConfigError (a ValueError) naming the argument when a unit is not a str, is
+    unknown, or the two are of different families.
     """
+    check_type("quantity_unit", quantity_unit, str, "must be a unit name (a str)")
+    check_type("claim_unit", claim_unit, str, "must be a unit name (a str)")
     q = _parse_unit(quantity_unit) if quantity_unit != "any" else ("any", Fraction(1))
     c = _parse_unit(claim_unit)
     if q is None:
-        raise ValueError(f"unknown unit {quantity_unit!r}")
+        raise ConfigError("quantity_unit", quantity_unit, "is not a known unit")
     if c is None:
-        raise ValueError(f"unknown unit {claim_unit!r}; known: {KNOWN_UNITS_HELP}")
+        raise ConfigError("claim_unit", claim_unit, f"is not a known unit; known: {KNOWN_UNITS_HELP}")
     if quantity_unit == "any":  # not-checkable quantities take a figure in any unit
         return Fraction(1)
     q_family = _FAMILY_OF_QUANTITY_UNIT.get(quantity_unit, q[0])
     if not _compatible(q_family, c[0]):
-        raise ValueError(f"unit {claim_unit!r} does not measure a quantity in {quantity_unit!r}")
+        raise ConfigError("claim_unit", claim_unit, f"does not measure a quantity in {quantity_unit!r}")
     return c[1] / q[1]
 
 
@@ -259,7 +263,7 @@ def _pick(values: Mapping[str, object], names) -> dict:
 
 def _split_sizes(n: int, parts: int) -> list[int]:
     """numpy.array_split sizes: the reference's :func:`distcheck.tp.split_sizes` (imported lazily:
-    the audit itself needs no numpy until a worked example is computed)."""
+    the audit loads the tensor-parallel reference only when a worked example is computed)."""
     from distcheck.tp import split_sizes
 
     return split_sizes(n, parts)
@@ -387,6 +391,11 @@ def _trim_ends(values):
     return (L + 2 * k) // p
 
 
+#: the two seed documents, cited by their public titles
+_LESSON = "lesson 'Scaling and distributed training' (adapted in part from AI Engineering from Scratch)"
+_CHAPTER = "'Chapter 26: Distributed Training' of Language Modelling: The Complete Guide"
+
+
 def _composites() -> list[Quantity]:
     Q, I = Quantity, QuantityInput
     act_bytes = I("activation_bytes", "activation bytes per GPU, added once (replicated: each GPU holds its own)",
@@ -394,7 +403,7 @@ def _composites() -> list[Quantity]:
     out: list[Quantity] = []
     out.append(Q(
         "memory.state_plus_activations_bytes", "bytes",
-        "lesson 'Scaling and distributed training' section 3, 7B-style step 2 (107.81 GB + 0.822 GB = 108.63 GB); chapter 'Chapter 26: Distributed Training' memory table totals",
+        f"{_LESSON} section 3, 7B-style step 2 (107.81 GB + 0.822 GB = 108.63 GB); {_CHAPTER} memory table totals",
         "training state b P / (t p) (memory.train_state_bytes) plus activation_bytes",
         _form_inputs("memory.train_state_bytes") + (act_bytes,),
         lambda v: _ev("memory.train_state_bytes", **_pick(v, ("params", "bytes_per_param", "tp", "pp")))
@@ -403,14 +412,14 @@ def _composites() -> list[Quantity]:
     for s in range(4):
         out.append(Q(
             f"memory.per_gpu_bytes.zero{s}", "bytes",
-            "ZeRO paper (Rajbhandari et al. 2020) Figure 1 plus activations; chapter 'Chapter 26: Distributed Training' ZeRO table",
+            f"ZeRO paper (Rajbhandari et al. 2020) Figure 1 plus activations; {_CHAPTER} ZeRO table",
             f"zero.bytes_per_gpu.stage{s} plus activation_bytes (activations are not sharded by ZeRO-DP)",
             _form_inputs(f"zero.bytes_per_gpu.stage{s}") + (act_bytes,),
             lambda v, s=s: _ev(f"zero.bytes_per_gpu.stage{s}", **_pick(v, ("params", "dp", "k")))
             + v.get("activation_bytes", 0),
         ))
     out.append(Q(
-        "memory.fits", "flag", "lesson 'Scaling and distributed training' section 3 ('fits 80 GB', 'does not fit an 80 GB GPU')",
+        "memory.fits", "flag", f"{_LESSON} section 3 ('fits 80 GB', 'does not fit an 80 GB GPU')",
         "1 if total_bytes <= gpu_bytes else 0",
         (I("total_bytes", "bytes to hold", "bytes", "positive"), I("gpu_bytes", "memory of one GPU", "bytes", "positive")),
         lambda v: 1 if v["total_bytes"] <= v["gpu_bytes"] else 0,
@@ -426,7 +435,7 @@ def _composites() -> list[Quantity]:
     out.append(Q(
         "activations.checkpointed_peak_bytes", "bytes",
         "Korthikanti et al. 2022 Table 2: full recompute keeps 2sbh per layer; the layer being recomputed holds "
-        "34sbh (the selective row at t=1: attention scores not stored, as with flash attention); lesson 'Scaling and distributed training' "
+        f"34sbh (the selective row at t=1: attention scores not stored, as with flash attention); {_LESSON} "
         "section 3, 0.822 GB",
         "num_layers x 2 s b h (checkpointed layer inputs) + 34 s b h / t (one layer's activations during its recompute)",
         _form_inputs("activations.bytes_per_layer.tp_sp_selective", drop=("a",))
@@ -465,20 +474,20 @@ def _composites() -> list[Quantity]:
         lambda v: v["dp"] * v["batch_per_dp"] * v["seq_len"],
     ))
     out.append(Q(
-        "layout.global_batch", "sequences", "lesson 'Scaling and distributed training' section 5, 'Global batch size'; DeepSpeed train_batch_size",
+        "layout.global_batch", "sequences", f"{_LESSON} section 5, 'Global batch size'; DeepSpeed train_batch_size",
         "sequences per optimizer step: dp x micro_batch_size x grad_accum",
         (I("dp", "data-parallel degree", "GPUs"), I("micro_batch_size", "sequences per GPU per micro-step", "sequences"),
          I("grad_accum", "gradient-accumulation steps", "count", default=1)),
         lambda v: v["dp"] * v["micro_batch_size"] * v["grad_accum"],
     ))
     out.append(Q(
-        "layout.batch_fraction_per_gpu", "fraction", "lesson 'Scaling and distributed training' section 3, '3D parallelism' (sees 1/d of each batch)",
+        "layout.batch_fraction_per_gpu", "fraction", f"{_LESSON} section 3, '3D parallelism' (sees 1/d of each batch)",
         "fraction of each global batch one GPU sees: 1/dp (tp and pp ranks of a replica see the same data)",
         (I("dp", "data-parallel degree", "GPUs"),),
         lambda v: Fraction(1) / v["dp"],
     ))
     out.append(Q(
-        "layout.nodes_per_replica", "nodes", "chapter 'Chapter 26: Distributed Training' 3D example (TP within a node, PP across nodes)",
+        "layout.nodes_per_replica", "nodes", f"{_CHAPTER} 3D example (TP within a node, PP across nodes)",
         "nodes one model replica spans: tp x pp / gpus_per_node",
         (I("tp", "tensor-parallel degree", "GPUs"), I("pp", "pipeline-parallel degree", "GPUs"),
          I("gpus_per_node", "GPUs per node", "GPUs", default=8)),
@@ -507,7 +516,7 @@ def _composites() -> list[Quantity]:
          I("trimmed", "layers removed from each end stage", "layers", "nonnegative_integer", 1)),
         lambda v: v["p"] * v["layers_per_stage"] - 2 * v["trimmed"],
     ))
-    psrc = "lesson 'Scaling and distributed training' section 3, 70B-style worked example; composed from the params.* closed forms"
+    psrc = f"{_LESSON} section 3, 70B-style worked example; composed from the params.* closed forms"
     layer_inputs = tuple(dict.fromkeys(
         _form_inputs("params.attention_per_layer") + _form_inputs("params.mlp_per_layer")
         + tuple(i for i in _form_inputs("params.norms") if i.name in ("norm_weights", "norm_biases"))))
@@ -553,13 +562,13 @@ def _composites() -> list[Quantity]:
         / _ev("activations.bytes_per_layer.tp_sp_selective", **v),
     ))
     out.append(Q(
-        "dp.shard_size.max", "examples", "numpy.array_split (lesson 'Scaling and distributed training', data_parallel_grad)",
+        "dp.shard_size.max", "examples", f"numpy.array_split ({_LESSON} data_parallel_grad)",
         "largest shard when n examples are split over dp ranks: dp.shard_size of rank 0 (ceil(n / dp))",
         (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
         lambda v: _ev("dp.shard_size", n=v["n"], dp=v["dp"], rank=0),
     ))
     out.append(Q(
-        "dp.shard_size.min", "examples", "numpy.array_split (lesson 'Scaling and distributed training', data_parallel_grad)",
+        "dp.shard_size.min", "examples", f"numpy.array_split ({_LESSON} data_parallel_grad)",
         "smallest shard when n examples are split over dp ranks: dp.shard_size of the last rank (floor(n / dp))",
         (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
         lambda v: _ev("dp.shard_size", n=v["n"], dp=v["dp"], rank=v["dp"] - 1),
@@ -568,7 +577,7 @@ def _composites() -> list[Quantity]:
     mat = I("w", "weight matrix (a list of rows)", "", "matrix")
     tp_in = I("tp", "tensor-parallel ranks", "GPUs")
     shard_in = I("shard", "0-based rank whose piece is computed", "", "nonnegative_integer")
-    src = "lesson 'Scaling and distributed training' section 3, 'Tensor parallelism: columns and rows' worked example (exact arithmetic)"
+    src = f"{_LESSON} section 3, 'Tensor parallelism: columns and rows' worked example (exact arithmetic)"
     out.append(Q("tp.example.full_output", "value", src, "x W computed exactly", (vec, mat),
                  lambda v: _vecmat(_vector(v, "x"), _matrix(v, "w")), array=True))
     out.append(Q("tp.example.column_shard_output", "value", src,
@@ -579,14 +588,14 @@ def _composites() -> list[Quantity]:
                  (vec, mat, tp_in, shard_in), _row_partial, array=True))
     out.append(Q(
         "tp.example.swapped_mlp_matches", "flag",
-        "lesson 'Scaling and distributed training' section 2 exercise 4 (swap the split order); a counterexample settles 'not exact'",
+        f"{_LESSON} section 2 exercise 4 (swap the split order); a counterexample settles 'not exact'",
         "1 if relu(x W1) W2 equals the swapped split (row-split W1, column-split W2, no all-reduce) on this input",
         (vec, I("w1", "first weight matrix", "", "matrix"), I("w2", "second weight matrix", "", "matrix"), tp_in),
         _swapped_mlp_matches,
     ))
     out.append(Q(
         "tp.example.sliced_activation_matches", "flag",
-        "lesson 'Scaling and distributed training' section 4, 'Predict: why can ReLU be applied to each slice separately, but a layer "
+        f"{_LESSON} section 4, 'Predict: why can ReLU be applied to each slice separately, but a layer "
         "norm over the hidden dimension could not?' (exact arithmetic; a counterexample settles 'could not')",
         "1 if the activation applied to each column shard of h (numpy.array_split) equals the activation of the "
         "whole h on this input: ReLU (layer_norm = 0) or layer norm over the hidden dimension without affine "
@@ -638,10 +647,12 @@ def quantities() -> dict[str, Quantity]:
 
 
 def get_quantity(name: str) -> Quantity:
-    """The quantity called ``name``; raises UnknownQuantityError (with close matches)."""
+    """The quantity called ``name``; raises ConfigError when ``name`` is not a str and
+    UnknownQuantityError (a KeyError, with close matches) when no quantity has that name."""
+    check_type("name", name, str, "must be a str naming a quantity (see list_quantities())")
     table = quantities()
-    if not isinstance(name, str) or name not in table:
-        raise UnknownQuantityError(str(name), list(table))
+    if name not in table:
+        raise UnknownQuantityError(name, list(table))
     return table[name]
 
 
@@ -678,9 +689,12 @@ def preset_names() -> list[str]:
 
 def preset_inputs(model: str, quantity: Quantity) -> dict[str, Fraction]:
     """The inputs of ``quantity`` a preset fills (exact). ``params`` is the total of
-    ``params.decoder_only`` for the preset. Raises ConfigError for an unknown preset."""
+    ``params.decoder_only`` for the preset. Raises ConfigError for an unknown preset or a
+    ``quantity`` that is not a Quantity."""
     from distcheck.params import PRESETS
 
+    check_type("model", model, str, "must be a preset name (a str)")
+    check_type("quantity", quantity, Quantity, "must be a Quantity (see get_quantity)")
     if model not in PRESETS:
         raise ConfigError("model", model, f"must be one of {', '.join(sorted(PRESETS))}")
     cfg = PRESETS[model]
@@ -697,7 +711,9 @@ _NOMINAL = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORE
 
 
 def nominal_params(model: str) -> Fraction | None:
-    """The parameter count printed in a preset's name ("llama-3-70b" -> 70e9), None if it has none."""
+    """The parameter count printed in a preset's name ("llama-3-70b" -> 70e9), None if it has none.
+    Raises ConfigError when ``model`` is not a str."""
+    check_type("model", model, str, "must be a preset name (a str)")
     m = _NOMINAL.search(model)
     if not m:
         return None

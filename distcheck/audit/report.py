@@ -13,6 +13,7 @@ from typing import Iterable
 
 from distcheck.audit.numbers import format_exact
 from distcheck.audit.verdict import AuditResult, ClaimVerdict
+from distcheck.validate import check_choice, check_type
 
 __all__ = ["render_table", "to_markdown", "to_json", "to_dict", "render", "render_quantity_list"]
 
@@ -22,8 +23,18 @@ _STYLE = {
 }
 
 
+#: the report formats of :func:`render`
+FORMATS = ("table", "markdown", "json")
+
+
 def _list(results) -> list[AuditResult]:
-    return [results] if isinstance(results, AuditResult) else list(results)
+    """``results`` as a list of AuditResults; ConfigError for anything else."""
+    if isinstance(results, AuditResult):
+        return [results]
+    check_type("results", results, (list, tuple), "must be an AuditResult or a list of them")
+    for i, r in enumerate(results):
+        check_type(f"results[{i}]", r, AuditResult, "must be an AuditResult (see audit_file)")
+    return list(results)
 
 
 def _value(v: ClaimVerdict) -> str:
@@ -116,6 +127,7 @@ def _exact(x):
 
 def to_dict(result: AuditResult) -> dict:
     """A JSON-ready dict of one result (exact values as strings ``"p/q"`` plus a float)."""
+    check_type("result", result, AuditResult, "must be an AuditResult (see audit_file)")
     return {
         "path": result.path,
         "title": result.title,
@@ -148,18 +160,20 @@ def to_json(results) -> str:
 
 
 def render(results: Iterable[AuditResult] | AuditResult, fmt: str = "table") -> str:
-    """The report as text in ``fmt``: "table", "markdown" or "json"."""
+    """The report as text in ``fmt``: "table", "markdown" or "json". Raises ConfigError for
+    another ``fmt`` or ``results`` that are not AuditResults."""
+    check_choice("fmt", fmt, FORMATS)
     if fmt == "json":
         return to_json(results)
     if fmt == "markdown":
         return to_markdown(results)
-    if fmt == "table":
-        return render_table(results)
-    raise ValueError(f"unknown report format {fmt!r} (table, markdown, json)")
+    return render_table(results)
 
 
 def render_quantity_list(fmt: str = "table") -> str:
-    """The quantity catalogue (name, inputs with units and defaults, unit, source) as text."""
+    """The quantity catalogue (name, inputs with units and defaults, unit, source) as text in
+    ``fmt`` ("table", "markdown" or "json"; ConfigError for another)."""
+    check_choice("fmt", fmt, FORMATS)
     from distcheck.audit.conventions import describe_conventions
     from distcheck.audit.quantities import list_quantities
 

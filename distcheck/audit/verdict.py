@@ -13,10 +13,9 @@ A claim gets one of
 * ``not-checkable``: the quantity has no closed form (a measurement on an
   unpublished random draw, a reported fact), or a required input is missing.
 
-Consistency: claims of one key that name the same quantity with the same
-resolved inputs must agree (automatic), and each ``[[check]]`` (sum, product,
-equal) must hold on the printed figures, each taken as an interval of half its
-rounding step (exact interval arithmetic).
+What a printed figure stands for (its rounding step, whole counts, tie rules) is
+stated in :mod:`distcheck.audit.figures`. Consistency between claims (``[[check]]``
+tables and the automatic same-quantity check) is in :mod:`distcheck.audit.consistency`.
 """
 
 from __future__ import annotations
@@ -28,12 +27,15 @@ from pathlib import Path
 
 from distcheck.audit import conventions as conv
 from distcheck.audit import quantities as qmod
+from distcheck.audit.consistency import CheckVerdict, check_key
+from distcheck.audit.counts import is_whole_unit, uneven_split
 from distcheck.audit.keys import (
-    AMBIGUOUS, HOLDS, NOT_CHECKABLE, OTHER, WRONG, AnswerKey, Check, Claim, _exact_float, load_key,
+    AMBIGUOUS, HOLDS, NOT_CHECKABLE, OTHER, WRONG, AnswerKey, Claim, _domain, _exact_float, load_key,
     parse_input_string,
 )
 from distcheck.audit.numbers import format_exact
 from distcheck.errors import AnswerKeyError, ConfigError
+from distcheck.validate import check_type
 
 __all__ = ["ClaimVerdict", "CheckVerdict", "AuditResult", "audit_key", "audit_file", "audit_exit_code"]
 
@@ -71,21 +73,6 @@ class ClaimVerdict:
                 return None
             return float(max(abs(a - b) for a, b in zip(self.computed_in_unit, self.claim.claimed)))
         return float(abs(Fraction(self.computed_in_unit) - self.claim.claimed))
-
-
-@dataclass
-class CheckVerdict:
-    """The verdict on one consistency check (explicit ``[[check]]`` or automatic)."""
-
-    id: str
-    kind: str
-    verdict: str
-    claims: tuple[str, ...]
-    explanation: str
-    expect: str | None = None
-    automatic: bool = False
-    section: str = ""
-    line: int | None = None
 
 
 @dataclass
@@ -129,6 +116,11 @@ def _matches(value_in_unit, claimed, step: Fraction) -> bool:
             return False
         return all(abs(a - b) <= half for a, b in zip(value_in_unit, claimed))
     return abs(Fraction(value_in_unit) - claimed) <= half
+
+
+def _not_whole(quantity_unit: str, value) -> bool:
+    """A count of whole things (distcheck.audit.counts) computed as a fraction."""
+    return not isinstance(value, tuple) and is_whole_unit(quantity_unit) and Fraction(value).denominator != 1
 
 
 def _fmt(value, unit: str = "") -> str:
@@ -210,6 +202,8 @@ def _resolve(c: Claim, q: qmod.Quantity, key: AnswerKey) -> tuple[dict, str | No
                         f"{v!r} is in {ref.unit} but input {name} is in {qi.unit or 'plain numbers'}",
                         path=key.path, line=_input_line(c, name), field=f"{fld}.{name}")
                 f = Fraction(1)
+            # the referenced figure meets the input's domain like a literal would (no negative sizes)
+            _domain(qi, ref.claimed * f, key.path, _input_line(c, name), f"{fld}.{name} ({v})")
             values[name] = ref.claimed * f
         elif isinstance(v, str):
             values[name] = parse_input_string(v, qi.unit)
@@ -269,31 +263,40 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     base = dict(claim=c, quantity_unit=q.unit, computed=value, computed_in_unit=in_unit, inputs=shown)
     printed = f"printed {c.claimed_text}" + ("" if c.unit == "flag" else f" {c.unit}") + (
         " (exact)" if c.step == 0 else f" (+-{float(c.step / 2):g})")
-    if _matches(in_unit, c.claimed, c.step):
+    # a count computed as a fraction counts nothing: the inputs do not divide evenly, and no figure holds
+    uneven = None
+    if _not_whole(q.unit, value):
+        full = {i.name: Fraction(str(i.default)) for i in q.inputs if i.default is not None} | values
+        noun = (qmod.unit_family(c.unit) or ":").split(":", 1)[1] or q.unit
+        uneven = f"{q.name} counts whole {noun}: {uneven_split(q.name, full, Fraction(value))}"
+    elif _matches(in_unit, c.claimed, c.step):
         return ClaimVerdict(verdict=HOLDS, explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}", **base)
+    default = f"default gives {_fmt(in_unit, c.unit)}" + (f" ({uneven})" if uneven else "")
 
     matches, closest = _search(c, q, values, model)
     if len(matches) == 1:
         name, v, u = matches[0]
         return ClaimVerdict(
             verdict=OTHER, convention=name, alternatives=[{"convention": name, "value": v, "unit": u}],
-            explanation=(f"default gives {_fmt(in_unit, c.unit)}; {printed} is reproduced with {name}: "
-                         f"{_fmt(v, u)}"), **base)
+            explanation=f"{default}; {printed} is reproduced with {name}: {_fmt(v, u)}", **base)
     if len(matches) > 1:
         listed = "; ".join(f"{n} -> {_fmt(v, u)}" for n, v, u in matches)
         return ClaimVerdict(
             verdict=AMBIGUOUS, alternatives=[{"convention": n, "value": v, "unit": u} for n, v, u in matches],
-            explanation=f"default gives {_fmt(in_unit, c.unit)}; {printed} is reproduced by several conventions: {listed}",
-            **base)
+            explanation=f"{default}; {printed} is reproduced by several conventions: {listed}", **base)
+    near = "; no documented convention reproduces it"
+    alts = []
+    if closest is not None:
+        near += f" (closest: {closest[0]} -> {_fmt(closest[1], closest[2])})"
+        alts = [{"convention": closest[0], "value": closest[1], "unit": closest[2]}]
+    if uneven:
+        return ClaimVerdict(
+            verdict=WRONG, alternatives=alts,
+            explanation=f"recomputed {_fmt(in_unit, c.unit)}, but {uneven}; {printed} cannot count it{near}", **base)
     diff = _distance(in_unit, c.claimed)
     rel = ""
     if not isinstance(in_unit, tuple) and in_unit != 0:
         rel = f" ({float(diff / abs(in_unit)):.2%} of the recomputed value)"
-    near = "; no documented convention reproduces it"
-    alts = []
-    if closest is not None:
-        near = f"; no documented convention reproduces it (closest: {closest[0]} -> {_fmt(closest[1], closest[2])})"
-        alts = [{"convention": closest[0], "value": closest[1], "unit": closest[2]}]
     return ClaimVerdict(
         verdict=WRONG, alternatives=alts,
         explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff, c.unit)}{rel}{near}", **base)
@@ -329,6 +332,8 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
                     value_in = _in_unit(value, alt_q.unit, unit)
                 except (ConfigError, ValueError, KeyError):
                     continue
+                if _not_whole(alt_q.unit, value):  # an uneven count reproduces no figure
+                    continue
                 # the figure read in `unit` is claimed (in that unit); compare there, report in the claim's unit
                 name = " + ".join(v.name for v in variants)
                 d = _distance(value_in, c.claimed)
@@ -341,112 +346,17 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
     return matches, closest
 
 
-# ----------------------------------------------------------------------------- consistency
-
-
-def _interval(c: Claim) -> tuple[Fraction, Fraction, str, Fraction]:
-    """(lo, hi) of the printed figure in the base unit of its family, the family, the factor."""
-    fam = qmod.unit_family(c.unit)
-    base = {"bytes": "bytes", "dimensionless": "fraction", "bytes_per_param": "bytes_per_param",
-            "flag": "flag", "value": "value"}.get(fam)
-    if base is None:  # counts: base is the unscaled noun
-        base = fam.split(":", 1)[1]
-    f = qmod.unit_factor(base, c.unit)
-    half = c.step / 2
-    return (c.claimed - half) * f, (c.claimed + half) * f, fam, f
-
-
-def _mul_interval(a, b):
-    corners = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
-    return min(corners), max(corners)
-
-
-def _check_one(k: Check, key: AnswerKey) -> CheckVerdict:
-    def claim_interval(cid):
-        c = key.claim(cid)
-        if isinstance(c.claimed, tuple):
-            raise AnswerKeyError(f"check {k.id!r}: claim {cid!r} is a vector", path=key.path, line=k.line,
-                                 field=f"check ({k.id}).parts")
-        return _interval(c)
-
-    ids = tuple(p for p in k.parts if isinstance(p, str)) + ((k.total,) if k.total else ())
-    if k.kind == "equal":
-        ivs = [claim_interval(p) if isinstance(p, str) else (p, p, None, 1) for p in k.parts]
-        fams = {iv[2] for iv in ivs if iv[2] is not None}
-        if len(fams) > 1:
-            raise AnswerKeyError(f"check {k.id!r}: parts are in different units ({', '.join(sorted(fams))})",
-                                 path=key.path, line=k.line, field=f"check ({k.id}).parts")
-        lo, hi = max(iv[0] for iv in ivs), min(iv[1] for iv in ivs)
-        ok = lo <= hi
-        text = ", ".join(f"{p}" for p in k.parts)
-        why = f"{text} {'agree' if ok else 'disagree'} within their rounding"
-        return CheckVerdict(k.id, k.kind, "consistent" if ok else "contradiction", ids, why, k.expect,
-                            section=k.section, line=k.line)
-    t_lo, t_hi, t_fam, t_f = claim_interval(k.total)
-    lo = hi = Fraction(0) if k.kind == "sum" else Fraction(1)
-    terms = []
-    for p in k.parts:
-        if isinstance(p, str):
-            p_lo, p_hi, fam, _ = claim_interval(p)
-            if k.kind == "sum" and fam != t_fam:
-                raise AnswerKeyError(f"check {k.id!r}: part {p!r} is in {key.claim(p).unit}, the total in "
-                                     f"{key.claim(k.total).unit}", path=key.path, line=k.line,
-                                     field=f"check ({k.id}).parts")
-            terms.append(f"{key.claim(p).claimed_text} {key.claim(p).unit}")
-        else:
-            # a literal part of a sum is in the total's unit; of a product, a plain factor
-            p_lo = p_hi = p * t_f if k.kind == "sum" else p
-            terms.append(format_exact(p))
-        if k.kind == "sum":
-            lo, hi = lo + p_lo, hi + p_hi
-        else:
-            lo, hi = _mul_interval((lo, hi), (p_lo, p_hi))
-    ok = max(lo, t_lo) <= min(hi, t_hi)
-    op = " + " if k.kind == "sum" else " x "
-    total = key.claim(k.total)
-    combined = f"[{format_exact(lo / t_f, 6)}, {format_exact(hi / t_f, 6)}] {total.unit}"
-    why = (f"{op.join(terms)} lies in {combined}; the total {total.claimed_text} {total.unit} "
-           f"{'is within it' if ok else 'is not'}")
-    return CheckVerdict(k.id, k.kind, "consistent" if ok else "contradiction", ids, why, k.expect,
-                        section=k.section, line=k.line)
-
-
-def _automatic(key: AnswerKey, verdicts: list[ClaimVerdict]) -> list[CheckVerdict]:
-    """Claims naming the same quantity with the same resolved inputs must agree."""
-    covered = {frozenset(p for p in k.parts if isinstance(p, str)) for k in key.checks if k.kind == "equal"}
-    groups: dict[tuple, list[ClaimVerdict]] = {}
-    for v in verdicts:
-        if v.computed is None or isinstance(v.claim.claimed, tuple):
-            continue
-        defaults = {k: str(Fraction(d)) for k, d in (_input_names(v.claim.quantity) or {}).items() if d is not None}
-        sig = (v.claim.quantity, tuple(sorted({**defaults, **v.inputs}.items())))
-        groups.setdefault(sig, []).append(v)
-    out = []
-    for (qname, _), vs in groups.items():
-        if len(vs) < 2:
-            continue
-        ids = tuple(v.claim.id for v in vs)
-        if frozenset(ids) in covered:
-            continue
-        ivs = [_interval(v.claim) for v in vs]
-        lo, hi = max(iv[0] for iv in ivs), min(iv[1] for iv in ivs)
-        ok = lo <= hi
-        figures = ", ".join(f"{v.claim.id} = {v.claim.claimed_text} {v.claim.unit}" for v in vs)
-        why = f"same quantity {qname} and inputs: {figures} {'agree' if ok else 'contradict each other'}"
-        out.append(CheckVerdict("auto:" + "=".join(ids), "equal", "consistent" if ok else "contradiction", ids, why,
-                                automatic=True))
-    return out
-
-
 # ----------------------------------------------------------------------------- entry points
 
 
 def audit_key(key: AnswerKey) -> AuditResult:
     """Audit a parsed key: one ClaimVerdict per claim, one CheckVerdict per check (explicit,
-    then automatic). Raises AnswerKeyError for inputs a closed form rejects."""
+    then automatic). Raises AnswerKeyError for inputs a closed form rejects, ConfigError when
+    ``key`` is not an AnswerKey."""
+    check_type("key", key, AnswerKey, "must be an AnswerKey (see load_key, parse_key)")
     verdicts = [audit_claim(c, key) for c in key.claims]
-    checks = [_check_one(k, key) for k in key.checks] + _automatic(key, verdicts)
-    return AuditResult(key.path, key.title, key.source, verdicts, checks)
+    recomputed = [(v.claim, v.inputs) for v in verdicts if v.computed is not None]
+    return AuditResult(key.path, key.title, key.source, verdicts, check_key(key, recomputed))
 
 
 def audit_file(path: str | Path) -> AuditResult:
@@ -455,8 +365,12 @@ def audit_file(path: str | Path) -> AuditResult:
 
 
 def audit_exit_code(result: AuditResult | list[AuditResult]) -> int:
-    """1 when any claim is wrong or any consistency check finds a contradiction, else 0."""
+    """1 when any claim is wrong or any consistency check finds a contradiction, else 0.
+    Raises ConfigError when ``result`` is not an AuditResult or a list of them."""
     results = result if isinstance(result, list) else [result]
+    for i, r in enumerate(results):
+        check_type(f"result[{i}]" if isinstance(result, list) else "result", r, AuditResult,
+                   "must be an AuditResult (see audit_file)")
     for r in results:
         if any(v.verdict == WRONG for v in r.claims) or r.contradictions:
             return 1

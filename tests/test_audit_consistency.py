@@ -1,0 +1,294 @@
+"""Consistency of printed figures: what a rounded figure stands for, whole counts, tie rules,
+and the sum / product / equal checks of answer keys (docs/AUDIT.md, "Figures, rounding and
+consistency")."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction as F
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from distcheck.audit import audit_key, parse_key
+from distcheck.audit.counts import (
+    FRACTIONAL_COUNT_NOUNS,
+    WHOLE_COUNT_NOUNS,
+    is_whole_unit,
+)
+from distcheck.audit.figures import (
+    MAX_WHOLE_COMBINATIONS,
+    TIE_RULES,
+    Figure,
+    Span,
+    check_equal,
+    check_product,
+    check_sum,
+    span_of,
+)
+from distcheck.audit.quantities import _COUNT_NOUNS
+from distcheck.errors import AnswerKeyError, ConfigError
+
+AWAY, TOWARD, EVEN = TIE_RULES
+META = '[meta]\ntitle = "t"\nsource = "s"\n'
+
+
+def fig(value, step=0, whole=False) -> Figure:
+    return Figure(F(value), F(step), whole)
+
+
+def key_checks(text: str):
+    return {c.id: c for c in audit_key(parse_key(META + text, "k.toml")).checks}
+
+
+def claim(cid, quantity, inputs, claimed, unit, extra=""):
+    return (f'\n[[claim]]\nid = "{cid}"\nquantity = "{quantity}"\ninputs = {inputs}\nclaimed = {claimed}\n'
+            f'unit = "{unit}"\n{extra}')
+
+
+def check(cid, kind, parts, total=None):
+    t = f'total = "{total}"\n' if total else ""
+    return f'\n[[check]]\nid = "{cid}"\nkind = "{kind}"\n{t}parts = {parts}\n'
+
+
+# ----------------------------------------------------------------------------- what a figure stands for
+
+
+@pytest.mark.parametrize("value, step, rule, expected", [
+    # 4 to the nearest unit: the tie at 3.5 goes to 4 when ties round away from zero, the tie at 4.5 to 5
+    (4, 1, AWAY, Span(F(7, 2), F(9, 2), True, False)),
+    (4, 1, TOWARD, Span(F(7, 2), F(9, 2), False, True)),
+    (4, 1, EVEN, Span(F(7, 2), F(9, 2), True, True)),     # 4 is even: both ties are its own
+    (5, 1, EVEN, Span(F(9, 2), F(11, 2), False, False)),  # 5 is odd: neither
+    (0, 1, AWAY, Span(F(-1, 2), F(1, 2), False, False)),
+    (-4, 1, AWAY, Span(F(-9, 2), F(-7, 2), False, True)),
+    (F("31.4"), F("0.1"), EVEN, Span(F("31.35"), F("31.45"), True, True)),
+    (7, 0, AWAY, Span(F(7), F(7))),
+    (4, 1, None, Span(F(7, 2), F(9, 2), True, True)),    # any rule: both ends
+])
+def test_a_rounded_figure_stands_for_the_values_its_tie_rule_prints_as_it(value, step, rule, expected):
+    assert span_of(fig(value, step), rule) == expected
+
+
+def test_a_stated_rounding_must_divide_the_figure():
+    with pytest.raises(ConfigError, match="rounding=1/4 must divide the printed figure 157/5"):
+        Figure(F("31.4"), F(1, 4))
+
+
+def test_every_count_noun_is_either_whole_or_fractional():
+    assert WHOLE_COUNT_NOUNS | FRACTIONAL_COUNT_NOUNS == _COUNT_NOUNS
+    assert not WHOLE_COUNT_NOUNS & FRACTIONAL_COUNT_NOUNS
+    assert is_whole_unit("GPUs") and is_whole_unit("B params") and is_whole_unit("layer")
+    assert not is_whole_unit("elements") and not is_whole_unit("ticks") and not is_whole_unit("GB")
+
+
+# ----------------------------------------------------------------------------- sums
+
+
+def test_four_plus_two_is_not_five():
+    out = check_sum(fig(5), [fig(4), fig(2)])
+    assert (out.consistent, out.meets, out.combined) == (False, False, Span.point(6))
+    assert check_sum(fig(6), [fig(4), fig(2)]).rules == TIE_RULES
+
+
+def test_four_plus_two_is_not_five_whole_gpus_even_when_each_is_rounded():
+    # a count to the nearest unit is that whole number: 4 + 2 GPUs can only be 6 GPUs
+    assert not check_sum(fig(5, 1, True), [fig(4, 1, True), fig(2, 1, True)]).consistent
+    assert check_sum(fig(6, 1, True), [fig(4, 1, True), fig(2, 1, True)]).consistent
+
+
+def test_rounded_real_figures_can_add_up_to_a_smaller_printed_total():
+    # 3.6 GB + 1.6 GB = 5.2 GB: printed to whole GB that is 4 + 2 = 5, honestly
+    out = check_sum(fig(5, 1), [fig(4, 1), fig(2, 1)])
+    assert out.consistent and out.rules == TIE_RULES and out.combined == Span(F(5), F(7))
+
+
+def test_rounded_figures_that_add_up_within_their_rounding():
+    assert check_sum(fig(F("2.8"), F("0.1")), [fig(F("1.4"), F("0.1"))] * 2).consistent
+    # 31.40625 + 31.40625 = 62.8125: printed 31.4 + 31.4 = 62.8
+    assert check_sum(fig(F("62.8"), F("0.1")), [fig(F("31.4"), F("0.1"))] * 2).consistent
+    assert not check_sum(fig(F("62.6"), F("0.1")), [fig(F("31.4"), F("0.1"))] * 2).consistent
+
+
+def test_ranges_that_meet_only_at_a_tie_broken_two_ways_are_a_contradiction():
+    # 1.4 + 1.4 >= 2.7 needs both parts at 1.35 (ties kept by 1.4: away or even) and the total
+    # 2.6 (to 0.2) at 2.7 (a tie kept by 2.6: toward zero, or even would keep it for 2.8) -- no one rule
+    out = check_sum(fig(F("2.6"), F("0.2")), [fig(F("1.4"), F("0.1"))] * 2)
+    assert (out.consistent, out.meets) == (False, True)
+
+
+# ----------------------------------------------------------------------------- equal
+
+
+def test_the_same_value_printed_as_4_and_as_5_is_a_contradiction():
+    out = check_equal([fig(4, 1), fig(5, 1)])
+    assert (out.consistent, out.meets) == (False, True)  # they share only 4.5, a tie
+
+
+def test_a_tie_that_only_some_rules_print_as_the_figure():
+    # 4.5 exactly, printed to the nearest unit as 4: ties toward zero or to even, not away
+    out = check_equal([fig(4, 1), fig(F(9, 2))])
+    assert out.consistent and out.rules == (TOWARD, EVEN) and out.needs_tie_rule
+
+
+def test_a_count_printed_with_decimals_that_hold_no_whole_number():
+    out = check_equal([fig(F("26.7"), F("0.1"), True)])
+    assert (out.consistent, out.empty) == (False, (0,))
+    assert check_equal([fig(F("26.7"), F("0.1"))]).consistent  # not a count: fine
+
+
+# ----------------------------------------------------------------------------- products
+
+
+def test_products_of_degrees():
+    assert check_product(fig(16384, 0, True), [fig(8), fig(16), fig(128)]).consistent
+    assert not check_product(fig(16384, 0, True), [fig(8), fig(16), fig(64)]).consistent
+    # a GPU count to the nearest thousand: 16,384 rounds to 16,000
+    assert check_product(fig(16000, 1000, True), [fig(8), fig(16), fig(128)]).consistent
+    assert not check_product(fig(15000, 1000, True), [fig(8), fig(16), fig(128)]).consistent
+
+
+def test_rounded_whole_factors_are_enumerated_exactly():
+    # 2 x ~3 (2.5..3.5 -> only 3 as a count) = 7 is impossible, though the intervals [5, 7] touch 7
+    assert not check_product(fig(7, 0, True), [fig(2, 0, True), fig(3, 1, True)]).consistent
+    assert check_product(fig(7, 0), [fig(2, 0), fig(3, 1)]).consistent  # 2 x 3.5, real numbers
+    # ~20 (15..25 when rounded to 10) x 3 GPUs: 45..75 in steps of 3; 64 is not a multiple of 3
+    assert not check_product(fig(64, 0, True), [fig(20, 10, True), fig(3, 0, True)]).consistent
+    assert check_product(fig(63, 0, True), [fig(20, 10, True), fig(3, 0, True)]).consistent
+
+
+def test_too_many_whole_combinations_are_refused_naming_the_limit():
+    parts = [fig(10**6, 10**6, True), fig(10**6, 10**6, True)]
+    with pytest.raises(ConfigError, match=f"more than {MAX_WHOLE_COMBINATIONS:,}"):
+        check_product(fig(10**12, 0, True), parts)
+
+
+# ----------------------------------------------------------------------------- honest rounding is never a contradiction
+
+
+def _round(x: F, step: F, rule: str) -> F:
+    """Round exact ``x`` to a multiple of ``step`` with ``rule`` (independent of distcheck)."""
+    if step == 0:
+        return x
+    k = x / step
+    low = k.numerator // k.denominator
+    frac = k - low
+    if frac > F(1, 2) or (frac == F(1, 2) and (
+            (rule == AWAY and x > 0) or (rule == TOWARD and x < 0) or (rule == EVEN and low % 2 == 1))):
+        low += 1
+    return low * step
+
+
+_steps = st.sampled_from([F(0), F(1, 10), F(1, 2), F(1), F(10)])
+_values = st.fractions(min_value=0, max_value=200, max_denominator=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_values, _steps), min_size=1, max_size=4), _steps, st.sampled_from(TIE_RULES),
+       st.booleans())
+def test_figures_rounded_from_a_true_sum_are_consistent_under_their_rule(parts, total_step, rule, whole):
+    if whole:  # counts: whole values, steps of at least one
+        parts = [(F(round(x)), max(s, F(1)) if s else s) for x, s in parts]
+        total_step = max(total_step, F(1)) if total_step else total_step
+    total = sum((x for x, _ in parts), F(0))
+    figures = [fig(_round(x, s, rule), s, whole) for x, s in parts]
+    out = check_sum(fig(_round(total, total_step, rule), total_step, whole), figures)
+    assert out.consistent and rule in out.rules
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.fractions(min_value=0, max_value=30, max_denominator=8), _steps), min_size=1,
+                max_size=3), _steps, st.sampled_from(TIE_RULES))
+def test_figures_rounded_from_a_true_product_are_consistent_under_their_rule(parts, total_step, rule):
+    total = F(1)
+    for x, _ in parts:
+        total *= x
+    figures = [fig(_round(x, s, rule), s) for x, s in parts]
+    out = check_product(fig(_round(total, total_step, rule), total_step), figures)
+    assert out.consistent and rule in out.rules
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.fractions(min_value=0, max_value=100, max_denominator=8), st.lists(_steps, min_size=2, max_size=4),
+       st.sampled_from(TIE_RULES))
+def test_one_value_printed_at_several_steps_agrees_with_itself(x, steps, rule):
+    out = check_equal([fig(_round(x, s, rule), s) for s in steps])
+    assert out.consistent and rule in out.rules
+
+
+# ----------------------------------------------------------------------------- answer keys
+
+
+def test_a_key_whose_parts_do_not_add_up_names_the_figures():
+    text = (claim("w", "memory.weights_bytes", "{ params = 2e9 }", 4, "GB")
+            + claim("g", "memory.grads_bytes", "{ params = 1e9 }", 2, "GB")
+            + claim("t", "memory.weights_bytes", "{ params = 2.5e9 }", 5, "GB")
+            + claim("t6", "memory.weights_bytes", "{ params = 3e9 }", 6, "GB")
+            + check("s5", "sum", '["w", "g"]', "t") + check("s6", "sum", '["w", "g"]', "t6"))
+    by = key_checks(text)
+    assert by["s5"].verdict == "contradiction"
+    assert by["s5"].explanation == "4 GB + 2 GB = 6 GB; the total 5 GB is not"
+    assert by["s6"].verdict == "consistent"
+
+
+def test_a_key_of_rounded_gigabytes_that_adds_up():
+    # ZeRO stage 1 at 7.5e9 params and dp = 64: 31.40625 GB, printed 31.4 (the ZeRO paper's figure)
+    z1 = claim("z1", "zero.bytes_per_gpu.stage1", "{ params = 7.5e9, dp = 64 }", "31.4", "GB")
+    text = (z1 + claim("z1b", "zero.bytes_per_gpu.stage1", "{ params = 7.5e9, dp = 64 }", "31.4", "GB")
+            + claim("two", "zero.bytes_per_gpu.stage1", "{ params = 15e9, dp = 64 }", "62.8", "GB")
+            + check("s", "sum", '["z1", "z1b"]', "two"))
+    by = key_checks(text)
+    assert by["s"].verdict == "consistent"
+    assert by["s"].explanation == ("31.4 GB + 31.4 GB lies in [62.7 (627/10), 62.9 (629/10)] GB; "
+                                   "the total 62.8 GB is within it")
+
+
+def test_a_key_with_rounding_stated_still_cannot_make_whole_gpus_add_up():
+    text = (claim("a", "layout.world_size", "{ tp = 4 }", 4, "GPUs", "rounding = 1\n")
+            + claim("b", "layout.world_size", "{ tp = 2 }", 2, "GPUs", "rounding = 1\n")
+            + claim("t", "layout.world_size", "{ tp = 5 }", 5, "GPUs", "rounding = 1\n")
+            + check("s", "sum", '["a", "b"]', "t"))
+    by = key_checks(text)
+    assert by["s"].verdict == "contradiction"
+    assert by["s"].explanation == "4 GPUs + 2 GPUs = 6 GPUs (whole numbers); the total 5 GPUs is not"
+
+
+def test_an_equal_check_meeting_at_a_tie_says_so():
+    text = (claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", 4, "%", "rounding = 1\n")
+            + claim("b", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 5 }", 5, "%", "rounding = 1\n")
+            + check("e", "equal", '["a", "b"]'))
+    by = key_checks(text)
+    assert by["e"].verdict == "contradiction"
+    assert "meet only at a tie that no one rounding rule" in by["e"].explanation
+
+
+def test_a_literal_count_part_that_is_not_whole_is_named():
+    text = (claim("a", "layout.world_size", "{ tp = 4 }", 4, "GPUs")
+            + claim("t", "layout.world_size", "{ tp = 5 }", 5, "GPUs")
+            + check("s", "sum", '["a", 0.5]', "t"))
+    by = key_checks(text)
+    assert by["s"].verdict == "contradiction" and by["s"].explanation.endswith("0.5 (1/2) stands for no whole number")
+
+
+def test_a_product_with_too_many_whole_combinations_is_bad_input():
+    text = (claim("a", "layout.world_size", "{ tp = 1000000 }", 1000000, "GPUs", "rounding = 1000000\n")
+            + claim("b", "layout.world_size", "{ tp = 1000000 }", 1000000, "GPUs", "rounding = 1000000\n")
+            + claim("t", "reported.fact", "{}", 1000000000000, "GPUs")
+            + check("p", "product", '["a", "b"]', "t"))
+    with pytest.raises(AnswerKeyError, match=r"check 'p'.*more than 10,000 combinations"):
+        key_checks(text)
+
+
+@pytest.mark.parametrize("parts, claimed, message", [
+    ('["a", -2]', 4, "check 'p': part -2 is negative; a product check multiplies figures >= 0"),
+    ('["n", 2]', 4, "check 'p': part 'n' is negative (-2); a product check multiplies figures >= 0"),
+    ('["a", 2]', -4, "check 'p': the total -4 is negative; a product check multiplies figures >= 0"),
+])
+def test_a_product_check_refuses_negative_figures(parts, claimed, message):
+    text = (claim("a", "layout.world_size", "{ tp = 2 }", 2, "GPUs")
+            + claim("n", "reported.fact", "{}", -2, "count")
+            + claim("t", "reported.fact", "{}", claimed, "GPUs")
+            + check("p", "product", parts, "t"))
+    with pytest.raises(AnswerKeyError, match=re.escape(message)):
+        key_checks(text)
