@@ -63,7 +63,6 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import importlib
-import math
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
@@ -78,7 +77,8 @@ import traceback
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from distcheck.errors import (
     BackendUnavailable,
@@ -89,11 +89,18 @@ from distcheck.errors import (
     check_choice,
     check_positive_int,
 )
+from distcheck.validate import check_callable, check_float, check_type
 
-__all__ = ["RankPool", "BACKENDS", "check_backend_available", "sweep_stale_folders"]
+__all__ = ["RankPool", "BACKENDS", "MAX_TIMEOUT_S", "check_backend_available", "check_timeout", "sweep_stale_folders"]
 
 #: backends a RankPool can run
 BACKENDS = ("gloo", "nccl", "threaded")
+
+#: the longest timeout (seconds) a pool step, a pool start-up, a torchrun world and
+#: ``distcheck check --timeout`` accept: one day. Longer waits are refused as bad input
+#: (the platform's own limits, e.g. ``threading.TIMEOUT_MAX`` and ``select``'s, are far larger
+#: than this on Linux but not everywhere).
+MAX_TIMEOUT_S = min(86_400.0, threading.TIMEOUT_MAX)
 
 #: after the first failure, how long (seconds) to wait for the other ranks to answer
 #: before the world is declared broken and torn down
@@ -474,8 +481,8 @@ class RankPool:
             ``"nccl"`` (one spawned process per GPU, device ``cuda:rank``) or
             ``"threaded"`` (every rank a thread of one forked process).
         timeout_s: seconds a :meth:`run` may take before :class:`WorldTimeout`;
-            also the process group's own collective timeout. Must be > 0.
-            Default 60. The world's start-up (forking the children and their
+            also the process group's own collective timeout. A real number in
+            ``(0, MAX_TIMEOUT_S]`` (at most one day). Default 60. The world's start-up (forking the children and their
             rendezvous, counted after the parent's one-time torch import) has
             the same budget: ``WorldTimeout`` naming the ranks that did not
             come up (``.ranks``, ``.stacks``) arrives within ``timeout_s`` plus
@@ -483,14 +490,17 @@ class RankPool:
             own report).
         start_method: ``"fork"`` or ``"spawn"``; default fork for gloo/threaded and
             spawn for nccl (fork is refused for nccl).
-        preload: modules imported in the parent before forking so that children
-            inherit them (e.g. ``("torch._dynamo",)`` saves about a second per
-            child on its first DDP). Ignored for spawn.
-        env: environment variables set in each child (the parent's ``os.environ``
-            is never changed), e.g. ``{"GLOO_SOCKET_IFNAME": "lo"}``.
+        preload: a list or tuple of module names imported in the parent before
+            forking so that children inherit them (e.g. ``("torch._dynamo",)``
+            saves about a second per child on its first DDP). Ignored for spawn.
+            A name that cannot be imported raises ConfigError when the world starts.
+        env: environment variables set in each child, a dict of ``str`` to ``str``
+            (the parent's ``os.environ`` is never changed), e.g.
+            ``{"GLOO_SOCKET_IFNAME": "lo"}``.
 
     Raises:
-        ConfigError: for a bad argument.
+        ConfigError: for a bad argument, naming it (``world_size``, ``backend``,
+            ``timeout_s``, ``start_method``, ``preload[i]``, ``env[key]``...).
         BackendUnavailable: when the backend cannot run here (e.g. NCCL with
             fewer GPUs than ranks); decided before any process starts.
 
@@ -515,7 +525,7 @@ class RankPool:
             raise ConfigError("world_size", world_size,
                               f"must be <= {limit} for backend={backend!r} on one host; use backend='threaded' "
                               "(up to 1024 ranks) or distcheck.runners.fake for larger worlds")
-        self.timeout_s = _check_timeout("timeout_s", timeout_s)
+        self.timeout_s = check_timeout("timeout_s", timeout_s)
         if start_method is None:
             start_method = "spawn" if backend == "nccl" else "fork"
         check_choice("start_method", start_method, ("fork", "spawn"))
@@ -524,8 +534,8 @@ class RankPool:
         if start_method == "fork" and not hasattr(os, "fork"):
             raise BackendUnavailable("fork is not available on this platform; use start_method='spawn'")
         self.start_method = start_method
-        self.preload = tuple(preload)
-        self.env = dict(env or {})
+        self.preload = _check_module_names("preload", preload)
+        self.env = _check_env("env", env)
         check_backend_available(backend, world_size)
         self.generation = 0  #: how many worlds this pool has started
         self._world = _World()
@@ -592,19 +602,24 @@ class RankPool:
                 to its text.
             WorldTimeout: the step did not finish in time; ``.stacks`` maps each
                 stuck rank to its Python stack.
-            ConfigError: ``fn`` or ``args`` cannot be pickled.
+            ConfigError: ``fn`` is not callable, ``fn`` or ``args`` cannot be pickled, or
+                ``timeout_s`` is not a number of seconds in ``(0, MAX_TIMEOUT_S]``.
         """
         return self.run_on(fn, [args] * self.world_size, timeout_s=timeout_s)
 
     def run_on(self, fn: Callable, args_per_rank: Sequence[Sequence], timeout_s: float | None = None) -> list:
         """Call ``fn(ctx, *args_per_rank[rank])`` on every rank; same contract as :meth:`run`.
 
-        ``args_per_rank`` has exactly ``world_size`` entries, each a tuple or list.
+        ``args_per_rank`` is a list or tuple of exactly ``world_size`` entries, each a tuple or list.
         """
+        check_callable("fn", fn)
+        check_type("args_per_rank", args_per_rank, (list, tuple), "must be a list with one tuple of arguments per rank")
         if len(args_per_rank) != self.world_size:
             raise ConfigError("args_per_rank", f"<{len(args_per_rank)} entries>",
                               f"must have world_size={self.world_size} entries")
-        timeout = self.timeout_s if timeout_s is None else _check_timeout("timeout_s", timeout_s)
+        for r, rank_args in enumerate(args_per_rank):
+            check_type(f"args_per_rank[{r}]", rank_args, (list, tuple), "must be a tuple or list of arguments")
+        timeout = self.timeout_s if timeout_s is None else check_timeout("timeout_s", timeout_s)
         with self._lock:
             self._ensure_open()
             if not self.running:
@@ -641,8 +656,13 @@ class RankPool:
         import torch.distributed  # noqa: F401
 
         if self.start_method == "fork":
-            for name in self.preload:
-                importlib.import_module(name)
+            for i, name in enumerate(self.preload):
+                try:
+                    importlib.import_module(name)
+                except ModuleNotFoundError as exc:
+                    if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                        raise ConfigError(f"preload[{i}]", name, "must name an importable module") from None
+                    raise
         if self._world.tmpdir is None:
             self._world.tmpdir = _make_pool_folder()
         # start-up (forking the children and their rendezvous) is bounded by timeout_s from here
@@ -785,8 +805,7 @@ class RankPool:
                 text += f"\n(also failed: ranks {others})"
             if stuck:
                 text += f"\n(ranks {stuck} had not finished and were stopped)"
-            err = RankFailure(lead, text)
-            err.failures = failures
+            err = RankFailure(lead, text, failures)
             cause = None
             if lead in errors and errors[lead][2] is not None:
                 try:
@@ -841,7 +860,32 @@ class RankPool:
         return stacks
 
 
-def _check_timeout(field_name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(field_name, value, "must be a finite number of seconds > 0")
-    return float(value)
+def _check_module_names(field: str, names: Any) -> tuple[str, ...]:
+    """``names`` as a tuple of dotted module names (a list or tuple of strings; a bare string is refused)."""
+    names = check_type(field, names, (list, tuple), "must be a list or tuple of module names, e.g. ('torch._dynamo',)")
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+            raise ConfigError(f"{field}[{i}]", name, "must be a module name such as 'torch._dynamo'")
+    return tuple(names)
+
+
+def _check_env(field: str, env: Any) -> dict[str, str]:
+    """``env`` (None or a mapping of names to values, all strings) as a new dict."""
+    if env is None:
+        return {}
+    env = check_type(field, env, Mapping, "must be a dict of environment variable names to string values")
+    checked = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise ConfigError(field, key, "has a key that is not an environment variable name "
+                                          "(a non-empty string without '=' or NUL)")
+        if not isinstance(value, str) or "\0" in value:
+            raise ConfigError(f"{field}[{key!r}]", value, "must be a string without NUL")
+        checked[key] = value
+    return checked
+
+
+def check_timeout(field: str, value: object) -> float:
+    """``value`` as float seconds: a real number (bools rejected), finite, ``> 0`` and
+    ``<= MAX_TIMEOUT_S`` (one day). Raises ConfigError naming ``field`` otherwise."""
+    return check_float(field, value, gt=0.0, max_value=MAX_TIMEOUT_S, why="seconds: one day at most")
