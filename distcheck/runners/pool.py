@@ -43,17 +43,34 @@ Failure reporting:
 Temporary files: each pool keeps its rendezvous store and faulthandler dumps
 in a private folder ``<tmp>/distcheck-pool-*`` with an ``owner`` marker (pid,
 process start time, host, pid namespace). ``close()``, garbage collection and
-interpreter exit remove it; a parent stopped by a signal that runs no Python
-clean-up (SIGTERM's default action, SIGKILL) cannot, so every pool first
+interpreter exit remove it. A parent stopped by a signal that runs no Python
+clean-up (SIGTERM's default action, SIGKILL) cannot; on Linux the ranks' guards
+(below) remove it once the parent is dead, and as a backstop every pool first
 removes the folders of dead owners in its temporary root
 (:func:`sweep_stale_folders`). The pool installs no signal handler.
 
-No child outlives the pool: children ask the kernel to kill them when their
-parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux), run in their own
-process group (so a terminal Ctrl-C reaches only the parent, which then tears the
-world down) and are killed by process group on close, on garbage collection and
-at interpreter exit. ``PR_SET_PDEATHSIG`` fires when the parent *thread* that
-started the world exits: start pools from a thread that outlives them.
+No descendant outlives the pool on Linux. (Elsewhere the parent still kills each
+rank's process group on close, garbage collection and interpreter exit, but
+nothing kills the ranks of a parent that was SIGKILLed.) How:
+
+* each rank (or threaded host) leads a process group of its own, which everything
+  it starts inherits, and a terminal's Ctrl-C reaches only the parent;
+* each rank asks the kernel to kill it when its parent dies
+  (``prctl(PR_SET_PDEATHSIG, SIGKILL)``) and is a child subreaper
+  (``PR_SET_CHILD_SUBREAPER``: orphaned descendants re-parent to it, not to init);
+* each rank's first child is a *guard* that does nothing until the rank dies,
+  however it dies (the parent SIGKILLed, a crash, a kill by the parent), then
+  kills the rank's whole process group;
+* the parent kills each rank's process group before reaping the rank (close, a
+  failed step, garbage collection, interpreter exit);
+* a rank that exits by itself (close) first kills and reaps its descendants,
+  including those in a session or group of their own.
+
+A descendant that leaves the rank's process group (``setsid``,
+``start_new_session=True``) is beyond the group kill: it dies when its rank exits
+by itself, but not when the rank is SIGKILLed (a timeout, Ctrl-C, a dead
+parent). ``PR_SET_PDEATHSIG`` fires when the parent *thread* that started the
+world exits: start pools from a thread that outlives them.
 
 This module imports torch only when a world is started.
 """
@@ -76,8 +93,8 @@ import time
 import traceback
 import warnings
 import weakref
-from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from distcheck.errors import (
@@ -118,8 +135,21 @@ THREADED_STARTUP_MARGIN_S = 1.0
 TMP_PREFIX = "distcheck-pool-"
 OWNER_FILE = "owner"
 
+#: how long (seconds) a rank that exits by itself spends killing and reaping its descendants
+REAP_WAIT_S = 1.0
+#: a rank's guard re-checks that its rank is alive at least this often (seconds), should the
+#: kernel's parent-death signal be missed
+GUARD_POLL_S = 1.0
+#: after its rank died, how long (seconds) a guard waits to see the pool's parent dead before it
+#: leaves the pool's folder to the parent (alive: it cleans up itself) or to the next sweep
+GUARD_OWNER_WAIT_S = 0.2
+
 _SHUTDOWN = b""
+_LINUX = sys.platform.startswith("linux")
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+#: the parent-death signal of a rank's guard: sent by the kernel when the rank dies
+_GUARD_SIGNAL = signal.SIGUSR2
 
 
 # --------------------------------------------------------------------------- checks
@@ -161,21 +191,168 @@ def check_backend_available(backend: str, world_size: int) -> None:
 # --------------------------------------------------------------------------- child side
 
 
-def _become_child(parent_pid: int) -> None:
-    """First thing a child does: die with the parent, leave the terminal's process group."""
+def _prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)`` through libc (Linux); False when it failed or is unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                              ctypes.c_ulong(0))) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _become_child(parent_pid: int, folder: str | None) -> int | None:
+    """First thing a rank does: tie its life, and its descendants', to the parent's.
+
+    * Leave the terminal's process group for a group of its own (led by the rank,
+      inherited by everything it starts), so a terminal's Ctrl-C reaches only the parent
+      and the whole group can be killed at once.
+    * Linux: ``PR_SET_PDEATHSIG(SIGKILL)`` (the kernel kills the rank when the parent
+      thread that started it exits, even by SIGKILL); ``PR_SET_CHILD_SUBREAPER`` (a
+      descendant whose parent exits is re-parented to the rank, not to init, so the
+      rank can still find it); and a guard process (:func:`_guard`) that kills the
+      rank's process group when the rank dies, however it dies.
+    * Ignore SIGINT; SIGTERM back to its default action (not the parent's handler).
+
+    Returns the guard's pid (None off Linux, or when it could not be forked).
+    """
     try:
         os.setpgid(0, 0)
     except OSError:
         pass
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    guard = None
+    if _LINUX:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        guard = _start_guard(folder)
+    elif os.getppid() != parent_pid:
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return guard
+
+
+def _start_guard(folder: str | None) -> int | None:
+    """Fork this rank's guard (Linux); return its pid, or None if fork failed.
+
+    Called while the rank is single-threaded, before it runs anything else.
+    """
+    rank_pid = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid:
+        return pid
+    try:
+        _guard(rank_pid, folder)
+    finally:
+        os._exit(0)
+
+
+def _guard(rank_pid: int, folder: str | None) -> None:
+    """A rank's guard: wait for the rank to die, then kill every process left in its group.
+
+    The guard is the rank's first child and stays in the rank's process group, so
+    the group's id cannot be reused while the guard lives. It holds no descriptor
+    of the world (the parent's sentinels and pipes see the rank's death at once),
+    ignores the signals a group may get, and learns of the rank's death from its
+    own parent-death signal (or, failing that, by polling ``getppid``). Then:
+
+    1. if the pool's parent is dead too (SIGKILL, SIGTERM's default action: it ran no
+       clean-up), it removes the pool's folder (the owner marker decides, as in
+       :func:`sweep_stale_folders`);
+    2. it sends SIGKILL to the rank's process group: every descendant that stayed in
+       it (the default for ``subprocess``, ``os.fork`` and ``multiprocessing``), and
+       itself.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {_GUARD_SIGNAL})
+    _prctl(_PR_SET_PDEATHSIG, _GUARD_SIGNAL)
+    while os.getppid() == rank_pid:
+        signal.sigtimedwait({_GUARD_SIGNAL}, GUARD_POLL_S)
+    if folder is not None:
+        _remove_folder_of_dead_owner(folder, GUARD_OWNER_WAIT_S)
+    try:
+        os.killpg(rank_pid, signal.SIGKILL)
+    except OSError:  # the rank could not lead a group of its own: nothing to kill by group
+        pass
+
+
+def _remove_folder_of_dead_owner(folder: str, wait_s: float) -> bool:
+    """Remove ``folder`` if its owner marker names a dead process, waiting up to ``wait_s`` for it to die."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(os.path.join(folder, OWNER_FILE)) as f:
+                line = f.read()
+        except OSError:
+            return False  # gone already, or never marked
+        if _owner_is_dead(line):
+            shutil.rmtree(folder, ignore_errors=True)
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _children(pid: int) -> list[int]:
+    """Process ids whose parent is ``pid`` (from ``/proc``; zombies included)."""
+    kids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _proc_stat(int(name))
+            if len(fields) > 1 and fields[1] == str(pid):
+                kids.append(int(name))
+    return kids
+
+
+def _kill_descendants(keep: int | None, wait_s: float = REAP_WAIT_S) -> None:
+    """Kill and reap every descendant of this process except ``keep`` (its guard); Linux, best effort.
+
+    This process is a subreaper, so its descendants are its children or become its
+    children as their parents die: killing its children, reaping them and
+    repeating reaches them all, including those in a session of their own. Only
+    unreaped children are signalled, so a recycled pid is never hit.
+    """
+    me = os.getpid()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        kids = [k for k in _children(me) if k != keep]
+        if not kids:
+            return
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except OSError:
+                pass
+        pending = set(kids)
+        while pending and time.monotonic() < deadline:
+            for k in list(pending):
+                try:
+                    done, _ = os.waitpid(k, os.WNOHANG)
+                except ChildProcessError:
+                    done = k
+                if done:
+                    pending.discard(k)
+            if pending:
+                time.sleep(0.005)
 
 
 def _dumps_result(kind: str, payload: Any, exc: BaseException | None = None) -> tuple:
@@ -216,7 +393,7 @@ def _tasks(conn):
 
 def _child_main(conn, spec: dict) -> None:
     """Entry point of a rank process (gloo, nccl) or of the threaded host."""
-    _become_child(spec["parent_pid"])
+    guard = _become_child(spec["parent_pid"], spec.get("folder"))
     dump = open(spec["dump_path"], "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     faulthandler.enable(file=dump, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True, chain=False)
@@ -231,7 +408,11 @@ def _child_main(conn, spec: dict) -> None:
     except (EOFError, OSError):
         pass  # the parent went away
     finally:
-        os._exit(0)
+        try:
+            if _LINUX:
+                _kill_descendants(keep=guard)
+        finally:
+            os._exit(0)
 
 
 def _init_torch_child() -> None:
@@ -257,7 +438,7 @@ def _process_rank(conn, spec: dict) -> None:
         else:
             device = torch.device("cpu")
         store = dist.FileStore(spec["store_path"], world_size)
-        extra = {"device_id": device} if backend == "nccl" else {}
+        extra: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size,
             timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]), **extra,
@@ -343,7 +524,7 @@ def sweep_stale_folders(root: str | None = None) -> list[str]:
     it cannot read or remove.
     """
     root = tempfile.gettempdir() if root is None else root
-    removed = []
+    removed: list[str] = []
     try:
         names = [n for n in os.listdir(root) if n.startswith(TMP_PREFIX)]
     except OSError:
@@ -368,8 +549,10 @@ def _make_pool_folder() -> str:
     """A private folder with its owner marker; first removes dead pools' folders."""
     sweep_stale_folders()
     path = tempfile.mkdtemp(prefix=TMP_PREFIX)
-    with open(os.path.join(path, OWNER_FILE), "w") as f:
+    partial = os.path.join(path, OWNER_FILE + ".partial")
+    with open(partial, "w") as f:
         f.write(_owner_line(os.getpid()))
+    os.replace(partial, os.path.join(path, OWNER_FILE))  # a reader never sees half a marker
     return path
 
 
@@ -415,18 +598,26 @@ class _World:
         self.workers = []
 
     def close(self) -> None:
-        """Ask children to exit, wait up to CLOSE_WAIT_S, then kill what is left."""
+        """Ask children to exit, wait up to CLOSE_WAIT_S, then kill what is left.
+
+        Children are waited for without being reaped, so that :meth:`kill` still
+        reaches each one's process group (its descendants) before reaping it.
+        """
         for w in self.workers:
             try:
                 w.conn.send_bytes(_SHUTDOWN)
             except Exception:  # noqa: BLE001
                 pass
         deadline = time.monotonic() + CLOSE_WAIT_S
+        sentinels = []
         for w in self.workers:
             try:
-                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001
+                sentinels.append(w.proc.sentinel)
+            except Exception:  # noqa: BLE001 - a process object already closed
                 pass
+        while sentinels and (left := deadline - time.monotonic()) > 0:
+            for ready in mpc.wait(sentinels, timeout=left):
+                sentinels.remove(ready)
         self.kill()
 
 
@@ -435,6 +626,29 @@ def _cleanup(world: _World) -> None:
     if world.tmpdir:
         shutil.rmtree(world.tmpdir, ignore_errors=True)
         world.tmpdir = None
+
+
+def _exit_code(proc: Any, wait_s: float) -> int | None:
+    """Exit code of an ended child (negative: the signal that killed it), waiting up to ``wait_s``.
+
+    Read without reaping the child (``waitid(..., WNOWAIT)``) where the platform
+    allows it, so that its process group can still be killed safely; None while
+    it is still running.
+    """
+    deadline = time.monotonic() + wait_s
+    # Process.exitcode would reap the child: read what multiprocessing already knows instead
+    while hasattr(os, "waitid") and getattr(getattr(proc, "_popen", None), "returncode", None) is None:
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            break  # reaped already (its exitcode is known) or not our child
+        if info is not None and info.si_pid == proc.pid:
+            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+    proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    return proc.exitcode
 
 
 def _describe_exit(code: int | None) -> str:
@@ -670,12 +884,12 @@ class RankPool:
         self.generation += 1
         gen = self.generation
         tmp = self._world.tmpdir
-        ctx = mp.get_context(self.start_method)
+        ctx: Any = mp.get_context(self.start_method)
         groups = [list(range(self.world_size))] if self.backend == "threaded" else [[r] for r in range(self.world_size)]
         spec_common = {
             "world_size": self.world_size, "backend": self.backend, "parent_pid": os.getpid(),
             "store_path": os.path.join(tmp, f"store-{gen}"), "pg_timeout_s": max(self.timeout_s, 1.0),
-            "env": self.env, "startup_deadline": deadline,
+            "env": self.env, "startup_deadline": deadline, "folder": tmp,
         }
         try:
             for k, ranks in enumerate(groups):
@@ -754,12 +968,12 @@ class RankPool:
                 except (EOFError, OSError):
                     msg = None
                 if msg is None:
-                    if obj is w.conn and w.proc.is_alive():
+                    if obj is w.conn and _exit_code(w.proc, 0.0) is None:
                         continue  # spurious wake-up
-                    w.proc.join(timeout=1.0)
+                    code = _exit_code(w.proc, 1.0)  # not reaped: kill() still reaches its group
                     who = f"rank {w.ranks[0]}" if len(w.ranks) == 1 else \
                         f"the threaded host of ranks {w.ranks[0]}..{w.ranks[-1]}"
-                    text = (f"{who} {_describe_exit(w.proc.exitcode)} "
+                    text = (f"{who} {_describe_exit(code)} "
                             f"(no Python exception: the process ended abruptly, e.g. os._exit or a crash)\n")
                     dumped = _read_from(w.dump_path, w.dump_offset)
                     if dumped.strip():
@@ -824,12 +1038,11 @@ class RankPool:
             ranks = sorted(stacks)
             body = "\n".join(f"--- rank {r} ---\n{stacks[r]}" for r in ranks)
             state = "did not come up" if startup else "stuck"
-            err = WorldTimeout(
+            raise WorldTimeout(
                 f"{what} did not finish within timeout_s={timeout:g} on backend {self.backend!r}: "
                 f"ranks {ranks} {state} (world torn down; the next run starts a fresh one)\n{body}",
                 ranks=ranks, stacks=stacks, timeout_s=timeout,
             )
-            raise err
         if broken:  # pragma: no cover - defensive: "stopped" without an error
             self._world.kill()
         return replies
