@@ -477,6 +477,56 @@ def test_every_descendant_and_the_folder_go_with_a_killed_parent(how, tmp_path):
         _kill_leftovers(pids)
 
 
+_EXIT_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    from distcheck.runners import RankPool
+    import test_pool
+    pool = RankPool(2, timeout_s=60).start()
+    pids = pool.run(test_pool._spawn_descendants)
+    print(json.dumps({{"ranks": pool.pids, "descendants": [p for d in pids for p in d.values()],
+                      "folder": pool._world.tmpdir}}), flush=True)
+    if sys.argv[1] == "raise":
+        raise RuntimeError("the script failed with its pool open")
+    """
+)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the descendant guarantee is Linux's (prctl)")
+@pytest.mark.parametrize("how", ["exit", "raise"])
+def test_interpreter_exit_without_close_cleans_up(how, tmp_path):
+    """A script that ends (or fails) with its pool open: the interpreter-exit clean-up takes everything."""
+    import json
+
+    script = _EXIT_SCRIPT.format(tests=os.path.join(ROOT, "tests"))
+    proc = subprocess.run([sys.executable, "-c", script, how], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    info = json.loads(proc.stdout.splitlines()[0])
+    pids = info["ranks"] + info["descendants"]
+    try:
+        assert proc.returncode == (1 if how == "raise" else 0), proc.stderr
+        assert _wait_gone(pids, 5) == []
+        assert not os.path.exists(info["folder"])
+    finally:
+        _kill_leftovers(pids)
+
+
+@pytest.mark.multiprocess
+def test_garbage_collected_pool_cleans_up():
+    import gc
+
+    from distcheck.runners import RankPool
+
+    pool = RankPool(2, timeout_s=60).start()
+    pids, folder = pool.pids, pool._world.tmpdir
+    assert all(_alive(p) for p in pids) and os.path.isdir(folder)
+    del pool
+    gc.collect()
+    assert _wait_gone(pids, 0) == [] and not os.path.exists(folder)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the descendant guarantee is Linux's (prctl)")
 def test_close_kills_every_descendant_even_those_in_a_session_of_their_own():
