@@ -326,6 +326,32 @@ def test_raising_rank_is_reported_with_rank_and_traceback_then_pool_recovers():
         assert [r[0] for r in pool.run(_allreduce_rank_plus, 1)] == [10.0] * 4
 
 
+def _refuse(*args, **kwargs):
+    raise RuntimeError("refused during set-up")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("backend", ["gloo", "threaded"])
+def test_a_child_that_fails_to_set_up_is_reported_with_its_ranks_traceback(backend, monkeypatch):
+    """Children are forked, so a patched faulthandler.register in this process is theirs too."""
+    import faulthandler
+
+    from distcheck.runners import RankPool
+
+    monkeypatch.setattr(faulthandler, "register", _refuse)
+    pool = RankPool(2, backend=backend, timeout_s=30)
+    try:
+        with pytest.raises(RankFailure) as info:
+            pool.start()
+        assert not pool.running
+    finally:
+        pool.close()
+    err = info.value
+    assert err.rank == 0 and sorted(err.failures) == [0, 1]
+    assert str(err).startswith("rank 0 failed:\nTraceback (most recent call last):")
+    assert all("RuntimeError: refused during set-up" in err.failures[r] for r in (0, 1))
+
+
 @pytest.mark.multiprocess
 def test_hanging_rank_times_out_with_stacks_then_pool_recovers():
     from distcheck.runners import RankPool

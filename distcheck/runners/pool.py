@@ -394,10 +394,17 @@ def _tasks(conn):
 def _child_main(conn, spec: dict) -> None:
     """Entry point of a rank process (gloo, nccl) or of the threaded host."""
     guard = _become_child(spec["parent_pid"], spec.get("folder"))
-    dump = open(spec["dump_path"], "a", buffering=1)  # noqa: SIM115 - lives as long as the process
-    faulthandler.enable(file=dump, all_threads=True)
-    faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True, chain=False)
-    os.environ.update(spec.get("env") or {})
+    try:
+        dump = open(spec["dump_path"], "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        faulthandler.enable(file=dump, all_threads=True)
+        faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True, chain=False)
+        os.environ.update(spec.get("env") or {})
+    except BaseException:  # noqa: BLE001 - reported to the parent, labelled with the rank(s)
+        ranks = range(spec["world_size"]) if spec["backend"] == "threaded" else [spec["rank"]]
+        try:
+            _send(conn, ("fail", [(r, "err", traceback.format_exc(), None) for r in ranks]))
+        finally:
+            os._exit(1)
     try:
         if spec["backend"] == "threaded":
             from distcheck.runners.threaded import threaded_host
