@@ -14,7 +14,6 @@ key may name, ``distcheck audit --list-keys`` the shipped keys.
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
 import time
@@ -49,14 +48,20 @@ def _world_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def _positive_float(text: str) -> float:
+def timeout_seconds(text: str) -> float:
+    """argparse type of ``--timeout``: seconds, finite, > 0 and at most ``MAX_TIMEOUT_S`` (one day)."""
+    from distcheck.errors import ConfigError
+    from distcheck.runners.pool import MAX_TIMEOUT_S, check_timeout
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
-    return value
+    try:
+        return check_timeout("--timeout", value)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive, finite number of seconds <= {MAX_TIMEOUT_S:g} (one day), got {text!r}") from None
 
 
 def _seed(text: str) -> int:
@@ -110,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip a stage (repeatable)")
     check.add_argument("--golden-dir", type=Path, default=None,
                        help="folder of golden answer keys (default: the golden/ shipped with distcheck)")
-    check.add_argument("--timeout", type=_positive_float, default=120.0, metavar="SECONDS",
-                       help="timeout of each multi-process step (default 120)")
+    check.add_argument("--timeout", type=timeout_seconds, default=120.0, metavar="SECONDS",
+                       help="timeout of each multi-process step, at most 86400 (default 120)")
     check.add_argument("--format", choices=("table", "json"), default="table", help="report format")
 
     audit = sub.add_parser(

@@ -7,9 +7,17 @@ whose message names the field, its value and the rule it breaks, e.g.::
     -> "tp=3 must divide num_kv_heads=8"
 
 Never ``assert`` for validation: asserts vanish under ``python -O``.
+
+Every exception here survives ``pickle`` with all its fields (``args``, every
+attribute and any ``__notes__``): a rank's error crosses a process boundary
+intact. :meth:`DistcheckError.__reduce__` rebuilds the object without calling
+``__init__`` again, so subclasses need no pickling code of their own.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = [
     "DistcheckError",
@@ -33,6 +41,18 @@ __all__ = [
 class DistcheckError(Exception):
     """Base class of every error distcheck raises on purpose."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # (class, args, every attribute): the copy equals the original field for field
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restore(cls: type[DistcheckError], args: tuple, state: dict[str, Any]) -> DistcheckError:
+    """Unpickle a :class:`DistcheckError` without running its ``__init__`` again."""
+    err = cls.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
 
 class ConfigError(DistcheckError, ValueError):
     """A configuration value breaks a rule.
@@ -46,9 +66,6 @@ class ConfigError(DistcheckError, ValueError):
         self.value = value
         self.rule = rule
         super().__init__(f"{field}={_show(value)} {rule}")
-
-    def __reduce__(self):  # picklable across processes
-        return (type(self), (self.field, self.value, self.rule))
 
 
 def _show(value: object) -> str:
@@ -81,10 +98,7 @@ class UnknownQuantityError(DistcheckError, KeyError):
         super().__init__(f"unknown {kind} {name!r}{hint}")
 
     def __str__(self) -> str:  # KeyError quotes its message otherwise
-        return self.args[0]
-
-    def __reduce__(self):
-        return (type(self), (self.name, self.known, self.kind))
+        return str(self.args[0])
 
 
 class GoldenError(DistcheckError):
@@ -112,7 +126,8 @@ class PropertyFailure(DistcheckError, AssertionError):
 
     kind = "claim"
 
-    def __init__(self, message: str, *, expected=None, got=None, max_error=None, bound=None):
+    def __init__(self, message: str, *, expected: Any = None, got: Any = None, max_error: float | None = None,
+                 bound: float | None = None):
         self.expected, self.got, self.max_error, self.bound = expected, got, max_error, bound
         parts = [message]
         if max_error is not None:
@@ -150,26 +165,34 @@ class DistributedError(DistcheckError):
 
 
 class RankFailure(DistributedError):
-    """A rank raised or died: carries the rank number and its traceback text."""
+    """A rank raised or died.
 
-    def __init__(self, rank: int, traceback_text: str):
+    Attributes: ``rank`` (the rank reported: the lowest that died, else the
+    lowest that raised), ``traceback_text`` (its traceback, or how it died) and
+    ``failures`` (every failed rank -> its text; default ``{rank: traceback_text}``).
+    ``str()`` starts with ``rank <rank> failed:``.
+    """
+
+    def __init__(self, rank: int, traceback_text: str, failures: Mapping[int, str] | None = None):
         self.rank = rank
         self.traceback_text = traceback_text
+        self.failures: dict[int, str] = dict(failures) if failures else {rank: traceback_text}
         super().__init__(f"rank {rank} failed:\n{traceback_text}")
-
-    def __reduce__(self):
-        return (type(self), (self.rank, self.traceback_text))
 
 
 class WorldTimeout(DistributedError):
-    """A step did not finish within its timeout; carries the stuck ranks and their stacks."""
+    """A step did not finish within its timeout; carries the stuck ranks and their stacks.
 
-    def __init__(self, message: str, ranks=None, stacks=None, timeout_s=None):
-        self.ranks, self.stacks, self.timeout_s = list(ranks or []), dict(stacks or {}), timeout_s
+    Attributes: ``ranks`` (sorted), ``stacks`` (rank -> Python stack text) and
+    ``timeout_s`` (seconds).
+    """
+
+    def __init__(self, message: str, ranks: list[int] | None = None, stacks: Mapping[int, str] | None = None,
+                 timeout_s: float | None = None):
+        self.ranks: list[int] = list(ranks or [])
+        self.stacks: dict[int, str] = dict(stacks or {})
+        self.timeout_s = timeout_s
         super().__init__(message)
-
-    def __reduce__(self):
-        return (type(self), (self.args[0], self.ranks, self.stacks, self.timeout_s))
 
 
 class BackendUnavailable(DistributedError):
@@ -210,13 +233,13 @@ class _TypeOnly:
         return f"<{self.type_name}>"
 
 
-def check_choice(field: str, value: object, choices) -> object:
+def check_choice(field: str, value: Any, choices: Any) -> Any:
     """Return ``value`` if it is one of ``choices`` (same type and equal), else raise ConfigError.
 
     Safe for any value: arrays and unhashable objects are refused, not compared
     elementwise, and ``True`` does not pass for ``1``.
     """
-    def same(c) -> bool:
+    def same(c: object) -> bool:
         try:
             return type(value) is type(c) and bool(value == c)
         except Exception:  # e.g. numpy's "truth value of an array is ambiguous"

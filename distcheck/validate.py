@@ -31,6 +31,7 @@ __all__ = [
     "check_bool",
     "check_callable",
     "check_int",
+    "check_float",
     "check_at_most",
     "as_array",
     "as_arrays",
@@ -78,6 +79,29 @@ def check_int(field: str, value: Any, *, min_value: int | None = None, max_value
     if max_value is not None and value > max_value:
         raise ConfigError(field, value, f"must be <= {max_value}")
     return value
+
+
+def check_float(field: str, value: Any, *, gt: float | None = None, max_value: float | None = None,
+                why: str | None = None) -> float:
+    """``value`` as a Python float: an int, float or other real number (bools rejected), finite,
+    ``> gt`` and ``<= max_value`` (either end optional; ``why`` explains the upper end).
+    Raises ConfigError otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, Decimal)):
+        raise ConfigError(field, _short(value), "must be a real number")
+    try:
+        number = float(value)
+    except OverflowError:  # an int or Fraction beyond float range: compared as +-infinity below
+        number = float("inf") if value > 0 else float("-inf")  # type: ignore[operator]
+    else:
+        if not np.isfinite(number):
+            raise ConfigError(field, value, "must be finite (no NaN or infinity)")
+    if gt is not None and not number > gt:
+        raise ConfigError(field, value, f"must be > {gt:g}")
+    if max_value is not None and number > max_value:
+        raise ConfigError(field, value, f"must be <= {max_value:g}" + (f" ({why})" if why else ""))
+    if not np.isfinite(number):
+        raise ConfigError(field, value, "must be within the range of a float")
+    return number
 
 
 def check_at_most(field: str, value: int, limit: int, why: str) -> int:

@@ -1,4 +1,4 @@
-"""Every ConfigError of the core references that the per-module tests do not reach.
+"""Every ConfigError of the core references that the per-module tests do not reach; every error pickles whole.
 
 One table: each row is a call with bad input, the field the error must name,
 the value it must carry and a piece of the rule. The message must read
@@ -9,13 +9,15 @@ leave unexecuted; together they reach every validation branch of those modules.
 
 from __future__ import annotations
 
+import inspect
+import pickle
 from fractions import Fraction
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from distcheck import comm, dp, layout, memory, pipeline, tp, units
+from distcheck import comm, dp, errors, layout, memory, pipeline, tp, units
 from distcheck.errors import ConfigError
 
 ONE = np.ones
@@ -146,3 +148,59 @@ def test_format_bytes_rounds_the_exact_value():
     assert units.format_bytes(135, "KB", 2) == "0.14 KB"
     assert units.format_bytes(-1_500_000_000, "GB", 1) == "-1.5 GB"
     assert units.format_bytes(5, "B", 0) == "5 B"
+
+
+# ----------------------------------------------------------------------------- every exception survives pickling
+
+#: one instance per exception class of distcheck.errors, every optional field set to a non-default value;
+#: a class added to the module without a row here fails test_every_error_class_has_a_pickle_sample
+PICKLE_SAMPLES = {
+    "DistcheckError": lambda: errors.DistcheckError("something broke", 3),
+    "ConfigError": lambda: errors.ConfigError("tp", Fraction(3, 2), "must divide num_kv_heads=8"),
+    "UnknownQuantityError": lambda: errors.UnknownQuantityError("zero.byts", ["zero.bytes", "zero.stage"], "property"),
+    "GoldenError": lambda: errors.GoldenError("golden/lesson.toml does not reproduce"),
+    "AnswerKeyError": lambda: errors.AnswerKeyError("must be a table", path="key.toml", line=7, field="claim.inputs"),
+    "PropertyFailure": lambda: errors.PropertyFailure("row_exact", expected=[1.0, 2.0], got=[1.0, 2.5],
+                                                      max_error=0.5, bound=1e-12),
+    "DistributedError": lambda: errors.DistributedError("payload differs between ranks"),
+    "RankFailure": lambda: errors.RankFailure(1, "Traceback...\nValueError: bad", failures={1: "tb 1", 3: "tb 3"}),
+    "WorldTimeout": lambda: errors.WorldTimeout("step did not finish", ranks=[0, 2], stacks={0: "s0", 2: "s2"},
+                                                timeout_s=1.5),
+    "BackendUnavailable": lambda: errors.BackendUnavailable("backend 'nccl' needs CUDA GPUs; none is visible"),
+}
+
+
+def _error_classes() -> list[type]:
+    return [cls for _, cls in inspect.getmembers(errors, inspect.isclass)
+            if issubclass(cls, BaseException) and cls.__module__ == errors.__name__]
+
+
+def _public(err: BaseException) -> dict:
+    return {k: v for k, v in vars(err).items() if not k.startswith("_")}
+
+
+def test_every_error_class_has_a_pickle_sample():
+    names = sorted(cls.__name__ for cls in _error_classes())
+    assert "RankFailure" in names and "ConfigError" in names  # the walk finds the module's classes
+    assert names == sorted(PICKLE_SAMPLES)
+
+
+@pytest.mark.parametrize("cls", _error_classes(), ids=lambda c: c.__name__)
+def test_every_error_keeps_every_field_through_pickle(cls):
+    err = PICKLE_SAMPLES[cls.__name__]()
+    assert type(err) is cls
+    err.add_note("raised while checking tp=3")
+    copy = pickle.loads(pickle.dumps(err))
+    assert type(copy) is cls
+    assert copy.args == err.args
+    assert str(copy) == str(err)
+    assert _public(copy) == _public(err)
+    assert copy.__notes__ == ["raised while checking tp=3"]
+
+
+def test_rank_failure_fields_survive_pickle_with_failures_from_the_constructor():
+    err = errors.RankFailure(2, "tb 2", failures={2: "tb 2", 5: "tb 5"})
+    copy = pickle.loads(pickle.dumps(err))
+    assert (copy.rank, copy.traceback_text, copy.failures) == (2, "tb 2", {2: "tb 2", 5: "tb 5"})
+    assert str(copy).startswith("rank 2 failed:\ntb 2")
+    assert errors.RankFailure(4, "tb 4").failures == {4: "tb 4"}  # default: the reported rank alone

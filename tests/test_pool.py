@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -115,6 +116,99 @@ def _hang_every_rank_at_init(*args, **kwargs):
 
 _REAL_INIT = None
 
+#: a grandchild that ignores SIGTERM (and SIGINT, SIGHUP): only SIGKILL ends it
+_STUBBORN = ("import signal, sys, time\n"
+             "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
+             "print('ready', flush=True)\n"
+             "time.sleep(1000)\n")
+
+
+def _start_stubborn(**popen_kwargs) -> int:
+    proc = subprocess.Popen([sys.executable, "-c", _STUBBORN], stdout=subprocess.PIPE, text=True, **popen_kwargs)
+    assert proc.stdout.readline().strip() == "ready"  # its signal dispositions are in place
+    _KEEP.append(proc)
+    return proc.pid
+
+
+_KEEP: list = []  # Popen objects of a rank's grandchildren (a rank never waits for them)
+
+
+def _spawn_descendants(ctx, escaped=False):
+    """Start descendants that outlive this rank function; return their pids.
+
+    In the rank's process group: a stubborn child, and an orphan (its shell
+    exits at once, as with ``cmd &``). With ``escaped``, also a child in a session
+    of its own and a daemon (a new session whose parent exited at once).
+    """
+    pids = {"child": _start_stubborn()}
+    out = subprocess.run(["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                         check=True)
+    pids["orphan"] = int(out.stdout)
+    if escaped:
+        pids["session"] = _start_stubborn(start_new_session=True)
+        out = subprocess.run(["sh", "-c", "setsid sleep 1000 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                             text=True, check=True)
+        pids["daemon"] = int(out.stdout)
+    return pids
+
+
+def _spawn_then_die_on_1(ctx):
+    import torch.distributed as dist
+
+    pids = _spawn_descendants(ctx)
+    if ctx.rank == 1:
+        sys.stdout.write(f"DESCENDANTS {pids['child']} {pids['orphan']}\n")
+        sys.stdout.flush()
+        ctx.scratch["pids"] = pids
+        os._exit(3)
+    dist.barrier()
+    return pids
+
+
+def _spawn_then_hang_on_1(ctx):
+    import torch.distributed as dist
+
+    pids = _spawn_descendants(ctx)
+    ctx.scratch["pids"] = pids
+    with open(os.path.join(os.environ["DESCENDANTS_DIR"], f"rank{ctx.rank}"), "w") as f:
+        f.write(f"{pids['child']} {pids['orphan']}")
+    if ctx.rank == 1:
+        _sleep_forever()
+    dist.barrier()
+
+
+def _wait_gone(pids, seconds: float = 10.0) -> list[int]:
+    """Poll until every pid is gone (or a zombie); return the ones still alive at the deadline."""
+    deadline = time.monotonic() + seconds
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+def _kill_leftovers(pids) -> None:
+    """Test hygiene: SIGKILL the given pids (processes this test started) that are still alive."""
+    for p in pids:
+        if _alive(p):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Every live process of process group ``pgid``."""
+    members = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[2] == str(pgid) and fields[0] != "Z":
+                members.append(int(name))
+    return members
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -224,8 +318,38 @@ def test_raising_rank_is_reported_with_rank_and_traceback_then_pool_recovers():
         with pytest.raises(RankFailure) as info:
             pool.run(_raise_everywhere)
         assert info.value.rank == 0 and sorted(info.value.failures) == [0, 1, 2, 3]
+        assert str(info.value).startswith("rank 0 failed:\nTraceback (most recent call last):")
+        assert all(f"KeyError: 'missing on {r}'" in info.value.failures[r] for r in range(4))
+        copy = pickle.loads(pickle.dumps(info.value))  # e.g. sent on by a pytest-xdist worker
+        assert (copy.rank, copy.failures, str(copy)) == (0, info.value.failures, str(info.value))
         assert pool.running and pool.generation == 2  # every rank answered: world kept
         assert [r[0] for r in pool.run(_allreduce_rank_plus, 1)] == [10.0] * 4
+
+
+def _refuse(*args, **kwargs):
+    raise RuntimeError("refused during set-up")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("backend", ["gloo", "threaded"])
+def test_a_child_that_fails_to_set_up_is_reported_with_its_ranks_traceback(backend, monkeypatch):
+    """Children are forked, so a patched faulthandler.register in this process is theirs too."""
+    import faulthandler
+
+    from distcheck.runners import RankPool
+
+    monkeypatch.setattr(faulthandler, "register", _refuse)
+    pool = RankPool(2, backend=backend, timeout_s=30)
+    try:
+        with pytest.raises(RankFailure) as info:
+            pool.start()
+        assert not pool.running
+    finally:
+        pool.close()
+    err = info.value
+    assert err.rank == 0 and sorted(err.failures) == [0, 1]
+    assert str(err).startswith("rank 0 failed:\nTraceback (most recent call last):")
+    assert all("RuntimeError: refused during set-up" in err.failures[r] for r in (0, 1))
 
 
 @pytest.mark.multiprocess
@@ -307,7 +431,7 @@ _ORPHAN_SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("how", ["kill", "interrupt"])
 def test_children_die_with_a_killed_or_interrupted_parent(how, tmp_path):
     script = _ORPHAN_SCRIPT.format(tests=os.path.join(ROOT, "tests"))
-    env = dict(os.environ, TMPDIR=str(tmp_path))  # a SIGKILLed parent cannot remove its temporary directory
+    env = dict(os.environ, TMPDIR=str(tmp_path))  # a private temporary root: its pool folders are checked below
     proc = subprocess.Popen([sys.executable, "-c", script, how], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -316,13 +440,162 @@ def test_children_die_with_a_killed_or_interrupted_parent(how, tmp_path):
         time.sleep(0.3)  # let the interrupt case enter run()
         proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGINT)
         proc.wait(timeout=20)
-        deadline = time.monotonic() + 5
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        assert _wait_gone(pids, 5) == []
+        deadline = time.monotonic() + 5  # SIGKILL: the ranks' guards remove the folder; Ctrl-C: the pool's clean-up
+        while any(p.name.startswith("distcheck-pool-") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not any(_alive(p) for p in pids)
+        assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("distcheck-pool-")]
     finally:
         proc.kill()
         proc.wait()
+
+
+# ----------------------------------------------------------------------------- every descendant dies with the pool
+
+_DESCENDANTS_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+    sys.path.insert(0, {tests!r})
+    from distcheck.runners import RankPool
+    import test_pool
+    pool = RankPool(2, timeout_s=60).start()
+    pids = pool.run(test_pool._spawn_descendants)
+    print(json.dumps({{"ranks": pool.pids, "descendants": [p for d in pids for p in d.values()],
+                      "folder": pool._world.tmpdir}}), flush=True)
+    time.sleep(120)
+    """
+)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the descendant guarantee is Linux's (prctl)")
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "SIGINT"])
+def test_every_descendant_and_the_folder_go_with_a_killed_parent(how, tmp_path):
+    """A grandchild that ignores SIGTERM, and an orphaned one, die with the pool even when its parent is SIGKILLed.
+
+    SIGKILL and SIGTERM (its default action) run no Python clean-up in the parent; SIGINT does
+    (KeyboardInterrupt). In every case the ranks, their descendants and the pool's folder go.
+    """
+    import json
+
+    script = _DESCENDANTS_SCRIPT.format(tests=os.path.join(ROOT, "tests"))
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    pids: list[int] = []
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        info = json.loads(line)
+        pids = info["ranks"] + info["descendants"]
+        assert len(info["descendants"]) == 4 and all(_alive(p) for p in pids)
+        assert os.path.isdir(info["folder"])
+        proc.send_signal(getattr(signal, how))
+        proc.wait(timeout=30)
+        assert _wait_gone(pids) == []
+        deadline = time.monotonic() + 10
+        while os.path.exists(info["folder"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(info["folder"])
+    finally:
+        proc.kill()
+        proc.wait()
+        _kill_leftovers(pids)
+
+
+_EXIT_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    from distcheck.runners import RankPool
+    import test_pool
+    pool = RankPool(2, timeout_s=60).start()
+    pids = pool.run(test_pool._spawn_descendants)
+    print(json.dumps({{"ranks": pool.pids, "descendants": [p for d in pids for p in d.values()],
+                      "folder": pool._world.tmpdir}}), flush=True)
+    if sys.argv[1] == "raise":
+        raise RuntimeError("the script failed with its pool open")
+    """
+)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the descendant guarantee is Linux's (prctl)")
+@pytest.mark.parametrize("how", ["exit", "raise"])
+def test_interpreter_exit_without_close_cleans_up(how, tmp_path):
+    """A script that ends (or fails) with its pool open: the interpreter-exit clean-up takes everything."""
+    import json
+
+    script = _EXIT_SCRIPT.format(tests=os.path.join(ROOT, "tests"))
+    proc = subprocess.run([sys.executable, "-c", script, how], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    info = json.loads(proc.stdout.splitlines()[0])
+    pids = info["ranks"] + info["descendants"]
+    try:
+        assert proc.returncode == (1 if how == "raise" else 0), proc.stderr
+        assert _wait_gone(pids, 5) == []
+        assert not os.path.exists(info["folder"])
+    finally:
+        _kill_leftovers(pids)
+
+
+@pytest.mark.multiprocess
+def test_garbage_collected_pool_cleans_up():
+    import gc
+
+    from distcheck.runners import RankPool
+
+    pool = RankPool(2, timeout_s=60).start()
+    pids, folder = pool.pids, pool._world.tmpdir
+    assert all(_alive(p) for p in pids) and os.path.isdir(folder)
+    del pool
+    gc.collect()
+    assert _wait_gone(pids, 0) == [] and not os.path.exists(folder)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the descendant guarantee is Linux's (prctl)")
+def test_close_kills_every_descendant_even_those_in_a_session_of_their_own():
+    from distcheck.runners import RankPool
+
+    pids: list[int] = []
+    try:
+        pool = RankPool(2, timeout_s=60).start()
+        ranks = pool.pids
+        found = pool.run(_spawn_descendants, True)
+        pids = [p for d in found for p in d.values()]
+        assert len(pids) == 8 and all(_alive(p) for p in pids)
+        pool.close()
+        assert _wait_gone(ranks, 0) == []  # reaped by close()
+        # close() killed the ranks' groups; each rank, before it exited, killed the ones that left its group
+        assert _wait_gone([p for r in ranks for p in _group_members(r)], 5) == []
+        assert _wait_gone(pids) == []
+    finally:
+        _kill_leftovers(pids)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the descendant guarantee is Linux's (prctl)")
+def test_descendants_of_a_dead_or_stuck_rank_die_with_it(tmp_path, monkeypatch, capfd):
+    from distcheck.runners import RankPool
+
+    monkeypatch.setenv("DESCENDANTS_DIR", str(tmp_path))
+    pids: list[int] = []
+    try:
+        with RankPool(2, timeout_s=60) as pool:
+            with pytest.raises(RankFailure) as info:
+                pool.run(_spawn_then_die_on_1)
+            assert info.value.rank == 1 and "exited with code 3" in str(info.value)
+            pids = [int(p) for p in capfd.readouterr().out.split("DESCENDANTS")[1].split()[:2]]
+            assert _wait_gone(pids) == []
+
+            with pytest.raises(WorldTimeout):
+                pool.run(_spawn_then_hang_on_1, timeout_s=2)
+            pids = [int(p) for r in (0, 1) for p in (tmp_path / f"rank{r}").read_text().split()]
+            assert len(pids) == 4 and _wait_gone(pids) == []
+            assert [r[0] for r in pool.run(_allreduce_rank_plus, 0)] == [1.0, 1.0]  # and the pool recovers
+    finally:
+        _kill_leftovers(pids)
 
 
 # ----------------------------------------------------------------------------- threaded backend
@@ -464,43 +737,25 @@ def test_sweep_removes_only_folders_of_dead_owners(tmp_path):
         "distcheck-pool-elsewhere", "distcheck-pool-garbled", "distcheck-pool-live", "distcheck-pool-nomarker", "unrelated"]
 
 
-_SIGTERM_SCRIPT = textwrap.dedent(
-    """
-    import time
-    from distcheck.runners import RankPool
-    pool = RankPool(2, timeout_s=60).start()
-    print(pool._world.tmpdir, " ".join(map(str, pool.pids)), flush=True)
-    time.sleep(60)
-    """
-)
-
-
 @pytest.mark.multiprocess
-def test_folder_of_a_sigtermed_parent_is_removed_by_the_next_pool(tmp_path, monkeypatch):
+def test_the_next_pool_sweeps_folders_of_dead_owners(tmp_path, monkeypatch):
+    """The backstop where no guard removed a dead parent's folder (off Linux, or a guard killed with it)."""
     import tempfile
 
     from distcheck.runners import RankPool
+    from distcheck.runners.pool import _owner_line
 
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", _SIGTERM_SCRIPT], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        folder, *pids = proc.stdout.readline().split()
-        assert os.path.dirname(folder) == str(tmp_path) and len(pids) == 2
-        proc.send_signal(signal.SIGTERM)  # the default action: no atexit, no finalizer runs
-        proc.wait(timeout=20)
-    finally:
-        proc.kill()
-        proc.wait()
-    deadline = time.monotonic() + 5
-    while any(_alive(int(p)) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_alive(int(p)) for p in pids)  # the children died with it (PR_SET_PDEATHSIG)
-    assert os.path.isdir(folder)  # left behind...
+    me = _owner_line(os.getpid()).split()
+    for name, line in {"dead": f"{_dead_pid()} - {me[2]} {me[3]}", "live": " ".join(me)}.items():
+        (tmp_path / f"distcheck-pool-{name}").mkdir()
+        (tmp_path / f"distcheck-pool-{name}" / "owner").write_text(line + "\n")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with RankPool(1, backend="gloo", timeout_s=30) as pool:
-        assert not os.path.exists(folder)  # ...until the next pool in the same temporary root starts
         own = pool._world.tmpdir
         assert os.path.dirname(own) == str(tmp_path)
-        assert open(os.path.join(own, "owner")).read().split()[0] == str(os.getpid())
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            ["distcheck-pool-live", os.path.basename(own)])  # the dead owner's folder is gone
+        with open(os.path.join(own, "owner")) as f:
+            assert f.read().split()[0] == str(os.getpid())
+        assert not os.path.exists(os.path.join(own, "owner.partial"))
     assert not os.path.exists(own)

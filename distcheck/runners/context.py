@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distcheck.errors import DistributedError
+from distcheck.validate import check_type
 
 __all__ = ["RankContext", "check_same_shape"]
 
@@ -67,6 +68,7 @@ def check_same_shape(ctx: RankContext, tensor, what: str = "tensor") -> None:
     """
     import torch.distributed as dist
 
+    check_type("what", what, str, "must be a string naming the tensor")
     mine = (tuple(tensor.shape), str(tensor.dtype))
     seen: list = [None] * ctx.world_size
     dist.all_gather_object(seen, mine, group=ctx.group)

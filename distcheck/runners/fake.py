@@ -18,10 +18,12 @@ a process that already has a default process group is refused.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from distcheck.errors import ConfigError, DistributedError, check_positive_int
+from distcheck.errors import ConfigError, DistributedError
 from distcheck.runners.context import RankContext
+from distcheck.validate import MAX_RANKS, check_callable, check_int, check_type
 
 __all__ = ["run_fake", "FakeWorld"]
 
@@ -33,15 +35,18 @@ def run_fake(fn: Callable, *args, world_size: int, rank: int = 0):
 
     Arguments:
         fn: a rank function ``fn(ctx, *args)`` (need not be picklable: it runs here).
-        world_size: ranks in the fake world, >= 1 (any size; nothing is started).
+        world_size: ranks in the fake world, ``1 <= world_size <= MAX_RANKS``
+            (2**24; nothing is started, but torch's fake group and a ``DeviceMesh``
+            still allocate per rank: 2**31 ranks exhaust the memory of a large host).
         rank: the rank to impersonate, ``0 <= rank < world_size``.
 
     Raises:
-        ConfigError: bad ``world_size`` or ``rank``.
+        ConfigError: ``fn`` not callable, bad ``world_size`` or ``rank``.
         DistributedError: this process already has a default process group.
         Whatever ``fn`` raises, unchanged.
     """
-    check_positive_int("world_size", world_size)
+    check_callable("fn", fn)
+    world_size = _check_world_size(world_size)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ConfigError("rank", rank, f"must be an integer in [0, world_size={world_size})")
     import torch
@@ -60,19 +65,31 @@ def run_fake(fn: Callable, *args, world_size: int, rank: int = 0):
             dist.destroy_process_group()
 
 
+def _check_world_size(world_size: object) -> int:
+    return check_int("world_size", world_size, min_value=1, max_value=MAX_RANKS)
+
+
 class FakeWorld:
     """A fake world of ``world_size`` ranks whose :meth:`run` impersonates chosen ranks in turn.
 
     ``FakeWorld(16_384).run(fn, x, ranks=[0, 8_191])`` returns
     ``[fn(ctx_of_rank_0, x), fn(ctx_of_rank_8191, x)]``; ``ranks=None`` means every
-    rank (only sensible for small worlds). Same contract as :func:`run_fake`.
+    rank (only sensible for small worlds). Same contract as :func:`run_fake`;
+    ``ranks`` is a list, tuple or range of ints in ``[0, world_size)``, checked
+    before any rank runs (``ConfigError`` naming ``ranks[i]``).
     """
 
     backend = "fake"
 
     def __init__(self, world_size: int):
-        self.world_size = check_positive_int("world_size", world_size)
+        self.world_size = _check_world_size(world_size)
 
-    def run(self, fn: Callable, *args, ranks: Iterable[int] | None = None) -> list:
-        chosen = range(self.world_size) if ranks is None else list(ranks)
+    def run(self, fn: Callable, *args: Any, ranks: Sequence[int] | None = None) -> list:
+        check_callable("fn", fn)
+        if ranks is None:
+            chosen: Sequence[int] = range(self.world_size)
+        else:
+            seq = check_type("ranks", ranks, (list, tuple, range), "must be a list of ranks (or None for every rank)")
+            chosen = [check_int(f"ranks[{i}]", r, min_value=0, max_value=self.world_size - 1)
+                      for i, r in enumerate(seq)]
         return [run_fake(fn, *args, world_size=self.world_size, rank=r) for r in chosen]

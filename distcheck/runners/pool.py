@@ -43,17 +43,34 @@ Failure reporting:
 Temporary files: each pool keeps its rendezvous store and faulthandler dumps
 in a private folder ``<tmp>/distcheck-pool-*`` with an ``owner`` marker (pid,
 process start time, host, pid namespace). ``close()``, garbage collection and
-interpreter exit remove it; a parent stopped by a signal that runs no Python
-clean-up (SIGTERM's default action, SIGKILL) cannot, so every pool first
+interpreter exit remove it. A parent stopped by a signal that runs no Python
+clean-up (SIGTERM's default action, SIGKILL) cannot; on Linux the ranks' guards
+(below) remove it once the parent is dead, and as a backstop every pool first
 removes the folders of dead owners in its temporary root
 (:func:`sweep_stale_folders`). The pool installs no signal handler.
 
-No child outlives the pool: children ask the kernel to kill them when their
-parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux), run in their own
-process group (so a terminal Ctrl-C reaches only the parent, which then tears the
-world down) and are killed by process group on close, on garbage collection and
-at interpreter exit. ``PR_SET_PDEATHSIG`` fires when the parent *thread* that
-started the world exits: start pools from a thread that outlives them.
+No descendant outlives the pool on Linux. (Elsewhere the parent still kills each
+rank's process group on close, garbage collection and interpreter exit, but
+nothing kills the ranks of a parent that was SIGKILLed.) How:
+
+* each rank (or threaded host) leads a process group of its own, which everything
+  it starts inherits, and a terminal's Ctrl-C reaches only the parent;
+* each rank asks the kernel to kill it when its parent dies
+  (``prctl(PR_SET_PDEATHSIG, SIGKILL)``) and is a child subreaper
+  (``PR_SET_CHILD_SUBREAPER``: orphaned descendants re-parent to it, not to init);
+* each rank's first child is a *guard* that does nothing until the rank dies,
+  however it dies (the parent SIGKILLed, a crash, a kill by the parent), then
+  kills the rank's whole process group;
+* the parent kills each rank's process group before reaping the rank (close, a
+  failed step, garbage collection, interpreter exit);
+* a rank that exits by itself (close) first kills and reaps its descendants,
+  including those in a session or group of their own.
+
+A descendant that leaves the rank's process group (``setsid``,
+``start_new_session=True``) is beyond the group kill: it dies when its rank exits
+by itself, but not when the rank is SIGKILLed (a timeout, Ctrl-C, a dead
+parent). ``PR_SET_PDEATHSIG`` fires when the parent *thread* that started the
+world exits: start pools from a thread that outlives them.
 
 This module imports torch only when a world is started.
 """
@@ -63,7 +80,6 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import importlib
-import math
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
@@ -77,8 +93,9 @@ import time
 import traceback
 import warnings
 import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from distcheck.errors import (
     BackendUnavailable,
@@ -89,11 +106,18 @@ from distcheck.errors import (
     check_choice,
     check_positive_int,
 )
+from distcheck.validate import check_callable, check_float, check_type
 
-__all__ = ["RankPool", "BACKENDS", "check_backend_available", "sweep_stale_folders"]
+__all__ = ["RankPool", "BACKENDS", "MAX_TIMEOUT_S", "check_backend_available", "check_timeout", "sweep_stale_folders"]
 
 #: backends a RankPool can run
 BACKENDS = ("gloo", "nccl", "threaded")
+
+#: the longest timeout (seconds) a pool step, a pool start-up, a torchrun world and
+#: ``distcheck check --timeout`` accept: one day. Longer waits are refused as bad input
+#: (the platform's own limits, e.g. ``threading.TIMEOUT_MAX`` and ``select``'s, are far larger
+#: than this on Linux but not everywhere).
+MAX_TIMEOUT_S = min(86_400.0, threading.TIMEOUT_MAX)
 
 #: after the first failure, how long (seconds) to wait for the other ranks to answer
 #: before the world is declared broken and torn down
@@ -111,8 +135,21 @@ THREADED_STARTUP_MARGIN_S = 1.0
 TMP_PREFIX = "distcheck-pool-"
 OWNER_FILE = "owner"
 
+#: how long (seconds) a rank that exits by itself spends killing and reaping its descendants
+REAP_WAIT_S = 1.0
+#: a rank's guard re-checks that its rank is alive at least this often (seconds), should the
+#: kernel's parent-death signal be missed
+GUARD_POLL_S = 1.0
+#: after its rank died, how long (seconds) a guard waits to see the pool's parent dead before it
+#: leaves the pool's folder to the parent (alive: it cleans up itself) or to the next sweep
+GUARD_OWNER_WAIT_S = 0.2
+
 _SHUTDOWN = b""
+_LINUX = sys.platform.startswith("linux")
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+#: the parent-death signal of a rank's guard: sent by the kernel when the rank dies
+_GUARD_SIGNAL = signal.SIGUSR2
 
 
 # --------------------------------------------------------------------------- checks
@@ -154,21 +191,168 @@ def check_backend_available(backend: str, world_size: int) -> None:
 # --------------------------------------------------------------------------- child side
 
 
-def _become_child(parent_pid: int) -> None:
-    """First thing a child does: die with the parent, leave the terminal's process group."""
+def _prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)`` through libc (Linux); False when it failed or is unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                              ctypes.c_ulong(0))) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _become_child(parent_pid: int, folder: str | None) -> int | None:
+    """First thing a rank does: tie its life, and its descendants', to the parent's.
+
+    * Leave the terminal's process group for a group of its own (led by the rank,
+      inherited by everything it starts), so a terminal's Ctrl-C reaches only the parent
+      and the whole group can be killed at once.
+    * Linux: ``PR_SET_PDEATHSIG(SIGKILL)`` (the kernel kills the rank when the parent
+      thread that started it exits, even by SIGKILL); ``PR_SET_CHILD_SUBREAPER`` (a
+      descendant whose parent exits is re-parented to the rank, not to init, so the
+      rank can still find it); and a guard process (:func:`_guard`) that kills the
+      rank's process group when the rank dies, however it dies.
+    * Ignore SIGINT; SIGTERM back to its default action (not the parent's handler).
+
+    Returns the guard's pid (None off Linux, or when it could not be forked).
+    """
     try:
         os.setpgid(0, 0)
     except OSError:
         pass
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    guard = None
+    if _LINUX:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        guard = _start_guard(folder)
+    elif os.getppid() != parent_pid:
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return guard
+
+
+def _start_guard(folder: str | None) -> int | None:
+    """Fork this rank's guard (Linux); return its pid, or None if fork failed.
+
+    Called while the rank is single-threaded, before it runs anything else.
+    """
+    rank_pid = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid:
+        return pid
+    try:
+        _guard(rank_pid, folder)
+    finally:
+        os._exit(0)
+
+
+def _guard(rank_pid: int, folder: str | None) -> None:
+    """A rank's guard: wait for the rank to die, then kill every process left in its group.
+
+    The guard is the rank's first child and stays in the rank's process group, so
+    the group's id cannot be reused while the guard lives. It holds no descriptor
+    of the world (the parent's sentinels and pipes see the rank's death at once),
+    ignores the signals a group may get, and learns of the rank's death from its
+    own parent-death signal (or, failing that, by polling ``getppid``). Then:
+
+    1. if the pool's parent is dead too (SIGKILL, SIGTERM's default action: it ran no
+       clean-up), it removes the pool's folder (the owner marker decides, as in
+       :func:`sweep_stale_folders`);
+    2. it sends SIGKILL to the rank's process group: every descendant that stayed in
+       it (the default for ``subprocess``, ``os.fork`` and ``multiprocessing``), and
+       itself.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {_GUARD_SIGNAL})
+    _prctl(_PR_SET_PDEATHSIG, _GUARD_SIGNAL)
+    while os.getppid() == rank_pid:
+        signal.sigtimedwait({_GUARD_SIGNAL}, GUARD_POLL_S)
+    if folder is not None:
+        _remove_folder_of_dead_owner(folder, GUARD_OWNER_WAIT_S)
+    try:
+        os.killpg(rank_pid, signal.SIGKILL)
+    except OSError:  # the rank could not lead a group of its own: nothing to kill by group
+        pass
+
+
+def _remove_folder_of_dead_owner(folder: str, wait_s: float) -> bool:
+    """Remove ``folder`` if its owner marker names a dead process, waiting up to ``wait_s`` for it to die."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(os.path.join(folder, OWNER_FILE)) as f:
+                line = f.read()
+        except OSError:
+            return False  # gone already, or never marked
+        if _owner_is_dead(line):
+            shutil.rmtree(folder, ignore_errors=True)
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _children(pid: int) -> list[int]:
+    """Process ids whose parent is ``pid`` (from ``/proc``; zombies included)."""
+    kids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _proc_stat(int(name))
+            if len(fields) > 1 and fields[1] == str(pid):
+                kids.append(int(name))
+    return kids
+
+
+def _kill_descendants(keep: int | None, wait_s: float = REAP_WAIT_S) -> None:
+    """Kill and reap every descendant of this process except ``keep`` (its guard); Linux, best effort.
+
+    This process is a subreaper, so its descendants are its children or become its
+    children as their parents die: killing its children, reaping them and
+    repeating reaches them all, including those in a session of their own. Only
+    unreaped children are signalled, so a recycled pid is never hit.
+    """
+    me = os.getpid()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        kids = [k for k in _children(me) if k != keep]
+        if not kids:
+            return
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except OSError:
+                pass
+        pending = set(kids)
+        while pending and time.monotonic() < deadline:
+            for k in list(pending):
+                try:
+                    done, _ = os.waitpid(k, os.WNOHANG)
+                except ChildProcessError:
+                    done = k
+                if done:
+                    pending.discard(k)
+            if pending:
+                time.sleep(0.005)
 
 
 def _dumps_result(kind: str, payload: Any, exc: BaseException | None = None) -> tuple:
@@ -209,11 +393,18 @@ def _tasks(conn):
 
 def _child_main(conn, spec: dict) -> None:
     """Entry point of a rank process (gloo, nccl) or of the threaded host."""
-    _become_child(spec["parent_pid"])
-    dump = open(spec["dump_path"], "a", buffering=1)  # noqa: SIM115 - lives as long as the process
-    faulthandler.enable(file=dump, all_threads=True)
-    faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True, chain=False)
-    os.environ.update(spec.get("env") or {})
+    guard = _become_child(spec["parent_pid"], spec.get("folder"))
+    try:
+        dump = open(spec["dump_path"], "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        faulthandler.enable(file=dump, all_threads=True)
+        faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True, chain=False)
+        os.environ.update(spec.get("env") or {})
+    except BaseException:  # noqa: BLE001 - reported to the parent, labelled with the rank(s)
+        ranks = range(spec["world_size"]) if spec["backend"] == "threaded" else [spec["rank"]]
+        try:
+            _send(conn, ("fail", [(r, "err", traceback.format_exc(), None) for r in ranks]))
+        finally:
+            os._exit(1)
     try:
         if spec["backend"] == "threaded":
             from distcheck.runners.threaded import threaded_host
@@ -224,7 +415,11 @@ def _child_main(conn, spec: dict) -> None:
     except (EOFError, OSError):
         pass  # the parent went away
     finally:
-        os._exit(0)
+        try:
+            if _LINUX:
+                _kill_descendants(keep=guard)
+        finally:
+            os._exit(0)
 
 
 def _init_torch_child() -> None:
@@ -250,7 +445,7 @@ def _process_rank(conn, spec: dict) -> None:
         else:
             device = torch.device("cpu")
         store = dist.FileStore(spec["store_path"], world_size)
-        extra = {"device_id": device} if backend == "nccl" else {}
+        extra: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size,
             timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]), **extra,
@@ -336,7 +531,7 @@ def sweep_stale_folders(root: str | None = None) -> list[str]:
     it cannot read or remove.
     """
     root = tempfile.gettempdir() if root is None else root
-    removed = []
+    removed: list[str] = []
     try:
         names = [n for n in os.listdir(root) if n.startswith(TMP_PREFIX)]
     except OSError:
@@ -361,8 +556,10 @@ def _make_pool_folder() -> str:
     """A private folder with its owner marker; first removes dead pools' folders."""
     sweep_stale_folders()
     path = tempfile.mkdtemp(prefix=TMP_PREFIX)
-    with open(os.path.join(path, OWNER_FILE), "w") as f:
+    partial = os.path.join(path, OWNER_FILE + ".partial")
+    with open(partial, "w") as f:
         f.write(_owner_line(os.getpid()))
+    os.replace(partial, os.path.join(path, OWNER_FILE))  # a reader never sees half a marker
     return path
 
 
@@ -408,18 +605,26 @@ class _World:
         self.workers = []
 
     def close(self) -> None:
-        """Ask children to exit, wait up to CLOSE_WAIT_S, then kill what is left."""
+        """Ask children to exit, wait up to CLOSE_WAIT_S, then kill what is left.
+
+        Children are waited for without being reaped, so that :meth:`kill` still
+        reaches each one's process group (its descendants) before reaping it.
+        """
         for w in self.workers:
             try:
                 w.conn.send_bytes(_SHUTDOWN)
             except Exception:  # noqa: BLE001
                 pass
         deadline = time.monotonic() + CLOSE_WAIT_S
+        sentinels = []
         for w in self.workers:
             try:
-                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001
+                sentinels.append(w.proc.sentinel)
+            except Exception:  # noqa: BLE001 - a process object already closed
                 pass
+        while sentinels and (left := deadline - time.monotonic()) > 0:
+            for ready in mpc.wait(sentinels, timeout=left):
+                sentinels.remove(ready)
         self.kill()
 
 
@@ -428,6 +633,29 @@ def _cleanup(world: _World) -> None:
     if world.tmpdir:
         shutil.rmtree(world.tmpdir, ignore_errors=True)
         world.tmpdir = None
+
+
+def _exit_code(proc: Any, wait_s: float) -> int | None:
+    """Exit code of an ended child (negative: the signal that killed it), waiting up to ``wait_s``.
+
+    Read without reaping the child (``waitid(..., WNOWAIT)``) where the platform
+    allows it, so that its process group can still be killed safely; None while
+    it is still running.
+    """
+    deadline = time.monotonic() + wait_s
+    # Process.exitcode would reap the child: read what multiprocessing already knows instead
+    while hasattr(os, "waitid") and getattr(getattr(proc, "_popen", None), "returncode", None) is None:
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            break  # reaped already (its exitcode is known) or not our child
+        if info is not None and info.si_pid == proc.pid:
+            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+    proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    return proc.exitcode
 
 
 def _describe_exit(code: int | None) -> str:
@@ -474,8 +702,8 @@ class RankPool:
             ``"nccl"`` (one spawned process per GPU, device ``cuda:rank``) or
             ``"threaded"`` (every rank a thread of one forked process).
         timeout_s: seconds a :meth:`run` may take before :class:`WorldTimeout`;
-            also the process group's own collective timeout. Must be > 0.
-            Default 60. The world's start-up (forking the children and their
+            also the process group's own collective timeout. A real number in
+            ``(0, MAX_TIMEOUT_S]`` (at most one day). Default 60. The world's start-up (forking the children and their
             rendezvous, counted after the parent's one-time torch import) has
             the same budget: ``WorldTimeout`` naming the ranks that did not
             come up (``.ranks``, ``.stacks``) arrives within ``timeout_s`` plus
@@ -483,14 +711,17 @@ class RankPool:
             own report).
         start_method: ``"fork"`` or ``"spawn"``; default fork for gloo/threaded and
             spawn for nccl (fork is refused for nccl).
-        preload: modules imported in the parent before forking so that children
-            inherit them (e.g. ``("torch._dynamo",)`` saves about a second per
-            child on its first DDP). Ignored for spawn.
-        env: environment variables set in each child (the parent's ``os.environ``
-            is never changed), e.g. ``{"GLOO_SOCKET_IFNAME": "lo"}``.
+        preload: a list or tuple of module names imported in the parent before
+            forking so that children inherit them (e.g. ``("torch._dynamo",)``
+            saves about a second per child on its first DDP). Ignored for spawn.
+            A name that cannot be imported raises ConfigError when the world starts.
+        env: environment variables set in each child, a dict of ``str`` to ``str``
+            (the parent's ``os.environ`` is never changed), e.g.
+            ``{"GLOO_SOCKET_IFNAME": "lo"}``.
 
     Raises:
-        ConfigError: for a bad argument.
+        ConfigError: for a bad argument, naming it (``world_size``, ``backend``,
+            ``timeout_s``, ``start_method``, ``preload[i]``, ``env[key]``...).
         BackendUnavailable: when the backend cannot run here (e.g. NCCL with
             fewer GPUs than ranks); decided before any process starts.
 
@@ -515,7 +746,7 @@ class RankPool:
             raise ConfigError("world_size", world_size,
                               f"must be <= {limit} for backend={backend!r} on one host; use backend='threaded' "
                               "(up to 1024 ranks) or distcheck.runners.fake for larger worlds")
-        self.timeout_s = _check_timeout("timeout_s", timeout_s)
+        self.timeout_s = check_timeout("timeout_s", timeout_s)
         if start_method is None:
             start_method = "spawn" if backend == "nccl" else "fork"
         check_choice("start_method", start_method, ("fork", "spawn"))
@@ -524,8 +755,8 @@ class RankPool:
         if start_method == "fork" and not hasattr(os, "fork"):
             raise BackendUnavailable("fork is not available on this platform; use start_method='spawn'")
         self.start_method = start_method
-        self.preload = tuple(preload)
-        self.env = dict(env or {})
+        self.preload = _check_module_names("preload", preload)
+        self.env = _check_env("env", env)
         check_backend_available(backend, world_size)
         self.generation = 0  #: how many worlds this pool has started
         self._world = _World()
@@ -592,19 +823,24 @@ class RankPool:
                 to its text.
             WorldTimeout: the step did not finish in time; ``.stacks`` maps each
                 stuck rank to its Python stack.
-            ConfigError: ``fn`` or ``args`` cannot be pickled.
+            ConfigError: ``fn`` is not callable, ``fn`` or ``args`` cannot be pickled, or
+                ``timeout_s`` is not a number of seconds in ``(0, MAX_TIMEOUT_S]``.
         """
         return self.run_on(fn, [args] * self.world_size, timeout_s=timeout_s)
 
     def run_on(self, fn: Callable, args_per_rank: Sequence[Sequence], timeout_s: float | None = None) -> list:
         """Call ``fn(ctx, *args_per_rank[rank])`` on every rank; same contract as :meth:`run`.
 
-        ``args_per_rank`` has exactly ``world_size`` entries, each a tuple or list.
+        ``args_per_rank`` is a list or tuple of exactly ``world_size`` entries, each a tuple or list.
         """
+        check_callable("fn", fn)
+        check_type("args_per_rank", args_per_rank, (list, tuple), "must be a list with one tuple of arguments per rank")
         if len(args_per_rank) != self.world_size:
             raise ConfigError("args_per_rank", f"<{len(args_per_rank)} entries>",
                               f"must have world_size={self.world_size} entries")
-        timeout = self.timeout_s if timeout_s is None else _check_timeout("timeout_s", timeout_s)
+        for r, rank_args in enumerate(args_per_rank):
+            check_type(f"args_per_rank[{r}]", rank_args, (list, tuple), "must be a tuple or list of arguments")
+        timeout = self.timeout_s if timeout_s is None else check_timeout("timeout_s", timeout_s)
         with self._lock:
             self._ensure_open()
             if not self.running:
@@ -641,8 +877,13 @@ class RankPool:
         import torch.distributed  # noqa: F401
 
         if self.start_method == "fork":
-            for name in self.preload:
-                importlib.import_module(name)
+            for i, name in enumerate(self.preload):
+                try:
+                    importlib.import_module(name)
+                except ModuleNotFoundError as exc:
+                    if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                        raise ConfigError(f"preload[{i}]", name, "must name an importable module") from None
+                    raise
         if self._world.tmpdir is None:
             self._world.tmpdir = _make_pool_folder()
         # start-up (forking the children and their rendezvous) is bounded by timeout_s from here
@@ -650,12 +891,12 @@ class RankPool:
         self.generation += 1
         gen = self.generation
         tmp = self._world.tmpdir
-        ctx = mp.get_context(self.start_method)
+        ctx: Any = mp.get_context(self.start_method)
         groups = [list(range(self.world_size))] if self.backend == "threaded" else [[r] for r in range(self.world_size)]
         spec_common = {
             "world_size": self.world_size, "backend": self.backend, "parent_pid": os.getpid(),
             "store_path": os.path.join(tmp, f"store-{gen}"), "pg_timeout_s": max(self.timeout_s, 1.0),
-            "env": self.env, "startup_deadline": deadline,
+            "env": self.env, "startup_deadline": deadline, "folder": tmp,
         }
         try:
             for k, ranks in enumerate(groups):
@@ -734,12 +975,12 @@ class RankPool:
                 except (EOFError, OSError):
                     msg = None
                 if msg is None:
-                    if obj is w.conn and w.proc.is_alive():
+                    if obj is w.conn and _exit_code(w.proc, 0.0) is None:
                         continue  # spurious wake-up
-                    w.proc.join(timeout=1.0)
+                    code = _exit_code(w.proc, 1.0)  # not reaped: kill() still reaches its group
                     who = f"rank {w.ranks[0]}" if len(w.ranks) == 1 else \
                         f"the threaded host of ranks {w.ranks[0]}..{w.ranks[-1]}"
-                    text = (f"{who} {_describe_exit(w.proc.exitcode)} "
+                    text = (f"{who} {_describe_exit(code)} "
                             f"(no Python exception: the process ended abruptly, e.g. os._exit or a crash)\n")
                     dumped = _read_from(w.dump_path, w.dump_offset)
                     if dumped.strip():
@@ -785,8 +1026,7 @@ class RankPool:
                 text += f"\n(also failed: ranks {others})"
             if stuck:
                 text += f"\n(ranks {stuck} had not finished and were stopped)"
-            err = RankFailure(lead, text)
-            err.failures = failures
+            err = RankFailure(lead, text, failures)
             cause = None
             if lead in errors and errors[lead][2] is not None:
                 try:
@@ -805,12 +1045,11 @@ class RankPool:
             ranks = sorted(stacks)
             body = "\n".join(f"--- rank {r} ---\n{stacks[r]}" for r in ranks)
             state = "did not come up" if startup else "stuck"
-            err = WorldTimeout(
+            raise WorldTimeout(
                 f"{what} did not finish within timeout_s={timeout:g} on backend {self.backend!r}: "
                 f"ranks {ranks} {state} (world torn down; the next run starts a fresh one)\n{body}",
                 ranks=ranks, stacks=stacks, timeout_s=timeout,
             )
-            raise err
         if broken:  # pragma: no cover - defensive: "stopped" without an error
             self._world.kill()
         return replies
@@ -841,7 +1080,32 @@ class RankPool:
         return stacks
 
 
-def _check_timeout(field_name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(field_name, value, "must be a finite number of seconds > 0")
-    return float(value)
+def _check_module_names(field: str, names: Any) -> tuple[str, ...]:
+    """``names`` as a tuple of dotted module names (a list or tuple of strings; a bare string is refused)."""
+    names = check_type(field, names, (list, tuple), "must be a list or tuple of module names, e.g. ('torch._dynamo',)")
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+            raise ConfigError(f"{field}[{i}]", name, "must be a module name such as 'torch._dynamo'")
+    return tuple(names)
+
+
+def _check_env(field: str, env: Any) -> dict[str, str]:
+    """``env`` (None or a mapping of names to values, all strings) as a new dict."""
+    if env is None:
+        return {}
+    env = check_type(field, env, Mapping, "must be a dict of environment variable names to string values")
+    checked = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise ConfigError(field, key, "has a key that is not an environment variable name "
+                                          "(a non-empty string without '=' or NUL)")
+        if not isinstance(value, str) or "\0" in value:
+            raise ConfigError(f"{field}[{key!r}]", value, "must be a string without NUL")
+        checked[key] = value
+    return checked
+
+
+def check_timeout(field: str, value: object) -> float:
+    """``value`` as float seconds: a real number (bools rejected), finite, ``> 0`` and
+    ``<= MAX_TIMEOUT_S`` (one day). Raises ConfigError naming ``field`` otherwise."""
+    return check_float(field, value, gt=0.0, max_value=MAX_TIMEOUT_S, why="seconds: one day at most")

@@ -30,30 +30,42 @@ import sys
 import threading
 import time
 import traceback
+from typing import TYPE_CHECKING
+
+from distcheck.validate import check_int
+
+if TYPE_CHECKING:
+    import torch
+
+    from distcheck.runners.context import RankContext
+    from distcheck.runners.pool import RankPool
 
 __all__ = ["threaded_pool", "rank_generator", "threaded_host"]
 
 _STOPPED = "stopped by the threaded backend after another rank failed"
 
 
-def threaded_pool(world_size: int, timeout_s: float = 60.0):
-    """A :class:`~distcheck.runners.pool.RankPool` on the threaded backend."""
+def threaded_pool(world_size: int, timeout_s: float = 60.0) -> RankPool:
+    """A :class:`~distcheck.runners.pool.RankPool` on the threaded backend (same argument checks)."""
     from distcheck.runners.pool import RankPool
 
     return RankPool(world_size, backend="threaded", timeout_s=timeout_s)
 
 
-def rank_generator(ctx, seed: int):
+def rank_generator(ctx: RankContext, seed: int) -> torch.Generator:
     """A ``torch.Generator`` seeded from ``(seed, ctx.rank)``, independent of the global RNG.
 
     Under the threaded backend the global RNG is shared by all ranks, so
     ``torch.manual_seed`` on one rank changes the others' draws; draw from this
     generator instead. The seed is ``seed * 1_000_003 + rank`` (distinct per rank).
+    ``seed`` is an int in ``[0, 2**32)``; anything else raises ConfigError.
     """
     import torch
 
+    check_int("seed", seed, min_value=0, max_value=2**32 - 1)
+    rank = check_int("ctx.rank", getattr(ctx, "rank", None), min_value=0)
     g = torch.Generator(device="cpu")
-    g.manual_seed(int(seed) * 1_000_003 + int(ctx.rank))
+    g.manual_seed(int(seed) * 1_000_003 + rank)
     return g
 
 
@@ -84,7 +96,7 @@ def threaded_host(conn, spec: dict) -> None:
         from distcheck.runners.context import RankContext
 
         # group names are registered per thread (as torch's MultiThreadedTestCase does)
-        torch._C._distributed_c10d._set_thread_isolation_mode(True)
+        torch._C._distributed_c10d._set_thread_isolation_mode(True)  # type: ignore[attr-defined]
         _install_threaded_pg()
         store = dist.HashStore()
     except BaseException:  # noqa: BLE001 - reported to the parent
@@ -92,7 +104,7 @@ def threaded_host(conn, spec: dict) -> None:
         return
 
     outbox: queue.Queue = queue.Queue()
-    inboxes = [queue.Queue() for _ in range(world_size)]
+    inboxes: list[queue.Queue] = [queue.Queue() for _ in range(world_size)]
 
     def rank_thread(rank: int) -> None:
         try:

@@ -31,7 +31,8 @@ import os
 import sys
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from distcheck.errors import (
     BackendUnavailable,
@@ -41,6 +42,10 @@ from distcheck.errors import (
     RankFailure,
     check_choice,
 )
+from distcheck.validate import check_callable, check_type
+
+if TYPE_CHECKING:
+    from distcheck.runners.context import RankContext
 
 __all__ = ["TorchrunWorld", "launched_by_torchrun", "run_check_under_torchrun", "main", "FINAL_EXCHANGE_TIMEOUT_S"]
 
@@ -60,17 +65,19 @@ def launched_by_torchrun(environ=None) -> bool:
     return all(k in env for k in _ENV)
 
 
-def _env_int(env, name: str) -> int:
+def _env_int(env: Mapping[str, str], name: str) -> int:
+    """``env[name]`` as an int >= 0: a string of decimal digits, as torchrun sets it."""
     raw = env.get(name)
     if raw is None:
         raise ConfigError(name, None, "must be set in the environment (launch with torchrun)")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(name, raw, "must be an integer") from None
-    if value < 0:
-        raise ConfigError(name, value, "must be >= 0")
-    return value
+    if not isinstance(raw, str):
+        raise ConfigError(name, raw, "must be a string of decimal digits (an environment value)")
+    text = raw.strip()
+    if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
+        raise ConfigError(name, int(text), "must be >= 0")
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigError(name, raw, "must be an integer >= 0 written in decimal digits")
+    return int(text)
 
 
 class TorchrunWorld:
@@ -78,16 +85,20 @@ class TorchrunWorld:
 
     Arguments:
         backend: ``"gloo"`` or ``"nccl"``; default nccl when CUDA is available, else gloo.
-        timeout_s: the process group's collective timeout, seconds (finite, > 0; default 600).
-        environ: the environment to read (default ``os.environ``; never modified).
+        timeout_s: the process group's collective timeout, seconds, in
+            ``(0, MAX_TIMEOUT_S]`` (at most one day; default 600).
+        environ: the environment to read, a mapping of strings (default
+            ``os.environ``; never modified).
 
     Raises:
-        ConfigError: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` missing or invalid,
-            ``RANK >= WORLD_SIZE``, or a bad ``backend`` or ``timeout_s``.
+        ConfigError: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` missing or not decimal
+            digits, ``RANK >= WORLD_SIZE``, or a bad ``backend``, ``timeout_s`` or ``environ``.
     """
 
-    def __init__(self, backend: str | None = None, timeout_s: float = 600.0, environ=None):
-        env = os.environ if environ is None else environ
+    def __init__(self, backend: str | None = None, timeout_s: float = 600.0,
+                 environ: Mapping[str, str] | None = None):
+        env = os.environ if environ is None else check_type(
+            "environ", environ, Mapping, "must be a mapping of environment variable names to strings (or None)")
         self.rank = _env_int(env, "RANK")
         self.world_size = _env_int(env, "WORLD_SIZE")
         self.local_rank = _env_int(env, "LOCAL_RANK")
@@ -98,11 +109,11 @@ class TorchrunWorld:
         if backend is not None:
             check_choice("backend", backend, ("gloo", "nccl"))
         self._backend = backend
-        from distcheck.runners.pool import _check_timeout
+        from distcheck.runners.pool import check_timeout
 
-        self.timeout_s = _check_timeout("timeout_s", timeout_s)
+        self.timeout_s = check_timeout("timeout_s", timeout_s)
         self._owns_group = False
-        self._ctx = None
+        self._ctx: RankContext | None = None
         self._broken: str | None = None
 
     @property
@@ -126,7 +137,7 @@ class TorchrunWorld:
 
         from distcheck.runners.context import RankContext
 
-        extra = {}
+        extra: dict[str, Any] = {}
         if self.backend == "nccl":
             have = torch.cuda.device_count() if torch.cuda.is_available() else 0
             if have <= self.local_rank:
@@ -150,16 +161,22 @@ class TorchrunWorld:
     def run(self, fn: Callable, *args, timeout_s: float | None = None) -> list:
         """Call ``fn(ctx, *args)`` here; return every rank's result (on every rank).
 
-        ``timeout_s`` is accepted for API compatibility with RankPool and ignored
-        (the process group's timeout applies).
+        ``timeout_s`` is accepted for API compatibility with RankPool (and checked
+        like it) but ignored: the process group's timeout applies.
 
         Raises:
+            ConfigError: ``fn`` is not callable or ``timeout_s`` is out of range.
             RankFailure: on every rank, when any rank raised (the lowest failed
                 rank; ``.failures`` maps every failed rank to its traceback text).
             DistributedError: the exchange of results itself failed (a rank is
                 stuck in a collective the others left, or the group timed out);
                 the world is then marked broken and every later ``run`` raises at once.
         """
+        check_callable("fn", fn)
+        if timeout_s is not None:
+            from distcheck.runners.pool import check_timeout
+
+            check_timeout("timeout_s", timeout_s)
         import torch.distributed as dist
 
         self.start()
@@ -179,9 +196,7 @@ class TorchrunWorld:
         failures = {r: text for r, (kind, text) in enumerate(gathered) if kind == "err"}
         if failures:
             lead = min(failures)
-            err = RankFailure(lead, failures[lead])
-            err.failures = failures
-            raise err
+            raise RankFailure(lead, failures[lead], failures)
         return [payload for _, payload in gathered]
 
     def close(self) -> None:
@@ -264,7 +279,7 @@ def run_check_under_torchrun(args, environ=None) -> int:
     """
     from distcheck.report import FAIL, CheckResult, exit_code
 
-    backend = getattr(args, "backend", "gloo")
+    backend = check_choice("backend", getattr(args, "backend", "gloo"), ("gloo", "nccl", "none", "threaded"))
     if backend == "threaded":
         raise ConfigError("backend", backend, "cannot run under torchrun (one process per rank): use gloo or nccl")
     stages = _stages(args)
@@ -318,7 +333,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="distcheck.runners.torchrun")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                         help="default: nccl when CUDA is visible, else gloo")
-    parser.add_argument("--timeout", type=float, default=600.0, help="process group timeout, seconds (default 600)")
+    from distcheck.cli import timeout_seconds
+
+    parser.add_argument("--timeout", type=timeout_seconds, default=600.0,
+                        help="process group timeout, seconds (default 600, at most 86400)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("--only", action="append", choices=TORCH_STAGES, default=None)
     ns = parser.parse_args(argv)
