@@ -156,9 +156,6 @@ class ImplementationError(PropertyFailure):
         self.error_type = error_type
         super().__init__(message)
 
-    def __reduce__(self):
-        return (type(self), (self.args[0], self.kind, self.error_type))
-
 
 class DistributedError(DistcheckError):
     """Base class of failures of a multi-process world."""

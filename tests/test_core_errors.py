@@ -162,6 +162,8 @@ PICKLE_SAMPLES = {
     "AnswerKeyError": lambda: errors.AnswerKeyError("must be a table", path="key.toml", line=7, field="claim.inputs"),
     "PropertyFailure": lambda: errors.PropertyFailure("row_exact", expected=[1.0, 2.0], got=[1.0, 2.5],
                                                       max_error=0.5, bound=1e-12),
+    "ImplementationError": lambda: errors.ImplementationError("implementation row_parallel raised ZeroDivisionError",
+                                                              kind="raised", error_type="ZeroDivisionError"),
     "DistributedError": lambda: errors.DistributedError("payload differs between ranks"),
     "RankFailure": lambda: errors.RankFailure(1, "Traceback...\nValueError: bad", failures={1: "tb 1", 3: "tb 3"}),
     "WorldTimeout": lambda: errors.WorldTimeout("step did not finish", ranks=[0, 2], stacks={0: "s0", 2: "s2"},
