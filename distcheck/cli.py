@@ -9,6 +9,9 @@ table and exits 1 on any failure, 2 on bad input.
 ``distcheck audit KEY.toml ...`` audits answer keys (a bare name such as ``chapter``
 names a key shipped with distcheck); ``distcheck audit --list`` lists the quantities a
 key may name, ``distcheck audit --list-keys`` the shipped keys.
+
+``distcheck plan`` (memory, pipeline, layout) lives in :mod:`distcheck.plan.cli`;
+``--report DIR`` writes HTML and Markdown reports (:mod:`distcheck.reportdoc`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 all checks pass, 1 a check failed or a claim is wrong, 2 bad input.",
     )
     from distcheck import __version__
+    from distcheck.plan.cli import add_plan_parser, add_report_options
 
     parser.add_argument("--version", action="version", version=f"distcheck {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -118,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=timeout_seconds, default=120.0, metavar="SECONDS",
                        help="timeout of each multi-process step, at most 86400 (default 120)")
     check.add_argument("--format", choices=("table", "json"), default="table", help="report format")
+    add_report_options(check)
 
     audit = sub.add_parser(
         "audit",
@@ -137,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--format", choices=("table", "markdown", "json"), default=None,
                        help="report format (default: from --output's suffix, .json or .md, else table)")
     audit.add_argument("--output", type=Path, default=None, help="write the report to this file instead of stdout")
+    add_report_options(audit, quiet=False)
+    add_plan_parser(sub)
     return parser
 
 
@@ -161,6 +168,12 @@ def _run_check(args) -> int:
         raise _UsageError(f"--golden-dir {args.golden_dir} is not a folder")
     if stages & {"distributed", "layers"} and args.launcher == "local":
         _check_worlds(args.backend, args.world_sizes)
+    if args.report is not None:
+        if args.launcher == "torchrun":
+            raise _UsageError("--report is not supported with --launcher torchrun")
+        from distcheck.reportdoc import check_report_dir
+
+        check_report_dir(args.report)
     console = Console(stderr=True, log_path=False)
     results: list[CheckResult] = []
     started = time.perf_counter()
@@ -170,16 +183,36 @@ def _run_check(args) -> int:
 
         return run_check_under_torchrun(args)
 
+    from distcheck.progress import Progress
+
+    bar = Progress("distcheck check", total=len(stages), quiet=args.quiet, console=console)
+
     def stage(name: str, fn):
         t0 = time.perf_counter()
-        with console.status(f"[bold]distcheck check[/]: {name} ..."):
-            try:
-                rows = fn()
-            except DistcheckError as exc:
-                rows = [CheckResult(check=name, backend="-", verdict=FAIL, detail=str(exc).splitlines()[0])]
+        bar.update(description=f"[bold]distcheck check[/]: {name}")
+        try:
+            rows = fn()
+        except DistcheckError as exc:
+            rows = [CheckResult(check=name, backend="-", verdict=FAIL, detail=str(exc).splitlines()[0])]
         results.extend(rows)
-        console.log(f"{name}: {len(rows)} checks in {time.perf_counter() - t0:.1f}s")
+        bar.advance()
+        if not args.quiet:
+            console.log(f"{name}: {len(rows)} checks in {time.perf_counter() - t0:.1f}s")
 
+    with bar:
+        _run_stages(args, stages, stage)
+    seconds = time.perf_counter() - started
+    print_report(results, seconds=seconds, fmt=args.format)
+    if args.report is not None:
+        from distcheck.reportdoc import write_check_report
+
+        write_check_report(args.report, results, seconds=seconds,
+                           notes=[f"stages: {', '.join(s for s in STAGES if s in stages)}; backend {args.backend}, "
+                                  f"world sizes {', '.join(map(str, args.world_sizes))}"])
+    return exit_code(results)
+
+
+def _run_stages(args, stages: set, stage) -> None:
     if "properties" in stages:
         from distcheck.props import run_all
 
@@ -198,9 +231,6 @@ def _run_check(args) -> int:
 
         stage("layers on " + args.backend,
               lambda: run_layer_checks(world_sizes=args.world_sizes, backend=args.backend, timeout_s=args.timeout))
-
-    print_report(results, seconds=time.perf_counter() - started, fmt=args.format)
-    return exit_code(results)
 
 
 def _check_worlds(backend: str, world_sizes) -> None:
@@ -238,11 +268,19 @@ def _run_audit(args) -> int:
         return EXIT_OK
     if not args.keys:
         raise _UsageError("audit needs at least one KEY.toml (or --list, --list-keys)")
+    if args.report is not None:
+        from distcheck.reportdoc import check_report_dir
+
+        check_report_dir(args.report)
     from distcheck.golden import resolve_key
 
     results = [audit.audit_file(resolve_key(key)) for key in args.keys]
     text = audit.render(results, args.format)
     _emit(text, args.output)
+    if args.report is not None:
+        from distcheck.reportdoc import write_audit_report
+
+        write_audit_report(args.report, results)
     return max(audit.audit_exit_code(r) for r in results)
 
 
@@ -304,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check":
             return _run_check(args)
+        if args.command == "plan":
+            from distcheck.plan.cli import run_plan
+
+            return run_plan(args)
         return _run_audit(args)
     except (DistcheckError, OSError) as exc:
         from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError

@@ -166,3 +166,18 @@ def test_the_table_finding_reproduces_on_this_torch():
     # on torch 2.13 the scan's smallest case is exactly the recorded symptom
     assert rows[TABLE].verdict == FINDING, rows[TABLE].detail
     assert {r.verdict for c, r in rows.items() if c != TABLE} == {PASS}
+
+
+def test_table_symptom_matches_any_case_but_only_micro_batch_m_on_its_own_stage():
+    """`distcheck plan pipeline --torch` reports the case asked for (p=2, m=2), not the scan's smallest."""
+    asked = ("p=2, m=2: torch's table does not replay: microbatch=2 must be < num_microbatches=2 "
+             "(in F(mb=2, stage=1) on rank 1)")
+    assert _label(_row(TABLE, FAIL, asked))[0].verdict == FINDING
+    wrong = [
+        asked.replace("microbatch=2 must", "microbatch=3 must"),          # not micro-batch m
+        asked.replace("F(mb=2, stage=1) on rank 1", "F(mb=2, stage=0) on rank 1"),  # another stage than its rank
+        asked.replace("in F(mb=2", "in B(mb=2"),                           # a backward, not the first forward
+    ]
+    for detail in wrong:
+        (row,) = _label(_row(TABLE, FAIL, detail))
+        assert row.verdict == FAIL, detail

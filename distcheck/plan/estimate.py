@@ -1,0 +1,528 @@
+"""Per-GPU memory, pipeline bubble and communication of one parallel layout, exactly.
+
+Every quantity is an exact ``int`` or :class:`fractions.Fraction` in bytes
+(GB = 1e9 bytes, GiB = 2**30 bytes), computed from distcheck's references and
+closed forms under the conventions named below. :data:`CONVENTIONS` holds the
+same text the command line prints, so a reader of a plan sees what was assumed.
+
+Training state per GPU (weights, gradients, optimizer state)
+    ``bytes_per_param`` convention of :data:`distcheck.memory.CONVENTIONS`
+    (default ``mixed_adamw``: 2 + 2 + 12 = 16 bytes per parameter; the
+    lesson "Scaling and distributed training", section 1, and the ZeRO paper,
+    Rajbhandari et al. 2020, section 3.1). Tensor and pipeline parallelism
+    split the P parameters evenly, ``P / (tp * pp)`` per GPU (the lesson's
+    "Memory per GPU"; real first and last stages also hold the embedding and
+    the head). ZeRO then shards over the ``N = dp * cp`` ranks that hold the
+    same weights: stage 1 the optimizer state, stage 2 also the gradients,
+    stage 3 also the weights (ZeRO paper, Figure 1; with the 2-byte weights
+    and gradients of ``mixed_adamw`` the sum equals the catalogue's
+    ``zero.bytes_per_gpu.stage0..3`` at ``params = P / (tp * pp)``).
+
+Activations per GPU
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+    Transformer Models", Table 2 (``activations.bytes_per_layer.*``): the row
+    for the recompute mode (none, selective, full) with tensor parallelism,
+    and with sequence parallelism when it is on, evaluated at
+    ``s = seq_len / cp``, ``b`` = micro-batch size, ``h`` = hidden size,
+    ``a`` = heads, ``t = tp``. Table 2 has no row for full recompute with
+    sequence parallelism; there the layer input alone, split by t, is kept
+    (``distcheck.activations.bytes_per_layer(..., sequence_parallel=True,
+    recompute="full")`` = ``2 s b h / t``). Table 2's layer is GPT's
+    (multi-head attention, a two-matrix MLP of width 4h): for SwiGLU or
+    grouped-query models it is an estimate. A stage holds ``num_layers / pp``
+    layers for each micro-batch in flight: ``pipeline.peak_in_flight.<schedule>``
+    (1F1B: ``min(pp, m)``, so the first stage holds a whole model's layers,
+    as in Korthikanti et al. 2022 section 4.2.3; GPipe: ``m``). Embedding,
+    logits and temporary buffers are not counted.
+
+Pipeline bubble
+    ``pipeline.bubble_fraction.<schedule>`` (idle / total time; GPipe and 1F1B:
+    ``(pp - 1) / (m + pp - 1)``; Huang et al. 2019, Narayanan et al. 2021
+    section 2.2).
+
+Communication: bytes each GPU sends per training step (m micro-batches)
+    Collectives are rings, ``comm.bytes_per_rank.*`` (nccl-tests
+    doc/PERFORMANCE.md: all-reduce ``2 (n-1)/n S``, all-gather and
+    reduce-scatter ``(n-1)/n S``, S the full tensor). Activations travel in 2 bytes.
+
+    * tp: ``tp.comm_bytes_per_layer`` (Narayanan et al. 2021 section 3.2:
+      ``8 b s h (t-1)/t`` elements per layer per micro-batch, forward and
+      backward; sequence parallelism moves the same bytes as an all-gather
+      plus a reduce-scatter) for each of the stage's layers and micro-batches;
+    * pp: ``b s h`` elements per micro-batch between consecutive stages in each
+      direction (Narayanan et al. 2021 section 3.2), ``/ tp`` with sequence
+      parallelism (each rank sends its sequence shard); the busiest stage sends
+      both ways (one way when pp = 2);
+    * cp: all-gather-based context parallelism (Llama 3 paper, Dubey et al.
+      2024, section 3.3.2): K and V of the local heads (``num_kv_heads / tp``)
+      are all-gathered over cp ranks in each layer's forward, and the adjoint,
+      a reduce-scatter of their gradients, runs in the backward;
+    * dp: gradients synchronised once per step over the ``N = dp * cp`` ranks,
+      in the convention's gradient bytes: ZeRO-0 an all-reduce, ZeRO-1/2 a
+      reduce-scatter plus an all-gather of the updated weights (the ZeRO
+      paper's 2 Psi, section 7); ZeRO-3 all-gathers the weights for each
+      micro-batch's forward and backward (FSDP's reshard after forward) and
+      reduce-scatters the gradients once (with m = 1, the paper's 3 Psi).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from distcheck import layout as layout_ref
+from distcheck import memory as memory_ref
+from distcheck.errors import ConfigError, check_nonnegative_int, check_positive_int
+from distcheck.plan.model import ModelSpec
+from distcheck.units import parse_bytes
+from distcheck.validate import MAX_RANKS, check_choice
+
+__all__ = [
+    "RECOMPUTE",
+    "SCHEDULES",
+    "ZERO_STAGES",
+    "COMPONENTS",
+    "COMM_AXES",
+    "LESSON_STEPS",
+    "Hardware",
+    "Workload",
+    "Layout",
+    "Estimate",
+    "check_layout",
+    "check_model_rules",
+    "estimate",
+    "conventions",
+]
+
+RECOMPUTE = ("none", "selective", "full")
+#: pipeline schedules the planner sizes (the closed forms of :mod:`distcheck.forms.pipeline`)
+SCHEDULES = ("1f1b", "gpipe")
+ZERO_STAGES = (0, 1, 2, 3)
+#: the parts of a GPU's memory, bottom to top in the charts
+COMPONENTS = ("weights", "gradients", "optimizer", "activations")
+COMM_AXES = ("tp", "pp", "cp", "dp")
+#: the lesson's order of questions ("Choosing a strategy"), and a fifth beyond it
+LESSON_STEPS = {
+    1: "DDP",
+    2: "ZeRO-1/2",
+    3: "ZeRO-3 / FSDP",
+    4: "TP inside a node, PP across nodes",
+    5: "context parallelism (beyond the lesson's order)",
+}
+#: bytes of one activation element (16-bit), as Korthikanti et al. 2022 Table 2 assumes
+ACTIVATION_BYTES = 2
+
+
+def _exact(q: Fraction) -> int | Fraction:
+    return int(q) if q.denominator == 1 else q
+
+
+def _bytes(field_name: str, value: object, *, allow_zero: bool = False) -> int | Fraction:
+    if isinstance(value, str):
+        try:
+            value = parse_bytes(value)
+        except ConfigError as exc:
+            raise ConfigError(field_name, value, exc.rule) from None
+    if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
+        raise ConfigError(field_name, value, "must be a number of bytes (int or Fraction) or a size like '80 GB'")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(field_name, value, "must be >= 0 bytes" if allow_zero else "must be > 0 bytes")
+    return value
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The GPUs a run gets.
+
+    Args:
+        gpus: GPUs in the run (1 .. 2**24); a whole number of nodes, or fewer
+            GPUs than one node holds.
+        gpu_memory: bytes of one GPU: an int or Fraction, or ``"80 GB"`` /
+            ``"80 GiB"`` (GB = 1e9 bytes, GiB = 2**30).
+        gpus_per_node: GPUs per server (default 8); tensor-parallel groups stay
+            inside one.
+        reserve: bytes of each GPU kept back (CUDA context, communication
+            buffers, fragmentation), default 0; a layout fits when its total is
+            at most ``gpu_memory - reserve``.
+
+    Raises ConfigError naming the field: a non-integer or non-positive count,
+    ``gpus`` not a whole number of nodes, a size that does not parse, or a
+    reserve that leaves no memory.
+    """
+
+    gpus: int
+    gpu_memory: int | Fraction | str
+    gpus_per_node: int = 8
+    reserve: int | Fraction | str = 0
+
+    def __post_init__(self) -> None:
+        check_positive_int("gpus", self.gpus)
+        check_positive_int("gpus_per_node", self.gpus_per_node)
+        if self.gpus > MAX_RANKS:
+            raise ConfigError("gpus", self.gpus, f"must be <= {MAX_RANKS} (2**24)")
+        if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
+            raise ConfigError("gpus", self.gpus, f"must be a multiple of gpus_per_node={self.gpus_per_node} "
+                                                 f"(whole nodes) or at most {self.gpus_per_node}")
+        object.__setattr__(self, "gpu_memory", _bytes("gpu_memory", self.gpu_memory))
+        object.__setattr__(self, "reserve", _bytes("reserve", self.reserve, allow_zero=True))
+        if self.reserve >= self.gpu_memory:
+            raise ConfigError("reserve", self.reserve, f"must be less than gpu_memory={self.gpu_memory} bytes")
+
+    @property
+    def usable_bytes(self) -> int | Fraction:
+        """``gpu_memory - reserve``: what a layout may fill."""
+        return _exact(Fraction(self.gpu_memory) - Fraction(self.reserve))
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.gpus // self.gpus_per_node)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one training step does.
+
+    Args:
+        seq_len: tokens per sequence s (>= 1).
+        micro_batch_size: sequences per micro-batch b (>= 1).
+        num_microbatches: micro-batches per step m (>= 1), per data-parallel
+            replica: the pipeline's micro-batches, or gradient-accumulation
+            steps without a pipeline.
+        recompute: ``"none"``, ``"selective"`` or ``"full"`` (Korthikanti et al. 2022).
+        sequence_parallel: split the non-tensor-parallel activations by tp too
+            (default True; it changes nothing at tp = 1).
+        bytes_per_param: a convention of :data:`distcheck.memory.CONVENTIONS`.
+        schedule: ``"1f1b"`` (default) or ``"gpipe"``.
+
+    Raises ConfigError naming the field.
+    """
+
+    seq_len: int = 2048
+    micro_batch_size: int = 1
+    num_microbatches: int = 8
+    recompute: str = "selective"
+    sequence_parallel: bool = True
+    bytes_per_param: str = "mixed_adamw"
+    schedule: str = "1f1b"
+
+    def __post_init__(self) -> None:
+        check_positive_int("seq_len", self.seq_len)
+        check_positive_int("micro_batch_size", self.micro_batch_size)
+        check_positive_int("num_microbatches", self.num_microbatches)
+        check_choice("recompute", self.recompute, RECOMPUTE)
+        if not isinstance(self.sequence_parallel, bool):
+            raise ConfigError("sequence_parallel", self.sequence_parallel, "must be a bool")
+        memory_ref.bytes_per_param(self.bytes_per_param)  # validates the name
+        check_choice("schedule", self.schedule, SCHEDULES)
+
+    @property
+    def convention(self) -> memory_ref.BytesPerParam:
+        return memory_ref.bytes_per_param(self.bytes_per_param)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One parallel layout: ``tp * pp * dp * cp`` GPUs and a ZeRO stage (0 = plain DDP)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    zero: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp"):
+            check_positive_int(name, getattr(self, name))
+        check_nonnegative_int("zero", self.zero)
+        if self.zero not in ZERO_STAGES:
+            raise ConfigError("zero", self.zero, "must be 0, 1, 2 or 3")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def shard_ranks(self) -> int:
+        """The ranks ZeRO shards over and gradients are averaged over: ``dp * cp``."""
+        return self.dp * self.cp
+
+    @property
+    def lesson_step(self) -> int:
+        """Which of the lesson's questions this layout answers (keys of :data:`LESSON_STEPS`)."""
+        if self.cp > 1:
+            return 5
+        if self.tp * self.pp > 1:
+            return 4
+        return {0: 1, 1: 2, 2: 2, 3: 3}[self.zero]
+
+    @property
+    def label(self) -> str:
+        """``"TP 8 × PP 2 × DP 4, ZeRO-1"`` (degrees of 1 left out, except DP)."""
+        parts = [f"{name} {v}" for name, v in (("TP", self.tp), ("CP", self.cp), ("PP", self.pp)) if v > 1]
+        parts.append(f"DP {self.dp}")
+        return " × ".join(parts) + f", ZeRO-{self.zero}"
+
+    def as_dict(self) -> dict[str, int]:
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "zero": self.zero}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything the planner computes for one layout (exact bytes; None where the model has no shape).
+
+    Attributes:
+        layout, hardware: what was sized.
+        params_per_gpu: ``P / (tp * pp)``.
+        weights, gradients, optimizer: training-state bytes per GPU after ZeRO sharding.
+        activations: activation bytes per GPU (None without a model shape).
+        activations_per_layer: bytes of one layer for one micro-batch (Table 2 row).
+        layers_per_stage: ``num_layers / pp`` (None without a shape).
+        in_flight: micro-batches whose activations a stage holds at once.
+        bubble_fraction: idle / total time of the pipeline schedule.
+        comm: bytes each GPU sends per step, by axis (tp, pp, cp, dp); None where
+            it needs the model shape.
+    """
+
+    layout: Layout
+    hardware: Hardware
+    params_per_gpu: int | Fraction
+    weights: int | Fraction
+    gradients: int | Fraction
+    optimizer: int | Fraction
+    activations: int | Fraction | None
+    activations_per_layer: int | Fraction | None
+    layers_per_stage: int | None
+    in_flight: int
+    bubble_fraction: int | Fraction
+    comm: dict[str, int | Fraction | None] = field(default_factory=dict)
+
+    @property
+    def state(self) -> int | Fraction:
+        """Weights + gradients + optimizer state per GPU (the lesson's "before activations")."""
+        return _exact(Fraction(self.weights) + Fraction(self.gradients) + Fraction(self.optimizer))
+
+    @property
+    def total(self) -> int | Fraction:
+        """State + activations per GPU (activations count 0 when unknown)."""
+        return _exact(Fraction(self.state) + Fraction(self.activations or 0))
+
+    @property
+    def parts(self) -> dict[str, int | Fraction]:
+        """The four components of :data:`COMPONENTS` (activations 0 when unknown); they sum to :attr:`total`."""
+        return {"weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
+                "activations": self.activations or 0}
+
+    @property
+    def fits(self) -> bool:
+        """``total <= hardware.usable_bytes``."""
+        return self.total <= self.hardware.usable_bytes
+
+    @property
+    def fits_before_activations(self) -> bool:
+        return self.state <= self.hardware.usable_bytes
+
+    @property
+    def comm_total(self) -> int | Fraction:
+        """The sum of the known parts of :attr:`comm`."""
+        return _exact(sum((Fraction(v) for v in self.comm.values() if v is not None), Fraction(0)))
+
+    @property
+    def comm_complete(self) -> bool:
+        return all(v is not None for v in self.comm.values())
+
+    @property
+    def memory_fraction(self) -> Fraction:
+        """``total / gpu_memory`` (not of the usable part: the reserve shows as headroom)."""
+        return Fraction(self.total) / Fraction(self.hardware.gpu_memory)
+
+
+def _divides(a: int, b: int) -> bool:
+    return b % a == 0
+
+
+def check_model_rules(model: ModelSpec, workload: Workload, tp: int, pp: int, cp: int) -> None:
+    """Raise ConfigError unless the degrees suit the model and the sequence.
+
+    ``cp`` divides ``seq_len`` (each rank gets ``seq_len / cp`` tokens); with a
+    model shape, ``tp`` divides ``num_heads``, ``num_kv_heads`` and
+    ``ffn_hidden_size`` (attention splits by heads, the MLP by columns) and
+    ``pp`` divides ``num_layers`` (whole layers per stage).
+    """
+    shape = model.config
+    if shape is not None:
+        for name in ("num_heads", "num_kv_heads", "ffn_hidden_size"):
+            if not _divides(tp, getattr(shape, name)):
+                raise ConfigError("tp", tp, f"must divide {name}={getattr(shape, name)}")
+        if not _divides(pp, shape.num_layers):
+            raise ConfigError("pp", pp, f"must divide num_layers={shape.num_layers} (whole layers per stage)")
+    if not _divides(cp, workload.seq_len):
+        raise ConfigError("cp", cp, f"must divide seq_len={workload.seq_len}")
+
+
+def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layout: Layout) -> None:
+    """Raise ConfigError unless ``layout`` can run ``model`` on ``hardware``.
+
+    Rules: those of :func:`check_model_rules`; ``tp * cp * pp * dp == gpus``;
+    each tensor-parallel group inside one node
+    (:func:`distcheck.layout.tp_groups_node_local`, default order tp, cp, pp,
+    dp innermost first).
+    """
+    check_model_rules(model, workload, layout.tp, layout.pp, layout.cp)
+    if layout.world_size != hardware.gpus:
+        raise ConfigError("gpus", hardware.gpus, f"must equal tp*cp*pp*dp = {layout.tp}*{layout.cp}*{layout.pp}*"
+                                                 f"{layout.dp} = {layout.world_size}")
+    cfg = layout_ref.ParallelConfig(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,
+                                    gpus_per_node=hardware.gpus_per_node)
+    if not layout_ref.tp_groups_node_local(cfg):
+        raise ConfigError("tp", layout.tp, f"must divide gpus_per_node={hardware.gpus_per_node} "
+                                           "(tensor parallelism stays inside a node)")
+
+
+# ----------------------------------------------------------------------------------------------
+# closed forms, evaluated once per distinct input (the catalogue loads sympy on first use)
+
+
+@functools.lru_cache(maxsize=None)
+def _form_value(name: str, items: tuple[tuple[str, int], ...]) -> int | Fraction:
+    from distcheck.closed_form import get
+
+    return get(name).evaluate(**dict(items))
+
+
+def form(name: str, **inputs: int) -> int | Fraction:
+    """``distcheck.closed_form.get(name).evaluate(**inputs)``, cached on the inputs."""
+    return _form_value(name, tuple(sorted(inputs.items())))
+
+
+def _collective(name: str, size_bytes: int | Fraction, n: int) -> int | Fraction:
+    """Bytes one rank sends in collective ``name`` on ``n`` ranks over a full tensor of ``size_bytes``.
+
+    ``comm.bytes_per_rank.<name>`` is linear in S and takes a whole number of
+    bytes, so it is evaluated at S = 1 and scaled exactly (S may be a Fraction
+    when tp * pp does not divide P).
+    """
+    if n == 1 or size_bytes == 0:
+        return 0
+    return _exact(Fraction(form(f"comm.bytes_per_rank.{name}", size_bytes=1, n=n)) * Fraction(size_bytes))
+
+
+_TABLE2_ROW = {  # (recompute, sequence_parallel) -> catalogue row of Korthikanti et al. 2022 Table 2
+    ("none", False): "tp", ("none", True): "tp_sp",
+    ("selective", False): "tp_selective", ("selective", True): "tp_sp_selective",
+    ("full", False): "full_recompute",
+}
+
+
+def activation_bytes_per_layer(model: ModelSpec, workload: Workload, tp: int, cp: int) -> int | Fraction:
+    """Activation bytes of one layer for one micro-batch on one GPU (module docstring, "Activations")."""
+    shape = model.config
+    if shape is None:
+        raise ConfigError("model", model.name, "has no shape: activations need the hidden size, heads and layers")
+    s, b, h, a = workload.seq_len // cp, workload.micro_batch_size, shape.hidden_size, shape.num_heads
+    row = _TABLE2_ROW.get((workload.recompute, workload.sequence_parallel))
+    if row is None:  # full recompute with sequence parallelism: the layer input split by t (no Table 2 row)
+        from distcheck import activations
+
+        return activations.bytes_per_layer(s, b, h, a, tp, sequence_parallel=True, recompute="full")
+    return form(f"activations.bytes_per_layer.{row}", s=s, b=b, h=h, a=a, t=tp)
+
+
+def _comm(model: ModelSpec, workload: Workload, lay: Layout, psi: Fraction) -> dict[str, int | Fraction | None]:
+    conv = workload.convention
+    m, b = workload.num_microbatches, workload.micro_batch_size
+    s_local = workload.seq_len // lay.cp
+    shape = model.config
+    out: dict[str, int | Fraction | None] = {}
+    if shape is None:
+        out["tp"] = 0 if lay.tp == 1 else None
+        out["pp"] = 0 if lay.pp == 1 else None
+        out["cp"] = 0 if lay.cp == 1 else None
+    else:
+        h, layers = shape.hidden_size, shape.num_layers // lay.pp
+        out["tp"] = 0 if lay.tp == 1 else _exact(
+            Fraction(form("tp.comm_bytes_per_layer", s=s_local, b=b, h=h, t=lay.tp, bytes_per_element=ACTIVATION_BYTES))
+            * layers * m)
+        sends = 0 if lay.pp == 1 else 1 if lay.pp == 2 else 2
+        boundary = Fraction(b * s_local * h * ACTIVATION_BYTES, lay.tp if workload.sequence_parallel else 1)
+        out["pp"] = _exact(sends * m * boundary)
+        kv_local = shape.num_kv_heads // lay.tp * shape.head_dim
+        kv_full = 2 * b * workload.seq_len * kv_local * ACTIVATION_BYTES  # K and V of all cp ranks' tokens
+        per_layer = (Fraction(_collective("all_gather", kv_full, lay.cp))
+                     + Fraction(_collective("reduce_scatter", kv_full, lay.cp)))
+        out["cp"] = _exact(per_layer * layers * m)
+    n = lay.shard_ranks
+    grads, weights = conv.grads * psi, conv.weights * psi
+    if lay.zero == 0:
+        dp = Fraction(_collective("all_reduce", grads, n))
+    elif lay.zero in (1, 2):
+        dp = Fraction(_collective("reduce_scatter", grads, n)) + Fraction(_collective("all_gather", weights, n))
+    else:
+        dp = 2 * m * Fraction(_collective("all_gather", weights, n)) + Fraction(_collective("reduce_scatter", grads, n))
+    out["dp"] = _exact(dp)
+    return out
+
+
+def estimate(model: ModelSpec, hardware: Hardware, workload: Workload, layout: Layout) -> Estimate:
+    """Memory per GPU, bubble and communication of ``layout`` (module docstring for the conventions).
+
+    Raises ConfigError when the layout is not valid (:func:`check_layout`).
+    """
+    check_layout(model, hardware, workload, layout)
+    conv = workload.convention
+    psi = Fraction(model.params, layout.tp * layout.pp)
+    n = layout.shard_ranks
+
+    def sharded(bytes_per_param: int, from_stage: int) -> int | Fraction:
+        total = bytes_per_param * psi
+        return _exact(total / n if layout.zero >= from_stage else total)
+
+    m = workload.num_microbatches
+    in_flight = form(f"pipeline.peak_in_flight.{workload.schedule}", p=layout.pp, m=m)
+    if model.config is None:
+        per_layer = acts = layers = None
+    else:
+        layers = model.config.num_layers // layout.pp
+        per_layer = activation_bytes_per_layer(model, workload, layout.tp, layout.cp)
+        acts = _exact(Fraction(per_layer) * layers * in_flight)
+    return Estimate(
+        layout=layout,
+        hardware=hardware,
+        params_per_gpu=_exact(psi),
+        weights=sharded(conv.weights, 3),
+        gradients=sharded(conv.grads, 2),
+        optimizer=sharded(conv.optimizer, 1),
+        activations=acts,
+        activations_per_layer=per_layer,
+        layers_per_stage=layers,
+        in_flight=int(in_flight),
+        bubble_fraction=form(f"pipeline.bubble_fraction.{workload.schedule}", p=layout.pp, m=m),
+        comm=_comm(model, workload, layout, psi),
+    )
+
+
+def conventions(model: ModelSpec, workload: Workload) -> list[str]:
+    """The conventions a plan uses, one line each, as printed with every plan."""
+    conv = workload.convention
+    row = _TABLE2_ROW.get((workload.recompute, workload.sequence_parallel), "layer input / t (no Table 2 row)")
+    lines = [
+        f"bytes per parameter: {workload.bytes_per_param} = {conv.weights} weights + {conv.grads} gradients + "
+        f"{conv.optimizer} optimizer = {conv.total} B/param ({conv.source})",
+        "state split evenly over tp × pp; ZeRO shards over dp × cp (ZeRO paper, Figure 1)",
+    ]
+    if model.has_shape:
+        lines.append(
+            f"activations: Korthikanti et al. 2022 Table 2, row {row} (recompute {workload.recompute}, sequence "
+            f"parallel {'on' if workload.sequence_parallel else 'off'}), s = seq_len / cp, GPT layer (4h MLP) as an "
+            f"estimate for this model; × layers per stage × pipeline.peak_in_flight.{workload.schedule}")
+    else:
+        lines.append("activations: not counted (a raw parameter count has no shape; give --model or the shape)")
+    lines += [
+        f"bubble: pipeline.bubble_fraction.{workload.schedule} (idle / total) at m = {workload.num_microbatches}",
+        "communication: bytes each GPU sends per step, ring collectives (comm.bytes_per_rank.*); tp: "
+        "tp.comm_bytes_per_layer; pp: b·s·h per micro-batch each way (/ tp with sequence parallel); cp: all-gather "
+        "of K, V and reduce-scatter of their gradients; dp: all-reduce (ZeRO-0), reduce-scatter + all-gather "
+        "(ZeRO-1/2), all-gather per micro-batch forward and backward + reduce-scatter (ZeRO-3)",
+        "GB = 1e9 bytes",
+    ]
+    return lines

@@ -1,0 +1,19 @@
+"""Reports for people: self-contained HTML and Markdown, written atomically.
+
+:func:`write_report` takes a title, result rows (:class:`distcheck.report.CheckResult`
+or generic :class:`Table`) and figures, and writes ``DIR/report.html`` and
+``DIR/report.md``. :func:`atomic_write` is the write-then-rename every file of
+a report, a figure or a certificate goes through. Neither imports matplotlib.
+"""
+
+from distcheck.reportdoc.atomic import atomic_write
+from distcheck.reportdoc.commands import audit_tables, write_audit_report, write_check_report
+from distcheck.reportdoc.document import (
+    FigureImage, ReportFiles, Table, check_report_dir, figure_image, render_html, render_markdown, results_table,
+    write_report,
+)
+
+__all__ = [
+    "atomic_write", "FigureImage", "ReportFiles", "Table", "check_report_dir", "figure_image", "render_html",
+    "render_markdown", "results_table", "write_report", "audit_tables", "write_audit_report", "write_check_report",
+]
