@@ -1,0 +1,188 @@
+"""The parent's side of one world: its children, how they are stopped, reaped and read.
+
+A :class:`World` is what a :class:`~distcheck.runners.pool.RankPool` holds while its
+ranks are up: one :class:`Worker` per child (a rank process, or the threaded host of
+every rank) and the pool's temporary folder. This module kills children by process
+group before reaping them (until a child is reaped, its group id cannot belong to
+anyone else), reads a dead child's exit code without reaping it, and collects the
+Python stacks of stuck children from their faulthandler files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.connection as mpc
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from distcheck.runners.protocol import SHUTDOWN
+
+__all__ = [
+    "CLOSE_WAIT_S",
+    "STACK_DUMP_WAIT_S",
+    "Worker",
+    "World",
+    "cleanup",
+    "describe_exit",
+    "dump_stacks",
+    "exit_code",
+    "read_from",
+]
+
+#: how long close() lets children exit by themselves before killing them
+CLOSE_WAIT_S = 2.0
+#: how long (seconds) to wait for a stuck rank's faulthandler dump after SIGUSR1
+STACK_DUMP_WAIT_S = 2.0
+
+
+@dataclass
+class Worker:
+    """One child of a world: its process, its end of the pipe, the ranks it runs, its dump file."""
+
+    proc: Any
+    conn: Any
+    ranks: list[int]
+    dump_path: str
+    dump_offset: int = 0
+
+
+@dataclass
+class World:
+    """The children of the current world (empty when none is up) and the pool's folder."""
+
+    workers: list[Worker] = field(default_factory=list)
+    tmpdir: str | None = None
+
+    def kill(self) -> None:
+        """Kill every child by process group and reap it; never raises."""
+        for w in self.workers:
+            pid = w.proc.pid
+            if pid is None:
+                continue
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for w in self.workers:
+            with contextlib.suppress(Exception):
+                w.proc.join(timeout=5)
+            with contextlib.suppress(Exception):
+                w.conn.close()
+        self.workers = []
+
+    def close(self) -> None:
+        """Ask children to exit, wait up to CLOSE_WAIT_S, then kill what is left.
+
+        Children are waited for without being reaped, so that :meth:`kill` still
+        reaches each one's process group (its descendants) before reaping it.
+        """
+        for w in self.workers:
+            with contextlib.suppress(Exception):
+                w.conn.send_bytes(SHUTDOWN)
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        sentinels = []
+        for w in self.workers:
+            with contextlib.suppress(Exception):  # a process object already closed
+                sentinels.append(w.proc.sentinel)
+        while sentinels and (left := deadline - time.monotonic()) > 0:
+            for ready in mpc.wait(sentinels, timeout=left):
+                sentinels.remove(ready)
+        self.kill()
+
+
+def cleanup(world: World) -> None:
+    """Kill the world's children and remove its folder (a pool's finalizer); never raises."""
+    world.kill()
+    if world.tmpdir:
+        shutil.rmtree(world.tmpdir, ignore_errors=True)
+        world.tmpdir = None
+
+
+def exit_code(proc: Any, wait_s: float) -> int | None:
+    """Exit code of an ended child (negative: the signal that killed it), waiting up to ``wait_s``.
+
+    Read without reaping the child (``waitid(..., WNOWAIT)``) where the platform
+    allows it, so that its process group can still be killed safely; None while
+    it is still running.
+    """
+    deadline = time.monotonic() + wait_s
+    # Process.exitcode would reap the child: read what multiprocessing already knows instead
+    while hasattr(os, "waitid") and getattr(getattr(proc, "_popen", None), "returncode", None) is None:
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            break  # reaped already (its exitcode is known) or not our child
+        if info is not None and info.si_pid == proc.pid:
+            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+    proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    code: int | None = proc.exitcode
+    return code
+
+
+def describe_exit(code: int | None) -> str:
+    """``"exited with code 3"``, ``"was killed by SIGSEGV"``, or ``"stopped answering"`` (None)."""
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
+
+
+def read_from(path: str, offset: int) -> str:
+    """The text of ``path`` from byte ``offset`` on; ``""`` where unreadable."""
+    try:
+        with open(path, errors="replace") as f:
+            f.seek(offset)
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def dump_stacks(workers: list[Worker]) -> dict[int, str]:
+    """SIGUSR1 each stuck child (faulthandler writes its stacks); return rank -> stack text.
+
+    Waits at most :data:`STACK_DUMP_WAIT_S` for the dumps to stop growing. Each
+    worker's ``dump_offset`` is moved to the start of this dump, so a later death
+    report shows only what came after.
+    """
+    offsets = {}
+    for w in workers:
+        w.dump_offset = _file_size(w.dump_path)
+        offsets[id(w)] = w.dump_offset
+        with contextlib.suppress(OSError):
+            os.kill(w.proc.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + STACK_DUMP_WAIT_S
+    last = {id(w): -1 for w in workers}
+    while time.monotonic() < deadline:
+        sizes = {id(w): _file_size(w.dump_path) for w in workers}
+        if all(sizes[k] > offsets[k] and sizes[k] == last[k] for k in sizes):
+            break
+        last = sizes
+        time.sleep(0.05)
+    stacks = {}
+    for w in workers:
+        text = read_from(w.dump_path, offsets[id(w)]) or "(no stack dump arrived)\n"
+        for r in w.ranks:
+            stacks[r] = text
+    return stacks
