@@ -19,16 +19,15 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import time
 from pathlib import Path
 
 from distcheck.errors import DistcheckError
+from distcheck.stages import stage_names, timeout_seconds
 
 __all__ = ["main", "build_parser"]
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 BACKENDS = ("gloo", "threaded", "nccl", "none")
-STAGES = ("properties", "golden", "distributed", "layers")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,22 +48,6 @@ def _world_sizes(text: str) -> tuple[int, ...]:
     if len(set(sizes)) != len(sizes):
         raise argparse.ArgumentTypeError(f"world sizes must be distinct, got {text!r}")
     return sizes
-
-
-def timeout_seconds(text: str) -> float:
-    """argparse type of ``--timeout``: seconds, finite, > 0 and at most ``MAX_TIMEOUT_S`` (one day)."""
-    from distcheck.errors import ConfigError
-    from distcheck.runners.pool import MAX_TIMEOUT_S, check_timeout
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    try:
-        return check_timeout("--timeout", value)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive, finite number of seconds <= {MAX_TIMEOUT_S:g} (one day), got {text!r}") from None
 
 
 def _seed(text: str) -> int:
@@ -113,9 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--launcher", choices=("local", "torchrun"), default="local",
                        help="local: distcheck starts the ranks itself; torchrun: this process is one rank of "
                             "a world launched by torchrun (env:// rendezvous), rank 0 prints the table")
-    check.add_argument("--only", action="append", choices=STAGES, metavar="STAGE",
-                       help=f"run only these stages (repeatable): {', '.join(STAGES)}")
-    check.add_argument("--skip", action="append", choices=STAGES, default=[], metavar="STAGE",
+    stages = stage_names()
+    check.add_argument("--only", action="append", choices=stages, metavar="STAGE",
+                       help=f"run only these stages (repeatable): {', '.join(stages)}")
+    check.add_argument("--skip", action="append", choices=stages, default=[], metavar="STAGE",
                        help="skip a stage (repeatable)")
     check.add_argument("--golden-dir", type=Path, default=None,
                        help="folder of golden answer keys (default: the golden/ shipped with distcheck)")
@@ -147,26 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _default_golden_dir() -> Path:
-    from distcheck.golden import default_golden_dir
-
-    return default_golden_dir()
-
-
 def _run_check(args) -> int:
-    from rich.console import Console
+    """``distcheck check``: refuse bad input (exit 2) before anything starts, then run the stages
+    with :mod:`distcheck.stages` (here, or as one rank of a torchrun launch)."""
+    from distcheck.stages import run_local, run_torchrun, select_stages
 
-    from distcheck.report import FAIL, CheckResult, exit_code, print_report
-
-    stages = set(args.only) if args.only else set(STAGES)
-    stages -= set(args.skip)
-    if args.backend == "none":
-        stages -= {"distributed", "layers"}
+    stages = select_stages(args.only, args.skip, args.backend)
     if not stages:
         raise _UsageError("no stage left to run: --only and --skip (or --backend none) exclude every stage")
-    if "golden" in stages and args.golden_dir is not None and not args.golden_dir.is_dir():
+    if args.golden_dir is not None and "golden" in {s.name for s in stages} and not args.golden_dir.is_dir():
         raise _UsageError(f"--golden-dir {args.golden_dir} is not a folder")
-    if stages & {"distributed", "layers"} and args.launcher == "local":
+    if args.launcher == "local" and any(s.needs_world for s in stages):
         _check_worlds(args.backend, args.world_sizes)
     if args.report is not None:
         if args.launcher == "torchrun":
@@ -174,63 +149,7 @@ def _run_check(args) -> int:
         from distcheck.reportdoc import check_report_dir
 
         check_report_dir(args.report)
-    console = Console(stderr=True, log_path=False)
-    results: list[CheckResult] = []
-    started = time.perf_counter()
-
-    if args.launcher == "torchrun":
-        from distcheck.runners.torchrun import run_check_under_torchrun
-
-        return run_check_under_torchrun(args)
-
-    from distcheck.progress import Progress
-
-    bar = Progress("distcheck check", total=len(stages), quiet=args.quiet, console=console)
-
-    def stage(name: str, fn):
-        t0 = time.perf_counter()
-        bar.update(description=f"[bold]distcheck check[/]: {name}")
-        try:
-            rows = fn()
-        except DistcheckError as exc:
-            rows = [CheckResult(check=name, backend="-", verdict=FAIL, detail=str(exc).splitlines()[0])]
-        results.extend(rows)
-        bar.advance()
-        if not args.quiet:
-            console.log(f"{name}: {len(rows)} checks in {time.perf_counter() - t0:.1f}s")
-
-    with bar:
-        _run_stages(args, stages, stage)
-    seconds = time.perf_counter() - started
-    print_report(results, seconds=seconds, fmt=args.format)
-    if args.report is not None:
-        from distcheck.reportdoc import write_check_report
-
-        write_check_report(args.report, results, seconds=seconds,
-                           notes=[f"stages: {', '.join(s for s in STAGES if s in stages)}; backend {args.backend}, "
-                                  f"world sizes {', '.join(map(str, args.world_sizes))}"])
-    return exit_code(results)
-
-
-def _run_stages(args, stages: set, stage) -> None:
-    if "properties" in stages:
-        from distcheck.props import run_all
-
-        stage("properties", lambda: run_all(profile=args.profile or "ci", seed=args.seed))
-    if "golden" in stages:
-        from distcheck.golden import verify_all
-
-        stage("golden figures", lambda: verify_all(args.golden_dir or _default_golden_dir()))
-    if "distributed" in stages:
-        from distcheck.runners.ddp import run_ddp_checks
-
-        stage("DDP on " + args.backend,
-              lambda: run_ddp_checks(world_sizes=args.world_sizes, backend=args.backend, timeout_s=args.timeout))
-    if "layers" in stages:
-        from distcheck.runners.layers import run_layer_checks
-
-        stage("layers on " + args.backend,
-              lambda: run_layer_checks(world_sizes=args.world_sizes, backend=args.backend, timeout_s=args.timeout))
+    return run_torchrun(args) if args.launcher == "torchrun" else run_local(args)
 
 
 def _check_worlds(backend: str, world_sizes) -> None:

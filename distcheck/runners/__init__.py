@@ -9,10 +9,11 @@ Importing this package does not import torch; starting a world does.
 See docs/RUNNERS.md.
 """
 
-from distcheck.runners.context import RankContext, check_same_shape
+from distcheck.runners.backends import BACKENDS, check_backend_available
+from distcheck.runners.context import RankContext, World, check_same_shape
 from distcheck.runners.fake import FakeWorld, run_fake
-from distcheck.runners.pool import BACKENDS, RankPool, check_backend_available
-from distcheck.runners.torchrun import TorchrunWorld
+from distcheck.runners.pool import RankPool
+from distcheck.runners.torchrun_world import TorchrunWorld
 
-__all__ = ["RankPool", "RankContext", "BACKENDS", "check_backend_available", "check_same_shape",
-           "FakeWorld", "run_fake", "TorchrunWorld"]
+__all__ = ["BACKENDS", "FakeWorld", "RankContext", "RankPool", "TorchrunWorld", "World", "check_backend_available",
+           "check_same_shape", "run_fake"]

@@ -1,8 +1,13 @@
-"""What a rank function sees: :class:`RankContext`.
+"""What a rank function sees (:class:`RankContext`) and what a check driver sees (:class:`World`).
 
 A rank function has the signature ``fn(ctx, *args)`` and runs unchanged on every
 runner (a gloo :class:`~distcheck.runners.pool.RankPool`, the threaded backend,
 NCCL, the fake backend or a torchrun launch). ``ctx`` tells it who it is.
+
+A check driver (``ddp_rows(world)``, ``layer_rows(world)``, a parallelism package's
+``world_rows``) receives a *world*: any object with the :class:`World` contract, such
+as a :class:`~distcheck.runners.pool.RankPool` or a
+:class:`~distcheck.runners.torchrun_world.TorchrunWorld`.
 
 This module does not import torch at import time; :attr:`RankContext.group`
 imports ``torch.distributed`` when first read (inside a rank, torch is loaded).
@@ -10,13 +15,14 @@ imports ``torch.distributed`` when first read (inside a rank, torch is loaded).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from distcheck.errors import DistributedError
 from distcheck.validate import check_type
 
-__all__ = ["RankContext", "check_same_shape"]
+__all__ = ["LaunchedWorld", "RankContext", "World", "check_same_shape"]
 
 
 @dataclass
@@ -53,6 +59,44 @@ class RankContext:
     def is_main(self) -> bool:
         """True on rank 0."""
         return self.rank == 0
+
+
+class World(Protocol):
+    """A world a check driver runs rank functions on: a :class:`~distcheck.runners.pool.RankPool`,
+    a :class:`~distcheck.runners.torchrun_world.TorchrunWorld`, or any object like them.
+
+    ``run(fn, *args)`` calls ``fn(ctx, *args)`` on every rank and returns
+    ``[rank 0's result, rank 1's, ...]``; ``run_on(fn, args_per_rank)`` gives each rank
+    its own arguments.
+    """
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def backend(self) -> str: ...
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]: ...
+
+    def run_on(self, fn: Callable[..., Any], args_per_rank: Sequence[Sequence[Any]],
+               timeout_s: float | None = None) -> list[Any]: ...
+
+
+class LaunchedWorld(World, Protocol):
+    """A world this process is one rank of: :class:`~distcheck.runners.torchrun_world.TorchrunWorld`.
+
+    ``start()`` joins it, ``close()`` leaves it, and ``rank0_broadcaster(timeout_s)`` (a
+    collective) returns ``share(obj)``, which gives every rank rank 0's ``obj``.
+    """
+
+    @property
+    def rank(self) -> int: ...
+
+    def start(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+    def rank0_broadcaster(self, timeout_s: float = ...) -> Callable[[Any], Any]: ...
 
 
 def check_same_shape(ctx: RankContext, tensor, what: str = "tensor") -> None:

@@ -9,12 +9,12 @@ discrepancies are labelled ``finding`` by :mod:`distcheck.runners.findings`.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from distcheck.errors import BackendUnavailable
 from distcheck.report import CheckResult
 
-__all__ = ["LAYERS", "run_layer_checks", "layer_rows", "world_free_layer_rows"]
+__all__ = ["LAYERS", "layer_rows", "run_layer_checks", "unavailable_layer_rows", "world_free_layer_rows"]
 
 #: layer name -> (module, driver function); each driver takes a world first
 LAYERS = {
@@ -87,6 +87,20 @@ def layer_rows(world, layers: Sequence[str] | None = None, timeout_s: float = 12
     return label_findings(rows)
 
 
+def unavailable_layer_rows(world_size: int, backend: str = "gloo", timeout_s: float = 120.0,
+                           layers: Sequence[str] | None = None) -> list[CheckResult]:
+    """The ``skip`` rows every layer gives for a world of ``world_size`` ranks that ``backend`` cannot run here.
+
+    Call it only once :func:`~distcheck.runners.backends.check_backend_available` refused
+    the world (each driver decides its own skip rows, and would start a pool otherwise).
+    Raises ConfigError for an unknown layer name.
+    """
+    rows: list[CheckResult] = []
+    for n, drive in _drivers(layers).items():
+        rows += drive([world_size], backend=backend, timeout_s=timeout_s, **_kwargs(n))
+    return rows
+
+
 def run_layer_checks(world_sizes: Sequence[int] = (2, 4), backend: str = "gloo", timeout_s: float = 120.0,
                      layers: Sequence[str] | None = None) -> list[CheckResult]:
     """Run every layer's checks on ``backend`` at each world size; return the rows.
@@ -112,8 +126,7 @@ def run_layer_checks(world_sizes: Sequence[int] = (2, 4), backend: str = "gloo",
         try:
             check_backend_available(backend, ws)
         except BackendUnavailable:
-            for n, drive in drivers.items():  # the drivers emit their own skip rows
-                rows += drive([ws], backend=backend, timeout_s=timeout_s, **_kwargs(n))
+            rows += unavailable_layer_rows(ws, backend, timeout_s, list(drivers))
             continue
         with RankPool(world_size=ws, backend=backend, timeout_s=timeout_s) as pool:
             rows += layer_rows(pool, list(drivers), timeout_s)

@@ -1,0 +1,64 @@
+"""Local worlds for a run of several checks: one rank pool per world size, shared.
+
+``distcheck check`` runs the DDP checks and every layer's checks on the same pools:
+:class:`LocalWorlds` starts a :class:`~distcheck.runners.pool.RankPool` for a world size
+the first time a stage asks for it, hands the same pool to every later stage, and closes
+them all at the end (or when the ``with`` block is left by an exception, Ctrl-C or
+SIGTERM turned into an exception), so every rank, descendant and folder goes with it.
+
+Sharing is safe because a pool's ranks keep no state between steps that a check relies
+on: each rank function builds its models and groups from explicit seeds, and a failed step
+tears the world down (the next step starts a fresh one), so one check's failure does not
+leak into the next one's rows. Only ``ctx.scratch`` persists, and only within one world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Self
+
+from distcheck.runners.context import World
+from distcheck.runners.pool import RankPool
+
+__all__ = ["LocalWorlds"]
+
+
+class LocalWorlds:
+    """One :class:`~distcheck.runners.pool.RankPool` per world size, started on first use.
+
+    Arguments:
+        backend, timeout_s, preload: passed to every pool (see :class:`RankPool`); ``preload``
+            should name every module any of the checks wants imported before forking.
+
+    :meth:`get` raises what the pool's constructor raises (``BackendUnavailable`` when the
+    backend cannot run that many ranks here, ``ConfigError`` for a bad argument), decided
+    before anything starts. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, backend: str, timeout_s: float, preload: Sequence[str] = ()):
+        self.backend, self.timeout_s, self.preload = backend, timeout_s, tuple(preload)
+        self._pools: dict[int, RankPool] = {}
+
+    def get(self, world_size: int) -> World:
+        """The pool of ``world_size`` ranks (created now if this is the first request)."""
+        if world_size not in self._pools:
+            self._pools[world_size] = RankPool(world_size, backend=self.backend, timeout_s=self.timeout_s,
+                                               preload=self.preload)
+        return self._pools[world_size]
+
+    @property
+    def world_sizes(self) -> list[int]:
+        """World sizes of the pools created so far, in order of creation."""
+        return list(self._pools)
+
+    def close(self) -> None:
+        """Close every pool (each removes its ranks, their descendants and its folder); idempotent."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
