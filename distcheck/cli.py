@@ -8,6 +8,9 @@ table and exits 1 on any failure, 2 on bad input.
 
 ``distcheck audit KEY.toml ...`` audits answer keys; ``distcheck audit --list``
 lists the quantities a key may name.
+
+``distcheck certify MODULE:OBJECT --contract NAME`` certifies a user's own layer
+(:mod:`distcheck.certify.cli`).
 """
 
 from __future__ import annotations
@@ -113,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--format", choices=("table", "markdown", "json"), default=None,
                        help="report format (default: from --output's suffix, .json or .md, else table)")
     audit.add_argument("--output", type=Path, default=None, help="write the report to this file instead of stdout")
+
+    from distcheck.certify.cli import add_parser as add_certify_parser  # `distcheck certify` (docs/CERTIFY.md)
+
+    add_certify_parser(sub, world_sizes=_world_sizes, seconds=_positive_float)
     return parser
 
 
@@ -254,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check":
             return _run_check(args)
+        if args.command == "certify":
+            from distcheck.certify.cli import run as run_certify
+
+            args.argv = list(argv) if argv is not None else sys.argv[1:]
+            return run_certify(args)
         return _run_audit(args)
     except (DistcheckError, OSError) as exc:
         from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError

@@ -15,15 +15,29 @@ The profiles are registered when this module is imported, so Hypothesis' own
 Loaded by ``properties/conftest.py``; installed packages can load it with
 ``-p distcheck.pytest_plugin`` or the ``pytest11`` entry point ``distcheck``.
 Imports only Hypothesis and :mod:`distcheck.profiles`.
+
+Certifying layers in a suite (:mod:`distcheck.certify.pytest_support`): the
+``--distcheck-world-sizes/-backend/-examples/-seed/-timeout`` options, the
+``world_size`` marker and the session-scoped ``rank_pool``, ``world_size`` and
+``distcheck_certify`` fixtures; torch is imported when a fixture starts a pool.
 """
 
 from __future__ import annotations
 
 import os
 
+from distcheck.certify import pytest_support as _certify  # stdlib and pytest only: no torch at load
+from distcheck.certify.pytest_support import (  # noqa: F401 - fixtures, registered with this plugin
+    distcheck_certify,
+    distcheck_pools,
+    distcheck_world,
+    rank_pool,
+    world_size,
+)
 from distcheck.profiles import PROFILES, default_profile_name, load_profile, register_profiles
 
-__all__ = ["OPTION", "pytest_addoption", "pytest_configure", "pytest_report_header", "selected_profile"]
+__all__ = ["OPTION", "pytest_addoption", "pytest_configure", "pytest_report_header", "pytest_generate_tests",
+           "selected_profile"]
 
 OPTION = "--distcheck-profile"
 
@@ -40,6 +54,7 @@ def pytest_addoption(parser) -> None:
         help="Hypothesis settings profile for distcheck's properties (default: HYPOTHESIS_PROFILE, "
         "else 'ci' when CI=true, else 'dev')",
     )
+    _certify.add_options(group)
 
 
 def selected_profile(config) -> str | None:
@@ -59,6 +74,11 @@ def pytest_configure(config) -> None:
     name = selected_profile(config)
     if name is not None:
         load_profile(name)
+    _certify.configure(config)
+
+
+def pytest_generate_tests(metafunc) -> None:
+    _certify.generate_tests(metafunc)
 
 
 def pytest_report_header(config) -> str:

@@ -68,10 +68,10 @@ class Tracked:
     e: np.ndarray
 
     @property
-    def T(self) -> "Tracked":  # noqa: N802 - numpy's name
+    def T(self) -> Tracked:  # noqa: N802 - numpy's name
         return Tracked(np.swapaxes(self.v, -1, -2), np.swapaxes(self.e, -1, -2))
 
-    def __getitem__(self, idx) -> "Tracked":
+    def __getitem__(self, idx) -> Tracked:
         return Tracked(self.v[idx], self.e[idx])
 
     def mag(self) -> np.ndarray:

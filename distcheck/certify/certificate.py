@@ -112,8 +112,9 @@ class Certification:
         head = f"{self.target} under {self.contract}: {'certified' if self.ok else 'FAILED'}"
         return "\n".join([head] + [f"  {v.describe(self.contract)}" for v in self.verdicts])
 
-    def assert_certified(self) -> "Certification":
+    def assert_certified(self) -> Certification:
         """Return self when every property holds; else raise CertificationFailed with each failure in full."""
+        __tracebackhide__ = True  # pytest shows the caller's line, not this one
         if not self.ok:
             text = "\n".join(v.describe(self.contract) for v in self.failures)
             raise CertificationFailed(f"{self.target} is not certified under {self.contract}:\n{text}")
@@ -164,7 +165,7 @@ class Certificate:
 
     certifications: list[Certification]
     command: str
-    created: str = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(
+    created: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).isoformat(
         timespec="seconds"))
     environment: dict = field(default_factory=versions)
 
@@ -234,6 +235,9 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # the permissions of a plain new file, not mkstemp's 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

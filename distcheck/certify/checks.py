@@ -15,8 +15,8 @@ of the true one) and in exact rational arithmetic for the entries too close to c
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 import numpy as np
 

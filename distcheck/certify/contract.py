@@ -29,8 +29,9 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from distcheck.errors import ConfigError, UnknownQuantityError
 

@@ -33,7 +33,6 @@ import functools
 import inspect
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 
@@ -152,7 +151,7 @@ def _reference_module(case: LayerCase, dtype, device):
     return module
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torch_modules():
     import torch
     from torch import nn

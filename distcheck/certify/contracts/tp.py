@@ -45,7 +45,7 @@ from distcheck.certify import bounds as tb
 from distcheck.certify.checks import agree, combine, compare, compare_collectives
 from distcheck.certify.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.certify.errors import ProtocolError
-from distcheck.certify.layer import SPLITS, LayerCase, ParamSpec, check_constructor, run_layer, split_bounds
+from distcheck.certify.layer import SPLITS, LayerCase, ParamSpec, check_constructor, run_layer
 from distcheck.certify.targets import make_target
 from distcheck.exactness import max_exact_int
 
