@@ -6,6 +6,8 @@
   them: rank 0 is right, every other rank keeps its own partial sum.
 * :class:`RowParallelBiasEveryRank` adds the bias on every rank before the all-reduce, so the
   output carries tp copies of it.
+* :class:`ParallelMLP` (Megatron's MLP) and :class:`ParallelAttention` (grouped-query attention split
+  by heads) are built from the same pieces, with one all-reduce each way.
 
 Conventions (fairscale's and Megatron's): ``weight`` in torch's layout (out_features,
 in_features), split along dim 0 for the column layer and dim 1 for the row layer; tp must divide
@@ -158,3 +160,54 @@ class RowParallelBiasEveryRank(RowParallelLinear):
         if self.bias is not None:
             y = y + self.bias  # BUG: added tp times once summed
         return _AllReduce.apply(y)
+
+
+class ParallelMLP(nn.Module):
+    """``down(relu(up(x)))``: ``up`` column-parallel without gather, ``down`` row-parallel on the split input."""
+
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, bias: bool = True):
+        super().__init__()
+        self.up = ColumnParallelLinear(hidden_size, ffn_hidden_size, bias=bias, gather_output=False)
+        self.down = RowParallelLinear(ffn_hidden_size, hidden_size, bias=bias, input_is_parallel=True)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+class _Local(nn.Module):
+    """This rank's rows of a linear projection (no communication of its own)."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(_local(out_features, "out_features"), in_features))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x):
+        return x @ self.weight.t()
+
+
+class ParallelAttention(nn.Module):
+    """Causal grouped-query attention: each rank holds num_heads/tp query heads and num_kv_heads/tp kv heads
+    (q/k/v rows split by whole heads), and the rows of o_proj's input that its heads produce."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool = True):
+        super().__init__()
+        self.head_dim, self.causal = head_dim, causal
+        self.q_proj = _Local(hidden_size, num_heads * head_dim)
+        self.k_proj = _Local(hidden_size, num_kv_heads * head_dim)
+        self.v_proj = _Local(hidden_size, num_kv_heads * head_dim)
+        self.o_proj = RowParallelLinear(num_heads * head_dim, hidden_size, bias=False, input_is_parallel=True)
+
+    def heads(self, x):
+        b, s, _ = x.shape
+        x = _CopyToAll.apply(x)  # one all-reduce of the input gradient for q, k and v together
+        q, k, v = (p(x).view(b, s, -1, self.head_dim).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        return q, k, v
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.heads(x)
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # query head h reads h // group
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.o_proj(a.transpose(1, 2).reshape(b, s, -1))

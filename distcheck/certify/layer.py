@@ -260,47 +260,73 @@ def _local(p):
     return p.to_local() if hasattr(p, "to_local") else p
 
 
-def _locate(ctx, module, case: LayerCase, target: Target) -> dict:
-    """Canonical name -> (parameter, local tensor, (lo, hi) along its shard dim or None)."""
+def _layout_error(spec: ParamSpec, local, full, rank: int, tp: int, split: str) -> str | None:
+    """Why ``local`` is not rank ``rank``'s block of ``full`` under the contract's layout, or None."""
+    if local.dim() != full.ndim:
+        return (f"parameter {spec.name} must have {full.ndim} dims (torch layout {tuple(full.shape)}), "
+                f"has shape {tuple(local.shape)}")
+    for d in range(full.ndim):
+        if d != spec.shard_dim and local.shape[d] != full.shape[d]:
+            return (f"parameter {spec.name} has shape {tuple(local.shape)}: dim {d} must be {full.shape[d]} "
+                    f"(torch layout {tuple(full.shape)}, split along dim {spec.shard_dim})")
+    if spec.shard_dim is not None:
+        sizes = [b - a for a, b in split_bounds(full.shape[spec.shard_dim], tp, split)]
+        if local.shape[spec.shard_dim] != sizes[rank]:
+            return (f"rank {rank} holds {local.shape[spec.shard_dim]} of the {full.shape[spec.shard_dim]} entries of "
+                    f"{spec.name} along dim {spec.shard_dim}; the {split} split over tp={tp} gives sizes {sizes}")
+    return None
+
+
+def _locate(ctx, module, case: LayerCase, target: Target) -> tuple[dict, dict, dict]:
+    """Find the contract's parameters in ``module``.
+
+    Returns ``(found, bounds, errors)``: canonical name -> (parameter, local tensor) for those that
+    follow the layout; canonical name -> this rank's ``(lo, hi)`` block under the split convention
+    (None when replicated); canonical name -> why a parameter does not follow the layout.
+
+    A ``module`` target must follow it (the harness loads the weights): a missing parameter or a
+    wrong shape is a ProtocolError, a wrong shard size (the layer splits differently) an
+    AssertionError, which fails the example. A ``factory`` loaded its own weights: a parameter
+    that does not follow the layout only fails the gradient check (its ``errors`` entry).
+    """
     names = target.build.get("param_names", {})
     split = target.build.get("split", "array_split")
-    out = {}
+    found, bounds, errors = {}, {}, {}
     for spec in case.specs:
         if spec.name not in case.params:
             continue
-        p = _find(module, spec, names, target.ref)
-        local, full = _local(p), case.params[spec.name]
-        if local.dim() != full.ndim:
-            raise ProtocolError("target", target.ref, f"parameter {spec.name} must have {full.ndim} dims "
-                                                      f"(torch layout {tuple(full.shape)}), has shape {tuple(local.shape)}")
-        for d in range(full.ndim):
-            if d != spec.shard_dim and local.shape[d] != full.shape[d]:
-                raise ProtocolError("target", target.ref, f"parameter {spec.name} has shape {tuple(local.shape)}: "
-                                                          f"dim {d} must be {full.shape[d]} (torch layout "
-                                                          f"{tuple(full.shape)}, split along dim {spec.shard_dim})")
-        if spec.shard_dim is None:
-            out[spec.name] = (p, local, None)
+        full = case.params[spec.name]
+        bounds[spec.name] = (None if spec.shard_dim is None
+                             else split_bounds(full.shape[spec.shard_dim], case.tp, split)[ctx.rank])
+        try:
+            p = _find(module, spec, names, target.ref)
+        except ProtocolError as exc:
+            if target.kind != "factory":
+                raise
+            errors[spec.name] = exc.rule
             continue
-        n = full.shape[spec.shard_dim]
-        lo, hi = split_bounds(n, case.tp, split)[ctx.rank]
-        have = local.shape[spec.shard_dim]
-        if have != hi - lo:
-            sizes = [b - a for a, b in split_bounds(n, case.tp, split)]
-            raise AssertionError(f"rank {ctx.rank} holds {have} of the {n} entries of {spec.name} along dim "
-                                 f"{spec.shard_dim}; the {split} split over tp={case.tp} gives sizes {sizes}")
-        out[spec.name] = (p, local, (lo, hi))
-    return out
+        local = _local(p)
+        problem = _layout_error(spec, local, full, ctx.rank, case.tp, split)
+        if problem is None:
+            found[spec.name] = (p, local)
+        elif target.kind == "factory":
+            errors[spec.name] = problem
+        elif problem.startswith("rank"):
+            raise AssertionError(problem)
+        else:
+            raise ProtocolError("target", target.ref, problem)
+    return found, bounds, errors
 
 
-def _load(found: dict, case: LayerCase, dtype) -> None:
+def _load(found: dict, bounds: dict, case: LayerCase, dtype) -> None:
     import torch
 
     with torch.no_grad():
-        for name, (_, local, bounds) in found.items():
+        for name, (_, local) in found.items():
             full = torch.as_tensor(case.params[name], dtype=dtype, device=local.device)
-            if bounds is not None:
+            if bounds[name] is not None:
                 dim = next(s.shard_dim for s in case.specs if s.name == name)
-                full = full.narrow(dim, bounds[0], bounds[1] - bounds[0])
+                full = full.narrow(dim, bounds[name][0], bounds[name][1] - bounds[name][0])
             local.copy_(full)
 
 
@@ -338,17 +364,17 @@ def run_layer(ctx, target: Target, case: LayerCase, dtype_name: str) -> dict:
 
     dtype = torch_dtype(dtype_name)
     module = _build(ctx, target, case, dtype)
-    found = _locate(ctx, module, case, target)
+    found, bounds, errors = _locate(ctx, module, case, target)
     if target.kind == "module":
-        _load(found, case, dtype)
+        _load(found, bounds, case, dtype)
     x = torch.as_tensor(case.x, dtype=dtype, device=ctx.device)
     if case.input_shard is not None:
-        lo, hi = found[case.input_shard][2]
+        lo, hi = bounds[case.input_shard]
         x = x[..., lo:hi]
     x = x.detach().clone().requires_grad_(True)
     g = torch.as_tensor(case.g, dtype=dtype, device=ctx.device)
     if case.output_shard is not None:
-        lo, hi = found[case.output_shard][2]
+        lo, hi = bounds[case.output_shard]
         g = g[..., lo:hi]
     with ByteCounter() as forward:
         out = _output(module(x), target.ref)
@@ -357,14 +383,13 @@ def run_layer(ctx, target: Target, case: LayerCase, dtype_name: str) -> dict:
     with ByteCounter() as backward:
         torch.autograd.backward(out, g)
     grads, grad_dtypes = {}, {}
-    for name, (p, _, _) in found.items():
+    for name, (p, _) in found.items():
         grad = None if p.grad is None else _local(p.grad)
         grads[name] = None if grad is None else _numpy(grad)
         grad_dtypes[name] = None if grad is None else _dtype_name(grad)
     return {
         "out": _numpy(out), "out_dtype": _dtype_name(out),
         "dx": None if x.grad is None else _numpy(x.grad), "dx_dtype": None if x.grad is None else _dtype_name(x.grad),
-        "grads": grads, "grad_dtypes": grad_dtypes,
-        "bounds": {name: b for name, (_, _, b) in found.items()},
+        "grads": grads, "grad_dtypes": grad_dtypes, "param_errors": errors, "bounds": bounds,
         "forward": list(forward.records), "backward": list(backward.records),
     }

@@ -212,10 +212,16 @@ class _TPLayer(Contract):
                        lc.output_shard, -1, bounds.get("out"))
         input_grad = held("input gradient", ref["dx"], [r["dx"] for r in results], [r["dx_dtype"] for r in results],
                           lc.input_shard, -1, bounds.get("dx"))
-        grads = [held(f"gradient of {spec.name}", ref["grads"][spec.name], [r["grads"][spec.name] for r in results],
-                      [r["grad_dtypes"][spec.name] for r in results], None if spec.shard_dim is None else spec.name,
-                      spec.shard_dim if spec.shard_dim is not None else 0, bounds.get(spec.name))
-                 for spec in lc.specs if spec.name in lc.params]
+        layout = [f"rank {r}: {msg}" for r, res in enumerate(results) for msg in res["param_errors"].values()]
+        grads = [Outcome(not layout, message="parameters do not follow the contract's layout: " + "; ".join(layout),
+                         ranks=tuple(r for r, res in enumerate(results) if res["param_errors"]))]
+        grads += [held(f"gradient of {spec.name}", ref["grads"][spec.name],
+                       [r["grads"].get(spec.name) for r in results],
+                       [r["grad_dtypes"].get(spec.name) for r in results],
+                       None if spec.shard_dim is None else spec.name,
+                       spec.shard_dim if spec.shard_dim is not None else 0, bounds.get(spec.name))
+                  for spec in lc.specs if spec.name in lc.params
+                  and not any(spec.name in r["param_errors"] for r in results)]
         fwd, bwd, fwd_src, bwd_src = self.expected_collectives(case, options, dtype)
         if case.tp == 1:
             fwd, bwd, fwd_src, bwd_src = [], [], "tp=1: nothing to communicate", "tp=1: nothing to communicate"
