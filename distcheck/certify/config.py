@@ -93,9 +93,9 @@ def load_config(path: str | Path | None = None) -> CertifyConfig:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), "(file)", f"is not valid TOML: {exc}") from None
+        raise ConfigError("config", str(path), f"is not valid TOML: {exc}") from None
     except OSError as exc:
-        raise ConfigError(str(path), "(file)", f"cannot be read: {exc.strerror or exc}") from None
+        raise ConfigError("config", str(path), f"cannot be read: {exc.strerror or exc}") from None
     table: Any = data.get("tool", {}).get("distcheck", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: tool.distcheck", table, "must be a table")
@@ -111,7 +111,7 @@ def load_config(path: str | Path | None = None) -> CertifyConfig:
         _check_keys(here, entry, _ENTRY_KEYS)
         for required in ("target", "contract"):
             if required not in entry:
-                raise ConfigError(here, required, "is required")
+                raise ConfigError(here, required, "is required (each entry names a target and a contract)")
         merged = {**{k: v for k, v in defaults.items() if k in _ENTRY_KEYS}, **entry}
         targets.append(TargetEntry(target=merged["target"], contract=merged["contract"],
                                    world_sizes=list(merged.get("world-sizes", [2])),
