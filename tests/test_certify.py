@@ -17,7 +17,15 @@ from distcheck.certify import bounds as tb
 from distcheck.certify.certificate import Certificate, stable_view, write_atomic
 from distcheck.certify.checks import agree, compare, compare_collectives
 from distcheck.certify.config import load_config
-from distcheck.certify.contract import Contract, Option, Outcome, PropertySpec, contracts, get_contract, parse_option_value
+from distcheck.certify.contract import (
+    Contract,
+    Option,
+    Outcome,
+    PropertySpec,
+    contracts,
+    get_contract,
+    parse_option_value,
+)
 from distcheck.certify.engine import LocalWorld, certify, reproduce_command
 from distcheck.certify.errors import CertificationFailed, ProtocolError, TargetError
 from distcheck.certify.layer import split_bounds
@@ -40,7 +48,8 @@ def test_contracts_are_discovered_from_the_package():
 
 
 def test_unknown_contract_and_option_name_close_matches():
-    with pytest.raises(UnknownQuantityError, match="unknown contract 'row-parallel-linaer'; did you mean row-parallel-linear"):
+    with pytest.raises(UnknownQuantityError,
+                       match="unknown contract 'row-parallel-linaer'; did you mean row-parallel-linear"):
         get_contract("row-parallel-linaer")
     with pytest.raises(UnknownQuantityError, match="did you mean gather_output"):
         get_contract("column-parallel-linear").parse_options({"gather_ouptut": False})
@@ -56,7 +65,8 @@ def test_option_values_parse_from_the_command_line(kind, text, value):
     (Option("o", True, bool, ""), "maybe", "option o='maybe' must be true or false"),
     (Option("o", 1, int, ""), True, "option o=True must be an integer"),
     (Option("o", {}, dict, ""), "{oops", "must be a JSON object"),
-    (Option("split", "array_split", str, "", ("array_split", "chunk")), "even", "must be one of 'array_split', 'chunk'"),
+    (Option("split", "array_split", str, "", ("array_split", "chunk")), "even",
+     "must be one of 'array_split', 'chunk'"),
 ])
 def test_bad_option_values_name_the_option(option, value, message):
     with pytest.raises(ConfigError, match=message):

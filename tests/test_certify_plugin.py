@@ -128,7 +128,8 @@ def test_pools_are_shared_and_certifications_pass_and_fail(pytester, run):
     result.stdout.fnmatch_lines([
         "*test_row_parallel_is_certified?ws2-threaded? PASSED*",
         "*test_row_parallel_is_certified?ws4-threaded? PASSED*",
-        "*CertificationFailed: examples.my_tp_layers:RowParallelBiasEveryRank is not certified under row-parallel-linear*",
+        "*CertificationFailed: examples.my_tp_layers:RowParallelBiasEveryRank is not certified under "
+        "row-parallel-linear*",
         "*row-parallel-linear.forward?float64? at world size 2 (threaded) FAILED: output: ranks ?0, 1? differ from the "
         "reference*Shrunk case: TPCase(tp=2, *Reproduce: distcheck certify *--seed 5 * --examples 10 --dtypes float64*",
     ])

@@ -111,8 +111,10 @@ def test_reduce_to_rank_0_fails_naming_rank_1(gloo2):
     assert "ranks disagree (an all-reduce leaves the same bits on every rank)" in forward.failure
     assert forward.counterexample.startswith("TPCase(tp=2, x=[[")
     coll = by[("collectives.forward", "float64")]
-    assert coll.verdict == "FAIL" and "rank 1: reduce x1" in coll.failure and "tp.row.allreduce_count = 1" in coll.failure
-    assert forward.reproduce == (f"distcheck certify {EXAMPLES}:RowParallelReduceToRank0 --contract row-parallel-linear "
+    assert coll.verdict == "FAIL" and "rank 1: reduce x1" in coll.failure
+    assert "tp.row.allreduce_count = 1" in coll.failure
+    assert forward.reproduce == (f"distcheck certify {EXAMPLES}:RowParallelReduceToRank0 "
+                                 "--contract row-parallel-linear "
                                  "--world-sizes 2 --backend gloo --seed 3 --profile ci --examples 20 --dtypes float64")
 
 
@@ -132,7 +134,8 @@ def test_even_split_only_fails_when_tp_does_not_divide(threaded2):
                   dtypes=["float64"], options={"divisible": False})
     v = verdicts(bad)[("forward", "float64")]
     assert v.verdict == "FAIL" and v.counterexample.startswith("TPCase(tp=2, x=[[0.0, 0.0, 0.0]]")  # in_features 3
-    assert "holds 1 of the 3 entries of weight along dim 1; the array_split split over tp=2 gives sizes [2, 1]" in v.failure
+    assert ("holds 1 of the 3 entries of weight along dim 1; the array_split split over tp=2 gives sizes [2, 1]"
+            in v.failure)
 
 
 def test_row_then_column_mlp_fails_on_its_numbers(threaded2):

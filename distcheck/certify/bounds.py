@@ -143,8 +143,8 @@ def rowmax(a: Tracked) -> Tracked:
 def rowsum(a: Tracked, u: float) -> Tracked:
     """Sum over the last axis, any order."""
     n = a.v.shape[-1]
-    return Tracked(a.v.sum(axis=-1, keepdims=True),
-                   a.e.sum(axis=-1, keepdims=True) + gamma(max(n - 1, 0) + EXTRA, u) * a.mag().sum(axis=-1, keepdims=True))
+    rounding = gamma(max(n - 1, 0) + EXTRA, u) * a.mag().sum(axis=-1, keepdims=True)
+    return Tracked(a.v.sum(axis=-1, keepdims=True), a.e.sum(axis=-1, keepdims=True) + rounding)
 
 
 def exp(a: Tracked, u: float) -> Tracked:

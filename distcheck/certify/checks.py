@@ -45,7 +45,7 @@ def _errors(expected: np.ndarray, got: np.ndarray, bound: np.ndarray | None) -> 
     b = np.broadcast_to(bound, diff.shape)
     out = diff > b * (1 + _MARGIN)
     close = ~out & (diff > b * (1 - _MARGIN))
-    for idx in zip(*np.nonzero(close)):  # too close to call in floating point: decide exactly
+    for idx in zip(*np.nonzero(close), strict=True):  # too close to call in floating point: decide exactly
         err = abs(Fraction(float(got[idx])) - Fraction(float(expected[idx])))
         out[idx] = err > Fraction(float(b[idx]))
     return worst, out
@@ -60,7 +60,7 @@ def compare(what: str, dtype: str, expected: Sequence[np.ndarray], got: Sequence
     bad: list[str] = []
     ranks: list[int] = []
     worst, worst_bound = 0.0, 0.0
-    for r, (e, g, gd) in enumerate(zip(expected, got, got_dtypes)):
+    for r, (e, g, gd) in enumerate(zip(expected, got, got_dtypes, strict=True)):
         bound = None if bounds is None else np.asarray(bounds[r], dtype=np.float64)
         if bound is not None and bound.size:
             worst_bound = max(worst_bound, float(bound.max()))
@@ -77,7 +77,8 @@ def compare(what: str, dtype: str, expected: Sequence[np.ndarray], got: Sequence
             if outside.any():
                 b = 0.0 if bound is None else float(np.broadcast_to(bound, e.shape)[outside].max())
                 regime = "bitwise" if bound is None else "derived bound"
-                bad.append(f"rank {r}: expected {show(e)}, got {show(g)}, max error {err:.6g} > bound {b:.6g} ({regime})")
+                bad.append(f"rank {r}: expected {show(e)}, got {show(g)}, max error {err:.6g} > bound {b:.6g} "
+                           f"({regime})")
             else:
                 continue
         ranks.append(r)
@@ -132,7 +133,8 @@ def compare_collectives(phase: str, expected, got_per_rank, source: str) -> Outc
         return Outcome(True, max_error=0.0, bound=0.0)
     lines = [f"rank {r}: {format_collectives(recs)}" for r, recs in bad]
     return Outcome(False, bound=0.0, ranks=tuple(r for r, _ in bad),
-                   message=f"{phase} collectives differ from {format_collectives(want)} ({source}): " + "; ".join(lines))
+                   message=f"{phase} collectives differ from {format_collectives(want)} ({source}): "
+                           + "; ".join(lines))
 
 
 def combine(*outcomes: Outcome) -> Outcome:

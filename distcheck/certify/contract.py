@@ -128,9 +128,11 @@ class Contract:
 
     # ------------------------------------------------------------------ parent side
 
-    def resolve(self, obj: Any, ref: str, options: dict) -> Any:
-        """Check ``obj`` against the protocol and return what every rank needs to build it
-        (picklable; usually a :class:`~distcheck.certify.targets.Target`).
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> Any:
+        """Check ``obj`` against the protocol; return ``(target, options)``: what every rank needs to
+        build it (picklable; usually a :class:`~distcheck.certify.targets.Target`, whose ``ref`` names it
+        in reports) and the effective options (a torch parallel style, for instance, says itself whether
+        it gathers its output). ``ref`` is ``module:object`` when known, else None.
 
         Raises :class:`~distcheck.certify.errors.ProtocolError` when ``obj`` does not fit.
         """

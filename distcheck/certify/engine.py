@@ -209,7 +209,7 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
             if not isinstance(exc, Exception) or run.last is None:
                 raise
             case, message, ranks, outcome = run.last
-            failed = run.remaining if run.target == ("crash",) else [run.target[1]]
+            failed = run.remaining if run.target in (None, ("crash",)) else [run.target[1]]
             if not isinstance(exc, AssertionError):  # e.g. Hypothesis' Flaky: the failure did not replay
                 message = f"{message} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
             for p in failed:
@@ -246,7 +246,7 @@ def reproduce_command(ref: str, contract: str, *, world_size: int | None, backen
                 f"seed={seed}, profile={profile!r}, examples={examples!r}, dtypes=[{dtype!r}], options={options!r})")
     parts = ["distcheck", "certify", ref, "--contract", contract]
     if launcher == "torchrun":
-        parts = ["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m"] + parts + ["--launcher", "torchrun"]
+        parts = ["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m", *parts, "--launcher", "torchrun"]
     elif world_size is not None:
         parts += ["--world-sizes", str(world_size)]
     parts += ["--backend", backend, "--seed", str(seed), "--profile", profile]
@@ -255,7 +255,10 @@ def reproduce_command(ref: str, contract: str, *, world_size: int | None, backen
     if dtype is not None:
         parts += ["--dtypes", dtype]
     for key, value in sorted(options.items()):
-        text = json.dumps(value) if isinstance(value, dict) else str(value).lower() if isinstance(value, bool) else str(value)
+        if isinstance(value, dict):
+            text = json.dumps(value)
+        else:
+            text = str(value).lower() if isinstance(value, bool) else str(value)
         parts += ["--option", f"{key}={text}"]
     return " ".join(shlex.quote(p) for p in parts)
 
@@ -291,12 +294,9 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
 
     contract = get_contract(contract)
     opts = contract.parse_options(options)
-    if isinstance(target, str):
-        obj, ref = import_target(target)
-    else:
-        obj, ref = target, reference_of(target)
-    spec, opts = contract.resolve(obj, ref, opts)
-    ref = spec.ref
+    obj, given_ref = import_target(target) if isinstance(target, str) else (target, reference_of(target))
+    spec, opts = contract.resolve(obj, given_ref, opts)
+    ref: str = spec.ref
     dts = check_dtypes(dtypes, contract)
     get_profile(profile)
     if examples is not None:

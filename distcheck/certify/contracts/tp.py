@@ -35,204 +35,27 @@ bfloat16), plus the float64 reference's own.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
 
 from distcheck import strategies as ds
 from distcheck.certify import bounds as tb
-from distcheck.certify.checks import agree, combine, compare, compare_collectives
-from distcheck.certify.contract import Contract, Option, Outcome, PropertySpec
-from distcheck.certify.errors import ProtocolError
-from distcheck.certify.layer import SPLITS, LayerCase, ParamSpec, check_constructor, run_layer
-from distcheck.certify.targets import make_target
-from distcheck.exactness import max_exact_int
+from distcheck.certify.contract import Option, PropertySpec
+from distcheck.certify.layer import LayerCase, ParamSpec
+from distcheck.certify.sharded import (
+    COMMON_OPTIONS,
+    ITEMSIZE,
+    PROPERTIES,
+    ShardedLayerContract,
+    TPCase,
+    check_exact,
+    closed_form,
+    integer_arrays,
+    magnitude,
+)
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "TensorParallelMLP", "TensorParallelAttention"]
-
-_ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2}
-_CAP = 64  # largest entry drawn: keeps counterexamples readable
-
-_PROPERTIES = (
-    PropertySpec("forward", "every rank's output equals the reference (its own columns when the output stays "
-                            "split), and replicated outputs are the same bits on every rank", "bitwise"),
-    PropertySpec("input_grad", "every rank's input gradient equals the reference's (its own columns when the input "
-                           "is split), the same bits on every rank when replicated", "bitwise"),
-    PropertySpec("param_grads", "every rank's parameter gradients equal the reference's shard, replicated ones the "
-                                "same bits on every rank", "bitwise"),
-    PropertySpec("collectives.forward", "one forward issues exactly the collectives of the closed form, at the "
-                                        "full tensor size S", "exact"),
-    PropertySpec("collectives.backward", "one backward issues exactly the conjugate collectives (Megatron's f and g)",
-                 "exact"),
-)
-
-_COMMON = (
-    Option("divisible", True, bool, "draw only widths that tp divides (Megatron and fairscale require it)"),
-    Option("split", "array_split", str, "how the layer cuts a width tp does not divide: numpy.array_split "
-                                        "(the first n % tp ranks get one more) or chunk (torch.chunk)", SPLITS),
-    Option("kwargs", {}, dict, "extra keyword arguments of the module's constructor"),
-    Option("param_names", {}, dict, "canonical parameter name -> attribute path in your module"),
-)
-
-
-def _magnitude(num_terms: int, factors: int, dtype: str) -> int:
-    return min(_CAP, max_exact_int(num_terms, factors=factors, dtype=dtype))
-
-
-def _form(name: str) -> int:
-    from distcheck.closed_form import get
-
-    return int(get(name).evaluate())
-
-
-def _arrays(draw, shape, bound):
-    return draw(ds.integer_valued_arrays(shape=shape, max_magnitude=bound))
-
-
-@dataclass(frozen=True)
-class TPCase:
-    """One example: ``tp``, the input ``x``, the parameters (torch layout) and ``grad_output``."""
-
-    tp: int
-    x: np.ndarray
-    params: dict
-    grad_output: np.ndarray
-    dims: dict
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v}" for k, v in self.dims.items() if k not in ("in_features", "out_features"))
-        parts = [f"tp={self.tp}"] + ([inner] if inner else []) + [f"x={self.x.tolist()}"]
-        parts += [f"{k}={v.tolist()}" for k, v in self.params.items()]
-        return f"TPCase({', '.join(parts + [f'grad_output={self.grad_output.tolist()}'])})"
-
-
-class _TPLayer(Contract):
-    """What the four tensor-parallel contracts share: targets, the harness, the generic check."""
-
-    parallelism = "tp"
-    properties = _PROPERTIES
-    reference_module = "linear"
-    ctor_fields: tuple[str, ...] = ()
-    behaviour: tuple[str, ...] = ()  # options that describe the layer and are passed to a constructor that takes them
-    accepts_style = False
-    accepts_plan = False
-
-    # -------------------------------------------------------------- protocol
-
-    def resolve(self, obj, ref, options):
-        import torch
-        from torch.distributed.tensor.parallel.style import ParallelStyle
-
-        build = {"param_names": options["param_names"], "split": options["split"], "kwargs": dict(options["kwargs"])}
-        shown = ref or repr(obj)
-        if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
-            import inspect
-
-            try:
-                params = inspect.signature(obj).parameters
-            except ValueError:
-                params = {}
-            takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-            for name in self.behaviour:
-                if name in params or takes_any:
-                    build["kwargs"][name] = options[name]
-            build["bias_kwarg"] = self.has_bias_kwarg
-            extra = dict(build["kwargs"], **({"bias": True} if self.has_bias_kwarg else {}))
-            check_constructor(obj, tuple(range(1, len(self.ctor_fields) + 1)), extra,
-                              f"{obj.__name__}({', '.join(self.ctor_fields)}"
-                              f"{', bias=...' if self.has_bias_kwarg else ''})")
-            return make_target(obj, ref, "module", **build), options
-        is_style = isinstance(obj, ParallelStyle) or (isinstance(obj, type) and issubclass(obj, ParallelStyle))
-        if is_style and self.accepts_style:
-            build["split"] = "chunk"  # DTensor's Shard placement
-            return make_target(obj, ref, "style", **build), self.style_options(obj, options)
-        if isinstance(obj, dict) and obj and all(isinstance(v, ParallelStyle) for v in obj.values()) and self.accepts_plan:
-            build["split"] = "chunk"
-            return make_target(obj, ref, "plan", **build), options
-        if callable(obj) and not isinstance(obj, type):
-            import inspect
-
-            try:
-                inspect.signature(obj).bind(None, None)
-            except TypeError:
-                raise ProtocolError("target", shown, "must take (ctx, case) when it is a factory "
-                                                     "make(ctx, case) -> module") from None
-            except ValueError:
-                pass
-            return make_target(obj, ref, "factory", **build), options
-        kinds = ["a torch.nn.Module class", "a factory function make(ctx, case) -> module"]
-        kinds += ["a torch ParallelStyle (ColwiseParallel, RowwiseParallel)"] if self.accepts_style else []
-        kinds += ["a dict of submodule name -> ParallelStyle"] if self.accepts_plan else []
-        raise ProtocolError("target", shown, f"must be {', '.join(kinds[:-1])} or {kinds[-1]} for contract {self.name}")
-
-    has_bias_kwarg = True
-
-    def style_options(self, style, options):
-        return options
-
-    # -------------------------------------------------------------- per-contract hooks
-
-    def specs(self) -> tuple[ParamSpec, ...]:
-        raise NotImplementedError
-
-    def layer_case(self, case: TPCase, options) -> LayerCase:
-        raise NotImplementedError
-
-    def reference(self, case: TPCase, dtype: str, options) -> dict:
-        """``{"out", "dx", "grads": {name: ...}}``: full, float64, torch layout; exact, or with
-        ``"bounds"`` (same keys) for a bounded contract."""
-        raise NotImplementedError
-
-    def expected_collectives(self, case: TPCase, options, dtype) -> tuple[list, list, str, str]:
-        raise NotImplementedError
-
-    # -------------------------------------------------------------- rank and check
-
-    def run_rank(self, ctx, target, case, dtype, options):
-        return run_layer(ctx, target, self.layer_case(case, options), dtype)
-
-    def check(self, case, results, world_size, dtype, options) -> dict[str, Outcome]:
-        lc = self.layer_case(case, options)
-        ref = self.reference(case, dtype, options)
-        bounds = ref.get("bounds", {})  # absent: bitwise
-
-        def expected(full, shard: str | None, dim: int) -> list:
-            """The full reference on every rank, or each rank's own block of the parameter ``shard``."""
-            if full is None or shard is None:
-                return [full] * len(results)
-            return [np.take(full, range(*res["bounds"][shard]), axis=dim) for res in results]
-
-        def held(what, full, got, dtypes, shard, dim, bound) -> Outcome:
-            exp = expected(full, shard, dim)
-            outcome = compare(what, dtype, exp, got, dtypes, None if bound is None else expected(bound, shard, dim))
-            return outcome if shard is not None else combine(outcome, agree(what, got))
-
-        forward = held("output", ref["out"], [r["out"] for r in results], [r["out_dtype"] for r in results],
-                       lc.output_shard, -1, bounds.get("out"))
-        input_grad = held("input gradient", ref["dx"], [r["dx"] for r in results], [r["dx_dtype"] for r in results],
-                          lc.input_shard, -1, bounds.get("dx"))
-        layout = [f"rank {r}: {msg}" for r, res in enumerate(results) for msg in res["param_errors"].values()]
-        grads = [Outcome(not layout, message="parameters do not follow the contract's layout: " + "; ".join(layout),
-                         ranks=tuple(r for r, res in enumerate(results) if res["param_errors"]))]
-        grads += [held(f"gradient of {spec.name}", ref["grads"][spec.name],
-                       [r["grads"].get(spec.name) for r in results],
-                       [r["grad_dtypes"].get(spec.name) for r in results],
-                       None if spec.shard_dim is None else spec.name,
-                       spec.shard_dim if spec.shard_dim is not None else 0, bounds.get(spec.name))
-                  for spec in lc.specs if spec.name in lc.params
-                  and not any(spec.name in r["param_errors"] for r in results)]
-        fwd, bwd, fwd_src, bwd_src = self.expected_collectives(case, options, dtype)
-        if case.tp == 1:
-            fwd, bwd, fwd_src, bwd_src = [], [], "tp=1: nothing to communicate", "tp=1: nothing to communicate"
-        return {
-            "forward": forward,
-            "input_grad": input_grad,
-            "param_grads": combine(*grads),
-            "collectives.forward": compare_collectives("forward", fwd, [r["forward"] for r in results], fwd_src),
-            "collectives.backward": compare_collectives("backward", bwd, [r["backward"] for r in results], bwd_src),
-        }
-
 
 # ------------------------------------------------------------------------------------- linears
 
@@ -240,7 +63,7 @@ class _TPLayer(Contract):
 def _linear_cases(tp: int, dtype: str, options):
     width = max(8, 2 * tp)
     batch = 4
-    bound = _magnitude(max(width + 1, batch), 2, dtype)
+    bound = magnitude(max(width + 1, batch), 2, dtype)
     if bound < 1:
         return None
 
@@ -251,7 +74,7 @@ def _linear_cases(tp: int, dtype: str, options):
         params = {"weight": np.ascontiguousarray(lin.W.T)}
         if lin.b is not None:
             params["bias"] = lin.b
-        g = _arrays(draw, (lin.x.shape[0], lin.W.shape[1]), bound)
+        g = integer_arrays(draw, (lin.x.shape[0], lin.W.shape[1]), bound)
         return TPCase(tp=tp, x=lin.x, params=params, grad_output=g,
                       dims={"in_features": lin.W.shape[0], "out_features": lin.W.shape[1]})
 
@@ -262,7 +85,7 @@ def _linear_reference(case: TPCase, sharded: str, dtype: str) -> dict:
     from distcheck import tp as ref
 
     W, b, x, g = case.params["weight"], case.params.get("bias"), case.x, case.grad_output
-    _check_exact(dtype, abs(x) @ abs(W.T) + (0 if b is None else abs(b)), abs(g) @ abs(W), abs(g.T) @ abs(x),
+    check_exact(dtype, abs(x) @ abs(W.T) + (0 if b is None else abs(b)), abs(g) @ abs(W), abs(g.T) @ abs(x),
                  abs(g).sum(axis=0))
     fn = ref.column_parallel if sharded == "column" else ref.row_parallel
     out = fn(x, W.T, case.tp, b)
@@ -272,19 +95,7 @@ def _linear_reference(case: TPCase, sharded: str, dtype: str) -> dict:
     return {"out": out, "dx": g @ W, "grads": grads}
 
 
-def _check_exact(dtype: str, *abs_sums) -> None:
-    """Guard of the bitwise regime: every sum (given as the sum of the terms' magnitudes, which bounds
-    every partial sum in any order) must be at most 2**p. The strategies' magnitudes guarantee it;
-    a violation is a defect of distcheck, not of the layer under test."""
-    from distcheck.exactness import precision_bits
-
-    top = max(float(np.max(a)) if np.size(a) else 0.0 for a in abs_sums)
-    if top > 2.0 ** precision_bits(dtype):
-        raise RuntimeError(f"distcheck defect: a drawn case is not exact in {dtype} (a sum of magnitudes reaches "
-                           f"{top:g} > 2**{precision_bits(dtype)}); please report it")
-
-
-class ColumnParallelLinear(_TPLayer):
+class ColumnParallelLinear(ShardedLayerContract):
     """Column-parallel linear ``y = x W^T + b`` (see the module doc)."""
 
     name = "column-parallel-linear"
@@ -292,8 +103,8 @@ class ColumnParallelLinear(_TPLayer):
     ctor_fields = ("in_features", "out_features")
     behaviour = ("gather_output",)
     accepts_style = True
-    options = _COMMON + (Option("gather_output", True, bool, "the layer all-gathers its output (False: each rank "
-                                                             "keeps its own output columns)"),)
+    options = COMMON_OPTIONS + (Option("gather_output", True, bool, "the layer all-gathers its output "
+                                                                    "(False: each rank keeps its own output columns)"),)
 
     def specs(self):
         return (ParamSpec("weight", 0, ("weight",)), ParamSpec("bias", 0, ("bias",)))
@@ -317,14 +128,14 @@ class ColumnParallelLinear(_TPLayer):
         return _linear_reference(case, "column", dtype)
 
     def expected_collectives(self, case, options, dtype):
-        b, size = case.x.shape[0], _ITEMSIZE[dtype]
+        b, size = case.x.shape[0], ITEMSIZE[dtype]
         fwd = [("all_gather", b * case.dims["out_features"] * size)] if options["gather_output"] else []
         return (fwd, [("all_reduce", b * case.dims["in_features"] * size)],
                 "gather_output: one all-gather of the output" if fwd else "no gather: none",
                 "the replicated input's gradient: one all-reduce (Megatron's f, Shoeybi et al. 2019 §3)")
 
 
-class RowParallelLinear(_TPLayer):
+class RowParallelLinear(ShardedLayerContract):
     """Row-parallel linear: partial products all-reduced, the bias added once (see the module doc)."""
 
     name = "row-parallel-linear"
@@ -332,8 +143,9 @@ class RowParallelLinear(_TPLayer):
     ctor_fields = ("in_features", "out_features")
     behaviour = ("input_is_parallel",)
     accepts_style = True
-    options = _COMMON + (Option("input_is_parallel", False, bool, "the layer receives only its own input columns "
-                                                                  "(False: all of x, split by the layer)"),)
+    options = COMMON_OPTIONS + (Option("input_is_parallel", False, bool,
+                                       "the layer receives only its own input columns (False: all of x, split by "
+                                       "the layer)"),)
 
     def specs(self):
         return (ParamSpec("weight", 1, ("weight",)), ParamSpec("bias", None, ("bias",)))
@@ -357,8 +169,8 @@ class RowParallelLinear(_TPLayer):
         return _linear_reference(case, "row", dtype)
 
     def expected_collectives(self, case, options, dtype):
-        b, size = case.x.shape[0], _ITEMSIZE[dtype]
-        count = _form("tp.row.allreduce_count")
+        b, size = case.x.shape[0], ITEMSIZE[dtype]
+        count = closed_form("tp.row.allreduce_count")
         bwd = [] if options["input_is_parallel"] else [("all_gather", b * case.dims["in_features"] * size)]
         return ([("all_reduce", b * case.dims["out_features"] * size)] * count,
                 bwd, f"closed form tp.row.allreduce_count = {count}",
@@ -371,7 +183,7 @@ _UP = ("up", "fc1", "dense_h_to_4h", "linear_fc1", "w1", "up_proj", "c_fc")
 _DOWN = ("down", "fc2", "dense_4h_to_h", "linear_fc2", "w2", "down_proj", "c_proj")
 
 
-class TensorParallelMLP(_TPLayer):
+class TensorParallelMLP(ShardedLayerContract):
     """Megatron's MLP ``down(relu(up(x)))`` with one all-reduce each way (see the module doc)."""
 
     name = "tensor-parallel-mlp"
@@ -379,7 +191,7 @@ class TensorParallelMLP(_TPLayer):
     ctor_fields = ("hidden_size", "ffn_hidden_size")
     accepts_plan = True
     reference_module = "mlp"
-    options = _COMMON
+    options = COMMON_OPTIONS
 
     def specs(self):
         return (ParamSpec("up.weight", 0, tuple(f"{n}.weight" for n in _UP)),
@@ -390,7 +202,7 @@ class TensorParallelMLP(_TPLayer):
     def cases(self, world_size, dtype, options):
         tp, F, B = world_size, max(8, 2 * world_size), 3
         for H in (6, 2):  # hidden 6, or 2 when the format is too narrow for 6
-            bound = _magnitude(max(F * (H + 1) + 1, B * (H + 1), F * H), 3, dtype)
+            bound = magnitude(max(F * (H + 1) + 1, B * (H + 1), F * H), 3, dtype)
             if bound >= 1:
                 break
         else:
@@ -402,11 +214,11 @@ class TensorParallelMLP(_TPLayer):
                                   divisible=True if options["divisible"] else None, max_magnitude=bound))
             params = {"up.weight": np.ascontiguousarray(m.W_up.T)}
             if m.b_down is not None:
-                params["up.bias"] = _arrays(draw, (m.W_up.shape[1],), bound)
+                params["up.bias"] = integer_arrays(draw, (m.W_up.shape[1],), bound)
             params["down.weight"] = np.ascontiguousarray(m.W_down.T)
             if m.b_down is not None:
                 params["down.bias"] = m.b_down
-            g = _arrays(draw, m.x.shape, bound)
+            g = integer_arrays(draw, m.x.shape, bound)
             return TPCase(tp=tp, x=m.x, params=params, grad_output=g,
                           dims={"hidden_size": m.x.shape[1], "ffn_hidden_size": m.W_up.shape[1]})
 
@@ -424,7 +236,7 @@ class TensorParallelMLP(_TPLayer):
         W1, W2, b1, b2 = p["up.weight"], p["down.weight"], p.get("up.bias"), p.get("down.bias")
         ha = abs(x) @ abs(W1.T) + (0 if b1 is None else abs(b1))
         da = abs(g) @ abs(W2)
-        _check_exact(dtype, ha, ha @ abs(W2.T) + (0 if b2 is None else abs(b2)), da, abs(x.T) @ da, abs(g.T) @ ha,
+        check_exact(dtype, ha, ha @ abs(W2.T) + (0 if b2 is None else abs(b2)), da, abs(x.T) @ da, abs(g.T) @ ha,
                      da @ abs(W1))
         out = ref.megatron_mlp(x, W1.T, W2.T, case.tp, "relu", b1, b2)
         h = x @ W1.T + (0 if b1 is None else b1)
@@ -436,8 +248,8 @@ class TensorParallelMLP(_TPLayer):
         return {"out": out, "dx": dh @ W1, "grads": grads}
 
     def expected_collectives(self, case, options, dtype):
-        S = case.x.shape[0] * case.dims["hidden_size"] * _ITEMSIZE[dtype]
-        count = _form("tp.mlp.allreduce_per_forward")
+        S = case.x.shape[0] * case.dims["hidden_size"] * ITEMSIZE[dtype]
+        count = closed_form("tp.mlp.allreduce_per_forward")
         return ([("all_reduce", S)] * count, [("all_reduce", S)] * count,
                 f"closed form tp.mlp.allreduce_per_forward = {count}",
                 f"conjugate of the forward (f and g, Shoeybi et al. 2019 §3): {count}")
@@ -446,7 +258,7 @@ class TensorParallelMLP(_TPLayer):
 # ------------------------------------------------------------------------------------- attention
 
 
-class TensorParallelAttention(_TPLayer):
+class TensorParallelAttention(ShardedLayerContract):
     """Grouped-query self-attention split by heads (see the module doc); bounded regime."""
 
     name = "tensor-parallel-attention"
@@ -457,8 +269,8 @@ class TensorParallelAttention(_TPLayer):
     has_bias_kwarg = False
     reference_module = "attention"
     properties = tuple(PropertySpec(p.name, p.statement.replace("equals", "is within the derived bound of"),
-                                    "bounded" if p.regime == "bitwise" else p.regime) for p in _PROPERTIES)
-    options = _COMMON + (Option("causal", True, bool, "queries see only keys at or before their position"),)
+                                    "bounded" if p.regime == "bitwise" else p.regime) for p in PROPERTIES)
+    options = COMMON_OPTIONS + (Option("causal", True, bool, "queries see only keys at or before their position"),)
 
     def specs(self):
         return tuple(ParamSpec(f"{n}.weight", 0 if n != "o_proj" else 1, (f"{n}.weight",) + alt)
@@ -477,7 +289,7 @@ class TensorParallelAttention(_TPLayer):
             params = {"q_proj.weight": a.Wq.T / 8, "k_proj.weight": a.Wk.T / 8, "v_proj.weight": a.Wv.T / 8,
                       "o_proj.weight": a.Wo.T / 8}
             params = {k: np.ascontiguousarray(v) for k, v in params.items()}
-            g = _arrays(draw, (1,) + a.x.shape, 2) / 4
+            g = integer_arrays(draw, (1,) + a.x.shape, 2) / 4
             return TPCase(tp=tp, x=a.x[None] / 4, params=params, grad_output=g,
                           dims={"hidden_size": a.x.shape[1], "num_heads": a.num_heads,
                                 "num_kv_heads": a.num_kv_heads, "head_dim": a.head_dim})
@@ -502,8 +314,8 @@ class TensorParallelAttention(_TPLayer):
         return out
 
     def expected_collectives(self, case, options, dtype):
-        S = case.x.size * _ITEMSIZE[dtype]
-        count = _form("tp.attention.allreduce_per_forward")
+        S = case.x.size * ITEMSIZE[dtype]
+        count = closed_form("tp.attention.allreduce_per_forward")
         return ([("all_reduce", S)] * count, [("all_reduce", S)] * count,
                 f"closed form tp.attention.allreduce_per_forward = {count}",
                 f"conjugate of the forward (Shoeybi et al. 2019 §3): {count}")
@@ -534,7 +346,9 @@ def _tracked_attention(case: TPCase, u: float, *, causal: bool) -> dict:
     out = tb.matmul(A, Wo.T, u)
     G_out = tb.exact(case.grad_output[0])
     dA = tb.matmul(G_out, Wo, u)
-    dq, dk_parts, dv_parts = [], {g_: ([], []) for g_ in range(G)}, {g_: ([], []) for g_ in range(G)}
+    dq: list[tb.Tracked] = []
+    dk_parts: dict[int, tuple[list, list]] = {g_: ([], []) for g_ in range(G)}
+    dv_parts: dict[int, tuple[list, list]] = {g_: ([], []) for g_ in range(G)}
     for h in range(H):
         g_ = h // group
         qh, kh, vh = q[:, h * e:(h + 1) * e], k[:, g_ * e:(g_ + 1) * e], v[:, g_ * e:(g_ + 1) * e]
