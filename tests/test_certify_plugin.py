@@ -57,7 +57,7 @@ def test_marker_parametrizes_by_world_size_without_starting_anything(pytester, r
         def test_default_from_the_option(world_size):
             assert world_size == 3
     """)
-    result = run("-v", "--distcheck-world-sizes=3")
+    result = run("-v", "--distcheck-world-sizes=3", subprocess=True)  # a fresh process: torch not loaded yet
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*test_sizes?ws2? PASSED*", "*test_sizes?ws8? PASSED*",
                                  "*test_default_from_the_option?ws3? PASSED*"])
