@@ -317,6 +317,24 @@ def test_engine_shrinks_one_property_and_reruns_the_others():
         cert.assert_certified()
 
 
+def test_batches_count_every_example_and_report_the_failing_case():
+    cert = certify(good_add, AdditionContract(), examples=40, seed=3, batch=8)
+    assert cert.ok and {v.examples for v in cert.verdicts} == {40}  # 5 lists of 8
+    bad = certify(add_without_carry, AdditionContract(), examples=48, seed=3, batch=8)
+    v = {v.property: v for v in bad.verdicts}["sum"]
+    assert v.verdict == "FAIL" and v.counterexample in ("_Pair(a=0, b=16)", "_Pair(a=16, b=0)")
+    assert v.reproduce.endswith("--dtypes float64") and "--batch 8" in v.reproduce
+
+
+def test_the_exactness_guard_refuses_a_case_too_large_for_the_dtype():
+    from distcheck.certify.sharded import check_exact
+
+    x, w = np.full((1, 8), 8.0), np.full((8, 8), 8.0)  # sums reach 8 * 64 = 512 > 2**8
+    check_exact("float32", [(x, w)])
+    with pytest.raises(RuntimeError, match="not exact in bfloat16 .* reaches 512 > 2\\*\\*8"):
+        check_exact("bfloat16", [(x, w)])
+
+
 def test_a_crash_fails_every_property_with_one_shrunk_case():
     class Crashing:
         world_size, backend = 1, "fake"

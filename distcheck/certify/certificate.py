@@ -90,6 +90,7 @@ class Certification:
     profile: str
     max_examples: int | None
     launcher: str = "local"
+    batch: int = 1
     distribution: str | None = None
     version: str | None = None
     verdicts: list[PropertyVerdict] = field(default_factory=list)

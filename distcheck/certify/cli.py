@@ -70,6 +70,8 @@ def add_parser(sub, *, world_sizes, seconds) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="gloo (CPU processes, default), threaded (in-process ranks) or nccl (one GPU per rank)")
     p.add_argument("--examples", type=_positive_int, default=None, help="Hypothesis examples per property")
+    p.add_argument("--batch", type=_positive_int, default=1,
+                   help="examples per world step (default 1; larger batches amortize the round trip)")
     p.add_argument("--seed", type=_seed, default=None, help="Hypothesis seed (default: drawn and recorded)")
     p.add_argument("--profile", choices=("dev", "ci", "thorough"), default=None,
                    help="Hypothesis settings profile (default ci)")
@@ -169,10 +171,10 @@ def run(args) -> int:
     if args.launcher == "torchrun":
         return _run_torchrun(args, jobs, profile, seed, timeout)
     _check_worlds(jobs)
-    return _finish(args, _certify_all(jobs, profile, seed, timeout), time.perf_counter())
+    return _finish(args, _certify_all(jobs, profile, seed, timeout, batch=args.batch), time.perf_counter())
 
 
-def _certify_all(jobs, profile, seed, timeout, world=None, launcher="local") -> list:
+def _certify_all(jobs, profile, seed, timeout, world=None, launcher="local", batch: int = 1) -> list:
     import random
 
     from distcheck.certify.engine import certify
@@ -180,7 +182,7 @@ def _certify_all(jobs, profile, seed, timeout, world=None, launcher="local") -> 
     seed = random.getrandbits(32) if seed is None else seed  # one seed for the whole run, recorded
     return [certify(job.target, job.contract, world=world, world_sizes=job.world_sizes, backend=job.backend,
                     examples=job.examples, seed=seed, profile=profile, dtypes=job.dtypes, options=job.options,
-                    timeout_s=timeout, launcher=launcher)
+                    timeout_s=timeout, launcher=launcher, batch=batch)
             for job in jobs]
 
 
@@ -226,7 +228,7 @@ def _run_torchrun(args, jobs, profile, seed, timeout) -> int:
         leader = LeaderWorld(world, side)
         code = 1
         try:
-            certs = _certify_all(jobs, profile, seed, timeout, world=leader, launcher="torchrun")
+            certs = _certify_all(jobs, profile, seed, timeout, world=leader, launcher="torchrun", batch=args.batch)
             code = _finish(args, certs, time.perf_counter())
         except BaseException as exc:
             from distcheck.errors import UnknownQuantityError

@@ -25,6 +25,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certification, PropertyVerdict
 from distcheck.certify.contract import Contract, Outcome, check_dtypes, get_contract
@@ -33,7 +34,8 @@ from distcheck.certify.targets import import_target, package_version, reference_
 from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
 
-__all__ = ["certify", "run_example", "LocalWorld", "reproduce_command", "rank_entry"]
+__all__ = ["certify", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
+           "rank_entry_batch"]
 
 
 class LocalWorld:
@@ -52,6 +54,11 @@ class LocalWorld:
 def rank_entry(ctx, contract: Contract, target, case, dtype: str, options: dict):
     """What every rank runs for one example (a module-level function, so it pickles)."""
     return contract.run_rank(ctx, target, case, dtype, options)
+
+
+def rank_entry_batch(ctx, contract: Contract, target, cases: list, dtype: str, options: dict) -> list:
+    """What every rank runs for a batch of examples in one world step."""
+    return [contract.run_rank(ctx, target, case, dtype, options) for case in cases]
 
 
 @dataclass
@@ -94,20 +101,34 @@ def run_example(world, contract: Contract, target, case, dtype: str, options: di
 
     Raises ProtocolError when a rank found that the target does not follow the protocol.
     """
+    outcomes = run_examples(world, contract, target, [case], dtype, options)
+    return outcomes if isinstance(outcomes, _Crash) else outcomes[0]
+
+
+def run_examples(world, contract: Contract, target, cases: list, dtype: str,
+                 options: dict) -> list[dict[str, Outcome]] | _Crash:
+    """Several examples in one world step (each rank runs them in order): one outcome dict per case,
+    or a :class:`_Crash` when a rank failed on any of them."""
     try:
-        results = world.run(rank_entry, contract, target, case, dtype, options)
+        if len(cases) == 1:
+            per_rank = [[r] for r in world.run(rank_entry, contract, target, cases[0], dtype, options)]
+        else:
+            per_rank = world.run(rank_entry_batch, contract, target, cases, dtype, options)
     except DistributedError as exc:
         protocol = _protocol_error(exc, getattr(target, "ref", "?"))
         if protocol is not None:
             raise protocol from None
         return _crash(exc)
-    return contract.check(case, results, world.world_size, dtype, options)
+    return [contract.check(case, [res[i] for res in per_rank], world.world_size, dtype, options)
+            for i, case in enumerate(cases)]
 
 
-def _settings(profile: str, examples: int | None) -> settings:
+def _settings(profile: str, examples: int | None, batch: int = 1) -> settings:
     from distcheck.profiles import get_profile
 
     base = get_profile(profile)
+    if batch > 1:  # Hypothesis counts lists of ``batch`` examples
+        examples = -(-(examples or base.max_examples) // batch)
     overrides: dict[str, Any] = dict(
         database=None, report_multiple_bugs=False, deadline=None,
         phases=tuple(p for p in base.phases if p is not Phase.explain),
@@ -142,49 +163,49 @@ class _Run:
     stats: dict = field(default_factory=dict)
 
 
-def _example_test(run: _Run, world, contract: Contract, target, dtype: str, options: dict):
-    """The body Hypothesis calls for each example of one run (see the module doc).
+def _example_test(run: _Run, world, contract: Contract, target, dtype: str, options: dict, batch: int):
+    """The body Hypothesis calls for each example (or batch of ``batch`` examples) of one run.
 
     Before the first failure every property of ``run.remaining`` counts the example. The first
     failure fixes the target of the run: that property (or, for a crash, the crash), and from then
-    on an example is interesting only when the target fails there again.
+    on an example is interesting only when the target fails there again. In a batch, the failing
+    case is the counterexample (the others shrink to the strategy's simplest cases alongside).
     """
 
-    def test(case):
-        run.calls += 1
+    def test(drawn):
+        cases = drawn if batch > 1 else [drawn]
+        run.calls += len(cases)
         if run.abort is not None:
             raise run.abort
         try:
-            outcome = run_example(world, contract, target, case, dtype, options)
+            outcomes = run_examples(world, contract, target, cases, dtype, options)
         except Exception as exc:  # noqa: BLE001 - protocol errors and distcheck's own defects stop the run
             run.abort = exc
             raise
-        if run.target is None:
-            if isinstance(outcome, _Crash):
-                run.target = ("crash",)
-            else:
+        if isinstance(outcomes, _Crash):
+            if run.target is None:
+                run.target, run.first_failure = ("crash",), run.calls
+            shown = cases[0] if len(cases) == 1 else cases
+            run.last = (shown, outcomes.message, outcomes.ranks, None)  # a crash fails every property
+            raise AssertionError(outcomes.message)
+        for case, outcome in zip(cases, outcomes, strict=True):
+            if run.target is None:
                 for p in run.remaining:
                     run.stats[p].add(outcome[p])
                 failing = [p for p in run.remaining if not outcome[p].ok]
-                if failing:
-                    run.target = ("property", failing[0])
-            if run.target is None:
-                return
-            run.first_failure = run.calls
-        if isinstance(outcome, _Crash):
-            run.last = (case, outcome.message, outcome.ranks, None)  # a crash fails every property
-        elif run.target[0] == "property" and not outcome[run.target[1]].ok:
-            failed = outcome[run.target[1]]
-            run.last = (case, failed.message, failed.ranks, failed)
-        else:
-            return
-        raise AssertionError(run.last[1])
+                if not failing:
+                    continue
+                run.target, run.first_failure = ("property", failing[0]), run.calls
+            if run.target[0] == "property" and not outcome[run.target[1]].ok:
+                failed = outcome[run.target[1]]
+                run.last = (case, failed.message, failed.ranks, failed)  # the failing case of a batch
+                raise AssertionError(failed.message)
 
     return test
 
 
 def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict, run_settings, seed: int,
-                   replay: str) -> list[PropertyVerdict]:
+                   replay: str, batch: int = 1) -> list[PropertyVerdict]:
     ws, backend = world.world_size, world.backend
     strategy = contract.cases(ws, dtype, options)
     specs = {p.name: p for p in contract.properties}
@@ -198,9 +219,10 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
         run = _Run(remaining=list(remaining), stats={p: _Stats() for p in remaining})
         started = time.perf_counter()
 
-        test = _example_test(run, world, contract, target, dtype, options)
+        test = _example_test(run, world, contract, target, dtype, options, batch)
         test.__name__ = f"certify_{contract.name}_{dtype}".replace("-", "_")
-        runner = hypothesis_seed(seed)(run_settings(given(strategy)(test)))
+        drawn = strategy if batch == 1 else st.lists(strategy, min_size=batch, max_size=batch)
+        runner = hypothesis_seed(seed)(run_settings(given(drawn)(test)))
         try:
             runner()
         except BaseException as exc:  # noqa: BLE001 - sorted out below
@@ -232,7 +254,7 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
 
 def reproduce_command(ref: str, contract: str, *, world_size: int | None, backend: str, seed: int, profile: str,
                       examples: int | None, dtype: str | None, options: dict, launcher: str = "local",
-                      importable: bool = True) -> str:
+                      importable: bool = True, batch: int = 1) -> str:
     """The ``distcheck certify`` command line that replays one run (one world size, one dtype).
 
     A target with no ``module:object`` name (an object built in a test) is replayed by the
@@ -243,7 +265,8 @@ def reproduce_command(ref: str, contract: str, *, world_size: int | None, backen
 
     if not importable:
         return (f"certify(<the object {ref}>, contract={contract!r}, world_sizes=[{world_size}], backend={backend!r}, "
-                f"seed={seed}, profile={profile!r}, examples={examples!r}, dtypes=[{dtype!r}], options={options!r})")
+                f"seed={seed}, profile={profile!r}, examples={examples!r}, dtypes=[{dtype!r}], options={options!r}, "
+                f"batch={batch})")
     parts = ["distcheck", "certify", ref, "--contract", contract]
     if launcher == "torchrun":
         parts = ["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m", *parts, "--launcher", "torchrun"]
@@ -252,6 +275,8 @@ def reproduce_command(ref: str, contract: str, *, world_size: int | None, backen
     parts += ["--backend", backend, "--seed", str(seed), "--profile", profile]
     if examples is not None:
         parts += ["--examples", str(examples)]
+    if batch != 1:
+        parts += ["--batch", str(batch)]
     if dtype is not None:
         parts += ["--dtypes", dtype]
     for key, value in sorted(options.items()):
@@ -266,7 +291,7 @@ def reproduce_command(ref: str, contract: str, *, world_size: int | None, backen
 def certify(target: Any, contract: str | Contract, *, pool=None, world=None, world_sizes: Sequence[int] | None = None,
             backend: str = "gloo", examples: int | None = None, seed: int | None = None, profile: str = "ci",
             dtypes: Sequence[str] | str | None = None, options: dict | None = None, timeout_s: float = 60.0,
-            launcher: str = "local") -> Certification:
+            launcher: str = "local", batch: int = 1) -> Certification:
     """Certify ``target`` under ``contract`` on real worlds; return the :class:`Certification`.
 
     Args:
@@ -282,6 +307,9 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
         dtypes: subset of ``float64``, ``float32``, ``bfloat16`` (default: the contract's).
         options: contract options (see ``distcheck certify --list-contracts``).
         timeout_s: seconds one example may take on a world opened here.
+        batch: examples per world step (default 1). Larger batches amortize the round trip to the
+            ranks; Hypothesis then draws lists of ``batch`` cases (``examples / batch`` of them), a
+            failure reports the failing case, and shrinking replays whole batches.
 
     Returns the Certification: ``.ok``, ``.verdicts``, ``.rows()``, ``.assert_certified()``.
 
@@ -301,17 +329,18 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
     get_profile(profile)
     if examples is not None:
         check_positive_int("examples", examples)
+    check_positive_int("batch", batch)
     seed = random.getrandbits(32) if seed is None else seed
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError("seed", seed, "must be an integer >= 0")
-    run_settings = _settings(profile, examples)
+    run_settings = _settings(profile, examples, batch)
     distribution, version = package_version(ref)
     worlds = _worlds(contract, pool, world, world_sizes, backend, timeout_s)
     started = time.perf_counter()
     given_options = {k: v for k, v in opts.items() if v != next(o.default for o in contract.options if o.name == k)}
     cert = Certification(target=ref, contract=contract.name, backend=backend, world_sizes=[], dtypes=list(dts),
                          options=given_options, seed=seed, profile=profile, max_examples=examples, launcher=launcher,
-                         distribution=distribution, version=version)
+                         distribution=distribution, version=version, batch=batch)
     for w in worlds:
         with w as live:
             cert.world_sizes.append(live.world_size)
@@ -320,8 +349,8 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
                 replay = reproduce_command(ref, contract.name, world_size=live.world_size, backend=live.backend,
                                            seed=seed, profile=profile, examples=examples, dtype=dt,
                                            options=given_options, launcher=launcher,
-                                           importable=spec.pickled is None)
-                cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay)
+                                           importable=spec.pickled is None, batch=batch)
+                cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch)
     cert.seconds = time.perf_counter() - started
     return cert
 

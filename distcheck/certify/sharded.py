@@ -212,13 +212,32 @@ class ShardedLayerContract(Contract):
         }
 
 
-def check_exact(dtype: str, *abs_sums) -> None:
-    """Guard of the bitwise regime: every sum (given as the sum of the terms' magnitudes, which bounds
-    every partial sum in any order) must be at most 2**p. The strategies' magnitudes guarantee it;
-    a violation is a defect of distcheck, not of the layer under test."""
+def check_exact(dtype: str, *sums) -> None:
+    """Guard of the bitwise regime. Each argument is a sum of products, given as a list of chains
+    ``(A1, A2, ...)`` standing for ``|A1| @ |A2| @ ...``; the sum of those magnitudes bounds every
+    partial sum of the computation in any order, and must be at most 2**p. A scalar bound
+    (``max|A1| max|A2| ... times the inner lengths``) decides most cases at once; the elementwise
+    products are formed only when it does not. The strategies' magnitudes guarantee the guard; a
+    violation is a defect of distcheck, not of the layer under test."""
     from distcheck.exactness import precision_bits
 
-    top = max(float(np.max(a)) if np.size(a) else 0.0 for a in abs_sums)
-    if top > 2.0 ** precision_bits(dtype):
-        raise RuntimeError(f"distcheck defect: a drawn case is not exact in {dtype} (a sum of magnitudes reaches "
-                           f"{top:g} > 2**{precision_bits(dtype)}); please report it")
+    limit = 2.0 ** precision_bits(dtype)
+    for chains in sums:
+        scalar = 0.0
+        for chain in chains:
+            term = float(np.max(np.abs(chain[0]), initial=0.0))
+            for a in chain[1:]:
+                term *= float(np.max(np.abs(a), initial=0.0)) * a.shape[0]
+            scalar += term
+        if scalar <= limit:
+            continue
+        total = np.zeros(())
+        for chain in chains:
+            prod = np.abs(chain[0])
+            for a in chain[1:]:
+                prod = prod @ np.abs(a)
+            total = total + prod
+        top = float(np.max(total, initial=0.0))
+        if top > limit:
+            raise RuntimeError(f"distcheck defect: a drawn case is not exact in {dtype} (a sum of magnitudes reaches "
+                               f"{top:g} > 2**{precision_bits(dtype)}); please report it")

@@ -85,8 +85,8 @@ def _linear_reference(case: TPCase, sharded: str, dtype: str) -> dict:
     from distcheck import tp as ref
 
     W, b, x, g = case.params["weight"], case.params.get("bias"), case.x, case.grad_output
-    check_exact(dtype, abs(x) @ abs(W.T) + (0 if b is None else abs(b)), abs(g) @ abs(W), abs(g.T) @ abs(x),
-                 abs(g).sum(axis=0))
+    bias = [] if b is None else [(b,)]
+    check_exact(dtype, [(x, W.T), *bias], [(g, W)], [(g.T, x)], [(g.T, np.ones((g.shape[0], 1)))])
     fn = ref.column_parallel if sharded == "column" else ref.row_parallel
     out = fn(x, W.T, case.tp, b)
     grads = {"weight": g.T @ x}
@@ -234,10 +234,15 @@ class TensorParallelMLP(ShardedLayerContract):
 
         p, x, g = case.params, case.x, case.grad_output
         W1, W2, b1, b2 = p["up.weight"], p["down.weight"], p.get("up.bias"), p.get("down.bias")
-        ha = abs(x) @ abs(W1.T) + (0 if b1 is None else abs(b1))
-        da = abs(g) @ abs(W2)
-        check_exact(dtype, ha, ha @ abs(W2.T) + (0 if b2 is None else abs(b2)), da, abs(x.T) @ da, abs(g.T) @ ha,
-                     da @ abs(W1))
+        ones = np.ones((1, x.shape[0]))  # a sum over the batch
+        b_up = [] if b1 is None else [(b1,)]
+        check_exact(dtype,
+                    [(x, W1.T), *b_up],                                                      # h = x W1^T + b1
+                    [(x, W1.T, W2.T)] + ([] if b1 is None else [(b1, W2.T)]) + ([] if b2 is None else [(b2,)]),
+                    [(g, W2)], [(ones, g, W2)],                                              # dh, db1
+                    [(x.T, g, W2)],                                                          # dW1 (transposed)
+                    [(g.T, x, W1.T)] + ([] if b1 is None else [(g.T, ones.T, b1[None])]),    # dW2 = g^T relu(h)
+                    [(g, W2, W1)])                                                           # dx
         out = ref.megatron_mlp(x, W1.T, W2.T, case.tp, "relu", b1, b2)
         h = x @ W1.T + (0 if b1 is None else b1)
         a = np.maximum(h, 0)
