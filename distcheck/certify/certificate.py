@@ -126,8 +126,8 @@ class Certification:
         return [CheckResult(check=f"{self.contract}.{v.property}[{v.dtype}]", backend=self.backend,
                             verdict=v.verdict, world_size=v.world_size, examples=v.examples,
                             max_error=v.max_error, bound=v.bound,
-                            detail=(f"{self.target}: " + (v.describe(self.contract) if v.verdict != PASS else
-                                                          f"{v.statement} ({v.regime})")),
+                            detail=(f"{v.statement} ({v.regime})" if v.verdict == PASS
+                                    else f"{self.target}: {v.describe(self.contract)}"),
                             extra={"target": self.target, "seed": self.seed, "reproduce": v.reproduce})
                 for v in self.verdicts]
 

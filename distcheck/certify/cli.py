@@ -204,7 +204,8 @@ def _finish(args, certs, started: float) -> int:
     from distcheck.report import exit_code, print_report
 
     rows = [row for c in certs for row in c.rows()]
-    print_report(rows, title="distcheck certify", seconds=sum(c.seconds for c in certs), fmt=args.format)
+    title = "distcheck certify" + "".join(f" {c.target} ({c.contract})" for c in certs[:1] if len(certs) == 1)
+    print_report(rows, title=title, seconds=sum(c.seconds for c in certs), fmt=args.format)
     certificate = Certificate(certs, command=_command(args, certs))
     for path in args.certificate:
         certificate.write(path)
