@@ -82,6 +82,27 @@ def test_bad_marker_arguments_are_collection_errors(pytester, run, marker, messa
     assert message in result.stdout.str()
 
 
+def test_a_suites_own_world_size_is_left_alone(pytester, run):
+    pytester.makeconftest("""
+        import pytest
+
+        @pytest.fixture
+        def world_size():
+            return 7
+    """)
+    pytester.makepyfile("""
+        import pytest
+
+        def test_own_fixture(world_size):
+            assert world_size == 7
+
+        @pytest.mark.parametrize("world_size", [5])
+        def test_own_parameter(world_size):
+            assert world_size == 5
+    """)
+    run().assert_outcomes(passed=2)
+
+
 def test_marker_without_a_world_fixture_is_an_error(pytester, run):
     pytester.makepyfile("""
         import pytest

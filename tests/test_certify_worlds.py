@@ -235,6 +235,22 @@ def test_cli_runs_the_targets_of_pyproject(tmp_path, tmp_path_factory):
     assert none.returncode == 2 and "[[tool.distcheck.certify]]" in none.stderr
 
 
+def test_config_rows_give_distcheck_check_its_rows(tmp_path):
+    from distcheck.certify.config import config_rows
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.distcheck]\nbackend = "threaded"\nexamples = 3\ndtypes = ["float64"]\nseed = 4\n\n'
+        f'[[tool.distcheck.certify]]\ntarget = "{EXAMPLES}:RowParallelBiasEveryRank"\n'
+        'contract = "row-parallel-linear"\n')
+    rows = config_rows(tmp_path / "pyproject.toml")
+    assert [(r.check, r.verdict, r.world_size, r.backend) for r in rows][:2] == [
+        ("row-parallel-linear.forward[float64]", "FAIL", 2, "threaded"),
+        ("row-parallel-linear.input_grad[float64]", "pass", 2, "threaded")]
+    assert rows[1].examples == 3 and rows[0].detail.startswith(f"{EXAMPLES}:RowParallelBiasEveryRank: ")
+    (tmp_path / "empty.toml").write_text("[tool.other]\nx = 1\n")
+    assert config_rows(tmp_path / "empty.toml") == []  # no targets: no rows
+
+
 @pytest.mark.slow
 def test_certify_under_torchrun_rank_0_reports_every_rank_exits_1(tmp_path):
     import shutil
