@@ -38,6 +38,17 @@ TP_CONTRACTS = ["column-parallel-linear", "row-parallel-linear", "tensor-paralle
 # ----------------------------------------------------------------------------- registry and options
 
 
+def test_the_package_and_the_command_line_import_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, distcheck.certify, distcheck.certify.cli, distcheck.pytest_plugin, distcheck.cli; "
+            "distcheck.cli.build_parser(); distcheck.certify.certify; "
+            "sys.exit(1 if 'torch' in sys.modules else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr or "torch was imported"
+
+
 def test_contracts_are_discovered_from_the_package():
     names = [c.name for c in contracts()]
     assert [n for n in names if n in TP_CONTRACTS] == TP_CONTRACTS
