@@ -241,6 +241,16 @@ def test_targets_travel_by_name_or_by_value():
         make_target(local, None, "factory")
 
 
+def test_the_targets_distribution_and_version_are_found():
+    import importlib.metadata
+
+    from distcheck.certify.targets import package_version
+
+    assert package_version("torch.distributed.tensor.parallel:ColwiseParallel") == (
+        "torch", importlib.metadata.version("torch"))
+    assert package_version("examples.my_tp_layers:RowParallelLinear") == (None, None)  # a module of the checkout
+
+
 def test_a_target_outside_the_protocol_is_refused_before_anything_runs():
     with pytest.raises(ProtocolError, match="must be a torch.nn.Module class"):
         certify(42, "row-parallel-linear", world=LocalWorld())
