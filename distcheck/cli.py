@@ -12,6 +12,9 @@ key may name, ``distcheck audit --list-keys`` the shipped keys.
 
 ``distcheck plan`` (memory, pipeline, layout) lives in :mod:`distcheck.plan.cli`;
 ``--report DIR`` writes HTML and Markdown reports (:mod:`distcheck.reportdoc`).
+
+``distcheck certify MODULE:OBJECT --contract NAME`` certifies a user's own layer
+(:mod:`distcheck.certify.cli`).
 """
 
 from __future__ import annotations
@@ -128,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--output", type=Path, default=None, help="write the report to this file instead of stdout")
     add_report_options(audit, quiet=False)
     add_plan_parser(sub)
+
+    from distcheck.certify.cli import add_parser as add_certify_parser  # `distcheck certify` (docs/CERTIFY.md)
+
+    add_certify_parser(sub, world_sizes=_world_sizes, seconds=timeout_seconds)
     return parser
 
 
@@ -265,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
             from distcheck.plan.cli import run_plan
 
             return run_plan(args)
+        if args.command == "certify":
+            from distcheck.certify.cli import run as run_certify
+
+            args.argv = list(argv) if argv is not None else sys.argv[1:]
+            return run_certify(args)
         return _run_audit(args)
     except (DistcheckError, OSError) as exc:
         from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError

@@ -5,7 +5,8 @@ Two regimes, never an arbitrary ``atol``:
 
 1. **Bitwise.** Inputs are integer-valued floats small enough that every partial
    sum and product the computation forms is an integer of magnitude <= 2**p
-   (p = 53 significand bits for float64, 24 for float32, 11 for float16). Such
+   (p = 53 significand bits for float64, 24 for float32, 11 for float16, 8 for
+   bfloat16). Such
    integers are exactly representable, so every addition and multiplication is
    exact whatever the order, and the sharded result must equal the unsharded one
    bit for bit. :func:`max_exact_int` derives the magnitude bound from 2**p.
@@ -41,6 +42,7 @@ from distcheck.validate import check_int
 
 __all__ = [
     "PRECISION_BITS",
+    "BFLOAT16_BITS",
     "precision_bits",
     "unit_roundoff",
     "gamma",
@@ -58,19 +60,25 @@ __all__ = [
 
 #: significand bits p (including the implicit bit) of each IEEE binary format
 PRECISION_BITS = {"float64": 53, "float32": 24, "float16": 11}
+#: significand bits of bfloat16 (7 stored + the implicit bit; unit roundoff 2**-8). numpy has no
+#: bfloat16 dtype, so it is named by the string ``"bfloat16"`` and is not in :data:`PRECISION_BITS`
+BFLOAT16_BITS = 8
 
 
 def precision_bits(dtype: Any = "float64") -> int:
-    """Significand bits p of ``dtype`` (53 float64, 24 float32, 11 float16).
+    """Significand bits p of ``dtype`` (53 float64, 24 float32, 11 float16, 8 for the string
+    ``"bfloat16"``, which has no numpy dtype).
 
     Raises ConfigError for a dtype that is not one of these.
     """
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return BFLOAT16_BITS
     try:
         name = np.dtype(dtype).name
     except (TypeError, ValueError):
-        raise ConfigError("dtype", dtype, f"must be one of {', '.join(PRECISION_BITS)}") from None
+        raise ConfigError("dtype", dtype, f"must be one of {', '.join(PRECISION_BITS)}, 'bfloat16'") from None
     if name not in PRECISION_BITS:
-        raise ConfigError("dtype", dtype, f"must be one of {', '.join(PRECISION_BITS)}")
+        raise ConfigError("dtype", dtype, f"must be one of {', '.join(PRECISION_BITS)}, 'bfloat16'")
     return PRECISION_BITS[name]
 
 

@@ -1,7 +1,7 @@
 """pytest plugin: run a suite under one of distcheck's Hypothesis settings profiles, on request.
 
 Installing distcheck registers this plugin with pytest (the ``pytest11`` entry point
-``distcheck``). It adds one option group, ``distcheck``, with one option::
+``distcheck``). It adds one option group, ``distcheck``, with the profile option::
 
     --distcheck-profile {dev,ci,thorough}
 
@@ -24,21 +24,35 @@ Turn it off with ``-p no:distcheck``; under ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``
 on with ``-p distcheck``. From a checkout that is not installed (``PYTHONPATH=.``), load
 the module with ``-p distcheck.pytest_plugin``; once distcheck is installed that second
 name registers the module twice, and pytest refuses it.
+
+Certifying layers in a suite (:mod:`distcheck.certify.pytest_support`): the
+``--distcheck-world-sizes/-backend/-examples/-seed/-timeout`` options, the
+``world_size`` marker and the session-scoped ``rank_pool``, ``world_size`` and
+``distcheck_certify`` fixtures; torch is imported when a fixture starts a pool.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from distcheck.certify import pytest_support as _certify  # stdlib and pytest only: no torch at load
+from distcheck.certify.pytest_support import (  # noqa: F401 - fixtures, registered with this plugin
+    distcheck_certify,
+    distcheck_pools,
+    distcheck_world,
+    rank_pool,
+    world_size,
+)
 from distcheck.profiles import PROFILES
 
-__all__ = ["OPTION", "pytest_addoption", "pytest_configure", "pytest_report_header", "requested_profile"]
+__all__ = ["OPTION", "pytest_addoption", "pytest_configure", "pytest_report_header", "pytest_generate_tests",
+           "requested_profile"]
 
 OPTION = "--distcheck-profile"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("distcheck", "distcheck (Hypothesis settings profiles)")
+    group = parser.getgroup("distcheck", "distcheck (settings profiles, certifying layers on rank pools)")
     group.addoption(
         OPTION,
         dest="distcheck_profile",
@@ -48,6 +62,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="load this distcheck Hypothesis settings profile: dev (25 examples), ci (40, derandomized, no "
              "database) or thorough (400). Default: none, Hypothesis' own settings are left alone.",
     )
+    _certify.add_options(group)
 
 
 def requested_profile(config: pytest.Config) -> str | None:
@@ -57,6 +72,7 @@ def requested_profile(config: pytest.Config) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    _certify.configure(config)
     name = requested_profile(config)
     if name is None:
         return
@@ -65,6 +81,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from distcheck.profiles import load_profile
 
     load_profile(name)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    _certify.generate_tests(metafunc)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -450,11 +450,18 @@ def _v_tp(min_tp, max_tp, min_batch, max_batch):
     _check_range("min_batch", min_batch, "max_batch", max_batch)
 
 
-def _v_linear_cases(*, min_tp, max_tp, min_batch, max_batch, min_features, max_features, divisible, bias):
+def _check_magnitude(max_magnitude) -> None:
+    if max_magnitude is not None:
+        _check_int("max_magnitude", max_magnitude, at_least=0)
+
+
+def _v_linear_cases(*, min_tp, max_tp, min_batch, max_batch, min_features, max_features, divisible, bias,
+                    max_magnitude):
     _v_tp(min_tp, max_tp, min_batch, max_batch)
     _check_range("min_features", min_features, "max_features", max_features)
     _check_flag("divisible", divisible)
     _check_flag("bias", bias)
+    _check_magnitude(max_magnitude)
 
 
 def _width(draw, tp: int, low: int, high: int, divisible: bool | None) -> int:
@@ -476,17 +483,22 @@ def linear_cases(
     max_features: int = 8,
     divisible: bool | None = None,
     bias: bool | None = None,
+    max_magnitude: int | None = None,
 ) -> LinearCase:
     """A :class:`LinearCase` with both widths >= tp (every shard non-empty; a width is
     raised to tp when ``max_features < tp``). ``divisible=True`` makes tp divide both
     widths; None/False (default None): any widths, so shards may be uneven.
-    ``bias``: include a bias ``b`` (out_features,) (True), never (False), either (None)."""
+    ``bias``: include a bias ``b`` (out_features,) (True), never (False), either (None).
+    ``max_magnitude``: a further cap on the entries (e.g. from
+    ``exactness.max_exact_int(..., dtype="bfloat16")`` for a narrower format); default None:
+    the float64 exactness bound, capped at 64."""
     tp = draw(st.integers(min_tp, max_tp))
     low, high = max(min_features, tp), max(max_features, tp)  # every shard gets >= 1 row/column
     k = _width(draw, tp, low, high, divisible)
     n = _width(draw, tp, low, high, divisible)
     wide = max(max_features, max_tp)  # the largest width any draw can have
     bound = _exact_bound(wide + 1, factors=2)
+    bound = bound if max_magnitude is None else min(bound, max_magnitude)
     use_bias = draw(st.booleans()) if bias is None else bias
     batch = draw(st.integers(min_batch, max_batch))
     return LinearCase(x=_ints(draw, (batch, k), bound, max_shape=(max_batch, wide)),
@@ -520,12 +532,15 @@ class MLPCase:
         return f"MLPCase({', '.join(parts)})"
 
 
-def _v_mlp_cases(*, min_tp, max_tp, min_batch, max_batch, min_hidden, max_hidden, min_ffn, max_ffn, swiglu, bias):
+def _v_mlp_cases(*, min_tp, max_tp, min_batch, max_batch, min_hidden, max_hidden, min_ffn, max_ffn, swiglu, bias,
+                 divisible, max_magnitude):
     _v_tp(min_tp, max_tp, min_batch, max_batch)
     _check_range("min_hidden", min_hidden, "max_hidden", max_hidden)
     _check_range("min_ffn", min_ffn, "max_ffn", max_ffn)
     _check_flag("swiglu", swiglu)
     _check_flag("bias", bias)
+    _check_flag("divisible", divisible)
+    _check_magnitude(max_magnitude)
 
 
 @_defines(_v_mlp_cases)
@@ -542,21 +557,26 @@ def mlp_cases(
     max_ffn: int = 8,
     swiglu: bool | None = False,
     bias: bool | None = None,
+    divisible: bool | None = None,
+    max_magnitude: int | None = None,
 ) -> MLPCase:
     """An :class:`MLPCase`. ``tp`` need not divide ``ffn`` (uneven shards); ffn >= tp.
 
     - ``swiglu``: True: a gate matrix is included; False (default): plain MLP; None: either.
     - ``bias``: include a down-projection bias (True), never (False), either (None, default).
+    - ``divisible``: True makes tp divide ``ffn`` (the sharded width); None/False: any ffn >= tp.
+    - ``max_magnitude``: a further cap on the entries (default None: the float64 exactness bound).
     """
     tp = draw(st.integers(min_tp, max_tp))
     h = draw(st.integers(min_hidden, max_hidden))
-    f = draw(st.integers(max(min_ffn, tp), max(max_ffn, tp)))  # ffn >= tp: every shard non-empty
+    f = _width(draw, tp, max(min_ffn, tp), max(max_ffn, tp), divisible)  # ffn >= tp: every shard non-empty
     use_gate = draw(st.booleans()) if swiglu is None else swiglu
     use_bias = draw(st.booleans()) if bias is None else bias
     # relu(x W_up) * (x W_gate) @ W_down: products of up to 5 entries along h*h*f terms
     # (bound taken at the largest sizes, so it does not move while shrinking)
     H, F = max_hidden, max(max_ffn, max_tp)
     bound = _exact_bound(H * H * F + 1, factors=5) if use_gate else _exact_bound(H * F + 1, factors=3)
+    bound = bound if max_magnitude is None else min(bound, max_magnitude)
     batch = draw(st.integers(min_batch, max_batch))
     return MLPCase(
         x=_ints(draw, (batch, h), bound, max_shape=(max_batch, H)),

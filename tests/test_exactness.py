@@ -29,6 +29,16 @@ def test_precision_and_unit_roundoff():
         precision_bits("int64")
 
 
+def test_bfloat16_is_named_by_string():
+    # 7 stored bits + the implicit one: u = 2**-8; integers up to 2**8 = 256 are exact
+    assert precision_bits("bfloat16") == 8
+    assert unit_roundoff("bfloat16") == Fraction(1, 256)
+    assert max_exact_int(4, factors=2, dtype="bfloat16") == 8  # 4 * 8**2 = 256 <= 2**8
+    assert max_exact_int(5, factors=2, dtype="bfloat16") == 7
+    with pytest.raises(ConfigError, match="'bfloat16'"):
+        precision_bits("bf16")
+
+
 def test_gamma_is_exact_and_guarded():
     u = Fraction(1, 2**53)
     assert gamma(0) == 0

@@ -85,7 +85,7 @@ def test_distcheck_profile_option_loads_that_profile(pytester, no_ci, name, expe
 def test_help_shows_the_option_group(pytester, no_ci):
     result = pytester.runpytest_subprocess("--help")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["distcheck (Hypothesis settings profiles):",
+    result.stdout.fnmatch_lines(["distcheck (settings profiles, certifying layers on rank pools):",
                                  "*--distcheck-profile={dev,ci,thorough}*"])
 
 

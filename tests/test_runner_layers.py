@@ -52,6 +52,39 @@ def test_classify_full_size_convention():
     assert collectives._classify(t.ops.aten.add.Tensor, (inp, inp)) is None
 
 
+def _counted_collectives(ctx):
+    """torch.distributed's c10d calls and a functional collective, each recorded once; barrier and
+    calls outside the counter not at all; a rooted reduce recorded by name."""
+    import torch as t
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+
+    x = t.ones(3, dtype=t.float64)
+    with collectives.ByteCounter() as counter:
+        dist.all_reduce(x)
+        y = fc.all_reduce(x, "sum", dist.group.WORLD)
+        float(y.sum())
+        out = [t.empty(3, dtype=t.float64) for _ in range(ctx.world_size)]
+        dist.all_gather(out, x)
+        dist.barrier()
+        if ctx.backend != "threaded":  # the threaded group has no reduce
+            dist.reduce(x, 0)
+    dist.all_reduce(x)
+    return counter.records
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("backend", ["gloo", "threaded"])
+def test_byte_counter_records_c10d_calls_once_on_every_backend(backend, gloo2, threaded4):
+    # the threaded group bypasses the dispatcher: its own methods are counted, without
+    # counting the functional all-reduce twice or the barrier at all
+    pool = gloo2 if backend == "gloo" else threaded4
+    n = pool.world_size
+    expected = [("all_reduce", 24), ("all_reduce", 24), ("all_gather", 24 * n)]
+    expected += [("reduce", 24)] if backend == "gloo" else []
+    assert pool.run(_counted_collectives) == [expected] * n
+
+
 def test_chunk_bounds_follow_array_split():
     assert collectives.chunk_bounds(7, 3) == [(0, 3), (3, 5), (5, 7)]
 

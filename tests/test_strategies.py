@@ -30,6 +30,9 @@ BAD = [
     (ds.linear_cases, dict(min_tp=2, max_tp=1), "Cannot have max_tp=1 < min_tp=2"),
     (ds.mlp_cases, dict(min_ffn=9, max_ffn=8), "Cannot have max_ffn=8 < min_ffn=9"),
     (ds.mlp_cases, dict(swiglu=1), "swiglu=1 must be True, False or None"),
+    (ds.mlp_cases, dict(divisible="yes"), "divisible='yes' must be True, False or None"),
+    (ds.linear_cases, dict(max_magnitude=-1), "max_magnitude=-1 must be at least 0"),
+    (ds.mlp_cases, dict(max_magnitude=1.5), "max_magnitude=1.5 must be an integer"),
     (ds.norm_cases, dict(min_batch=0), "min_batch=0 must be at least 1"),
     (ds.attention_cases, dict(min_tp=5, max_tp=5, max_kv_heads=4), "no tp in [min_tp=5, max_tp=5]"),
     (ds.parallel_configs, dict(min_tp=2, max_tp=1), "Cannot have max_tp=1 < min_tp=2"),
@@ -146,6 +149,16 @@ def test_dp_case_magnitudes_keep_sums_exact(case):
 @given(ds.linear_cases(max_tp=5, divisible=True))
 def test_linear_cases_divisible(case):
     assert case.W.shape[0] % case.tp == 0 and case.W.shape[1] % case.tp == 0
+
+
+@settings(max_examples=30, database=None, deadline=None)
+@given(ds.linear_cases(max_tp=4, bias=True, max_magnitude=3), ds.mlp_cases(max_tp=4, divisible=True, bias=True,
+                                                                            max_magnitude=1))
+def test_magnitude_caps_and_divisible_mlp(lin, mlp):
+    # the cap narrows the values (e.g. to keep sums exact in bfloat16) and nothing else
+    assert all(np.all(np.abs(a) <= 3) for a in (lin.x, lin.W, lin.b))
+    assert all(np.all(np.abs(a) <= 1) for a in (mlp.x, mlp.W_up, mlp.W_down, mlp.b_down))
+    assert mlp.W_up.shape[1] % mlp.tp == 0
 
 
 @settings(max_examples=30, database=None, deadline=None)

@@ -9,7 +9,9 @@ Two tools live here, both used by the other layer runners:
   full size ``S`` in bytes, in the nccl-tests convention of
   :mod:`distcheck.forms.comm`: the tensor every rank holds for all-reduce, the
   concatenated OUTPUT of all-gather, the full INPUT of reduce-scatter. Dispatch
-  modes are per thread, so the counter works unchanged on the threaded backend.
+  modes are per thread, so the counter works unchanged on the threaded backend,
+  where the c10d calls of ``torch.distributed`` (which bypass the dispatcher
+  there) are recorded from the threaded process group itself.
 * the driver helpers (:func:`iter_pools`, :func:`result_row`) that turn rank
   results into :class:`~distcheck.report.CheckResult` rows.
 
@@ -33,6 +35,7 @@ factors 2(n-1)/n, (n-1)/n, (n-1)/n).
 from __future__ import annotations
 
 import re
+import threading
 from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any, Iterator, Sequence
@@ -235,6 +238,8 @@ def _classify(func, args) -> tuple[str, int] | None:
             return "all_to_all", _sum_nbytes(args[1])
         if name == "broadcast_":
             return "broadcast", _sum_nbytes(args[0])
+        if name in ("reduce_", "gather_", "scatter_"):  # rooted collectives: recorded by name, S = first tensor argument
+            return name.rstrip("_"), _sum_nbytes(args[0])
         return None
     if ns in ("_c10d_functional", "c10d_functional"):
         if name in ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_"):
@@ -250,6 +255,73 @@ def _classify(func, args) -> tuple[str, int] | None:
     return None
 
 
+# The threaded backend's process group (torch's ProcessLocalGroup) is a Python subclass, so
+# ``dist.all_reduce`` & co. call its methods directly, without passing the c10d dispatcher that
+# ByteCounter watches. Its methods are wrapped once per process; a wrapped call is recorded by the
+# innermost ByteCounter active on the calling thread, unless it runs inside an op ByteCounter
+# already recorded (functional collectives reach the same methods).
+_TLS = threading.local()
+_THREADED_HOOKS: dict[str, bool] = {"installed": False}
+_THREADED_LOCK = threading.Lock()
+
+#: ProcessLocalGroup method -> (collective, function of the call's arguments giving S), or None
+#: for methods that are only guarded (barrier, and methods implemented by calling another one)
+_THREADED_METHODS = {
+    "allreduce": ("all_reduce", lambda a: _sum_nbytes(a[0])),
+    "allreduce_coalesced": ("all_reduce", lambda a: _sum_nbytes(a[0])),
+    "allgather": ("all_gather", lambda a: _sum_nbytes(a[0])),
+    "all_gather_single": ("all_gather", lambda a: _nbytes(a[0])),
+    "reduce_scatter": ("reduce_scatter", lambda a: _sum_nbytes(a[1])),
+    "reduce_scatter_single": ("reduce_scatter", lambda a: _nbytes(a[1])),
+    "broadcast": ("broadcast", lambda a: _sum_nbytes(a[0])),
+    "alltoall": ("all_to_all", lambda a: _sum_nbytes(a[1])),
+    "all_to_all_single": ("all_to_all", lambda a: _nbytes(a[1])),
+    "scatter": ("scatter", lambda a: _sum_nbytes(a[0])),
+    "gather": ("gather", lambda a: _sum_nbytes(a[1])),
+    "barrier": None,
+}
+
+
+def _counter_stack() -> list:
+    stack = getattr(_TLS, "stack", None)
+    if stack is None:
+        stack = _TLS.stack = []
+        _TLS.depth = 0
+    return stack
+
+
+def _install_threaded_hooks() -> None:
+    """Wrap ProcessLocalGroup's collectives (once per process) when this thread's world is threaded."""
+    import torch.distributed as dist
+
+    if _THREADED_HOOKS["installed"] or not dist.is_initialized() or dist.get_backend() != "threaded":
+        return
+    from torch.testing._internal.distributed.multi_threaded_pg import ProcessLocalGroup
+
+    def wrap(method: str, spec):
+        original = getattr(ProcessLocalGroup, method)
+
+        def counted(self, *args, **kwargs):
+            stack = _counter_stack()
+            if spec is not None and stack and _TLS.depth == 0:
+                stack[-1].records.append((spec[0], spec[1](args)))
+            _TLS.depth += 1
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                _TLS.depth -= 1
+
+        counted.__wrapped__ = original  # type: ignore[attr-defined]
+        return counted
+
+    with _THREADED_LOCK:
+        if not _THREADED_HOOKS["installed"]:
+            for method, spec in _THREADED_METHODS.items():
+                if hasattr(ProcessLocalGroup, method):
+                    setattr(ProcessLocalGroup, method, wrap(method, spec))
+            _THREADED_HOOKS["installed"] = True
+
+
 def ByteCounter():  # noqa: N802 - a factory: torch is imported lazily
     """A ``TorchDispatchMode`` that records the collectives run under it.
 
@@ -262,7 +334,11 @@ def ByteCounter():  # noqa: N802 - a factory: torch is imported lazily
 
     Records follow the full-size convention of :mod:`distcheck.forms.comm`.
     Ops of a DTensor are seen after DTensor lowers them to functional
-    collectives. Point-to-point ops are not collectives and are not recorded.
+    collectives. Point-to-point ops are not collectives and are not recorded;
+    rooted collectives (``reduce``, ``gather``, ``scatter``) are recorded by
+    name with S = their first tensor argument, so a count check names them.
+    On the threaded backend, ``torch.distributed``'s c10d calls are recorded
+    as well (see ``_install_threaded_hooks``), each once.
     """
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -282,9 +358,32 @@ def ByteCounter():  # noqa: N802 - a factory: torch is imported lazily
             if any(t is DTensor or (isinstance(t, type) and issubclass(t, DTensor)) for t in types):
                 return NotImplemented
             hit = _classify(func, args)
-            if hit is not None:
-                self.records.append(hit)
-            return func(*args, **kwargs)
+            if hit is None:
+                return func(*args, **kwargs)
+            self.records.append(hit)
+            _counter_stack()
+            _TLS.depth += 1  # the threaded group's methods reached from here are this one op
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _TLS.depth -= 1
+
+        def __enter__(self):
+            _counter_stack().append(self)
+            try:
+                _install_threaded_hooks()
+                return super().__enter__()
+            except BaseException:
+                _counter_stack().remove(self)
+                raise
+
+        def __exit__(self, *exc):
+            try:
+                return super().__exit__(*exc)
+            finally:
+                stack = _counter_stack()
+                if stack and stack[-1] is self:
+                    stack.pop()
 
         def total(self, collective: str) -> int:
             return sum(s for c, s in self.records if c == collective)

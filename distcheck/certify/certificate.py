@@ -1,0 +1,255 @@
+"""Verdicts and the certificate: what ``distcheck certify`` keeps, in JSON and in Markdown.
+
+A :class:`Certification` is one target under one contract: every property's verdict at every
+world size and dtype. A :class:`Certificate` gathers the certifications of one run with what
+makes it reproducible: the seed and profile, the versions of Python, torch, distcheck and
+Hypothesis, and the command line. Running that command again gives the same verdicts and
+counterexamples; only ``created`` and the ``seconds`` fields change (:func:`stable_view`).
+
+Files are written atomically (:func:`write_atomic`): a temporary file in the same folder, then
+``os.replace``; the temporary file is removed on every exit path.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distcheck.certify.errors import CertificationFailed
+from distcheck.report import FAIL, PASS, SKIP, CheckResult
+
+__all__ = ["PropertyVerdict", "Certification", "Certificate", "versions", "write_atomic", "stable_view",
+           "FORMAT"]
+
+#: the certificate's format tag
+FORMAT = "distcheck-certificate/1"
+#: fields that change between identical runs
+VOLATILE = ("created", "seconds")
+
+
+@dataclass
+class PropertyVerdict:
+    """One property of one contract at one world size and dtype.
+
+    Attributes:
+        property: the property's name; ``statement``: what must hold; ``regime``: bitwise, bounded or exact.
+        dtype, world_size, backend: where it ran.
+        verdict: ``"pass"``, ``"FAIL"`` or ``"skip"``.
+        examples: Hypothesis examples run (on failure: up to the failure plus the shrinking replays).
+        max_error, bound: the largest error seen and the largest bound it was held to (bitwise: 0).
+        counterexample: the shrunk case (its repr); failure: the full reason (ranks, expected, got,
+            max error, bound); ranks: the ranks at fault; reproduce: the command that replays it.
+        seconds: wall time of the property's runs.
+    """
+
+    property: str
+    statement: str
+    regime: str
+    dtype: str
+    world_size: int
+    backend: str
+    verdict: str
+    examples: int = 0
+    max_error: float | None = None
+    bound: float | None = None
+    counterexample: str | None = None
+    failure: str | None = None
+    ranks: list[int] = field(default_factory=list)
+    reproduce: str | None = None
+    examples_until_failure: int | None = None
+    seconds: float = 0.0
+
+    def describe(self, contract: str) -> str:
+        """The full one-paragraph account of a failure (or the statement of a pass or the skip reason)."""
+        where = f"{contract}.{self.property}[{self.dtype}] at world size {self.world_size} ({self.backend})"
+        if self.verdict == PASS:
+            return f"{where}: {self.statement} ({self.examples} examples, {self.regime})"
+        if self.verdict == SKIP:
+            return f"{where}: skip: {self.failure}"
+        return (f"{where} FAILED: {self.failure}. Shrunk case: {self.counterexample}. "
+                f"Reproduce: {self.reproduce}")
+
+
+@dataclass
+class Certification:
+    """One target certified under one contract (what :func:`distcheck.certify.certify` returns)."""
+
+    target: str
+    contract: str
+    backend: str
+    world_sizes: list[int]
+    dtypes: list[str]
+    options: dict
+    seed: int
+    profile: str
+    max_examples: int | None
+    launcher: str = "local"
+    batch: int = 1
+    distribution: str | None = None
+    version: str | None = None
+    verdicts: list[PropertyVerdict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when no property failed (skips do not fail)."""
+        return not self.failures
+
+    @property
+    def failures(self) -> list[PropertyVerdict]:
+        return [v for v in self.verdicts if v.verdict == FAIL]
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def report(self) -> str:
+        """Every verdict, one paragraph each; failures in full."""
+        head = f"{self.target} under {self.contract}: {'certified' if self.ok else 'FAILED'}"
+        return "\n".join([head] + [f"  {v.describe(self.contract)}" for v in self.verdicts])
+
+    def assert_certified(self) -> Certification:
+        """Return self when every property holds; else raise CertificationFailed with each failure in full."""
+        __tracebackhide__ = True  # pytest shows the caller's line, not this one
+        if not self.ok:
+            text = "\n".join(v.describe(self.contract) for v in self.failures)
+            raise CertificationFailed(f"{self.target} is not certified under {self.contract}:\n{text}")
+        return self
+
+    def rows(self) -> list[CheckResult]:
+        """One :class:`~distcheck.report.CheckResult` per verdict (check ``contract.property[dtype]``)."""
+        return [CheckResult(check=f"{self.contract}.{v.property}[{v.dtype}]", backend=self.backend,
+                            verdict=v.verdict, world_size=v.world_size, examples=v.examples,
+                            max_error=v.max_error, bound=v.bound,
+                            detail=(f"{v.statement} ({v.regime})" if v.verdict == PASS
+                                    else f"{self.target}: {v.describe(self.contract)}"),
+                            extra={"target": self.target, "seed": self.seed, "reproduce": v.reproduce})
+                for v in self.verdicts]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of Python, distcheck, Hypothesis, numpy and torch (None when not installed)."""
+    import importlib.metadata
+
+    import hypothesis
+    import numpy
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    try:
+        out["distcheck"] = importlib.metadata.version("distcheck")
+    except importlib.metadata.PackageNotFoundError:
+        from distcheck import __version__
+
+        out["distcheck"] = __version__
+    out["hypothesis"] = hypothesis.__version__
+    out["numpy"] = numpy.__version__
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+    except ImportError:
+        out["torch"] = None
+    return out
+
+
+@dataclass
+class Certificate:
+    """The record of one ``distcheck certify`` run (one or more targets)."""
+
+    certifications: list[Certification]
+    command: str
+    created: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).isoformat(
+        timespec="seconds"))
+    environment: dict = field(default_factory=versions)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.certifications)
+
+    def to_json(self) -> str:
+        data = {"format": FORMAT, "verdict": "certified" if self.ok else "failed", "command": self.command,
+                "created": self.created, "environment": self.environment,
+                "certifications": [c.to_dict() for c in self.certifications]}
+        return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+    def to_markdown(self) -> str:
+        env = self.environment
+        lines = [f"# distcheck certificate: {'certified' if self.ok else 'FAILED'}", "",
+                 f"Reproduce with `{self.command}`.", "",
+                 f"Created {self.created} with Python {env.get('python')}, distcheck {env.get('distcheck')}, "
+                 f"torch {env.get('torch')}, Hypothesis {env.get('hypothesis')}, numpy {env.get('numpy')}.", ""]
+        for c in self.certifications:
+            version = f" (distribution {c.distribution} {c.version})" if c.distribution else ""
+            lines += [f"## `{c.target}`{version} under `{c.contract}`: {'certified' if c.ok else 'FAILED'}", "",
+                      f"Backend {c.backend} ({c.launcher}), world sizes {', '.join(map(str, c.world_sizes))}, dtypes "
+                      f"{', '.join(c.dtypes)}, seed {c.seed}, profile {c.profile}"
+                      + (f", {c.max_examples} examples per property" if c.max_examples else "")
+                      + (f", options {json.dumps(c.options, sort_keys=True)}" if c.options else "") + ".", "",
+                      "| property | dtype | world size | regime | examples | verdict | max error | bound |",
+                      "|---|---|---|---|---|---|---|---|"]
+            for v in c.verdicts:
+                lines.append(f"| {v.property} | {v.dtype} | {v.world_size} | {v.regime} | {v.examples} | "
+                             f"{v.verdict} | {_num(v.max_error)} | {_num(v.bound)} |")
+            for v in c.verdicts:
+                if v.verdict != PASS:
+                    lines += ["", f"- {_md_escape(v.describe(c.contract))}"]
+            lines.append("")
+        return "\n".join(lines)
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write JSON (``.json``) or Markdown (``.md``) atomically; return the path.
+
+        Raises ConfigError for another suffix or a missing folder.
+        """
+        from distcheck.errors import ConfigError
+
+        path = Path(path)
+        if path.suffix.lower() not in (".json", ".md"):
+            raise ConfigError("certificate", str(path), "must end in .json or .md")
+        if not path.parent.is_dir():
+            raise ConfigError("certificate", str(path), f"names a folder that does not exist ({path.parent})")
+        text = self.to_json() if path.suffix.lower() == ".json" else self.to_markdown()
+        write_atomic(path, text)
+        return path
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``;
+    the temporary file never outlives the call."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # the permissions of a plain new file, not mkstemp's 0600
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def stable_view(data: Any) -> Any:
+    """A certificate's JSON data without the fields that change between identical runs (``created``,
+    ``seconds``): two runs of the same command must give equal stable views."""
+    if isinstance(data, dict):
+        return {k: stable_view(v) for k, v in data.items() if k not in VOLATILE}
+    if isinstance(data, list):
+        return [stable_view(v) for v in data]
+    return data

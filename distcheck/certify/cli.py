@@ -1,0 +1,243 @@
+"""``distcheck certify``: the command line of the certification engine.
+
+    distcheck certify mypkg.layers:MyRowParallel --contract row-parallel-linear --world-sizes 2,4
+    distcheck certify                    # every [[tool.distcheck.certify]] target of ./pyproject.toml
+    distcheck certify --list-contracts
+
+Exit codes: 0 certified, 1 a property failed, 2 bad input (one line on stderr: an unknown contract
+or option with close matches, a target that does not import or does not follow the contract's
+protocol, a backend that cannot run here). :func:`add_parser` is called by :mod:`distcheck.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+
+from distcheck.errors import ConfigError
+
+__all__ = ["add_parser", "run", "render_contracts"]
+
+BACKENDS = ("gloo", "threaded", "nccl")
+
+
+def _option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def add_parser(sub, *, world_sizes, seconds) -> argparse.ArgumentParser:
+    """Add the ``certify`` subcommand to ``sub`` (argparse subparsers); ``world_sizes`` and
+    ``seconds`` are the argument types ``distcheck check`` uses for the same flags."""
+    p = sub.add_parser(
+        "certify",
+        help="certify your own parallel layer on real worlds under a contract (exit 0 certified, 1 failed)",
+        description=(
+            "Run a contract's Hypothesis properties on TARGET (module:object) on real torch.distributed worlds: "
+            "every example on every rank, outputs, gradients and collectives checked against the reference and "
+            "the closed forms. Without TARGET, run every [[tool.distcheck.certify]] entry of pyproject.toml."),
+        epilog="Exit codes: 0 certified, 1 a property failed, 2 bad input. Contracts: --list-contracts.")
+    p.add_argument("target", nargs="?", default=None, metavar="MODULE:OBJECT",
+                   help="the object to certify: a module class, a torch parallel style, a plan dict or a factory")
+    p.add_argument("--contract", default=None, metavar="NAME", help="the contract to certify it under")
+    p.add_argument("--world-sizes", type=world_sizes, default=None, metavar="N[,N...]",
+                   help="world sizes (default 2, or the config's)")
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="gloo (CPU processes, default), threaded (in-process ranks) or nccl (one GPU per rank)")
+    p.add_argument("--examples", type=_positive_int, default=None, help="Hypothesis examples per property")
+    p.add_argument("--batch", type=_positive_int, default=1,
+                   help="examples per world step (default 1; larger batches amortize the round trip)")
+    p.add_argument("--seed", type=_seed, default=None, help="Hypothesis seed (default: drawn and recorded)")
+    p.add_argument("--profile", choices=("dev", "ci", "thorough"), default=None,
+                   help="Hypothesis settings profile (default ci)")
+    p.add_argument("--dtypes", default=None, metavar="DTYPE[,DTYPE...]",
+                   help="float64, float32, bfloat16 (default: all three)")
+    p.add_argument("--option", action="append", type=_option, default=[], metavar="NAME=VALUE",
+                   help="a contract option, e.g. gather_output=false (repeatable)")
+    p.add_argument("--certificate", action="append", default=[], metavar="PATH",
+                   help="write the certificate to PATH (.json or .md; repeatable)")
+    p.add_argument("--launcher", choices=("local", "torchrun"), default="local",
+                   help="local: distcheck starts the ranks; torchrun: this process is one rank of a torchrun launch")
+    p.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
+                   help="timeout of each example on the world (default 120)")
+    p.add_argument("--config", default=None, metavar="PYPROJECT", help="pyproject.toml to read (default: nearest)")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="report format")
+    p.add_argument("--list-contracts", action="store_true", help="list the contracts, their properties and options")
+    return p
+
+
+def render_contracts() -> str:
+    """Every contract with its summary, properties (and regimes) and options."""
+    from distcheck.certify.contract import contracts
+
+    lines = []
+    for c in contracts():
+        lines.append(f"{c.name} ({c.parallelism}): {c.summary}")
+        for prop in c.properties:
+            lines.append(f"    property {prop.name} [{prop.regime}]: {prop.statement}")
+        for opt in c.options:
+            lines.append(f"    option {opt.name}={opt.default!r}: {opt.doc}")
+    return "\n".join(lines) + "\n"
+
+
+class _Job:
+    def __init__(self, target, contract, world_sizes, backend, dtypes, examples, options):
+        self.target, self.contract, self.world_sizes, self.backend = target, contract, world_sizes, backend
+        self.dtypes, self.examples, self.options = dtypes, examples, options
+
+
+def _jobs(args) -> tuple[list[_Job], str, int | None, float]:
+    """The certifications to run, the profile, the seed and the timeout."""
+    from distcheck.certify.config import load_config
+
+    cli_options = dict(args.option)
+    if args.target is not None:
+        if args.contract is None:
+            from distcheck.certify.contract import contracts
+
+            raise ConfigError("--contract", None, "is required with a target (contracts: "
+                                                  f"{', '.join(c.name for c in contracts())})")
+        job = _Job(args.target, args.contract, list(args.world_sizes or (2,)), args.backend or "gloo", args.dtypes,
+                   args.examples, cli_options)
+        return [job], args.profile or "ci", args.seed, args.timeout or 120.0
+    if args.contract is not None or cli_options:
+        raise ConfigError("target", None, "is required with --contract or --option (MODULE:OBJECT)")
+    cfg = load_config(args.config)
+    if not cfg.targets:
+        where = cfg.path or "pyproject.toml (none found)"
+        raise ConfigError("target", None, f"is required: give MODULE:OBJECT --contract NAME, or list targets under "
+                                          f"[[tool.distcheck.certify]] in {where}")
+    jobs = [_Job(e.target, e.contract, list(args.world_sizes or e.world_sizes), args.backend or e.backend,
+                 args.dtypes or e.dtypes, args.examples or e.examples, e.options) for e in cfg.targets]
+    seed = args.seed if args.seed is not None else cfg.seed
+    return jobs, args.profile or cfg.profile, seed, args.timeout or cfg.timeout
+
+
+def _check_worlds(jobs: list[_Job]) -> None:
+    """Refuse, before anything starts, worlds this host cannot run (bad input: exit 2)."""
+    from distcheck.errors import BackendUnavailable
+    from distcheck.runners.pool import MAX_LOCAL_RANKS, check_backend_available
+
+    for job in jobs:
+        for ws in job.world_sizes:
+            limit = MAX_LOCAL_RANKS.get(job.backend)
+            if limit is not None and ws > limit:
+                raise ConfigError("--world-sizes", ws, f"must be <= {limit} for --backend {job.backend} on one host")
+            try:
+                check_backend_available(job.backend, ws)
+            except BackendUnavailable as exc:
+                raise ConfigError("--backend", job.backend, f"cannot run here: {exc}") from None
+
+
+def run(args) -> int:
+    """Run ``distcheck certify`` from parsed arguments; return the exit code (see the module doc)."""
+    if args.list_contracts:
+        sys.stdout.write(render_contracts())
+        return 0
+    if os.getcwd() not in sys.path:  # module:object names are resolved from the current folder, as python -m does
+        sys.path.insert(0, os.getcwd())
+    for path in args.certificate:
+        if not path.lower().endswith((".json", ".md")):
+            raise ConfigError("--certificate", path, "must end in .json or .md")
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ConfigError("--certificate", path, f"names a folder that does not exist ({folder})")
+    jobs, profile, seed, timeout = _jobs(args)
+    if args.launcher == "torchrun":
+        return _run_torchrun(args, jobs, profile, seed, timeout)
+    _check_worlds(jobs)
+    return _finish(args, _certify_all(jobs, profile, seed, timeout, batch=args.batch), time.perf_counter())
+
+
+def _certify_all(jobs, profile, seed, timeout, world=None, launcher="local", batch: int = 1) -> list:
+    import random
+
+    from distcheck.certify.engine import certify
+
+    seed = random.getrandbits(32) if seed is None else seed  # one seed for the whole run, recorded
+    return [certify(job.target, job.contract, world=world, world_sizes=job.world_sizes, backend=job.backend,
+                    examples=job.examples, seed=seed, profile=profile, dtypes=job.dtypes, options=job.options,
+                    timeout_s=timeout, launcher=launcher, batch=batch)
+            for job in jobs]
+
+
+def _command(args, certs) -> str:
+    """The command that reproduces the whole run: this one, with the seed made explicit."""
+    argv = list(getattr(args, "argv", None) or ["certify"])
+    seed = certs[0].seed if certs else None
+    if "--seed" not in argv and seed is not None:
+        argv += ["--seed", str(seed)]
+    head = ["distcheck"]
+    if args.launcher == "torchrun":
+        n = certs[0].world_sizes[0] if certs and certs[0].world_sizes else "N"
+        head = ["torchrun", "--standalone", f"--nproc-per-node={n}", "-m", "distcheck"]
+    return " ".join(shlex.quote(str(a)) for a in [*head, *argv])
+
+
+def _finish(args, certs, started: float) -> int:
+    from distcheck.certify.certificate import Certificate
+    from distcheck.report import exit_code, print_report
+
+    rows = [row for c in certs for row in c.rows()]
+    title = "distcheck certify" + "".join(f" {c.target} ({c.contract})" for c in certs[:1] if len(certs) == 1)
+    print_report(rows, title=title, seconds=sum(c.seconds for c in certs), fmt=args.format)
+    certificate = Certificate(certs, command=_command(args, certs))
+    for path in args.certificate:
+        certificate.write(path)
+    return exit_code(rows)
+
+
+def _run_torchrun(args, jobs, profile, seed, timeout) -> int:
+    from distcheck.certify.launch import LeaderWorld, follow, side_group
+    from distcheck.runners.torchrun import FINAL_EXCHANGE_TIMEOUT_S, TorchrunWorld
+
+    backends = {job.backend for job in jobs}
+    if backends - {"gloo", "nccl"} or len(backends) > 1:
+        raise ConfigError("--backend", sorted(backends)[0], "must be one of 'gloo', 'nccl' under torchrun "
+                                                            "(one backend per launch)")
+    world = TorchrunWorld(backend=backends.pop(), timeout_s=timeout)
+    world.start()
+    try:
+        side = side_group(FINAL_EXCHANGE_TIMEOUT_S)
+        if world.rank != 0:
+            return follow(world, side)
+        leader = LeaderWorld(world, side)
+        code = 1
+        try:
+            certs = _certify_all(jobs, profile, seed, timeout, world=leader, launcher="torchrun", batch=args.batch)
+            code = _finish(args, certs, time.perf_counter())
+        except BaseException as exc:
+            from distcheck.errors import UnknownQuantityError
+
+            code = 2 if isinstance(exc, (ConfigError, UnknownQuantityError)) else 1
+            raise
+        finally:
+            leader.stop(code)  # every rank exits with rank 0's code
+        return code
+    finally:
+        world.close()

@@ -1,0 +1,306 @@
+"""The contract protocol, and the registry that finds contracts by walking ``distcheck.certify.contracts``.
+
+A *contract* says what an implementation of one piece of distributed training
+must do, in five parts (see docs/CERTIFY.md):
+
+1. **cases** (:meth:`Contract.cases`): a Hypothesis strategy of examples sized
+   to the live world (tp = world size, widths divisible by it where the layer
+   needs that, magnitudes that keep sums exact in the dtype);
+2. **the rank function** (:meth:`Contract.run_rank`): what every rank does with
+   the user's object on one example; it returns plain Python/numpy results
+   (outputs, gradients, the collectives it saw);
+3. **the check** (:meth:`Contract.check`): the parent compares every rank's
+   results with the reference and with each other, one :class:`Outcome` per
+   property;
+4. **the properties** (:attr:`Contract.properties`): each with its statement
+   and exactness regime (``bitwise`` when the inputs make the result exact,
+   else ``bounded`` by a derived bound);
+5. **the protocol** (:meth:`Contract.resolve`): which objects the contract
+   accepts (a module class, a torch parallel style, a factory ...) and how a
+   rank builds one; a mismatch is a :class:`~distcheck.certify.errors.ProtocolError`.
+
+Contracts are plain classes; a module of :mod:`distcheck.certify.contracts`
+that defines a subclass with a ``name`` registers it (no list to edit).
+:func:`register_contract` adds one defined elsewhere (a user's, a benchmark's).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from distcheck.errors import ConfigError, UnknownQuantityError
+
+__all__ = [
+    "DTYPES",
+    "PropertySpec",
+    "Option",
+    "Outcome",
+    "Contract",
+    "contracts",
+    "get_contract",
+    "register_contract",
+    "parse_option_value",
+    "check_dtypes",
+]
+
+#: floating-point formats a contract may be certified in (bfloat16 has no numpy dtype: named by string)
+DTYPES = ("float64", "float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class PropertySpec:
+    """One property of a contract.
+
+    Attributes:
+        name: short name, unique within the contract (``"forward"``, ``"collectives.backward"``).
+        statement: what must hold, one sentence.
+        regime: ``"bitwise"`` (exact inputs make the result exact: equality bit for bit),
+            ``"bounded"`` (a derived error bound, stated in the contract's docstring) or
+            ``"exact"`` (integer counts, no floating point).
+    """
+
+    name: str
+    statement: str
+    regime: str
+
+
+@dataclass(frozen=True)
+class Option:
+    """A contract option (``--option NAME=VALUE`` on the command line, ``options = {...}`` in TOML).
+
+    Attributes: ``name``; ``default``; ``kind`` (``bool``, ``int``, ``str`` or ``dict``); ``doc``;
+    ``choices`` (allowed values, or None for any value of the kind).
+    """
+
+    name: str
+    default: Any
+    kind: type
+    doc: str
+    choices: tuple | None = None
+
+
+@dataclass
+class Outcome:
+    """The verdict of one property on one example.
+
+    Attributes:
+        ok: the property held on every rank.
+        max_error: the largest error seen (None where not numeric).
+        bound: the bound it was held to (0 for bitwise).
+        message: on failure, the full reason: which ranks, expected, got, max error and bound.
+        ranks: the ranks at fault (empty when it held).
+    """
+
+    ok: bool
+    max_error: float | None = None
+    bound: float | None = None
+    message: str = ""
+    ranks: tuple[int, ...] = ()
+
+
+class Contract:
+    """Base class of every contract. Subclasses set the class attributes and override the methods.
+
+    Class attributes:
+        name: the contract's name on the command line (``"column-parallel-linear"``).
+        parallelism: the parallelism it belongs to (``"tp"``), the package it will live in.
+        summary: one line.
+        properties: its :class:`PropertySpec` tuple, in the order they are checked.
+        options: its :class:`Option` tuple.
+        dtypes: the formats it is certified in by default.
+        needs_world: False for a contract whose rank function needs no process group
+            (a memory estimator, a rank-layout function): the engine then runs it in the
+            calling process, once per example.
+    """
+
+    name: ClassVar[str] = ""
+    parallelism: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    properties: ClassVar[tuple[PropertySpec, ...]] = ()
+    options: ClassVar[tuple[Option, ...]] = ()
+    dtypes: ClassVar[tuple[str, ...]] = DTYPES
+    needs_world: ClassVar[bool] = True
+
+    # ------------------------------------------------------------------ parent side
+
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> Any:
+        """Check ``obj`` against the protocol; return ``(target, options)``: what every rank needs to
+        build it (picklable; usually a :class:`~distcheck.certify.targets.Target`, whose ``ref`` names it
+        in reports) and the effective options (a torch parallel style, for instance, says itself whether
+        it gathers its output). ``ref`` is ``module:object`` when known, else None.
+
+        Raises :class:`~distcheck.certify.errors.ProtocolError` when ``obj`` does not fit.
+        """
+        raise NotImplementedError
+
+    def cases(self, world_size: int, dtype: str, options: dict):
+        """A Hypothesis strategy of examples for a world of ``world_size`` ranks in ``dtype``.
+
+        Returns None when no example can be exact (or bounded) in ``dtype`` at this world
+        size; the engine then records ``skip`` with :meth:`skip_reason`.
+        """
+        raise NotImplementedError
+
+    def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
+        """Why :meth:`cases` returned None."""
+        return f"no example of {self.name} fits {dtype} at world size {world_size}"
+
+    def check(self, case: Any, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
+        """Compare every rank's results with the reference: one :class:`Outcome` per property name."""
+        raise NotImplementedError
+
+    def statement(self, prop: str, dtype: str, options: dict) -> str:
+        """The property's statement for ``dtype`` (may name the bound's derivation)."""
+        return self.spec(prop).statement
+
+    # ------------------------------------------------------------------ rank side
+
+    def run_rank(self, ctx, target: Any, case: Any, dtype: str, options: dict) -> Any:
+        """Run the target on this rank for one example; return picklable results."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ helpers
+
+    def spec(self, prop: str) -> PropertySpec:
+        for p in self.properties:
+            if p.name == prop:
+                return p
+        raise UnknownQuantityError(prop, [p.name for p in self.properties], kind=f"property of {self.name}")
+
+    def property_names(self) -> list[str]:
+        return [p.name for p in self.properties]
+
+    def parse_options(self, given: dict | None) -> dict:
+        """``given`` completed with the defaults; values converted to each option's kind.
+
+        Raises ConfigError naming the option for an unknown name (with close matches) or a bad value.
+        """
+        known = {o.name: o for o in self.options}
+        out = {o.name: o.default for o in self.options}
+        for key, value in (given or {}).items():
+            if key not in known:
+                raise UnknownQuantityError(key, sorted(known), kind=f"option of contract {self.name}")
+            out[key] = parse_option_value(known[key], value)
+        return out
+
+    def __repr__(self) -> str:
+        return f"<contract {self.name}>"
+
+    def __reduce__(self):  # contracts are stateless: a rank rebuilds one from its class
+        return (_contract_by_class, (type(self).__module__, type(self).__qualname__))
+
+
+def _contract_by_class(module: str, qualname: str) -> Contract:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj()
+
+
+def parse_option_value(option: Option, value: Any) -> Any:
+    """Convert ``value`` (from TOML, or a string from ``--option NAME=VALUE``) to ``option.kind``.
+
+    Strings become bools (``true``/``false``/``1``/``0``), ints, or JSON objects for dict options.
+    Raises ConfigError naming the option.
+    """
+    field_name = f"option {option.name}"
+    if isinstance(value, str) and option.kind is not str:
+        text = value.strip()
+        if option.kind is bool:
+            lowered = text.lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise ConfigError(field_name, value, "must be true or false")
+            value = lowered in ("true", "1", "yes")
+        elif option.kind is int:
+            try:
+                value = int(text)
+            except ValueError:
+                raise ConfigError(field_name, value, "must be an integer") from None
+        elif option.kind is dict:
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(field_name, value, f"must be a JSON object ({exc.msg})") from None
+    if option.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(field_name, value, "must be an integer")
+    if option.kind is not int and not isinstance(value, option.kind):
+        raise ConfigError(field_name, value, f"must be a {option.kind.__name__}")
+    if option.choices is not None and value not in option.choices:
+        raise ConfigError(field_name, value, f"must be one of {', '.join(map(repr, option.choices))}")
+    return value
+
+
+# ---------------------------------------------------------------------------- registry
+
+_REGISTRY: dict[str, Contract] = {}
+_DISCOVERED = {"done": False}
+
+
+def register_contract(contract: Contract) -> Contract:
+    """Register a contract instance by its name (idempotent for the same class).
+
+    Raises ConfigError when the name is empty or another class already took it.
+    """
+    if not isinstance(contract, Contract) or not contract.name:
+        raise ConfigError("contract", contract, "must be a Contract instance with a name")
+    have = _REGISTRY.get(contract.name)
+    if have is not None and type(have) is not type(contract):
+        raise ConfigError("contract", contract.name, f"is already registered by {type(have).__qualname__}")
+    _REGISTRY[contract.name] = contract
+    return contract
+
+
+def _discover() -> None:
+    """Import every module under distcheck.certify.contracts; register the Contract subclasses they define."""
+    if _DISCOVERED["done"]:
+        return
+    package = importlib.import_module("distcheck.certify.contracts")
+    for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if (isinstance(value, type) and issubclass(value, Contract) and value.__module__ == module.__name__
+                    and value.name):
+                register_contract(value())
+    _DISCOVERED["done"] = True
+
+
+def contracts() -> list[Contract]:
+    """Every known contract, sorted by name (discovered on first call)."""
+    _discover()
+    return [_REGISTRY[n] for n in sorted(_REGISTRY)]
+
+
+def get_contract(name: str | Contract) -> Contract:
+    """The contract called ``name`` (or ``name`` itself when it is a Contract).
+
+    Raises UnknownQuantityError (a KeyError) naming close matches.
+    """
+    if isinstance(name, Contract):
+        return name
+    _discover()
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise UnknownQuantityError(str(name), sorted(_REGISTRY), kind="contract") from None
+
+
+def check_dtypes(dtypes: Sequence[str] | None, contract: Contract) -> tuple[str, ...]:
+    """``dtypes`` validated (each one of :data:`DTYPES`, no repeats); the contract's own when None."""
+    if dtypes is None:
+        return tuple(contract.dtypes)
+    if isinstance(dtypes, str):
+        dtypes = [d.strip() for d in dtypes.split(",") if d.strip()]
+    out = tuple(dtypes)
+    if not out:
+        raise ConfigError("dtypes", list(dtypes), "must name at least one dtype")
+    for d in out:
+        if d not in DTYPES:
+            raise ConfigError("dtypes", d, f"must be one of {', '.join(DTYPES)}")
+    if len(set(out)) != len(out):
+        raise ConfigError("dtypes", list(out), "must not repeat a dtype")
+    return out

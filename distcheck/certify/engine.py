@@ -1,0 +1,398 @@
+"""The certification engine: Hypothesis in the parent, the user's object on every rank of a live world.
+
+For each world and dtype, the contract's case strategy is sized to the world and driven by
+Hypothesis in this process; every example is one ``world.run`` of the contract's rank function
+(the persistent :class:`~distcheck.runners.pool.RankPool`, a torchrun world, or any object with
+``run``/``world_size``/``backend``), and the contract's check compares every rank's results.
+Shrinking replays examples through the same world.
+
+All properties are checked on every example. When one fails, Hypothesis shrinks that property's
+failure alone (an example is interesting when that property fails there); the properties left
+are then run again from the start, so each property gets its own verdict, example count and
+counterexample. A rank that raises fails every property left, with one shrunk counterexample.
+A target that does not follow the contract's protocol stops the certification with a
+:class:`~distcheck.certify.errors.ProtocolError` (bad input), whichever example found it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from distcheck.certify.certificate import Certification, PropertyVerdict
+from distcheck.certify.contract import Contract, Outcome, check_dtypes, get_contract
+from distcheck.certify.errors import ProtocolError
+from distcheck.certify.targets import import_target, package_version, reference_of
+from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
+from distcheck.report import FAIL, PASS, SKIP
+
+__all__ = ["certify", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
+           "rank_entry_batch"]
+
+
+class LocalWorld:
+    """A world of one rank in this process, for contracts that need no process group."""
+
+    world_size = 1
+    backend = "local"
+
+    def __init__(self):
+        self._ctx = SimpleNamespace(rank=0, world_size=1, backend="local", device="cpu", local_rank=0, scratch={})
+
+    def run(self, fn, *args, timeout_s=None):
+        return [fn(self._ctx, *args)]
+
+
+def rank_entry(ctx, contract: Contract, target, case, dtype: str, options: dict):
+    """What every rank runs for one example (a module-level function, so it pickles)."""
+    return contract.run_rank(ctx, target, case, dtype, options)
+
+
+def rank_entry_batch(ctx, contract: Contract, target, cases: list, dtype: str, options: dict) -> list:
+    """What every rank runs for a batch of examples in one world step."""
+    return [contract.run_rank(ctx, target, case, dtype, options) for case in cases]
+
+
+@dataclass
+class _Crash:
+    """A world step that failed: a rank raised, died or timed out."""
+
+    message: str
+    ranks: tuple[int, ...]
+
+
+def _crash(exc: DistributedError) -> _Crash:
+    from distcheck.runners.collectives import exception_line
+
+    if isinstance(exc, RankFailure):
+        failures = getattr(exc, "failures", None) or {exc.rank: exc.traceback_text}
+        lines = [f"rank {r} raised {exception_line(text)}" for r, text in sorted(failures.items())]
+        return _Crash("; ".join(lines), tuple(sorted(failures)))
+    if isinstance(exc, WorldTimeout):
+        first = str(exc).splitlines()[0] if str(exc) else "timed out"
+        return _Crash(f"the world timed out: {first}", tuple(exc.ranks))
+    return _Crash(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", ())
+
+
+def _protocol_error(exc: DistributedError, ref: str) -> ProtocolError | None:
+    """The ProtocolError a rank raised, if that is what failed (chained, or named in the traceback)."""
+    if isinstance(exc.__cause__, ProtocolError):
+        return exc.__cause__
+    from distcheck.runners.collectives import exception_line
+
+    for text in (getattr(exc, "failures", None) or {}).values():
+        line = exception_line(text)
+        if "ProtocolError: " in line:
+            return ProtocolError("target", ref, "does not follow the contract's protocol: "
+                                 + line.split("ProtocolError: ", 1)[1])
+    return None
+
+
+def run_example(world, contract: Contract, target, case, dtype: str, options: dict) -> dict[str, Outcome] | _Crash:
+    """One example on every rank of ``world``: the contract's outcomes, or a :class:`_Crash`.
+
+    Raises ProtocolError when a rank found that the target does not follow the protocol.
+    """
+    outcomes = run_examples(world, contract, target, [case], dtype, options)
+    return outcomes if isinstance(outcomes, _Crash) else outcomes[0]
+
+
+def run_examples(world, contract: Contract, target, cases: list, dtype: str,
+                 options: dict) -> list[dict[str, Outcome]] | _Crash:
+    """Several examples in one world step (each rank runs them in order): one outcome dict per case,
+    or a :class:`_Crash` when a rank failed on any of them."""
+    try:
+        if len(cases) == 1:
+            per_rank = [[r] for r in world.run(rank_entry, contract, target, cases[0], dtype, options)]
+        else:
+            per_rank = world.run(rank_entry_batch, contract, target, cases, dtype, options)
+    except DistributedError as exc:
+        protocol = _protocol_error(exc, getattr(target, "ref", "?"))
+        if protocol is not None:
+            raise protocol from None
+        return _crash(exc)
+    return [contract.check(case, [res[i] for res in per_rank], world.world_size, dtype, options)
+            for i, case in enumerate(cases)]
+
+
+def _settings(profile: str, examples: int | None, batch: int = 1) -> settings:
+    from distcheck.profiles import get_profile
+
+    base = get_profile(profile)
+    if batch > 1:  # Hypothesis counts lists of ``batch`` examples
+        examples = -(-(examples or base.max_examples) // batch)
+    overrides: dict[str, Any] = dict(
+        database=None, report_multiple_bugs=False, deadline=None,
+        phases=tuple(p for p in base.phases if p is not Phase.explain),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+    if examples is not None:
+        overrides["max_examples"] = examples
+    return settings(base, **overrides)
+
+
+@dataclass
+class _Stats:
+    examples: int = 0
+    max_error: float | None = None
+    bound: float | None = None
+
+    def add(self, o: Outcome) -> None:
+        self.examples += 1
+        if o.max_error is not None:
+            self.max_error = max(self.max_error or 0.0, o.max_error)
+        if o.bound is not None:
+            self.bound = max(self.bound or 0.0, o.bound)
+
+
+@dataclass
+class _Run:
+    remaining: list[str]
+    calls: int = 0
+    target: tuple | None = None  # ("crash",) or ("property", name)
+    first_failure: int | None = None
+    last: tuple | None = None  # (case, message, ranks, outcome)
+    abort: BaseException | None = None
+    stats: dict = field(default_factory=dict)
+
+
+def _example_test(run: _Run, world, contract: Contract, target, dtype: str, options: dict, batch: int):
+    """The body Hypothesis calls for each example (or batch of ``batch`` examples) of one run.
+
+    Before the first failure every property of ``run.remaining`` counts the example. The first
+    failure fixes the target of the run: that property (or, for a crash, the crash), and from then
+    on an example is interesting only when the target fails there again. In a batch, the failing
+    case is the counterexample (the others shrink to the strategy's simplest cases alongside).
+    """
+
+    def test(drawn):
+        cases = drawn if batch > 1 else [drawn]
+        run.calls += len(cases)
+        if run.abort is not None:
+            raise run.abort
+        try:
+            outcomes = run_examples(world, contract, target, cases, dtype, options)
+        except Exception as exc:  # noqa: BLE001 - protocol errors and distcheck's own defects stop the run
+            run.abort = exc
+            raise
+        if isinstance(outcomes, _Crash):
+            if run.target is None:
+                run.target, run.first_failure = ("crash",), run.calls
+            shown = cases[0] if len(cases) == 1 else cases
+            run.last = (shown, outcomes.message, outcomes.ranks, None)  # a crash fails every property
+            raise AssertionError(outcomes.message)
+        for case, outcome in zip(cases, outcomes, strict=True):
+            if run.target is None:
+                for p in run.remaining:
+                    run.stats[p].add(outcome[p])
+                failing = [p for p in run.remaining if not outcome[p].ok]
+                if not failing:
+                    continue
+                run.target, run.first_failure = ("property", failing[0]), run.calls
+            if run.target[0] == "property" and not outcome[run.target[1]].ok:
+                failed = outcome[run.target[1]]
+                run.last = (case, failed.message, failed.ranks, failed)  # the failing case of a batch
+                raise AssertionError(failed.message)
+
+    return test
+
+
+def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict, run_settings, seed: int,
+                   replay: str, batch: int = 1) -> list[PropertyVerdict]:
+    ws, backend = world.world_size, world.backend
+    strategy = contract.cases(ws, dtype, options)
+    specs = {p.name: p for p in contract.properties}
+    if strategy is None:
+        reason = contract.skip_reason(ws, dtype, options)
+        return [PropertyVerdict(p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, SKIP,
+                                failure=reason) for p in specs]
+    verdicts: dict[str, PropertyVerdict] = {}
+    remaining = list(specs)
+    while remaining:
+        run = _Run(remaining=list(remaining), stats={p: _Stats() for p in remaining})
+        started = time.perf_counter()
+
+        test = _example_test(run, world, contract, target, dtype, options, batch)
+        test.__name__ = f"certify_{contract.name}_{dtype}".replace("-", "_")
+        drawn = strategy if batch == 1 else st.lists(strategy, min_size=batch, max_size=batch)
+        runner = hypothesis_seed(seed)(run_settings(given(drawn)(test)))
+        try:
+            runner()
+        except BaseException as exc:  # noqa: BLE001 - sorted out below
+            if run.abort is not None:
+                raise run.abort from None
+            if not isinstance(exc, Exception) or run.last is None:
+                raise
+            case, message, ranks, outcome = run.last
+            failed = run.remaining if run.target in (None, ("crash",)) else [run.target[1]]
+            if not isinstance(exc, AssertionError):  # e.g. Hypothesis' Flaky: the failure did not replay
+                message = f"{message} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            for p in failed:
+                verdicts[p] = PropertyVerdict(
+                    p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, FAIL,
+                    examples=run.calls, max_error=None if outcome is None else outcome.max_error,
+                    bound=None if outcome is None else outcome.bound, counterexample=repr(case), failure=message,
+                    ranks=list(ranks), reproduce=replay, examples_until_failure=run.first_failure,
+                    seconds=time.perf_counter() - started)
+            remaining = [p for p in remaining if p not in failed]
+            continue
+        for p in run.remaining:
+            s = run.stats[p]
+            verdicts[p] = PropertyVerdict(p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws,
+                                          backend, PASS, examples=s.examples, max_error=s.max_error, bound=s.bound,
+                                          seconds=time.perf_counter() - started)
+        remaining = []
+    return [verdicts[p] for p in specs]
+
+
+def reproduce_command(ref: str, contract: str, *, world_size: int | None, backend: str, seed: int, profile: str,
+                      examples: int | None, dtype: str | None, options: dict, launcher: str = "local",
+                      importable: bool = True, batch: int = 1) -> str:
+    """The ``distcheck certify`` command line that replays one run (one world size, one dtype).
+
+    A target with no ``module:object`` name (an object built in a test) is replayed by the
+    equivalent :func:`certify` call instead.
+    """
+    import json
+    import shlex
+
+    if not importable:
+        return (f"certify(<the object {ref}>, contract={contract!r}, world_sizes=[{world_size}], backend={backend!r}, "
+                f"seed={seed}, profile={profile!r}, examples={examples!r}, dtypes=[{dtype!r}], options={options!r}, "
+                f"batch={batch})")
+    parts = ["distcheck", "certify", ref, "--contract", contract]
+    if launcher == "torchrun":
+        parts = ["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m", *parts, "--launcher", "torchrun"]
+    elif world_size is not None:
+        parts += ["--world-sizes", str(world_size)]
+    parts += ["--backend", backend, "--seed", str(seed), "--profile", profile]
+    if examples is not None:
+        parts += ["--examples", str(examples)]
+    if batch != 1:
+        parts += ["--batch", str(batch)]
+    if dtype is not None:
+        parts += ["--dtypes", dtype]
+    for key, value in sorted(options.items()):
+        if isinstance(value, dict):
+            text = json.dumps(value)
+        else:
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+        parts += ["--option", f"{key}={text}"]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def certify(target: Any, contract: str | Contract, *, pool=None, world=None, world_sizes: Sequence[int] | None = None,
+            backend: str = "gloo", examples: int | None = None, seed: int | None = None, profile: str = "ci",
+            dtypes: Sequence[str] | str | None = None, options: dict | None = None, timeout_s: float = 60.0,
+            launcher: str = "local", batch: int = 1) -> Certification:
+    """Certify ``target`` under ``contract`` on real worlds; return the :class:`Certification`.
+
+    Args:
+        target: ``"module:object"`` or the object itself (a module class, a torch parallel style,
+            a plan dict, a factory ``make(ctx, case)``; see the contract).
+        contract: a contract name (``"row-parallel-linear"``) or instance.
+        pool / world: a started or unstarted world to use (``RankPool``, ``TorchrunWorld``, any object
+            with ``run``/``world_size``/``backend``); else ``world_sizes`` (default ``(2,)``) pools of
+            ``backend`` are opened here and closed after.
+        examples: Hypothesis examples per property (default: the profile's).
+        seed: Hypothesis seed (default: drawn and recorded; ignored by the derandomized ``ci`` profile).
+        profile: ``"dev"``, ``"ci"`` (default) or ``"thorough"``.
+        dtypes: subset of ``float64``, ``float32``, ``bfloat16`` (default: the contract's).
+        options: contract options (see ``distcheck certify --list-contracts``).
+        timeout_s: seconds one example may take on a world opened here.
+        batch: examples per world step (default 1). Larger batches amortize the round trip to the
+            ranks; Hypothesis then draws lists of ``batch`` cases (``examples / batch`` of them), a
+            failure reports the failing case, and shrinking replays whole batches.
+
+    Returns the Certification: ``.ok``, ``.verdicts``, ``.rows()``, ``.assert_certified()``.
+
+    Raises:
+        UnknownQuantityError: an unknown contract or option name (with close matches).
+        TargetError / ProtocolError (ConfigErrors): a target that does not import or does not fit.
+        BackendUnavailable: a backend that cannot run here (NCCL without enough GPUs).
+    """
+    from distcheck.profiles import get_profile
+
+    contract = get_contract(contract)
+    opts = contract.parse_options(options)
+    obj, given_ref = import_target(target) if isinstance(target, str) else (target, reference_of(target))
+    spec, opts = contract.resolve(obj, given_ref, opts)
+    ref: str = spec.ref
+    dts = check_dtypes(dtypes, contract)
+    get_profile(profile)
+    if examples is not None:
+        check_positive_int("examples", examples)
+    check_positive_int("batch", batch)
+    seed = random.getrandbits(32) if seed is None else seed
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError("seed", seed, "must be an integer >= 0")
+    run_settings = _settings(profile, examples, batch)
+    distribution, version = package_version(ref)
+    worlds = _worlds(contract, pool, world, world_sizes, backend, timeout_s)
+    started = time.perf_counter()
+    given_options = {k: v for k, v in opts.items() if v != next(o.default for o in contract.options if o.name == k)}
+    cert = Certification(target=ref, contract=contract.name, backend=backend, world_sizes=[], dtypes=list(dts),
+                         options=given_options, seed=seed, profile=profile, max_examples=examples, launcher=launcher,
+                         distribution=distribution, version=version, batch=batch)
+    for w in worlds:
+        with w as live:
+            cert.world_sizes.append(live.world_size)
+            cert.backend = live.backend
+            for dt in dts:
+                replay = reproduce_command(ref, contract.name, world_size=live.world_size, backend=live.backend,
+                                           seed=seed, profile=profile, examples=examples, dtype=dt,
+                                           options=given_options, launcher=launcher,
+                                           importable=spec.pickled is None, batch=batch)
+                cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch)
+    cert.seconds = time.perf_counter() - started
+    return cert
+
+
+class _Borrowed:
+    """A world given by the caller: entered and left without closing it."""
+
+    def __init__(self, world):
+        self.world = world
+
+    def __enter__(self):
+        return self.world
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _worlds(contract: Contract, pool, world, world_sizes, backend: str, timeout_s: float) -> list:
+    given_world = pool if pool is not None else world
+    if given_world is not None:
+        return [_Borrowed(given_world)]
+    if not contract.needs_world:
+        return [_Borrowed(LocalWorld())]
+    from distcheck.runners.pool import RankPool, check_backend_available
+
+    sizes = list(world_sizes or (2,))
+    for ws in sizes:
+        check_positive_int("world_size", ws)
+        check_backend_available(backend, ws)  # refuse before anything starts
+    return [_LazyPool(RankPool, ws, backend, timeout_s) for ws in sizes]
+
+
+class _LazyPool:
+    def __init__(self, cls, ws, backend, timeout_s):
+        self.args = (cls, ws, backend, timeout_s)
+        self.pool = None
+
+    def __enter__(self):
+        cls, ws, backend, timeout_s = self.args
+        self.pool = cls(ws, backend=backend, timeout_s=timeout_s)
+        return self.pool.__enter__()
+
+    def __exit__(self, *exc):
+        self.pool.close()
+        return False

@@ -1,0 +1,30 @@
+"""Errors of the certification engine.
+
+* :class:`ProtocolError` (a ConfigError, so bad input: exit code 2): the target
+  does not implement the contract's protocol (no ``weight``, a constructor that
+  does not take the contract's arguments, a forward that returns no tensor).
+  Raised in the parent when it can be decided there, or on a rank while the
+  target is built; either way the certification stops, no property is judged.
+* :class:`TargetError` (a ConfigError): ``module:object`` cannot be imported.
+* :class:`CertificationFailed` (an AssertionError): raised by
+  :meth:`~distcheck.certify.certificate.Certification.assert_certified` with
+  every failing property's full counterexample.
+"""
+
+from __future__ import annotations
+
+from distcheck.errors import ConfigError, DistcheckError
+
+__all__ = ["ProtocolError", "TargetError", "CertificationFailed"]
+
+
+class ProtocolError(ConfigError):
+    """The target does not follow the contract's protocol (field = the target, rule = what is missing)."""
+
+
+class TargetError(ConfigError):
+    """A ``module:object`` target that cannot be imported or resolved."""
+
+
+class CertificationFailed(DistcheckError, AssertionError):
+    """A certification has a failing property; the message holds every failure in full."""

@@ -1,0 +1,132 @@
+"""Targets: the user's object named ``module:object``, found again on every rank.
+
+A target travels to the ranks as a :class:`Target`: its reference (``module:qualname``)
+when that imports back to the same object, else the object pickled by value (a
+``ColwiseParallel(...)`` instance built in a test). A rank resolves it once and keeps
+it (:func:`resolve`). Forked ranks find modules the parent imported in ``sys.modules``;
+spawned ranks (NCCL) import them, so the target's module must be importable there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import pickle
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from distcheck.certify.errors import TargetError
+
+__all__ = ["Target", "import_target", "reference_of", "make_target", "describe", "resolve", "package_version"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What every rank needs to find the user's object and build it under the contract.
+
+    Attributes:
+        ref: ``module:qualname`` (shown in reports and in the command that reproduces a failure).
+        kind: how the contract builds it (``"module"``, ``"style"``, ``"plan"``, ``"factory"``, ...).
+        pickled: the object pickled by value when ``ref`` does not import back to it, else None.
+        build: contract-specific, picklable settings of the build (constructor keywords, split convention ...).
+    """
+
+    ref: str
+    kind: str
+    pickled: bytes | None = None
+    build: dict = field(default_factory=dict)
+
+
+def import_target(text: str) -> tuple[Any, str]:
+    """Import ``"package.module:attr.path"`` and return ``(object, text)``.
+
+    Raises TargetError (a ConfigError) naming the target: no colon, a module that cannot be
+    imported (with the import error's message), or a missing attribute.
+    """
+    if not isinstance(text, str) or text.count(":") != 1 or not all(text.split(":")):
+        raise TargetError("target", text, "must be 'module:object' (e.g. mypkg.layers:MyColumnParallel)")
+    module_name, attr = text.split(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is bad input, reported in one line
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise TargetError("target", text, f"cannot be imported: {type(exc).__name__}: {first}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise TargetError("target", text, f"names no object: {module_name} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj, text
+
+
+def reference_of(obj: Any) -> str | None:
+    """``module:qualname`` of ``obj`` when importing it gives ``obj`` back, else None."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<locals>" in qualname:
+        return None
+    found: Any = sys.modules.get(module)
+    if found is None:
+        return None
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return f"{module}:{qualname}" if found is obj else None
+
+
+def make_target(obj: Any, ref: str | None, kind: str, **build) -> Target:
+    """A :class:`Target` for ``obj``: by reference when it imports back, else pickled by value.
+
+    Raises TargetError when ``obj`` can be neither (a class defined inside a function).
+    """
+    own = reference_of(obj)
+    if ref is not None and own is None:  # e.g. an instance named by a module attribute
+        try:
+            if import_target(ref)[0] is obj:
+                own = ref
+        except TargetError:
+            pass
+    if own is not None:
+        return Target(ref=ref or own, kind=kind, build=build)
+    try:
+        data = pickle.dumps(obj)
+    except Exception as exc:  # noqa: BLE001
+        raise TargetError("target", repr(obj), f"must be importable as module:object or picklable ({exc})") from None
+    return Target(ref=ref or describe(obj), kind=kind, pickled=data, build=build)
+
+
+def describe(obj: Any) -> str:
+    """A short name for an object that has no ``module:object`` name (shown in reports)."""
+    if isinstance(obj, dict):
+        return "{" + ", ".join(f"{k!r}: {type(v).__name__}" for k, v in obj.items()) + "}"
+    return f"{type(obj).__qualname__}(...)"
+
+
+_RESOLVED: dict[tuple, Any] = {}
+
+
+def resolve(target: Target) -> Any:
+    """The object of ``target`` in this process (imported or unpickled once, then cached)."""
+    key = (target.ref, target.pickled)
+    if key not in _RESOLVED:
+        if target.pickled is not None:
+            _RESOLVED[key] = pickle.loads(target.pickled)
+        else:
+            _RESOLVED[key] = import_target(target.ref)[0]
+    return _RESOLVED[key]
+
+
+def package_version(ref: str) -> tuple[str | None, str | None]:
+    """``(distribution, version)`` of the installed distribution that provides ``ref``'s top-level
+    package (``importlib.metadata.packages_distributions``), or ``(None, None)`` when none does
+    (a module of the current checkout)."""
+    top = ref.split(":")[0].split(".")[0]
+    try:
+        dists = importlib.metadata.packages_distributions().get(top) or []
+    except Exception:  # noqa: BLE001 - metadata of broken installs
+        dists = []
+    for dist in dists:
+        try:
+            return dist, importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None, None
