@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck.errors import ConfigError, check_positive_int
-from distcheck.validate import check_choice
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import check_choice, check_positive_int
 
 __all__ = [
     "StoredTensor",
@@ -173,7 +173,7 @@ def table2_bytes_per_layer(setting: str, s: int, b: int, h: int, a: int, t: int 
     """
     check_choice("setting", setting, tuple(TABLE2_SETTINGS))
     uses_t, sp, recompute = TABLE2_SETTINGS[setting]
-    check_positive_int("t", t)
+    t = check_positive_int("t", t)
     return bytes_per_layer(s, b, h, a, t if uses_t else 1, sequence_parallel=sp, recompute=recompute)
 
 

@@ -31,8 +31,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from distcheck.errors import ConfigError, check_divides, check_positive_int
-from distcheck.validate import MAX_RANKS, as_array, check_at_most, check_bool, check_type
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import (
+    MAX_RANKS,
+    as_array,
+    check_at_most,
+    check_bool,
+    check_divides,
+    check_positive_int,
+    check_type,
+)
 
 __all__ = [
     "validate_heads",
@@ -49,8 +57,8 @@ __all__ = [
 def validate_heads(num_heads: int, num_kv_heads: int) -> None:
     """Raise ConfigError unless ``num_heads, num_kv_heads >= 1`` and
     ``num_kv_heads`` divides ``num_heads`` (e.g. "num_kv_heads=3 must divide num_heads=8")."""
-    check_positive_int("num_heads", num_heads)
-    check_positive_int("num_kv_heads", num_kv_heads)
+    num_heads = check_positive_int("num_heads", num_heads)
+    num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads)
     check_divides("num_kv_heads", num_kv_heads, "num_heads", num_heads)
 
 
@@ -63,7 +71,7 @@ def validate_tp_heads(tp: int, num_heads: int, num_kv_heads: int) -> None:
     KV heads would have to be replicated, which this reference does not model.
     """
     validate_heads(num_heads, num_kv_heads)
-    check_positive_int("tp", tp)
+    tp = check_positive_int("tp", tp)
     check_at_most("tp", tp, MAX_RANKS, "one head range is listed per rank")
     check_divides("tp", tp, "num_heads", num_heads)
     check_divides("tp", tp, "num_kv_heads", num_kv_heads)

@@ -18,8 +18,8 @@ from typing import Mapping
 
 import sympy as sp
 
-from distcheck.errors import ConfigError, UnknownQuantityError
-from distcheck.validate import check_choice, check_type
+from distcheck.core.errors import ConfigError, UnknownQuantityError
+from distcheck.core.validate import check_choice, check_type
 
 __all__ = ["Input", "ClosedForm", "register", "get", "catalogue", "FORM_MODULES", "INPUT_KINDS"]
 

@@ -51,8 +51,16 @@ from typing import Sequence
 
 import numpy as np
 
-from distcheck.errors import ConfigError, PropertyFailure, check_nonnegative_int, check_positive_int
-from distcheck.validate import as_array, as_arrays, check_at_most, check_choice, check_int
+from distcheck.core.errors import ConfigError, PropertyFailure
+from distcheck.core.validate import (
+    as_array,
+    as_arrays,
+    check_at_most,
+    check_choice,
+    check_int,
+    check_nonnegative_int,
+    check_positive_int,
+)
 
 __all__ = [
     "COLLECTIVES",
@@ -375,9 +383,9 @@ def chain_broadcast(data: np.ndarray, n: int, *, root: int = 0, num_chunks: int 
     num_chunks outside 1..MAX_SIM_RANKS, ``data`` not a finite 1-D integer/float
     array, or ``n * data.size > MAX_SIM_ELEMENTS``.
     """
-    check_positive_int("n", n)
+    n = check_positive_int("n", n)
     check_at_most("n", n, MAX_SIM_RANKS, "comm.MAX_SIM_RANKS: ranks one simulated collective runs")
-    check_nonnegative_int("root", root)
+    root = check_nonnegative_int("root", root)
     if root >= n:
         raise ConfigError("root", root, f"must be in range(0, {n})")
     data = as_array("data", data, allow_empty=True, allow_object=False, allow_bool=False)
@@ -427,8 +435,8 @@ def simulate(collective: str, size_bytes: int, n: int, *, dtype=np.int64, seed: 
     (2**24): for larger sizes use :func:`volume` or the closed forms ``comm.bytes_per_rank.*``.
     """
     check_choice("collective", collective, COLLECTIVES)
-    check_nonnegative_int("size_bytes", size_bytes)
-    check_positive_int("n", n)
+    size_bytes = check_nonnegative_int("size_bytes", size_bytes)
+    n = check_positive_int("n", n)
     check_at_most("n", n, MAX_SIM_RANKS, "comm.MAX_SIM_RANKS; use comm.volume or the closed forms comm.bytes_per_rank.* for more")
     try:
         np_dtype = np.dtype(dtype)
@@ -467,7 +475,7 @@ def bus_bandwidth_factor(collective: str, n: int) -> Fraction:
     collective or n < 1.
     """
     check_choice("collective", collective, COLLECTIVES)
-    check_positive_int("n", n)
+    n = check_positive_int("n", n)
     if collective == "all_reduce":
         return Fraction(2 * (n - 1), n)
     if collective == "broadcast":
@@ -492,7 +500,7 @@ def volume(collective: str, size_bytes, n: int, convention: str = "full") -> Fra
     """
     check_choice("collective", collective, COLLECTIVES)
     check_choice("convention", convention, tuple(CONVENTIONS))
-    check_positive_int("n", n)
+    n = check_positive_int("n", n)
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, np.integer, Fraction)):
         raise ConfigError("size_bytes", size_bytes, "must be an int or Fraction number of bytes")
     size = Fraction(int(size_bytes) if isinstance(size_bytes, np.integer) else size_bytes)

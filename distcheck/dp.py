@@ -37,10 +37,20 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from distcheck.errors import ConfigError, check_positive_int
-from distcheck.exactness import gamma as exact_gamma
-from distcheck.exactness import unit_roundoff
-from distcheck.validate import MAX_ELEMENTS, MAX_RANKS, as_array, as_int_list, check_at_most, check_callable, check_choice, check_type
+from distcheck.core.errors import ConfigError
+from distcheck.core.exactness import gamma as exact_gamma
+from distcheck.core.exactness import unit_roundoff
+from distcheck.core.validate import (
+    MAX_ELEMENTS,
+    MAX_RANKS,
+    as_array,
+    as_int_list,
+    check_at_most,
+    check_callable,
+    check_choice,
+    check_positive_int,
+    check_type,
+)
 
 __all__ = [
     "UNIT_ROUNDOFF",
@@ -107,8 +117,8 @@ def shard_sizes(n: int, dp: int) -> np.ndarray:
     Raises ConfigError unless ``n`` and ``dp`` are integers with ``n >= dp >= 1``
     (an empty shard has no mean) and ``dp <= MAX_RANKS`` (2**24).
     """
-    check_positive_int("dp", dp)
-    check_positive_int("n", n)
+    dp = check_positive_int("dp", dp)
+    n = check_positive_int("n", n)
     check_at_most("dp", dp, MAX_RANKS, "one size is listed per rank (distcheck.validate.MAX_RANKS)")
     if n < dp:
         raise ConfigError("dp", dp, f"must be <= n={n} (every rank needs at least one example)")

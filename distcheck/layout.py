@@ -41,15 +41,14 @@ is not a :class:`ParallelConfig`.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
 
 import numpy as np
 
-from distcheck.errors import ConfigError, check_positive_int
-from distcheck.validate import MAX_RANKS, check_choice
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import MAX_RANKS, check_choice, check_positive_int
 
 __all__ = [
     "AXES",

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Union
 
-from distcheck.errors import ConfigError, check_positive_int
-from distcheck.units import parse_bytes
+from distcheck.core.errors import ConfigError
+from distcheck.core.units import parse_bytes
+from distcheck.core.validate import check_positive_int
 
 __all__ = [
     "BytesPerParam",
@@ -148,9 +149,9 @@ def _resolve(b: BytesLike) -> BytesPerParam | Fraction:
 
 
 def _split(params: object, tp: object, pp: object) -> tuple[int, int, int]:
-    check_positive_int("params", params)
-    check_positive_int("tp", tp)
-    check_positive_int("pp", pp)
+    params = check_positive_int("params", params)
+    tp = check_positive_int("tp", tp)
+    pp = check_positive_int("pp", pp)
     return params, tp, pp  # type: ignore[return-value]
 
 
@@ -221,7 +222,7 @@ def min_tp(params: int, budget_bytes: int | Fraction | str, bytes_per_param: Byt
         ConfigError: invalid params, budget_bytes, bytes_per_param or max_tp.
     """
     budget = _positive_bytes("budget_bytes", budget_bytes)
-    check_positive_int("max_tp", max_tp)
+    max_tp = check_positive_int("max_tp", max_tp)
     tp = 1
     while tp <= max_tp:
         if train_state_bytes(params, bytes_per_param, tp=tp) <= budget:
@@ -271,10 +272,10 @@ def min_tp_pp(
         ConfigError: invalid arguments; ``num_layers > MAX_NUM_LAYERS`` (10**12).
     """
     budget = _positive_bytes("budget_bytes", budget_bytes)
-    check_positive_int("max_tp", max_tp)
-    check_positive_int("max_pp", max_pp)
+    max_tp = check_positive_int("max_tp", max_tp)
+    max_pp = check_positive_int("max_pp", max_pp)
     if num_layers is not None:
-        check_positive_int("num_layers", num_layers)
+        num_layers = check_positive_int("num_layers", num_layers)
         if num_layers > MAX_NUM_LAYERS:
             raise ConfigError("num_layers", num_layers, f"must be <= {MAX_NUM_LAYERS} (bounds the divisor search)")
     if not isinstance(pp_pow2, bool):

@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from distcheck.errors import ConfigError, check_positive_int
-from distcheck.validate import check_choice
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import check_bool, check_choice, check_positive_int
 
 __all__ = [
     "TransformerConfig",
@@ -48,11 +48,6 @@ MAX_LISTED_LAYERS = 10**5
 
 #: allowed values of TransformerConfig.norm
 NORMS = ("rms", "layer", None)
-
-
-def _check_flag(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(name, value, "must be a bool")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,10 +94,10 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "ffn_hidden_size", "num_heads", "vocab_size"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         if self.num_kv_heads is None:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
-        check_positive_int("num_kv_heads", self.num_kv_heads)
+        object.__setattr__(self, "num_kv_heads", check_positive_int("num_kv_heads", self.num_kv_heads))
         if self.num_heads % self.num_kv_heads != 0:
             raise ConfigError(
                 "num_heads", self.num_heads, f"must be divisible by num_kv_heads={self.num_kv_heads}"
@@ -115,10 +110,10 @@ class TransformerConfig:
                     f"must be divisible by num_heads={self.num_heads} when head_dim is not given",
                 )
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
-        check_positive_int("head_dim", self.head_dim)
+        object.__setattr__(self, "head_dim", check_positive_int("head_dim", self.head_dim))
         check_choice("norm", self.norm, NORMS)
         for name in ("swiglu", "tied_embeddings", "final_norm", "qkv_bias", "mlp_bias", "out_bias"):
-            _check_flag(name, getattr(self, name))
+            object.__setattr__(self, name, check_bool(name, getattr(self, name)))
 
     @property
     def q_width(self) -> int:

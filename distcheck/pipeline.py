@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterable, Literal, Mapping, Sequence
 
-from distcheck.errors import ConfigError, DistcheckError, check_positive_int
-from distcheck.validate import check_choice
+from distcheck.core.errors import ConfigError, DistcheckError
+from distcheck.core.validate import check_choice, check_positive_int
 
 __all__ = [
     "Schedule",
@@ -157,9 +157,9 @@ def _check_ticks(field: str, value: object) -> int:
 
 def _check_shape(schedule: str, p: object, m: object, v: object) -> None:
     check_choice("schedule", schedule, SCHEDULES)
-    check_positive_int("p", p)
-    check_positive_int("m", m)
-    check_positive_int("v", v)
+    p = check_positive_int("p", p)
+    m = check_positive_int("m", m)
+    v = check_positive_int("v", v)
     if schedule == "interleaved":
         if v < 2:
             raise ConfigError("v", v, "must be >= 2 for the interleaved schedule (v=1 is plain 1f1b)")
@@ -429,8 +429,8 @@ def replay(
             ``3 * MAX_ACTIONS`` actions, or a timeline of more than
             ``MAX_GRID_CELLS`` rank-ticks (module docstring: size limits).
     """
-    check_positive_int("num_stages", num_stages)
-    check_positive_int("num_microbatches", num_microbatches)
+    num_stages = check_positive_int("num_stages", num_stages)
+    num_microbatches = check_positive_int("num_microbatches", num_microbatches)
     if num_stages * num_microbatches > MAX_ACTIONS:
         raise ConfigError("num_microbatches", num_microbatches,
                           f"gives num_stages*num_microbatches = {num_stages * num_microbatches} (stage, micro-batch) "

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Mapping
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from hypothesis import settings

@@ -36,7 +36,16 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
 
-from distcheck.exactness import PRECISION_BITS, max_exact_int
+from distcheck.core.errors import ConfigError
+from distcheck.core.exactness import PRECISION_BITS, max_exact_int
+from distcheck.core.validate import (
+    check_at_least,
+    check_choice,
+    check_int,
+    check_interval,
+    check_optional_bool,
+    check_subset,
+)
 
 __all__ = [
     # shapes and values
@@ -79,50 +88,16 @@ _BLOCK_LIMIT = 512  # entries: up to this, an array is drawn at its largest shap
 
 
 # ----------------------------------------------------------------------------------------------
-# validation helpers (Hypothesis style: one typed error naming the argument and its value)
-
-
-def _check_int(name: str, value: object, *, at_least: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgument(f"{name}={value!r} must be an integer")
-    if at_least is not None and value < at_least:
-        raise InvalidArgument(f"{name}={value!r} must be at least {at_least}")
-
-
-def _check_range(low_name: str, low: int, high_name: str, high: int, *, at_least: int = 1) -> None:
-    _check_int(low_name, low, at_least=at_least)
-    _check_int(high_name, high, at_least=at_least)
-    if high < low:
-        raise InvalidArgument(f"Cannot have {high_name}={high!r} < {low_name}={low!r}")
-
-
-def _check_flag(name: str, value: object) -> None:
-    if value is not None and not isinstance(value, bool):
-        raise InvalidArgument(f"{name}={value!r} must be True, False or None")
-
-
-def _check_subset(name: str, value: object, allowed: tuple) -> tuple:
-    if isinstance(value, str):
-        value = (value,)
-    try:
-        items = tuple(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise InvalidArgument(f"{name}={value!r} must be a sequence drawn from {allowed!r}") from None
-    if not items:
-        raise InvalidArgument(f"{name}={value!r} must not be empty")
-    for x in items:
-        if not isinstance(x, (str, int, type(None))) or x not in allowed:  # arrays/unhashables are never allowed
-            raise InvalidArgument(f"{name}={value!r} contains {x!r}, which is not one of {allowed!r}")
-    return items
+# validation: the checks of distcheck.core.validate, whose ConfigError the strategy factory
+# re-raises as Hypothesis' InvalidArgument (see _defines)
 
 
 def _check_dtype(name: str, value: object) -> str:
     try:
-        dt = np.dtype(value).name  # type: ignore[arg-type]
+        dt = np.dtype(value).name  # type: ignore[call-overload]
     except (TypeError, ValueError):
-        raise InvalidArgument(f"{name}={value!r} is not a dtype") from None
-    if dt not in PRECISION_BITS:
-        raise InvalidArgument(f"{name}={value!r} must be one of {tuple(PRECISION_BITS)!r}")
+        raise ConfigError(name, value, "is not a dtype") from None
+    check_choice(name, dt, tuple(PRECISION_BITS))
     return dt
 
 
@@ -147,7 +122,10 @@ def _defines(validate: Callable[..., None]):
             except TypeError as e:
                 raise InvalidArgument(f"{body.__name__}(): {e}") from None
             bound.apply_defaults()
-            validate(**bound.arguments)
+            try:
+                validate(**bound.arguments)
+            except ConfigError as e:  # Hypothesis' convention: a bad strategy argument is InvalidArgument
+                raise InvalidArgument(str(e)) from None
             return comp(**kwargs)
 
         factory.__qualname__ = body.__qualname__
@@ -170,7 +148,7 @@ def _powers_of_two(low: int, high: int) -> list[int]:
 
 
 def _v_shard_counts(*, min_shards, max_shards):
-    _check_range("min_shards", min_shards, "max_shards", max_shards)
+    check_interval("min_shards", min_shards, "max_shards", max_shards)
 
 
 @_defines(_v_shard_counts)
@@ -187,10 +165,10 @@ def shard_counts(draw, *, min_shards: int = 1, max_shards: int = 8) -> int:
 
 
 def _v_shard_sizes(*, min_shards, max_shards, min_size, max_size, equal, powers_of_two):
-    _check_range("min_shards", min_shards, "max_shards", max_shards)
-    _check_range("min_size", min_size, "max_size", max_size)
-    _check_flag("equal", equal)
-    _check_flag("powers_of_two", powers_of_two)
+    check_interval("min_shards", min_shards, "max_shards", max_shards)
+    check_interval("min_size", min_size, "max_size", max_size)
+    check_optional_bool("equal", equal)
+    check_optional_bool("powers_of_two", powers_of_two)
     sizes = _powers_of_two(min_size, max_size) if powers_of_two else list(range(min_size, max_size + 1))
     if not sizes:
         raise InvalidArgument(f"no power of two lies in [min_size={min_size}, max_size={max_size}]")
@@ -238,7 +216,7 @@ def shard_sizes(
 
 
 def _v_float_dtypes(*, allowed):
-    _check_subset("allowed", allowed, tuple(PRECISION_BITS))
+    check_subset("allowed", allowed, tuple(PRECISION_BITS))
 
 
 @_defines(_v_float_dtypes)
@@ -253,11 +231,11 @@ def _v_integer_valued_arrays(*, shape, dtype, max_magnitude):
     try:
         dims = tuple(shape)
     except TypeError:
-        raise InvalidArgument(f"shape={shape!r} must be an int or a tuple of ints") from None
+        raise ConfigError("shape", shape, "must be an int or a tuple of ints") from None
     for i, d in enumerate(dims):
-        _check_int(f"shape[{i}]", d, at_least=0)
+        check_at_least(f"shape[{i}]", d, 0)
     dt = _check_dtype("dtype", dtype)
-    _check_int("max_magnitude", max_magnitude, at_least=0)
+    check_at_least("max_magnitude", max_magnitude, 0)
     if max_magnitude > 2 ** PRECISION_BITS[dt]:
         raise InvalidArgument(
             f"max_magnitude={max_magnitude} exceeds 2**{PRECISION_BITS[dt]}, the largest exact integer run of {dt}"
@@ -331,7 +309,7 @@ def _v_dp_cases(*, min_shards, max_shards, min_shard_size, max_shard_size, min_f
                 equal_shards, powers_of_two):
     _v_shard_sizes(min_shards=min_shards, max_shards=max_shards, min_size=min_shard_size, max_size=max_shard_size,
                    equal=equal_shards, powers_of_two=powers_of_two)
-    _check_range("min_features", min_features, "max_features", max_features)
+    check_interval("min_features", min_features, "max_features", max_features)
 
 
 @_defines(_v_dp_cases)
@@ -389,9 +367,9 @@ class AccumulationCase:
 
 
 def _v_accumulation_cases(*, min_sequences, max_sequences, min_seq_len, max_seq_len, min_features, max_features):
-    _check_range("min_sequences", min_sequences, "max_sequences", max_sequences)
-    _check_range("min_seq_len", min_seq_len, "max_seq_len", max_seq_len)
-    _check_range("min_features", min_features, "max_features", max_features)
+    check_interval("min_sequences", min_sequences, "max_sequences", max_sequences)
+    check_interval("min_seq_len", min_seq_len, "max_seq_len", max_seq_len)
+    check_interval("min_features", min_features, "max_features", max_features)
 
 
 def _split(draw, total: int) -> tuple[int, ...]:
@@ -446,15 +424,15 @@ class LinearCase:
 
 
 def _v_tp(min_tp, max_tp, min_batch, max_batch):
-    _check_range("min_tp", min_tp, "max_tp", max_tp)
-    _check_range("min_batch", min_batch, "max_batch", max_batch)
+    check_interval("min_tp", min_tp, "max_tp", max_tp)
+    check_interval("min_batch", min_batch, "max_batch", max_batch)
 
 
 def _v_linear_cases(*, min_tp, max_tp, min_batch, max_batch, min_features, max_features, divisible, bias):
     _v_tp(min_tp, max_tp, min_batch, max_batch)
-    _check_range("min_features", min_features, "max_features", max_features)
-    _check_flag("divisible", divisible)
-    _check_flag("bias", bias)
+    check_interval("min_features", min_features, "max_features", max_features)
+    check_optional_bool("divisible", divisible)
+    check_optional_bool("bias", bias)
 
 
 def _width(draw, tp: int, low: int, high: int, divisible: bool | None) -> int:
@@ -522,10 +500,10 @@ class MLPCase:
 
 def _v_mlp_cases(*, min_tp, max_tp, min_batch, max_batch, min_hidden, max_hidden, min_ffn, max_ffn, swiglu, bias):
     _v_tp(min_tp, max_tp, min_batch, max_batch)
-    _check_range("min_hidden", min_hidden, "max_hidden", max_hidden)
-    _check_range("min_ffn", min_ffn, "max_ffn", max_ffn)
-    _check_flag("swiglu", swiglu)
-    _check_flag("bias", bias)
+    check_interval("min_hidden", min_hidden, "max_hidden", max_hidden)
+    check_interval("min_ffn", min_ffn, "max_ffn", max_ffn)
+    check_optional_bool("swiglu", swiglu)
+    check_optional_bool("bias", bias)
 
 
 @_defines(_v_mlp_cases)
@@ -581,7 +559,7 @@ class NormCase:
 
 def _v_norm_cases(*, min_tp, max_tp, min_batch, max_batch, min_hidden, max_hidden):
     _v_tp(min_tp, max_tp, min_batch, max_batch)
-    _check_range("min_hidden", min_hidden, "max_hidden", max_hidden)
+    check_interval("min_hidden", min_hidden, "max_hidden", max_hidden)
 
 
 @_defines(_v_norm_cases)
@@ -619,12 +597,12 @@ class AttentionCase:
 
 
 def _v_attention_cases(*, min_tp, max_tp, max_kv_heads, max_group, min_seq, max_seq, max_head_dim, max_hidden):
-    _check_range("min_tp", min_tp, "max_tp", max_tp)
-    _check_int("max_kv_heads", max_kv_heads, at_least=1)
-    _check_int("max_group", max_group, at_least=1)
-    _check_range("min_seq", min_seq, "max_seq", max_seq)
-    _check_int("max_head_dim", max_head_dim, at_least=1)
-    _check_int("max_hidden", max_hidden, at_least=1)
+    check_interval("min_tp", min_tp, "max_tp", max_tp)
+    check_at_least("max_kv_heads", max_kv_heads, 1)
+    check_at_least("max_group", max_group, 1)
+    check_interval("min_seq", min_seq, "max_seq", max_seq)
+    check_at_least("max_head_dim", max_head_dim, 1)
+    check_at_least("max_hidden", max_hidden, 1)
     if not any(kv % t == 0 for t in range(min_tp, max_tp + 1) for kv in range(1, max_kv_heads + 1)):
         raise InvalidArgument(f"no tp in [min_tp={min_tp}, max_tp={max_tp}] divides a kv head count <= max_kv_heads={max_kv_heads}")
 
@@ -666,11 +644,11 @@ def attention_cases(
 def _v_parallel_configs(*, min_tp, max_tp, min_pp, max_pp, min_dp, max_dp, min_cp, max_cp, max_ep,
                         max_world_size, min_gpus_per_node, max_gpus_per_node, any_order):
     for a in AXIS_NAMES:
-        _check_range(f"min_{a}", locals()[f"min_{a}"], f"max_{a}", locals()[f"max_{a}"])
-    _check_int("max_ep", max_ep, at_least=1)
-    _check_int("max_world_size", max_world_size, at_least=1)
-    _check_range("min_gpus_per_node", min_gpus_per_node, "max_gpus_per_node", max_gpus_per_node)
-    _check_flag("any_order", any_order)
+        check_interval(f"min_{a}", locals()[f"min_{a}"], f"max_{a}", locals()[f"max_{a}"])
+    check_at_least("max_ep", max_ep, 1)
+    check_at_least("max_world_size", max_world_size, 1)
+    check_interval("min_gpus_per_node", min_gpus_per_node, "max_gpus_per_node", max_gpus_per_node)
+    check_optional_bool("any_order", any_order)
     least = min_tp * min_pp * min_dp * min_cp
     if least > max_world_size:
         raise InvalidArgument(
@@ -799,12 +777,12 @@ def _interleaved_stages(min_stages, max_stages, min_microbatches, max_microbatch
 
 def _v_pipeline_params(*, schedules, min_stages, max_stages, min_microbatches, max_microbatches, min_v, max_v,
                        min_t_f, max_t_f, min_t_b, max_t_b):
-    chosen = _check_subset("schedules", schedules, SCHEDULES)
-    _check_range("min_stages", min_stages, "max_stages", max_stages)
-    _check_range("min_microbatches", min_microbatches, "max_microbatches", max_microbatches)
-    _check_range("min_v", min_v, "max_v", max_v, at_least=2)
-    _check_range("min_t_f", min_t_f, "max_t_f", max_t_f)
-    _check_range("min_t_b", min_t_b, "max_t_b", max_t_b)
+    chosen = check_subset("schedules", schedules, SCHEDULES)
+    check_interval("min_stages", min_stages, "max_stages", max_stages)
+    check_interval("min_microbatches", min_microbatches, "max_microbatches", max_microbatches)
+    check_interval("min_v", min_v, "max_v", max_v, at_least=2)
+    check_interval("min_t_f", min_t_f, "max_t_f", max_t_f)
+    check_interval("min_t_b", min_t_b, "max_t_b", max_t_b)
     if chosen == ("interleaved",) and not _interleaved_stages(min_stages, max_stages, min_microbatches, max_microbatches):
         raise InvalidArgument(
             f"the interleaved schedule needs m to be a multiple of p, and no m in [min_microbatches={min_microbatches}, "
@@ -851,14 +829,14 @@ def pipeline_params(
 
 def _v_transformer_configs(*, min_layers, max_layers, max_kv_heads, max_group, max_head_dim, min_ffn, max_ffn,
                            min_vocab, max_vocab, gqa, swiglu, tied):
-    _check_range("min_layers", min_layers, "max_layers", max_layers)
-    _check_int("max_kv_heads", max_kv_heads, at_least=1)
-    _check_int("max_group", max_group, at_least=1)
-    _check_int("max_head_dim", max_head_dim, at_least=1)
-    _check_range("min_ffn", min_ffn, "max_ffn", max_ffn)
-    _check_range("min_vocab", min_vocab, "max_vocab", max_vocab)
+    check_interval("min_layers", min_layers, "max_layers", max_layers)
+    check_at_least("max_kv_heads", max_kv_heads, 1)
+    check_at_least("max_group", max_group, 1)
+    check_at_least("max_head_dim", max_head_dim, 1)
+    check_interval("min_ffn", min_ffn, "max_ffn", max_ffn)
+    check_interval("min_vocab", min_vocab, "max_vocab", max_vocab)
     for name, value in (("gqa", gqa), ("swiglu", swiglu), ("tied", tied)):
-        _check_flag(name, value)
+        check_optional_bool(name, value)
     if gqa and max_group < 2:
         raise InvalidArgument(f"gqa=True needs max_group >= 2 (num_heads = group * num_kv_heads), got max_group={max_group}")
 
@@ -930,16 +908,16 @@ class ZeroCase:
 
 
 def _v_zero_cases(*, min_params, max_params, min_dp, max_dp, ks):
-    _check_range("min_params", min_params, "max_params", max_params)
-    _check_range("min_dp", min_dp, "max_dp", max_dp)
+    check_interval("min_params", min_params, "max_params", max_params)
+    check_interval("min_dp", min_dp, "max_dp", max_dp)
     try:
         items = tuple(ks)
     except TypeError:
-        raise InvalidArgument(f"ks={ks!r} must be a sequence of ints") from None
+        raise ConfigError("ks", ks, "must be a sequence of ints") from None
     if not items:
-        raise InvalidArgument(f"ks={ks!r} must not be empty")
+        raise ConfigError("ks", ks, "must not be empty")
     for k in items:
-        _check_int("ks[]", k, at_least=0)
+        check_at_least("ks[]", k, 0)
 
 
 @_defines(_v_zero_cases)
@@ -966,9 +944,9 @@ class CollectiveCase:
 
 
 def _v_collective_cases(*, collectives, min_ranks, max_ranks, min_elements, max_elements):
-    _check_subset("collectives", collectives, COLLECTIVES)
-    _check_range("min_ranks", min_ranks, "max_ranks", max_ranks)
-    _check_range("min_elements", min_elements, "max_elements", max_elements, at_least=0)
+    check_subset("collectives", collectives, COLLECTIVES)
+    check_interval("min_ranks", min_ranks, "max_ranks", max_ranks)
+    check_interval("min_elements", min_elements, "max_elements", max_elements, at_least=0)
 
 
 @_defines(_v_collective_cases)

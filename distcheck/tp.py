@@ -37,9 +37,17 @@ from typing import Sequence
 
 import numpy as np
 
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import (
+    MAX_RANKS,
+    as_array,
+    as_int_list,
+    check_at_most,
+    check_choice,
+    check_positive_int,
+    check_type,
+)
 from distcheck.dp import UNIT_ROUNDOFF, gamma  # one float gamma, wrapping distcheck.exactness.gamma
-from distcheck.errors import ConfigError, check_positive_int
-from distcheck.validate import MAX_RANKS, as_array, as_int_list, check_at_most, check_choice, check_type
 
 __all__ = [
     "UNIT_ROUNDOFF",
@@ -100,7 +108,7 @@ def activation(name: str, z):
 
 
 def _sizes(n: int, tp: int, what: str) -> list[int]:
-    check_positive_int("tp", tp)
+    tp = check_positive_int("tp", tp)
     if n < tp:
         raise ConfigError("tp", tp, f"must be <= {what}={n} (every shard needs at least one)")
     base, extra = divmod(n, tp)
@@ -113,8 +121,8 @@ def split_sizes(n: int, shards: int) -> list[int]:
     Raises ConfigError unless ``n >= shards >= 1`` (integers) and ``shards <= MAX_RANKS``
     (2**24, :data:`distcheck.validate.MAX_RANKS`).
     """
-    check_positive_int("n", n)
-    check_positive_int("shards", shards)
+    n = check_positive_int("n", n)
+    shards = check_positive_int("shards", shards)
     check_at_most("shards", shards, MAX_RANKS, "one size is listed per shard")
     if n < shards:
         raise ConfigError("shards", shards, f"must be <= n={n} (every shard needs at least one)")

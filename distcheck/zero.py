@@ -45,8 +45,16 @@ from fractions import Fraction
 from math import prod
 from typing import Sequence, Union
 
-from distcheck.errors import ConfigError, check_nonnegative_int, check_positive_int
-from distcheck.validate import MAX_RANKS, as_int_list, check_at_most, check_bool, check_choice
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import (
+    MAX_RANKS,
+    as_int_list,
+    check_at_most,
+    check_bool,
+    check_choice,
+    check_nonnegative_int,
+    check_positive_int,
+)
 
 __all__ = [
     "SCHEMES",
@@ -80,7 +88,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 def _check_dp(dp: object) -> int:
     """dp: an int in 1..MAX_RANKS (the functions below list one entry per rank)."""
-    check_positive_int("dp", dp)
+    dp = check_positive_int("dp", dp)
     return check_at_most("dp", dp, MAX_RANKS, "one entry is listed per rank (distcheck.validate.MAX_RANKS = 2**24); "
                                               "model_state_bytes_per_gpu and comm_elements_per_rank take any dp")
 
@@ -116,7 +124,7 @@ def flat_shard_elements(numels: Sequence[int], dp: int, alignment: int = 1) -> l
     """
     numels = as_int_list("numels", numels, min_value=1)
     _check_dp(dp)
-    check_positive_int("alignment", alignment)
+    alignment = check_positive_int("alignment", alignment)
     total = sum(numels)
     padded = _ceil_div(total, alignment * dp) * alignment * dp
     return [padded // dp] * dp
@@ -131,7 +139,7 @@ def fsdp2_shard_rows(dim0: int, dp: int) -> list[int]:
 
     Raises ConfigError unless ``dim0`` and ``dp`` are integers >= 1 (``dp <= MAX_RANKS``).
     """
-    check_positive_int("dim0", dim0)
+    dim0 = check_positive_int("dim0", dim0)
     _check_dp(dp)
     c = _ceil_div(dim0, dp)
     return [max(0, min(c, dim0 - r * c)) for r in range(dp)]
@@ -271,7 +279,7 @@ class ZeroPartition:
 
 
 def _check_stage(stage: object) -> int:
-    check_nonnegative_int("stage", stage)
+    stage = check_nonnegative_int("stage", stage)
     if stage > 3:
         raise ConfigError("stage", stage, "must be 0, 1, 2 or 3")
     return stage  # type: ignore[return-value]
@@ -307,7 +315,7 @@ def partition(
         ConfigError: bad params, dp, stage, scheme, byte sizes or alignment.
     """
     stage = _check_stage(stage)
-    check_positive_int("dp", dp)
+    dp = check_positive_int("dp", dp)
     for name, v in (("weight_bytes", weight_bytes), ("grad_bytes", grad_bytes), ("k", k)):
         check_nonnegative_int(name, v)
     shapes = normalize_shapes(params)
@@ -349,10 +357,10 @@ def model_state_bytes_per_gpu(params: int, dp: int, stage: int, k: int = 12) -> 
     Raises:
         ConfigError: params or dp not an int >= 1, stage not in 0..3, k < 0.
     """
-    check_positive_int("params", params)
-    check_positive_int("dp", dp)
+    params = check_positive_int("params", params)
+    dp = check_positive_int("dp", dp)
     stage = _check_stage(stage)
-    check_nonnegative_int("k", k)
+    k = check_nonnegative_int("k", k)
     chunk = _ceil_div(params, dp)  # flat scheme, alignment 1: the buffer padded to a multiple of dp
 
     def held(sharded: bool) -> int:
@@ -378,8 +386,8 @@ def comm_elements_per_rank(params: int, dp: int, stage: int, exact_ring: bool = 
     Raises:
         ConfigError: params or dp not an int >= 1, stage not in 0..3.
     """
-    check_positive_int("params", params)
-    check_positive_int("dp", dp)
+    params = check_positive_int("params", params)
+    dp = check_positive_int("dp", dp)
     stage = _check_stage(stage)
     if not isinstance(exact_ring, bool):
         raise ConfigError("exact_ring", exact_ring, "must be a bool")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping
 
-from distcheck.validate import check_type
+from distcheck.core.validate import check_type
 
 __all__ = [
     "MAX_CHANGES",

@@ -48,8 +48,8 @@ from typing import Any
 
 from distcheck.audit.files import MAX_KEY_BYTES, as_path, path_text, read_key_bytes
 from distcheck.audit.numbers import PrintedNumber, parse_printed
-from distcheck.errors import AnswerKeyError, UnknownQuantityError
-from distcheck.validate import check_type
+from distcheck.core.errors import AnswerKeyError, UnknownQuantityError
+from distcheck.core.validate import check_type
 
 __all__ = [
     "VERDICTS",
@@ -564,7 +564,7 @@ def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
 
 def _domain(qi, value, path, line, fl) -> None:
     from distcheck.closed_form import Input
-    from distcheck.errors import ConfigError
+    from distcheck.core.errors import ConfigError
 
     try:
         Input(qi.name, qi.description, qi.unit, qi.kind, None).validate(value)

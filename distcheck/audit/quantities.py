@@ -40,9 +40,9 @@ from fractions import Fraction
 from typing import Callable, Mapping
 
 from distcheck.closed_form import ClosedForm, catalogue
-from distcheck.errors import ConfigError, UnknownQuantityError
-from distcheck.units import BYTE_UNITS
-from distcheck.validate import check_type
+from distcheck.core.errors import ConfigError, UnknownQuantityError
+from distcheck.core.units import BYTE_UNITS
+from distcheck.core.validate import check_type
 
 __all__ = [
     "QuantityInput",

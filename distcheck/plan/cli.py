@@ -146,7 +146,7 @@ def run_plan(args) -> int:
         return _run_pipeline(args)
     if args.plan_command == "layout":
         return _run_layout(args)
-    from distcheck.errors import ConfigError
+    from distcheck.core.errors import ConfigError
 
     raise ConfigError("plan", None, "needs what to plan: memory, pipeline or layout (see 'distcheck plan --help')")
 
@@ -181,7 +181,7 @@ def _gbv(x) -> str:
 
 def _check_outputs(args) -> None:
     """Refuse a bad --figure or --report before any work."""
-    from distcheck.errors import ConfigError
+    from distcheck.core.errors import ConfigError
 
     if getattr(args, "figure", None) is not None:
         fig = args.figure
@@ -218,7 +218,8 @@ def _memory_inputs(args):
 
 
 def _explicit_layout(args, model, hardware, workload):
-    from distcheck.errors import ConfigError, check_positive_int
+    from distcheck.core.errors import ConfigError
+    from distcheck.core.validate import check_positive_int
     from distcheck.plan import Layout
     from distcheck.plan.estimate import check_model_rules
 
@@ -340,7 +341,7 @@ def _write_outputs(args, figs, title, notes, tables, results=None, summary=None)
 
 
 def _run_memory(args) -> int:
-    from distcheck.errors import ConfigError
+    from distcheck.core.errors import ConfigError
     from distcheck.plan import conventions, estimate, plan
     from distcheck.plan.planner import gb
     from distcheck.progress import Progress
@@ -557,7 +558,7 @@ def _run_pipeline(args) -> int:
 def _torch_part(args, v: int) -> dict:
     """Replay torch's schedule table; a CheckResult row compares it with the simulator."""
     from distcheck import pipeline
-    from distcheck.errors import ConfigError
+    from distcheck.core.errors import ConfigError
     from distcheck.progress import Progress
     from distcheck.report import FAIL, PASS, SKIP, CheckResult
 

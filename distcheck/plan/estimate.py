@@ -73,10 +73,10 @@ from fractions import Fraction
 
 from distcheck import layout as layout_ref
 from distcheck import memory as memory_ref
-from distcheck.errors import ConfigError, check_nonnegative_int, check_positive_int
+from distcheck.core.errors import ConfigError
+from distcheck.core.units import parse_bytes
+from distcheck.core.validate import MAX_RANKS, check_choice, check_nonnegative_int, check_positive_int
 from distcheck.plan.model import ModelSpec
-from distcheck.units import parse_bytes
-from distcheck.validate import MAX_RANKS, check_choice
 
 __all__ = [
     "RECOMPUTE",

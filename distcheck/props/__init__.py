@@ -34,17 +34,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from hypothesis import Phase, example, given, seed as hypothesis_seed, settings
+from hypothesis import Phase, example, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis.strategies import SearchStrategy
 
 from distcheck.closed_form import catalogue as _catalogue
-from distcheck.errors import (
-    ConfigError,
-    ImplementationError,
-    PropertyFailure,
-    UnknownQuantityError,
-    check_nonnegative_int,
-)
+from distcheck.core.errors import ConfigError, ImplementationError, PropertyFailure, UnknownQuantityError
+from distcheck.core.validate import check_nonnegative_int
 from distcheck.report import FAIL, PASS, CheckResult
 
 __all__ = [

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from distcheck import strategies as ds
-from distcheck.exactness import assert_bitwise_equal
+from distcheck.core.exactness import assert_bitwise_equal
 from distcheck.props import Property, call_impl, register
 
 __all__ = ["accumulate"]

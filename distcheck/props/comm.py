@@ -10,7 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.props import Property, call_impl, form_value, register
 
 __all__: list[str] = []

@@ -18,7 +18,7 @@ from fractions import Fraction
 import numpy as np
 
 from distcheck import strategies as ds
-from distcheck.exactness import assert_bitwise_equal, assert_within, chain_bound, gamma, to_exact
+from distcheck.core.exactness import assert_bitwise_equal, assert_within, chain_bound, gamma, to_exact
 from distcheck.props import Property, call_impl, register
 
 __all__ = ["weighted_combine", "plain_combine"]

@@ -12,7 +12,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from distcheck import strategies as ds
-from distcheck.errors import ConfigError, PropertyFailure
+from distcheck.core.errors import ConfigError, PropertyFailure
 from distcheck.props import Property, call_impl, register
 
 __all__: list[str] = []

@@ -12,8 +12,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
-from distcheck.props import Property, call_impl, form_value as _form, register
+from distcheck.core.errors import PropertyFailure
+from distcheck.props import Property, call_impl, register
+from distcheck.props import form_value as _form
 
 __all__ = ["bubble_fraction_formula", "stash_formula"]
 

@@ -37,8 +37,8 @@ import inspect
 import numpy as np
 
 from distcheck import strategies as ds
-from distcheck.errors import ImplementationError, PropertyFailure
-from distcheck.exactness import assert_bitwise_equal, assert_within, gamma, to_exact
+from distcheck.core.errors import ImplementationError, PropertyFailure
+from distcheck.core.exactness import assert_bitwise_equal, assert_within, gamma, to_exact
 from distcheck.props import Property, call_impl, register
 
 __all__ = ["sharded_layer_norm"]
