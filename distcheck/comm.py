@@ -61,6 +61,7 @@ from distcheck.core.validate import (
     check_nonnegative_int,
     check_positive_int,
 )
+from distcheck.core.vocab import Collective, names
 
 __all__ = [
     "COLLECTIVES",
@@ -84,7 +85,7 @@ MAX_SIM_RANKS = 1024
 #: the most elements one simulation holds over all ranks (n * elements per rank)
 MAX_SIM_ELEMENTS = 2**24
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+COLLECTIVES = names(Collective)
 
 #: size conventions a source may use, by name (the audit names them)
 CONVENTIONS = {
@@ -284,7 +285,7 @@ def ring_all_reduce(inputs: Sequence[np.ndarray]) -> CommResult:
     _ring_all_gather_phase(net, bufs, bounds, shift=1)
     for r in range(n):
         _check_sum(bufs[r], arrays, f"all_reduce rank {r}")
-    return _result("all_reduce", n, arrays[0].nbytes, arrays[0].itemsize, net, bufs)
+    return _result(Collective.ALL_REDUCE, n, arrays[0].nbytes, arrays[0].itemsize, net, bufs)
 
 
 def ring_reduce_scatter(inputs: Sequence[np.ndarray]) -> CommResult:
@@ -305,7 +306,7 @@ def ring_reduce_scatter(inputs: Sequence[np.ndarray]) -> CommResult:
         a, b = bounds[r]
         outputs.append(bufs[r][a:b].copy())
         _check_sum(outputs[r], [x[a:b] for x in arrays], f"reduce_scatter rank {r}")
-    return _result("reduce_scatter", n, arrays[0].nbytes, arrays[0].itemsize, net, outputs)
+    return _result(Collective.REDUCE_SCATTER, n, arrays[0].nbytes, arrays[0].itemsize, net, outputs)
 
 
 def ring_all_gather(shards: Sequence[np.ndarray]) -> CommResult:
@@ -335,7 +336,7 @@ def ring_all_gather(shards: Sequence[np.ndarray]) -> CommResult:
     _ring_all_gather_phase(net, bufs, bounds, shift=0)
     for r in range(n):
         _check_equal(bufs[r], full, f"all_gather rank {r}")
-    return _result("all_gather", n, full.nbytes, full.itemsize, net, bufs)
+    return _result(Collective.ALL_GATHER, n, full.nbytes, full.itemsize, net, bufs)
 
 
 def all_to_all(inputs: Sequence[np.ndarray]) -> CommResult:
@@ -367,7 +368,7 @@ def all_to_all(inputs: Sequence[np.ndarray]) -> CommResult:
     for j in range(n):
         a, b = bounds[j]
         _check_equal(outputs[j], np.concatenate([x[a:b] for x in arrays]), f"all_to_all rank {j}")
-    return _result("all_to_all", n, arrays[0].nbytes, arrays[0].itemsize, net, outputs)
+    return _result(Collective.ALL_TO_ALL, n, arrays[0].nbytes, arrays[0].itemsize, net, outputs)
 
 
 def chain_broadcast(data: np.ndarray, n: int, *, root: int = 0, num_chunks: int | None = None) -> CommResult:
@@ -418,7 +419,7 @@ def chain_broadcast(data: np.ndarray, n: int, *, root: int = 0, num_chunks: int 
             have[pos].add(c)
     for r in range(n):
         _check_equal(bufs[r], data, f"broadcast rank {r}")
-    return _result("broadcast", n, data.nbytes, data.itemsize, net, bufs)
+    return _result(Collective.BROADCAST, n, data.nbytes, data.itemsize, net, bufs)
 
 
 def simulate(collective: str, size_bytes: int, n: int, *, dtype=np.int64, seed: int = 0) -> CommResult:
@@ -456,13 +457,13 @@ def simulate(collective: str, size_bytes: int, n: int, *, dtype=np.int64, seed: 
     def draw(k):
         return rng.integers(-1000, 1000, size=k).astype(dtype)
 
-    if collective == "all_reduce":
+    if collective == Collective.ALL_REDUCE:
         return ring_all_reduce([draw(count) for _ in range(n)])
-    if collective == "reduce_scatter":
+    if collective == Collective.REDUCE_SCATTER:
         return ring_reduce_scatter([draw(count) for _ in range(n)])
-    if collective == "all_to_all":
+    if collective == Collective.ALL_TO_ALL:
         return all_to_all([draw(count) for _ in range(n)])
-    if collective == "all_gather":
+    if collective == Collective.ALL_GATHER:
         full = draw(count)
         return ring_all_gather(np.array_split(full, n))
     return chain_broadcast(draw(count), n)
@@ -476,9 +477,9 @@ def bus_bandwidth_factor(collective: str, n: int) -> Fraction:
     """
     check_choice("collective", collective, COLLECTIVES)
     n = check_positive_int("n", n)
-    if collective == "all_reduce":
+    if collective == Collective.ALL_REDUCE:
         return Fraction(2 * (n - 1), n)
-    if collective == "broadcast":
+    if collective == Collective.BROADCAST:
         return Fraction(1)
     return Fraction(n - 1, n)
 
@@ -507,9 +508,9 @@ def volume(collective: str, size_bytes, n: int, convention: str = "full") -> Fra
     if size < 0:
         raise ConfigError("size_bytes", size_bytes, "must be >= 0")
     if convention == "shard":
-        if collective == "broadcast":
+        if collective == Collective.BROADCAST:
             raise ConfigError("convention", convention, "does not apply to broadcast (the root holds the whole tensor)")
         size = size * n
-    if collective == "broadcast" and n == 1:
+    if collective == Collective.BROADCAST and n == 1:
         return Fraction(0)
     return bus_bandwidth_factor(collective, n) * size

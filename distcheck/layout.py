@@ -49,6 +49,7 @@ import numpy as np
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import MAX_RANKS, check_choice, check_positive_int
+from distcheck.core.vocab import LAYOUT_ORDER, Axis, names
 
 __all__ = [
     "AXES",
@@ -70,9 +71,9 @@ __all__ = [
 ]
 
 #: every axis name a config knows
-AXES = ("tp", "cp", "pp", "dp", "ep")
+AXES = names(Axis)
 #: Llama 3's order, innermost first (Dubey et al. 2024, §3.3.2)
-DEFAULT_ORDER = ("tp", "cp", "pp", "dp")
+DEFAULT_ORDER = tuple(axis.value for axis in LAYOUT_ORDER)
 EP_PLACEMENTS = ("inside_dp", "outside")
 
 

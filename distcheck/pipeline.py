@@ -47,10 +47,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from distcheck.core.errors import ConfigError, DistcheckError
 from distcheck.core.validate import check_choice, check_positive_int
+from distcheck.core.vocab import Schedule, names
 
 __all__ = [
     "Schedule",
@@ -75,13 +76,12 @@ MAX_GRID_CELLS = 10**7
 
 
 def _closed_form_hint(schedule: str, p: int, m: int, v: int) -> str:
-    args = f"p={p}, m={m}" + (f", v={v}" if schedule == "interleaved" else "")
+    args = f"p={p}, m={m}" + (f", v={v}" if schedule == Schedule.INTERLEAVED else "")
     return (f"for large sizes use the closed forms, e.g. "
             f"distcheck.closed_form.get('pipeline.step_ticks.{schedule}').evaluate({args})")
 
-Schedule = Literal["gpipe", "1f1b", "interleaved"]
-#: the schedules :func:`schedule_order` and :func:`simulate` know
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+#: the schedules :func:`schedule_order` and :func:`simulate` know (:class:`distcheck.core.vocab.Schedule`)
+SCHEDULES: tuple[str, ...] = names(Schedule)
 #: action kinds: forward, full backward, input-gradient backward, weight-gradient backward
 KINDS: tuple[str, ...] = ("F", "B", "I", "W")
 
@@ -160,7 +160,7 @@ def _check_shape(schedule: str, p: object, m: object, v: object) -> None:
     p = check_positive_int("p", p)
     m = check_positive_int("m", m)
     v = check_positive_int("v", v)
-    if schedule == "interleaved":
+    if schedule == Schedule.INTERLEAVED:
         if v < 2:
             raise ConfigError("v", v, "must be >= 2 for the interleaved schedule (v=1 is plain 1f1b)")
         if m % p != 0:
@@ -225,7 +225,7 @@ def _interleaved(p: int, m: int, v: int) -> dict[int, list[Action]]:
     return order
 
 
-def schedule_order(schedule: Schedule, p: int, m: int, v: int = 1) -> dict[int, list[Action]]:
+def schedule_order(schedule: Schedule | str, p: int, m: int, v: int = 1) -> dict[int, list[Action]]:
     """The per-rank action order of a named schedule.
 
     Args:
@@ -261,9 +261,9 @@ def schedule_order(schedule: Schedule, p: int, m: int, v: int = 1) -> dict[int, 
         ``p*v*m > MAX_ACTIONS`` (use the closed forms ``pipeline.*`` then).
     """
     _check_shape(schedule, p, m, v)
-    if schedule == "gpipe":
+    if schedule == Schedule.GPIPE:
         return _gpipe(p, m)
-    if schedule == "1f1b":
+    if schedule == Schedule.ONE_F_ONE_B:
         return _one_f_one_b(p, m)
     return _interleaved(p, m, v)
 
@@ -594,7 +594,7 @@ def _timeline(spans: list[Span], num_ranks: int, num_stages: int, num_microbatch
     )
 
 
-def simulate(schedule: Schedule, p: int, m: int, v: int = 1, t_f: int = 1, t_b: int = 2) -> Timeline:
+def simulate(schedule: Schedule | str, p: int, m: int, v: int = 1, t_f: int = 1, t_b: int = 2) -> Timeline:
     """Simulate a named schedule: ``replay(schedule_order(schedule, p, m, v), ...)``.
 
     Args: as :func:`schedule_order` (``p`` ranks, ``m`` micro-batches, ``v``

@@ -46,6 +46,7 @@ from distcheck.core.validate import (
     check_optional_bool,
     check_subset,
 )
+from distcheck.core.vocab import LAYOUT_ORDER, Collective, Schedule, names
 
 __all__ = [
     # shapes and values
@@ -80,9 +81,9 @@ __all__ = [
     "collective_cases",
 ]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
-AXIS_NAMES = ("tp", "cp", "pp", "dp")
+SCHEDULES = names(Schedule)
+COLLECTIVES = names(Collective)
+AXIS_NAMES = tuple(axis.value for axis in LAYOUT_ORDER)
 _MAGNITUDE_CAP = 2**6  # keep counterexamples readable and shrinking fast; the derived exact bound is usually far larger
 _BLOCK_LIMIT = 512  # entries: up to this, an array is drawn at its largest shape and sliced (see _ints)
 
@@ -783,7 +784,7 @@ def _v_pipeline_params(*, schedules, min_stages, max_stages, min_microbatches, m
     check_interval("min_v", min_v, "max_v", max_v, at_least=2)
     check_interval("min_t_f", min_t_f, "max_t_f", max_t_f)
     check_interval("min_t_b", min_t_b, "max_t_b", max_t_b)
-    if chosen == ("interleaved",) and not _interleaved_stages(min_stages, max_stages, min_microbatches, max_microbatches):
+    if chosen == (Schedule.INTERLEAVED,) and not _interleaved_stages(min_stages, max_stages, min_microbatches, max_microbatches):
         raise InvalidArgument(
             f"the interleaved schedule needs m to be a multiple of p, and no m in [min_microbatches={min_microbatches}, "
             f"max_microbatches={max_microbatches}] is a multiple of any p in [min_stages={min_stages}, max_stages={max_stages}]"
@@ -810,11 +811,11 @@ def pipeline_params(
     - ``t_f``, ``t_b``: integer ticks per forward / backward (defaults 1..3, 1..6).
     """
     feasible = _interleaved_stages(min_stages, max_stages, min_microbatches, max_microbatches)
-    options = tuple(s for s in schedules if s != "interleaved" or feasible)
+    options = tuple(s for s in schedules if s != Schedule.INTERLEAVED or feasible)
     schedule = draw(st.sampled_from(options))
     t_f = draw(st.integers(min_t_f, max_t_f))
     t_b = draw(st.integers(min_t_b, max_t_b))
-    if schedule == "interleaved":
+    if schedule == Schedule.INTERLEAVED:
         p = draw(st.sampled_from(feasible))
         k = draw(st.integers(-(-min_microbatches // p), max_microbatches // p))
         return PipelineParams(schedule, p, k * p, draw(st.integers(min_v, max_v)), t_f, t_b)

@@ -55,6 +55,7 @@ from distcheck.core.validate import (
     check_nonnegative_int,
     check_positive_int,
 )
+from distcheck.core.vocab import Collective
 
 __all__ = [
     "SCHEMES",
@@ -392,10 +393,10 @@ def comm_elements_per_rank(params: int, dp: int, stage: int, exact_ring: bool = 
     if not isinstance(exact_ring, bool):
         raise ConfigError("exact_ring", exact_ring, "must be a bool")
     collectives = {
-        0: ("reduce_scatter", "all_gather"),  # the two halves of one all-reduce
-        1: ("reduce_scatter", "all_gather"),
-        2: ("reduce_scatter", "all_gather"),
-        3: ("all_gather", "all_gather", "reduce_scatter"),
+        0: (Collective.REDUCE_SCATTER, Collective.ALL_GATHER),  # the two halves of one all-reduce
+        1: (Collective.REDUCE_SCATTER, Collective.ALL_GATHER),
+        2: (Collective.REDUCE_SCATTER, Collective.ALL_GATHER),
+        3: (Collective.ALL_GATHER, Collective.ALL_GATHER, Collective.REDUCE_SCATTER),
     }[stage]
     per_collective = Fraction(dp - 1, dp) * params if exact_ring else Fraction(params)
     return _exact(sum((per_collective for _ in collectives), Fraction(0)))

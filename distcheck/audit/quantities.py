@@ -43,6 +43,7 @@ from distcheck.closed_form import ClosedForm, catalogue
 from distcheck.core.errors import ConfigError, UnknownQuantityError
 from distcheck.core.units import BYTE_UNITS
 from distcheck.core.validate import check_type
+from distcheck.core.vocab import Collective
 
 __all__ = [
     "QuantityInput",
@@ -443,7 +444,8 @@ def _composites() -> list[Quantity]:
         lambda v: _ev("activations.bytes_per_layer.full_recompute", **_pick(v, ("s", "b", "h"))) * v["num_layers"]
         + _ev("activations.bytes_per_layer.tp_sp_selective", **_pick(v, ("s", "b", "h", "t"))),
     ))
-    for op, factor in (("all_reduce", 2), ("all_gather", 1), ("reduce_scatter", 1), ("all_to_all", 1)):
+    for op in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
+        factor = 2 if op == Collective.ALL_REDUCE else 1  # an all-reduce is a reduce-scatter plus an all-gather
         out.append(Q(
             f"comm.bytes_per_rank_no_ring_factor.{op}", "bytes",
             "ZeRO paper (Rajbhandari et al. 2020) section 7 counts Psi per collective, dropping (n-1)/n; the n -> infinity limit of nccl-tests' factors",

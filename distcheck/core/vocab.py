@@ -14,10 +14,19 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Schedule", "Collective", "Axis", "Verdict", "names"]
+__all__ = ["Schedule", "Collective", "Axis", "LAYOUT_ORDER", "Verdict", "names"]
 
 
-class Schedule(StrEnum):
+class _Name(StrEnum):
+    """A name that reads as its string everywhere: ``str``, ``format`` and ``repr``
+    (``repr(Schedule.GPIPE) == "'gpipe'"``), so cases, rows and messages holding a member
+    print exactly as they would holding the plain string."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class Schedule(_Name):
     """Pipeline schedules simulated tick by tick (:mod:`distcheck.pipeline`).
 
     - ``gpipe``: all forwards, then all backwards (Huang et al. 2019, "GPipe");
@@ -32,7 +41,7 @@ class Schedule(StrEnum):
     INTERLEAVED = "interleaved"
 
 
-class Collective(StrEnum):
+class Collective(_Name):
     """Collectives, named as torch.distributed names them (nccl-tests ``doc/PERFORMANCE.md``
     gives the bytes each sends)."""
 
@@ -43,7 +52,7 @@ class Collective(StrEnum):
     BROADCAST = "broadcast"
 
 
-class Axis(StrEnum):
+class Axis(_Name):
     """Axes of a parallel layout (a device mesh): tensor, context, pipeline, data and expert
     parallelism. The member order is Llama 3's layout order, innermost first, with ``ep``
     last (it is carved out of dp x cp; "The Llama 3 Herd of Models", §3.3.2)."""
@@ -55,7 +64,12 @@ class Axis(StrEnum):
     EP = "ep"
 
 
-class Verdict(StrEnum):
+#: the axes of the rank grid in Llama 3's layout order, innermost first: tp, cp, pp, dp
+#: ("The Llama 3 Herd of Models", §3.3.2, Table 4); ep is carved out of dp x cp, not an axis of its own
+LAYOUT_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
+
+
+class Verdict(_Name):
     """The verdict of one result row. Each member IS its string (``Verdict.PASS == "pass"``), so
     rows built with plain strings compare equal and ``--format json`` writes the strings.
 

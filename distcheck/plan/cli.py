@@ -19,15 +19,20 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
+from distcheck.core.vocab import Schedule, names
+
 __all__ = ["add_plan_parser", "add_report_options", "run_plan"]
 
 EXIT_OK, EXIT_FAIL = 0, 1
-_SIM_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+_SIM_SCHEDULES = names(Schedule)
+#: the schedules ``plan memory`` sizes (distcheck.plan.estimate.SCHEDULES, not imported here: it loads numpy)
+_PLANNED_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.GPIPE.value)
 #: torch.distributed.pipelining schedule classes distcheck can build tables of
 #: (the keys of distcheck.runners.pipelining.SCHEDULES; a test keeps them equal)
 TORCH_SCHEDULES = ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble",
                    "ScheduleZBVZeroBubble", "ScheduleDualPipeV")
-_TORCH_FOR = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
+_TORCH_FOR = {Schedule.GPIPE: "ScheduleGPipe", Schedule.ONE_F_ONE_B: "Schedule1F1B",
+              Schedule.INTERLEAVED: "ScheduleInterleaved1F1B"}
 _SIM_FOR = {v: k for k, v in _TORCH_FOR.items()}
 _CONVENTIONS = ("mixed_adamw", "mixed_adamw_fp32_grads", "adam_8bit", "sgd_momentum", "moments_only")
 
@@ -90,7 +95,8 @@ def add_plan_parser(sub) -> argparse.ArgumentParser:
                    help="split the remaining activations by tp too (default on)")
     w.add_argument("--bytes-per-param", choices=_CONVENTIONS, default="mixed_adamw",
                    help="bytes-per-parameter convention (default mixed_adamw: 16 B/param)")
-    w.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (default 1f1b)")
+    w.add_argument("--schedule", choices=_PLANNED_SCHEDULES, default=Schedule.ONE_F_ONE_B.value,
+                   help="pipeline schedule (default 1f1b)")
     lay = mem.add_argument_group("layout (give any of these to size one layout; the rest default to 1, ZeRO 0)")
     for axis in ("tp", "pp", "dp", "cp"):
         lay.add_argument(f"--{axis}", type=int, default=None, metavar="N",
@@ -113,7 +119,7 @@ def add_plan_parser(sub) -> argparse.ArgumentParser:
     )
     pipe.add_argument("--p", type=int, required=True, metavar="P", help="pipeline stages (ranks)")
     pipe.add_argument("--m", type=int, required=True, metavar="M", help="micro-batches")
-    pipe.add_argument("--schedule", choices=_SIM_SCHEDULES, default="1f1b", help="schedule (default 1f1b)")
+    pipe.add_argument("--schedule", choices=_SIM_SCHEDULES, default=Schedule.ONE_F_ONE_B.value, help="schedule (default 1f1b)")
     pipe.add_argument("--v", type=int, default=None, metavar="V", help="chunks per rank (interleaved; default 2)")
     pipe.add_argument("--t-f", type=int, default=1, metavar="TICKS", help="ticks of one forward (default 1)")
     pipe.add_argument("--t-b", type=int, default=2, metavar="TICKS", help="ticks of one backward (default 2)")
@@ -497,7 +503,7 @@ def _closed_form_rows(t, schedule: str, p: int, m: int, v: int, t_f: int, t_b: i
     from distcheck.closed_form import get
     from distcheck.report import FAIL, PASS, CheckResult
 
-    inputs = dict(p=p, m=m, t_f=t_f, t_b=t_b) | ({"v": v} if schedule == "interleaved" else {})
+    inputs = dict(p=p, m=m, t_f=t_f, t_b=t_b) | ({"v": v} if schedule == Schedule.INTERLEAVED else {})
     got = {"step_ticks": t.step_ticks, "bubble_fraction": t.bubble_fraction, "bubble_ratio": t.bubble_ratio,
            "peak_in_flight": max(t.peak_in_flight), "idle_ticks": max(t.idle_ticks)}
     rows = []
@@ -516,13 +522,13 @@ def _run_pipeline(args) -> int:
     from distcheck.report import exit_code
 
     _check_outputs(args)
-    v = args.v if args.v is not None else (2 if args.schedule == "interleaved" else 1)
+    v = args.v if args.v is not None else (2 if args.schedule == Schedule.INTERLEAVED else 1)
     t = pipeline.simulate(args.schedule, args.p, args.m, v=v, t_f=args.t_f, t_b=args.t_b)
     rows = _closed_form_rows(t, args.schedule, args.p, args.m, v, args.t_f, args.t_b)
     torch_part = None
     if args.torch is not None:
         torch_part = _torch_part(args, v)
-    name = args.schedule + (f" (v = {v})" if args.schedule == "interleaved" else "")
+    name = args.schedule + (f" (v = {v})" if args.schedule == Schedule.INTERLEAVED else "")
     if torch_part is not None:
         rows.append(torch_part["row"])
     if args.format == "json":

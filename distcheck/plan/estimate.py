@@ -76,6 +76,7 @@ from distcheck import memory as memory_ref
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import parse_bytes
 from distcheck.core.validate import MAX_RANKS, check_choice, check_nonnegative_int, check_positive_int
+from distcheck.core.vocab import Axis, Schedule
 from distcheck.plan.model import ModelSpec
 
 __all__ = [
@@ -97,11 +98,11 @@ __all__ = [
 
 RECOMPUTE = ("none", "selective", "full")
 #: pipeline schedules the planner sizes (the closed forms of :mod:`distcheck.forms.pipeline`)
-SCHEDULES = ("1f1b", "gpipe")
+SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.GPIPE.value)
 ZERO_STAGES = (0, 1, 2, 3)
 #: the parts of a GPU's memory, bottom to top in the charts
 COMPONENTS = ("weights", "gradients", "optimizer", "activations")
-COMM_AXES = ("tp", "pp", "cp", "dp")
+COMM_AXES = (Axis.TP.value, Axis.PP.value, Axis.CP.value, Axis.DP.value)
 #: the lesson's order of questions ("Choosing a strategy"), and a fifth beyond it
 LESSON_STEPS = {
     1: "DDP",
@@ -204,7 +205,7 @@ class Workload:
     recompute: str = "selective"
     sequence_parallel: bool = True
     bytes_per_param: str = "mixed_adamw"
-    schedule: str = "1f1b"
+    schedule: str = Schedule.ONE_F_ONE_B.value
 
     def __post_init__(self) -> None:
         check_positive_int("seq_len", self.seq_len)
