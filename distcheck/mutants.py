@@ -55,30 +55,11 @@ from typing import Callable
 
 import numpy as np
 
-from distcheck.report import FAIL, PASS, CheckResult
+from distcheck.engine.mutants import Mutant, kill_mutant, kill_mutants, mutants
+from distcheck.engine.mutants import mutant as _mutant
+from distcheck.engine.mutants import registry as _registry
 
 __all__ = ["Mutant", "MUTANTS", "mutants", "kill_mutant", "kill_mutants"]
-
-
-@dataclass(frozen=True)
-class Mutant:
-    """A known-wrong implementation and the property that must kill it."""
-
-    name: str
-    function: Callable
-    kills: str
-    description: str
-
-
-MUTANTS: dict[str, Mutant] = {}
-
-
-def _mutant(name: str, kills: str):
-    def register(fn):
-        MUTANTS[name] = Mutant(name, fn, kills, (fn.__doc__ or "").strip().split("\n")[0])
-        return fn
-
-    return register
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,70 +244,5 @@ def zero_stage2_unsharded_grads(params, dp, stage, k=12):
     return model_state_bytes_per_gpu(params, dp, 1 if stage == 2 else stage, k)
 
 
-# ----------------------------------------------------------------------------------------------
-# running
-
-
-def mutants() -> list[Mutant]:
-    """Every registered mutant, sorted by name."""
-    return [MUTANTS[n] for n in sorted(MUTANTS)]
-
-
-def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None = None,
-                shrink: bool = True, edge_cases: bool = True) -> CheckResult:
-    """Run ``mutant.kills`` with the mutant as the implementation.
-
-    Returns a CheckResult with ``check = "mutant:<name>"`` and ``extra["outcome"]``:
-
-    - ``"killed"`` (verdict ``pass``): the property FAILED on its own claim (a wrong value,
-      bound or count; ``failure_kind == "claim"``). ``detail`` = the reason and the shrunk
-      counterexample.
-    - ``"broken"`` (verdict ``FAIL``): the run failed some other way: the mutant raised
-      (``ImplementationError``, e.g. a ZeroDivisionError or a call with the wrong
-      signature), broke the slot's contract, or the property's code raised on what it
-      returned. A crash proves nothing about the property: the mutant must be fixed.
-    - ``"survived"`` (verdict ``FAIL``): the property held on every example.
-
-    ``seed`` is the run seed (:func:`distcheck.props.resolve_seed`); the property runs with
-    Hypothesis seed ``example_seed(seed, "mutant:<name>")``, so the same profile and seed
-    give the same row. The property tries its edge cases first (``extra["found_by"]`` says
-    whether an edge case or a generated example killed the mutant); ``edge_cases=False``
-    leaves them out, to show what the generated search alone finds. ``shrink=False`` stops at
-    the first failing example (to scan many seeds quickly). ``extra`` also holds the property run's extra (counterexample, error,
-    failure_kind, reproduce_failure, seed, examples_until_failure, shrink_calls) plus
-    ``killed``, ``property``, ``reproduce`` (a ``kill_mutant`` call with the seed) and, for a
-    catalogue mutant, ``replay`` (the ``distcheck check`` command). Raises KeyError for an
-    unknown mutant name.
-    """
-    from distcheck.props import get, run_property
-
-    if isinstance(mutant, str):
-        mutant = MUTANTS[mutant]
-    run = run_property(get(mutant.kills), profile, impl=mutant.function, seed=seed, label=f"mutant:{mutant.name}",
-                       shrink=shrink, edge_cases=edge_cases)
-    if run.verdict == PASS:
-        outcome = "survived"
-        detail = f"SURVIVED {run.examples} examples of {mutant.kills}: {mutant.description}"
-    elif run.extra.get("failure_kind") == "claim":
-        outcome = "killed"
-        detail = f"killed by {mutant.kills}: {run.detail}"
-    else:
-        outcome = "broken"
-        detail = f"BROKEN (not a kill of {mutant.kills}): {run.detail}"
-    replay = f"kill_mutant({mutant.name!r}, profile={profile!r}, seed={run.extra['seed']})"
-    extra = dict(run.extra, killed=outcome == "killed", outcome=outcome, property=mutant.kills, mutant=mutant.name,
-                 reproduce=replay)
-    if MUTANTS.get(mutant.name) is mutant:  # a catalogue mutant: distcheck check replays it
-        extra["replay"] = f"distcheck check --only properties --profile {profile} --seed {run.extra['seed']}"
-    return CheckResult(check=f"mutant:{mutant.name}", backend="reference", verdict=PASS if outcome == "killed" else FAIL,
-                       world_size=1, examples=run.examples, max_error=run.max_error, bound=run.bound,
-                       detail=detail, extra=extra)
-
-
-def kill_mutants(profile: str = "ci", *, seed: int | None = None) -> list[CheckResult]:
-    """Run every mutant (see :func:`kill_mutant`) with one run seed
-    (:func:`distcheck.props.resolve_seed`); one row each, sorted by mutant name."""
-    from distcheck.props import resolve_seed
-
-    seed = resolve_seed(profile, seed)
-    return [kill_mutant(m, profile, seed=seed) for m in mutants()]
+#: name -> Mutant, every registered mutant (the engine's registry itself)
+MUTANTS = _registry()

@@ -226,9 +226,9 @@ def test_check_reports_every_mutant_killed(kills):
 
 
 def test_run_all_passes_its_profile_and_one_seed_down_and_ends_with_the_kill_count(monkeypatch):
-    import distcheck.mutants as mutants_module
-    import distcheck.props as props
-    import distcheck.props.proofs as proofs
+    import distcheck.engine.mutants as mutants_module
+    import distcheck.engine.proofs as proofs
+    import distcheck.engine.run as props
     from distcheck.report import CheckResult
 
     seen = {}

@@ -11,7 +11,9 @@ from fractions import Fraction
 
 from distcheck import strategies as ds
 from distcheck.core.errors import PropertyFailure
-from distcheck.props import Property, call_impl, form_value, register
+from distcheck.engine.catalogue import form_value
+from distcheck.engine.registry import Property, register
+from distcheck.engine.runner import call_impl
 
 __all__: list[str] = []
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from distcheck import strategies as ds
 from distcheck.core.exactness import assert_bitwise_equal, assert_within, chain_bound, gamma, to_exact
-from distcheck.props import Property, call_impl, register
+from distcheck.engine.registry import Property, register
+from distcheck.engine.runner import call_impl
 
 __all__ = ["weighted_combine", "plain_combine"]
 

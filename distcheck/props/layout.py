@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from distcheck import strategies as ds
 from distcheck.core.errors import ConfigError, PropertyFailure
-from distcheck.props import Property, call_impl, register
+from distcheck.engine.registry import Property, register
+from distcheck.engine.runner import call_impl
 
 __all__: list[str] = []
 

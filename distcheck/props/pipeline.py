@@ -13,8 +13,9 @@ from fractions import Fraction
 
 from distcheck import strategies as ds
 from distcheck.core.errors import PropertyFailure
-from distcheck.props import Property, call_impl, register
-from distcheck.props import form_value as _form
+from distcheck.engine.catalogue import form_value as _form
+from distcheck.engine.registry import Property, register
+from distcheck.engine.runner import call_impl
 
 __all__ = ["bubble_fraction_formula", "stash_formula"]
 

@@ -27,7 +27,7 @@ from typing import Callable
 
 import sympy as sp
 
-from distcheck.report import FAIL, PASS, CheckResult
+from distcheck.engine.proofs import PROOFS, proof, prove, prove_all
 
 __all__ = ["PROOFS", "prove", "prove_all"]
 
@@ -146,8 +146,7 @@ def params_option_deltas():
     return ok_tied and ok_gqa, f"tied: {sp.simplify(tied)}; MHA - GQA: {sp.factor(sp.simplify(gqa))}"
 
 
-#: proof name -> function returning (holds, detail)
-PROOFS: dict[str, Callable[[], tuple[bool, str]]] = {
+for _name, _fn in {
     "proof.pipeline.gpipe_bubble": gpipe_bubble_from_schedule,
     "proof.pipeline.conventions": bubble_conventions,
     "proof.pipeline.interleaved_over_v": interleaved_ratio_over_v,
@@ -157,18 +156,5 @@ PROOFS: dict[str, Callable[[], tuple[bool, str]]] = {
     "proof.zero.comm_stage3": zero3_comm_one_and_a_half,
     "proof.comm.all_reduce": all_reduce_is_rs_plus_ag,
     "proof.params.option_deltas": params_option_deltas,
-}
-
-
-def prove(name: str) -> CheckResult:
-    """Run one proof; a proof that raises is a FAIL row with the error as detail."""
-    try:
-        holds, detail = PROOFS[name]()
-    except Exception as e:  # noqa: BLE001 - report, do not crash the check run
-        holds, detail = False, f"{type(e).__name__}: {e}"
-    return CheckResult(check=name, backend="sympy", verdict=PASS if holds else FAIL, examples=1, detail=detail)
-
-
-def prove_all() -> list[CheckResult]:
-    """Every proof of :data:`PROOFS`, one row each (backend "sympy", examples 1)."""
-    return [prove(name) for name in PROOFS]
+}.items():
+    proof(_name)(_fn)
