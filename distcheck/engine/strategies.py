@@ -20,6 +20,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from math import prod
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,10 @@ from distcheck.core.exactness import PRECISION_BITS, max_exact_int
 from distcheck.core.validate import check_at_least, check_choice, check_subset
 
 __all__ = ["float_dtypes", "integer_valued_arrays", "defines", "draw_ints", "exact_bound", "powers_of_two",
-           "check_dtype", "MAGNITUDE_CAP", "BLOCK_LIMIT"]
+           "check_dtype", "MAGNITUDE_CAP", "BLOCK_LIMIT", "GENERIC", "public_names"]
+
+#: the public strategies defined here (the rest of the module is machinery)
+GENERIC = ("float_dtypes", "integer_valued_arrays")
 
 MAGNITUDE_CAP = 2**6  # keep counterexamples readable and shrinking fast; the derived exact bound is usually far larger
 BLOCK_LIMIT = 512  # entries: up to this, an array is drawn at its largest shape and sliced (see draw_ints)
@@ -154,3 +158,17 @@ def draw_ints(draw, shape, bound, dtype="float64", *, max_shape=None) -> np.ndar
     # times faster than a list of integers, and it shrinks entries towards the fill (0)
     arr = draw(hnp.arrays(np.int64, use, elements=st.integers(-bound, bound))).astype(np.dtype(dtype))
     return np.ascontiguousarray(arr[tuple(slice(0, d) for d in shape)])
+
+
+def public_names(module: ModuleType) -> tuple[str, ...]:
+    """``module.__all__``, checked against what the module defines: every public function or
+    class whose ``__module__`` is the module must be listed, and every listed name must be
+    defined there. Raises ImportError naming the missing and the extra names otherwise."""
+    declared = tuple(getattr(module, "__all__", ()))
+    defined = {n for n, v in vars(module).items()
+               if not n.startswith("_") and getattr(v, "__module__", None) == module.__name__}
+    missing, extra = sorted(defined - set(declared)), sorted(set(declared) - defined)
+    if missing or extra:
+        raise ImportError(f"{module.__name__}.__all__ does not list what the module defines: "
+                          f"missing {missing}, extra {extra}")
+    return declared
