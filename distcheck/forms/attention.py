@@ -7,7 +7,7 @@ attention, ``num_kv_heads/tp`` KV heads. Both require ``tp`` to divide the count
 
 from __future__ import annotations
 
-from distcheck.closed_form import ClosedForm, Input, register
+from distcheck.core.closed_form import ClosedForm, Input, register
 
 __all__ = ["HEADS_PER_RANK", "KV_HEADS_PER_RANK"]
 

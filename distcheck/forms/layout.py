@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from distcheck.closed_form import ClosedForm, Input, register
+from distcheck.core.closed_form import ClosedForm, Input, register
 
 __all__ = [
     "WORLD_SIZE",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from distcheck.closed_form import ClosedForm, Input, register
+from distcheck.core.closed_form import ClosedForm, Input, register
 
 __all__ = ["BYTES_PER_PARAM", "TRAIN_STATE_BYTES", "WEIGHTS_BYTES", "GRADS_BYTES", "OPTIMIZER_BYTES",
            "MIN_GPUS", "MIN_TP_POW2", "MIN_TP_PP_PRODUCT"]

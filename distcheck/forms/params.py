@@ -17,7 +17,7 @@ Llama 2 / 3 model configs.
 
 from __future__ import annotations
 
-from distcheck.closed_form import ClosedForm, Input, register
+from distcheck.core.closed_form import ClosedForm, Input, register
 
 __all__ = ["DECODER_ONLY", "ATTENTION_PER_LAYER", "MLP_PER_LAYER", "EMBEDDING", "LM_HEAD", "NORMS"]
 

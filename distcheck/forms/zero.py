@@ -18,7 +18,7 @@ counts Psi per collective, dropping the ring factor (N_d - 1) / N_d.
 
 from __future__ import annotations
 
-from distcheck.closed_form import ClosedForm, Input, register
+from distcheck.core.closed_form import ClosedForm, Input, register
 
 __all__ = ["BYTES_PER_GPU", "COMM_ELEMENTS_PER_RANK"]
 
