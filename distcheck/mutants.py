@@ -49,9 +49,7 @@ zero.floor_partition               floor(params / dp) per rank           zero.by
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
 
 import numpy as np
 
@@ -175,31 +173,6 @@ def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
 # parameter counts
 
 
-@_mutant("params.attention_ignores_kv", "params.total.closed_form")
-def count_params_ignoring_kv_heads(cfg):
-    """Attention count that sizes k and v with num_heads (ignores grouped-query attention)."""
-    from distcheck.params import count_params
-
-    return count_params(dataclasses.replace(cfg, num_kv_heads=cfg.num_heads))
-
-
-@_mutant("params.tied_counted_twice", "params.total.closed_form")
-def count_params_tied_counted_twice(cfg):
-    """Tied embeddings counted twice: the shared matrix counted again as the output head."""
-    from distcheck.params import count_params
-
-    return count_params(dataclasses.replace(cfg, tied_embeddings=False))
-
-
-@_mutant("params.tied_subtracted_twice", "params.total.closed_form")
-def count_params_tied_subtracted_twice(cfg):
-    """Tied embeddings subtracted twice: V x d removed again from a count that already omits the head."""
-    from distcheck.params import count_params
-
-    n = count_params(cfg)
-    return n - cfg.vocab_size * cfg.hidden_size if cfg.tied_embeddings else n
-
-
 # ----------------------------------------------------------------------------------------------
 # layout, pipeline, ZeRO
 
@@ -246,3 +219,12 @@ def zero_stage2_unsharded_grads(params, dp, stage, k=12):
 
 #: name -> Mutant, every registered mutant (the engine's registry itself)
 MUTANTS = _registry()
+
+
+def __getattr__(name: str) -> object:
+    """Every registered mutant's function by its function name, wherever its package defines it:
+    ``from distcheck.mutants import row_parallel_bias_every_rank``."""
+    for m in MUTANTS.values():
+        if m.function.__name__ == name:
+            return m.function
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,12 +18,10 @@ Proved:
   non-increasing (differences are nonnegative multiples of 1 - 1/N_d);
 - ZeRO-3 communication = 1.5 x DDP (section 7);
 - ring all-reduce bytes = reduce-scatter + all-gather bytes (nccl-tests);
-- params: tying removes exactly V d; GQA -> MHA adds exactly 2 L d e (H - G) (no biases).
 """
 
 from __future__ import annotations
 
-from typing import Callable
 
 import sympy as sp
 
@@ -134,18 +132,6 @@ def all_reduce_is_rs_plus_ag():
     return _zero(on(ar) - on(rs) - on(ag)), f"{ar.expr} = {on(rs)} + {on(ag)}"
 
 
-def params_option_deltas():
-    """decoder_only: tied=1 minus tied=0 == -V d; num_kv_heads=H minus G == 2 L d e (H - G) (+ qkv bias 2 e (H-G))."""
-    f = _get("params.decoder_only")
-    s = f.symbols
-    tied = f.expr.subs(s["tied"], 1) - f.expr.subs(s["tied"], 0)
-    ok_tied = _zero(tied + s["vocab_size"] * s["hidden_size"])
-    H, G, L, d, e = s["num_heads"], s["num_kv_heads"], s["num_layers"], s["hidden_size"], s["head_dim"]
-    gqa = f.expr.subs(G, H) - f.expr
-    ok_gqa = _zero(gqa - L * (H - G) * (2 * d * e + 2 * e * s["qkv_bias"]))
-    return ok_tied and ok_gqa, f"tied: {sp.simplify(tied)}; MHA - GQA: {sp.factor(sp.simplify(gqa))}"
-
-
 for _name, _fn in {
     "proof.pipeline.gpipe_bubble": gpipe_bubble_from_schedule,
     "proof.pipeline.conventions": bubble_conventions,
@@ -155,6 +141,5 @@ for _name, _fn in {
     "proof.zero.non_increasing": zero_stages_non_increasing,
     "proof.zero.comm_stage3": zero3_comm_one_and_a_half,
     "proof.comm.all_reduce": all_reduce_is_rs_plus_ag,
-    "proof.params.option_deltas": params_option_deltas,
 }.items():
     proof(_name)(_fn)

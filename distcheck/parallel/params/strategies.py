@@ -51,7 +51,7 @@ def transformer_configs(
     - ``swiglu``, ``tied``: force the option on/off, or None (default) to draw it.
     Norm kind and biases are drawn.
     """
-    from distcheck.params import NORMS, TransformerConfig
+    from distcheck.parallel.params.reference import NORMS, TransformerConfig
 
     kv = draw(st.integers(1, max_kv_heads))
     if gqa is None:
