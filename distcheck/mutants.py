@@ -177,14 +177,6 @@ def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
 # layout, pipeline, ZeRO
 
 
-@_mutant("layout.tp_outermost", "layout.tp.node_local")
-def groups_tp_outermost(cfg, axis):
-    """Groups of a mesh laid out in the REVERSED order (tp outermost): TP ranks strided across nodes."""
-    from distcheck.layout import groups
-
-    return groups(dataclasses.replace(cfg, order=tuple(reversed(cfg.order))), axis)
-
-
 @_mutant("pipeline.ratio_as_fraction", "pipeline.bubble_fraction.formula")
 def bubble_ratio_as_fraction(schedule, p, m, v=1):
     """(p-1)/m (idle relative to IDEAL time; (p-1)/(v m) interleaved) labelled as idle / total."""

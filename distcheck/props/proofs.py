@@ -22,7 +22,6 @@ Proved:
 
 from __future__ import annotations
 
-
 import sympy as sp
 
 from distcheck.engine.proofs import PROOFS, proof, prove, prove_all

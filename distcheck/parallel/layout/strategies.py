@@ -59,7 +59,7 @@ def parallel_configs(
     - ``min_gpus_per_node``/``max_gpus_per_node``: default 1..8.
     - ``any_order``: False (default): Llama 3's order tp-cp-pp-dp; True: a random permutation.
     """
-    from distcheck.layout import ParallelConfig
+    from distcheck.parallel.layout.reference import ParallelConfig
 
     mins = {"tp": min_tp, "cp": min_cp, "pp": min_pp, "dp": min_dp}
     maxs = {"tp": max_tp, "cp": max_cp, "pp": max_pp, "dp": max_dp}
