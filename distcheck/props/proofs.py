@@ -17,7 +17,6 @@ Proved:
 - ZeRO: each stage reduces to the DDP baseline at N_d = 1, and stages are
   non-increasing (differences are nonnegative multiples of 1 - 1/N_d);
 - ZeRO-3 communication = 1.5 x DDP (section 7);
-- ring all-reduce bytes = reduce-scatter + all-gather bytes (nccl-tests);
 """
 
 from __future__ import annotations
@@ -121,16 +120,6 @@ def zero3_comm_one_and_a_half():
     return ratio == sp.Rational(3, 2), f"stage3 / ddp = {ratio}"
 
 
-def all_reduce_is_rs_plus_ag():
-    """comm.bytes_per_rank.all_reduce == reduce_scatter + all_gather (ring)."""
-    ar, rs, ag = (_get(f"comm.bytes_per_rank.{c}") for c in ("all_reduce", "reduce_scatter", "all_gather"))
-
-    def on(f):
-        return f.expr.subs({f.symbols[k]: ar.symbols[k] for k in f.symbols})
-
-    return _zero(on(ar) - on(rs) - on(ag)), f"{ar.expr} = {on(rs)} + {on(ag)}"
-
-
 for _name, _fn in {
     "proof.pipeline.gpipe_bubble": gpipe_bubble_from_schedule,
     "proof.pipeline.conventions": bubble_conventions,
@@ -139,6 +128,5 @@ for _name, _fn in {
     "proof.zero.baseline_at_one": zero_baseline_at_one,
     "proof.zero.non_increasing": zero_stages_non_increasing,
     "proof.zero.comm_stage3": zero3_comm_one_and_a_half,
-    "proof.comm.all_reduce": all_reduce_is_rs_plus_ag,
 }.items():
     proof(_name)(_fn)
