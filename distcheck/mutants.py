@@ -48,7 +48,6 @@ zero.floor_partition               floor(params / dp) per rank           zero.by
 
 from __future__ import annotations
 
-import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -190,23 +189,6 @@ def stash_ignores_few_microbatches(schedule, p, m, v=1):
     if schedule == "gpipe":
         return m
     return p if schedule == "1f1b" else (v + 1) * p - 1
-
-
-@_mutant("zero.floor_partition", "zero.bytes.padded")
-def zero_floor_partition(params, dp, stage, k=12):
-    """ZeRO partitions of floor(params / dp) elements: the params % dp left over belong to no rank,
-    so the bytes per GPU fall below the exact share when dp does not divide params."""
-    shard = params // dp
-    return {0: (4 + k) * params, 1: 4 * params + k * shard, 2: 2 * params + (2 + k) * shard,
-            3: (4 + k) * shard}[stage]
-
-
-@_mutant("zero.stage2_unsharded_grads", "zero.bytes.figure1")
-def zero_stage2_unsharded_grads(params, dp, stage, k=12):
-    """ZeRO stage 2 that forgets to shard gradients (reports stage 1's bytes)."""
-    from distcheck.zero import model_state_bytes_per_gpu
-
-    return model_state_bytes_per_gpu(params, dp, 1 if stage == 2 else stage, k)
 
 
 #: name -> Mutant, every registered mutant (the engine's registry itself)

@@ -87,46 +87,10 @@ def bubble_vanishes():
     return all(lim == 0 for _, lim in out), ", ".join(f"{s}: {lim}" for s, lim in out)
 
 
-def zero_baseline_at_one():
-    """zero.bytes_per_gpu.stage<s> at N_d = 1 == stage0 (the DDP baseline (2+2+K) Psi)."""
-    base = _get("zero.bytes_per_gpu.stage0")
-    N = base.symbols["dp"]
-    ok = True
-    for s in range(4):
-        f = _get(f"zero.bytes_per_gpu.stage{s}")
-        ok &= _zero(f.expr.subs(f.symbols["dp"], 1) - base.expr.subs(N, 1))
-    return ok, f"all stages reduce to {sp.simplify(base.expr.subs(N, 1))} at dp = 1"
-
-
-def zero_stages_non_increasing():
-    """stage s - stage s+1 = c * Psi * (1 - 1/N_d) with c >= 0 (so >= 0 for N_d >= 1)."""
-    forms = [_get(f"zero.bytes_per_gpu.stage{s}") for s in range(4)]
-    P, N, K = (forms[0].symbols[k] for k in ("params", "dp", "k"))
-    ok, parts = True, []
-    for s in range(3):
-        a = forms[s].expr.subs({forms[s].symbols[k]: v for k, v in (("params", P), ("dp", N), ("k", K))})
-        b = forms[s + 1].expr.subs({forms[s + 1].symbols[k]: v for k, v in (("params", P), ("dp", N), ("k", K))})
-        c = sp.simplify((a - b) / (P * (1 - 1 / N)))
-        holds = c.free_symbols <= {K} and (c.is_nonnegative is True)
-        ok &= bool(holds)
-        parts.append(f"stage{s}-stage{s + 1} = {c} Psi (1 - 1/dp)")
-    return ok, "; ".join(parts)
-
-
-def zero3_comm_one_and_a_half():
-    """zero.comm_elements_per_rank.stage3 == 3/2 * zero.comm_elements_per_rank.ddp."""
-    z3, ddp = _get("zero.comm_elements_per_rank.stage3"), _get("zero.comm_elements_per_rank.ddp")
-    ratio = sp.simplify(z3.expr / ddp.expr.subs(ddp.symbols["params"], z3.symbols["params"]))
-    return ratio == sp.Rational(3, 2), f"stage3 / ddp = {ratio}"
-
-
 for _name, _fn in {
     "proof.pipeline.gpipe_bubble": gpipe_bubble_from_schedule,
     "proof.pipeline.conventions": bubble_conventions,
     "proof.pipeline.interleaved_over_v": interleaved_ratio_over_v,
     "proof.pipeline.bubble_vanishes": bubble_vanishes,
-    "proof.zero.baseline_at_one": zero_baseline_at_one,
-    "proof.zero.non_increasing": zero_stages_non_increasing,
-    "proof.zero.comm_stage3": zero3_comm_one_and_a_half,
 }.items():
     proof(_name)(_fn)

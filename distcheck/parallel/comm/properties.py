@@ -63,7 +63,7 @@ def volume_matches_closed_form(case, *, impl=_simulate) -> None:
 def zero3_is_one_and_a_half_ddp(case, *, impl=_simulate) -> None:
     """Simulated bytes per rank: ZeRO-3 (2 all-gathers + 1 reduce-scatter of S) == 1.5 x DDP
     (one all-reduce of S), and both == zero.comm_elements_per_rank(exact_ring=True) x itemsize."""
-    from distcheck.zero import comm_elements_per_rank
+    from distcheck.parallel.zero.reference import comm_elements_per_rank
 
     n = max(case.n, 2)
     itemsize = 8
