@@ -48,8 +48,6 @@ zero.floor_partition               floor(params / dp) per rank           zero.by
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
 from distcheck.engine.mutants import Mutant, kill_mutant, kill_mutants, mutants
@@ -174,21 +172,6 @@ def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
 
 # ----------------------------------------------------------------------------------------------
 # layout, pipeline, ZeRO
-
-
-@_mutant("pipeline.ratio_as_fraction", "pipeline.bubble_fraction.formula")
-def bubble_ratio_as_fraction(schedule, p, m, v=1):
-    """(p-1)/m (idle relative to IDEAL time; (p-1)/(v m) interleaved) labelled as idle / total."""
-    return Fraction(p - 1, v * m)
-
-
-@_mutant("pipeline.stash_ignores_m", "pipeline.stash.formula")
-def stash_ignores_few_microbatches(schedule, p, m, v=1):
-    """Activation stash of 1F1B taken as p micro-batches (interleaved: (v+1) p - 1 chunks) without
-    the min with m (v m): too many when there are fewer micro-batches than stages (m < p)."""
-    if schedule == "gpipe":
-        return m
-    return p if schedule == "1f1b" else (v + 1) * p - 1
 
 
 #: name -> Mutant, every registered mutant (the engine's registry itself)

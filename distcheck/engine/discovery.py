@@ -39,11 +39,10 @@ ROLES = ("reference", "forms", "strategies", "properties", "mutants", "proofs", 
 #: modules that still hold a role outside distcheck.parallel, imported after the packages' own
 _LEGACY: dict[str, tuple[str, ...]] = {
     "forms": tuple(f"distcheck.forms.{m}" for m in (
-        "dp", "tp", "attention", "pipeline")),
+        "dp", "tp", "attention")),
     "properties": tuple(f"distcheck.props.{m}" for m in (
-        "dp", "accumulation", "tp", "pipeline")),
+        "dp", "accumulation", "tp")),
     "mutants": ("distcheck.mutants",),
-    "proofs": ("distcheck.props.proofs",),
 }
 
 
