@@ -61,25 +61,6 @@ __all__ = ["Mutant", "MUTANTS", "mutants", "kill_mutant", "kill_mutants"]
 # data parallelism and accumulation
 
 
-@_mutant("dp.plain_mean_unequal", "dp.unequal_shards.weighted")
-def plain_mean_unequal(grads, sizes):
-    """Plain mean of the shard-mean gradients, ignoring unequal shard sizes (what DDP does)."""
-    return sum(grads[1:], grads[0]) / len(grads)
-
-
-@_mutant("accumulation.mean_of_means", "accumulation.tokens.split_invariant")
-def mean_of_means(grad_fn_sum, params, X, y, microbatch_sizes, mask=None):
-    """Per-micro-batch mean loss (over its own tokens), then the mean over micro-batches."""
-    bounds = np.cumsum([0, *microbatch_sizes])
-    means = []
-    for lo, hi in zip(bounds, bounds[1:]):
-        if mask is None:
-            means.append(grad_fn_sum(params, X[lo:hi], y[lo:hi]) / (hi - lo))
-        else:
-            means.append(grad_fn_sum(params, X[lo:hi], y[lo:hi], mask[lo:hi]) / np.sum(mask[lo:hi]))
-    return sum(means[1:], means[0]) / len(means)
-
-
 # ----------------------------------------------------------------------------------------------
 # tensor parallelism
 

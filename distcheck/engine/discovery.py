@@ -39,9 +39,9 @@ ROLES = ("reference", "forms", "strategies", "properties", "mutants", "proofs", 
 #: modules that still hold a role outside distcheck.parallel, imported after the packages' own
 _LEGACY: dict[str, tuple[str, ...]] = {
     "forms": tuple(f"distcheck.forms.{m}" for m in (
-        "dp", "tp", "attention")),
+        "tp", "attention")),
     "properties": tuple(f"distcheck.props.{m}" for m in (
-        "dp", "accumulation", "tp")),
+        "tp",)),
     "mutants": ("distcheck.mutants",),
 }
 
