@@ -36,14 +36,6 @@ PARALLEL = "distcheck.parallel"
 #: the role modules a parallelism package may hold (each optional)
 ROLES = ("reference", "forms", "strategies", "properties", "mutants", "proofs", "checks", "findings", "quantities")
 
-#: modules that still hold a role outside distcheck.parallel, imported after the packages' own
-_LEGACY: dict[str, tuple[str, ...]] = {
-    "forms": tuple(f"distcheck.forms.{m}" for m in (
-        "tp", "attention")),
-    "properties": tuple(f"distcheck.props.{m}" for m in (
-        "tp",)),
-    "mutants": ("distcheck.mutants",),
-}
 
 
 def packages() -> tuple[str, ...]:
@@ -69,8 +61,7 @@ def role_modules(role: str) -> list[ModuleType]:
 
     Raises ConfigError for a role not in :data:`ROLES`."""
     check_choice("role", role, ROLES)
-    found = [m for m in (role_module(p, role) for p in packages()) if m is not None]
-    return found + [importlib.import_module(name) for name in _LEGACY.get(role, ())]
+    return [m for m in (role_module(p, role) for p in packages()) if m is not None]
 
 
 def import_package() -> None:
