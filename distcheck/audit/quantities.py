@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from distcheck.closed_form import ClosedForm, catalogue
 from distcheck.core.errors import ConfigError, UnknownQuantityError
@@ -260,14 +260,20 @@ def _pick(values: Mapping[str, object], names) -> dict:
     return {k: values[k] for k in names if k in values}
 
 
-# --- exact helpers for the lesson's tensor-parallel worked example (numpy.array_split semantics)
+# --- the lesson's tensor-parallel worked example, in exact arithmetic: the numpy references of
+# distcheck.tp (split sizes, column and row shards) run on object arrays of Fractions, so every
+# sum is exact (the tensor-parallel reference is imported only when a worked example is computed)
+
+
+def _tp():
+    from distcheck.parallel.tp import reference
+
+    return reference
+
 
 def _split_sizes(n: int, parts: int) -> list[int]:
-    """numpy.array_split sizes: the reference's :func:`distcheck.tp.split_sizes` (imported lazily:
-    the audit loads the tensor-parallel reference only when a worked example is computed)."""
-    from distcheck.tp import split_sizes
-
-    return split_sizes(n, parts)
+    """numpy.array_split sizes: the reference's :func:`distcheck.tp.split_sizes`."""
+    return list(_tp().split_sizes(n, parts))
 
 
 def _matrix(values, name: str) -> list[list[Fraction]]:
@@ -284,10 +290,21 @@ def _vector(values, name: str) -> list[Fraction]:
     return list(v)
 
 
-def _vecmat(x: list[Fraction], w: list[list[Fraction]]) -> tuple:
+def _exact(values: object) -> Any:
+    """A vector or matrix of exact numbers as a numpy object array (arithmetic stays exact)."""
+    import numpy as np
+
+    return np.array(values, dtype=object)
+
+
+def _fractions(arr: Any) -> tuple[Fraction, ...]:
+    return tuple(Fraction(v) for v in _exact(arr).tolist())
+
+
+def _vecmat(x: list[Fraction], w: list[list[Fraction]]) -> tuple[Fraction, ...]:
     if len(x) != len(w):
         raise ConfigError("x", len(x), f"length must equal the rows of w ({len(w)})")
-    return tuple(sum((x[i] * w[i][j] for i in range(len(x))), Fraction(0)) for j in range(len(w[0])))
+    return _fractions(_exact(x) @ _exact(w))
 
 
 def _shard(values, n: int) -> tuple[int, int]:
@@ -301,18 +318,16 @@ def _shard(values, n: int) -> tuple[int, int]:
 
 def _column_shard(values):
     x, w = _vector(values, "x"), _matrix(values, "w")
+    _vecmat(x, w)  # the shapes must agree
     tp, shard = _shard(values, len(w[0]))
-    sizes = _split_sizes(len(w[0]), tp)
-    lo = sum(sizes[:shard])
-    return _vecmat(x, [row[lo:lo + sizes[shard]] for row in w])
+    return _fractions(_tp().column_parallel_parts(_exact(x), _exact(w), tp)[shard])
 
 
 def _row_partial(values):
     x, w = _vector(values, "x"), _matrix(values, "w")
+    _vecmat(x, w)
     tp, shard = _shard(values, len(w))
-    sizes = _split_sizes(len(w), tp)
-    lo = sum(sizes[:shard])
-    return _vecmat(x[lo:lo + sizes[shard]], w[lo:lo + sizes[shard]])
+    return _fractions(_tp().row_parallel_parts(_exact(x), _exact(w), tp)[shard])
 
 
 def _relu(v):
@@ -327,16 +342,13 @@ def _swapped_mlp_matches(values):
     if tp > len(w1) or tp > len(w2[0]):
         raise ConfigError("tp", tp, "must be <= the rows of w1 and the columns of w2")
     full = _vecmat(list(_relu(_vecmat(x, w1))), w2)
-    rows, cols = _split_sizes(len(w1), tp), _split_sizes(len(w2[0]), tp)
+    ref = _tp()
+    # rank r: its row shard of W1 (and the matching slice of x), the activation on its PARTIAL sum,
+    # then its column shard of W2; the outputs are concatenated (no sum anywhere)
+    partials = ref.row_parallel_parts(_exact(x), _exact(w1), tp)
     out: list[Fraction] = []
-    r0 = c0 = 0
-    for r in range(tp):
-        # rank r: row shard of W1 (and the matching slice of x), activation on its partial sum,
-        # then its column shard of W2: the outputs are concatenated (no sum anywhere)
-        h_r = _relu(_vecmat(x[r0:r0 + rows[r]], w1[r0:r0 + rows[r]]))
-        out.extend(_vecmat(list(h_r), [row[c0:c0 + cols[r]] for row in w2]))
-        r0 += rows[r]
-        c0 += cols[r]
+    for r, partial in enumerate(partials):
+        out.extend(_fractions(ref.column_parallel_parts(_exact(_relu(_fractions(partial))), _exact(w2), tp)[r]))
     return 1 if tuple(out) == full else 0
 
 
@@ -348,7 +360,8 @@ def _sliced_activation_matches(values):
     without affine weights, ``(h - mean(h)) / sqrt(var(h) + eps)`` (population variance, as
     torch.nn.functional.layer_norm). Its values are irrational in general, so they are compared
     exactly as pairs (u, A) meaning u / sqrt(A): equal iff u and w have the same sign and
-    u^2 B = w^2 A. Raises ConfigError when a shard's variance plus eps is 0 (division by zero).
+    u^2 B = w^2 A. The shards are the reference's (:func:`distcheck.tp.split_bounds` of
+    :func:`distcheck.tp.split_sizes`). Raises ConfigError when a shard's variance plus eps is 0.
     """
     h = _vector(values, "h")
     tp = int(values["tp"])
@@ -368,10 +381,8 @@ def _sliced_activation_matches(values):
 
     full = act(h)
     sliced: list = []
-    lo = 0
-    for size in _split_sizes(len(h), tp):
-        sliced.extend(act(h[lo:lo + size]))
-        lo += size
+    for lo, hi in _tp().split_bounds(_split_sizes(len(h), tp)):
+        sliced.extend(act(h[lo:hi]))
     if not norm:
         return 1 if full == sliced else 0
     same = all((u > 0) - (u < 0) == (w > 0) - (w < 0) and u * u * b == w * w * a
