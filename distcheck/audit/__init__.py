@@ -22,7 +22,12 @@ from distcheck.audit.keys import CHECK_VERDICTS, VERDICTS, AnswerKey, Check, Cla
 from distcheck.audit.quantities import get_quantity, list_quantities
 from distcheck.audit.report import render, render_quantity_list, render_table, to_json, to_markdown
 from distcheck.audit.verdict import (
-    AuditResult, CheckVerdict, ClaimVerdict, audit_exit_code, audit_file, audit_key,
+    AuditResult,
+    CheckVerdict,
+    ClaimVerdict,
+    audit_exit_code,
+    audit_file,
+    audit_key,
 )
 
 __all__ = [

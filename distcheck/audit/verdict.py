@@ -29,6 +29,7 @@ from distcheck.audit import conventions as conv
 from distcheck.audit import quantities as qmod
 from distcheck.audit.consistency import CheckVerdict, check_key
 from distcheck.audit.counts import is_whole_unit, uneven_split
+from distcheck.audit.key_values import _domain, _exact_float, parse_input_string
 from distcheck.audit.keys import (
     AMBIGUOUS,
     HOLDS,
@@ -37,10 +38,7 @@ from distcheck.audit.keys import (
     WRONG,
     AnswerKey,
     Claim,
-    _domain,
-    _exact_float,
     load_key,
-    parse_input_string,
 )
 from distcheck.audit.numbers import format_exact
 from distcheck.core.errors import AnswerKeyError, ConfigError

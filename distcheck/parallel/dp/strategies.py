@@ -12,7 +12,8 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from distcheck.core.validate import check_interval, check_optional_bool
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import MAX_ELEMENTS, check_interval, check_optional_bool
 from distcheck.engine.strategies import defines, draw_ints, exact_bound
 from distcheck.engine.strategies import powers_of_two as _powers_of_two
 
@@ -41,13 +42,15 @@ def _v_shard_sizes(*, min_shards, max_shards, min_size, max_size, equal, powers_
     check_interval("min_size", min_size, "max_size", max_size)
     check_optional_bool("equal", equal)
     check_optional_bool("powers_of_two", powers_of_two)
-    sizes = _powers_of_two(min_size, max_size) if powers_of_two else list(range(min_size, max_size + 1))
-    if not sizes:
+    if not powers_of_two and max_size - min_size >= MAX_ELEMENTS:  # the sizes are listed to draw from
+        raise ConfigError("max_size", max_size, f"must be < min_size + {MAX_ELEMENTS} (min_size={min_size})")
+    count = len(_powers_of_two(min_size, max_size)) if powers_of_two else max_size - min_size + 1
+    if not count:
         raise InvalidArgument(f"no power of two lies in [min_size={min_size}, max_size={max_size}]")
     if equal is False:
         if max_shards < 2:
             raise InvalidArgument(f"equal=False needs max_shards >= 2, got max_shards={max_shards}")
-        if len(sizes) < 2:
+        if count < 2:
             raise InvalidArgument(
                 f"equal=False needs two different sizes in [min_size={min_size}, max_size={max_size}]"
                 + (" (powers of two)" if powers_of_two else "")
