@@ -73,6 +73,7 @@ from fractions import Fraction
 
 from distcheck import layout as layout_ref
 from distcheck.core.errors import ConfigError
+from distcheck.core.vocab import Collective
 from distcheck.plan.inputs import (
     ACTIVATION_BYTES,
     COMM_AXES,
@@ -286,17 +287,19 @@ def _comm(model: ModelSpec, workload: Workload, lay: Layout, psi: Fraction) -> d
         out["pp"] = _exact(sends * m * boundary)
         kv_local = shape.num_kv_heads // lay.tp * shape.head_dim
         kv_full = 2 * b * workload.seq_len * kv_local * ACTIVATION_BYTES  # K and V of all cp ranks' tokens
-        per_layer = (Fraction(_collective("all_gather", kv_full, lay.cp))
-                     + Fraction(_collective("reduce_scatter", kv_full, lay.cp)))
+        per_layer = (Fraction(_collective(Collective.ALL_GATHER, kv_full, lay.cp))
+                     + Fraction(_collective(Collective.REDUCE_SCATTER, kv_full, lay.cp)))
         out["cp"] = _exact(per_layer * layers * m)
     n = lay.shard_ranks
     grads, weights = conv.grads * psi, conv.weights * psi
     if lay.zero == 0:
-        dp = Fraction(_collective("all_reduce", grads, n))
+        dp = Fraction(_collective(Collective.ALL_REDUCE, grads, n))
     elif lay.zero in (1, 2):
-        dp = Fraction(_collective("reduce_scatter", grads, n)) + Fraction(_collective("all_gather", weights, n))
+        dp = (Fraction(_collective(Collective.REDUCE_SCATTER, grads, n))
+              + Fraction(_collective(Collective.ALL_GATHER, weights, n)))
     else:
-        dp = 2 * m * Fraction(_collective("all_gather", weights, n)) + Fraction(_collective("reduce_scatter", grads, n))
+        dp = (2 * m * Fraction(_collective(Collective.ALL_GATHER, weights, n))
+              + Fraction(_collective(Collective.REDUCE_SCATTER, grads, n)))
     out["dp"] = _exact(dp)
     return out
 
