@@ -54,4 +54,5 @@ def _gather() -> dict[str, Any]:
 
 
 globals().update(_gather())
-__all__ = sorted(n for n in globals() if not n.startswith("_") and getattr(globals()[n], "__module__", None) == __name__)
+__all__ = sorted(name for name, value in globals().items()
+                 if not name.startswith("_") and getattr(value, "__module__", None) == __name__)

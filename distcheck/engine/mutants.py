@@ -127,9 +127,9 @@ def kill_mutant(mutant: Mutant | str, profile: str = "ci", *, seed: int | None =
                  reproduce=replay)
     if registry().get(mutant.name) is mutant:  # a catalogue mutant: distcheck check replays it
         extra["replay"] = f"distcheck check --only properties --profile {profile} --seed {run.extra['seed']}"
-    return CheckResult(check=f"mutant:{mutant.name}", backend="reference", verdict=PASS if outcome == "killed" else FAIL,
-                       world_size=1, examples=run.examples, max_error=run.max_error, bound=run.bound,
-                       detail=detail, extra=extra)
+    return CheckResult(check=f"mutant:{mutant.name}", backend="reference",
+                       verdict=PASS if outcome == "killed" else FAIL, world_size=1, examples=run.examples,
+                       max_error=run.max_error, bound=run.bound, detail=detail, extra=extra)
 
 
 def kill_mutants(profile: str = "ci", *, seed: int | None = None) -> list[CheckResult]:
@@ -152,7 +152,8 @@ def mutant_summary(rows: Iterable[CheckResult]) -> CheckResult:
         return str(r.extra.get("outcome", "killed" if r.verdict == PASS else "survived"))
 
     killed = sum(1 for r in rows if outcome(r) == "killed")
-    named = {kind: [r.check.removeprefix("mutant:") for r in rows if outcome(r) == kind] for kind in ("broken", "survived")}
+    named = {kind: [r.check.removeprefix("mutant:") for r in rows if outcome(r) == kind]
+             for kind in ("broken", "survived")}
     detail = f"mutants killed {killed}/{len(rows)}" + "".join(
         f"; {kind}: {', '.join(names)}" for kind, names in named.items() if names)
     ok = bool(rows) and killed == len(rows)

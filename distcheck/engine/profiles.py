@@ -27,7 +27,8 @@ Hypothesis; the profiles are registered on first use.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from distcheck.core.errors import ConfigError
 

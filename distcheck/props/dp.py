@@ -9,4 +9,7 @@ from distcheck.parallel.dp.properties import (
     weighted_combine,
 )
 
-__all__ = ["weighted_combine", "plain_combine", "equal_shards_bitwise", "unequal_shards_weighted", "plain_mean_bias", "any_shards_bounded"]
+__all__ = [
+    "weighted_combine", "plain_combine", "equal_shards_bitwise", "unequal_shards_weighted", "plain_mean_bias",
+    "any_shards_bounded",
+]

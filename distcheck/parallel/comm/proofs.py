@@ -13,7 +13,8 @@ __all__ = ["all_reduce_is_rs_plus_ag"]
 @proof("proof.comm.all_reduce")
 def all_reduce_is_rs_plus_ag():
     """comm.bytes_per_rank.all_reduce == reduce_scatter + all_gather (ring)."""
-    ar, rs, ag = (get(f"comm.bytes_per_rank.{c}") for c in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER))
+    ar, rs, ag = (get(f"comm.bytes_per_rank.{c}")
+                  for c in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER))
 
     def on(f):
         return f.expr.subs({f.symbols[k]: ar.symbols[k] for k in f.symbols})

@@ -25,8 +25,8 @@ from distcheck.core.vocab import Collective
 from distcheck.engine.mutants import mutant
 from distcheck.parallel.tp.reference import row_parallel
 
-__all__ = ["row_then_column_mlp", "layer_norm_per_shard", "row_parallel_bias_every_rank", "row_parallel_even_split_only",
-           "row_parallel_unlogged_allreduce", "swiglu_fused_naive_split"]
+__all__ = ["row_then_column_mlp", "layer_norm_per_shard", "row_parallel_bias_every_rank",
+           "row_parallel_even_split_only", "row_parallel_unlogged_allreduce", "swiglu_fused_naive_split"]
 
 
 def _bounds(n: int, tp: int) -> list[tuple[int, int]]:
