@@ -1,13 +1,10 @@
-"""Package discovery that pyproject.toml cannot state alone.
+"""Package discovery for setuptools (the rest of the metadata is in pyproject.toml).
 
-golden/ stays at the top of the repository, the one copy of the answer keys; the wheel ships it
-inside the package as ``distcheck.golden_keys`` (read by :mod:`distcheck.golden`). Every other
-package is found by walking ``distcheck/``, so a new package needs no entry here.
+Every package under ``distcheck/`` is found, so a new package (a parallelism package under
+``distcheck/parallel/``) ships without an edit; the golden keys ship as ``distcheck.golden_keys``,
+mapped from the repository's one ``golden/`` folder by ``package-dir`` in pyproject.toml.
 """
 
 from setuptools import find_packages, setup
 
-setup(
-    packages=[*find_packages(include=["distcheck", "distcheck.*"]), "distcheck.golden_keys"],
-    package_dir={"distcheck.golden_keys": "golden"},
-)
+setup(packages=[*find_packages(include=["distcheck", "distcheck.*"]), "distcheck.golden_keys"])

@@ -1,27 +1,30 @@
-"""One exception hierarchy for distcheck.
+"""Public path of distcheck's exceptions and integer checks.
 
-Every error raised for bad user input is a :class:`ConfigError` (a ``ValueError``)
-whose message names the field, its value and the rule it breaks, e.g.::
-
-    ConfigError("tp", 3, "must divide num_kv_heads=8")
-    -> "tp=3 must divide num_kv_heads=8"
-
-Never ``assert`` for validation: asserts vanish under ``python -O``.
-
-Every exception here survives ``pickle`` with all its fields (``args``, every
-attribute and any ``__notes__``): a rank's error crosses a process boundary
-intact. :meth:`DistcheckError.__reduce__` rebuilds the object without calling
-``__init__`` again, so subclasses need no pickling code of their own.
+The exceptions live in :mod:`distcheck.core.errors` and the checks in
+:mod:`distcheck.core.validate` (the one set of validation helpers); this module
+re-exports both under the name users import: ``from distcheck.errors import ConfigError``.
 """
 
-from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
+from distcheck.core.errors import (
+    AnswerKeyError,
+    BackendUnavailable,
+    ConfigError,
+    DistcheckError,
+    DistributedError,
+    GoldenError,
+    ImplementationError,
+    IntervalError,
+    PropertyFailure,
+    RankFailure,
+    UnknownQuantityError,
+    WorldTimeout,
+)
+from distcheck.core.validate import check_choice, check_divides, check_nonnegative_int, check_positive_int
 
 __all__ = [
     "DistcheckError",
     "ConfigError",
+    "IntervalError",
     "UnknownQuantityError",
     "GoldenError",
     "AnswerKeyError",
@@ -36,213 +39,3 @@ __all__ = [
     "check_divides",
     "check_choice",
 ]
-
-
-class DistcheckError(Exception):
-    """Base class of every error distcheck raises on purpose."""
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # (class, args, every attribute): the copy equals the original field for field
-        return (_restore, (type(self), self.args, dict(self.__dict__)))
-
-
-def _restore(cls: type[DistcheckError], args: tuple, state: dict[str, Any]) -> DistcheckError:
-    """Unpickle a :class:`DistcheckError` without running its ``__init__`` again."""
-    err = cls.__new__(cls, *args)
-    err.args = args
-    err.__dict__.update(state)
-    return err
-
-
-class ConfigError(DistcheckError, ValueError):
-    """A configuration value breaks a rule.
-
-    Attributes: ``field`` (the argument or config field name), ``value`` (what was
-    given) and ``rule`` (the rule it breaks, phrased to follow ``field=value``).
-    """
-
-    def __init__(self, field: str, value: object, rule: str):
-        self.field = field
-        self.value = value
-        self.rule = rule
-        super().__init__(f"{field}={_show(value)} {rule}")
-
-
-def _show(value: object) -> str:
-    """A value as a user wrote it: ``3/2`` for a Fraction, ``5`` for an integral one, else ``repr``."""
-    from fractions import Fraction
-
-    if isinstance(value, Fraction):
-        return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
-    return repr(value)
-
-
-class UnknownQuantityError(DistcheckError, KeyError):
-    """A name is not in a catalogue (closed forms, auditable quantities, properties).
-
-    ``kind`` says which: ``"quantity"`` (default) or ``"property"``; the message
-    suggests close matches.
-    """
-
-    def __init__(self, name: str, known: list[str] | None = None, kind: str = "quantity"):
-        self.name = name
-        self.kind = kind
-        self.known = known or []
-        hint = ""
-        if self.known:
-            import difflib
-
-            close = difflib.get_close_matches(name, self.known, n=3)
-            if close:
-                hint = f"; did you mean {', '.join(close)}?"
-        super().__init__(f"unknown {kind} {name!r}{hint}")
-
-    def __str__(self) -> str:  # KeyError quotes its message otherwise
-        return str(self.args[0])
-
-
-class GoldenError(DistcheckError):
-    """A golden record is malformed or does not reproduce."""
-
-
-class AnswerKeyError(DistcheckError):
-    """An answer key is malformed: names the file, line (when known) and field."""
-
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None, field: str | None = None):
-        self.path, self.line, self.field = path, line, field
-        where = ":".join(str(x) for x in (path, line) if x is not None)
-        prefix = f"{where}: " if where else ""
-        fld = f"[{field}] " if field else ""
-        super().__init__(f"{prefix}{fld}{message}")
-
-
-class PropertyFailure(DistcheckError, AssertionError):
-    """A property does not hold: carries expected, got, max error and the bound.
-
-    ``kind`` is ``"claim"``: the property's own claim (values, bounds, counts) is false.
-    The subclass :class:`ImplementationError` says instead that the implementation
-    under test could not be checked (it raised, or breaks the slot's contract).
-    """
-
-    kind = "claim"
-
-    def __init__(self, message: str, *, expected: Any = None, got: Any = None, max_error: float | None = None,
-                 bound: float | None = None):
-        self.expected, self.got, self.max_error, self.bound = expected, got, max_error, bound
-        parts = [message]
-        if max_error is not None:
-            parts.append(f"max error {max_error:.3e}" + (f" > bound {bound:.3e}" if bound is not None else ""))
-        if expected is not None:
-            parts.append(f"expected {expected!r}")
-        if got is not None:
-            parts.append(f"got {got!r}")
-        super().__init__("; ".join(parts))
-
-
-class ImplementationError(PropertyFailure):
-    """The implementation under test could not be checked on a valid case.
-
-    ``kind``: ``"raised"`` (it raised; ``error_type`` names the exception) or
-    ``"contract"`` (it breaks the slot's contract, e.g. takes no ``log=`` where the
-    property's collective count needs one). For a user's implementation this fails
-    the property like a wrong value does; a mutant that fails this way is *broken*,
-    not killed (:func:`distcheck.mutants.kill_mutant`).
-    """
-
-    def __init__(self, message: str, kind: str = "raised", error_type: str | None = None):
-        if kind not in ("raised", "contract"):
-            raise ValueError(f"kind={kind!r} must be 'raised' or 'contract'")
-        self.kind = kind
-        self.error_type = error_type
-        super().__init__(message)
-
-
-class DistributedError(DistcheckError):
-    """Base class of failures of a multi-process world."""
-
-
-class RankFailure(DistributedError):
-    """A rank raised or died.
-
-    Attributes: ``rank`` (the rank reported: the lowest that died, else the
-    lowest that raised), ``traceback_text`` (its traceback, or how it died) and
-    ``failures`` (every failed rank -> its text; default ``{rank: traceback_text}``).
-    ``str()`` starts with ``rank <rank> failed:``.
-    """
-
-    def __init__(self, rank: int, traceback_text: str, failures: Mapping[int, str] | None = None):
-        self.rank = rank
-        self.traceback_text = traceback_text
-        self.failures: dict[int, str] = dict(failures) if failures else {rank: traceback_text}
-        super().__init__(f"rank {rank} failed:\n{traceback_text}")
-
-
-class WorldTimeout(DistributedError):
-    """A step did not finish within its timeout; carries the stuck ranks and their stacks.
-
-    Attributes: ``ranks`` (sorted), ``stacks`` (rank -> Python stack text) and
-    ``timeout_s`` (seconds).
-    """
-
-    def __init__(self, message: str, ranks: list[int] | None = None, stacks: Mapping[int, str] | None = None,
-                 timeout_s: float | None = None):
-        self.ranks: list[int] = list(ranks or [])
-        self.stacks: dict[int, str] = dict(stacks or {})
-        self.timeout_s = timeout_s
-        super().__init__(message)
-
-
-class BackendUnavailable(DistributedError):
-    """The requested backend (e.g. NCCL without a GPU) cannot run here."""
-
-
-def check_positive_int(field: str, value: object) -> int:
-    """Return ``value`` if it is an int >= 1 (bools rejected), else raise ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(field, value, "must be an integer")
-    if value < 1:
-        raise ConfigError(field, value, "must be >= 1")
-    return value
-
-
-def check_nonnegative_int(field: str, value: object) -> int:
-    """Return ``value`` if it is an int >= 0 (bools rejected), else raise ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(field, value, "must be an integer")
-    if value < 0:
-        raise ConfigError(field, value, "must be >= 0")
-    return value
-
-
-def check_divides(field: str, value: int, other_field: str, other: int) -> None:
-    """Raise ConfigError('tp', 3, 'must divide num_kv_heads=8') unless value | other."""
-    if other % value != 0:
-        raise ConfigError(field, value, f"must divide {other_field}={other}")
-
-
-class _TypeOnly:
-    """Shows a value by its type alone (``<ndarray>``): for values too big or odd to print."""
-
-    def __init__(self, value: object):
-        self.type_name = type(value).__name__
-
-    def __repr__(self) -> str:
-        return f"<{self.type_name}>"
-
-
-def check_choice(field: str, value: Any, choices: Any) -> Any:
-    """Return ``value`` if it is one of ``choices`` (same type and equal), else raise ConfigError.
-
-    Safe for any value: arrays and unhashable objects are refused, not compared
-    elementwise, and ``True`` does not pass for ``1``.
-    """
-    def same(c: object) -> bool:
-        try:
-            return type(value) is type(c) and bool(value == c)
-        except Exception:  # e.g. numpy's "truth value of an array is ambiguous"
-            return False
-
-    if not any(same(c) for c in choices):
-        shown = value if isinstance(value, (str, int, float, type(None))) else _TypeOnly(value)
-        raise ConfigError(field, shown, f"must be one of {', '.join(map(repr, choices))}")
-    return value

@@ -22,7 +22,7 @@ from pathlib import Path
 from distcheck.audit.files import as_path
 from distcheck.audit.keys import AnswerKey, load_key
 from distcheck.audit.verdict import audit_key
-from distcheck.errors import AnswerKeyError, GoldenError
+from distcheck.core.errors import AnswerKeyError, GoldenError
 from distcheck.report import FAIL, PASS, CheckResult
 
 __all__ = ["default_golden_dir", "golden_paths", "shipped_keys", "resolve_key", "load_golden", "verify",

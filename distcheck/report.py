@@ -1,15 +1,15 @@
-"""Check results and their table: the one record every part of ``distcheck check`` returns.
+"""The table of check results and its summary line (rich), over the rows of
+:mod:`distcheck.core.results`.
 
-A :class:`CheckResult` is one row: what was checked, on which backend and world
-size, how many examples were tried, the verdict, and the largest error seen.
+:class:`CheckResult`, :class:`Verdict` and the verdict constants live in
+:mod:`distcheck.core.results` and are re-exported here, their public path.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
+
+from distcheck.core.results import FAIL, FINDING, PASS, SKIP, CheckResult, Verdict, exit_code, to_json
 
 __all__ = [
     "FAIL",
@@ -24,56 +24,6 @@ __all__ = [
     "summary_line",
     "to_json",
 ]
-
-
-class Verdict(StrEnum):
-    """The verdict of one row. Each member IS its string (``Verdict.PASS == "pass"``), so rows
-    built with plain strings compare equal and ``--format json`` writes the strings.
-
-    - ``pass``: the check held.
-    - ``FAIL``: it did not, or it could not run as it should (a crash, a timeout, a broken
-      mutant, a failure no recorded finding explains exactly). The run exits 1.
-    - ``skip``: it cannot run here; the detail names the reason.
-    - ``finding``: the check FAILED with exactly the symptom of a recorded upstream
-      discrepancy (:mod:`distcheck.runners.findings`); reported with its evidence, not a
-      failure of the run.
-    """
-
-    PASS = "pass"
-    FAIL = "FAIL"
-    SKIP = "skip"
-    FINDING = "finding"
-
-
-PASS, FAIL, SKIP, FINDING = Verdict.PASS, Verdict.FAIL, Verdict.SKIP, Verdict.FINDING
-
-
-@dataclass
-class CheckResult:
-    """One row of a check report.
-
-    Attributes:
-        check: name of the property or figure, e.g. ``"ddp.unequal_shards.weighted"``.
-        backend: where it ran: ``"reference"``, ``"sympy"``, ``"golden"``, ``"gloo"``,
-            ``"nccl"``, ``"threaded"``, ``"fake"``.
-        world_size: ranks in the world (1 for pure references).
-        examples: examples tried (Hypothesis examples, figures, or runs).
-        verdict: ``"pass"``, ``"FAIL"``, ``"skip"`` or ``"finding"`` (a known upstream
-            discrepancy, reproduced and reported; see distcheck.runners.findings).
-        max_error: the largest absolute error seen (None where not numeric).
-        bound: the bound the error was held to (None for exact checks).
-        detail: one line: the counterexample, the reason for a skip, or the figure.
-    """
-
-    check: str
-    backend: str
-    verdict: str
-    world_size: int = 1
-    examples: int = 0
-    max_error: float | None = None
-    bound: float | None = None
-    detail: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 def _fmt_err(x: float | None) -> str:
@@ -227,12 +177,3 @@ def print_report(results: Iterable[CheckResult], *, title: str = "distcheck chec
         out = Console(width=200)
     render_table(results, title=title, console=out)
     out.print(summary_line(results, seconds) + suffix, highlight=False)
-
-
-def to_json(results: Iterable[CheckResult]) -> str:
-    return json.dumps([asdict(r) for r in results], indent=2, default=str)
-
-
-def exit_code(results: Iterable[CheckResult]) -> int:
-    """1 if any result failed, else 0."""
-    return 1 if any(r.verdict == FAIL for r in results) else 0

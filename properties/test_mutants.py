@@ -31,7 +31,9 @@ COUNTS = {"tp.row.unlogged_allreduce"}
 
 
 def test_catalogue_covers_the_issue_and_the_edge_cases():
-    assert set(MUTANTS) == set(NAMED_IN_ISSUE.values()) | EDGE_CASES | COUNTS
+    # the catalogue is found by discovery: every mistake named here is in it (a package may add more)
+    assert set(NAMED_IN_ISSUE.values()) | EDGE_CASES | COUNTS <= set(MUTANTS)
+    assert [m.name for m in mutants()] == sorted(MUTANTS)
     for m in mutants():
         assert get(m.kills).name == m.kills
         assert m.description and m.function.__doc__
@@ -222,13 +224,14 @@ def test_check_reports_every_mutant_killed(kills):
 
     summary = mutant_summary(kills[n] for n in sorted(kills))
     assert summary.verdict == "pass"
-    assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}" == "mutants killed 16/16"
+    assert len(MUTANTS) >= len(set(NAMED_IN_ISSUE.values()) | EDGE_CASES | COUNTS) == 16
+    assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}"
 
 
 def test_run_all_passes_its_profile_and_one_seed_down_and_ends_with_the_kill_count(monkeypatch):
-    import distcheck.mutants as mutants_module
-    import distcheck.props as props
-    import distcheck.props.proofs as proofs
+    import distcheck.engine.mutants as mutants_module
+    import distcheck.engine.proofs as proofs
+    import distcheck.engine.run as props
     from distcheck.report import CheckResult
 
     seen = {}

@@ -27,7 +27,7 @@ from distcheck.audit.figures import (
     check_sum,
     span_of,
 )
-from distcheck.audit.quantities import _COUNT_NOUNS
+from distcheck.audit.claim_units import _COUNT_NOUNS
 from distcheck.errors import AnswerKeyError, ConfigError
 
 AWAY, TOWARD, EVEN = TIE_RULES

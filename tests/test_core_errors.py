@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from distcheck import comm, dp, errors, layout, memory, pipeline, tp, units
+from distcheck import comm, dp, layout, memory, pipeline, tp, units
+from distcheck.core import errors
 from distcheck.errors import ConfigError
 
 ONE = np.ones
@@ -152,11 +153,12 @@ def test_format_bytes_rounds_the_exact_value():
 
 # ----------------------------------------------------------------------------- every exception survives pickling
 
-#: one instance per exception class of distcheck.errors, every optional field set to a non-default value;
+#: one instance per exception class of distcheck.core.errors (re-exported as distcheck.errors), every optional field set to a non-default value;
 #: a class added to the module without a row here fails test_every_error_class_has_a_pickle_sample
 PICKLE_SAMPLES = {
     "DistcheckError": lambda: errors.DistcheckError("something broke", 3),
     "ConfigError": lambda: errors.ConfigError("tp", Fraction(3, 2), "must divide num_kv_heads=8"),
+    "IntervalError": lambda: errors.IntervalError("min_tp", 4, "max_tp", 2),
     "UnknownQuantityError": lambda: errors.UnknownQuantityError("zero.byts", ["zero.bytes", "zero.stage"], "property"),
     "GoldenError": lambda: errors.GoldenError("golden/lesson.toml does not reproduce"),
     "AnswerKeyError": lambda: errors.AnswerKeyError("must be a table", path="key.toml", line=7, field="claim.inputs"),

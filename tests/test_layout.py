@@ -303,7 +303,7 @@ def test_form_input_errors():
 @given(st.integers(1, 8), st.integers(1, 6), st.integers(1, 6), st.integers(1, 3),
        st.sampled_from([1, 2, 3, 4, 6, 8, 16]), st.permutations(["tp", "cp", "pp", "dp"]))
 def test_node_locality_arithmetic_equals_listing_every_group(tp, pp, dp, cp, gpus_per_node, order):
-    from distcheck.layout import _groups_array
+    from distcheck.parallel.layout.reference import _groups_array
 
     cfg = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, gpus_per_node=gpus_per_node, order=tuple(order))
     for axis in ("tp", "cp", "pp", "dp"):

@@ -7,9 +7,14 @@
 
 The key format, the verdicts and the conventions are documented in docs/AUDIT.md.
 Modules: :mod:`~distcheck.audit.files` (regular files only, size limit),
-:mod:`~distcheck.audit.keys` (parse and validate, tomllib only),
+:mod:`~distcheck.audit.keys` (parse and validate, tomllib only; with
+:mod:`~distcheck.audit.key_lines`, the line of every field, and :mod:`~distcheck.audit.key_values`,
+exact numbers and input domains),
 :mod:`~distcheck.audit.numbers` (printed figures and their rounding step),
-:mod:`~distcheck.audit.quantities` (the auditable catalogue and units),
+:mod:`~distcheck.audit.quantities` (the auditable catalogue; with
+:mod:`~distcheck.audit.claim_units` (units and their families), :mod:`~distcheck.audit.presets`
+(model presets) and :mod:`~distcheck.audit.worked_examples` (the lesson's tensor-parallel example,
+run on the references in exact arithmetic)),
 :mod:`~distcheck.audit.counts` (which units count whole things; uneven splits),
 :mod:`~distcheck.audit.conventions` (alternative readings, as data),
 :mod:`~distcheck.audit.verdict` (one verdict per claim),
@@ -22,7 +27,12 @@ from distcheck.audit.keys import CHECK_VERDICTS, VERDICTS, AnswerKey, Check, Cla
 from distcheck.audit.quantities import get_quantity, list_quantities
 from distcheck.audit.report import render, render_quantity_list, render_table, to_json, to_markdown
 from distcheck.audit.verdict import (
-    AuditResult, CheckVerdict, ClaimVerdict, audit_exit_code, audit_file, audit_key,
+    AuditResult,
+    CheckVerdict,
+    ClaimVerdict,
+    audit_exit_code,
+    audit_file,
+    audit_key,
 )
 
 __all__ = [

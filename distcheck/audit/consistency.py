@@ -20,8 +20,8 @@ from distcheck.audit import quantities as qmod
 from distcheck.audit.counts import FRACTIONAL_COUNT_NOUNS, is_whole_unit
 from distcheck.audit.keys import AnswerKey, Check, Claim
 from distcheck.audit.numbers import format_exact
-from distcheck.errors import AnswerKeyError, ConfigError
-from distcheck.validate import check_type
+from distcheck.core.errors import AnswerKeyError, ConfigError
+from distcheck.core.validate import check_type
 
 __all__ = ["CheckVerdict", "check_key", "figure_of"]
 

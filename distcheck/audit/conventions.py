@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping
 
-from distcheck.validate import check_type
+from distcheck.core.validate import check_type
+from distcheck.core.vocab import Collective, Schedule
 
 __all__ = [
     "MAX_CHANGES",
@@ -230,13 +231,13 @@ def _build() -> tuple[tuple[str, Axis], ...]:
         ("pipeline.busy_ticks", _BACKWARD),
         ("*", _PARAM_COUNT),
     ]
-    for sched in ("gpipe", "1f1b", "interleaved"):
+    for sched in Schedule:
         rows.append((f"pipeline.bubble_fraction.{sched}", _bubble_axis(sched, "ratio")))
         rows.append((f"pipeline.bubble_ratio.{sched}", _bubble_axis(sched, "fraction")))
     for r in _ACT_ROWS:
         rows.append((f"activations.bytes_per_layer.{r}", _act_axis("activations.bytes_per_layer", r)))
         rows.append((f"activations.total_bytes.{r}", _act_axis("activations.total_bytes", r)))
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+    for op in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
         for axis in _comm_axes(op):
             rows.append((f"comm.bytes_per_rank.{op}", axis))
         rows.append((f"comm.bytes_per_rank_no_ring_factor.{op}", Axis("ring factor (n-1)/n", (Variant(

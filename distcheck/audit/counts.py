@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from distcheck.audit import quantities as qmod
-from distcheck.validate import check_type
+from distcheck.core.validate import check_type
 
 __all__ = ["FRACTIONAL_COUNT_NOUNS", "WHOLE_COUNT_NOUNS", "is_whole_unit", "uneven_split"]
 

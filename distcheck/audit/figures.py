@@ -52,8 +52,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck.errors import ConfigError
-from distcheck.validate import check_choice, check_type
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import check_choice, check_type
 
 __all__ = [
     "MAX_WHOLE_COMBINATIONS",

@@ -15,8 +15,8 @@ import os
 import stat
 from pathlib import Path
 
-from distcheck.errors import AnswerKeyError, ConfigError
-from distcheck.validate import check_type
+from distcheck.core.errors import AnswerKeyError, ConfigError
+from distcheck.core.validate import check_type
 
 __all__ = ["MAX_KEY_BYTES", "as_path", "path_text", "read_key_bytes"]
 

@@ -38,7 +38,6 @@ the line of the claim or field (found by scanning the text) and the field.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import tomllib
@@ -47,9 +46,11 @@ from fractions import Fraction
 from typing import Any
 
 from distcheck.audit.files import MAX_KEY_BYTES, as_path, path_text, read_key_bytes
-from distcheck.audit.numbers import PrintedNumber, parse_printed
-from distcheck.errors import AnswerKeyError, UnknownQuantityError
-from distcheck.validate import check_type
+from distcheck.audit.key_lines import _Lines, _scan
+from distcheck.audit.key_values import _MAX_ARRAY, _check_input_value, _claimed, _err, _number, parse_input_string
+from distcheck.audit.numbers import parse_printed
+from distcheck.core.errors import AnswerKeyError, UnknownQuantityError
+from distcheck.core.validate import check_type
 
 __all__ = [
     "VERDICTS",
@@ -64,6 +65,7 @@ __all__ = [
     "parse_key",
     "load_key",
     "validate_data",
+    "parse_input_string",
 ]
 
 HOLDS, WRONG, OTHER, AMBIGUOUS, NOT_CHECKABLE = (
@@ -84,9 +86,6 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 MAX_CLAIMS = 10_000
 #: the most [[check]] tables in one key
 MAX_CHECKS = 10_000
-_MAX_ARRAY = 4096
-_MAX_ELEMENTS = 65536  # a matrix input holds at most this many numbers (exact arithmetic is O(rows x cols))
-_MAX_ABS = Fraction(10) ** 60  # inputs and figures beyond this are refused, not computed
 
 
 @dataclass(frozen=True)
@@ -149,88 +148,6 @@ class AnswerKey:
         raise KeyError(claim_id)
 
 
-# ----------------------------------------------------------------------------- line finding
-
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\"' -]+?)\s*(\]\]?)\s*(#.*)?$")
-_KEYLINE = re.compile(r"^\s*([A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')\s*=\s*(.*)$")
-
-
-@dataclass
-class _Lines:
-    meta: dict = field(default_factory=dict)
-    claims: list = field(default_factory=list)   # per [[claim]]: {field: line, "__header__": line}
-    checks: list = field(default_factory=list)
-    raw_claimed: list = field(default_factory=list)  # per [[claim]]: raw literal text of claimed/rounding
-    raw_rounding: list = field(default_factory=list)
-
-
-def _strip_comment(value: str) -> str:
-    # a value literal up to an unquoted '#'
-    out, quote = [], None
-    for ch in value:
-        if quote:
-            out.append(ch)
-            if ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-            out.append(ch)
-        elif ch == "#":
-            break
-        else:
-            out.append(ch)
-    return "".join(out).strip()
-
-
-def _scan(text: str) -> _Lines:
-    """Lines of the tables and fields (1-based). A hint only: never trusted for values
-    unless the raw literal re-parses to the value tomllib returned."""
-    found = _Lines()
-    current: dict | None = None
-    current_kind = None
-    prefix = ""
-    in_multiline = None
-    for no, line in enumerate(text.splitlines(), start=1):
-        if in_multiline:
-            if in_multiline in line:
-                in_multiline = None
-            continue
-        h = _HEADER.match(line)
-        if h and len(h[1]) == len(h[3]):
-            name = h[2].strip().strip("\"'")
-            if h[1] == "[[" and name == "claim":
-                current, current_kind, prefix = {"__header__": no}, "claim", ""
-                found.claims.append(current)
-                found.raw_claimed.append(None)
-                found.raw_rounding.append(None)
-            elif h[1] == "[[" and name == "check":
-                current, current_kind, prefix = {"__header__": no}, "check", ""
-                found.checks.append(current)
-            elif h[1] == "[" and name == "meta":
-                current, current_kind, prefix = found.meta, "meta", ""
-                found.meta["__header__"] = no
-            elif h[1] == "[" and name in ("claim.inputs", "check.inputs") and current is not None:
-                current.setdefault("inputs", no)
-                prefix = "inputs."
-            else:
-                current, current_kind, prefix = None, None, ""
-            continue
-        k = _KEYLINE.match(line)
-        if k and current is not None:
-            key = k[1].strip("\"'")
-            current.setdefault(prefix + key, no)
-            value = _strip_comment(k[2])
-            for q in ('"""', "'''"):
-                if value.count(q) == 1:
-                    in_multiline = q
-            if current_kind == "claim" and not prefix:
-                if key == "claimed":
-                    found.raw_claimed[-1] = value
-                elif key == "rounding":
-                    found.raw_rounding[-1] = value
-    return found
-
-
 # ----------------------------------------------------------------------------- parsing
 
 
@@ -272,75 +189,6 @@ def parse_key(text: str, path: str = "<string>") -> AnswerKey:
     except (RecursionError, ValueError, TypeError) as exc:  # pathological nesting or text
         raise AnswerKeyError(f"not valid TOML: {type(exc).__name__}", path=path) from None
     return validate_data(data, path=path, text=text)
-
-
-def _err(msg, path, line, fld):
-    # a field named by a quoted TOML key may hold a newline or another control character: escape
-    # it, so that every error stays one line
-    if isinstance(fld, str) and not fld.isprintable():
-        fld = repr(fld)[1:-1]
-    return AnswerKeyError(msg, path=path, line=line, field=fld)
-
-
-def _is_number(x) -> bool:
-    return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, float)
-
-
-def _exact_float(x: float) -> Fraction:
-    # the shortest decimal that round-trips is what the author typed (or equivalent)
-    return Fraction(repr(x))
-
-
-def _finite(x) -> bool:
-    return not isinstance(x, float) or math.isfinite(x)
-
-
-def _printed_from_literal(raw: str | None, value) -> PrintedNumber | None:
-    """Read the printed number from the raw TOML literal if it matches ``value``."""
-    if raw is None:
-        return None
-    if raw[:1] in "\"'":
-        return None
-    p = parse_printed(raw)
-    if p is None:
-        return None
-    try:
-        if float(p.value) != float(value):
-            return None
-    except (OverflowError, ValueError):
-        return None
-    return p
-
-
-def _number(value, what: str, path, line, fld, *, raw: str | None = None) -> PrintedNumber:
-    """An exact printed number from a TOML int/float/string; AnswerKeyError otherwise."""
-    if isinstance(value, bool):
-        raise _err(f"{what} must be a number, got a boolean", path, line, fld)
-    if isinstance(value, int):
-        if abs(value) > _MAX_ABS:
-            raise _err(f"{what} is too large ({len(str(value))} digits)", path, line, fld)
-        return PrintedNumber(Fraction(value), Fraction(0), str(value))  # a whole number in full: exact
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise _err(f"{what} must be finite, got {value!r}", path, line, fld)
-        p = _printed_from_literal(raw, value)
-        if p is not None:
-            return p
-        p = parse_printed(repr(value))
-        if p is None:  # pragma: no cover - repr of a finite float always parses
-            raise _err(f"{what}: cannot read {value!r}", path, line, fld)
-        if abs(p.value) > _MAX_ABS:
-            raise _err(f"{what} is too large", path, line, fld)
-        return p
-    if isinstance(value, str):
-        p = parse_printed(value)
-        if p is None:
-            raise _err(f"{what} {value!r} is not a number (forms: 107.81, '1,103.61', '~870', '6.7e-02', '3/7')",
-                       path, line, fld)
-        if abs(p.value) > _MAX_ABS:
-            raise _err(f"{what} is too large", path, line, fld)
-        return p
-    raise _err(f"{what} must be a number or a printed number string, got {type(value).__name__}", path, line, fld)
 
 
 def _check_str(d: dict, key: str, path, line, fld, *, required: bool) -> str:
@@ -516,105 +364,6 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
                  i, header, dict(cl))
 
 
-def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
-    qi = q.input(name)
-    kind = qi.kind if qi is not None else "preset"
-    if kind == "preset":
-        if not isinstance(v, str) or v not in qmod.preset_names():
-            raise _err(f"model must be one of {', '.join(qmod.preset_names())}, got {v!r}", path, line, fl)
-        return
-    if kind in ("vector", "matrix"):
-        rows = v if isinstance(v, list) else None
-        if kind == "vector":
-            ok = rows is not None and 0 < len(rows) <= _MAX_ARRAY and all(_is_number(x) and _finite(x) for x in rows)
-        else:
-            ok = (rows is not None and 0 < len(rows) <= _MAX_ARRAY
-                  and all(isinstance(r, list) and 0 < len(r) <= _MAX_ARRAY and all(_is_number(x) and _finite(x) for x in r)
-                          for r in rows))
-        if not ok:
-            raise _err(f"must be a {'list of numbers' if kind == 'vector' else 'list of rows of numbers'}",
-                       path, line, fl)
-        if kind == "matrix" and sum(len(r) for r in rows) > _MAX_ELEMENTS:
-            raise _err(f"a matrix input holds at most {_MAX_ELEMENTS} numbers", path, line, fl)
-        if any(abs(x) > _MAX_ABS for x in (rows if kind == "vector" else [x for r in rows for x in r])):
-            raise _err("value too large", path, line, fl)
-        return
-    if isinstance(v, bool):
-        if kind != "flag":
-            raise _err(f"must be a number, got {v!r}", path, line, fl)
-        return
-    if _is_number(v):
-        if not _finite(v):
-            raise _err(f"must be finite, got {v!r}", path, line, fl)
-        if abs(v) > _MAX_ABS:
-            raise _err("value too large", path, line, fl)
-        _domain(qi, _exact_float(v) if isinstance(v, float) else v, path, line, fl)
-        return
-    if isinstance(v, str):
-        if v.startswith("@"):
-            return  # checked once every claim id is known
-        value = _parse_quantity_string(v, qi.unit, qmod)
-        if value is None:
-            raise _err(f"{v!r} is neither a number nor a number with a unit convertible to {qi.unit or 'a plain number'}"
-                       " (e.g. '80 GB'), nor an '@claim-id' reference", path, line, fl)
-        _domain(qi, value, path, line, fl)
-        return
-    raise _err(f"must be a number, a string like '80 GB' or '@claim-id', got {type(v).__name__}", path, line, fl)
-
-
-def _domain(qi, value, path, line, fl) -> None:
-    from distcheck.closed_form import Input
-    from distcheck.errors import ConfigError
-
-    try:
-        Input(qi.name, qi.description, qi.unit, qi.kind, None).validate(value)
-    except ConfigError as exc:
-        raise _err(str(exc), path, line, fl) from None
-
-
-_WITH_UNIT = re.compile(r"^\s*(?P<num>[^A-Za-z%]+?)\s*(?P<unit>[A-Za-z%][A-Za-z/%_ -]*)?\s*$")
-
-
-def _parse_quantity_string(text: str, target_unit: str, qmod) -> Fraction | None:
-    """'80 GB' -> 80e9 when target_unit is bytes; '3/7' -> 3/7. None if not convertible."""
-    m = _WITH_UNIT.match(text)
-    if not m:
-        return None
-    p = parse_printed(m["num"])
-    if p is None or abs(p.value) > _MAX_ABS:
-        return None
-    unit = (m["unit"] or "").strip()
-    if not unit:
-        return p.value
-    if not qmod.is_known_unit(unit) or not target_unit or not qmod.is_known_unit(target_unit):
-        return None
-    try:
-        f = qmod.unit_factor(target_unit, unit)
-    except ValueError:
-        return None
-    return p.value * f
-
-
-def _claimed(value, q, unit, raw, path, line, fl):
-    """(exact claimed value, text as printed, inferred step)."""
-    if q.array:
-        if not isinstance(value, list) or not 0 < len(value) <= _MAX_ARRAY:
-            raise _err(f"{q.name} is a vector: claimed must be a non-empty list of numbers", path, line, fl)
-        items = [_number(x, "claimed element", path, line, fl) for x in value]
-        return (tuple(p.value for p in items), "[" + ", ".join(p.text for p in items) + "]",
-                max(p.step for p in items))
-    if isinstance(value, bool):
-        if q.unit != "flag":
-            raise _err(f"claimed is a boolean but {q.name} is not a flag", path, line, fl)
-        return Fraction(int(value)), str(value).lower(), Fraction(0)
-    if isinstance(value, list):
-        raise _err(f"claimed must be a single number for {q.name}", path, line, fl)
-    p = _number(value, "claimed", path, line, fl, raw=raw)
-    if q.unit == "flag":
-        if p.value not in (0, 1):
-            raise _err("a flag is claimed as true/false (or 1/0)", path, line, fl)
-        return p.value, p.text, Fraction(0)
-    return p.value, p.text, p.step
 
 
 def _check(rk, i, kl, path, ids, claim_ids) -> Check:
@@ -654,11 +403,3 @@ def _check(rk, i, kl, path, ids, claim_ids) -> Check:
     return Check(cid, kind, total, tuple(out), note, section, expect, header)
 
 
-def parse_input_string(text: str, target_unit: str) -> Fraction | None:
-    """Public wrapper: '80 GB' converted to ``target_unit`` (exact), None if not convertible.
-    Raises ConfigError when ``text`` or ``target_unit`` is not a str."""
-    from distcheck.audit import quantities as qmod
-
-    check_type("text", text, str, "must be a str such as '80 GB'")
-    check_type("target_unit", target_unit, str, "must be a unit name (a str)")
-    return _parse_quantity_string(text, target_unit, qmod)

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 
 __all__ = ["PrintedNumber", "parse_printed", "step_of_literal", "format_exact"]
 

@@ -34,15 +34,25 @@ prefix and a space, e.g. ``"M tokens"``, ``"B params"``), ``bytes_per_param``
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Mapping
 
+from distcheck.audit.claim_units import KNOWN_UNITS_HELP, is_known_unit, unit_factor, unit_family
+from distcheck.audit.presets import _DECODER_INPUTS, _PRESET_FIELDS, nominal_params, preset_names
+from distcheck.audit.worked_examples import (
+    column_shard,
+    matrix_of,
+    row_partial,
+    sliced_activation_matches,
+    swapped_mlp_matches,
+    vecmat,
+    vector_of,
+)
 from distcheck.closed_form import ClosedForm, catalogue
-from distcheck.errors import ConfigError, UnknownQuantityError
-from distcheck.units import BYTE_UNITS
-from distcheck.validate import check_type
+from distcheck.core.errors import ConfigError, UnknownQuantityError
+from distcheck.core.validate import check_type
+from distcheck.core.vocab import Collective
 
 __all__ = [
     "QuantityInput",
@@ -56,103 +66,8 @@ __all__ = [
     "KNOWN_UNITS_HELP",
     "preset_inputs",
     "nominal_params",
+    "preset_names",
 ]
-
-# ----------------------------------------------------------------------------- units
-
-_DIMENSIONLESS = {"fraction": Fraction(1), "ratio": Fraction(1), "x": Fraction(1), "%": Fraction(1, 100)}
-_COUNT_NOUNS = {
-    "count", "params", "GPUs", "elements", "ticks", "tokens", "sequences", "layers", "stages", "micro-batches",
-    "ranks", "nodes", "groups", "examples", "chunks", "heads", "collectives", "all-reduces", "columns",
-}
-_ALIASES = {"GPU": "GPUs", "tick": "ticks", "token": "tokens", "param": "params", "parameters": "params",
-            "layer": "layers", "sequence": "sequences", "B/param": "bytes_per_param",
-            "bytes/param": "bytes_per_param", "byte": "bytes", "percent": "%", "bool": "flag"}
-_SCALES = {"K": Fraction(10**3), "M": Fraction(10**6), "B": Fraction(10**9), "T": Fraction(10**12),
-           "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40)}
-_SCALED = re.compile(r"^(K|M|B|T|Ki|Mi|Gi|Ti) (\S+)$")
-
-#: quantity unit -> the family a claim unit must belong to
-_FAMILY_OF_QUANTITY_UNIT = {
-    "bytes": "bytes", "fraction": "dimensionless", "ratio": "dimensionless", "bytes_per_param": "bytes_per_param",
-    "flag": "flag", "value": "value",
-}
-
-KNOWN_UNITS_HELP = (
-    "bytes, B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; fraction, ratio, x, %; bytes_per_param (B/param); flag; "
-    f"value; counts: {', '.join(sorted(_COUNT_NOUNS))} (optionally scaled: 'M tokens', 'B params', 'Mi tokens')"
-)
-
-
-def _canon(unit: str) -> str:
-    return _ALIASES.get(unit, unit)
-
-
-def _parse_unit(unit: str) -> tuple[str, Fraction] | None:
-    """(family, factor to the family's base) or None if unknown."""
-    if not isinstance(unit, str):
-        return None
-    u = _canon(unit.strip())
-    if u in BYTE_UNITS:
-        return "bytes", Fraction(BYTE_UNITS[u])
-    if u in _DIMENSIONLESS:
-        return "dimensionless", _DIMENSIONLESS[u]
-    if u == "bytes_per_param":
-        return "bytes_per_param", Fraction(1)
-    if u == "flag":
-        return "flag", Fraction(1)
-    if u == "value":
-        return "value", Fraction(1)
-    if u in _COUNT_NOUNS:
-        return "count:" + u, Fraction(1)
-    m = _SCALED.match(u)
-    if m and _canon(m[2]) in _COUNT_NOUNS:
-        return "count:" + _canon(m[2]), _SCALES[m[1]]
-    return None
-
-
-def is_known_unit(unit: object) -> bool:
-    """True if ``unit`` is a unit an answer key may use."""
-    return isinstance(unit, str) and _parse_unit(unit) is not None
-
-
-def unit_family(unit: str) -> str | None:
-    """The family of ``unit`` ("bytes", "dimensionless", "count:<noun>", ...), None if unknown."""
-    p = _parse_unit(unit)
-    return None if p is None else p[0]
-
-
-def _compatible(q_family: str, c_family: str) -> bool:
-    if q_family == c_family:
-        return True
-    q_count, c_count = q_family.startswith("count:"), c_family.startswith("count:")
-    if q_count and c_count:  # a generic "count" quantity takes any count noun, and vice versa
-        return q_family == "count:count" or c_family == "count:count"
-    return False
-
-
-def unit_factor(quantity_unit: str, claim_unit: str) -> Fraction:
-    """Factor f with ``value_in_claim_unit = value_in_quantity_unit / f``.
-
-    E.g. ``unit_factor("bytes", "GB") == 10**9`` and ``unit_factor("fraction", "%") == 1/100``.
-    Raises ConfigError (a ValueError) naming the argument when a unit is not a str, is
-    unknown, or the two are of different families.
-    """
-    check_type("quantity_unit", quantity_unit, str, "must be a unit name (a str)")
-    check_type("claim_unit", claim_unit, str, "must be a unit name (a str)")
-    q = _parse_unit(quantity_unit) if quantity_unit != "any" else ("any", Fraction(1))
-    c = _parse_unit(claim_unit)
-    if q is None:
-        raise ConfigError("quantity_unit", quantity_unit, "is not a known unit")
-    if c is None:
-        raise ConfigError("claim_unit", claim_unit, f"is not a known unit; known: {KNOWN_UNITS_HELP}")
-    if quantity_unit == "any":  # not-checkable quantities take a figure in any unit
-        return Fraction(1)
-    q_family = _FAMILY_OF_QUANTITY_UNIT.get(quantity_unit, q[0])
-    if not _compatible(q_family, c[0]):
-        raise ConfigError("claim_unit", claim_unit, f"does not measure a quantity in {quantity_unit!r}")
-    return c[1] / q[1]
-
 
 # ----------------------------------------------------------------------------- quantities
 
@@ -259,125 +174,6 @@ def _pick(values: Mapping[str, object], names) -> dict:
     return {k: values[k] for k in names if k in values}
 
 
-# --- exact helpers for the lesson's tensor-parallel worked example (numpy.array_split semantics)
-
-def _split_sizes(n: int, parts: int) -> list[int]:
-    """numpy.array_split sizes: the reference's :func:`distcheck.tp.split_sizes` (imported lazily:
-    the audit loads the tensor-parallel reference only when a worked example is computed)."""
-    from distcheck.tp import split_sizes
-
-    return split_sizes(n, parts)
-
-
-def _matrix(values, name: str) -> list[list[Fraction]]:
-    rows = values[name]
-    if not rows or any(len(r) != len(rows[0]) for r in rows) or not rows[0]:
-        raise ConfigError(name, [list(map(str, r)) for r in rows], "must be a non-empty rectangular matrix")
-    return [list(r) for r in rows]
-
-
-def _vector(values, name: str) -> list[Fraction]:
-    v = values[name]
-    if not v or any(isinstance(x, tuple) for x in v):
-        raise ConfigError(name, v, "must be a non-empty vector of numbers")
-    return list(v)
-
-
-def _vecmat(x: list[Fraction], w: list[list[Fraction]]) -> tuple:
-    if len(x) != len(w):
-        raise ConfigError("x", len(x), f"length must equal the rows of w ({len(w)})")
-    return tuple(sum((x[i] * w[i][j] for i in range(len(x))), Fraction(0)) for j in range(len(w[0])))
-
-
-def _shard(values, n: int) -> tuple[int, int]:
-    tp, shard = int(values["tp"]), int(values["shard"])
-    if tp > n:
-        raise ConfigError("tp", tp, f"must be <= the split dimension {n}")
-    if shard >= tp:
-        raise ConfigError("shard", shard, f"must be < tp={tp}")
-    return tp, shard
-
-
-def _column_shard(values):
-    x, w = _vector(values, "x"), _matrix(values, "w")
-    tp, shard = _shard(values, len(w[0]))
-    sizes = _split_sizes(len(w[0]), tp)
-    lo = sum(sizes[:shard])
-    return _vecmat(x, [row[lo:lo + sizes[shard]] for row in w])
-
-
-def _row_partial(values):
-    x, w = _vector(values, "x"), _matrix(values, "w")
-    tp, shard = _shard(values, len(w))
-    sizes = _split_sizes(len(w), tp)
-    lo = sum(sizes[:shard])
-    return _vecmat(x[lo:lo + sizes[shard]], w[lo:lo + sizes[shard]])
-
-
-def _relu(v):
-    return tuple(max(Fraction(0), a) for a in v)
-
-
-def _swapped_mlp_matches(values):
-    """1 if relu(x W1) W2 equals the swapped split (row-split W1, column-split W2, no all-reduce
-    before the activation) on this input, else 0."""
-    x, w1, w2 = _vector(values, "x"), _matrix(values, "w1"), _matrix(values, "w2")
-    tp = int(values["tp"])
-    if tp > len(w1) or tp > len(w2[0]):
-        raise ConfigError("tp", tp, "must be <= the rows of w1 and the columns of w2")
-    full = _vecmat(list(_relu(_vecmat(x, w1))), w2)
-    rows, cols = _split_sizes(len(w1), tp), _split_sizes(len(w2[0]), tp)
-    out: list[Fraction] = []
-    r0 = c0 = 0
-    for r in range(tp):
-        # rank r: row shard of W1 (and the matching slice of x), activation on its partial sum,
-        # then its column shard of W2: the outputs are concatenated (no sum anywhere)
-        h_r = _relu(_vecmat(x[r0:r0 + rows[r]], w1[r0:r0 + rows[r]]))
-        out.extend(_vecmat(list(h_r), [row[c0:c0 + cols[r]] for row in w2]))
-        r0 += rows[r]
-        c0 += cols[r]
-    return 1 if tuple(out) == full else 0
-
-
-def _sliced_activation_matches(values):
-    """1 if applying the activation to each column shard of ``h`` and concatenating equals applying
-    it to the whole of ``h``, else 0 (exact).
-
-    ``layer_norm = 0``: ReLU, elementwise. ``layer_norm = 1``: layer norm over the hidden dimension
-    without affine weights, ``(h - mean(h)) / sqrt(var(h) + eps)`` (population variance, as
-    torch.nn.functional.layer_norm). Its values are irrational in general, so they are compared
-    exactly as pairs (u, A) meaning u / sqrt(A): equal iff u and w have the same sign and
-    u^2 B = w^2 A. Raises ConfigError when a shard's variance plus eps is 0 (division by zero).
-    """
-    h = _vector(values, "h")
-    tp = int(values["tp"])
-    if tp > len(h):
-        raise ConfigError("tp", tp, f"must be <= the length of h ({len(h)})")
-    norm = int(values.get("layer_norm", 0))
-    eps = Fraction(values.get("eps", 0))
-
-    def act(v):
-        if not norm:
-            return [(a, None) for a in _relu(v)]
-        mean = sum(v, Fraction(0)) / len(v)
-        var = sum(((a - mean) ** 2 for a in v), Fraction(0)) / len(v) + eps
-        if var == 0:
-            raise ConfigError("eps", eps, "must be > 0 when a shard of h has zero variance (layer norm divides by it)")
-        return [(a - mean, var) for a in v]
-
-    full = act(h)
-    sliced: list = []
-    lo = 0
-    for size in _split_sizes(len(h), tp):
-        sliced.extend(act(h[lo:lo + size]))
-        lo += size
-    if not norm:
-        return 1 if full == sliced else 0
-    same = all((u > 0) - (u < 0) == (w > 0) - (w < 0) and u * u * b == w * w * a
-               for (u, a), (w, b) in zip(full, sliced))
-    return 1 if same else 0
-
-
 def _int_check(name, value) -> int:
     if Fraction(value).denominator != 1:
         raise ConfigError(name, value, "must be an integer")
@@ -443,7 +239,8 @@ def _composites() -> list[Quantity]:
         lambda v: _ev("activations.bytes_per_layer.full_recompute", **_pick(v, ("s", "b", "h"))) * v["num_layers"]
         + _ev("activations.bytes_per_layer.tp_sp_selective", **_pick(v, ("s", "b", "h", "t"))),
     ))
-    for op, factor in (("all_reduce", 2), ("all_gather", 1), ("reduce_scatter", 1), ("all_to_all", 1)):
+    for op in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
+        factor = 2 if op == Collective.ALL_REDUCE else 1  # an all-reduce is a reduce-scatter plus an all-gather
         out.append(Q(
             f"comm.bytes_per_rank_no_ring_factor.{op}", "bytes",
             "ZeRO paper (Rajbhandari et al. 2020) section 7 counts Psi per collective, dropping (n-1)/n; the n -> infinity limit of nccl-tests' factors",
@@ -579,19 +376,19 @@ def _composites() -> list[Quantity]:
     shard_in = I("shard", "0-based rank whose piece is computed", "", "nonnegative_integer")
     src = f"{_LESSON} section 3, 'Tensor parallelism: columns and rows' worked example (exact arithmetic)"
     out.append(Q("tp.example.full_output", "value", src, "x W computed exactly", (vec, mat),
-                 lambda v: _vecmat(_vector(v, "x"), _matrix(v, "w")), array=True))
+                 lambda v: vecmat(vector_of(v, "x"), matrix_of(v, "w")), array=True))
     out.append(Q("tp.example.column_shard_output", "value", src,
                  "x W_k for the k-th column shard of W (numpy.array_split over columns)", (vec, mat, tp_in, shard_in),
-                 _column_shard, array=True))
+                 column_shard, array=True))
     out.append(Q("tp.example.row_shard_partial", "value", src,
                  "x_k W_k for the k-th row shard of W and the matching slice of x (summed by an all-reduce)",
-                 (vec, mat, tp_in, shard_in), _row_partial, array=True))
+                 (vec, mat, tp_in, shard_in), row_partial, array=True))
     out.append(Q(
         "tp.example.swapped_mlp_matches", "flag",
         f"{_LESSON} section 2 exercise 4 (swap the split order); a counterexample settles 'not exact'",
         "1 if relu(x W1) W2 equals the swapped split (row-split W1, column-split W2, no all-reduce) on this input",
         (vec, I("w1", "first weight matrix", "", "matrix"), I("w2", "second weight matrix", "", "matrix"), tp_in),
-        _swapped_mlp_matches,
+        swapped_mlp_matches,
     ))
     out.append(Q(
         "tp.example.sliced_activation_matches", "flag",
@@ -603,7 +400,7 @@ def _composites() -> list[Quantity]:
         (I("h", "hidden activation before the nonlinearity, x W_up (a list of numbers)", "", "vector"), tp_in,
          I("layer_norm", "1: layer norm over the hidden dimension; 0: ReLU", "", "flag", 0),
          I("eps", "layer-norm epsilon added to the variance", "", "nonnegative", 0)),
-        _sliced_activation_matches,
+        sliced_activation_matches,
     ))
     out.append(Q(
         "empirical.max_abs_error", "any",
@@ -661,32 +458,6 @@ def list_quantities() -> list[dict]:
     return [q.as_dict() for q in quantities().values()]
 
 
-# ----------------------------------------------------------------------------- presets
-
-#: input name of a quantity -> how to read it from a TransformerConfig
-_PRESET_FIELDS: dict[str, Callable] = {
-    "hidden_size": lambda c: c.hidden_size, "h": lambda c: c.hidden_size,
-    "num_layers": lambda c: c.num_layers,
-    "ffn_hidden_size": lambda c: c.ffn_hidden_size, "ffn": lambda c: c.ffn_hidden_size,
-    "num_heads": lambda c: c.num_heads, "a": lambda c: c.num_heads,
-    "num_kv_heads": lambda c: c.num_kv_heads, "head_dim": lambda c: c.head_dim,
-    "vocab_size": lambda c: c.vocab_size,
-    "swiglu": lambda c: int(c.swiglu), "tied": lambda c: int(c.tied_embeddings),
-    "norm_weights": lambda c: int(c.norm is not None), "norm_biases": lambda c: int(c.norm == "layer"),
-    "qkv_bias": lambda c: int(c.qkv_bias), "mlp_bias": lambda c: int(c.mlp_bias),
-    "out_bias": lambda c: int(c.out_bias), "final_norm": lambda c: int(c.final_norm),
-}
-_DECODER_INPUTS = ("hidden_size", "num_layers", "ffn_hidden_size", "num_heads", "num_kv_heads", "head_dim",
-                   "vocab_size", "swiglu", "tied", "norm_weights", "norm_biases", "qkv_bias", "mlp_bias",
-                   "out_bias", "final_norm")
-
-
-def preset_names() -> list[str]:
-    from distcheck.params import PRESETS
-
-    return sorted(PRESETS)
-
-
 def preset_inputs(model: str, quantity: Quantity) -> dict[str, Fraction]:
     """The inputs of ``quantity`` a preset fills (exact). ``params`` is the total of
     ``params.decoder_only`` for the preset. Raises ConfigError for an unknown preset or a
@@ -705,17 +476,3 @@ def preset_inputs(model: str, quantity: Quantity) -> dict[str, Fraction]:
         elif name == "params":
             out[name] = Fraction(_ev("params.decoder_only", **{k: _PRESET_FIELDS[k](cfg) for k in _DECODER_INPUTS}))
     return out
-
-
-_NOMINAL = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORECASE)
-
-
-def nominal_params(model: str) -> Fraction | None:
-    """The parameter count printed in a preset's name ("llama-3-70b" -> 70e9), None if it has none.
-    Raises ConfigError when ``model`` is not a str."""
-    check_type("model", model, str, "must be a preset name (a str)")
-    m = _NOMINAL.search(model)
-    if not m:
-        return None
-    scale = 10**9 if m[2].lower() == "b" else 10**6
-    return Fraction(m[1]) * scale

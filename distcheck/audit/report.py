@@ -13,7 +13,7 @@ from typing import Iterable
 
 from distcheck.audit.numbers import format_exact
 from distcheck.audit.verdict import AuditResult, ClaimVerdict
-from distcheck.validate import check_choice, check_type
+from distcheck.core.validate import check_choice, check_type
 
 __all__ = ["render_table", "to_markdown", "to_json", "to_dict", "render", "render_quantity_list"]
 

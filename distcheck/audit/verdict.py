@@ -29,13 +29,20 @@ from distcheck.audit import conventions as conv
 from distcheck.audit import quantities as qmod
 from distcheck.audit.consistency import CheckVerdict, check_key
 from distcheck.audit.counts import is_whole_unit, uneven_split
+from distcheck.audit.key_values import _domain, _exact_float, parse_input_string
 from distcheck.audit.keys import (
-    AMBIGUOUS, HOLDS, NOT_CHECKABLE, OTHER, WRONG, AnswerKey, Claim, _domain, _exact_float, load_key,
-    parse_input_string,
+    AMBIGUOUS,
+    HOLDS,
+    NOT_CHECKABLE,
+    OTHER,
+    WRONG,
+    AnswerKey,
+    Claim,
+    load_key,
 )
 from distcheck.audit.numbers import format_exact
-from distcheck.errors import AnswerKeyError, ConfigError
-from distcheck.validate import check_type
+from distcheck.core.errors import AnswerKeyError, ConfigError
+from distcheck.core.validate import check_type
 
 __all__ = ["ClaimVerdict", "CheckVerdict", "AuditResult", "audit_key", "audit_file", "audit_exit_code"]
 

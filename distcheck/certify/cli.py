@@ -214,7 +214,7 @@ def _finish(args, certs, started: float) -> int:
 
 def _run_torchrun(args, jobs, profile, seed, timeout) -> int:
     from distcheck.certify.launch import LeaderWorld, follow, side_group
-    from distcheck.runners.torchrun import FINAL_EXCHANGE_TIMEOUT_S, TorchrunWorld
+    from distcheck.runners.torchrun_world import FINAL_EXCHANGE_TIMEOUT_S, TorchrunWorld
 
     backends = {job.backend for job in jobs}
     if backends - {"gloo", "nccl"} or len(backends) > 1:

@@ -15,7 +15,16 @@ distributed training", section 5). The conventions are in
 """
 
 from distcheck.plan.estimate import (
-    COMPONENTS, LESSON_STEPS, RECOMPUTE, SCHEDULES, Estimate, Hardware, Layout, Workload, check_layout, conventions,
+    COMPONENTS,
+    LESSON_STEPS,
+    RECOMPUTE,
+    SCHEDULES,
+    Estimate,
+    Hardware,
+    Layout,
+    Workload,
+    check_layout,
+    conventions,
     estimate,
 )
 from distcheck.plan.model import ModelSpec, preset_names, resolve_model

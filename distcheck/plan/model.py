@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from distcheck import params as params_ref
-from distcheck.errors import ConfigError, check_positive_int
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import check_positive_int
 
 __all__ = ["ModelSpec", "resolve_model", "preset_names", "SHAPE_FIELDS"]
 

@@ -29,12 +29,19 @@ from typing import Callable
 
 from distcheck import layout as layout_ref
 from distcheck import memory as memory_ref
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
+from distcheck.core.units import format_bytes
 from distcheck.plan.estimate import (
-    LESSON_STEPS, Estimate, Hardware, Layout, Workload, check_layout, conventions, estimate,
+    LESSON_STEPS,
+    Estimate,
+    Hardware,
+    Layout,
+    Workload,
+    check_layout,
+    conventions,
+    estimate,
 )
 from distcheck.plan.model import ModelSpec
-from distcheck.units import format_bytes
 
 __all__ = ["Question", "Plan", "valid_layouts", "rank_key", "plan", "smallest_tp_pp_before_activations", "gb"]
 

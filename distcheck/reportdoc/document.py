@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.reportdoc.atomic import atomic_write
 
 __all__ = ["Table", "FigureImage", "ReportFiles", "write_report", "results_table", "figure_image",

@@ -7,7 +7,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 
 __all__ = [
     "MAX_GANTT_CELLS", "MAX_DIAGRAM_RANKS", "KIND_COLOURS", "require_matplotlib", "pipeline_gantt", "memory_bars",

@@ -39,6 +39,7 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
+from distcheck.core.vocab import Collective
 from distcheck import strategies as ds
 from distcheck.certify import bounds as tb
 from distcheck.certify.contract import Option, PropertySpec
@@ -129,8 +130,8 @@ class ColumnParallelLinear(ShardedLayerContract):
 
     def expected_collectives(self, case, options, dtype):
         b, size = case.x.shape[0], ITEMSIZE[dtype]
-        fwd = [("all_gather", b * case.dims["out_features"] * size)] if options["gather_output"] else []
-        return (fwd, [("all_reduce", b * case.dims["in_features"] * size)],
+        fwd = [(Collective.ALL_GATHER, b * case.dims["out_features"] * size)] if options["gather_output"] else []
+        return (fwd, [(Collective.ALL_REDUCE, b * case.dims["in_features"] * size)],
                 "gather_output: one all-gather of the output" if fwd else "no gather: none",
                 "the replicated input's gradient: one all-reduce (Megatron's f, Shoeybi et al. 2019 §3)")
 
@@ -171,8 +172,8 @@ class RowParallelLinear(ShardedLayerContract):
     def expected_collectives(self, case, options, dtype):
         b, size = case.x.shape[0], ITEMSIZE[dtype]
         count = closed_form("tp.row.allreduce_count")
-        bwd = [] if options["input_is_parallel"] else [("all_gather", b * case.dims["in_features"] * size)]
-        return ([("all_reduce", b * case.dims["out_features"] * size)] * count,
+        bwd = [] if options["input_is_parallel"] else [(Collective.ALL_GATHER, b * case.dims["in_features"] * size)]
+        return ([(Collective.ALL_REDUCE, b * case.dims["out_features"] * size)] * count,
                 bwd, f"closed form tp.row.allreduce_count = {count}",
                 "input_is_parallel: none" if not bwd else "the split input's gradient: one all-gather")
 
@@ -255,7 +256,7 @@ class TensorParallelMLP(ShardedLayerContract):
     def expected_collectives(self, case, options, dtype):
         S = case.x.shape[0] * case.dims["hidden_size"] * ITEMSIZE[dtype]
         count = closed_form("tp.mlp.allreduce_per_forward")
-        return ([("all_reduce", S)] * count, [("all_reduce", S)] * count,
+        return ([(Collective.ALL_REDUCE, S)] * count, [(Collective.ALL_REDUCE, S)] * count,
                 f"closed form tp.mlp.allreduce_per_forward = {count}",
                 f"conjugate of the forward (f and g, Shoeybi et al. 2019 §3): {count}")
 
@@ -321,7 +322,7 @@ class TensorParallelAttention(ShardedLayerContract):
     def expected_collectives(self, case, options, dtype):
         S = case.x.size * ITEMSIZE[dtype]
         count = closed_form("tp.attention.allreduce_per_forward")
-        return ([("all_reduce", S)] * count, [("all_reduce", S)] * count,
+        return ([(Collective.ALL_REDUCE, S)] * count, [(Collective.ALL_REDUCE, S)] * count,
                 f"closed form tp.attention.allreduce_per_forward = {count}",
                 f"conjugate of the forward (Shoeybi et al. 2019 §3): {count}")
 

@@ -1,0 +1,111 @@
+"""Units of the quantities a claim may be written in: families, scales, and the exact factor
+between two units of one family (bytes, dimensionless, counts, bytes per parameter, flags).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from distcheck.core.errors import ConfigError
+from distcheck.core.units import BYTE_UNITS
+from distcheck.core.validate import check_type
+
+__all__ = ["KNOWN_UNITS_HELP", "is_known_unit", "unit_family", "unit_factor"]
+
+# ----------------------------------------------------------------------------- units
+
+_DIMENSIONLESS = {"fraction": Fraction(1), "ratio": Fraction(1), "x": Fraction(1), "%": Fraction(1, 100)}
+_COUNT_NOUNS = {
+    "count", "params", "GPUs", "elements", "ticks", "tokens", "sequences", "layers", "stages", "micro-batches",
+    "ranks", "nodes", "groups", "examples", "chunks", "heads", "collectives", "all-reduces", "columns",
+}
+_ALIASES = {"GPU": "GPUs", "tick": "ticks", "token": "tokens", "param": "params", "parameters": "params",
+            "layer": "layers", "sequence": "sequences", "B/param": "bytes_per_param",
+            "bytes/param": "bytes_per_param", "byte": "bytes", "percent": "%", "bool": "flag"}
+_SCALES = {"K": Fraction(10**3), "M": Fraction(10**6), "B": Fraction(10**9), "T": Fraction(10**12),
+           "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40)}
+_SCALED = re.compile(r"^(K|M|B|T|Ki|Mi|Gi|Ti) (\S+)$")
+
+#: quantity unit -> the family a claim unit must belong to
+_FAMILY_OF_QUANTITY_UNIT = {
+    "bytes": "bytes", "fraction": "dimensionless", "ratio": "dimensionless", "bytes_per_param": "bytes_per_param",
+    "flag": "flag", "value": "value",
+}
+
+KNOWN_UNITS_HELP = (
+    "bytes, B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; fraction, ratio, x, %; bytes_per_param (B/param); flag; "
+    f"value; counts: {', '.join(sorted(_COUNT_NOUNS))} (optionally scaled: 'M tokens', 'B params', 'Mi tokens')"
+)
+
+
+def _canon(unit: str) -> str:
+    return _ALIASES.get(unit, unit)
+
+
+def _parse_unit(unit: str) -> tuple[str, Fraction] | None:
+    """(family, factor to the family's base) or None if unknown."""
+    if not isinstance(unit, str):
+        return None
+    u = _canon(unit.strip())
+    if u in BYTE_UNITS:
+        return "bytes", Fraction(BYTE_UNITS[u])
+    if u in _DIMENSIONLESS:
+        return "dimensionless", _DIMENSIONLESS[u]
+    if u == "bytes_per_param":
+        return "bytes_per_param", Fraction(1)
+    if u == "flag":
+        return "flag", Fraction(1)
+    if u == "value":
+        return "value", Fraction(1)
+    if u in _COUNT_NOUNS:
+        return "count:" + u, Fraction(1)
+    m = _SCALED.match(u)
+    if m and _canon(m[2]) in _COUNT_NOUNS:
+        return "count:" + _canon(m[2]), _SCALES[m[1]]
+    return None
+
+
+def is_known_unit(unit: object) -> bool:
+    """True if ``unit`` is a unit an answer key may use."""
+    return isinstance(unit, str) and _parse_unit(unit) is not None
+
+
+def unit_family(unit: str) -> str | None:
+    """The family of ``unit`` ("bytes", "dimensionless", "count:<noun>", ...), None if unknown."""
+    p = _parse_unit(unit)
+    return None if p is None else p[0]
+
+
+def _compatible(q_family: str, c_family: str) -> bool:
+    if q_family == c_family:
+        return True
+    q_count, c_count = q_family.startswith("count:"), c_family.startswith("count:")
+    if q_count and c_count:  # a generic "count" quantity takes any count noun, and vice versa
+        return q_family == "count:count" or c_family == "count:count"
+    return False
+
+
+def unit_factor(quantity_unit: str, claim_unit: str) -> Fraction:
+    """Factor f with ``value_in_claim_unit = value_in_quantity_unit / f``.
+
+    E.g. ``unit_factor("bytes", "GB") == 10**9`` and ``unit_factor("fraction", "%") == 1/100``.
+    Raises ConfigError (a ValueError) naming the argument when a unit is not a str, is
+    unknown, or the two are of different families.
+    """
+    check_type("quantity_unit", quantity_unit, str, "must be a unit name (a str)")
+    check_type("claim_unit", claim_unit, str, "must be a unit name (a str)")
+    q = _parse_unit(quantity_unit) if quantity_unit != "any" else ("any", Fraction(1))
+    c = _parse_unit(claim_unit)
+    if q is None:
+        raise ConfigError("quantity_unit", quantity_unit, "is not a known unit")
+    if c is None:
+        raise ConfigError("claim_unit", claim_unit, f"is not a known unit; known: {KNOWN_UNITS_HELP}")
+    if quantity_unit == "any":  # not-checkable quantities take a figure in any unit
+        return Fraction(1)
+    q_family = _FAMILY_OF_QUANTITY_UNIT.get(quantity_unit, q[0])
+    if not _compatible(q_family, c[0]):
+        raise ConfigError("claim_unit", claim_unit, f"does not measure a quantity in {quantity_unit!r}")
+    return c[1] / q[1]
+
+

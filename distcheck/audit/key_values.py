@@ -1,0 +1,197 @@
+"""The values of an answer key: exact numbers from TOML literals and printed strings, the inputs
+of a quantity checked against their domains, claimed figures with their units. Every problem is
+an :class:`~distcheck.core.errors.AnswerKeyError` naming the file, the line and the field."""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+from distcheck.audit.numbers import PrintedNumber, parse_printed
+from distcheck.core.errors import AnswerKeyError
+from distcheck.core.validate import check_type
+
+__all__ = ["parse_input_string"]
+
+_MAX_ARRAY = 4096
+_MAX_ELEMENTS = 65536  # a matrix input holds at most this many numbers (exact arithmetic is O(rows x cols))
+_MAX_ABS = Fraction(10) ** 60  # inputs and figures beyond this are refused, not computed
+_WITH_UNIT = re.compile(r"^\s*(?P<num>[^A-Za-z%]+?)\s*(?P<unit>[A-Za-z%][A-Za-z/%_ -]*)?\s*$")
+
+
+def _err(msg, path, line, fld):
+    # a field named by a quoted TOML key may hold a newline or another control character: escape
+    # it, so that every error stays one line
+    if isinstance(fld, str) and not fld.isprintable():
+        fld = repr(fld)[1:-1]
+    return AnswerKeyError(msg, path=path, line=line, field=fld)
+
+
+def _is_number(x) -> bool:
+    return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, float)
+
+
+def _exact_float(x: float) -> Fraction:
+    # the shortest decimal that round-trips is what the author typed (or equivalent)
+    return Fraction(repr(x))
+
+
+def _finite(x) -> bool:
+    return not isinstance(x, float) or math.isfinite(x)
+
+
+def _printed_from_literal(raw: str | None, value) -> PrintedNumber | None:
+    """Read the printed number from the raw TOML literal if it matches ``value``."""
+    if raw is None:
+        return None
+    if raw[:1] in "\"'":
+        return None
+    p = parse_printed(raw)
+    if p is None:
+        return None
+    try:
+        if float(p.value) != float(value):
+            return None
+    except (OverflowError, ValueError):
+        return None
+    return p
+
+
+def _number(value, what: str, path, line, fld, *, raw: str | None = None) -> PrintedNumber:
+    """An exact printed number from a TOML int/float/string; AnswerKeyError otherwise."""
+    if isinstance(value, bool):
+        raise _err(f"{what} must be a number, got a boolean", path, line, fld)
+    if isinstance(value, int):
+        if abs(value) > _MAX_ABS:
+            raise _err(f"{what} is too large ({len(str(value))} digits)", path, line, fld)
+        return PrintedNumber(Fraction(value), Fraction(0), str(value))  # a whole number in full: exact
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _err(f"{what} must be finite, got {value!r}", path, line, fld)
+        p = _printed_from_literal(raw, value)
+        if p is not None:
+            return p
+        p = parse_printed(repr(value))
+        if p is None:  # pragma: no cover - repr of a finite float always parses
+            raise _err(f"{what}: cannot read {value!r}", path, line, fld)
+        if abs(p.value) > _MAX_ABS:
+            raise _err(f"{what} is too large", path, line, fld)
+        return p
+    if isinstance(value, str):
+        p = parse_printed(value)
+        if p is None:
+            raise _err(f"{what} {value!r} is not a number (forms: 107.81, '1,103.61', '~870', '6.7e-02', '3/7')",
+                       path, line, fld)
+        if abs(p.value) > _MAX_ABS:
+            raise _err(f"{what} is too large", path, line, fld)
+        return p
+    raise _err(f"{what} must be a number or a printed number string, got {type(value).__name__}", path, line, fld)
+
+
+def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
+    qi = q.input(name)
+    kind = qi.kind if qi is not None else "preset"
+    if kind == "preset":
+        if not isinstance(v, str) or v not in qmod.preset_names():
+            raise _err(f"model must be one of {', '.join(qmod.preset_names())}, got {v!r}", path, line, fl)
+        return
+    if kind in ("vector", "matrix"):
+        rows = v if isinstance(v, list) else None
+        if kind == "vector":
+            ok = rows is not None and 0 < len(rows) <= _MAX_ARRAY and all(_is_number(x) and _finite(x) for x in rows)
+        else:
+            ok = (rows is not None and 0 < len(rows) <= _MAX_ARRAY
+                  and all(isinstance(r, list) and 0 < len(r) <= _MAX_ARRAY and all(_is_number(x) and _finite(x) for x in r)
+                          for r in rows))
+        if not ok:
+            raise _err(f"must be a {'list of numbers' if kind == 'vector' else 'list of rows of numbers'}",
+                       path, line, fl)
+        if kind == "matrix" and sum(len(r) for r in rows) > _MAX_ELEMENTS:
+            raise _err(f"a matrix input holds at most {_MAX_ELEMENTS} numbers", path, line, fl)
+        if any(abs(x) > _MAX_ABS for x in (rows if kind == "vector" else [x for r in rows for x in r])):
+            raise _err("value too large", path, line, fl)
+        return
+    if isinstance(v, bool):
+        if kind != "flag":
+            raise _err(f"must be a number, got {v!r}", path, line, fl)
+        return
+    if _is_number(v):
+        if not _finite(v):
+            raise _err(f"must be finite, got {v!r}", path, line, fl)
+        if abs(v) > _MAX_ABS:
+            raise _err("value too large", path, line, fl)
+        _domain(qi, _exact_float(v) if isinstance(v, float) else v, path, line, fl)
+        return
+    if isinstance(v, str):
+        if v.startswith("@"):
+            return  # checked once every claim id is known
+        value = _parse_quantity_string(v, qi.unit, qmod)
+        if value is None:
+            raise _err(f"{v!r} is neither a number nor a number with a unit convertible to {qi.unit or 'a plain number'}"
+                       " (e.g. '80 GB'), nor an '@claim-id' reference", path, line, fl)
+        _domain(qi, value, path, line, fl)
+        return
+    raise _err(f"must be a number, a string like '80 GB' or '@claim-id', got {type(v).__name__}", path, line, fl)
+
+
+def _domain(qi, value, path, line, fl) -> None:
+    from distcheck.closed_form import Input
+    from distcheck.core.errors import ConfigError
+
+    try:
+        Input(qi.name, qi.description, qi.unit, qi.kind, None).validate(value)
+    except ConfigError as exc:
+        raise _err(str(exc), path, line, fl) from None
+
+
+def _parse_quantity_string(text: str, target_unit: str, qmod) -> Fraction | None:
+    """'80 GB' -> 80e9 when target_unit is bytes; '3/7' -> 3/7. None if not convertible."""
+    m = _WITH_UNIT.match(text)
+    if not m:
+        return None
+    p = parse_printed(m["num"])
+    if p is None or abs(p.value) > _MAX_ABS:
+        return None
+    unit = (m["unit"] or "").strip()
+    if not unit:
+        return p.value
+    if not qmod.is_known_unit(unit) or not target_unit or not qmod.is_known_unit(target_unit):
+        return None
+    try:
+        f = qmod.unit_factor(target_unit, unit)
+    except ValueError:
+        return None
+    return p.value * f
+
+
+def _claimed(value, q, unit, raw, path, line, fl):
+    """(exact claimed value, text as printed, inferred step)."""
+    if q.array:
+        if not isinstance(value, list) or not 0 < len(value) <= _MAX_ARRAY:
+            raise _err(f"{q.name} is a vector: claimed must be a non-empty list of numbers", path, line, fl)
+        items = [_number(x, "claimed element", path, line, fl) for x in value]
+        return (tuple(p.value for p in items), "[" + ", ".join(p.text for p in items) + "]",
+                max(p.step for p in items))
+    if isinstance(value, bool):
+        if q.unit != "flag":
+            raise _err(f"claimed is a boolean but {q.name} is not a flag", path, line, fl)
+        return Fraction(int(value)), str(value).lower(), Fraction(0)
+    if isinstance(value, list):
+        raise _err(f"claimed must be a single number for {q.name}", path, line, fl)
+    p = _number(value, "claimed", path, line, fl, raw=raw)
+    if q.unit == "flag":
+        if p.value not in (0, 1):
+            raise _err("a flag is claimed as true/false (or 1/0)", path, line, fl)
+        return p.value, p.text, Fraction(0)
+    return p.value, p.text, p.step
+
+
+def parse_input_string(text: str, target_unit: str) -> Fraction | None:
+    """Public wrapper: '80 GB' converted to ``target_unit`` (exact), None if not convertible.
+    Raises ConfigError when ``text`` or ``target_unit`` is not a str."""
+    from distcheck.audit import quantities as qmod
+
+    check_type("text", text, str, "must be a str such as '80 GB'")
+    check_type("target_unit", target_unit, str, "must be a unit name (a str)")
+    return _parse_quantity_string(text, target_unit, qmod)

@@ -1,0 +1,94 @@
+"""The names of the field, written once: every module that names a schedule, a collective,
+a mesh axis or a verdict takes it from here.
+
+Each vocabulary is a :class:`enum.StrEnum`: a member IS its string
+(``Schedule.GPIPE == "gpipe"``, ``f"{Axis.TP}" == "tp"``), so plain strings from users,
+answer keys and command lines compare equal to the members, and JSON output, reprs of
+cases and error messages keep the plain strings (use :func:`names` for a tuple of them).
+
+Property suites are not a vocabulary: they are the parallelism packages under
+:mod:`distcheck.parallel`, found by walking it (:mod:`distcheck.engine.discovery`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["Schedule", "Collective", "Axis", "LAYOUT_ORDER", "Verdict", "names"]
+
+
+class _Name(StrEnum):
+    """A name that reads as its string everywhere: ``str``, ``format`` and ``repr``
+    (``repr(Schedule.GPIPE) == "'gpipe'"``), so cases, rows and messages holding a member
+    print exactly as they would holding the plain string."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class Schedule(_Name):
+    """Pipeline schedules simulated tick by tick (:mod:`distcheck.pipeline`).
+
+    - ``gpipe``: all forwards, then all backwards (Huang et al. 2019, "GPipe");
+    - ``1f1b``: PipeDream-Flush, one forward one backward in the steady state
+      (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+      Clusters Using Megatron-LM", §2.2.1);
+    - ``interleaved``: v model chunks per rank (same paper, §2.2.2).
+    """
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+
+
+class Collective(_Name):
+    """Collectives, named as torch.distributed names them (nccl-tests ``doc/PERFORMANCE.md``
+    gives the bytes each sends)."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+
+
+class Axis(_Name):
+    """Axes of a parallel layout (a device mesh): tensor, context, pipeline, data and expert
+    parallelism. The member order is Llama 3's layout order, innermost first, with ``ep``
+    last (it is carved out of dp x cp; "The Llama 3 Herd of Models", §3.3.2)."""
+
+    TP = "tp"
+    CP = "cp"
+    PP = "pp"
+    DP = "dp"
+    EP = "ep"
+
+
+#: the axes of the rank grid in Llama 3's layout order, innermost first: tp, cp, pp, dp
+#: ("The Llama 3 Herd of Models", §3.3.2, Table 4); ep is carved out of dp x cp, not an axis of its own
+LAYOUT_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
+
+
+class Verdict(_Name):
+    """The verdict of one result row. Each member IS its string (``Verdict.PASS == "pass"``), so
+    rows built with plain strings compare equal and ``--format json`` writes the strings.
+
+    - ``pass``: the check held.
+    - ``FAIL``: it did not, or it could not run as it should (a crash, a timeout, a broken
+      mutant, a failure no recorded finding explains exactly). The run exits 1.
+    - ``skip``: it cannot run here; the detail names the reason.
+    - ``finding``: the check FAILED with exactly the symptom of a recorded upstream
+      discrepancy (:mod:`distcheck.runners.findings`); reported with its evidence, not a
+      failure of the run.
+    """
+
+    PASS = "pass"
+    FAIL = "FAIL"
+    SKIP = "skip"
+    FINDING = "finding"
+
+
+def names(vocabulary: type[StrEnum]) -> tuple[str, ...]:
+    """The members of ``vocabulary`` as plain strings, in definition order:
+    ``names(Schedule) == ("gpipe", "1f1b", "interleaved")``."""
+    return tuple(member.value for member in vocabulary)

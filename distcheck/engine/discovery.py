@@ -1,0 +1,79 @@
+"""Discovery: the parallelism packages and their role modules, found by walking
+:mod:`distcheck.parallel` (``pkgutil.iter_modules``), never from a list of names.
+
+A parallelism package is a sub-package ``distcheck/parallel/<name>/``. It holds what there is
+to know about one strategy, in modules named by their role (:data:`ROLES`):
+
+- ``reference``: numpy references (pure, no torch);
+- ``forms``: sympy closed forms, each registered with its source;
+- ``strategies``: Hypothesis strategies (public, re-exported by :mod:`distcheck.strategies`);
+- ``properties``: registered :class:`~distcheck.engine.registry.Property` objects;
+- ``mutants``: registered known-wrong implementations;
+- ``proofs``: registered sympy proofs;
+- ``checks``, ``findings``: real-backend checks and recorded upstream discrepancies;
+- ``quantities``: audit quantities beyond the closed forms.
+
+A role module may be a sub-package, or import sibling modules of its own (``reference``
+importing ``attention``): discovery imports the role module, and the role module imports
+the rest. Every registry of the engine (closed forms, properties, mutants, proofs) fills
+itself by importing one role of every package, so adding a package adds its forms,
+properties, mutants and proofs without editing any other file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from types import ModuleType
+
+from distcheck.core.validate import check_choice
+
+__all__ = ["PARALLEL", "ROLES", "packages", "role_module", "role_modules", "import_package"]
+
+#: the package whose sub-packages are the parallelism packages
+PARALLEL = "distcheck.parallel"
+#: the role modules a parallelism package may hold (each optional)
+ROLES = ("reference", "forms", "strategies", "properties", "mutants", "proofs", "checks", "findings", "quantities")
+
+
+
+def packages() -> tuple[str, ...]:
+    """The names of the parallelism packages (``"dp"``, ``"tp"``, ...), sorted."""
+    spec = importlib.util.find_spec(PARALLEL)
+    if spec is None or spec.submodule_search_locations is None:  # pragma: no cover - a broken install
+        return ()
+    return tuple(sorted(info.name for info in pkgutil.iter_modules(spec.submodule_search_locations) if info.ispkg))
+
+
+def role_module(package: str, role: str) -> ModuleType | None:
+    """``distcheck.parallel.<package>.<role>``, imported; None when the package has no such module.
+
+    Raises ConfigError for a role not in :data:`ROLES` or a package not in :func:`packages`."""
+    check_choice("role", role, ROLES)
+    check_choice("package", package, packages())
+    name = f"{PARALLEL}.{package}.{role}"
+    return importlib.import_module(name) if importlib.util.find_spec(name) is not None else None
+
+
+def role_modules(role: str) -> list[ModuleType]:
+    """The ``role`` module of every package that has one, imported, in package order.
+
+    Raises ConfigError for a role not in :data:`ROLES`."""
+    check_choice("role", role, ROLES)
+    return [m for m in (role_module(p, role) for p in packages()) if m is not None]
+
+
+def import_package() -> None:
+    """Import every module of distcheck (none imports torch at module level).
+
+    Hypothesis mixes into its draws the literal constants of the "local" (non-installed,
+    non-test) modules loaded at the time, and picks up newly loaded ones as it goes. A
+    reference or mutant imported lazily in the middle of a run would change the draws
+    of every later property, so the same seed could give different rows. Loading the
+    whole package first makes distcheck's part of that pool the same in every run.
+    """
+    root = importlib.import_module("distcheck")
+    for info in pkgutil.walk_packages(root.__path__, "distcheck."):
+        if info.name != "distcheck.__main__":
+            importlib.import_module(info.name)

@@ -1,0 +1,126 @@
+"""Hypothesis settings profiles for distcheck's properties: ``dev``, ``ci``, ``thorough``.
+
+- ``dev``: quick local feedback (25 examples, random seed, local example database).
+- ``ci``: deterministic (``derandomize=True``), no database, 40 examples; all of
+  ``properties/`` runs well under two minutes on two cores.
+- ``thorough``: 400 examples, random seed, for nightly runs or before a release.
+
+Every profile prints the ``@reproduce_failure`` blob of a failure (``print_blob=True``)
+and has no deadline (the references build numpy arrays and the pipeline simulator
+walks whole schedules, so per-example time varies with the drawn sizes).
+
+Selecting a profile:
+
+- pytest: ``--distcheck-profile=NAME``, an option of distcheck's pytest plugin
+  (:mod:`distcheck.pytest_plugin`). Nothing else selects one: a suite that does not
+  ask keeps Hypothesis' own choice. This repository's ``properties/`` suite picks a
+  default of its own (``properties/conftest.py``, :func:`default_profile_name`).
+- CLI / library: ``distcheck check --profile NAME``, :func:`load_profile`, :func:`get_profile`.
+
+In Hypothesis' registry the profiles are named ``distcheck-dev``, ``distcheck-ci`` and
+``distcheck-thorough`` (:func:`hypothesis_name`). Hypothesis' own ``ci`` profile, which it
+makes current on a CI machine, is never replaced: registering distcheck's profiles changes
+nothing for a suite that does not load one. Importing this module does not import
+Hypothesis; the profiles are registered on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from distcheck.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hypothesis import settings
+
+__all__ = ["PROFILES", "DEFAULT_PROFILE", "hypothesis_name", "register_profiles", "load_profile", "get_profile",
+           "default_profile_name"]
+
+#: settings every profile shares: no deadline (first examples import sympy and torch),
+#: and the @reproduce_failure blob printed with every failure
+_COMMON = dict(deadline=None, print_blob=True, suppress_health_check=("too_slow",))
+
+#: profile name -> keyword arguments of :class:`hypothesis.settings` (health checks by name)
+PROFILES: dict[str, dict] = {
+    "dev": dict(_COMMON, max_examples=25),
+    "ci": dict(_COMMON, max_examples=40, derandomize=True, database=None),
+    "thorough": dict(_COMMON, max_examples=400, suppress_health_check=("too_slow", "data_too_large")),
+}
+
+#: the profile used when nothing selects one and CI is not set
+DEFAULT_PROFILE = "dev"
+
+_registered = False
+
+
+def hypothesis_name(name: str) -> str:
+    """The name Hypothesis knows profile ``name`` by: ``"distcheck-" + name``.
+
+    Raises ConfigError for an unknown name.
+    """
+    return f"distcheck-{_check_name(name)}"
+
+
+def register_profiles() -> None:
+    """Register every profile of :data:`PROFILES` with Hypothesis, as :func:`hypothesis_name` (idempotent).
+
+    Registering makes no profile current.
+    """
+    global _registered
+    if not _registered:
+        from hypothesis import HealthCheck, settings
+
+        # parent = Hypothesis' pristine "default" profile, not the current one: under CI=true
+        # Hypothesis makes its own "ci" profile current (derandomize=True, no database), and a
+        # profile registered without a parent would silently inherit that (dev derandomized)
+        base = settings.get_profile("default")
+        for name, kwargs in PROFILES.items():
+            checks = [HealthCheck[check] for check in kwargs["suppress_health_check"]]
+            settings.register_profile(hypothesis_name(name), parent=base, **{**kwargs, "suppress_health_check": checks})
+        _registered = True
+
+
+def _check_name(name: object) -> str:
+    if name not in PROFILES:
+        raise ConfigError("profile", name, f"must be one of {', '.join(map(repr, PROFILES))}")
+    return name  # type: ignore[return-value]
+
+
+def get_profile(name: str) -> settings:
+    """The :class:`hypothesis.settings` of profile ``name`` without making it current.
+
+    Raises ConfigError for an unknown name.
+    """
+    from hypothesis import settings
+
+    register_profiles()
+    return settings.get_profile(hypothesis_name(name))
+
+
+def load_profile(name: str) -> settings:
+    """Register the profiles, make ``name`` Hypothesis' current profile and return its settings.
+
+    Raises ConfigError("profile", name, ...) for an unknown name.
+    """
+    from hypothesis import settings
+
+    register_profiles()
+    settings.load_profile(hypothesis_name(name))
+    return settings.get_profile(hypothesis_name(name))
+
+
+def default_profile_name(env: Mapping[str, str] | None = None) -> str:
+    """``HYPOTHESIS_PROFILE`` if set, else ``"ci"`` when ``CI`` is true-ish, else ``"dev"``.
+
+    The default of this repository's own property suite (``properties/conftest.py``); the
+    pytest plugin never applies it to another suite. Raises ConfigError when ``HYPOTHESIS_PROFILE`` names an unknown profile.
+    """
+    env = os.environ if env is None else env
+    chosen = env.get("HYPOTHESIS_PROFILE")
+    if chosen:
+        return _check_name(chosen)
+    if env.get("CI", "").strip().lower() in ("1", "true", "yes"):
+        return "ci"
+    return DEFAULT_PROFILE

@@ -1,0 +1,52 @@
+"""Closed forms for the bytes each rank sends in a collective (sympy only).
+
+Convention (nccl-tests doc/PERFORMANCE.md): ``size_bytes`` = S is the FULL
+tensor (for all-gather, the concatenated output), ``n`` the ranks. The factors
+are nccl-tests' bus-bandwidth factors, busbw = algbw * factor:
+
+- ``comm.bytes_per_rank.all_reduce`` = 2(n-1)/n * S
+- ``comm.bytes_per_rank.all_gather`` = (n-1)/n * S
+- ``comm.bytes_per_rank.reduce_scatter`` = (n-1)/n * S
+- ``comm.bytes_per_rank.all_to_all`` = (n-1)/n * S
+- ``comm.bytes_per_rank.broadcast`` = S (for n >= 2; the most any rank of a
+  pipelined chain sends)
+
+A source quoting the per-rank shard s = S/n (the chapter's
+"model_size/world_size" for all-gather) uses another convention: substitute
+S = n*s. The numpy reference is :mod:`distcheck.comm`; not imported here.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from distcheck.core.closed_form import ClosedForm, Input, register
+from distcheck.core.vocab import Collective
+
+__all__ = ["BYTES_PER_RANK"]
+
+_S = Input("size_bytes", "S, the full tensor in bytes (nccl-tests convention)", "bytes", kind="nonnegative_integer")
+_n = Input("n", "ranks taking part", "GPUs")
+S, n = _S.symbol, _n.symbol
+
+_SOURCE = "nccl-tests doc/PERFORMANCE.md (bus bandwidth factors; ring algorithms)"
+
+_FORMS = {
+    Collective.ALL_REDUCE: (2 * (n - 1) / n * S, "ring all-reduce: reduce-scatter then all-gather, each rank sends 2(n-1)/n of the full tensor", ()),
+    Collective.ALL_GATHER: ((n - 1) / n * S, "ring all-gather: each rank forwards n-1 of the n shards, (n-1)/n of S = the gathered output", ()),
+    Collective.REDUCE_SCATTER: ((n - 1) / n * S, "ring reduce-scatter: each rank sends (n-1)/n of the full input", ()),
+    Collective.ALL_TO_ALL: ((n - 1) / n * S, "all-to-all: each rank sends its n-1 blocks meant for other ranks, (n-1)/n of its S-byte buffer", ()),
+    Collective.BROADCAST: (S, "pipelined chain broadcast: every rank but the last forwards the whole tensor, so the most a rank sends is S", ("n >= 2 (a one-rank broadcast sends nothing)",)),
+}
+
+BYTES_PER_RANK: dict[Collective, ClosedForm] = {}
+for _name, (_expr, _desc, _cons) in _FORMS.items():
+    BYTES_PER_RANK[_name] = register(ClosedForm(
+        name=f"comm.bytes_per_rank.{_name}",
+        expr=sp.sympify(_expr),
+        inputs=(_S, _n),
+        unit="bytes",
+        source=_SOURCE,
+        description=_desc,
+        constraints=_cons,
+    ))

@@ -1,0 +1,109 @@
+"""Mutants of tensor parallelism: the mistakes sharded layers make.
+
+===========================  ============================================  =============================
+mutant                       mistake                                       killed by
+===========================  ============================================  =============================
+tp.mlp.row_then_column       row-split W_up and column-split W_down with   tp.mlp.exact
+                             no extra all-reduce (the lesson, Predict)
+tp.layer_norm.per_shard      layer norm over each shard's slice of the     tp.layer_norm.sharded_hidden
+                             hidden dim (the lesson, Predict)
+tp.row.bias_every_rank       the bias added on every rank before the       tp.row.exact
+                             all-reduce (added tp times)
+tp.row.unlogged_allreduce    the right numbers, but takes the collective   tp.row.exact (tp >= 2)
+                             log and records no all-reduce
+tp.swiglu.fused_naive_split  a fused [gate|up] weight split as one matrix  tp.swiglu.fused
+tp.row.even_split_only       k // tp rows per rank: the remainder rows     tp.row.exact (tp not
+                             are dropped                                   dividing k)
+===========================  ============================================  =============================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distcheck.core.vocab import Collective
+from distcheck.engine.mutants import mutant
+from distcheck.parallel.tp.reference import row_parallel
+
+__all__ = ["row_then_column_mlp", "layer_norm_per_shard", "row_parallel_bias_every_rank",
+           "row_parallel_even_split_only", "row_parallel_unlogged_allreduce", "swiglu_fused_naive_split"]
+
+
+def _bounds(n: int, tp: int) -> list[tuple[int, int]]:
+    edges = np.cumsum([0] + [len(c) for c in np.array_split(np.arange(n), tp)])
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+
+
+@mutant("tp.mlp.row_then_column", "tp.mlp.exact")
+def row_then_column_mlp(x, W_up, W_down, tp, act="relu", b_up=None, b_down=None, *, log=None):
+    """Row-split W_up and column-split W_down with no extra all-reduce: each rank applies the
+    activation to its PARTIAL sum x_r W_up[r] and multiplies by its columns of W_down."""
+    x, W_up, W_down = np.asarray(x), np.asarray(W_up), np.asarray(W_down)
+    outs = []
+    for (lo, hi), (clo, chi) in zip(_bounds(W_up.shape[0], tp), _bounds(W_down.shape[1], tp)):
+        h = np.maximum(x[..., lo:hi] @ W_up[lo:hi, :], 0)
+        outs.append(h @ W_down[:, clo:chi])
+    y = np.concatenate(outs, axis=-1)
+    return y if b_down is None else y + b_down
+
+
+@mutant("tp.layer_norm.per_shard", "tp.layer_norm.sharded_hidden")
+def layer_norm_per_shard(x_shards, eps=1.0):
+    """Layer norm applied to each rank's slice of the hidden dim with LOCAL mean and variance."""
+    out = []
+    for s in x_shards:
+        mu = s.mean(axis=-1, keepdims=True)
+        var = ((s - mu) ** 2).mean(axis=-1, keepdims=True)
+        out.append((s - mu) / np.sqrt(var + eps))
+    return out
+
+
+@mutant("tp.row.bias_every_rank", "tp.row.exact")
+def row_parallel_bias_every_rank(x, W, tp, b=None, *, log=None):
+    """Row-parallel linear where every rank adds the bias to its partial before the all-reduce."""
+    x, W = np.asarray(x), np.asarray(W)
+    out = None
+    for lo, hi in _bounds(W.shape[0], tp):
+        part = x[..., lo:hi] @ W[lo:hi, :]
+        if b is not None:
+            part = part + b
+        out = part if out is None else out + part
+    if log is not None:
+        log.append((Collective.ALL_REDUCE, out.shape))
+    return out
+
+
+@mutant("tp.row.even_split_only", "tp.row.exact")
+def row_parallel_even_split_only(x, W, tp, b=None, *, log=None):
+    """Row-parallel linear that assumes tp divides in_features: every rank takes k // tp rows,
+    so the last k % tp rows of W (and columns of x) are silently dropped."""
+    x, W = np.asarray(x), np.asarray(W)
+    chunk = W.shape[0] // tp
+    out = sum(x[..., r * chunk:(r + 1) * chunk] @ W[r * chunk:(r + 1) * chunk, :] for r in range(tp))
+    if log is not None:
+        log.append((Collective.ALL_REDUCE, np.shape(out)))
+    return out if b is None else out + b
+
+
+@mutant("tp.row.unlogged_allreduce", "tp.row.exact")
+def row_parallel_unlogged_allreduce(x, W, tp, b=None, *, log=None):
+    """Row-parallel linear with the right numbers that takes the collective log but records no
+    all-reduce: "one all-reduce per forward" is then unconfirmed, and the property must fail."""
+    return row_parallel(x, W, tp, b)
+
+
+@mutant("tp.swiglu.fused_naive_split", "tp.swiglu.fused")
+def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
+    """Fused [gate | up] weight column-split as one matrix: rank r takes a contiguous block of
+    the fused columns and splits it in half, pairing gate and up of different units."""
+    x, W_fused, W_down = np.asarray(x), np.asarray(W_fused), np.asarray(W_down)
+    total = None
+    for (lo, hi), (dlo, dhi) in zip(_bounds(W_fused.shape[1], tp), _bounds(W_down.shape[0], tp)):
+        gu = x @ W_fused[:, lo:hi]
+        half = gu.shape[-1] // 2
+        h = gu[..., :half] / (1 + np.exp(-gu[..., :half])) * gu[..., half:2 * half]
+        part = h @ W_down[dlo:dlo + h.shape[-1], :]
+        total = part if total is None else total + part
+    if log is not None:
+        log.append((Collective.ALL_REDUCE, total.shape))
+    return total

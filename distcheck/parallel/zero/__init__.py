@@ -1,0 +1,18 @@
+"""ZeRO (stages 0-3) and FSDP: how data parallelism shards the optimizer state, the gradients
+and the parameters, what that saves per GPU, and what it costs in communication.
+
+- ``reference``: per-rank shards of real parameter lists under flat, FSDP2 and ZeRO-Redundancy
+  partitioning, bytes per GPU per stage, elements each rank sends per step;
+- ``forms``: ``zero.bytes_per_gpu.stage0..3`` and ``zero.comm_elements_per_rank.*``;
+- ``strategies``: parameter counts, dp, optimizer bytes K;
+- ``properties``: bytes == Figure 1 (padded when dp does not divide Psi), monotone in stage
+  and dp, communication == §7;
+- ``mutants``: ZeRO-2 with unsharded gradients, floor partitions;
+- ``proofs``: baseline at dp = 1, stages non-increasing, ZeRO-3 = 1.5 x DDP.
+
+Sources: Rajbhandari, Rasley, Ruwase, He 2020, "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models" (SC'20, arXiv:1910.02054), Figure 1 and §7; PyTorch FSDP2's
+``fully_shard`` (dim-0 sharding, padded).
+
+Public paths: :mod:`distcheck.zero`, :mod:`distcheck.forms.zero`, :mod:`distcheck.props.zero`.
+"""

@@ -1,0 +1,33 @@
+"""Mutants of ZeRO's memory accounting.
+
+===========================  ===========================================  ===================
+mutant                       mistake                                      killed by
+===========================  ===========================================  ===================
+zero.stage2_unsharded_grads  ZeRO-2 that forgets to shard the gradients   zero.bytes.figure1
+                             (reports stage 1's bytes)
+zero.floor_partition         floor(params / dp) elements per rank: the    zero.bytes.padded
+                             remainder belongs to no rank                 (dp not dividing)
+===========================  ===========================================  ===================
+"""
+
+from __future__ import annotations
+
+from distcheck.engine.mutants import mutant
+from distcheck.parallel.zero.reference import model_state_bytes_per_gpu
+
+__all__ = ["zero_floor_partition", "zero_stage2_unsharded_grads"]
+
+
+@mutant("zero.floor_partition", "zero.bytes.padded")
+def zero_floor_partition(params, dp, stage, k=12):
+    """ZeRO partitions of floor(params / dp) elements: the params % dp left over belong to no rank,
+    so the bytes per GPU fall below the exact share when dp does not divide params."""
+    shard = params // dp
+    return {0: (4 + k) * params, 1: 4 * params + k * shard, 2: 2 * params + (2 + k) * shard,
+            3: (4 + k) * shard}[stage]
+
+
+@mutant("zero.stage2_unsharded_grads", "zero.bytes.figure1")
+def zero_stage2_unsharded_grads(params, dp, stage, k=12):
+    """ZeRO stage 2 that forgets to shard gradients (reports stage 1's bytes)."""
+    return model_state_bytes_per_gpu(params, dp, 1 if stage == 2 else stage, k)

@@ -1,0 +1,184 @@
+"""Discovery, not lists: the engine finds the parallelism packages and their role modules by
+walking distcheck.parallel, so a new package adds its forms, strategies, properties, mutants and
+proofs without an edit anywhere else.
+
+The demonstration package is written to a temporary folder and put on ``distcheck.parallel``'s
+search path in a fresh interpreter, so the registries of this process stay as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from distcheck.engine import discovery
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PACKAGES = {"activations", "comm", "dp", "layout", "memory", "params", "pp", "tp", "zero"}
+
+
+def test_the_packages_are_found_by_walking_the_parallel_package():
+    assert set(discovery.packages()) >= PACKAGES
+    assert list(discovery.packages()) == sorted(discovery.packages())
+    on_disk = {p.name for p in (ROOT / "distcheck" / "parallel").iterdir() if (p / "__init__.py").is_file()}
+    assert set(discovery.packages()) == on_disk
+
+
+def test_role_modules_are_imported_where_they_exist():
+    forms = {m.__name__ for m in discovery.role_modules("forms")}
+    assert forms == {f"distcheck.parallel.{p}.forms" for p in PACKAGES}
+    assert discovery.role_module("memory", "properties") is None  # memory has forms, no properties
+    assert {m.__name__.split(".")[2] for m in discovery.role_modules("mutants")} == {"dp", "layout", "params", "pp",
+                                                                                     "tp", "zero"}
+    from distcheck.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="role='tests' must be one of"):
+        discovery.role_modules("tests")
+
+
+def test_every_package_says_what_it_covers_and_its_sources():
+    import importlib
+
+    for name in discovery.packages():
+        doc = importlib.import_module(f"distcheck.parallel.{name}").__doc__ or ""
+        assert "Source" in doc and "Public path" in doc, name
+
+
+def test_a_mutant_is_served_and_pickled_under_its_public_path():
+    from distcheck.mutants import MUTANTS, plain_mean_unequal
+
+    assert MUTANTS["dp.plain_mean_unequal"].function is plain_mean_unequal
+    assert plain_mean_unequal.__module__ == "distcheck.mutants"
+    assert pickle.loads(pickle.dumps(plain_mean_unequal)) is plain_mean_unequal
+    with pytest.raises(ImportError):
+        from distcheck.mutants import no_such_mutant  # noqa: F401
+
+
+_DEMO = {
+    "__init__.py": '''"""A demonstration package. Sources: none. Public path: distcheck.parallel.zz_demo."""''',
+    "reference.py": """
+        def double(n):
+            return 2 * n
+        """,
+    "forms.py": """
+        from distcheck.core.closed_form import ClosedForm, Input, register
+
+        _N = Input("n", "a count", "count")
+        DOUBLE = register(ClosedForm("zz_demo.double", 2 * _N.symbol, (_N,), "count", "arithmetic", "twice n"))
+        """,
+    "strategies.py": """
+        from hypothesis import strategies as st
+
+        from distcheck.core.validate import check_interval
+        from distcheck.engine.strategies import defines
+
+        __all__ = ["counts"]
+
+
+        def _v(*, max_n):
+            check_interval("min_n", 1, "max_n", max_n)
+
+
+        @defines(_v)
+        def counts(draw, *, max_n: int = 9):
+            return draw(st.integers(1, max_n))
+        """,
+    "properties.py": """
+        from distcheck.core.errors import PropertyFailure
+        from distcheck.engine.catalogue import form_value
+        from distcheck.engine.registry import Property, register
+        from distcheck.engine.runner import call_impl
+        from distcheck.parallel.zz_demo.reference import double
+        from distcheck.parallel.zz_demo.strategies import counts
+
+
+        def doubles(n, *, impl=double):
+            got = call_impl("double", impl, n)
+            if got != form_value("zz_demo.double", n=n):
+                raise PropertyFailure(f"double({n})", expected=2 * n, got=got)
+
+
+        register(Property("zz_demo.double.exact", counts, doubles, "double == 2 n", double, "double(n)",
+                          lambda: (3,)))
+        """,
+    "mutants.py": """
+        from distcheck.engine.mutants import mutant
+
+
+        @mutant("zz_demo.off_by_one", "zz_demo.double.exact")
+        def double_plus_one(n):
+            \"\"\"Twice n plus one.\"\"\"
+            return 2 * n + 1
+        """,
+    "proofs.py": """
+        from distcheck.engine.catalogue import get
+        from distcheck.engine.proofs import proof, zero
+
+
+        @proof("proof.zz_demo.double")
+        def double_is_n_plus_n():
+            f = get("zz_demo.double")
+            n = f.symbols["n"]
+            return zero(f.expr - (n + n)), "2 n = n + n"
+        """,
+}
+
+_RUN = """
+import sys
+import distcheck.parallel
+distcheck.parallel.__path__.append(sys.argv[1])
+from distcheck.closed_form import get
+from distcheck.engine.discovery import packages
+from distcheck.engine.proofs import prove
+from distcheck.mutants import kill_mutant
+from distcheck.props import properties, run_property
+from distcheck import strategies as ds
+print("package", "zz_demo" in packages())
+print("form", get("zz_demo.double").evaluate(n=21))
+print("property", [p.name for p in properties("zz_demo")], run_property("zz_demo.double.exact").verdict)
+print("strategy", "counts" in ds.__all__, ds.counts.__module__)
+print("mutant", kill_mutant("zz_demo.off_by_one").extra["outcome"])
+print("proof", prove("proof.zz_demo.double").verdict)
+"""
+
+
+def _demo(tmp_path: Path, **changes: str) -> Path:
+    pkg = tmp_path / "zz_demo"
+    pkg.mkdir()
+    for name, text in {**_DEMO, **changes}.items():
+        (pkg / name).write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def _run(folder: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-c", _RUN, str(folder)], capture_output=True, text=True, timeout=240,
+                          env=env, cwd=str(folder))
+
+
+def test_a_new_package_is_picked_up_whole_with_no_other_edit(tmp_path):
+    proc = _run(_demo(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "package True",
+        "form 42",
+        "property ['zz_demo.double.exact'] pass",
+        "strategy True distcheck.strategies",
+        "mutant killed",
+        "proof pass",
+    ]
+
+
+def test_a_strategies_module_whose_all_is_wrong_fails_loudly_at_import(tmp_path):
+    wrong = _DEMO["strategies.py"].replace('__all__ = ["counts"]', '__all__ = ["counts", "sizes"]')
+    proc = _run(_demo(tmp_path, **{"strategies.py": wrong}))
+    assert proc.returncode != 0
+    message = "zz_demo.strategies.__all__ does not list what the module defines: missing [], extra ['sizes']"
+    assert message in proc.stderr
