@@ -182,3 +182,21 @@ def test_a_strategies_module_whose_all_is_wrong_fails_loudly_at_import(tmp_path)
     assert proc.returncode != 0
     message = "zz_demo.strategies.__all__ does not list what the module defines: missing [], extra ['sizes']"
     assert message in proc.stderr
+
+
+def test_loading_the_properties_needs_no_optional_dependency():
+    """An installed wheel has no pytest, matplotlib or third-party targets: the properties stage
+    must load all it needs without them (a wheel's `distcheck check` once died importing pytest)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "for name in ('pytest', 'matplotlib', 'torch', 'deepspeed', 'accelerate', 'megatron', 'torchtitan'):\n"
+            "    sys.modules[name] = None  # importing any of them raises ImportError\n"
+            "from distcheck.engine.discovery import import_package\n"
+            "from distcheck.engine.registry import properties\n"
+            "import_package()\n"
+            "print(len(properties()))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 28

@@ -65,15 +65,19 @@ def role_modules(role: str) -> list[ModuleType]:
 
 
 def import_package() -> None:
-    """Import every module of distcheck (none imports torch at module level).
+    """Import every module of the layers properties draw on: ``distcheck.core``,
+    ``distcheck.engine`` and ``distcheck.parallel`` (none imports torch at module level).
 
     Hypothesis mixes into its draws the literal constants of the "local" (non-installed,
     non-test) modules loaded at the time, and picks up newly loaded ones as it goes. A
     reference or mutant imported lazily in the middle of a run would change the draws
-    of every later property, so the same seed could give different rows. Loading the
-    whole package first makes distcheck's part of that pool the same in every run.
+    of every later property, so the same seed could give different rows. Loading these
+    layers first makes distcheck's part of that pool the same in every run. The layers
+    above (the CLI, the pytest plugin, figures, the third-party targets) are left alone:
+    they may need optional dependencies (pytest, matplotlib, DeepSpeed ...) that an
+    installed wheel does not have, and no property loads them.
     """
-    root = importlib.import_module("distcheck")
-    for info in pkgutil.walk_packages(root.__path__, "distcheck."):
-        if info.name != "distcheck.__main__":
+    for layer in ("distcheck.core", "distcheck.engine", PARALLEL):
+        root = importlib.import_module(layer)
+        for info in pkgutil.walk_packages(root.__path__, layer + "."):
             importlib.import_module(info.name)
