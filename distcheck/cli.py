@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--output", type=Path, default=None, help="write the report to this file instead of stdout")
     add_report_options(audit, quiet=False)
     add_plan_parser(sub)
+    # ---- distcheck libs (distcheck.libs.cli): real-library contracts
+    from distcheck.libs.cli import add_libs_parser
+
+    add_libs_parser(sub)
     return parser
 
 
@@ -346,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             from distcheck.plan.cli import run_plan
 
             return run_plan(args)
+        if args.command == "libs":  # ---- distcheck libs (distcheck.libs.cli)
+            from distcheck.libs.cli import run_libs_command
+
+            return run_libs_command(args)
         return _run_audit(args)
     except (DistcheckError, OSError) as exc:
         from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
