@@ -23,6 +23,17 @@ TITLE = "DeepSpeed ZeRO-2 and ZeRO-3 model-state estimators"
 CONTRACT = "memory estimator"
 
 
+def _quiet_import() -> None:
+    """Import DeepSpeed's ZeRO modules without the log line its accelerator detection prints to
+    stdout (which would mix into ``distcheck libs --format markdown``)."""
+    import logging
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        import deepspeed.runtime.zero.stage3  # noqa: F401
+        import deepspeed.runtime.zero.stage_1_and_2  # noqa: F401
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+
+
 def _zero2(p: int, n: int, o) -> int:
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
@@ -66,6 +77,7 @@ def _layer(p: int):
 
 
 def estimators() -> list[Estimator]:
+    _quiet_import()
     lib = f"{DIST} {dist_version(DIST)}"
     return [
         Estimator("deepspeed.zero2", lib, 2, _zero2, printed=_zero2_printed),
