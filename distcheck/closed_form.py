@@ -26,6 +26,7 @@ __all__ = ["Input", "ClosedForm", "register", "get", "catalogue", "FORM_MODULES"
 #: the modules of distcheck.forms that register closed forms (one per strategy)
 FORM_MODULES = (
     "dp", "tp", "attention", "pipeline", "memory", "zero", "activations", "params", "layout", "comm",
+    "bandwidth", "layout_derived",
 )
 
 

@@ -1,0 +1,94 @@
+"""The audit's new quantities and readings: bandwidth (nccl-tests), ZeRO bytes per rank with n and the ring
+factor, a dp derived from the world size (EP inside or outside DP), K = 14 and 16, fp32 gradients and weights,
+the maximum of the components, and a library's GiB printed as GB."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from distcheck.audit import audit_key, list_quantities, parse_key, render_quantity_list
+
+META = '[meta]\ntitle = "t"\nsource = "s"\n'
+
+
+def one(quantity, inputs, claimed, unit, extra=""):
+    text = (META + f'\n[[claim]]\nid = "a"\nquantity = "{quantity}"\ninputs = {inputs}\nclaimed = {claimed}\n'
+            f'unit = "{unit}"\n{extra}\n')
+    return audit_key(parse_key(text, "k.toml")).claims[0]
+
+
+def test_nccl_tests_algorithm_and_bus_bandwidth():
+    # 1 GB all-reduce in 10 ms on 8 ranks: algbw 100 GB/s, busbw 100 x 2 x 7/8 = 175 GB/s
+    inputs = "{ size_bytes = 1e9, time_s = 0.01, n = 8 }"
+    assert one("comm.algbw", "{ size_bytes = 1e9, time_s = 0.01 }", 100, "GB/s").verdict == "holds"
+    v = one("comm.busbw.all_reduce", inputs, 175, "GB/s")
+    assert v.verdict == "holds" and v.computed == 175 * 10**9
+    assert one("comm.busbw.all_gather", inputs, "87.5", "GB/s").verdict == "holds"
+    assert one("comm.busbw.broadcast", inputs, 100, "GB/s").verdict == "holds"
+    # the algorithm bandwidth printed where the bus bandwidth is asked: no documented reading gives it
+    assert one("comm.busbw.all_reduce", inputs, 100, "GB/s").verdict == "wrong"
+
+
+def test_zero_comm_bytes_per_rank_with_n_and_the_ring_factor():
+    # ZeRO-3 on 7.5e9 bf16 parameters over 64 ranks: 3 x 63/64 x 7.5e9 x 2 bytes = 44.296875 GB
+    v = one("zero.comm_bytes_per_rank.stage3", "{ params = 7.5e9, n = 64 }", "44.30", "GB")
+    assert v.verdict == "holds" and v.computed == 44_296_875_000
+    # the paper's 3 Psi (45 GB) is the ring factor dropped
+    v = one("zero.comm_bytes_per_rank.stage3", "{ params = 7.5e9, n = 64 }", 45, "GB")
+    assert v.verdict == "holds-under-another-convention" and v.convention.startswith("ring factor (n-1)/n dropped")
+    v = one("zero.comm_bytes_per_rank_no_ring_factor.ddp", "{ params = 1e9, n = 4 }", 3, "GB")
+    assert v.verdict == "holds-under-another-convention" and v.convention == "with the ring factor (n-1)/n (nccl-tests)"
+
+
+def test_dp_derived_from_world_size_with_ep_inside_or_outside():
+    assert one("layout.dp_from_world_size", "{ world_size = 16384, tp = 8, pp = 16 }", 128, "GPUs").verdict == "holds"
+    v = one("layout.dp_from_world_size", "{ world_size = 1024, tp = 8, pp = 4, ep = 4 }", 8, "GPUs")
+    assert v.verdict == "holds-under-another-convention" and v.convention.startswith("EP outside DP")
+    v = one("layout.dp_from_world_size.ep_outside_dp", "{ world_size = 1024, tp = 8, pp = 4, ep = 4 }", 32, "GPUs")
+    assert v.verdict == "holds-under-another-convention" and v.convention.startswith("EP inside DP")
+    v = one("layout.dp_from_world_size", "{ world_size = 100, tp = 8 }", 12, "GPUs")
+    assert v.verdict == "wrong" and "world_size=100 over cp*pp*tp=8 is uneven" in v.explanation
+
+
+def test_deepspeed_zero2_printed_figure_is_k16_read_in_gib():
+    # DeepSpeed's ZeRO-2 estimator on 1e9 parameters and 8 GPUs prints "3.96GB": 2 P + 18 P / 8 = 4.25e9 bytes
+    v = one("zero.bytes_per_gpu.stage2", "{ params = 1e9, dp = 8 }", "3.96", "GB")
+    assert v.verdict == "ambiguous"
+    readings = {a["convention"] for a in v.alternatives}
+    assert readings == {
+        "K = 16 (fp32 gradients counted with the optimizer state: DeepSpeed's ZeRO-2 estimator) + GB read as GiB "
+        "(2^30 bytes)",
+        "fp32 gradients on top of 16-bit ones (2 + 2 + 4 + K) + GB read as GiB (2^30 bytes)"}
+    # its ZeRO-3 figure, 18 P / N: K = 14 or fp32 gradients instead of 16-bit ones
+    v = one("zero.bytes_per_gpu.stage3", "{ params = 1e9, dp = 8 }", "2.25", "GB")
+    assert v.verdict == "ambiguous" and {a["convention"] for a in v.alternatives} == {
+        "K = 14 (18 B/param sharded at stage 3: DeepSpeed's ZeRO-3 estimator)",
+        "fp32 gradients instead of 16-bit ones (2 + 4 + K)"}
+
+
+def test_maximum_of_components_on_zero_per_gpu():
+    v = one("memory.per_gpu_bytes.zero3", '{ params = 64e9, dp = 64, activation_bytes = "64 GB" }', 64, "GB")
+    assert v.verdict == "holds-under-another-convention"
+    assert v.convention == "the maximum of the components instead of their sum (state, activations)"
+
+
+def test_new_quantities_are_listed_with_sources():
+    items = {q["name"]: q for q in list_quantities()}
+    for name in ("comm.algbw", "comm.busbw.all_reduce", "comm.busbw.reduce", "zero.comm_bytes_per_rank.stage3",
+                 "zero.comm_bytes_per_rank_no_ring_factor.stage3", "layout.dp_from_world_size",
+                 "layout.dp_from_world_size.ep_outside_dp", "zero.bytes_per_gpu.components.stage2",
+                 "memory.max_of_state_and_activations_bytes", "memory.per_gpu_bytes_max.zero1"):
+        assert items[name]["source"], name
+    assert "nccl-tests doc/PERFORMANCE.md" in items["comm.busbw.all_reduce"]["source"]
+    assert items["comm.algbw"]["unit"] == "bytes_per_second"
+    table = render_quantity_list("table")
+    assert "comm.busbw.all_reduce" in table and "layout.dp_from_world_size" in table
+
+
+@pytest.mark.parametrize("unit, factor", [("GB/s", 10**9), ("GiB/s", 2**30), ("B/s", 1), ("MiB/s", 2**20)])
+def test_bandwidth_units(unit, factor):
+    from distcheck.audit.quantities import unit_factor
+
+    assert unit_factor("bytes_per_second", unit) == Fraction(factor)
