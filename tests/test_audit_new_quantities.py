@@ -92,3 +92,26 @@ def test_bandwidth_units(unit, factor):
     from distcheck.audit.quantities import unit_factor
 
     assert unit_factor("bytes_per_second", unit) == Fraction(factor)
+
+
+# ---------------------------------------------------------------- a difference that is exactly one component
+
+_P8 = 8_030_261_248  # llama-3-8b, untied, RMS norms with a final norm, no biases
+
+
+@pytest.mark.parametrize("claimed, which", [
+    (_P8 - 4096, "the final norm's weights (-4,096 params, final_norm = 0)"),
+    (_P8 - 128256 * 4096, "the output head's vocab_size x hidden_size weights (a tied embedding counted once, or "
+                          "twice) (-525,336,576 params, tied = 1)"),
+    (_P8 + 32 * (4096 + 2 * 1024), "the q, k, v biases (+196,608 params, qkv_bias = 1)"),
+    (_P8 + 65 * 4096, "the norm biases (+266,240 params, norm_biases = 1)"),
+])
+def test_a_count_off_by_one_component_names_it(claimed, which):
+    v = one("params.decoder_only", '{ model = "llama-3-8b" }', f'"{claimed}"', "params")
+    assert v.verdict == "wrong"
+    assert f"; the difference is exactly {which}; no documented convention reproduces it" in v.explanation
+
+
+def test_a_count_off_by_something_else_names_nothing():
+    v = one("params.decoder_only", '{ model = "llama-3-8b" }', f'"{_P8 - 4095}"', "params")
+    assert v.verdict == "wrong" and "the difference is exactly" not in v.explanation

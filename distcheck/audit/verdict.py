@@ -297,9 +297,23 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     rel = ""
     if not isinstance(in_unit, tuple) and in_unit != 0:
         rel = f" ({float(diff / abs(in_unit)):.2%} of the recomputed value)"
+    which = _one_component(q, values, value, c)
     return ClaimVerdict(
         verdict=WRONG, alternatives=alts,
-        explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff, c.unit)}{rel}{near}", **base)
+        explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff, c.unit)}{rel}{which}{near}",
+        **base)
+
+
+def _one_component(q: qmod.Quantity, values: dict, value, c: Claim) -> str:
+    """Which single component (a flag of the quantity) the difference is, if exactly one (distcheck.audit.explain)."""
+    from distcheck.audit.explain import COMPONENT_FLAGS, one_component
+
+    flags = tuple(n for n in q.input_names if n in COMPONENT_FLAGS)
+    if not flags or isinstance(value, tuple) or isinstance(c.claimed, tuple):
+        return ""
+    full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
+    return one_component(flags, full, Fraction(value), c.claimed, c.step, qmod.unit_factor(q.unit, c.unit),
+                         lambda v: _compute(q, v)) or ""
 
 
 def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
