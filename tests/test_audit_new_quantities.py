@@ -115,3 +115,47 @@ def test_a_count_off_by_one_component_names_it(claimed, which):
 def test_a_count_off_by_something_else_names_nothing():
     v = one("params.decoder_only", '{ model = "llama-3-8b" }', f'"{_P8 - 4095}"', "params")
     assert v.verdict == "wrong" and "the difference is exactly" not in v.explanation
+
+
+# ---------------------------------------------------------------- automatic checks from known relations
+
+
+def _audit(*claims):
+    text = META + "".join(f'\n[[claim]]\n{c}\n' for c in claims)
+    return audit_key(parse_key(text, "k.toml"))
+
+
+def _c(cid, quantity, inputs, claimed, unit="GB"):
+    return f'id = "{cid}"\nquantity = "{quantity}"\ninputs = {inputs}\nclaimed = {claimed}\nunit = "{unit}"'
+
+
+def test_a_memory_table_and_its_total_are_checked_without_a_hand_written_check():
+    rows = [_c("w", "memory.weights_bytes", "{ params = 7e9 }", 14), _c("g", "memory.grads_bytes", "{ params = 7e9 }", 14),
+            _c("o", "memory.optimizer_bytes", "{ params = 7e9 }", 84)]
+    good = _audit(*rows, _c("t", "memory.train_state_bytes", "{ params = 7e9 }", 112))
+    auto = [k for k in good.checks if k.id.startswith("auto:sum:")]
+    assert [(k.id, k.verdict, k.automatic) for k in auto] == [("auto:sum:w+g+o=t", "consistent", True)]
+    # an optimizer row of 86 GB (wrong on its own): the rows no longer add up to the printed total
+    bad = _audit(*rows[:2], _c("o", "memory.optimizer_bytes", "{ params = 7e9 }", 86),
+                 _c("t", "memory.train_state_bytes", "{ params = 7e9 }", 112))
+    (k,) = [k for k in bad.checks if k.id.startswith("auto:sum:")]
+    assert k.verdict == "contradiction" and k.explanation.startswith("14 GB + 14 GB + 86 GB = 114 GB")
+
+
+def test_a_total_with_an_activations_row_and_a_zero_table_on_another_tables_rows():
+    r = _audit(_c("s", "memory.train_state_bytes", "{ params = 1e9 }", 16), _c("a", "reported.fact", "{}", 4),
+               _c("t", "memory.state_plus_activations_bytes", '{ params = 1e9, activation_bytes = "@a" }', 20),
+               _c("z0", "zero.bytes_per_gpu.stage0", "{ params = 1e9, dp = 8 }", 16),
+               _c("z3", "zero.bytes_per_gpu.stage3", "{ params = 1e9, dp = 8 }", 2),
+               _c("m3", "memory.per_gpu_bytes.zero3", '{ params = 1e9, dp = 8, activation_bytes = "@a" }', 6))
+    auto = {k.id: k.verdict for k in r.checks if k.id.startswith("auto:")}
+    assert auto == {"auto:sum:s+a=t": "consistent", "auto:sum:z3+a=m3": "consistent", "auto:equal:z0+s": "consistent"}
+
+
+def test_an_explicit_check_is_not_repeated():
+    rows = [_c("w", "memory.weights_bytes", "{ params = 7e9 }", 14), _c("g", "memory.grads_bytes", "{ params = 7e9 }", 14),
+            _c("o", "memory.optimizer_bytes", "{ params = 7e9 }", 84), _c("t", "memory.train_state_bytes", "{ params = 7e9 }", 112)]
+    text = META + "".join(f'\n[[claim]]\n{c}\n' for c in rows) + (
+        '\n[[check]]\nid = "x"\nkind = "sum"\ntotal = "t"\nparts = ["o", "g", "w"]\n')
+    r = audit_key(parse_key(text, "k.toml"))
+    assert [k.id for k in r.checks] == ["x"]

@@ -220,4 +220,10 @@ def check_key(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, str]]]
     sum or equal check, a negative factor), ConfigError for arguments of the wrong type."""
     check_type("key", key, AnswerKey, "must be an AnswerKey")
     explicit = [_check_equal(k, key) if k.kind == "equal" else _check_total(k, key) for k in key.checks]
-    return explicit + _automatic(key, recomputed)
+    from dataclasses import replace
+
+    from distcheck.audit.relations import relation_checks
+
+    related = [replace(_check_equal(k, key) if k.kind == "equal" else _check_total(k, key), automatic=True)
+               for k in relation_checks(key, recomputed)]
+    return explicit + _automatic(key, recomputed) + related
