@@ -159,3 +159,67 @@ def test_an_explicit_check_is_not_repeated():
         '\n[[check]]\nid = "x"\nkind = "sum"\ntotal = "t"\nparts = ["o", "g", "w"]\n')
     r = audit_key(parse_key(text, "k.toml"))
     assert [k.id for k in r.checks] == ["x"]
+
+
+# ---------------------------------------------------------------- the mesh order is an input of every layout.* quantity
+
+
+def test_a_rank_printed_under_megatrons_order_is_audited_under_it():
+    # tp=2, dp=2, pp=2; coordinates tp 1, dp 1, pp 0. Llama 3's order (tp, cp, pp, dp): 1 + 2*0 + 4*1 = 5;
+    # Megatron-core's tp-cp-ep-dp-pp: 1 + 2*1 + 4*0 = 3
+    base = "tp_index = 1, dp_index = 1, pp_index = 0, tp = 2, pp = 2, dp = 2"
+    assert one("layout.rank", f"{{ {base} }}", 5, "count").verdict == "holds"
+    assert one("layout.rank", f"{{ {base} }}", 3, "count").verdict == "wrong"
+    v = one("layout.rank", f'{{ {base}, order = "tp-cp-ep-dp-pp" }}', 3, "count")
+    assert v.verdict == "holds" and v.inputs["order"] == "tp-cp-dp-pp"
+
+
+def test_coordinates_and_node_locality_under_an_order():
+    assert one("layout.coordinate.dp", '{ rank = 6, tp = 2, pp = 2, dp = 2, order = "tp-dp-pp" }', 1, "count").computed == 1
+    assert one("layout.coordinate.pp", '{ rank = 6, tp = 2, pp = 2, dp = 2, order = "tp-dp-pp" }', 1, "count").computed == 1
+    # tp outside dp: tp groups stride over dp=4 ranks, so tp=4 spans 16 ranks, two nodes of 8
+    v = one("layout.tp_groups_node_local", '{ tp = 4, gpus_per_node = 8, dp = 4, order = "dp-tp-pp" }', "false", "flag")
+    assert v.verdict == "holds" and v.computed == 0
+    assert one("layout.tp_groups_node_local", "{ tp = 4, gpus_per_node = 8 }", "true", "flag").verdict == "holds"
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ('{ tp_index = 1, tp = 2, pp = 2, order = "tp-tp-dp" }', "order='tp-tp-dp' repeats axis tp"),
+    ('{ tp_index = 1, tp = 2, pp = 2, order = "tp-xp-dp" }', "names an unknown axis 'xp'"),
+    ('{ tp_index = 1, tp = 2, pp = 2, order = 3 }', "order=3 must be a string"),
+    ('{ tp_index = 1, tp = 2, pp = 2, dp = 0 }', "dp=0 must be an integer >= 1 (a parallel degree)"),
+    ('{ tp_index = 1, pp_index = 1, tp = 2, pp = 2, order = "tp-pp-dp-cp" }',
+     "dp=None is required under order 'tp-pp-dp-cp': an axis lies outside dp"),
+    ('{ tp_index = 1, tp = 2, pp = 2, order = "tp-dp" }', "order='tp-dp' must list 'pp' (pp=2 > 1)"),
+])
+def test_bad_orders_and_degrees_are_bad_input(inputs, message):
+    from distcheck.errors import AnswerKeyError
+
+    with pytest.raises(AnswerKeyError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        one("layout.rank", inputs, 1, "count")
+
+
+def test_order_is_listed_for_layout_quantities():
+    items = {q["name"]: q for q in list_quantities()}
+    assert "order" in [i["name"] for i in items["layout.world_size"]["inputs"]]
+    assert "order" not in [i["name"] for i in items["memory.train_state_bytes"]["inputs"]]
+
+
+@pytest.mark.parametrize("inputs", ["{ params = -1 }", '{ params = "-7 B params" }'])
+def test_negative_sizes_and_sentinels_are_bad_input_not_judged(inputs):
+    from distcheck.errors import AnswerKeyError
+
+    with pytest.raises(AnswerKeyError, match="params"):
+        one("memory.train_state_bytes", inputs, 16, "GB")
+
+
+@pytest.mark.parametrize("quantity, inputs, claimed, unit", [
+    ("memory.train_state_bytes", "{ params = 1e9 }", -1, "GB"),
+    ("layout.world_size", "{ tp = 2, pp = 2, dp = 2 }", -1, "GPUs"),
+    ("comm.algbw", "{ size_bytes = 1e9, time_s = 1 }", '"-1"', "GB/s"),
+])
+def test_a_negative_claimed_size_is_bad_input(quantity, inputs, claimed, unit):
+    from distcheck.errors import AnswerKeyError
+
+    with pytest.raises(AnswerKeyError, match="is negative: a size or a count is >= 0"):
+        one(quantity, inputs, claimed, unit)

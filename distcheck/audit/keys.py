@@ -466,7 +466,11 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
     inputs = rc.get("inputs", {})
     if not isinstance(inputs, dict):
         raise _err("inputs must be a table, e.g. inputs = { params = 7e9 }", path, ln("inputs"), f"{base}.inputs")
+    from distcheck.audit import layout_order
+
     allowed = set(q.input_names) | ({"model"} if q.accepts_model else set())
+    if layout_order.accepts_order(qname):  # the mesh order, and the degrees it may need (distcheck.audit.layout_order)
+        allowed |= {"order", *layout_order.extra_inputs(qname, q.input_names)}
     for name, v in inputs.items():
         fl = f"{base}.inputs.{name}"
         line = cl.get(f"inputs.{name}", ln("inputs"))
@@ -490,6 +494,14 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
         raise _err("missing required field 'claimed'", path, header, f"{base}.claimed")
     raw_claimed = lines.raw_claimed[i] if i < len(lines.raw_claimed) else None
     claimed, ctext, step = _claimed(rc["claimed"], q, unit, raw_claimed, path, ln("claimed"), f"{base}.claimed")
+
+    # a size or a count is never negative: a negative figure (a -1 sentinel) is bad input, not a figure to judge
+    family = qmod.unit_family(unit) or ""
+    figures = claimed if isinstance(claimed, tuple) else (claimed,)
+    if (family in ("bytes", "bandwidth", "bytes_per_param") or family.startswith("count:")) and \
+            any(isinstance(x, Fraction) and x < 0 for x in figures):
+        raise _err(f"claimed={ctext} {unit} is negative: a size or a count is >= 0 (a -1 sentinel is not a figure)",
+                   path, ln("claimed"), f"{base}.claimed")
 
     # rounding
     step_inferred = True
@@ -518,6 +530,9 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
 
 def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
     qi = q.input(name)
+    if qi is None and name != "model":  # the order of a layout quantity, or a degree it needs
+        _check_layout_input(name, v, path, line, fl)
+        return
     kind = qi.kind if qi is not None else "preset"
     if kind == "preset":
         if not isinstance(v, str) or v not in qmod.preset_names():
@@ -560,6 +575,22 @@ def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
         _domain(qi, value, path, line, fl)
         return
     raise _err(f"must be a number, a string like '80 GB' or '@claim-id', got {type(v).__name__}", path, line, fl)
+
+
+def _check_layout_input(name, v, path, line, fl) -> None:
+    from distcheck.audit import layout_order
+    from distcheck.errors import ConfigError
+
+    if name == "order":
+        try:
+            layout_order.parse(v)
+        except ConfigError as exc:
+            raise _err(str(exc), path, line, fl) from None
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise _err(f"{name}={v!r} must be an integer >= 1 (a parallel degree)", path, line, fl)
+    if v > _MAX_ABS:
+        raise _err("value too large", path, line, fl)
 
 
 def _domain(qi, value, path, line, fl) -> None:

@@ -230,7 +230,10 @@ class Quantity:
             "inputs": [i.as_dict() for i in self.inputs]
             + ([{"name": "model", "unit": "", "kind": "preset", "default": None,
                  "description": "a preset of distcheck.params.PRESETS filling the architecture inputs / params"}]
-               if self.accepts_model else []),
+               if self.accepts_model else [])
+            + ([{"name": "order", "unit": "", "kind": "order", "default": "tp-cp-pp-dp",
+                 "description": "mesh axes innermost first, e.g. 'tp-cp-ep-dp-pp' (distcheck.audit.layout_order)"}]
+               if self.name.startswith("layout.") else []),
             "checkable": self.compute is not None,
             "reason": self.reason,
             "constraints": list(self.constraints),

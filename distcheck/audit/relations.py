@@ -37,7 +37,7 @@ def _full(c: Claim, inputs: dict[str, str]) -> dict[str, Fraction]:
 
     q = qmod.get_quantity(c.quantity)
     out = {i.name: Fraction(str(i.default)) for i in q.inputs if i.default is not None}
-    out.update({k: Fraction(v) for k, v in inputs.items() if v != "vector"})
+    out.update({k: Fraction(v) for k, v in inputs.items() if k != "order" and v != "vector"})
     return out
 
 

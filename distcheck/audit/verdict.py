@@ -26,6 +26,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from distcheck.audit import conventions as conv
+from distcheck.audit import layout_order
+from distcheck.audit.explain import COMPONENT_FLAGS, one_component
 from distcheck.audit import quantities as qmod
 from distcheck.audit.consistency import CheckVerdict, check_key
 from distcheck.audit.counts import is_whole_unit, uneven_split
@@ -178,7 +180,7 @@ def _resolve(c: Claim, q: qmod.Quantity, key: AnswerKey) -> tuple[dict, str | No
         except ConfigError as exc:
             raise AnswerKeyError(str(exc), path=key.path, line=_input_line(c, "model"), field=f"{fld}.model") from None
     for name, v in c.inputs.items():
-        if name == "model":
+        if name in ("model", "order"):
             continue
         qi = q.input(name)
         if isinstance(v, bool):
@@ -253,13 +255,21 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     except _Missing as m:
         return ClaimVerdict(c, NOT_CHECKABLE,
                             f"{c.quantity} needs {', '.join(m.names)}, which the claim does not give", q.unit)
+    order = c.inputs.get("order")
     try:
-        value = _compute(q, values)
+        if set(values) - set(q.input_names) or (order is not None and q.name in layout_order.ORDERED):
+            # a layout figure under a stated order, or with the degrees one needs (distcheck.audit.layout_order)
+            full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
+            value = layout_order.compute(q.name, full, order or "tp-cp-pp-dp")
+        else:
+            value = _compute(q, values)
     except ConfigError as exc:
         raise AnswerKeyError(f"claim {c.id!r}: {exc}", path=key.path, line=_input_line(c, None),
                              field=f"claim[{c.index}] ({c.id}).inputs") from None
     in_unit = _in_unit(value, q.unit, c.unit)
     shown = {k: (str(v) if not isinstance(v, tuple) else "vector") for k, v in values.items()}
+    if order is not None:
+        shown["order"] = "-".join(a for a in layout_order.parse(order) if a != "ep")
     base = dict(claim=c, quantity_unit=q.unit, computed=value, computed_in_unit=in_unit, inputs=shown)
     printed = f"printed {c.claimed_text}" + ("" if c.unit == "flag" else f" {c.unit}") + (
         " (exact)" if c.step == 0 else f" (+-{float(c.step / 2):g})")
@@ -306,8 +316,6 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
 
 def _one_component(q: qmod.Quantity, values: dict, value, c: Claim) -> str:
     """Which single component (a flag of the quantity) the difference is, if exactly one (distcheck.audit.explain)."""
-    from distcheck.audit.explain import COMPONENT_FLAGS, one_component
-
     flags = tuple(n for n in q.input_names if n in COMPONENT_FLAGS)
     if not flags or isinstance(value, tuple) or isinstance(c.claimed, tuple):
         return ""
