@@ -233,11 +233,20 @@ class Quantity:
                if self.accepts_model else [])
             + ([{"name": "order", "unit": "", "kind": "order", "default": "tp-cp-pp-dp",
                  "description": "mesh axes innermost first, e.g. 'tp-cp-ep-dp-pp' (distcheck.audit.layout_order)"}]
-               if self.name.startswith("layout.") else []),
+               if self.name.startswith("layout.") else [])
+            + [{"name": d, "unit": "GPUs", "kind": "positive_integer", "default": "when the order needs it",
+                "description": f"{d} degree, needed under an order that puts an axis outside {d}"}
+               for d in _layout_extra(self)],
             "checkable": self.compute is not None,
             "reason": self.reason,
             "constraints": list(self.constraints),
         }
+
+
+def _layout_extra(q: "Quantity") -> tuple[str, ...]:
+    from distcheck.audit.layout_order import extra_inputs
+
+    return extra_inputs(q.name, q.input_names)
 
 
 def _from_form(form: ClosedForm) -> Quantity:
