@@ -291,3 +291,15 @@ def test_cli_libs_exit_codes(monkeypatch, capsys):
     assert "accelerate is not installed" in capsys.readouterr().out
     assert main(["libs", "--target", "accelerate", "--require-installed"]) == 1
     assert main(["libs", "--examples", "0"]) == 2
+
+
+def test_falsify_does_not_depend_on_the_constants_of_loaded_local_modules(tmp_path, monkeypatch):
+    def check(x):
+        return "odd over 100" if x > 100 and x % 2 else None
+
+    before = falsify(check, st.integers(0, 10**9), max_examples=100)
+    (tmp_path / "many_constants.py").write_text("VALUES = [" + ", ".join(str(101 + 2 * i) for i in range(500)) + "]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("many_constants")
+    after = falsify(check, st.integers(0, 10**9), max_examples=100)
+    assert before == after and before.counterexample == 101

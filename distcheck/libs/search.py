@@ -10,8 +10,9 @@ and have no deadline (a third-party library may be slow on its first call).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -71,8 +72,42 @@ def falsify(check: Callable[[Any], str | None], strategy: SearchStrategy, *,
             raise _Counterexample(message)
 
     try:
-        run()
+        with _without_local_constants():
+            run()
     except _Counterexample:
         example, message = failures[-1]  # Hypothesis replays the shrunk example last
         return Outcome(seen[0], example, message)
     return Outcome(seen[0])
+
+
+@contextmanager
+def _without_local_constants() -> Iterator[None]:
+    """Draw without the constants Hypothesis collects from "local" modules (the checkout, tests).
+
+    Since Hypothesis 6.1xx, integer strategies sometimes draw numbers found in the source of
+    the local modules loaded at the time, so the same seed gave another counterexample when
+    other modules were loaded (under pytest, or from an editable install). The README's table
+    must not depend on that: during a :func:`falsify` run the local pool is empty, and the
+    constant cache is cleared before and after so that no other run sees a stale pool. Only
+    Hypothesis's own global constants remain. On a Hypothesis without this machinery nothing
+    is changed.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+    except ImportError:  # pragma: no cover - another Hypothesis layout
+        yield
+        return
+    saved = getattr(providers, "_get_local_constants", None)
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if saved is None or cache is None:  # pragma: no cover
+        yield
+        return
+    empty = Constants()
+    providers._get_local_constants = lambda: empty
+    cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = saved
+        cache.clear()
