@@ -2,11 +2,11 @@
 
 ``megatron.core.parallel_state.RankGenerator(tp, ep, dp, pp, cp, order)`` gives the rank
 groups of any token of its order (``get_ranks("tp-pp")``). ``initialize_model_parallel``
-builds two: the dense one (ep = 1) and the expert one (expert tp = tp here, ep, expert dp =
-world / (tp ep pp), cp = 1), under the same order. The adapter draws degrees and a
-permutation of ``tp-cp-ep-dp-pp`` and compares every token below with distcheck's layout:
+builds two: the dense one (ep = 1) and the expert one (expert tp etp, ep, expert dp =
+world / (etp ep pp), cp = 1), under the same order. The adapter draws degrees (etp and ep
+splitting the tp*cp*dp ranks of a stage) and a permutation of ``tp-cp-ep-dp-pp`` and compares every token below with distcheck's layout:
 :class:`distcheck.layout.ParallelConfig` for the single dense axes (and for ep under the
-default order, where Megatron carves ep from the dp*cp ranks like distcheck's
+default order with etp = tp, where Megatron carves ep from the dp*cp ranks like distcheck's
 ``ep_placement="inside_dp"``), :func:`distcheck.mesh_layout.megatron_layout` for groups
 spanning several axes and for the expert layout under other orders.
 
@@ -36,10 +36,16 @@ ORDERS = tuple("-".join(p) for p in itertools.permutations(("tp", "cp", "ep", "d
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def _configs():
     def with_ep(base):
-        data = base["cp"] * base["dp"]
-        return st.sampled_from([d for d in range(1, data + 1) if data % d == 0]).map(lambda ep: dict(base, ep=ep))
+        # expert tp (etp) and ep split the tp*cp*dp ranks of a stage: etp*ep must divide them
+        ranks = base["tp"] * base["cp"] * base["dp"]
+        return st.sampled_from(_divisors(ranks)).flatmap(
+            lambda etp: st.sampled_from(_divisors(ranks // etp)).map(lambda ep: dict(base, etp=etp, ep=ep)))
 
     # ORDERS[0] is the default order: Hypothesis shrinks sampled_from towards its first element
     base = st.fixed_dictionaries({"tp": st.integers(1, 4), "cp": st.integers(1, 3), "dp": st.integers(1, 4),
@@ -53,9 +59,9 @@ def _groups(cfg: dict) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from megatron.core.parallel_state import RankGenerator
-    tp, cp, dp, pp, ep, order = (cfg[k] for k in ("tp", "cp", "dp", "pp", "ep", "order"))
+    tp, cp, dp, pp, ep, etp, order = (cfg[k] for k in ("tp", "cp", "dp", "pp", "ep", "etp", "order"))
     dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=order)
-    expert = RankGenerator(tp=tp, ep=ep, dp=(tp * cp * dp * pp) // (tp * ep * pp), pp=pp, cp=1, order=order)
+    expert = RankGenerator(tp=etp, ep=ep, dp=(tp * cp * dp * pp) // (etp * ep * pp), pp=pp, cp=1, order=order)
     out = {t: dense.get_ranks(t) for t in DENSE_TOKENS}
     out.update({f"expert:{t}": expert.get_ranks(t) for t in EXPERT_TOKENS})
     return out
@@ -65,13 +71,13 @@ def _reference(cfg: dict) -> dict:
     from distcheck.layout import ParallelConfig, groups
     from distcheck.mesh_layout import megatron_layout
 
-    tp, cp, dp, pp, ep, order = (cfg[k] for k in ("tp", "cp", "dp", "pp", "ep", "order"))
-    mine = megatron_layout(tp=tp, cp=cp, pp=pp, ep=ep, dp=dp, order=order)
+    tp, cp, dp, pp, ep, etp, order = (cfg[k] for k in ("tp", "cp", "dp", "pp", "ep", "etp", "order"))
+    mine = megatron_layout(tp=tp, cp=cp, pp=pp, ep=ep, etp=etp, dp=dp, order=order)
     dense = ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, order=order)  # ep = 1: a size-1 axis of the order
     out = {t: groups(dense, t) for t in ("tp", "cp", "dp", "pp")}
     out.update({t: mine.groups(t) for t in DENSE_TOKENS if "-" in t})
     out.update({f"expert:{t}": mine.groups(t, expert=True) for t in EXPERT_TOKENS})
-    if order == DEFAULT_ORDER:  # Megatron's default placement is distcheck's ep carved from dp*cp
+    if order == DEFAULT_ORDER and etp == tp:  # Megatron's default placement is distcheck's ep carved from dp*cp
         out["expert:ep"] = groups(ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, order=order), "ep")
     return out
 
