@@ -169,7 +169,7 @@ def test_a_rank_printed_under_megatrons_order_is_audited_under_it():
     # Megatron-core's tp-cp-ep-dp-pp: 1 + 2*1 + 4*0 = 3
     base = "tp_index = 1, dp_index = 1, pp_index = 0, tp = 2, pp = 2, dp = 2"
     assert one("layout.rank", f"{{ {base} }}", 5, "count").verdict == "holds"
-    assert one("layout.rank", f"{{ {base} }}", 3, "count").verdict == "wrong"
+    assert one("layout.rank", f"{{ {base} }}", 3, "count").verdict == "holds-under-another-convention"
     v = one("layout.rank", f'{{ {base}, order = "tp-cp-ep-dp-pp" }}', 3, "count")
     assert v.verdict == "holds" and v.inputs["order"] == "tp-cp-dp-pp"
 
@@ -223,3 +223,16 @@ def test_a_negative_claimed_size_is_bad_input(quantity, inputs, claimed, unit):
 
     with pytest.raises(AnswerKeyError, match="is negative: a size or a count is >= 0"):
         one(quantity, inputs, claimed, unit)
+
+
+def test_a_rank_printed_under_megatrons_order_without_saying_so_is_named():
+    base = "tp_index = 1, dp_index = 1, pp_index = 0, tp = 2, pp = 2, dp = 2"
+    v = one("layout.rank", f"{{ {base} }}", 3, "count")
+    assert v.verdict == "holds-under-another-convention" and v.computed == 5
+    assert v.convention.startswith("mesh order tp-cp-ep-dp-pp (Megatron-core's default")
+    # without the dp degree Megatron's order cannot be read (pp lies outside dp): no reading is claimed
+    v = one("layout.rank", "{ tp_index = 1, dp_index = 1, pp_index = 0, tp = 2, pp = 2 }", 3, "count")
+    assert v.verdict == "wrong"
+    # a figure stated under its order is not read under another one
+    v = one("layout.rank", f'{{ {base}, order = "tp-cp-pp-dp" }}', 3, "count")
+    assert v.verdict == "wrong"

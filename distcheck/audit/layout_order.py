@@ -21,7 +21,8 @@ from typing import Mapping
 
 from distcheck.errors import ConfigError
 
-__all__ = ["ORDERED", "DEGREES", "accepts_order", "extra_inputs", "parse", "compute"]
+__all__ = ["ORDERED", "DEGREES", "ALTERNATIVE_ORDERS", "accepts_order", "extra_inputs", "parse", "compute",
+           "alternatives"]
 
 #: the layout quantities whose value depends on the order
 ORDERED = ("layout.rank", "layout.coordinate.tp", "layout.coordinate.cp", "layout.coordinate.pp",
@@ -54,6 +55,33 @@ def parse(text: object) -> tuple[str, ...]:
         if a not in AXES:
             raise ConfigError("order", text, f"names an unknown axis {a!r} (axes: {', '.join(AXES)})")
     return axes
+
+
+#: orders a layout figure printed without its order is also read under (a documented convention each)
+ALTERNATIVE_ORDERS = (
+    ("tp-cp-ep-dp-pp", "mesh order tp-cp-ep-dp-pp (Megatron-core's default; torchtitan's dense mesh with "
+                       "dp = dp_replicate x dp_shard)"),
+)
+
+
+def alternatives(quantity: str, values: Mapping[str, Fraction]) -> list[tuple[str, Fraction]]:
+    """(convention name, value) under each of :data:`ALTERNATIVE_ORDERS` that gives another value than the
+    default order; orders the claim's degrees cannot be read under (a degree missing) are skipped."""
+    if quantity not in ORDERED:
+        return []
+    out = []
+    try:
+        default = compute(quantity, values, "tp-cp-pp-dp")
+    except ConfigError:
+        default = None
+    for order, name in ALTERNATIVE_ORDERS:
+        try:
+            value = compute(quantity, values, order)
+        except ConfigError:
+            continue
+        if value != default:
+            out.append((name, value))
+    return out
 
 
 def _axes(order: str) -> list[str]:

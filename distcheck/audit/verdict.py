@@ -284,6 +284,12 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     default = f"default gives {_fmt(in_unit, c.unit)}" + (f" ({uneven})" if uneven else "")
 
     matches, closest = _search(c, q, values, model)
+    if not matches and order is None:  # a layout figure printed under another framework's order
+        full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
+        for name, alt in layout_order.alternatives(q.name, full):
+            alt_in = _in_unit(alt, q.unit, c.unit)
+            if _matches(alt_in, c.claimed, c.step):
+                matches.append((name, alt_in, c.unit))
     if len(matches) == 1:
         name, v, u = matches[0]
         return ClaimVerdict(
