@@ -105,13 +105,14 @@ def relation_checks(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, 
                 found.append(("equal", "", (zero.id, state.id)))
 
     stated = {(k.kind, k.total or "", frozenset(p for p in k.parts if isinstance(p, str))) for k in key.checks}
-    out, seen = [], set()
-    for kind, total, parts in found:
-        sig = (kind, total, frozenset(parts))
-        if sig in stated or sig in seen or (kind == "equal" and ("equal", "", frozenset(parts)) in stated):
+    out: list[Check] = []
+    seen: set[tuple[str, str, frozenset[str]]] = set()
+    for kind, total_id, part_ids in found:
+        sig = (kind, total_id, frozenset(part_ids))
+        if sig in stated or sig in seen:
             continue
         seen.add(sig)
-        ids = "+".join(parts) + (f"={total}" if total else "")
-        out.append(Check(id=f"auto:{kind}:{ids}", kind=kind, total=total or None, parts=tuple(parts),
+        ids = "+".join(part_ids) + (f"={total_id}" if total_id else "")
+        out.append(Check(id=f"auto:{kind}:{ids}", kind=kind, total=total_id or None, parts=tuple(part_ids),
                          note="automatic: a known relation between the claims' quantities (distcheck.audit.relations)"))
     return out

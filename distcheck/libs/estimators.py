@@ -240,7 +240,7 @@ def _per_param(est: Estimator, options: Options) -> dict[str, Fraction] | None:
     if est.components is None:
         return None
     raw = est.components(FIT_PARAMS, 1, options)
-    return {k: Fraction(v) / FIT_PARAMS for k, v in raw.items()}  # type: ignore[arg-type]
+    return {k: Fraction(v) / FIT_PARAMS for k, v in raw.items()}  # type: ignore[call-overload]
 
 
 def _row(est_name: str, library: str, verdict: str, examples: int, detail: str, **extra) -> CheckResult:
@@ -323,7 +323,7 @@ def check_monotone_n(est: Estimator, *, max_examples: int = DEFAULT_EXAMPLES, se
     out = falsify(one, draws, max_examples=max_examples, seed=seed)
     verdict = FAIL if out.failed else PASS
     return _row(f"{est.name}.monotone_n", est.library, verdict, out.examples,
-                out.message if out.failed else "more data-parallel ranks never need more bytes per GPU")
+                out.message or "more data-parallel ranks never need more bytes per GPU")
 
 
 _PRINTED = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bytes|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$")
@@ -365,7 +365,7 @@ def check_printed_unit(est: Estimator, *, max_examples: int = DEFAULT_EXAMPLES, 
     out = falsify(one, est.draws(), max_examples=max_examples, seed=seed)
     verdict = FAIL if out.failed else PASS
     return _row(f"{est.name}.printed_unit", est.library, verdict, out.examples,
-                out.message if out.failed else "every printed figure is the bytes in the unit it names")
+                out.message or "every printed figure is the bytes in the unit it names")
 
 
 def _label(unit: str) -> str:
