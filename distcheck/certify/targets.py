@@ -18,7 +18,8 @@ from typing import Any
 
 from distcheck.certify.errors import TargetError
 
-__all__ = ["Target", "import_target", "reference_of", "make_target", "describe", "resolve", "package_version"]
+__all__ = ["Target", "import_target", "reference_of", "make_target", "describe", "resolve", "package_version",
+           "distribution_version"]
 
 
 @dataclass(frozen=True)
@@ -130,3 +131,11 @@ def package_version(ref: str) -> tuple[str | None, str | None]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None, None
+
+
+def distribution_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (``"deepspeed"``), None when it is not installed."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
