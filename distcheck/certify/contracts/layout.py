@@ -125,7 +125,8 @@ def _target(obj: Any, ref: str | None, kind: type, what: str):
     if not isinstance(obj, kind):
         raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.certify.contracts.layout."
                                                         f"{kind.__name__} ({what}; see docs/CERTIFY.md)")
-    return make_target(obj, ref or f"{kind.__name__}({obj.name!r})", kind.__name__, distribution=obj.distribution)
+    named: Any = obj  # an Estimator, EstimatorFamily, LayoutTarget or ProbeSet: each has a name and a distribution
+    return make_target(obj, ref or f"{kind.__name__}({named.name!r})", kind.__name__, distribution=named.distribution)
 
 
 class RankLayoutContract(Contract):

@@ -87,7 +87,7 @@ def _reference(cfg: dict) -> dict:
     tp, cp, dp, pp, ep, etp, order = _degrees(cfg)
     mine = megatron_layout(tp=tp, cp=cp, pp=pp, ep=ep, etp=etp, dp=dp, order=order)
     dense = ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, order=order)  # ep = 1: a size-1 axis of the order
-    out = {t: groups(dense, t) for t in (_TP, _CP, _DP, _PP)}
+    out: dict[str, list[list[int]]] = {t.value: groups(dense, t) for t in (_TP, _CP, _DP, _PP)}
     out.update({t: mine.groups(t) for t in DENSE_TOKENS if "-" in t})
     out.update({f"expert:{t}": mine.groups(t, expert=True) for t in EXPERT_TOKENS})
     if order == MEGATRON_DEFAULT_ORDER and etp == tp:  # Megatron's default placement is distcheck's ep carved from dp*cp
