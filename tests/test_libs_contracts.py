@@ -335,6 +335,18 @@ def test_a_world_free_certificate_and_its_replay_command(tmp_path, monkeypatch, 
 ROUNDS_UP = Estimator("bad.zero3", None, 3, rounds_up)
 
 
+def test_a_target_whose_library_is_missing_is_bad_input(monkeypatch, capsys):
+    from distcheck.certify.errors import TargetError
+    from distcheck.cli import main
+
+    missing = Estimator("gone.zero2", "no-such-distribution-here", 2, partial(zero, 2))
+    with pytest.raises(TargetError, match="wraps no-such-distribution-here, which is not installed"):
+        certify(missing, "memory-estimator")
+    monkeypatch.setattr("distcheck.certify.targets.distribution_version", lambda dist: None)
+    assert main(["certify", "distcheck.libs.targets.deepspeed:ZERO2", "--contract", "memory-estimator"]) == 2
+    assert "wraps deepspeed, which is not installed" in capsys.readouterr().err
+
+
 def test_the_contracts_are_listed():
     from distcheck.certify.cli import render_contracts
 

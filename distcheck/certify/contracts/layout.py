@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 
 from distcheck.certify.contract import EXACT, Contract, Outcome, PropertySpec
 from distcheck.certify.errors import ProtocolError
-from distcheck.certify.targets import make_target, resolve
+from distcheck.certify.targets import make_target, require_distribution, resolve
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_callable, check_type
 
@@ -126,6 +126,7 @@ def _target(obj: Any, ref: str | None, kind: type, what: str):
         raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.certify.contracts.layout."
                                                         f"{kind.__name__} ({what}; see docs/CERTIFY.md)")
     named: Any = obj  # an Estimator, EstimatorFamily, LayoutTarget or ProbeSet: each has a name and a distribution
+    require_distribution(ref or named.name, named.distribution)
     return make_target(obj, ref or f"{kind.__name__}({named.name!r})", kind.__name__, distribution=named.distribution)
 
 

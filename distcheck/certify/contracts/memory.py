@@ -55,7 +55,7 @@ from distcheck.certify.estimators import (
     number,
     read_printed,
 )
-from distcheck.certify.targets import make_target, resolve
+from distcheck.certify.targets import make_target, require_distribution, resolve
 
 __all__ = ["EstimatorCase", "MemoryEstimatorContract", "MemoryStagesContract"]
 
@@ -86,6 +86,7 @@ def _resolve(obj: Any, ref: str | None, kind: type, what: str):
         raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.certify.estimators.{kind.__name__} "
                                                         f"({what}; see docs/CERTIFY.md)")
     named: Any = obj  # an Estimator, EstimatorFamily, LayoutTarget or ProbeSet: each has a name and a distribution
+    require_distribution(ref or named.name, named.distribution)
     return make_target(obj, ref or f"{kind.__name__}({named.name!r})", kind.__name__, distribution=named.distribution)
 
 
