@@ -135,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     from distcheck.certify.cli import add_parser as add_certify_parser  # `distcheck certify` (docs/CERTIFY.md)
 
     add_certify_parser(sub, world_sizes=_world_sizes, seconds=timeout_seconds)
+
+    from distcheck.libs.cli import add_libs_parser  # `distcheck libs` (docs/LIBRARIES.md)
+
+    add_libs_parser(sub, seed=_seed)
     return parser
 
 
@@ -277,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
 
             args.argv = list(argv) if argv is not None else sys.argv[1:]
             return run_certify(args)
+        if args.command == "libs":  # ---- distcheck libs (distcheck.libs.cli)
+            from distcheck.libs.cli import run_libs_command
+
+            return run_libs_command(args)
         return _run_audit(args)
     except (DistcheckError, OSError) as exc:
         from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError

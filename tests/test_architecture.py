@@ -46,7 +46,7 @@ LAYER_OF = {
     "dp": "public", "tp": "public", "attention": "public", "pipeline": "public", "memory": "public", "zero": "public",
     "activations": "public", "params": "public", "layout": "public", "comm": "public",
     "report": "services", "runners": "services", "audit": "services", "golden": "services", "plan": "services",
-    "viz": "services", "reportdoc": "services", "progress": "services", "certify": "services",
+    "viz": "services", "reportdoc": "services", "progress": "services", "certify": "services", "libs": "services",
     "stages": "stages",
     "cli": "entry", "pytest_plugin": "entry", "__main__": "entry",
 }

@@ -439,8 +439,9 @@ CONVENTION_CASES = [
     ("fp32 gradients (4 B/param)", "memory.grads_bytes", "{ params = 1e9 }", 4, "GB", 4),
     ("16-bit gradients (2 B/param)", "memory.grads_bytes", "{ params = 1e9, grad_bytes = 4 }", 2, "GB", 2),
     # ZeRO-3, 64e9 params over 64 ranks: (4 + K) GB per rank
-    ("K = 12 (fp32 master + Adam m, v)", "zero.bytes_per_gpu.stage3", "{ params = 64e9, dp = 64, k = 8 }",
-     16, "GB", 16),
+    # (at stage 3, 16 GB would also be "fp32 gradients on top of 16-bit ones" with K = 8: 2 + 6 + 8; stage 1 is 4 x 64 + K)
+    ("K = 12 (fp32 master + Adam m, v)", "zero.bytes_per_gpu.stage1", "{ params = 64e9, dp = 64, k = 8 }",
+     268, "GB", 268),
     ("K = 8 (Adam m, v only: no fp32 master)", "zero.bytes_per_gpu.stage3", "{ params = 64e9, dp = 64 }",
      12, "GB", 12),
     ("K = 6 (fp32 master + 8-bit moments)", "zero.bytes_per_gpu.stage3", "{ params = 64e9, dp = 64 }",
@@ -486,6 +487,30 @@ CONVENTION_CASES = [
      16, "M tokens", 16),
     ("Mi tokens read as M tokens (1e6)", "layout.tokens_per_batch", "{ dp = 64, batch_per_dp = 32, seq_len = 8192 }",
      "16.78", "Mi tokens", Fraction(16777216, 10**6)),
+    # blind spots of issue 11: K = 14 and 16, fp32 gradients, fp32 weights, maximum instead of sum, bandwidth units
+    ("20 B/param (fp32 gradients on top of 16-bit ones)", "memory.train_state_bytes", "{ params = 1e9 }", 20, "GB", 20),
+    ("fp32 gradients on top of 16-bit ones (6 B/param)", "memory.grads_bytes", "{ params = 1e9 }", 6, "GB", 6),
+    # ZeRO-1, 64e9 params over 64 ranks: (w + g) x 64 + K GB per rank; the default (K = 12) is 268 GB
+    ("K = 14 (18 B/param sharded at stage 3: DeepSpeed's ZeRO-3 estimator)", "zero.bytes_per_gpu.stage1",
+     "{ params = 64e9, dp = 64 }", 270, "GB", 270),
+    ("K = 16 (fp32 gradients counted with the optimizer state: DeepSpeed's ZeRO-2 estimator)",
+     "zero.bytes_per_gpu.stage1", "{ params = 64e9, dp = 64 }", 272, "GB", 272),
+    ("fp32 gradients instead of 16-bit ones (2 + 4 + K)", "zero.bytes_per_gpu.stage1", "{ params = 64e9, dp = 64 }",
+     396, "GB", 396),
+    ("fp32 gradients on top of 16-bit ones (2 + 2 + 4 + K)", "zero.bytes_per_gpu.stage1",
+     "{ params = 64e9, dp = 64 }", 524, "GB", 524),
+    ("fp32 weights with no separate master copy (4 + 4 + 8)", "zero.bytes_per_gpu.stage1",
+     "{ params = 64e9, dp = 64 }", 520, "GB", 520),
+    ("the maximum of the components instead of their sum (state, activations)", "memory.state_plus_activations_bytes",
+     '{ params = 1e9, activation_bytes = "20 GB" }', 20, "GB", 20),  # the sum is 16 + 20 = 36 GB
+    ("GB/s read as GiB/s (2^30 bytes/s)", "comm.busbw.all_reduce", "{ size_bytes = 1e9, time_s = 0.01, n = 8 }",
+     "162.98", "GB/s", Fraction(175 * 10**9, 2**30)),
+    ("GiB/s read as GB/s (1e9 bytes/s)", "comm.algbw", "{ size_bytes = 1073741824, time_s = 0.01 }", "107.37",
+     "GiB/s", Fraction(107374182400, 10**9)),
+    ("MB/s read as MiB/s (2^20 bytes/s)", "comm.algbw", "{ size_bytes = 1e9, time_s = 1000 }", "0.95", "MB/s",
+     Fraction(10**6, 2**20)),
+    ("MiB/s read as MB/s (1e6 bytes/s)", "comm.algbw", "{ size_bytes = 1048576, time_s = 1 }", "1.05", "MiB/s",
+     Fraction(1048576, 10**6)),
 ]
 
 

@@ -286,9 +286,10 @@ def test_a_product_with_too_many_whole_combinations_is_bad_input():
     ('["a", 2]', -4, "check 'p': the total -4 is negative; a product check multiplies figures >= 0"),
 ])
 def test_a_product_check_refuses_negative_figures(parts, claimed, message):
+    # (a negative figure in a size or count unit is refused when the key is read; "value" figures reach the check)
     text = (claim("a", "layout.world_size", "{ tp = 2 }", 2, "GPUs")
-            + claim("n", "reported.fact", "{}", -2, "count")
-            + claim("t", "reported.fact", "{}", claimed, "GPUs")
+            + claim("n", "reported.fact", "{}", -2, "value")
+            + claim("t", "reported.fact", "{}", claimed, "value")
             + check("p", "product", parts, "t"))
     with pytest.raises(AnswerKeyError, match=re.escape(message)):
         key_checks(text)

@@ -65,6 +65,7 @@ structures = st.fixed_dictionaries(
 audit_key(parse_key(GOOD, "warm-up.toml"))
 # the modules the audit imports lazily (presets; the numpy references its worked examples reuse)
 import distcheck.dp  # noqa: E402,F401
+import distcheck.layout  # noqa: E402,F401  (layout orders: distcheck.audit.layout_order)
 import distcheck.params  # noqa: E402,F401
 import distcheck.tp  # noqa: E402,F401
 
@@ -156,7 +157,8 @@ def test_random_structures_never_raise_anything_but_answer_key_error(data):
 _QUANTITIES = list_quantities()
 input_values = st.one_of(
     st.integers(min_value=-3, max_value=10**12), st.floats(min_value=-1e3, max_value=1e15, allow_nan=False),
-    st.booleans(), st.sampled_from(["80 GB", "1 GiB", "3/7", "@a", "0 GB", "llama-3-70b", "lesson-70b-style"]),
+    st.booleans(), st.sampled_from(["80 GB", "1 GiB", "3/7", "@a", "0 GB", "llama-3-70b", "lesson-70b-style",
+                                    "tp-cp-ep-dp-pp", "tp-tp-dp", "100 GB/s"]),
     st.lists(st.integers(min_value=-5, max_value=5), min_size=1, max_size=4),
     st.lists(st.lists(st.integers(min_value=-5, max_value=5), min_size=1, max_size=3), min_size=1, max_size=3),
 )
@@ -172,7 +174,7 @@ def catalogue_claims(draw):
             "claimed": draw(st.one_of(st.integers(min_value=0, max_value=10**6), st.sampled_from(["~9", "3/7", "1.5"]),
                                       st.booleans(), st.lists(st.integers(0, 9), min_size=1, max_size=4))),
             "unit": draw(st.sampled_from(["GB", "GiB", "bytes", "%", "fraction", "GPUs", "count", "ticks",
-                                          "params", "flag", "value", "M tokens", "layers", "x"]))}
+                                          "params", "flag", "value", "M tokens", "layers", "x", "GB/s", "GiB/s"]))}
 
 
 @SETTINGS
@@ -188,3 +190,58 @@ def test_random_claims_on_every_quantity_give_a_verdict_or_answer_key_error(rc):
 def test_the_seed_key_is_valid():
     key = parse_key(GOOD, "good.toml")
     assert [c.id for c in key.claims] == ["a", "b"]
+
+
+# the key fields added for real-library figures: the mesh order of layout.* quantities (with the degrees
+# an order needs), and bandwidth quantities and units
+_LAYOUT = [q for q in _QUANTITIES if q["name"].startswith("layout.")]
+_BANDWIDTH = [q for q in _QUANTITIES if q["name"].startswith(("comm.algbw", "comm.busbw", "zero.comm_bytes"))]
+orders = st.one_of(
+    st.sampled_from(["tp-cp-ep-dp-pp", "tp-dp-pp", "dp-tp-cp-pp", "pp-dp-cp-tp", "tp-tp-dp", "tp-xp-dp", "", "-",
+                     "ep", "tp,cp,pp,dp", "TP-DP"]),
+    st.text(max_size=12), st.integers(), st.lists(st.text(max_size=3), max_size=3), st.booleans())
+
+
+@st.composite
+def layout_claims(draw):
+    q = draw(st.sampled_from(_LAYOUT))
+    names = [i["name"] for i in q["inputs"] if i["name"] != "order"] + ["tp", "cp", "pp", "dp"]
+    chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
+    inputs = {n: draw(st.one_of(st.integers(min_value=-2, max_value=64), input_values)) for n in chosen}
+    if draw(st.booleans()):
+        inputs["order"] = draw(orders)
+    return {"id": "b", "quantity": q["name"], "inputs": inputs,
+            "claimed": draw(st.one_of(st.integers(min_value=-1, max_value=10**4), st.booleans(),
+                                      st.sampled_from(["~9", "3/7", "1.5"]))),
+            "unit": draw(st.sampled_from(["GPUs", "count", "flag", "fraction", "groups", "GB/s", "tokens"]))}
+
+
+@st.composite
+def bandwidth_claims(draw):
+    q = draw(st.sampled_from(_BANDWIDTH))
+    names = [i["name"] for i in q["inputs"]]
+    chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
+    inputs = {n: draw(st.one_of(input_values, st.sampled_from(["1 GB", "0.01", "-1", "1e-9"]))) for n in chosen}
+    return {"id": "b", "quantity": q["name"], "inputs": inputs,
+            "claimed": draw(st.one_of(st.integers(min_value=-1, max_value=10**6), st.sampled_from(["175", "~100", "0"]))),
+            "unit": draw(st.sampled_from(["GB/s", "GiB/s", "MB/s", "B/s", "bytes_per_second", "GB", "KiB/s", "%"]))}
+
+
+@SETTINGS
+@given(layout_claims())
+def test_random_orders_and_degrees_on_layout_quantities_give_a_verdict_or_answer_key_error(rc):
+    import tomllib
+
+    data = tomllib.loads(GOOD)
+    data["claim"][1] = rc
+    _validate_and_audit(data)
+
+
+@SETTINGS
+@given(bandwidth_claims())
+def test_random_bandwidth_claims_give_a_verdict_or_answer_key_error(rc):
+    import tomllib
+
+    data = tomllib.loads(GOOD)
+    data["claim"][1] = rc
+    _validate_and_audit(data)

@@ -262,7 +262,33 @@ def _comm_checks():
                 yield f"comm.bytes_per_rank.{coll}", dict(size_bytes=8 * count, n=n), ref
 
 
+def _bandwidth_checks():
+    """nccl-tests' algorithm and bus bandwidth from the simulated collectives (what the busiest rank sends, over
+    the time); ZeRO bytes per rank from distcheck.zero's enumeration with the ring factor; degrees derived from
+    the world size by distcheck.layout.derive_degree."""
+    from distcheck.layout import derive_degree
+
+    for coll in comm.COLLECTIVES:
+        for n, count, t in product((2, 3, 4, 8), (24, 48), (Fraction(1, 100), Fraction(3))):
+            if count % n == 0:
+                sent = comm.simulate(coll, 8 * count, n).max_sent_bytes
+                yield f"comm.busbw.{coll}", dict(size_bytes=8 * count, time_s=t, n=n), Fraction(sent) / t
+                if coll == "broadcast":  # a reduce is a broadcast run backwards: the chain moves S per rank
+                    yield "comm.busbw.reduce", dict(size_bytes=8 * count, time_s=t, n=n), Fraction(sent) / t
+                yield "comm.algbw", dict(size_bytes=8 * count, time_s=t), Fraction(8 * count) / t
+    for k, stage in (("ddp", 0), ("stage1", 1), ("stage2", 2), ("stage3", 3)):
+        for psi, n, b in product((1, 7, 64), (1, 2, 8), (2, 4)):
+            yield (f"zero.comm_bytes_per_rank.{k}", dict(params=psi, n=n, bytes_per_element=b),
+                   zero.comm_elements_per_rank(psi, n, stage, exact_ring=True) * b)
+    for w, tp_, pp_, cp_, ep_ in product((64, 96), (1, 2, 4), (1, 2), (1, 2), (1, 2)):
+        yield ("layout.dp_from_world_size", dict(world_size=w, tp=tp_, pp=pp_, cp=cp_, ep=ep_),
+               derive_degree(w, tp=tp_, pp=pp_, cp=cp_))
+        yield ("layout.dp_from_world_size.ep_outside_dp", dict(world_size=w, tp=tp_, pp=pp_, cp=cp_, ep=ep_),
+               derive_degree(w, tp=tp_, pp=pp_, cp=cp_, ep=ep_))
+
+
 CHECKS = {
+    "bandwidth": _bandwidth_checks,
     "dp": _dp_weights, "accumulation": _accumulation_weights, "tp": _tp_checks, "attention": _attention_checks,
     "pipeline": _pipeline_checks, "memory": _memory_checks, "zero": _zero_checks,
     "activations": _activation_checks, "params": _params_checks, "layout": _layout_checks, "comm": _comm_checks,

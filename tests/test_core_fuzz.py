@@ -124,6 +124,14 @@ def test_junk_gives_a_result_or_config_error(module, data):
 # ---- the reported cases, pinned
 
 
+def test_bitwise_equality_of_dicts_of_arrays_is_a_config_error():
+    # found by the junk fuzz: numpy compared the dicts themselves, and a dict of arrays has no truth value
+    junk = {"W1": np.array([]), "W2": np.array(["a", "b"])}
+    with pytest.raises(ConfigError, match="must be a real number or an array of real numbers"):
+        exactness.assert_bitwise_equal(junk, junk)
+    exactness.assert_bitwise_equal(np.array([1.0, -0.0]), np.array([1.0, 0.0]))  # numbers still compare
+
+
 def test_count_params_of_a_dict_names_the_config_class():
     with pytest.raises(ConfigError, match=r"cfg=\{'hidden_size': 8\} must be a TransformerConfig \(see distcheck.params.PRESETS\)"):
         params.count_params({"hidden_size": 8})

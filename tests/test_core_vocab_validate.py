@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_members_are_their_strings_everywhere():
     assert names(Schedule) == ("gpipe", "1f1b", "interleaved")
     assert names(Collective) == ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
-    assert names(Axis) == ("tp", "cp", "pp", "dp", "ep")
+    assert names(Axis) == ("tp", "cp", "pp", "dp", "ep", "dp_replicate", "dp_shard")
     assert tuple(LAYOUT_ORDER) == ("tp", "cp", "pp", "dp")
     assert names(Verdict) == ("pass", "FAIL", "skip", "finding")
     assert Schedule.ONE_F_ONE_B == "1f1b" and f"{Collective.ALL_REDUCE}" == "all_reduce"
@@ -46,7 +46,7 @@ def test_members_are_their_strings_everywhere():
 def test_the_modules_take_their_names_from_the_vocabulary():
     assert pipeline.SCHEDULES == names(Schedule)
     assert comm.COLLECTIVES == names(Collective)
-    assert layout.AXES == names(Axis) and layout.DEFAULT_ORDER == tuple(LAYOUT_ORDER)
+    assert layout.AXES == (*LAYOUT_ORDER, Axis.EP) and layout.DEFAULT_ORDER == tuple(LAYOUT_ORDER)
     assert "pipeline_params()" == repr(ds.pipeline_params())
     # every schedule has its closed forms, every collective its volume
     from distcheck.closed_form import catalogue

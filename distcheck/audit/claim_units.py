@@ -1,5 +1,6 @@
 """Units of the quantities a claim may be written in: families, scales, and the exact factor
-between two units of one family (bytes, dimensionless, counts, bytes per parameter, flags).
+between two units of one family (bytes, bandwidth in bytes per second, dimensionless, counts,
+bytes per parameter, flags).
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ _SCALED = re.compile(r"^(K|M|B|T|Ki|Mi|Gi|Ti) (\S+)$")
 #: quantity unit -> the family a claim unit must belong to
 _FAMILY_OF_QUANTITY_UNIT = {
     "bytes": "bytes", "fraction": "dimensionless", "ratio": "dimensionless", "bytes_per_param": "bytes_per_param",
-    "flag": "flag", "value": "value",
+    "flag": "flag", "value": "value", "bytes_per_second": "bandwidth",
 }
 
 KNOWN_UNITS_HELP = (
-    "bytes, B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; fraction, ratio, x, %; bytes_per_param (B/param); flag; "
+    "bytes, B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; bandwidth: B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, "
+    "TiB/s; fraction, ratio, x, %; bytes_per_param (B/param); flag; "
     f"value; counts: {', '.join(sorted(_COUNT_NOUNS))} (optionally scaled: 'M tokens', 'B params', 'Mi tokens')"
 )
 
@@ -50,6 +52,8 @@ def _parse_unit(unit: str) -> tuple[str, Fraction] | None:
     u = _canon(unit.strip())
     if u in BYTE_UNITS:
         return "bytes", Fraction(BYTE_UNITS[u])
+    if u == "bytes_per_second" or (u.endswith("/s") and u[:-2] in BYTE_UNITS):
+        return "bandwidth", Fraction(1 if u == "bytes_per_second" else BYTE_UNITS[u[:-2]])
     if u in _DIMENSIONLESS:
         return "dimensionless", _DIMENSIONLESS[u]
     if u == "bytes_per_param":

@@ -12,7 +12,7 @@ rule when the figures meet only at a tie.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from distcheck.audit import figures as fig
@@ -20,6 +20,7 @@ from distcheck.audit import quantities as qmod
 from distcheck.audit.counts import FRACTIONAL_COUNT_NOUNS, is_whole_unit
 from distcheck.audit.keys import AnswerKey, Check, Claim
 from distcheck.audit.numbers import format_exact
+from distcheck.audit.relations import relation_checks
 from distcheck.core.errors import AnswerKeyError, ConfigError
 from distcheck.core.validate import check_type
 
@@ -188,7 +189,12 @@ def _check_total(k: Check, key: AnswerKey) -> CheckVerdict:
 
 def _defaults(quantity: str) -> dict[str, str]:
     q = qmod.get_quantity(quantity)
-    return {i.name: str(Fraction(str(i.default))) for i in q.inputs if i.default is not None}
+    out = {i.name: str(Fraction(str(i.default))) for i in q.inputs if i.default is not None}
+    if quantity.startswith("layout."):
+        from distcheck.audit.layout_order import DEFAULT
+
+        out["order"] = DEFAULT  # the order a claim that states none is read under
+    return out
 
 
 def _automatic(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, str]]]) -> list[CheckVerdict]:
@@ -220,4 +226,6 @@ def check_key(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, str]]]
     sum or equal check, a negative factor), ConfigError for arguments of the wrong type."""
     check_type("key", key, AnswerKey, "must be an AnswerKey")
     explicit = [_check_equal(k, key) if k.kind == "equal" else _check_total(k, key) for k in key.checks]
-    return explicit + _automatic(key, recomputed)
+    related = [replace(_check_equal(k, key) if k.kind == "equal" else _check_total(k, key), automatic=True)
+               for k in relation_checks(key, recomputed)]
+    return explicit + _automatic(key, recomputed) + related

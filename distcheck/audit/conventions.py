@@ -119,6 +119,8 @@ _BYTES_PER_PARAM = Axis("bytes per parameter", (
     _bpp("moments_only", "12 B/param (no fp32 master copy)"),
     _bpp("mixed_adamw_fp32_grads", "18 B/param (fp32 gradients)"),
     _bpp("adam_8bit", "10 B/param (8-bit Adam moments)"),
+    Variant("20 B/param (fp32 gradients on top of 16-bit ones)", "bytes_per_param = 2 + 2 + 4 + 12 = 20",
+            set={"bytes_per_param": Fraction(20)}),
 ))
 
 _OPTIMIZER = Axis("optimizer state per parameter", (
@@ -136,7 +138,26 @@ _ZERO_K = Axis("ZeRO K (optimizer bytes per parameter)", (
     Variant("K = 12 (fp32 master + Adam m, v)", "k = 12", set={"k": Fraction(12)}),
     Variant("K = 8 (Adam m, v only: no fp32 master)", "k = 8", set={"k": Fraction(8)}),
     Variant("K = 6 (fp32 master + 8-bit moments)", "k = 6", set={"k": Fraction(6)}),
+    Variant("K = 14 (18 B/param sharded at stage 3: DeepSpeed's ZeRO-3 estimator)", "k = 14",
+            set={"k": Fraction(14)}),
+    Variant("K = 16 (fp32 gradients counted with the optimizer state: DeepSpeed's ZeRO-2 estimator)", "k = 16",
+            set={"k": Fraction(16)}),
 ))
+
+
+def _zero_precision(stage: str) -> Axis:
+    q = f"zero.bytes_per_gpu.components.{stage}"
+    return Axis("precision of the ZeRO state", (
+        Variant("fp32 gradients instead of 16-bit ones (2 + 4 + K)", "grad_bytes = 4", quantity=q,
+                set={"grad_bytes": Fraction(4)}),
+        Variant("fp32 gradients on top of 16-bit ones (2 + 2 + 4 + K)", "grad_bytes = 6", quantity=q,
+                set={"grad_bytes": Fraction(6)}),
+        Variant("fp32 weights with no separate master copy (4 + 4 + 8)", "weight_bytes = 4, grad_bytes = 4, k = 8",
+                quantity=q, set={"weight_bytes": Fraction(4), "grad_bytes": Fraction(4), "k": Fraction(8)}),
+    ))
+
+
+_MAX_NOT_SUM = "the maximum of the components instead of their sum (state, activations)"
 
 _WEIGHT_BYTES = Axis("weight precision", (
     Variant("fp32 weights (4 B/param)", "weight_bytes = 4", set={"weight_bytes": Fraction(4)}),
@@ -145,6 +166,8 @@ _WEIGHT_BYTES = Axis("weight precision", (
 _GRAD_BYTES = Axis("gradient precision", (
     Variant("fp32 gradients (4 B/param)", "grad_bytes = 4", set={"grad_bytes": Fraction(4)}),
     Variant("16-bit gradients (2 B/param)", "grad_bytes = 2", set={"grad_bytes": Fraction(2)}),
+    Variant("fp32 gradients on top of 16-bit ones (6 B/param)", "grad_bytes = 2 + 4",
+            set={"grad_bytes": Fraction(6)}),
 ))
 
 _ACT_SHARDED_DP = Axis("activations replicated or sharded", (
@@ -214,9 +237,18 @@ def _build() -> tuple[tuple[str, Axis], ...]:
         ("memory.optimizer_bytes", _OPTIMIZER),
         ("memory.weights_bytes", _WEIGHT_BYTES),
         ("memory.grads_bytes", _GRAD_BYTES),
-        ("zero.bytes_per_gpu.*", _ZERO_K),
+        ("zero.bytes_per_gpu.stage*", _ZERO_K),
         ("memory.per_gpu_bytes.zero*", _ZERO_K),
         ("memory.per_gpu_bytes.zero*", _ACT_SHARDED_DP),
+        ("memory.state_plus_activations_bytes", Axis("sum or maximum of the components", (Variant(
+            _MAX_NOT_SUM, "memory.max_of_state_and_activations_bytes",
+            quantity="memory.max_of_state_and_activations_bytes"),))),
+        ("layout.dp_from_world_size", Axis("EP inside or outside DP", (Variant(
+            "EP outside DP (expert-parallel ranks are extra GPUs: tp x cp x pp x dp x ep)",
+            "layout.dp_from_world_size.ep_outside_dp", quantity="layout.dp_from_world_size.ep_outside_dp"),))),
+        ("layout.dp_from_world_size.ep_outside_dp", Axis("EP inside or outside DP", (Variant(
+            "EP inside DP (expert groups carved out of the data-parallel ranks: no extra GPUs)",
+            "layout.dp_from_world_size", quantity="layout.dp_from_world_size"),))),
         ("layout.world_size.ep_inside_dp", Axis("EP inside or outside DP", (Variant(
             "EP outside DP (expert-parallel ranks are extra GPUs: tp x cp x pp x dp x ep)", "layout.world_size.ep_outside_dp",
             quantity="layout.world_size.ep_outside_dp"),))),
@@ -231,6 +263,17 @@ def _build() -> tuple[tuple[str, Axis], ...]:
         ("pipeline.busy_ticks", _BACKWARD),
         ("*", _PARAM_COUNT),
     ]
+    for s in range(4):
+        rows.append((f"zero.bytes_per_gpu.stage{s}", _zero_precision(f"stage{s}")))
+        rows.append((f"memory.per_gpu_bytes.zero{s}", Axis("sum or maximum of the components", (Variant(
+            _MAX_NOT_SUM, f"memory.per_gpu_bytes_max.zero{s}", quantity=f"memory.per_gpu_bytes_max.zero{s}"),))))
+    for k in ("ddp", "stage1", "stage2", "stage3"):
+        rows.append((f"zero.comm_bytes_per_rank.{k}", Axis("ring factor (n-1)/n", (Variant(
+            "ring factor (n-1)/n dropped (the large-n limit; the ZeRO paper counts volumes this way)",
+            f"zero.comm_bytes_per_rank_no_ring_factor.{k}", quantity=f"zero.comm_bytes_per_rank_no_ring_factor.{k}"),))))
+        rows.append((f"zero.comm_bytes_per_rank_no_ring_factor.{k}", Axis("ring factor (n-1)/n", (Variant(
+            "with the ring factor (n-1)/n (nccl-tests)", f"zero.comm_bytes_per_rank.{k}",
+            quantity=f"zero.comm_bytes_per_rank.{k}"),))))
     for sched in Schedule:
         rows.append((f"pipeline.bubble_fraction.{sched}", _bubble_axis(sched, "ratio")))
         rows.append((f"pipeline.bubble_ratio.{sched}", _bubble_axis(sched, "fraction")))
@@ -252,6 +295,7 @@ CONVENTIONS: tuple[tuple[str, Axis], ...] = _build()
 #: a printed unit -> the unit it is often confused with (decimal vs binary)
 UNIT_ALTERNATIVES: dict[str, str] = {
     "KB": "KiB", "MB": "MiB", "GB": "GiB", "TB": "TiB", "KiB": "KB", "MiB": "MB", "GiB": "GB", "TiB": "TB",
+    "MB/s": "MiB/s", "GB/s": "GiB/s", "MiB/s": "MB/s", "GiB/s": "GB/s",
 }
 
 
@@ -265,7 +309,9 @@ def _unit_axis(unit: str) -> Axis | None:
     if alt is None:
         return None
     head = alt.split(" ", 1)[0]
-    size = _UNIT_SIZE.get(head) or _UNIT_SIZE.get(head + "-")
+    size = _UNIT_SIZE.get(head) or _UNIT_SIZE.get(head + "-") or _UNIT_SIZE.get(head.removesuffix("/s"))
+    if size and head.endswith("/s"):
+        size += "/s"
     label = f"{unit} read as {alt}" + (f" ({size})" if size else "")
     return Axis("decimal or binary units", (Variant(label, f"the figure is in {alt}", unit=alt),))
 

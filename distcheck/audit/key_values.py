@@ -91,6 +91,9 @@ def _number(value, what: str, path, line, fld, *, raw: str | None = None) -> Pri
 
 def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
     qi = q.input(name)
+    if qi is None and name != "model":  # the order of a layout quantity, or a degree it needs
+        _check_layout_input(name, v, path, line, fl)
+        return
     kind = qi.kind if qi is not None else "preset"
     if kind == "preset":
         if not isinstance(v, str) or v not in qmod.preset_names():
@@ -133,6 +136,22 @@ def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
         _domain(qi, value, path, line, fl)
         return
     raise _err(f"must be a number, a string like '80 GB' or '@claim-id', got {type(v).__name__}", path, line, fl)
+
+
+def _check_layout_input(name, v, path, line, fl) -> None:
+    from distcheck.audit import layout_order
+    from distcheck.core.errors import ConfigError
+
+    if name == "order":
+        try:
+            layout_order.parse(v)
+        except ConfigError as exc:
+            raise _err(str(exc), path, line, fl) from None
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise _err(f"{name}={v!r} must be an integer >= 1 (a parallel degree)", path, line, fl)
+    if v > _MAX_ABS:
+        raise _err("value too large", path, line, fl)
 
 
 def _domain(qi, value, path, line, fl) -> None:

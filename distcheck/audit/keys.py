@@ -314,7 +314,11 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
     inputs = rc.get("inputs", {})
     if not isinstance(inputs, dict):
         raise _err("inputs must be a table, e.g. inputs = { params = 7e9 }", path, ln("inputs"), f"{base}.inputs")
+    from distcheck.audit import layout_order
+
     allowed = set(q.input_names) | ({"model"} if q.accepts_model else set())
+    if layout_order.accepts_order(qname):  # the mesh order, and the degrees it may need (distcheck.audit.layout_order)
+        allowed |= {"order", *layout_order.extra_inputs(qname, q.input_names)}
     for name, v in inputs.items():
         fl = f"{base}.inputs.{name}"
         line = cl.get(f"inputs.{name}", ln("inputs"))
@@ -338,6 +342,14 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
         raise _err("missing required field 'claimed'", path, header, f"{base}.claimed")
     raw_claimed = lines.raw_claimed[i] if i < len(lines.raw_claimed) else None
     claimed, ctext, step = _claimed(rc["claimed"], q, unit, raw_claimed, path, ln("claimed"), f"{base}.claimed")
+
+    # a size or a count is never negative: a negative figure (a -1 sentinel) is bad input, not a figure to judge
+    family = qmod.unit_family(unit) or ""
+    figures = claimed if isinstance(claimed, tuple) else (claimed,)
+    if (family in ("bytes", "bandwidth", "bytes_per_param") or family.startswith("count:")) and \
+            any(isinstance(x, Fraction) and x < 0 for x in figures):
+        raise _err(f"claimed={ctext} {unit} is negative: a size or a count is >= 0 (a -1 sentinel is not a figure)",
+                   path, ln("claimed"), f"{base}.claimed")
 
     # rounding
     step_inferred = True

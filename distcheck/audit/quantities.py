@@ -34,12 +34,11 @@ prefix and a space, e.g. ``"M tokens"``, ``"B params"``), ``bytes_per_param``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Mapping
 
 from distcheck.audit.claim_units import KNOWN_UNITS_HELP, is_known_unit, unit_factor, unit_family
 from distcheck.audit.presets import _DECODER_INPUTS, _PRESET_FIELDS, nominal_params, preset_names
+from distcheck.audit.quantity import Quantity, QuantityInput, _ev, _form_inputs, _from_form, _pick
 from distcheck.audit.worked_examples import (
     column_shard,
     matrix_of,
@@ -49,7 +48,7 @@ from distcheck.audit.worked_examples import (
     vecmat,
     vector_of,
 )
-from distcheck.closed_form import ClosedForm, catalogue
+from distcheck.closed_form import catalogue
 from distcheck.core.errors import ConfigError, UnknownQuantityError
 from distcheck.core.validate import check_type
 from distcheck.core.vocab import Collective
@@ -70,108 +69,6 @@ __all__ = [
 ]
 
 # ----------------------------------------------------------------------------- quantities
-
-
-@dataclass(frozen=True)
-class QuantityInput:
-    """One input of an auditable quantity: name, unit, kind (as in closed_form.Input), default."""
-
-    name: str
-    description: str
-    unit: str = ""
-    kind: str = "positive_integer"
-    default: object = None
-
-    def as_dict(self) -> dict:
-        d = {"name": self.name, "unit": self.unit, "kind": self.kind, "description": self.description}
-        d["default"] = None if self.default is None else _jsonable(self.default)
-        return d
-
-
-def _jsonable(x):
-    if isinstance(x, Fraction):
-        return int(x) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
-    return x
-
-
-@dataclass(frozen=True)
-class Quantity:
-    """An auditable quantity.
-
-    ``compute(values)`` takes exact input values (Fraction, or tuples of them for
-    array inputs) and returns an exact int/Fraction (or a tuple for array
-    quantities). ``compute`` is None for the not-checkable quantities, whose
-    ``reason`` says why. ``array`` marks quantities whose value is a vector.
-    """
-
-    name: str
-    unit: str
-    source: str
-    description: str
-    inputs: tuple[QuantityInput, ...]
-    compute: Callable[[Mapping[str, object]], object] | None
-    reason: str | None = None
-    array: bool = False
-    constraints: tuple[str, ...] = field(default=())
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return tuple(i.name for i in self.inputs)
-
-    def input(self, name: str) -> QuantityInput | None:
-        for i in self.inputs:
-            if i.name == name:
-                return i
-        return None
-
-    @property
-    def accepts_model(self) -> bool:
-        """True when ``model = "<preset>"`` can fill some of the inputs."""
-        return bool(set(self.input_names) & (set(_PRESET_FIELDS) | {"params"}))
-
-    @property
-    def required(self) -> tuple[str, ...]:
-        return tuple(i.name for i in self.inputs if i.default is None)
-
-    def as_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "unit": self.unit,
-            "source": self.source,
-            "description": self.description,
-            "inputs": [i.as_dict() for i in self.inputs]
-            + ([{"name": "model", "unit": "", "kind": "preset", "default": None,
-                 "description": "a preset of distcheck.params.PRESETS filling the architecture inputs / params"}]
-               if self.accepts_model else []),
-            "checkable": self.compute is not None,
-            "reason": self.reason,
-            "constraints": list(self.constraints),
-        }
-
-
-def _from_form(form: ClosedForm) -> Quantity:
-    def compute(values, _f=form):
-        return _f.evaluate(**values)
-
-    return Quantity(
-        name=form.name, unit=form.unit, source=form.source, description=form.description,
-        inputs=tuple(QuantityInput(i.name, i.description, i.unit, i.kind, i.default) for i in form.inputs),
-        compute=compute, constraints=tuple(form.constraints),
-    )
-
-
-def _ev(name: str, **values):
-    """Evaluate the closed form ``name`` (exact)."""
-    return catalogue()[name].evaluate(**values)
-
-
-def _form_inputs(name: str, *, drop: tuple[str, ...] = ()) -> tuple[QuantityInput, ...]:
-    return tuple(QuantityInput(i.name, i.description, i.unit, i.kind, i.default)
-                 for i in catalogue()[name].inputs if i.name not in drop)
-
-
-def _pick(values: Mapping[str, object], names) -> dict:
-    return {k: values[k] for k in names if k in values}
 
 
 def _int_check(name, value) -> int:
@@ -435,7 +332,9 @@ def quantities() -> dict[str, Quantity]:
     global _QUANTITIES
     if _QUANTITIES is None:
         table = {name: _from_form(form) for name, form in catalogue().items()}
-        for q in _composites():
+        from distcheck.audit.composites import composites
+
+        for q in _composites() + composites():
             if q.name in table:
                 raise ValueError(f"audit quantity {q.name!r} shadows a closed form")
             table[q.name] = q

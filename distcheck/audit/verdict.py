@@ -26,9 +26,11 @@ from fractions import Fraction
 from pathlib import Path
 
 from distcheck.audit import conventions as conv
+from distcheck.audit import layout_order
 from distcheck.audit import quantities as qmod
 from distcheck.audit.consistency import CheckVerdict, check_key
 from distcheck.audit.counts import is_whole_unit, uneven_split
+from distcheck.audit.explain import COMPONENT_FLAGS, one_component
 from distcheck.audit.key_values import _domain, _exact_float, parse_input_string
 from distcheck.audit.keys import (
     AMBIGUOUS,
@@ -43,6 +45,7 @@ from distcheck.audit.keys import (
 from distcheck.audit.numbers import format_exact
 from distcheck.core.errors import AnswerKeyError, ConfigError
 from distcheck.core.validate import check_type
+from distcheck.core.vocab import Axis
 
 __all__ = ["ClaimVerdict", "CheckVerdict", "AuditResult", "audit_key", "audit_file", "audit_exit_code"]
 
@@ -185,7 +188,7 @@ def _resolve(c: Claim, q: qmod.Quantity, key: AnswerKey) -> tuple[dict, str | No
         except ConfigError as exc:
             raise AnswerKeyError(str(exc), path=key.path, line=_input_line(c, "model"), field=f"{fld}.model") from None
     for name, v in c.inputs.items():
-        if name == "model":
+        if name in ("model", "order"):
             continue
         qi = q.input(name)
         if isinstance(v, bool):
@@ -260,13 +263,21 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     except _Missing as m:
         return ClaimVerdict(c, NOT_CHECKABLE,
                             f"{c.quantity} needs {', '.join(m.names)}, which the claim does not give", q.unit)
+    order = c.inputs.get("order")
     try:
-        value = _compute(q, values)
+        if set(values) - set(q.input_names) or (order is not None and q.name in layout_order.ORDERED):
+            # a layout figure under a stated order, or with the degrees one needs (distcheck.audit.layout_order)
+            full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
+            value = layout_order.compute(q.name, full, order or layout_order.DEFAULT)
+        else:
+            value = _compute(q, values)
     except ConfigError as exc:
         raise AnswerKeyError(f"claim {c.id!r}: {exc}", path=key.path, line=_input_line(c, None),
                              field=f"claim[{c.index}] ({c.id}).inputs") from None
     in_unit = _in_unit(value, q.unit, c.unit)
     shown = {k: (str(v) if not isinstance(v, tuple) else "vector") for k, v in values.items()}
+    if order is not None:
+        shown["order"] = "-".join(a for a in layout_order.parse(order) if a != Axis.EP)
     base = dict(claim=c, quantity_unit=q.unit, computed=value, computed_in_unit=in_unit, inputs=shown)
     printed = f"printed {c.claimed_text}" + ("" if c.unit == "flag" else f" {c.unit}") + (
         " (exact)" if c.step == 0 else f" (+-{float(c.step / 2):g})")
@@ -281,6 +292,12 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     default = f"default gives {_fmt(in_unit, c.unit)}" + (f" ({uneven})" if uneven else "")
 
     matches, closest = _search(c, q, values, model)
+    if not matches and order is None:  # a layout figure printed under another framework's order
+        full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
+        for name, alt in layout_order.alternatives(q.name, full):
+            alt_in = _in_unit(alt, q.unit, c.unit)
+            if _matches(alt_in, c.claimed, c.step):
+                matches.append((name, alt_in, c.unit))
     if len(matches) == 1:
         name, v, u = matches[0]
         return ClaimVerdict(
@@ -304,9 +321,21 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     rel = ""
     if not isinstance(in_unit, tuple) and in_unit != 0:
         rel = f" ({float(diff / abs(in_unit)):.2%} of the recomputed value)"
+    which = _one_component(q, values, value, c)
     return ClaimVerdict(
         verdict=WRONG, alternatives=alts,
-        explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff, c.unit)}{rel}{near}", **base)
+        explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff, c.unit)}{rel}{which}{near}",
+        **base)
+
+
+def _one_component(q: qmod.Quantity, values: dict, value, c: Claim) -> str:
+    """Which single component (a flag of the quantity) the difference is, if exactly one (distcheck.audit.explain)."""
+    flags = tuple(n for n in q.input_names if n in COMPONENT_FLAGS)
+    if not flags or isinstance(value, tuple) or isinstance(c.claimed, tuple):
+        return ""
+    full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
+    return one_component(flags, full, Fraction(value), c.claimed, c.step, qmod.unit_factor(q.unit, c.unit),
+                         lambda v: _compute(q, v)) or ""
 
 
 def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):

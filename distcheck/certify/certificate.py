@@ -46,6 +46,7 @@ class PropertyVerdict:
         counterexample: the shrunk case (its repr); failure: the full reason (ranks, expected, got,
             max error, bound); ranks: the ranks at fault; reproduce: the command that replays it.
         seconds: wall time of the property's runs.
+        note: on a pass, what it found that the statement does not say (the outcome's ``note``).
     """
 
     property: str
@@ -64,12 +65,14 @@ class PropertyVerdict:
     reproduce: str | None = None
     examples_until_failure: int | None = None
     seconds: float = 0.0
+    note: str = ""
 
     def describe(self, contract: str) -> str:
         """The full one-paragraph account of a failure (or the statement of a pass or the skip reason)."""
         where = f"{contract}.{self.property}[{self.dtype}] at world size {self.world_size} ({self.backend})"
         if self.verdict == PASS:
-            return f"{where}: {self.statement} ({self.examples} examples, {self.regime})"
+            found = f": {self.note}" if self.note else ""
+            return f"{where}: {self.statement} ({self.examples} examples, {self.regime}){found}"
         if self.verdict == SKIP:
             return f"{where}: skip: {self.failure}"
         return (f"{where} FAILED: {self.failure}. Shrunk case: {self.counterexample}. "
@@ -126,7 +129,8 @@ class Certification:
         return [CheckResult(check=f"{self.contract}.{v.property}[{v.dtype}]", backend=self.backend,
                             verdict=v.verdict, world_size=v.world_size, examples=v.examples,
                             max_error=v.max_error, bound=v.bound,
-                            detail=(f"{v.statement} ({v.regime})" if v.verdict == PASS
+                            detail=(f"{v.statement} ({v.regime})" + (f": {v.note}" if v.note else "")
+                                    if v.verdict == PASS
                                     else f"{self.target}: {v.describe(self.contract)}"),
                             extra={"target": self.target, "seed": self.seed, "reproduce": v.reproduce})
                 for v in self.verdicts]
@@ -199,7 +203,7 @@ class Certificate:
                 lines.append(f"| {v.property} | {v.dtype} | {v.world_size} | {v.regime} | {v.examples} | "
                              f"{v.verdict} | {_num(v.max_error)} | {_num(v.bound)} |")
             for v in c.verdicts:
-                if v.verdict != PASS:
+                if v.verdict != PASS or v.note:
                     lines += ["", f"- {_md_escape(v.describe(c.contract))}"]
             lines.append("")
         return "\n".join(lines)

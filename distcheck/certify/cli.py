@@ -140,10 +140,13 @@ def _jobs(args) -> tuple[list[_Job], str, int | None, float]:
 
 def _check_worlds(jobs: list[_Job]) -> None:
     """Refuse, before anything starts, worlds this host cannot run (bad input: exit 2)."""
+    from distcheck.certify.contract import get_contract
     from distcheck.errors import BackendUnavailable
     from distcheck.runners.pool import MAX_LOCAL_RANKS, check_backend_available
 
     for job in jobs:
+        if not get_contract(job.contract).needs_world:  # runs in this process: no world to start
+            continue
         for ws in job.world_sizes:
             limit = MAX_LOCAL_RANKS.get(job.backend)
             if limit is not None and ws > limit:

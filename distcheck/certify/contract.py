@@ -37,6 +37,7 @@ from distcheck.errors import ConfigError, UnknownQuantityError
 
 __all__ = [
     "DTYPES",
+    "EXACT",
     "PropertySpec",
     "Option",
     "Outcome",
@@ -50,6 +51,9 @@ __all__ = [
 
 #: floating-point formats a contract may be certified in (bfloat16 has no numpy dtype: named by string)
 DTYPES = ("float64", "float32", "bfloat16")
+#: the "dtype" of a contract with no floating point at all (integer and Fraction arithmetic: a memory
+#: estimator's bytes, a layout's ranks): a contract declares it in its ``dtypes`` and runs in it alone
+EXACT = "exact"
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,8 @@ class Outcome:
         bound: the bound it was held to (0 for bitwise).
         message: on failure, the full reason: which ranks, expected, got, max error and bound.
         ranks: the ranks at fault (empty when it held).
+        note: when it held, what the pass found that the statement does not say (the convention a
+            memory estimator follows, for instance); the same on every example, kept in the verdict.
     """
 
     ok: bool
@@ -101,6 +107,7 @@ class Outcome:
     bound: float | None = None
     message: str = ""
     ranks: tuple[int, ...] = ()
+    note: str = ""
 
 
 class Contract:
@@ -146,6 +153,11 @@ class Contract:
         """
         raise NotImplementedError
 
+    def cases_for(self, target: Any, world_size: int, dtype: str, options: dict):
+        """The case strategy for ``target`` (the resolved target): :meth:`cases` unless the cases depend on
+        the target (a memory estimator draws its own options, such as its largest layer)."""
+        return self.cases(world_size, dtype, options)
+
     def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         """Why :meth:`cases` returned None."""
         return f"no example of {self.name} fits {dtype} at world size {world_size}"
@@ -157,6 +169,12 @@ class Contract:
     def statement(self, prop: str, dtype: str, options: dict) -> str:
         """The property's statement for ``dtype`` (may name the bound's derivation)."""
         return self.spec(prop).statement
+
+    def skipped(self, target: Any, options: dict) -> dict[str, str]:
+        """Properties that do not apply to ``target`` (the resolved target), each with the reason: they
+        are recorded ``skip`` and never run (an estimator that prints no figure has no printed unit to
+        check). Default: none."""
+        return {}
 
     # ------------------------------------------------------------------ rank side
 
@@ -290,7 +308,8 @@ def get_contract(name: str | Contract) -> Contract:
 
 
 def check_dtypes(dtypes: Sequence[str] | None, contract: Contract) -> tuple[str, ...]:
-    """``dtypes`` validated (each one of :data:`DTYPES`, no repeats); the contract's own when None."""
+    """``dtypes`` validated (each one of :data:`DTYPES` or of the contract's own, such as :data:`EXACT`;
+    no repeats); the contract's own when None."""
     if dtypes is None:
         return tuple(contract.dtypes)
     if isinstance(dtypes, str):
@@ -298,9 +317,10 @@ def check_dtypes(dtypes: Sequence[str] | None, contract: Contract) -> tuple[str,
     out = tuple(dtypes)
     if not out:
         raise ConfigError("dtypes", list(dtypes), "must name at least one dtype")
+    known = DTYPES + tuple(d for d in contract.dtypes if d not in DTYPES)
     for d in out:
-        if d not in DTYPES:
-            raise ConfigError("dtypes", d, f"must be one of {', '.join(DTYPES)}")
+        if d not in known:
+            raise ConfigError("dtypes", d, f"must be one of {', '.join(known)}")
     if len(set(out)) != len(out):
         raise ConfigError("dtypes", list(out), "must not repeat a dtype")
     return out

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from distcheck.certify.certificate import Certification, PropertyVerdict
 from distcheck.certify.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.certify.errors import ProtocolError
-from distcheck.certify.targets import import_target, package_version, reference_of
+from distcheck.certify.local_constants import without_local_constants
+from distcheck.certify.targets import distribution_version, import_target, package_version, reference_of
 from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
 
@@ -39,7 +40,12 @@ __all__ = ["certify", "run_example", "run_examples", "LocalWorld", "reproduce_co
 
 
 class LocalWorld:
-    """A world of one rank in this process, for contracts that need no process group."""
+    """A world of one rank in this process, for contracts that need no process group.
+
+    What the rank function raises is reported as a rank pool reports it, a
+    :class:`~distcheck.errors.RankFailure` of rank 0 with the traceback (the exception chained), so
+    that a target that raises fails the example's properties instead of stopping the run.
+    """
 
     world_size = 1
     backend = "local"
@@ -48,7 +54,12 @@ class LocalWorld:
         self._ctx = SimpleNamespace(rank=0, world_size=1, backend="local", device="cpu", local_rank=0, scratch={})
 
     def run(self, fn, *args, timeout_s=None):
-        return [fn(self._ctx, *args)]
+        try:
+            return [fn(self._ctx, *args)]
+        except Exception as exc:
+            import traceback
+
+            raise RankFailure(0, "".join(traceback.format_exception(exc))) from exc
 
 
 def rank_entry(ctx, contract: Contract, target, case, dtype: str, options: dict):
@@ -143,9 +154,11 @@ class _Stats:
     examples: int = 0
     max_error: float | None = None
     bound: float | None = None
+    note: str = ""
 
     def add(self, o: Outcome) -> None:
         self.examples += 1
+        self.note = self.note or o.note
         if o.max_error is not None:
             self.max_error = max(self.max_error or 0.0, o.max_error)
         if o.bound is not None:
@@ -207,14 +220,17 @@ def _example_test(run: _Run, world, contract: Contract, target, dtype: str, opti
 def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict, run_settings, seed: int,
                    replay: str, batch: int = 1) -> list[PropertyVerdict]:
     ws, backend = world.world_size, world.backend
-    strategy = contract.cases(ws, dtype, options)
+    strategy = contract.cases_for(target, ws, dtype, options)
     specs = {p.name: p for p in contract.properties}
     if strategy is None:
         reason = contract.skip_reason(ws, dtype, options)
         return [PropertyVerdict(p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, SKIP,
                                 failure=reason) for p in specs]
-    verdicts: dict[str, PropertyVerdict] = {}
-    remaining = list(specs)
+    verdicts: dict[str, PropertyVerdict] = {
+        p: PropertyVerdict(p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, SKIP,
+                           failure=reason)
+        for p, reason in contract.skipped(target, options).items() if p in specs}
+    remaining = [p for p in specs if p not in verdicts]
     while remaining:
         run = _Run(remaining=list(remaining), stats={p: _Stats() for p in remaining})
         started = time.perf_counter()
@@ -224,7 +240,8 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
         drawn = strategy if batch == 1 else st.lists(strategy, min_size=batch, max_size=batch)
         runner = hypothesis_seed(seed)(run_settings(given(drawn)(test)))
         try:
-            runner()
+            with without_local_constants():
+                runner()
         except BaseException as exc:  # noqa: BLE001 - sorted out below
             if run.abort is not None:
                 raise run.abort from None
@@ -247,7 +264,7 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
             s = run.stats[p]
             verdicts[p] = PropertyVerdict(p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws,
                                           backend, PASS, examples=s.examples, max_error=s.max_error, bound=s.bound,
-                                          seconds=time.perf_counter() - started)
+                                          seconds=time.perf_counter() - started, note=s.note)
         remaining = []
     return [verdicts[p] for p in specs]
 
@@ -270,9 +287,11 @@ def reproduce_command(ref: str, contract: str, *, world_size: int | None, backen
     parts = ["distcheck", "certify", ref, "--contract", contract]
     if launcher == "torchrun":
         parts = ["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m", *parts, "--launcher", "torchrun"]
-    elif world_size is not None:
+    elif world_size is not None and backend != LocalWorld.backend:  # a world-free contract runs in the process
         parts += ["--world-sizes", str(world_size)]
-    parts += ["--backend", backend, "--seed", str(seed), "--profile", profile]
+    if backend != LocalWorld.backend:
+        parts += ["--backend", backend]
+    parts += ["--seed", str(seed), "--profile", profile]
     if examples is not None:
         parts += ["--examples", str(examples)]
     if batch != 1:
@@ -335,6 +354,8 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
         raise ConfigError("seed", seed, "must be an integer >= 0")
     run_settings = _settings(profile, examples, batch)
     distribution, version = package_version(ref)
+    if spec.build.get("distribution"):  # a target that names the library it wraps (distcheck.libs.targets)
+        distribution, version = spec.build["distribution"], distribution_version(spec.build["distribution"])
     worlds = _worlds(contract, pool, world, world_sizes, backend, timeout_s)
     started = time.perf_counter()
     given_options = {k: v for k, v in opts.items() if v != next(o.default for o in contract.options if o.name == k)}

@@ -18,7 +18,8 @@ from typing import Any
 
 from distcheck.certify.errors import TargetError
 
-__all__ = ["Target", "import_target", "reference_of", "make_target", "describe", "resolve", "package_version"]
+__all__ = ["Target", "import_target", "reference_of", "make_target", "describe", "resolve", "package_version",
+           "distribution_version", "require_distribution"]
 
 
 @dataclass(frozen=True)
@@ -130,3 +131,19 @@ def package_version(ref: str) -> tuple[str | None, str | None]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None, None
+
+
+def distribution_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (``"deepspeed"``), None when it is not installed."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def require_distribution(ref: str, dist: str | None) -> None:
+    """Raise TargetError when ``dist`` (the library a target wraps) is not installed: bad input, not a
+    failure of every property. Nothing to check when ``dist`` is None (code of the current checkout)."""
+    if dist is not None and distribution_version(dist) is None:
+        raise TargetError("target", ref, f"wraps {dist}, which is not installed (pip install {dist}, or the libs "
+                                         "extra: pip install 'distcheck[libs]')")

@@ -261,6 +261,9 @@ def assert_bitwise_equal(expected: Any, got: Any, *, what: str = "result") -> No
     max error and bound=0.0).
     """
     e, g = _asarray("expected", expected), _asarray("got", got)
+    for arr, raw in ((e, expected), (g, got)):
+        if arr.dtype == object:  # a dict or a list of mixed things: refused as the other assert_* refuse it
+            to_exact(raw)
     if e.dtype != g.dtype:
         raise PropertyFailure(f"{what}: dtype {g.dtype} differs from expected {e.dtype} (a bitwise check "
                               "compares values of one format)", expected=expected, got=got)

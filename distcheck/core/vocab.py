@@ -54,14 +54,21 @@ class Collective(_Name):
 
 class Axis(_Name):
     """Axes of a parallel layout (a device mesh): tensor, context, pipeline, data and expert
-    parallelism. The member order is Llama 3's layout order, innermost first, with ``ep``
-    last (it is carved out of dp x cp; "The Llama 3 Herd of Models", §3.3.2)."""
+    parallelism. The first five members are the axes of :class:`distcheck.layout.ParallelConfig`
+    in Llama 3's layout order, innermost first, with ``ep`` after them (it is carved out of
+    dp x cp; "The Llama 3 Herd of Models", §3.3.2). The last two split dp in two, as hybrid
+    sharded data parallelism (HSDP) does and torchtitan's ``ParallelDims`` names them:
+    ``dp_replicate`` (replicas) and ``dp_shard`` (ranks one replica is sharded over); they are
+    axes of :class:`distcheck.layout.AxisLayout`, not of ``ParallelConfig``.
+    """
 
     TP = "tp"
     CP = "cp"
     PP = "pp"
     DP = "dp"
     EP = "ep"
+    DP_REPLICATE = "dp_replicate"
+    DP_SHARD = "dp_shard"
 
 
 #: the axes of the rank grid in Llama 3's layout order, innermost first: tp, cp, pp, dp

@@ -14,6 +14,13 @@ are nccl-tests' bus-bandwidth factors, busbw = algbw * factor:
 A source quoting the per-rank shard s = S/n (the chapter's
 "model_size/world_size" for all-gather) uses another convention: substitute
 S = n*s. The numpy reference is :mod:`distcheck.comm`; not imported here.
+
+Measured bandwidth (nccl-tests ``doc/PERFORMANCE.md``): a collective on S bytes that
+takes t seconds has *algorithm bandwidth* ``comm.algbw`` = S / t; its *bus bandwidth*
+``comm.busbw.<op>`` = algbw x the same factor, what each rank moves over its links
+per second, comparable with the hardware's peak for any n. nccl-tests also measures
+``reduce`` (factor 1), which has a bus bandwidth here but no simulation in
+:mod:`distcheck.comm`, so it is not a member of :class:`distcheck.core.vocab.Collective`.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import sympy as sp
 from distcheck.core.closed_form import ClosedForm, Input, register
 from distcheck.core.vocab import Collective
 
-__all__ = ["BYTES_PER_RANK"]
+__all__ = ["BYTES_PER_RANK", "ALGBW", "BUSBW", "BUSBW_FACTORS", "REDUCE"]
 
 _S = Input("size_bytes", "S, the full tensor in bytes (nccl-tests convention)", "bytes", kind="nonnegative_integer")
 _n = Input("n", "ranks taking part", "GPUs")
@@ -50,3 +57,41 @@ for _name, (_expr, _desc, _cons) in _FORMS.items():
         description=_desc,
         constraints=_cons,
     ))
+
+# --- measured bandwidth: algorithm and bus bandwidth (nccl-tests doc/PERFORMANCE.md)
+
+_S_measured = Input("size_bytes", "S, the collective's size in bytes (nccl-tests: the full buffer)", "bytes",
+                    kind="positive_integer")
+_t = Input("time_s", "time of one collective, in seconds", "s", kind="positive")
+t = _t.symbol
+_BW_SOURCE = "nccl-tests doc/PERFORMANCE.md (algorithm bandwidth = size / time; bus bandwidth = algbw x factor)"
+#: nccl-tests' reduce: measured, with bus-bandwidth factor 1, but not simulated (not a Collective member)
+REDUCE = "reduce"
+
+ALGBW = register(ClosedForm(
+    name="comm.algbw",
+    expr=_S_measured.symbol / t,
+    inputs=(_S_measured, _t),
+    unit="bytes_per_second",
+    source=_BW_SOURCE,
+    description="algorithm bandwidth: the collective's size S over its time t, in bytes per second",
+))
+
+#: bus-bandwidth factor of each collective: the bytes a rank sends per byte of S (the forms above, divided by S)
+BUSBW_FACTORS: dict[str, sp.Expr] = {
+    **{op: sp.sympify(expr / S) for op, (expr, _desc, _cons) in _FORMS.items()},
+    REDUCE: sp.Integer(1),
+}
+
+BUSBW: dict[str, ClosedForm] = {
+    op: register(ClosedForm(
+        name=f"comm.busbw.{op}",
+        expr=_S_measured.symbol / t * factor,
+        inputs=(_S_measured, _t, _n),
+        unit="bytes_per_second",
+        source=_BW_SOURCE,
+        description=f"bus bandwidth of {op.replace('_', '-')}: algbw x {sp.sstr(factor)}, what each rank moves over "
+                    "its links per second (comparable with the link's peak for any n)",
+    ))
+    for op, factor in BUSBW_FACTORS.items()
+}

@@ -2,8 +2,13 @@
 world of GPUs.
 
 - ``reference``: ``ParallelConfig`` (degrees, order, GPUs per node), coordinates and ranks,
-  the rank grid, the rank groups of each axis, node locality;
-- ``forms``: world size, group counts, coordinates, the fraction of the weights a GPU holds;
+  the rank grid, the rank groups of each axis, node locality (Megatron-core's order strings,
+  ``"tp-cp-ep-dp-pp"``, accepted); ``mesh``: layouts over any named axes (foreign order
+  strings, size-1 axes, HSDP's dp_replicate and dp_shard, groups of several axes, ep borrowed
+  from other axes, a degree derived from the world size) and the layouts Megatron-core and
+  torchtitan document;
+- ``forms``: world size, group counts, coordinates, the fraction of the weights a GPU holds,
+  dp derived from the world size (ep inside or outside dp);
 - ``strategies``: valid configs, and configs that break exactly one rule;
 - ``properties``: groups partition the world, TP groups stay on a node, coords <-> rank is a
   bijection;
@@ -11,7 +16,8 @@ world of GPUs.
 
 Sources: Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
 Clusters Using Megatron-LM" (arXiv:2104.04473); Llama Team 2024, "The Llama 3 Herd of
-Models" (arXiv:2407.21783), §3.3.2 and Table 4 (the order tp, cp, pp, dp).
+Models" (arXiv:2407.21783), §3.3.2 and Table 4 (the order tp, cp, pp, dp); Megatron-core
+``parallel_state.RankGenerator``; torchtitan ``ParallelDims.build_mesh``.
 
 Public paths: :mod:`distcheck.layout`, :mod:`distcheck.forms.layout`, :mod:`distcheck.props.layout`.
 """

@@ -2,7 +2,10 @@
 
 Registered names (docs/ARCHITECTURE.md): ``layout.world_size``,
 ``layout.world_size.ep_outside_dp``, ``layout.num_groups``,
-``layout.weights_fraction_per_gpu``, and for the default axis order
+``layout.weights_fraction_per_gpu``, ``layout.dp_from_world_size`` and
+``layout.dp_from_world_size.ep_outside_dp`` (a degree implied by the world size and the
+others, as torchtitan's ``data_parallel_shard_degree = -1`` and a planner's
+"dp = GPUs / (tp x pp)" state it, with ep inside or outside dp), and for the default axis order
 ``tp, cp, pp, dp`` (innermost first, Llama 3 §3.3.2): ``layout.rank`` (rank
 from coordinates), ``layout.coordinate.{tp,cp,pp,dp}`` (coordinates from the
 rank) and ``layout.tp_groups_node_local`` (1 when every TP group is inside one
@@ -24,6 +27,8 @@ __all__ = [
     "RANK",
     "COORDINATE",
     "TP_GROUPS_NODE_LOCAL",
+    "DP_FROM_WORLD_SIZE",
+    "DP_FROM_WORLD_SIZE_EP_OUTSIDE_DP",
 ]
 
 _tp = Input("tp", "tensor-parallel degree", "GPUs")
@@ -136,4 +141,35 @@ TP_GROUPS_NODE_LOCAL = register(ClosedForm(
                 "innermost axis; 0 otherwise",
     constraints=("tp is the innermost axis (the default order)",
                  "world_size is a multiple of gpus_per_node (whole nodes; a partial last node can hide a split group)"),
+))
+
+# --- a degree derived from the world size and the others
+
+_ep_inside = Input("ep", "expert-parallel degree, carved from the dp*cp ranks (it does not change dp)", "GPUs",
+                   default=1)
+_tp_d = Input("tp", "tensor-parallel degree", "GPUs", default=1)
+_pp_d = Input("pp", "pipeline-parallel degree", "GPUs", default=1)
+_W = _world.symbol
+
+DP_FROM_WORLD_SIZE = register(ClosedForm(
+    name="layout.dp_from_world_size",
+    expr=_W / (tp * cp * pp),
+    inputs=(_world, _tp_d, _pp_d, _cp, _ep_inside),
+    unit="GPUs",
+    source="torchtitan ParallelDims (dp_shard = -1 is world_size / (dp_replicate cp tp pp)); Megatron-core "
+           "initialize_model_parallel (data_parallel_size = world_size / (tp pp cp)); Narayanan et al. 2021 §3.1",
+    description="data-parallel degree implied by the world size and the other degrees, ep carved out of dp "
+                "(no extra GPUs): world_size / (tp cp pp)",
+    constraints=("tp*cp*pp divides world_size",),
+))
+
+DP_FROM_WORLD_SIZE_EP_OUTSIDE_DP = register(ClosedForm(
+    name="layout.dp_from_world_size.ep_outside_dp",
+    expr=_W / (tp * cp * pp * ep),
+    inputs=(_world, _ep, _tp_d, _pp_d, _cp),
+    unit="GPUs",
+    source="layout.world_size.ep_outside_dp solved for dp (expert parallelism as its own mesh axis)",
+    description="data-parallel degree implied by the world size when ep is its own axis outside dp: "
+                "world_size / (tp cp pp ep)",
+    constraints=("tp*cp*pp*ep divides world_size",),
 ))

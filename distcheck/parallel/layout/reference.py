@@ -49,7 +49,7 @@ import numpy as np
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import MAX_RANKS, check_choice, check_positive_int
-from distcheck.core.vocab import LAYOUT_ORDER, Axis, names
+from distcheck.core.vocab import LAYOUT_ORDER, Axis
 
 __all__ = [
     "AXES",
@@ -70,8 +70,8 @@ __all__ = [
     "MAX_RANKS",
 ]
 
-#: every axis name a config knows
-AXES = names(Axis)
+#: every axis name a config knows: the layout order's four and ep
+AXES = tuple(axis.value for axis in (*LAYOUT_ORDER, Axis.EP))
 #: Llama 3's order, innermost first (Dubey et al. 2024, §3.3.2)
 DEFAULT_ORDER = tuple(axis.value for axis in LAYOUT_ORDER)
 EP_PLACEMENTS = ("inside_dp", "outside")
@@ -110,9 +110,13 @@ class ParallelConfig:
       "pp", "dp")``) or a string (``"tp-cp-pp-dp"``). ``None`` (default) means
       Llama 3's ``tp, cp, pp, dp``, followed by ``ep`` when ep is outside.
       Any permutation is allowed; an axis of degree 1 may be left out (it is
-      appended outermost); an axis of degree > 1 may not. ``ep`` may appear
-      only when ``ep_placement="outside"``. Stored normalised as a tuple of
-      every mesh axis.
+      appended outermost); an axis of degree > 1 may not. With
+      ``ep_placement="outside"`` ``ep`` is a mesh axis like the others. With
+      ``"inside_dp"`` it is not, but Megatron-core's order strings name it
+      (``"tp-cp-ep-dp-pp"``): it is accepted and dropped when ``ep == 1`` or
+      when it sits inside ``dp``, where the ep groups are carved (see
+      :func:`groups`), and refused outside ``dp``. Stored normalised as a
+      tuple of every mesh axis.
     - ``ep_placement``: ``"inside_dp"`` (ep must divide ``dp*cp``) or ``"outside"``.
 
     Raises ConfigError naming the field, its value and the rule, e.g.
@@ -158,6 +162,14 @@ class ParallelConfig:
         if self.order is None:
             return DEFAULT_ORDER + (("ep",) if self.ep_placement == "outside" else ())
         given = _parse_order(self.order)
+        if Axis.EP in given and Axis.EP not in axes:
+            # Megatron-core's order strings ("tp-cp-ep-dp-pp") name ep with ep_placement='inside_dp':
+            # a size-1 ep, or an ep carved from dp*cp, which must then sit inside dp (innermost first)
+            if self.ep > 1 and (Axis.DP not in given or given.index(Axis.EP) > given.index(Axis.DP)):
+                raise ConfigError("order", self.order, f"places ep outside dp, but ep={self.ep} is carved from the "
+                                  "dp*cp ranks (ep_placement='inside_dp'); put ep inside dp (e.g. 'tp-cp-ep-dp-pp') "
+                                  "or use ep_placement='outside'")
+            given = tuple(a for a in given if a != Axis.EP)
         for a in given:
             if a not in axes:
                 raise ConfigError("order", self.order, f"names {a!r}, which is not a mesh axis here (mesh axes: {', '.join(axes)}; ep is a mesh axis only with ep_placement='outside')")

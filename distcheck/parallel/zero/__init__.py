@@ -3,7 +3,8 @@ and the parameters, what that saves per GPU, and what it costs in communication.
 
 - ``reference``: per-rank shards of real parameter lists under flat, FSDP2 and ZeRO-Redundancy
   partitioning, bytes per GPU per stage, elements each rank sends per step;
-- ``forms``: ``zero.bytes_per_gpu.stage0..3`` and ``zero.comm_elements_per_rank.*``;
+- ``forms``: ``zero.bytes_per_gpu.stage0..3``, ``zero.comm_elements_per_rank.*`` (the paper's
+  count) and ``zero.comm_bytes_per_rank.*`` (bytes, with the ring factor (n-1)/n);
 - ``strategies``: parameter counts, dp, optimizer bytes K;
 - ``properties``: bytes == Figure 1 (padded when dp does not divide Psi), monotone in stage
   and dp, communication == §7;
@@ -12,7 +13,7 @@ and the parameters, what that saves per GPU, and what it costs in communication.
 
 Sources: Rajbhandari, Rasley, Ruwase, He 2020, "ZeRO: Memory Optimizations Toward Training
 Trillion Parameter Models" (SC'20, arXiv:1910.02054), Figure 1 and §7; PyTorch FSDP2's
-``fully_shard`` (dim-0 sharding, padded).
+``fully_shard`` (dim-0 sharding, padded); NVIDIA nccl-tests ``doc/PERFORMANCE.md`` (ring factor).
 
 Public paths: :mod:`distcheck.zero`, :mod:`distcheck.forms.zero`, :mod:`distcheck.props.zero`.
 """

@@ -14,13 +14,17 @@ Section 7 counts communication per rank per step: DDP and stages 1-2 move
 2 Psi elements (reduce-scatter + all-gather), stage 3 moves 3 Psi (two
 parameter all-gathers and one gradient reduce-scatter), 1.5x DDP. The paper
 counts Psi per collective, dropping the ring factor (N_d - 1) / N_d.
+``zero.comm_bytes_per_rank.*`` keeps it and counts bytes: each collective of
+Psi elements of b bytes (2 for bf16) sends (n - 1)/n Psi b bytes per rank on a
+ring (nccl-tests ``doc/PERFORMANCE.md``), so DDP and stages 1-2 send
+2 (n-1)/n Psi b and stage 3 sends 3 (n-1)/n Psi b.
 """
 
 from __future__ import annotations
 
 from distcheck.core.closed_form import ClosedForm, Input, register
 
-__all__ = ["BYTES_PER_GPU", "COMM_ELEMENTS_PER_RANK"]
+__all__ = ["BYTES_PER_GPU", "COMM_ELEMENTS_PER_RANK", "COMM_BYTES_PER_RANK"]
 
 P_in = Input("params", "parameter count Psi", "params")
 N_in = Input("dp", "data-parallel ranks N_d", "count")
@@ -66,4 +70,22 @@ COMM_ELEMENTS_PER_RANK: dict[str, ClosedForm] = {
         description=f"elements each rank sends per step, Psi per collective (ring factor dropped); {desc}",
     ))
     for k, (expr, desc) in _comm.items()
+}
+
+_n_in = Input("n", "data-parallel ranks N_d", "GPUs")
+_b_in = Input("bytes_per_element", "bytes of one communicated element (2 for bf16)", "bytes", default=2)
+_COLLECTIVES = {"ddp": 2, "stage1": 2, "stage2": 2, "stage3": 3}
+
+COMM_BYTES_PER_RANK: dict[str, ClosedForm] = {
+    k: register(ClosedForm(
+        name=f"zero.comm_bytes_per_rank.{k}",
+        expr=c * (_n_in.symbol - 1) / _n_in.symbol * P * _b_in.symbol,
+        inputs=(P_in, _n_in, _b_in),
+        unit="bytes",
+        source="ZeRO paper (Rajbhandari et al. 2020) section 7 with the ring factor (n-1)/n of nccl-tests "
+               "doc/PERFORMANCE.md",
+        description=f"bytes each rank sends per step: {c} collectives of Psi elements (reduce-scatter and "
+                    f"all-gather{'s' if c == 3 else ''}), each (n-1)/n Psi b bytes on a ring",
+    ))
+    for k, c in _COLLECTIVES.items()
 }

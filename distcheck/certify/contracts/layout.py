@@ -1,0 +1,248 @@
+"""Rank-layout contracts: a framework's rank groups against distcheck's layout, and its bad-input handling.
+
+``rank-layout``. The target is a :class:`LayoutTarget`: for a configuration drawn by
+Hypothesis it gives the rank groups of each of its axes (or of several axes at once:
+``tp-pp``, ``dp-cp``), keyed by its own names, and distcheck's layout for the same order
+(:mod:`distcheck.layout`: :class:`~distcheck.layout.ParallelConfig` for the single tp, cp,
+pp, dp axes and ep carved from dp*cp; :class:`~distcheck.layout.AxisLayout`,
+:func:`~distcheck.layout.megatron_layout` and :func:`~distcheck.layout.torchtitan_layout`
+for foreign axes, split dp, borrowed ep and multi-axis groups). One property, ``groups``:
+the groups are equal as sets of sets (each group sorted, the groups sorted by first rank: a
+process group numbers its ranks in ascending order, whatever order they are listed in).
+A failure names the smallest configuration Hypothesis found and the first axis whose
+groups differ, both listed.
+
+``bad-input``. The target is a :class:`ProbeSet`: calls with bad input (zero or negative
+sizes, a repeated or unknown axis, a product that is not the world size), each a Python
+expression over the library's API. One property, ``refused``: every probe raises, in a
+fresh interpreter, plain and under ``python -O`` (which removes ``assert`` statements). A
+failure lists what each mode accepts (with what it returned), and under ``-O`` only what
+``-O`` newly lets through. Probes are data, run by ``python -c`` with a timeout; nothing
+here imports the library.
+
+Neither contract needs a process group (``needs_world = False``); the "dtype" is ``exact``
+(ranks are integers). Adapters for Megatron-core's ``RankGenerator`` and torchtitan's
+``ParallelDims`` are in :mod:`distcheck.libs.targets` (``distcheck certify
+distcheck.libs.targets.megatron:RANK_GENERATOR --contract rank-layout``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+from distcheck.certify.contract import EXACT, Contract, Outcome, PropertySpec
+from distcheck.certify.errors import ProtocolError
+from distcheck.certify.targets import make_target, require_distribution, resolve
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import check_callable, check_type
+
+__all__ = ["LayoutTarget", "Probe", "ProbeSet", "canonical", "run_probes", "RankLayoutContract",
+           "BadInputContract", "PROBE_TIMEOUT_S"]
+
+Groups = Mapping[str, list[list[int]]]
+
+#: seconds one interpreter may take to import the target and run every probe
+PROBE_TIMEOUT_S = 180.0
+
+
+def canonical(groups) -> list[list[int]]:
+    """Groups as sorted lists of ints, sorted by first rank (the order ranks are numbered in)."""
+    return sorted(sorted(int(r) for r in g) for g in groups)
+
+
+@dataclass(frozen=True)
+class LayoutTarget:
+    """A target of the rank-layout contract.
+
+    Attributes:
+        name: its name in reports, e.g. ``"megatron.rank_generator"``.
+        distribution: the PyPI distribution it comes from (None for code of the current checkout).
+        configs: ``() -> strategy`` of configurations (dicts) to draw.
+        groups: ``config -> {axis token: groups}``: what the target builds.
+        reference: ``config -> {axis token: groups}``: what distcheck's layout says, for at least
+            every token the target gives.
+        order: ``config -> order string`` shown in a counterexample (innermost first).
+
+    Raises ConfigError for a name that is not a str or a field that is not callable.
+    """
+
+    name: str
+    distribution: str | None
+    configs: Callable[[], Any]
+    groups: Callable[[dict], Groups]
+    reference: Callable[[dict], Groups]
+    order: Callable[[dict], str]
+
+    def __post_init__(self) -> None:
+        check_type("name", self.name, str, "must be a name such as 'megatron.rank_generator'")
+        for f in ("configs", "groups", "reference", "order"):
+            check_callable(f, getattr(self, f))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One call with bad input: ``label`` (e.g. ``"tp=0"``) and the expression that makes it."""
+
+    label: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    """A target of the bad-input contract: ``setup`` (the import lines the probes need) and the
+    ``probes``. Raises ConfigError for a setup that is not a str or probes that are not Probes."""
+
+    name: str
+    distribution: str | None
+    setup: str
+    probes: tuple[Probe, ...]
+
+    def __post_init__(self) -> None:
+        check_type("name", self.name, str, "must be a name such as 'megatron.rank_generator'")
+        check_type("setup", self.setup, str, "must be Python import lines")
+        check_type("probes", self.probes, tuple, "must be a tuple of Probes")
+        if not self.probes:
+            raise ConfigError("probes", self.probes, "must hold at least one Probe")
+        for p in self.probes:
+            check_type("probes", p, Probe, "must hold Probes only")
+
+
+def _first_difference(a: list[list[int]], b: list[list[int]]) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"group {i}: {x} vs {y}"
+    return f"{len(a)} groups vs {len(b)}"
+
+
+def _target(obj: Any, ref: str | None, kind: type, what: str):
+    if not isinstance(obj, kind):
+        raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.certify.contracts.layout."
+                                                        f"{kind.__name__} ({what}; see docs/CERTIFY.md)")
+    named: Any = obj  # an Estimator, EstimatorFamily, LayoutTarget or ProbeSet: each has a name and a distribution
+    require_distribution(ref or named.name, named.distribution)
+    return make_target(obj, ref or f"{kind.__name__}({named.name!r})", kind.__name__, distribution=named.distribution)
+
+
+class RankLayoutContract(Contract):
+    """A framework's rank groups equal distcheck's layout for the same order (module docstring)."""
+
+    name = "rank-layout"
+    parallelism = "layout"
+    summary = "a framework's rank groups of every axis equal distcheck's layout for the same order"
+    properties = (PropertySpec("groups", "the target's rank groups of every axis it gives equal distcheck's layout "
+                                         "for the same order, as sets of sets", "exact"),)
+    dtypes = (EXACT,)
+    needs_world = False
+
+    def resolve(self, obj, ref, options):
+        return _target(obj, ref, LayoutTarget, "the rank groups of each axis for a configuration"), options
+
+    def cases(self, world_size, dtype, options):  # the configurations are the target's: see cases_for
+        return None
+
+    def cases_for(self, target, world_size, dtype, options):
+        return resolve(target).configs()
+
+    def run_rank(self, ctx, target, case, dtype, options):
+        # the target's groups, and distcheck's for the same configuration (no process group: one process)
+        layout: LayoutTarget = resolve(target)
+        got = {token: canonical(g) for token, g in layout.groups(case).items()}
+        want = {token: canonical(g) for token, g in layout.reference(case).items()}
+        return {"got": got, "want": want, "order": layout.order(case)}
+
+    def check(self, case, results, world_size, dtype, options):
+        got, want, order = results[0]["got"], results[0]["want"], results[0]["order"]
+        for token, theirs in got.items():
+            if token not in want:
+                return {"groups": Outcome(False, message=f"{case} (order {order}): distcheck has no layout for "
+                                                         f"{token!r}")}
+            mine = want[token]
+            if mine != theirs:
+                return {"groups": Outcome(False, message=(
+                    f"{case} (order {order}): {token} groups differ, target {theirs} vs distcheck {mine} "
+                    f"(first difference: {_first_difference(theirs, mine)})"))}
+        return {"groups": Outcome(True, note=f"the groups of {', '.join(sorted(got))} equal distcheck's layout for "
+                                              "the same order")}
+
+
+_RUNNER = r"""
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+import logging
+logging.disable(logging.CRITICAL)
+setup, probes = json.loads(sys.argv[1])
+env = {}
+exec(setup, env)
+out = {}
+for label, expr in probes:
+    try:
+        value = eval(expr, env)
+        out[label] = ["accepted", repr(value)[:200]]
+    except BaseException as exc:
+        out[label] = ["refused", type(exc).__name__]
+print("PROBES " + json.dumps(out))
+"""
+
+
+def run_probes(setup: str, probes: tuple[Probe, ...], *, optimize: bool,
+               timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, tuple[str, str]]:
+    """``{label: ("accepted", repr) | ("refused", exception type)}`` from a fresh interpreter
+    (``python -O`` when ``optimize``). Raises ConfigError when the interpreter fails or times out."""
+    check_type("setup", setup, str, "must be Python import lines")
+    payload = json.dumps([setup, [[p.label, p.expr] for p in probes]])
+    cmd = [sys.executable, *(["-O"] if optimize else []), "-c", _RUNNER, payload]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ConfigError("timeout_s", timeout_s, "was not enough to import the target and run its probes") from None
+    for line in done.stdout.splitlines():
+        if line.startswith("PROBES "):
+            return {k: (v[0], v[1]) for k, v in json.loads(line[7:]).items()}
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    raise ConfigError("setup", setup, f"failed in a fresh interpreter (exit {done.returncode}): {tail}")
+
+
+class BadInputContract(Contract):
+    """Every bad input is refused, plainly and under ``python -O`` (module docstring)."""
+
+    name = "bad-input"
+    parallelism = "layout"
+    summary = "every call with bad input raises, in a fresh interpreter, plain and under python -O"
+    properties = (PropertySpec("refused", "every probe with bad input raises, plain and under python -O (no check is "
+                                          "an assert)", "exact"),)
+    dtypes = (EXACT,)
+    needs_world = False
+
+    def resolve(self, obj, ref, options):
+        return _target(obj, ref, ProbeSet, "calls with bad input"), options
+
+    def cases(self, world_size, dtype, options):
+        return st.just("every probe")  # one example: the probes are fixed data
+
+    def run_rank(self, ctx, target, case, dtype, options):
+        probes: ProbeSet = resolve(target)
+        return {"labels": [p.label for p in probes.probes],
+                **{mode: run_probes(probes.setup, probes.probes, optimize=mode == "python -O")
+                   for mode in ("python", "python -O")}}
+
+    def check(self, case, results, world_size, dtype, options):
+        r = results[0]
+        labels, plain, optimized = r["labels"], r["python"], r["python -O"]
+        parts = []
+        accepted = [f"{p} -> {plain[p][1]}" for p in labels if plain[p][0] == "accepted"]
+        if accepted:
+            parts.append("python accepts " + "; ".join(accepted))
+        newly = [f"{p} -> {optimized[p][1]}" for p in labels
+                 if optimized[p][0] == "accepted" and plain[p][0] == "refused"]
+        if newly:  # name only what -O newly lets through
+            parts.append("python -O accepts " + "; ".join(newly))
+        refusals = ", ".join(f"{p}: {plain[p][1]}" for p in labels if plain[p][0] == "refused")
+        return {"refused": Outcome(not parts, message=" | ".join(parts),
+                                   note=f"every bad input is refused, also under python -O ({refusals})")}

@@ -1,0 +1,100 @@
+"""One row per target: the README's table "What distcheck finds in real libraries".
+
+:func:`summary_rows` folds the contract rows of :func:`distcheck.libs.run_libs` into one
+:class:`TargetRow` per target (library, version, contract, verdict with the convention
+named, smallest counterexamples, evidence); :func:`to_markdown` renders them.
+A target's verdict is ``FAIL`` when any of its rows failed, ``finding`` when a recorded
+finding explains every row that did not pass, ``certified`` when every row passed (a
+property that does not apply, such as the printed unit of an estimator that prints
+nothing, is ``skip`` and counted apart), and ``not installed`` when its library is absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distcheck.core.results import FAIL, FINDING, PASS, SKIP, CheckResult
+
+__all__ = ["UNITS", "TargetRow", "summary_rows", "to_markdown"]
+
+#: (README row, library, certify contracts, check-name prefixes): one row per target of the issue
+UNITS = (
+    ("DeepSpeed ZeRO-2 estimator", "deepspeed", "memory-estimator", ("libs.deepspeed.zero2.",)),
+    ("DeepSpeed ZeRO-3 estimator", "deepspeed", "memory-estimator; memory-estimator-stages (ZeRO-2 against ZeRO-3)",
+     ("libs.deepspeed.zero3.", "libs.deepspeed.zero.")),
+    ("accelerate estimate-memory, training", "accelerate", "memory-estimator", ("libs.accelerate.",)),
+    ("Megatron-core theoretical memory", "megatron-core", "memory-estimator", ("libs.megatron.theoretical_memory.",)),
+    ("Megatron-core RankGenerator", "megatron-core", "rank-layout; bad-input", ("libs.megatron.rank_generator.",)),
+    ("torchtitan ParallelDims (fake backend)", "torchtitan", "rank-layout; bad-input", ("libs.torchtitan.",)),
+)
+_TARGET_OF = {"deepspeed": "deepspeed", "accelerate": "accelerate", "megatron-core": "megatron", "torchtitan": "torchtitan"}
+
+
+@dataclass(frozen=True)
+class TargetRow:
+    """One README row."""
+
+    target: str
+    library: str
+    version: str
+    contract: str
+    verdict: str
+    counterexamples: tuple[str, ...]
+    evidence: tuple[str, ...]
+
+
+def _observed(r: CheckResult) -> str:
+    marker = "Observed: "
+    return r.detail.split(marker, 1)[1] if r.verdict == FINDING and marker in r.detail else r.detail
+
+
+def summary_rows(rows: list[CheckResult]) -> list[TargetRow]:
+    """One :class:`TargetRow` per target in :data:`UNITS` whose library was run or skipped."""
+    from distcheck.libs.targets import dist_version
+
+    out = []
+    for title, dist, contract, prefixes in UNITS:
+        mine = [r for r in rows if r.check.startswith(prefixes)]
+        skipped = [r for r in rows if r.check == f"libs.{_TARGET_OF[dist]}" and r.verdict in (SKIP, FAIL)]
+        version = dist_version(dist) or "not installed"
+        if skipped and not mine:
+            out.append(TargetRow(title, dist, version, contract, "not installed" if skipped[0].verdict == SKIP
+                                 else "FAIL: not installed", (), (skipped[0].detail,)))
+            continue
+        if not mine:
+            continue
+        conventions = sorted({c for r in mine if r.verdict == PASS for c in r.extra.get("conventions", [])})
+        named = f"; convention: {' = '.join(conventions)}" if conventions else ""
+        if any(r.verdict == FAIL for r in mine):
+            verdict = "FAIL"
+        elif any(r.verdict == FINDING for r in mine):
+            verdict = "finding"
+        else:
+            verdict = "certified"
+        passed = sum(r.verdict == PASS for r in mine)
+        n_skipped = sum(r.verdict == SKIP for r in mine)
+        apart = f", {n_skipped} skipped" if n_skipped else ""
+        verdict += f" ({passed}/{len(mine) - n_skipped} checks pass{apart}{named})"
+        notable = [r for r in mine if r.verdict in (FAIL, FINDING)]
+        counter = tuple(f"{r.check.removeprefix('libs.')}: {_observed(r)}" for r in notable)
+        evidence = tuple(dict.fromkeys(
+            [str(r.extra["finding"]["reproduce"]) for r in notable if isinstance(r.extra.get("finding"), dict)]
+            + [f"distcheck libs --target {_TARGET_OF[dist]}"]))
+        out.append(TargetRow(title, dist, version, contract, verdict, counter, evidence))
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(targets: list[TargetRow]) -> str:
+    """The README table (GitHub Markdown), one row per target."""
+    lines = ["| target | library | version | contract | verdict | smallest counterexample | evidence |",
+             "|---|---|---|---|---|---|---|"]
+    for t in targets:
+        counter = "<br>".join(_cell(c) for c in t.counterexamples) or "none"
+        evidence = "<br>".join(f"`{_cell(e)}`" for e in t.evidence)
+        lines.append(f"| {t.target} | `{t.library}` | {t.version} | {t.contract} | {_cell(t.verdict)} | {counter} | "
+                     f"{evidence} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,54 @@
+"""accelerate's training-memory estimate (memory-estimator contract).
+
+Target: ``accelerate estimate-memory``'s "Training using Adam" column. The command loads
+a model on the meta device, sums its fp32 bytes (4 P) and calls
+``accelerate.commands.estimate.estimate_training_usage(bytes, dtype)``, which returns the
+components ``model``, ``gradients``, ``optimizer`` and ``step``; the column prints their
+maximum with ``accelerate.utils.convert_bytes``. The adapter makes the same calls for
+P parameters (no model download) at the dtypes with a training figure, float32 and float16.
+It does not depend on N (no data parallelism: stage 0).
+
+    distcheck certify distcheck.libs.targets.accelerate:FLOAT16 --contract memory-estimator
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from distcheck.certify.estimators import Estimator
+
+__all__ = ["DIST", "TITLE", "CERTIFY", "FLOAT32", "FLOAT16"]
+
+DIST = "accelerate"
+TITLE = "accelerate estimate-memory, training with Adam"
+
+
+def _components(dtype: str, p: int, n: int, o) -> dict:
+    from accelerate.commands.estimate import estimate_training_usage
+
+    c = estimate_training_usage(4 * p, dtype)
+    return {"weights": c["model"], "grads": c["gradients"], "optimizer": c["optimizer"], "step": c["step"]}
+
+
+def _total(dtype: str, p: int, n: int, o) -> int:
+    from accelerate.commands.estimate import estimate_training_usage
+
+    return max(estimate_training_usage(4 * p, dtype).values())  # the column estimate_command prints
+
+
+def _printed(dtype: str, p: int, n: int, o) -> str:
+    from accelerate.utils import convert_bytes
+
+    return convert_bytes(_total(dtype, p, n, o))
+
+
+def _estimator(dtype: str) -> Estimator:
+    return Estimator(f"accelerate.{dtype}", DIST, 0, partial(_total, dtype), components=partial(_components, dtype),
+                     printed=partial(_printed, dtype), depends_on_n=False)
+
+
+FLOAT32 = _estimator("float32")
+FLOAT16 = _estimator("float16")
+
+#: the targets of this module and the contract each is certified under
+CERTIFY = (("FLOAT32", "memory-estimator"), ("FLOAT16", "memory-estimator"))

@@ -1,0 +1,109 @@
+"""torchtitan's ``ParallelDims`` (rank-layout and bad-input contracts, through the fake backend).
+
+``torchtitan.distributed.parallel_dims.ParallelDims(dp_replicate, dp_shard, cp, tp, pp, ep,
+world_size).build_mesh()`` builds the meshes every rank uses. The adapter draws degrees
+(``dp_shard`` sometimes -1, derived from the world size), builds the meshes as every rank
+of a fake world in turn (:func:`distcheck.runners.fake.run_fake`: no process starts, no
+collective runs) and collects, for each mesh name, the group each rank belongs to. They are
+compared with :func:`distcheck.layout.torchtitan_layout` and, for tp, cp, pp and the whole
+data-parallel group (``batch``), with :class:`distcheck.layout.ParallelConfig` with
+``dp = dp_replicate * dp_shard`` under the same order.
+
+    distcheck certify distcheck.libs.targets.torchtitan:PARALLEL_DIMS --contract rank-layout
+    distcheck certify distcheck.libs.targets.torchtitan:BAD_INPUT --contract bad-input
+"""
+
+from __future__ import annotations
+
+from distcheck.certify.contracts.layout import LayoutTarget, Probe, ProbeSet
+from distcheck.core.vocab import Axis
+
+__all__ = ["DIST", "TITLE", "CERTIFY", "PARALLEL_DIMS", "BAD_INPUT"]
+
+DIST = "torchtitan"
+TITLE = "torchtitan ParallelDims"
+#: the largest world drawn (every rank builds its meshes once per configuration)
+MAX_WORLD = 16
+#: ParallelDims' degrees (its keyword names)
+DEGREES = (Axis.DP_REPLICATE.value, Axis.DP_SHARD.value, Axis.CP.value, Axis.TP.value, Axis.PP.value)
+
+
+def _world(c: dict) -> int:
+    return c[Axis.DP_REPLICATE] * c[Axis.DP_SHARD] * c[Axis.CP] * c[Axis.TP] * c[Axis.PP]
+
+
+def _with_ep(c: dict):
+    from hypothesis import strategies as st
+
+    host = c[Axis.DP_SHARD] * c[Axis.CP] * c[Axis.TP]
+    eps = [d for d in range(1, host + 1) if host % d == 0]
+    return st.tuples(st.sampled_from(eps), st.booleans()).map(
+        lambda t: dict(c, ep=t[0], dp_shard=-1 if t[1] else c[Axis.DP_SHARD], world_size=_world(c)))
+
+
+def _configs():
+    from hypothesis import strategies as st
+
+    base = st.fixed_dictionaries({k: st.integers(1, 4 if k == Axis.DP_SHARD else 2) for k in DEGREES})
+    return base.filter(lambda c: _world(c) <= MAX_WORLD).flatmap(_with_ep)
+
+
+def _rank_groups(ctx, cfg):
+    import logging
+
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    logging.getLogger("torchtitan").setLevel(logging.ERROR)
+    kw = {k: v for k, v in cfg.items() if k != "world_size"}
+    dims = ParallelDims(**kw, world_size=ctx.world_size)
+    dims.build_mesh()
+    return {name: [int(r) for r in mesh.mesh.flatten().tolist()] for name, mesh in dims._single_axis_meshes.items()}
+
+
+def _groups(cfg: dict) -> dict:
+    from distcheck.runners.fake import run_fake
+
+    world = cfg["world_size"]
+    seen: dict[str, set] = {}
+    for rank in range(world):
+        for name, group in run_fake(_rank_groups, cfg, world_size=world, rank=rank).items():
+            seen.setdefault(name, set()).add(tuple(sorted(group)))
+    return {name: [list(g) for g in groups] for name, groups in seen.items()}
+
+
+def _order(cfg: dict) -> str:
+    from distcheck.layout import TORCHTITAN_DENSE_ORDER
+
+    return f"{TORCHTITAN_DENSE_ORDER} (ep borrowed from tp-cp-dp_shard)"
+
+
+def _reference(cfg: dict) -> dict:
+    from distcheck.layout import ParallelConfig, TorchtitanLayout, derive_degree, groups, torchtitan_layout
+
+    kw = {k: v for k, v in cfg.items() if k != "world_size"}
+    mine = torchtitan_layout(**kw, world_size=cfg["world_size"])
+    out = {name: mine.groups(name) for name in (*TorchtitanLayout.SPANS, *TorchtitanLayout.EXPERT)}
+    shard = kw[Axis.DP_SHARD] if kw[Axis.DP_SHARD] != -1 else derive_degree(
+        cfg["world_size"], **{k: kw[k] for k in DEGREES if k != Axis.DP_SHARD})
+    # distcheck's one-dp layout: dp = dp_replicate * dp_shard under the same order
+    whole = ParallelConfig(tp=kw[Axis.TP], cp=kw[Axis.CP], pp=kw[Axis.PP], dp=kw[Axis.DP_REPLICATE] * shard,
+                           order=(Axis.TP, Axis.CP, Axis.DP, Axis.PP))
+    out.update({a: groups(whole, a) for a in (Axis.TP, Axis.CP, Axis.PP, Axis.DP)})
+    out["batch"] = groups(whole, Axis.DP)
+    return out
+
+
+PARALLEL_DIMS = LayoutTarget("torchtitan.parallel_dims", DIST, _configs, _groups, _reference, _order)
+
+_PD = "ParallelDims(dp_replicate={}, dp_shard={}, cp=1, tp={}, pp=1, ep={}, world_size={})"
+BAD_INPUT = ProbeSet("torchtitan.parallel_dims", DIST, "from torchtitan.distributed.parallel_dims import ParallelDims", (
+    Probe("dp_replicate=0", _PD.format(0, 2, 1, 1, 2) + ".dp_replicate"),
+    Probe("tp=-2", _PD.format(1, -1, -2, 1, 4) + ".dp_shard"),
+    Probe("dp_shard=3 in a world of 4", _PD.format(1, 3, 1, 1, 4) + ".dp_shard"),
+    Probe("dp_shard=-1 with tp=3 in a world of 4", _PD.format(1, -1, 3, 1, 4) + ".dp_shard"),
+    Probe("dp_shard=-2", _PD.format(1, -2, 1, 1, 4) + ".dp_shard"),
+    Probe("ep=3 not dividing dp_shard*cp*tp=2", _PD.format(1, 2, 1, 3, 2) + ".ep"),
+))
+
+#: the targets of this module and the contract each is certified under
+CERTIFY = (("PARALLEL_DIMS", "rank-layout"), ("BAD_INPUT", "bad-input"))

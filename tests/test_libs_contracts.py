@@ -1,0 +1,442 @@
+"""The world-free certify contracts behind ``distcheck libs`` on small targets: right ones are certified
+with the convention named, deliberately wrong ones (estimators, layouts, bad-input handling) fail with
+their smallest counterexample. No third-party library is needed here (tests/test_libs_targets.py runs
+the real ones)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from fractions import Fraction
+from functools import partial
+
+import pytest
+from hypothesis import strategies as st
+
+from distcheck.certify import certify
+from distcheck.certify.contracts.layout import LayoutTarget, Probe, ProbeSet, canonical
+from distcheck.certify.errors import ProtocolError
+from distcheck.certify.estimators import (
+    STATE_CONVENTIONS,
+    Estimator,
+    EstimatorFamily,
+    Fit,
+    conventions_for,
+    fit,
+    named_conventions,
+    read_printed,
+    total_rule,
+)
+from distcheck.errors import ConfigError
+from distcheck.layout import ParallelConfig, groups
+from distcheck.libs import run_libs
+from distcheck.libs.findings import LIB_FINDINGS, label
+from distcheck.libs.table import summary_rows, to_markdown
+from distcheck.report import FAIL, FINDING, PASS, SKIP, CheckResult
+
+
+def zero(stage: int, p, n, o, k: int = 12, w: int = 2, g: int = 2):
+    """The ZeRO paper's Figure 1 for one stage, as an exact estimator."""
+    rep, sh = {0: (w + g + k, 0), 1: (w + g, k), 2: (w, g + k), 3: (0, w + g + k)}[stage]
+    return Fraction(rep * p) + Fraction(sh * p, n)
+
+
+def _by(cert):
+    return {v.property: v for v in cert.verdicts}
+
+
+def _certify(target, contract, examples=None):
+    """Certify with a fixed seed (profile dev, as ``distcheck libs`` does): the same examples every run."""
+    return certify(target, contract, examples=examples, seed=0, profile="dev")
+
+
+# ---------------------------------------------------------------- conventions
+
+
+def test_every_convention_splits_by_the_zero_paper_stages():
+    k12 = STATE_CONVENTIONS[0]
+    assert [k12.split(s) for s in range(4)] == [(16, 0), (4, 12), (2, 14), (0, 16)]
+    names = {c.short for c in STATE_CONVENTIONS}
+    assert {"K = 12", "K = 8", "K = 6", "K = 14", "K = 16", "fp32 gradients instead of 16-bit ones",
+            "fp32 gradients on top of 16-bit ones", "fp32 weights with no separate master copy"} == names
+
+
+@pytest.mark.parametrize("stage, a, b, expected", [
+    (2, 2, 18, {"K = 16", "fp32 gradients on top of 16-bit ones"}),       # DeepSpeed's ZeRO-2 estimator
+    (3, 0, 18, {"K = 14", "fp32 gradients instead of 16-bit ones"}),      # DeepSpeed's ZeRO-3 estimator
+    (1, 6, 12, {"fp32 gradients instead of 16-bit ones"}),                # Megatron's distributed optimizer 6 + 12/d
+    (0, 16, 0, {"K = 12", "fp32 weights with no separate master copy"}),  # 16 B/param, two readings
+    (0, 12, 0, {"K = 8"}),
+    (3, 0, 10, {"K = 6"}),
+    (0, 8, 0, set()),                                                      # accelerate's float16 figure: none
+])
+def test_conventions_for_names_each_documented_split(stage, a, b, expected):
+    assert {c.short for c in conventions_for(stage, Fit(Fraction(a), Fraction(b), Fraction(0)))} == expected
+
+
+def test_components_pick_one_reading_and_total_rule_names_max_or_sum():
+    f = Fit(Fraction(16), Fraction(0), Fraction(0))
+    comps = {"weights": Fraction(4), "grads": Fraction(4), "optimizer": Fraction(8), "step": Fraction(16)}
+    assert [c.short for c in conventions_for(0, f, comps)] == ["fp32 weights with no separate master copy"]
+    assert total_rule(Fraction(16), comps) == "max"
+    assert total_rule(Fraction(32), comps) == "sum"
+    assert total_rule(Fraction(20), comps) is None
+
+
+def test_read_printed_gives_the_half_step_of_the_last_digit():
+    assert read_printed("18.63GB") == (Fraction(1863, 100), Fraction(1, 200), "GB")
+    assert read_printed(" 953.67 MB") == (Fraction(95367, 100), Fraction(1, 200), "MB")
+    assert read_printed("12 bytes") == (Fraction(12), Fraction(1, 2), "bytes")
+    with pytest.raises(ConfigError, match="printed"):
+        read_printed("about 3 GB")
+
+
+# ---------------------------------------------------------------- memory-estimator
+
+
+def test_a_right_zero_estimator_is_certified_with_k12_named():
+    est = Estimator("paper.zero2", None, 2, partial(zero, 2))
+    cert = _certify(est, "memory-estimator", examples=25)
+    v = _by(cert)
+    assert cert.ok and [v[p].verdict for p in ("fit", "truncation", "monotone_n")] == [PASS] * 3
+    assert v["printed_unit"].verdict == SKIP and v["printed_unit"].failure == "paper.zero2 prints no figure"
+    assert v["fit"].note.startswith("bytes per GPU = 2·P + 14·P/N: 2 B/param replicated, 14 B/param sharded over N "
+                                    "at ZeRO stage 2; convention: K = 12")
+    assert [c.short for c in named_conventions(est)] == ["K = 12"]
+    assert fit(Estimator("paper.zero1", None, 1, partial(zero, 1))) == Fit(Fraction(4), Fraction(12), Fraction(0))
+    assert cert.world_sizes == [1] and cert.backend == "local" and cert.dtypes == ["exact"]
+
+
+def wrong_zero3(p, n, o):  # never shards the weights
+    return 2 * p + Fraction(16 * p, n)
+
+
+def test_a_wrong_estimator_that_never_shards_the_weights_fails_the_fit():
+    v = _by(_certify(Estimator("wrong.zero3", None, 3, wrong_zero3), "memory-estimator", examples=10))["fit"]
+    assert v.verdict == FAIL
+    assert v.failure.startswith("bytes per GPU = 2·P + 16·P/N: 2 B/param replicated, 16 B/param sharded over N at "
+                                "ZeRO stage 3; no documented convention reproduces it")
+
+
+def rounds_up(p, n, o):  # rounds P/N up and adds a byte whenever N does not divide P: off by up to 2 bytes
+    return 16 * (-(-p // n)) + (1 if p % n else 0)
+
+
+def test_truncation_over_a_byte_is_caught_with_the_smallest_counterexample():
+    v = _by(_certify(Estimator("bad.zero3", None, 3, rounds_up), "memory-estimator", examples=60))["truncation"]
+    assert v.verdict == FAIL
+    assert v.failure == "P=1, N=2: the estimator gives 17 bytes, 0·P + 16·P/N gives 8: off by +9 bytes (at least a byte per rank)"
+    # an object with no module:object name is replayed by the certify() call (the CLI replay: see below)
+    assert v.reproduce.startswith("certify(<the object Estimator('bad.zero3')>, contract='memory-estimator'")
+
+
+def grows_with_n(p, n, o):  # a buffer of one byte per rank: outgrows the sharded state for small P
+    return 2 * p + Fraction(14 * p, n) + n
+
+
+def test_figures_growing_with_n_are_caught():
+    v = _by(_certify(Estimator("bad.zero2", None, 2, grows_with_n), "memory-estimator", examples=80))["monotone_n"]
+    assert v.verdict == FAIL
+    # 2 + 14/3 + 3 < 2 + 14/5 + 5
+    assert v.failure == "P=1: N=3 gives 29/3 bytes but N=5 gives more, 49/5"
+
+
+def ds_zero2(p, n, o):
+    return 2 * p + int(18 * p / n)
+
+
+def ds_zero3(p, n, o):
+    return 4 * o["largest_layer_params"] + int(18 * p / n)
+
+
+def layer_options(p):
+    return st.integers(1, p).map(lambda n: {"largest_layer_params": n})
+
+
+DS_LIKE = EstimatorFamily("ds.zero", (
+    Estimator("ds.zero2", None, 2, ds_zero2),
+    Estimator("ds.zero3", None, 3, ds_zero3, options=layer_options, fit_options={"largest_layer_params": 1}),
+))
+
+
+def test_a_deepspeed_like_pair_fails_baseline_and_stage_order_at_p1():
+    v = _by(_certify(DS_LIKE, "memory-estimator-stages", examples=60))
+    assert v["baseline_n1"].failure == (
+        "P=1, N=1, largest_layer_params=1: nothing is sharded, yet the stages differ: ds.zero2 20 bytes (= 20·P), "
+        "ds.zero3 22 bytes (= 18·P + 4)")
+    assert v["stage_order"].failure == (
+        "P=1, N=1, largest_layer_params=1: stage 3 (ds.zero3) needs 22 bytes, more than stage 2 (ds.zero2), 20")
+    z3 = _by(_certify(DS_LIKE.estimators[1], "memory-estimator", examples=5))["fit"]
+    assert z3.verdict == PASS and [c.short for c in named_conventions(DS_LIKE.estimators[1])] == [
+        "K = 14", "fp32 gradients instead of 16-bit ones"]
+
+
+def sixteen(p, n, o):
+    return 16 * p
+
+
+def printed_gib(p, n, o):
+    return f"{16 * p / 2**30:.2f}GB"
+
+
+def printed_gb(p, n, o):
+    return f"{16 * p / 1e9:.2f}GB"
+
+
+def test_gib_printed_as_gb_is_named_and_a_decimal_print_passes():
+    wrong = Estimator("p.gib", None, 0, sixteen, printed=printed_gib, depends_on_n=False)
+    right = Estimator("p.gb", None, 0, sixteen, printed=printed_gb, depends_on_n=False)
+    w = _by(_certify(wrong, "memory-estimator", examples=60))
+    assert w["printed_unit"].verdict == FAIL
+    assert "which is bytes / 2**30: GiB printed as GB (GB = 1e9 bytes gives" in w["printed_unit"].failure
+    assert w["monotone_n"].verdict == SKIP and "does not depend on N" in w["monotone_n"].failure
+    assert _by(_certify(right, "memory-estimator", examples=60))["printed_unit"].verdict == PASS
+
+
+def max_components(p, n, o):
+    return {"weights": 4 * p, "grads": 6 * p, "optimizer": 8 * p, "step": 8 * p}
+
+
+def max_total(p, n, o):
+    return max(max_components(p, n, o).values())
+
+
+def test_a_maximum_of_components_is_named_when_it_fits_no_convention():
+    est = Estimator("acc.f16", None, 0, max_total, components=max_components, depends_on_n=False)
+    v = _by(_certify(est, "memory-estimator", examples=5))["fit"]
+    assert v.verdict == FAIL
+    assert v.failure.endswith("no documented convention reproduces it; the total is the maximum of its components "
+                              "(weights 4, grads 6, optimizer 8, step 8 B/param), not their sum (26); weights, "
+                              "gradients and optimizer state together are 18 B/param")
+
+
+def boom(p, n, o):
+    raise ZeroDivisionError("float division by zero")
+
+
+def test_an_estimator_that_raises_fails_every_property_naming_the_exception():
+    cert = _certify(Estimator("boom.zero1", None, 1, boom), "memory-estimator", examples=5)
+    assert [v.verdict for v in cert.verdicts] == [FAIL, FAIL, FAIL, SKIP]
+    assert {v.failure for v in cert.verdicts if v.verdict == FAIL} == {
+        "rank 0 raised ZeroDivisionError: float division by zero"}
+
+
+def test_bad_estimator_arguments_and_targets_are_refused():
+    with pytest.raises(ConfigError, match="stage"):
+        Estimator("x", None, 4, partial(zero, 0))
+    with pytest.raises(ConfigError, match="bytes_per_gpu"):
+        Estimator("x", None, 1, 5)
+    with pytest.raises(ConfigError, match="estimators"):
+        EstimatorFamily("x", (Estimator("x", None, 1, partial(zero, 1)),))
+    with pytest.raises(ProtocolError, match="must be a distcheck.certify.estimators.Estimator"):
+        certify(partial(zero, 1), "memory-estimator")
+    with pytest.raises(ConfigError, match="dtypes='int8' must be one of float64, float32, bfloat16, exact"):
+        certify(Estimator("x", None, 1, partial(zero, 1)), "memory-estimator", dtypes=["int8"])
+
+
+# ---------------------------------------------------------------- rank-layout
+
+
+def tp_pp_dp_configs():
+    return st.fixed_dictionaries({"tp": st.integers(1, 3), "pp": st.integers(1, 3), "dp": st.integers(1, 3)})
+
+
+def tp_pp_dp_reference(cfg):
+    c = ParallelConfig(tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], order="tp-pp-dp")
+    return {a: groups(c, a) for a in ("tp", "pp", "dp")}
+
+
+def hand_written(cfg):  # a hand-written "tp-pp-dp" layout: rank = t + tp*(p + pp*d), dp groups listed backwards
+    tp, pp, dp = cfg["tp"], cfg["pp"], cfg["dp"]
+
+    def rank(t, p, d):
+        return t + tp * (p + pp * d)
+
+    return {"tp": [[rank(t, p, d) for t in range(tp)] for p in range(pp) for d in range(dp)],
+            "pp": [[rank(t, p, d) for p in range(pp)] for t in range(tp) for d in range(dp)],
+            "dp": [[rank(t, p, d) for d in range(dp)][::-1] for t in range(tp) for p in range(pp)]}
+
+
+def pp_dp_swapped(cfg):  # the layout of order tp-dp-pp, not tp-pp-dp
+    c = ParallelConfig(tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], order="tp-dp-pp")
+    return {a: groups(c, a) for a in ("tp", "pp", "dp")}
+
+
+def tp_pp_dp(cfg):
+    return "tp-pp-dp"
+
+
+def test_a_layout_equal_to_distchecks_is_certified():
+    target = LayoutTarget("fake.right", None, tp_pp_dp_configs, hand_written, tp_pp_dp_reference, tp_pp_dp)
+    v = _by(_certify(target, "rank-layout", examples=30))["groups"]
+    assert v.verdict == PASS and v.note == "the groups of dp, pp, tp equal distcheck's layout for the same order"
+
+
+def test_a_wrong_layout_is_caught_with_the_smallest_config():
+    target = LayoutTarget("fake.wrong", None, tp_pp_dp_configs, pp_dp_swapped, tp_pp_dp_reference, tp_pp_dp)
+    v = _by(_certify(target, "rank-layout", examples=60))["groups"]
+    assert v.verdict == FAIL
+    assert v.failure == ("{'tp': 1, 'pp': 2, 'dp': 2} (order tp-pp-dp): pp groups differ, target [[0, 2], [1, 3]] "
+                         "vs distcheck [[0, 1], [2, 3]] (first difference: group 0: [0, 2] vs [0, 1])")
+
+
+def test_canonical_sorts_ranks_and_groups():
+    assert canonical([[5, 4], [1, 0]]) == [[0, 1], [4, 5]]
+
+
+# ---------------------------------------------------------------- bad-input, plain and under -O
+
+
+def test_bad_input_probes_see_asserts_vanish_under_minus_o(tmp_path):
+    (tmp_path / "fakelib.py").write_text(textwrap.dedent("""
+        def checked(tp):
+            if tp < 1:
+                raise ValueError(f"tp={tp} must be >= 1")
+            return tp
+        def asserted(tp):
+            assert tp >= 1, "tp must be >= 1"
+            return tp
+    """))
+    setup = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from fakelib import checked, asserted"
+    good = _by(_certify(ProbeSet("fake.checked", None, setup, (Probe("tp=0", "checked(0)"),)), "bad-input"))["refused"]
+    assert good.verdict == PASS and good.note == "every bad input is refused, also under python -O (tp=0: ValueError)"
+    bad = ProbeSet("fake.asserted", None, setup, (Probe("tp=0", "asserted(0)"), Probe("tp=-1", "checked(-1)")))
+    v = _by(_certify(bad, "bad-input"))["refused"]
+    assert v.verdict == FAIL and v.failure == "python -O accepts tp=0 -> 0"
+    assert sys.flags.optimize == 0
+    with pytest.raises(ConfigError, match="probes"):
+        ProbeSet("x", None, setup, ())
+
+
+# ---------------------------------------------------------------- certificates and the command line
+
+
+def test_a_world_free_certificate_and_its_replay_command(tmp_path, monkeypatch, capsys):
+    from distcheck.cli import main
+
+    path = tmp_path / "cert.json"
+    code = main(["certify", "tests.test_libs_contracts:ROUNDS_UP", "--contract", "memory-estimator", "--examples",
+                 "60", "--seed", "0", "--profile", "dev", "--certificate", str(path)])
+    assert code == 1
+    data = json.loads(path.read_text())
+    cert = data["certifications"][0]
+    assert cert["contract"] == "memory-estimator" and cert["backend"] == "local" and cert["dtypes"] == ["exact"]
+    by = {v["property"]: v for v in cert["verdicts"]}
+    assert by["truncation"]["verdict"] == FAIL and by["fit"]["verdict"] == PASS and by["printed_unit"]["verdict"] == SKIP
+    assert by["fit"]["note"].startswith("bytes per GPU = 0·P + 16·P/N")
+    replay = by["truncation"]["reproduce"]
+    assert replay == ("distcheck certify tests.test_libs_contracts:ROUNDS_UP --contract memory-estimator --seed 0 "
+                      "--profile dev --examples 60 --dtypes exact")
+    assert main(replay.split()[1:]) == 1
+    assert "off by +9 bytes" in capsys.readouterr().out
+
+
+ROUNDS_UP = Estimator("bad.zero3", None, 3, rounds_up)
+
+
+def test_a_target_whose_library_is_missing_is_bad_input(monkeypatch, capsys):
+    from distcheck.certify.errors import TargetError
+    from distcheck.cli import main
+
+    missing = Estimator("gone.zero2", "no-such-distribution-here", 2, partial(zero, 2))
+    with pytest.raises(TargetError, match="wraps no-such-distribution-here, which is not installed"):
+        certify(missing, "memory-estimator")
+    monkeypatch.setattr("distcheck.certify.targets.distribution_version", lambda dist: None)
+    assert main(["certify", "distcheck.libs.targets.deepspeed:ZERO2", "--contract", "memory-estimator"]) == 2
+    assert "wraps deepspeed, which is not installed" in capsys.readouterr().err
+
+
+def test_the_contracts_are_listed():
+    from distcheck.certify.cli import render_contracts
+
+    text = render_contracts()
+    for name in ("memory-estimator (zero)", "memory-estimator-stages (zero)", "rank-layout (layout)",
+                 "bad-input (layout)"):
+        assert name in text
+
+
+# ---------------------------------------------------------------- findings, table, runner
+
+
+def test_every_recorded_finding_has_a_distinct_check_and_labels_only_its_symptom():
+    checks = [f.check for f in LIB_FINDINGS]
+    assert len(checks) == len(set(checks)) and len(checks) == 10
+    record = next(f for f in LIB_FINDINGS if f.check == "libs.deepspeed.zero.baseline_n1")
+    seen = ("P=1, N=1, largest_layer_params=1: nothing is sharded, yet the stages differ: deepspeed.zero2 20 bytes "
+            "(= 20·P), deepspeed.zero3 22 bytes (= 18·P + 4)")
+    rows = label([CheckResult(record.check, "deepspeed 0.19.8", FAIL, detail=seen),
+                  CheckResult(record.check, "deepspeed 0.19.8", FAIL, detail=seen.replace("20·P", "21·P"))])
+    assert rows[0].verdict == FINDING and rows[0].detail.endswith("Observed: " + seen)
+    assert rows[1].verdict == FAIL and "not the recorded finding" in rows[1].detail
+
+
+def test_summary_rows_fold_a_target_into_one_verdict():
+    rows = [CheckResult("libs.deepspeed.zero2.fit", "deepspeed 0.19.8", PASS, extra={"conventions": ["K = 16"]}),
+            CheckResult("libs.deepspeed.zero2.monotone_n", "deepspeed 0.19.8", SKIP, detail="n/a"),
+            CheckResult("libs.deepspeed.zero2.printed_unit", "deepspeed 0.19.8", FINDING,
+                        detail="recorded finding x: y. Observed: P=1, N=1: a|b",
+                        extra={"finding": {"reproduce": "python -c 'x'"}}),
+            CheckResult("libs.torchtitan", "-", SKIP, detail="torchtitan is not installed")]
+    out = {t.target: t for t in summary_rows(rows)}
+    ds = out["DeepSpeed ZeRO-2 estimator"]
+    assert ds.verdict == "finding (1/2 checks pass, 1 skipped; convention: K = 16)"
+    assert ds.counterexamples == ("deepspeed.zero2.printed_unit: P=1, N=1: a|b",)
+    assert ds.evidence == ("python -c 'x'", "distcheck libs --target deepspeed")
+    assert out["torchtitan ParallelDims (fake backend)"].verdict == "not installed"
+    assert "a\\|b" in to_markdown(list(out.values()))
+
+
+def test_run_libs_skips_or_fails_a_missing_library(monkeypatch):
+    monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: None)
+    assert [r.verdict for r in run_libs(["torchtitan"])] == [SKIP]
+    assert [r.verdict for r in run_libs(["torchtitan"], require_installed=True)] == [FAIL]
+    with pytest.raises(ConfigError, match="target"):
+        run_libs(["horovod"])
+
+
+def test_cli_libs_exit_codes(monkeypatch, capsys):
+    from distcheck.cli import main
+
+    monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: None)
+    assert main(["libs", "--target", "accelerate"]) == 0
+    assert "accelerate is not installed" in capsys.readouterr().out
+    assert main(["libs", "--target", "accelerate", "--require-installed"]) == 1
+    assert main(["libs", "--examples", "0"]) == 2
+
+
+def test_the_adapters_import_without_their_libraries():
+    # the targets are module-level objects; their libraries load only when a figure is asked for
+    from distcheck.libs.targets import accelerate, deepspeed, megatron, torchtitan
+
+    assert deepspeed.STAGES.estimators == (deepspeed.ZERO2, deepspeed.ZERO3)
+    assert {a for a, _ in megatron.CERTIFY} == {"RANK_GENERATOR", "BAD_INPUT"}
+    assert accelerate.FLOAT16.depends_on_n is False and torchtitan.PARALLEL_DIMS.name == "torchtitan.parallel_dims"
+    assert megatron.ORDERS[0] == "tp-cp-ep-dp-pp" and len(megatron.ORDERS) == 120
+
+
+SEEN_LOCAL_CONSTANTS: list[int] = []
+
+
+def records_local_constants(p, n, o):
+    from hypothesis.internal.conjecture import providers
+
+    SEEN_LOCAL_CONSTANTS.append(len(providers._get_local_constants().integers))
+    return 16 * p
+
+
+def test_hypothesis_draws_without_the_constants_of_loaded_local_modules(tmp_path, monkeypatch):
+    # since Hypothesis 6.1xx integers are sometimes drawn from the numbers written in "local" modules (the
+    # checkout, tests); a certification must not depend on which are loaded, so the engine empties that pool
+    from hypothesis.internal.conjecture import providers
+
+    (tmp_path / "many_constants.py").write_text("VALUES = [" + ", ".join(str(101 + 2 * i) for i in range(500)) + "]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("many_constants")
+    providers.CONSTANTS_CACHE.cache.clear()
+    assert 101 in providers._get_local_constants().integers  # the pool Hypothesis would draw from
+    SEEN_LOCAL_CONSTANTS.clear()
+    est = Estimator("local.zero0", None, 0, records_local_constants, depends_on_n=False)
+    assert _certify(est, "memory-estimator", examples=10).ok
+    assert SEEN_LOCAL_CONSTANTS and set(SEEN_LOCAL_CONSTANTS) == {0}  # empty during the run
+    assert 101 in providers._get_local_constants().integers  # and restored after it
