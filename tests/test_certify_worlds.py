@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from distcheck.certify.certificate import stable_view  # noqa: E402
 from distcheck.certify.engine import certify  # noqa: E402
-from distcheck.certify.errors import ProtocolError  # noqa: E402
+from distcheck.engine.contracts.errors import ProtocolError  # noqa: E402
 from distcheck.runners import RankPool  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ failure alone (an example is interesting when that property fails there); the pr
 are then run again from the start, so each property gets its own verdict, example count and
 counterexample. A rank that raises fails every property left, with one shrunk counterexample.
 A target that does not follow the contract's protocol stops the certification with a
-:class:`~distcheck.certify.errors.ProtocolError` (bad input), whichever example found it.
+:class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certification, PropertyVerdict
-from distcheck.certify.contract import Contract, Outcome, check_dtypes, get_contract
-from distcheck.certify.errors import ProtocolError
-from distcheck.certify.targets import import_target, package_version, reference_of
+from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
+from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.engine.contracts.targets import import_target, package_version, reference_of
 from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
 

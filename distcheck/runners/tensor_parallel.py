@@ -151,7 +151,7 @@ def tp_rank(ctx, example: dict) -> dict:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     from distcheck import tp as tpref
-    from distcheck.runners.collectives import ByteCounter
+    from distcheck.engine.collectives import ByteCounter
 
     block = check_choice("block", example["block"], BLOCKS)
     plan_name = check_choice("plan", example.get("plan", "megatron"), PLANS)

@@ -28,7 +28,7 @@ below 2**p in magnitude (p = 53, 24, 8 for float64, float32, bfloat16;
 linears, the longest sums are ``in_features + 1`` products of two entries (the output), for the
 MLP ``ffn (hidden + 1) + 1`` products of three. Attention has a softmax, so it is **bounded**:
 inputs are exact multiples of 1/4 (x) and 1/8 (weights) and each result is held to the running error bound of
-:mod:`distcheck.certify.bounds` for the dtype's unit roundoff (2**-53, 2**-24, 2**-8 for
+:mod:`distcheck.engine.contracts.bounds` for the dtype's unit roundoff (2**-53, 2**-24, 2**-8 for
 bfloat16), plus the float64 reference's own.
 """
 
@@ -40,11 +40,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from distcheck.core.vocab import Collective
-from distcheck import strategies as ds
-from distcheck.certify import bounds as tb
-from distcheck.certify.contract import Option, PropertySpec
-from distcheck.certify.layer import LayerCase, ParamSpec
-from distcheck.certify.sharded import (
+from distcheck.engine.contracts import bounds as tb
+from distcheck.engine.contracts.contract import Option, PropertySpec
+from distcheck.engine.contracts.layer import LayerCase, ParamSpec
+from distcheck.engine.contracts.sharded import (
     COMMON_OPTIONS,
     ITEMSIZE,
     PROPERTIES,
@@ -55,6 +54,7 @@ from distcheck.certify.sharded import (
     integer_arrays,
     magnitude,
 )
+from distcheck.parallel.tp import strategies as ds
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "TensorParallelMLP", "TensorParallelAttention"]
 
@@ -83,7 +83,7 @@ def _linear_cases(tp: int, dtype: str, options):
 
 
 def _linear_reference(case: TPCase, sharded: str, dtype: str) -> dict:
-    from distcheck import tp as ref
+    from distcheck.parallel.tp import reference as ref
 
     W, b, x, g = case.params["weight"], case.params.get("bias"), case.x, case.grad_output
     bias = [] if b is None else [(b,)]
@@ -231,7 +231,7 @@ class TensorParallelMLP(ShardedLayerContract):
                          reference="mlp")
 
     def reference(self, case, dtype, options):
-        from distcheck import tp as ref
+        from distcheck.parallel.tp import reference as ref
 
         p, x, g = case.params, case.x, case.grad_output
         W1, W2, b1, b2 = p["up.weight"], p["down.weight"], p.get("up.bias"), p.get("down.bias")
