@@ -156,6 +156,13 @@ _DEMO = {
                 got = results[0]
                 return {"value": Outcome(got == 2 * case, message=f"f({case}) = {got}, expected {2 * case}")}
         """,
+    "findings.py": """
+        from distcheck.engine.findings import Finding
+
+        FINDINGS = (Finding(name="demo.double_is_odd", check="zz_demo.double.exact", symptom=r"double\\(1\\) = 3",
+                            summary="doubles oddly", library="numpy", seen_on=("1.0",), reproduce="python -c 0",
+                            reported="nowhere"),)
+        """,
 }
 
 #: a contract module in a package distcheck.certify.contracts, walked besides the parallelism packages
@@ -184,6 +191,12 @@ print("property", [p.name for p in properties("zz_demo")], run_property("zz_demo
 print("strategy", "counts" in ds.__all__, ds.counts.__module__)
 print("mutant", kill_mutant("zz_demo.off_by_one").extra["outcome"])
 print("proof", prove("proof.zz_demo.double").verdict)
+from distcheck.engine.findings import known_findings, label_findings
+from distcheck.report import CheckResult
+print("findings", [f.name for f in known_findings()],
+      [r.verdict for r in label_findings([CheckResult("zz_demo.double.exact", "gloo", "FAIL", 2, 1, detail="double(1) = 3"),
+                                          CheckResult("zz_demo.double.exact", "gloo", "FAIL", 2, 1, detail="double(2) = 5")],
+                                         versions={"numpy": "1.0"})])
 import distcheck.certify
 distcheck.certify.__path__.append(sys.argv[1] + "/extra")
 from distcheck.certify import certify, contracts
@@ -221,6 +234,7 @@ def test_a_new_package_is_picked_up_whole_with_no_other_edit(tmp_path):
         "strategy True distcheck.strategies",
         "mutant killed",
         "proof pass",
+        "findings ['demo.double_is_odd'] ['finding', 'FAIL']",  # only the exact symptom is the finding
         # the package's role module, then distcheck.certify.contracts; the public function keeps its name
         "contracts ['zz-demo-double', 'zz-extra-triple'] True distcheck.certify.contracts",
         "certify True False",  # the reference is certified, the mutant is not

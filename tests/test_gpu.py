@@ -59,10 +59,11 @@ def test_ddp_rows_on_nccl():
 
 
 def test_layer_rows_on_nccl():
-    from distcheck.runners.layers import run_layer_checks
+    from distcheck import stages
 
     n = _gpus()
-    rows = run_layer_checks((n,), backend="nccl", timeout_s=180)
+    rows = stages.run_stages([stages.stage("layers")], stages.CheckOptions(backend="nccl", world_sizes=(n,),
+                                                                          timeout_s=180))
     fails = [(r.check, r.detail) for r in rows if r.verdict == FAIL]
     assert not fails, fails
     nccl = {r.check: r.verdict for r in rows if r.backend == "nccl"}

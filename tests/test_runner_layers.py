@@ -16,8 +16,11 @@ from distcheck.report import FAIL, PASS, SKIP
 
 torch = pytest.importorskip("torch")
 
+from distcheck.engine import collectives, drivers  # noqa: E402
+from distcheck.parallel.comm import checks as comm_checks  # noqa: E402
+from distcheck.parallel.layout import checks as layout_checks  # noqa: E402
 from distcheck.runners import RankPool  # noqa: E402
-from distcheck.runners import collectives, fsdp, mesh, pipelining, tensor_parallel, zero1  # noqa: E402
+from distcheck.runners import fsdp, pipelining, tensor_parallel, zero1  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -47,9 +50,9 @@ def test_classify_full_size_convention():
     out, inp = t.zeros(8, dtype=t.float64), t.zeros(4, dtype=t.float64)
     ag = t.ops.c10d._allgather_base_.default
     rs = t.ops.c10d._reduce_scatter_base_.default
-    assert collectives._classify(ag, (out, inp)) == ("all_gather", 64)  # S = gathered output
-    assert collectives._classify(rs, (inp, out)) == ("reduce_scatter", 64)  # S = full input
-    assert collectives._classify(t.ops.aten.add.Tensor, (inp, inp)) is None
+    assert collectives.classify(ag, (out, inp)) == ("all_gather", 64)  # S = gathered output
+    assert collectives.classify(rs, (inp, out)) == ("reduce_scatter", 64)  # S = full input
+    assert collectives.classify(t.ops.aten.add.Tensor, (inp, inp)) is None
 
 
 def _counted_collectives(ctx):
@@ -86,13 +89,16 @@ def test_byte_counter_records_c10d_calls_once_on_every_backend(backend, gloo2, t
 
 
 def test_chunk_bounds_follow_array_split():
-    assert collectives.chunk_bounds(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    assert comm_checks.chunk_bounds(7, 3) == [(0, 3), (3, 5), (5, 7)]
 
 
 @pytest.mark.multiprocess
 def test_collective_bytes_match_closed_forms(gloo2):
-    rows = by_check(collectives.run_collective_checks(gloo2))
+    rows = by_check(comm_checks.collective_rows(gloo2))
     assert {r.verdict for r in rows.values()} == {PASS}, [r.detail for r in rows.values()]
+    # every residue of numel mod 2 (24, 25) and numel = 1, per collective
+    assert {r.examples for r in rows.values()} == {3} and "every residue of numel mod 2" in rows[
+        "comm.bytes_per_rank.all_reduce"].detail
     # S = 24 float64 = 192 B, n = 2: all-reduce 2(n-1)/n S = 192, the others (n-1)/n S = 96
     assert "S=192 B: 192 B per rank" in rows["comm.bytes_per_rank.all_reduce"].detail
     assert "S=192 B: 96 B per rank" in rows["comm.bytes_per_rank.all_gather"].detail
@@ -104,7 +110,7 @@ def test_collective_bytes_match_closed_forms(gloo2):
 
 @pytest.mark.multiprocess
 def test_collective_check_skips_threaded(threaded4):
-    rows = collectives.run_collective_checks(threaded4)
+    rows = comm_checks.collective_rows(threaded4)
     assert {r.verdict for r in rows} == {SKIP}
     assert "point-to-point" in rows[0].detail
 
@@ -140,26 +146,28 @@ def _three_rank_failure():
 def test_run_guarded_keeps_the_first_failing_ranks_exception_line():
     from distcheck.errors import RankFailure, WorldTimeout
 
-    _, detail = collectives.run_guarded(_FailingWorld(_three_rank_failure()), None)
+    _, detail = drivers.run_guarded(_FailingWorld(_three_rank_failure()), None)
     assert detail == "RankFailure: rank 0 failed: ValueError: bad value on rank 0 (also failed: ranks [1, 2])"
     # a rank that died has no exception line: how it ended comes first in its text
     died = RankFailure(1, "rank 1 was killed by SIGSEGV (no Python exception)\nfaulthandler output:\n"
                           "Fatal Python error: Segmentation fault\n  File \"x.py\", line 3 in f\n")
-    assert collectives.run_guarded(_FailingWorld(died), None)[1] == \
+    assert drivers.run_guarded(_FailingWorld(died), None)[1] == \
         "RankFailure: rank 1 failed: rank 1 was killed by SIGSEGV (no Python exception)"
     # a long message is cut, never the exception type
     long = RankFailure(2, _traceback_of(KeyError("k" * 1000)))
     long.failures = {2: long.traceback_text, 5: "x"}
-    text = collectives.run_guarded(_FailingWorld(long), None)[1]
-    assert text.startswith("RankFailure: rank 2 failed: KeyError: 'kkk") and len(text) == collectives.FAILURE_DETAIL_CHARS
+    text = drivers.run_guarded(_FailingWorld(long), None)[1]
+    assert text.startswith("RankFailure: rank 2 failed: KeyError: 'kkk") and len(text) == drivers.FAILURE_DETAIL_CHARS
     stuck = WorldTimeout("step did not finish within timeout_s=1 on backend 'gloo': ranks [1] stuck\n--- rank 1 ---\nstack")
-    assert collectives.run_guarded(_FailingWorld(stuck), None)[1] == \
+    assert drivers.run_guarded(_FailingWorld(stuck), None)[1] == \
         "WorldTimeout: step did not finish within timeout_s=1 on backend 'gloo': ranks [1] stuck"
 
 
 def test_iter_pools_rejects_bad_world_size():
+    from distcheck.runners.worlds import iter_pools
+
     with pytest.raises(ConfigError, match="world_size=0"):
-        list(collectives.iter_pools([0]))
+        list(iter_pools([0]))
 
 
 def test_nccl_without_gpu_is_a_skip_row():
@@ -373,9 +381,10 @@ def test_pipeline_skips_threaded(threaded4):
 
 @pytest.mark.multiprocess
 def test_device_mesh_groups_on_gloo_and_threaded(gloo2, threaded4):
-    assert mesh.run_mesh_checks(gloo2)[0].verdict == PASS
-    r = mesh.run_mesh_checks(threaded4)[0]
+    assert layout_checks.mesh_rows(gloo2)[0].verdict == PASS
+    r = layout_checks.mesh_rows(threaded4)[0]
     assert r.verdict == PASS and r.examples == 6  # (pp, dp, tp) factorisations of 4
+    assert "every factorisation enumerated" in r.detail
 
 
 @pytest.mark.multiprocess
@@ -392,27 +401,28 @@ class _ForeignWorld:
 
 @pytest.mark.multiprocess
 def test_layer_drivers_accept_any_world_object(gloo2):
-    from distcheck.runners.layers import layer_rows
+    from distcheck import stages
 
     world = _ForeignWorld(gloo2)
-    rows = layer_rows(world, layers=["mesh", "tensor_parallel"])
-    assert world.calls == 3 + 2  # 3 (pp, dp, tp) factorisations of 2, then the MLP and attention examples
-    assert [(r.check, r.verdict, r.world_size) for r in rows][:2] == [("mesh.groups", PASS, 2), ("tp.mlp.output", PASS, 2)]
+    rows = layout_checks.world_rows(world, timeout_s=60.0) + comm_checks.world_rows(world, timeout_s=60.0)
+    assert world.calls == 3 + 3 * 3  # 3 (pp, dp, tp) factorisations of 2, then 3 sizes of each ring collective
+    assert [(r.check, r.verdict, r.world_size) for r in rows][:2] == [("mesh.groups", PASS, 2),
+                                                                        ("comm.bytes_per_rank.all_reduce", PASS, 2)]
     assert not [r for r in rows if r.verdict != PASS]
-    with pytest.raises(ConfigError, match="layers='lasers'"):
-        layer_rows(world, layers=["lasers"])
+    with pytest.raises(ConfigError, match="stage='lasers'"):
+        stages.stage("lasers")
 
 
 @pytest.mark.multiprocess
 def test_device_mesh_fails_against_wrong_order(threaded4):
-    r = mesh.run_mesh_checks(threaded4, order="dp-tp-pp")[0]
+    r = layout_checks.mesh_rows(threaded4, order="dp-tp-pp")[0]
     assert r.verdict == FAIL and "group of rank" in r.detail
 
 
 def test_device_mesh_16384_ranks_fake_backend():
-    r = mesh.run_fake_mesh_check(pp=16, dp=128, tp=8)[0]
+    r = layout_checks.fake_mesh_rows(pp=16, dp=128, tp=8)[0]
     assert r.verdict == PASS and r.world_size == 16_384, r.detail
-    wrong = mesh.run_fake_mesh_check(pp=16, dp=128, tp=8, ranks=[0], order="tp-pp-dp")[0]
+    wrong = layout_checks.fake_mesh_rows(pp=16, dp=128, tp=8, ranks=[0], order="tp-pp-dp")[0]
     assert wrong.verdict == FAIL
 
 

@@ -76,8 +76,10 @@ def test_stages_are_declared_once_in_order():
     assert stages.stage_names() == ("properties", "golden", "distributed", "layers")
     assert stages.stage_names(needs_world=True) == ("distributed", "layers")
     assert stages.stage_names(needs_world=False) == ("properties", "golden")
-    table = {s.name: s for s in stages.STAGES}
+    table = {s.name: s for s in stages.stage_table()}  # the world stages' checks are discovered
     assert table["distributed"].preload == ("torch._dynamo", "torch.nn.parallel")
+    assert [c.name for c in table["distributed"].checks] == ["dp"]
+    assert {"comm", "layout", "pp", "tp", "zero"} <= {c.name for c in table["layers"].checks}
     assert table["layers"].label(stages.CheckOptions(backend="threaded")) == "layers on threaded"
 
 

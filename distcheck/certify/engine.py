@@ -70,7 +70,7 @@ class _Crash:
 
 
 def _crash(exc: DistributedError) -> _Crash:
-    from distcheck.runners.collectives import exception_line
+    from distcheck.engine.drivers import exception_line
 
     if isinstance(exc, RankFailure):
         failures = getattr(exc, "failures", None) or {exc.rank: exc.traceback_text}
@@ -86,7 +86,7 @@ def _protocol_error(exc: DistributedError, ref: str) -> ProtocolError | None:
     """The ProtocolError a rank raised, if that is what failed (chained, or named in the traceback)."""
     if isinstance(exc.__cause__, ProtocolError):
         return exc.__cause__
-    from distcheck.runners.collectives import exception_line
+    from distcheck.engine.drivers import exception_line
 
     for text in (getattr(exc, "failures", None) or {}).values():
         line = exception_line(text)

@@ -23,7 +23,7 @@ module with sharded parameters). The protocol, for a target of each kind:
 
 What a rank returns (plain numpy, float64 holding the dtype's values exactly): the output, the
 input gradient, every parameter's local gradient and shard bounds, the output's dtype, and the
-collectives :class:`~distcheck.runners.collectives.ByteCounter` saw in the forward and in the
+collectives :func:`~distcheck.engine.collectives.ByteCounter` saw in the forward and in the
 backward. torch is imported inside the functions only.
 """
 
