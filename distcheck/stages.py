@@ -1,27 +1,26 @@
 """The stages of ``distcheck check`` and the one orchestration that runs them.
 
 A *stage* is a named group of checks (``--only``, ``--skip``), declared once in :data:`STAGES`:
-``properties`` (Hypothesis properties, sympy proofs, mutants; ``--profile``, ``--seed``) and
-``golden`` (the answer keys) are pure; ``distributed`` (data parallelism) and ``layers`` (ZeRO,
-FSDP2, tensor parallel, pipelining, DeviceMesh, collective bytes) need a world, and their
-checks are the parallelism packages' ``checks`` modules, found by discovery.
+``properties`` (Hypothesis properties, sympy proofs, mutants; ``--profile``, ``--seed``),
+``golden`` (the answer keys) and ``certify`` (the targets of ``[tool.distcheck]`` in the current
+folder's ``pyproject.toml``; no rows without one) are pure; ``distributed`` (data parallelism)
+and ``layers`` (ZeRO, FSDP2, tensor parallel, pipelining, DeviceMesh, collective bytes) need a
+world, and their checks are the parallelism packages' ``checks`` modules, found by discovery.
 
 Two launchers run them:
 
-* :func:`run_local` (``distcheck check``): the stages in order, with a progress bar. A stage
-  that needs a world gets a :class:`~distcheck.runners.pool.RankPool` per world size, started
-  on first use and shared by every such stage (:class:`LocalWorlds`): the data-parallel checks
-  and the layer checks run on the same ranks, one after the other.
+* :func:`run_local` (``distcheck check``): the stages in order, with a progress bar. The world
+  stages share one :class:`~distcheck.runners.pool.RankPool` per world size, started on first
+  use (:class:`LocalWorlds`).
 * :func:`run_torchrun` (``--launcher torchrun``): this process is one rank of a torchrun
   launch. Rank 0 runs the world-free checks before joining (the fake backend needs a process
   without a process group), every rank runs the world stages through one
   :class:`~distcheck.runners.torchrun_world.TorchrunWorld`, rank 0 alone runs the pure
   stages and prints the report, and every rank exits with rank 0's code.
 
-Both label known upstream discrepancies (:func:`distcheck.runners.findings.label_findings`:
-every package's recorded findings), turn a stage that raises a
-:class:`~distcheck.errors.DistcheckError` into one ``FAIL`` row named after it, and print
-:func:`distcheck.report.print_report`.
+Both label known upstream discrepancies (:func:`distcheck.runners.findings.label_findings`),
+turn a stage that raises a :class:`~distcheck.errors.DistcheckError` into one ``FAIL`` row
+named after it, and print :func:`distcheck.report.print_report`.
 
 Extension points (``cli.py`` and ``runners/torchrun.py`` need no change):
 
@@ -30,12 +29,15 @@ Extension points (``cli.py`` and ``runners/torchrun.py`` need no change):
 * real-backend checks of a parallelism: a module ``distcheck.parallel.<name>.checks``
   (:data:`PARALLEL_PACKAGE`) is found by :func:`discover_checks` and joins a declared world
   stage. It defines ``world_rows(world, *, timeout_s)`` (rows from one world, a
-  :class:`~distcheck.runners.context.World`) and/or ``world_free_rows()`` (rows that need
-  torch but no world), and optionally ``STAGE`` (``"layers"``, the default, or
-  ``"distributed"``), ``PRELOAD`` (modules a pool's parent imports before forking) and
-  ``skip_rows(world_size, backend, reason)`` (its rows for a world the backend cannot run
-  here; default one ``skip`` row named after the package). It never starts a world itself.
-  Drivers that are still in ``distcheck/runners/`` join the same way through
+  :class:`~distcheck.runners.context.World`), ``world_free_rows()`` (rows that need torch but
+  no world) and/or ``CERTIFY``: contract runs
+  (:class:`~distcheck.engine.contracts.contract.ContractRun`, a contract with torch's own
+  implementation as its target) that the stage certifies on each world through the certify
+  engine (:mod:`distcheck.certify.runs`), one row per property with its example count.
+  Optionally ``STAGE`` (``"layers"``, the default, or ``"distributed"``), ``PRELOAD``
+  (modules a pool's parent imports before forking) and ``skip_rows(world_size, backend,
+  reason)`` (its rows for a world the backend cannot run here). It never starts a world.
+  Drivers still in ``distcheck/runners/`` join the same way through
   :data:`distcheck.runners.layers.NOT_YET_MOVED` (transitional).
 
 Importing this module imports neither torch nor sympy.
@@ -43,7 +45,6 @@ Importing this module imports neither torch nor sympy.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import pkgutil
@@ -62,6 +63,7 @@ from distcheck.errors import (
     check_choice,
 )
 from distcheck.report import FAIL, SKIP, CheckResult, exit_code
+from distcheck.runners.backends import timeout_seconds  # the argparse type of --timeout (cli, torchrun)
 
 if TYPE_CHECKING:
     from distcheck.runners.context import LaunchedWorld, World
@@ -69,7 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PARALLEL_PACKAGE", "STAGES", "CheckOptions", "Stage", "WorldChecks", "discover_checks",
            "run_local", "run_stages", "run_torchrun", "select_stages", "stage", "stage_names", "stage_table",
-           "timeout_seconds", "world_free_stage_rows", "world_stage_rows"]
+           "timeout_seconds", "world_free_stage_rows"]
 
 #: the package whose sub-packages' ``checks`` modules :func:`discover_checks` collects
 PARALLEL_PACKAGE = "distcheck.parallel"
@@ -188,6 +190,17 @@ def _golden(options: CheckOptions) -> Rows:
     return verify_all(options.golden_dir or default_golden_dir())
 
 
+def _certify_targets(options: CheckOptions) -> Rows:
+    """The targets of ``[tool.distcheck]`` in the current folder's ``pyproject.toml``, certified with
+    the settings of that table (``--profile`` and ``--seed`` override its own); none: no rows."""
+    path = Path.cwd() / "pyproject.toml"
+    if options.backend == "none" or not path.is_file():
+        return []
+    from distcheck.certify.config import config_rows
+
+    return config_rows(path, profile=options.profile, seed=options.seed)
+
+
 #: the stages of ``distcheck check``, in the order they run (add a stage here); the world stages'
 #: checks are found by discovery (:func:`stage_table`)
 STAGES: tuple[Stage, ...] = (
@@ -195,6 +208,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("golden", "golden figures", run=_golden),
     Stage("distributed", "DDP on {backend}", needs_world=True),
     Stage("layers", "layers on {backend}", needs_world=True),
+    Stage("certify", "certify targets of pyproject.toml", run=_certify_targets),
 )
 
 
@@ -209,10 +223,9 @@ def discover_checks(package: str | None = None) -> list[tuple[str, WorldChecks]]
     ``package`` defaults to :data:`PARALLEL_PACKAGE`; a package that does not exist has
     no checks. The protocol of a checks module is in this module's docstring.
 
-    Raises:
-        ConfigError: a checks module defines neither ``world_rows`` nor ``world_free_rows``,
-            or names a ``STAGE`` that is not a declared world stage.
-        Whatever importing a checks module raises (a broken module is not skipped).
+    Raises ConfigError for a checks module with neither ``world_rows``, ``world_free_rows`` nor
+    ``CERTIFY``, or a ``STAGE`` that is not a declared world stage; and whatever importing a
+    checks module raises (a broken module is not skipped).
     """
     package = PARALLEL_PACKAGE if package is None else package
     try:
@@ -232,16 +245,35 @@ def discover_checks(package: str | None = None) -> list[tuple[str, WorldChecks]]
 
 def _checks_of(module: Any, name: str) -> tuple[str, WorldChecks]:
     world_rows, world_free_rows = getattr(module, "world_rows", None), getattr(module, "world_free_rows", None)
-    if world_rows is None and world_free_rows is None:
-        raise ConfigError(module.__name__, None, "must define world_rows(world, *, timeout_s) or world_free_rows()")
+    runs = tuple(getattr(module, "CERTIFY", ()))
+    if world_rows is None and world_free_rows is None and not runs:
+        raise ConfigError(module.__name__, None, "must define world_rows(world, *, timeout_s), world_free_rows() "
+                                                 "or CERTIFY")
     stage = check_choice(f"{module.__name__}.STAGE", getattr(module, "STAGE", "layers"), stage_names(needs_world=True))
     skip_rows = getattr(module, "skip_rows", None)
+
+    def on_world(world: World, options: CheckOptions) -> Rows:
+        rows = [] if world_rows is None else list(world_rows(world, timeout_s=options.timeout_s))
+        if runs:
+            from distcheck.certify.runs import contract_rows
+
+            rows += contract_rows(world, runs, profile=options.profile, seed=options.seed,
+                                  timeout_s=options.timeout_s)
+        return rows
+
+    def unavailable(world_size: int, options: CheckOptions, reason: str) -> Rows:
+        rows = [] if skip_rows is None else list(skip_rows(world_size, options.backend, reason))
+        if runs:
+            from distcheck.certify.runs import unavailable_rows
+
+            rows += unavailable_rows(runs, world_size, options.backend, reason)
+        return rows or [CheckResult(name, options.backend, SKIP, world_size, 0, detail=reason)]
+
     return stage, WorldChecks(
         name,
-        world_rows=None if world_rows is None else lambda world, options: world_rows(world, timeout_s=options.timeout_s),
+        world_rows=on_world if world_rows is not None or runs else None,
         world_free_rows=None if world_free_rows is None else lambda options: world_free_rows(),
-        unavailable_rows=None if skip_rows is None else (
-            lambda world_size, options, reason: skip_rows(world_size, options.backend, reason)),
+        unavailable_rows=unavailable,
         preload=tuple(getattr(module, "PRELOAD", ())),
     )
 
@@ -264,12 +296,6 @@ def stage(name: str, package: str | None = None) -> Stage:
     return next(s for s in stage_table(package) if s.name == name)
 
 
-def world_stage_rows(name: str, world: World, options: CheckOptions | None = None) -> Rows:
-    """Every row the world stage ``name`` gives on ``world`` (its world-free rows not included),
-    findings labelled. Raises ConfigError for an unknown stage."""
-    return _on_world(stage(name), options or CheckOptions(backend=world.backend), world)
-
-
 def world_free_stage_rows(name: str, options: CheckOptions | None = None) -> Rows:
     """The rows of stage ``name`` that need torch but no world, findings labelled (run them in a
     process without a default process group)."""
@@ -289,21 +315,6 @@ def select_stages(only: Iterable[str] | None = None, skip: Iterable[str] | None 
     if backend == "none":
         chosen -= set(stage_names(needs_world=True))
     return [s for s in stage_table() if s.name in chosen]
-
-
-def timeout_seconds(text: str) -> float:
-    """argparse type of ``--timeout``: seconds, finite, > 0 and at most ``MAX_TIMEOUT_S`` (one day)."""
-    from distcheck.runners.backends import MAX_TIMEOUT_S, check_timeout
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    try:
-        return check_timeout("--timeout", value)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive, finite number of seconds <= {MAX_TIMEOUT_S:g} (one day), got {text!r}") from None
 
 
 # ----------------------------------------------------------------------------- rows of one stage

@@ -47,14 +47,15 @@ def test_nccl_pool_puts_rank_r_on_cuda_r():
 
 
 def test_ddp_rows_on_nccl():
-    from distcheck.runners.ddp import run_ddp_checks
+    from distcheck import stages
 
     n = _gpus()
-    rows = {r.check: r for r in run_ddp_checks((n,), backend="nccl", examples=4, timeout_s=180)}
+    rows = {r.check: r for r in stages.run_stages([stages.stage("distributed")], stages.CheckOptions(
+        backend="nccl", world_sizes=(n,), timeout_s=180))}
     assert {r.backend for r in rows.values()} == {"nccl"}
     assert not [r for r in rows.values() if r.verdict == FAIL], [r.detail for r in rows.values()]
-    assert rows["ddp.equal_shards"].verdict == PASS and rows["ddp.equal_shards"].examples == 4
-    unequal = {rows["ddp.unequal_shards.plain"].verdict, rows["ddp.unequal_shards.weighted"].verdict}
+    assert rows["ddp.equal_shards.grads"].verdict == PASS and rows["ddp.equal_shards.grads"].examples == 10
+    unequal = {r.verdict for name, r in rows.items() if name.startswith("ddp.unequal_shards.")}
     assert unequal == ({SKIP} if n == 1 else {PASS})
 
 
@@ -85,5 +86,5 @@ def test_distcheck_check_under_torchrun_on_nccl(torchrun_check):
     rows = json.loads(out)
     assert not [r for r in rows if r["verdict"] == FAIL]
     got = {(r["check"], r["backend"], r["world_size"]): r["verdict"] for r in rows}
-    assert got[("ddp.equal_shards", "nccl", n)] == PASS
+    assert got[("ddp.equal_shards.grads", "nccl", n)] == PASS
     assert got[("tp.mlp.output", "nccl", n)] == PASS

@@ -73,9 +73,9 @@ def plugged(tmp_path, monkeypatch):
 
 
 def test_stages_are_declared_once_in_order():
-    assert stages.stage_names() == ("properties", "golden", "distributed", "layers")
+    assert stages.stage_names() == ("properties", "golden", "distributed", "layers", "certify")
     assert stages.stage_names(needs_world=True) == ("distributed", "layers")
-    assert stages.stage_names(needs_world=False) == ("properties", "golden")
+    assert stages.stage_names(needs_world=False) == ("properties", "golden", "certify")
     table = {s.name: s for s in stages.stage_table()}  # the world stages' checks are discovered
     assert table["distributed"].preload == ("torch._dynamo", "torch.nn.parallel")
     assert [c.name for c in table["distributed"].checks] == ["dp"]
@@ -86,7 +86,8 @@ def test_stages_are_declared_once_in_order():
 def test_selection_keeps_declared_order_and_drops_world_stages_without_a_backend():
     names = [s.name for s in stages.select_stages(["layers", "properties"], None, "gloo")]
     assert names == ["properties", "layers"]
-    assert [s.name for s in stages.select_stages(None, ["golden"], "none")] == ["properties"]
+    # certify stays (a pure stage), and gives no rows without a backend
+    assert [s.name for s in stages.select_stages(None, ["golden"], "none")] == ["properties", "certify"]
     with pytest.raises(ConfigError) as info:
         stages.select_stages(["layer"], None, "gloo")
     assert info.value.field == "only"

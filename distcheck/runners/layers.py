@@ -61,8 +61,6 @@ class NotYetMoved:
 
 #: the drivers that have not moved into their package yet
 NOT_YET_MOVED: tuple[NotYetMoved, ...] = (
-    NotYetMoved("dp", "distcheck.runners.ddp", "ddp_rows", stage="distributed",
-                preload=("torch._dynamo", "torch.nn.parallel"), unavailable="run_ddp_checks"),
     NotYetMoved("tp", "distcheck.runners.tensor_parallel", "run_tp_checks"),
     NotYetMoved("zero", "distcheck.runners.zero1", "run_zero1_checks"),
     NotYetMoved("zero", "distcheck.runners.fsdp", "run_fsdp_checks"),

@@ -33,7 +33,7 @@ import importlib
 import json
 import pkgutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from distcheck.core.errors import ConfigError, UnknownQuantityError
@@ -41,6 +41,7 @@ from distcheck.core.errors import ConfigError, UnknownQuantityError
 __all__ = [
     "DTYPES",
     "EXTRA_PACKAGES",
+    "ContractRun",
     "PropertySpec",
     "Option",
     "Outcome",
@@ -86,6 +87,30 @@ class Option:
     kind: type
     doc: str
     choices: tuple | None = None
+
+
+@dataclass(frozen=True)
+class ContractRun:
+    """One certification that ``distcheck check`` runs on each world of a world stage: a
+    package's ``checks`` module lists them in ``CERTIFY``, with torch's own implementation (or
+    distcheck's fix) as the target, and the stage runs them through the certify engine.
+
+    Attributes:
+        name: the prefix of its rows (``"ddp.unequal_shards.hook"``): one row per property,
+            ``<name>.<property>``, and ``[<dtype>]`` appended when it runs in several dtypes.
+        contract: the contract's name.
+        target: ``module:object`` (imported in the parent, found again on every rank).
+        options: the contract's options.
+        dtypes: the formats (None: the contract's own).
+        doc: one line on what the run shows, for the docs and the table's detail.
+    """
+
+    name: str
+    contract: str
+    target: str
+    options: dict = field(default_factory=dict)
+    dtypes: tuple[str, ...] | None = None
+    doc: str = ""
 
 
 @dataclass
