@@ -69,9 +69,8 @@ def test_layer_rows_on_nccl():
     assert not fails, fails
     nccl = {r.check: r.verdict for r in rows if r.backend == "nccl"}
     for check in ("comm.bytes_per_rank.all_reduce", "comm.bytes_per_rank.all_gather",
-                  "comm.bytes_per_rank.reduce_scatter", "zero1.params_match_single_process",
-                  "zero1.optimizer_bytes_per_rank", "fsdp2.params_match_single_process[reshard=True]",
-                  "fsdp2.params_match_single_process[reshard=False]", "fsdp2.bytes_per_rank",
+                  "comm.bytes_per_rank.reduce_scatter", "zero1.params", "zero1.bytes_per_rank",
+                  "fsdp2[reshard=True].params", "fsdp2[reshard=False].params", "fsdp2[reshard=True].bytes_per_rank",
                   "tp.mlp.output", "tp.mlp.grads", "tp.mlp.allreduce_per_forward", "tp.attention.output",
                   "tp.attention.grads", "tp.attention.allreduce_per_forward", "pp.grads.ScheduleGPipe",
                   "pp.grads.ScheduleInterleaved1F1B", "pp.grads.ScheduleZBVZeroBubble", "mesh.groups"):

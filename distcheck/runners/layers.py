@@ -62,8 +62,6 @@ class NotYetMoved:
 #: the drivers that have not moved into their package yet
 NOT_YET_MOVED: tuple[NotYetMoved, ...] = (
     NotYetMoved("tp", "distcheck.runners.tensor_parallel", "run_tp_checks"),
-    NotYetMoved("zero", "distcheck.runners.zero1", "run_zero1_checks"),
-    NotYetMoved("zero", "distcheck.runners.fsdp", "run_fsdp_checks"),
     NotYetMoved("pp", "distcheck.runners.pipelining", "run_pipelining_checks", {"tables": False}, "run_table_checks"),
 )
 
