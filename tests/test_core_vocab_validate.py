@@ -73,7 +73,7 @@ def _literals(path: Path) -> list[tuple[int, str]]:
 
 #: real-backend drivers still in distcheck/runners/ (distcheck.runners.layers.NOT_YET_MOVED): each leaves
 #: this list when it moves into its package
-NOT_YET_MOVED = {"distcheck/runners/pipelining.py", "distcheck/runners/tensor_parallel.py"}
+NOT_YET_MOVED = {"distcheck/runners/pipelining.py"}
 
 
 def test_no_schedule_or_collective_name_is_written_outside_the_vocabulary():

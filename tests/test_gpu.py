@@ -71,8 +71,9 @@ def test_layer_rows_on_nccl():
     for check in ("comm.bytes_per_rank.all_reduce", "comm.bytes_per_rank.all_gather",
                   "comm.bytes_per_rank.reduce_scatter", "zero1.params", "zero1.bytes_per_rank",
                   "fsdp2[reshard=True].params", "fsdp2[reshard=False].params", "fsdp2[reshard=True].bytes_per_rank",
-                  "tp.mlp.output", "tp.mlp.grads", "tp.mlp.allreduce_per_forward", "tp.attention.output",
-                  "tp.attention.grads", "tp.attention.allreduce_per_forward", "pp.grads.ScheduleGPipe",
+                  "tp.mlp.forward[float64]", "tp.mlp.param_grads[bfloat16]", "tp.mlp.collectives.forward[float32]",
+                  "tp.attention.forward[float64]", "tp.attention.param_grads[float64]",
+                  "tp.attention.collectives.backward[bfloat16]", "pp.grads.ScheduleGPipe",
                   "pp.grads.ScheduleInterleaved1F1B", "pp.grads.ScheduleZBVZeroBubble", "mesh.groups"):
         assert nccl.get(check) == PASS, (check, nccl.get(check))
     assert set(nccl.values()) <= {PASS, FINDING}
@@ -86,4 +87,4 @@ def test_distcheck_check_under_torchrun_on_nccl(torchrun_check):
     assert not [r for r in rows if r["verdict"] == FAIL]
     got = {(r["check"], r["backend"], r["world_size"]): r["verdict"] for r in rows}
     assert got[("ddp.equal_shards.grads", "nccl", n)] == PASS
-    assert got[("tp.mlp.output", "nccl", n)] == PASS
+    assert got[("tp.mlp.forward[float64]", "nccl", n)] == PASS

@@ -20,7 +20,7 @@ from distcheck.engine import collectives, drivers  # noqa: E402
 from distcheck.parallel.comm import checks as comm_checks  # noqa: E402
 from distcheck.parallel.layout import checks as layout_checks  # noqa: E402
 from distcheck.runners import RankPool  # noqa: E402
-from distcheck.runners import pipelining, tensor_parallel  # noqa: E402
+from distcheck.runners import pipelining  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -186,72 +186,85 @@ def test_nccl_without_gpu_gives_skip_rows():
 
 
 @pytest.mark.multiprocess
-def test_tp_mlp_and_gqa_attention(gloo2):
-    rows = by_check(tensor_parallel.run_tp_checks(gloo2))
-    assert {r.verdict for r in rows.values()} == {PASS}, [r.detail for r in rows.values()]
-    assert rows["tp.mlp.output"].max_error == 0.0
-    assert rows["tp.attention.output"].max_error <= rows["tp.attention.output"].bound
-    assert "{'all_reduce': 1}" in rows["tp.attention.allreduce_per_forward"].detail
+def test_tp_mlp_and_gqa_attention_through_the_contracts(gloo2):
+    from distcheck.certify.runs import contract_rows
+    from distcheck.parallel.tp.checks import CERTIFY
+
+    rows = by_check(contract_rows(gloo2, CERTIFY))
+    assert {r.verdict for r in rows.values()} == {PASS}, [r.detail for r in rows.values() if r.verdict != PASS]
+    props = ("forward", "input_grad", "param_grads", "collectives.forward", "collectives.backward")
+    assert set(rows) == {f"tp.{block}.{p}[{dt}]" for block in ("mlp", "attention") for p in props
+                         for dt in ("float64", "float32", "bfloat16")}
+    assert {r.examples for r in rows.values()} == {10}  # Hypothesis examples, the ci profile's world-level count
+    assert rows["tp.mlp.forward[float64]"].max_error == 0.0 and rows["tp.mlp.forward[float64]"].bound == 0.0
+    att = rows["tp.attention.forward[float64]"]
+    assert 0.0 < att.bound and att.max_error <= att.bound
 
 
-@pytest.mark.multiprocess
-def test_tp_mis_sharded_mlp_fails_count(gloo2):
-    ex = dict(tensor_parallel.default_tp_examples()[0], plan="colwise_down")
-    rows = by_check(tensor_parallel.run_tp_checks(gloo2, examples=[ex]))
-    assert rows["tp.mlp[colwise_down].output"].verdict == PASS  # still the right numbers...
-    count = rows["tp.mlp[colwise_down].allreduce_per_forward"]
-    assert count.verdict == FAIL and "all_gather" in count.detail  # ...with the wrong collectives
+def test_a_plan_that_shards_down_by_output_rows_is_refused_naming_the_parameter(gloo2):
+    from distcheck.certify import ProtocolError, certify
+
+    # the old "colwise_down" plan: right numbers, two all-gathers where one all-reduce belongs; the MLP contract
+    # refuses it before any verdict, naming the parameter split along the wrong dimension
+    with pytest.raises(ProtocolError, match="parameter down.weight has shape .*split along dim 1"):
+        certify("distcheck.parallel.tp.plans:COLWISE_DOWN_MLP", "tensor-parallel-mlp", pool=gloo2, examples=3,
+                dtypes=["float64"])
 
 
 @pytest.mark.multiprocess
 def test_tp_threaded_world_of_4(threaded4):
-    rows = tensor_parallel.run_tp_checks(threaded4)
-    assert {r.verdict for r in rows} == {PASS}, [r.detail for r in rows]
+    from distcheck.certify.runs import contract_rows
+    from distcheck.parallel.tp.checks import CERTIFY
 
-
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 16, 1024])
-def test_default_tp_examples_shard_at_every_world_size(n):
-    mlp_ex, att = tensor_parallel.default_tp_examples(n)
-    assert mlp_ex["ffn"] % n == 0 and att["num_kv_heads"] % n == 0
-    assert att["num_heads"] == 2 * att["num_kv_heads"]  # grouped-query at every n
-    assert tensor_parallel.tp_unmet_rule(mlp_ex, n) is None and tensor_parallel.tp_unmet_rule(att, n) is None
-    if n in (1, 2, 4):  # the fixed example of earlier versions
-        assert (mlp_ex["ffn"], att["num_heads"], att["num_kv_heads"], att["head_dim"]) == (8, 8, 4, 4)
-    assert tensor_parallel.tp_unmet_rule(tensor_parallel.default_tp_examples(4)[1], 8) == "tp=8 must divide num_kv_heads=4"
+    rows = contract_rows(threaded4, CERTIFY, examples=4)
+    assert {r.verdict for r in rows} == {PASS}, [r.detail for r in rows if r.verdict != PASS]
 
 
 @pytest.mark.multiprocess
 def test_tp_runs_at_world_sizes_3_and_8():
-    """tp=8 broke num_kv_heads=4; tp=3 broke ffn=8, and DTensor's b/3 rounds (not bitwise, within the bound)."""
+    """tp=3: DTensor adds the bias as b/3 on every rank, which rounds: within the derived bound, not bitwise."""
+    from distcheck.certify import certify
+
     for n in (3, 8):
         with RankPool(n, backend="threaded", timeout_s=90) as pool:
-            rows = by_check(tensor_parallel.run_tp_checks(pool))
-        assert {r.verdict for r in rows.values()} == {PASS}, [r.detail for r in rows.values()]
-        assert rows["tp.attention.allreduce_per_forward"].world_size == n
-        out = rows["tp.mlp.output"]
+            mlp = certify("distcheck.parallel.tp.plans:MEGATRON_MLP", "tensor-parallel-mlp", pool=pool, examples=6,
+                          dtypes=["float64"])
+            att = certify("distcheck.parallel.tp.plans:MEGATRON_ATTENTION", "tensor-parallel-attention", pool=pool,
+                          examples=4, dtypes=["float64"])
+        assert mlp.ok and att.ok, mlp.report() + att.report()
+        forward = next(v for v in mlp.verdicts if v.property == "forward")
+        assert mlp.options == {"partial_bias": True} and forward.world_size == n
         if n == 3:
-            assert out.bound > 0 and out.max_error <= out.bound and "power of two" in out.detail
+            assert forward.bound > 0 and forward.max_error <= forward.bound
         else:
-            assert out.bound == 0.0 and out.max_error == 0.0 and "bitwise" in out.detail
+            assert forward.bound == 0.0 and forward.max_error == 0.0
+
+
+def _dtensor_mlp_counts(ctx):
+    """One DTensor MLP forward counted by ByteCounter and by torch's CommDebugMode."""
+    import torch as t
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from distcheck.parallel.tp import plans
+
+    mlp = t.nn.Sequential()
+    mlp.up, mlp.down = t.nn.Linear(4, 8, dtype=t.float64), t.nn.Linear(8, 4, dtype=t.float64)
+    mlp.forward = lambda x: mlp.down(t.relu(mlp.up(x)))
+    parallelize_module(mlp, init_device_mesh("cpu", (ctx.world_size,)), plans.MEGATRON_MLP)
+    x = t.ones(2, 4, dtype=t.float64)
+    with collectives.ByteCounter() as counter:
+        float(mlp(x).sum())
+    with CommDebugMode() as comm, t.no_grad():
+        float(mlp(x).sum())
+    return len(counter.records), sum(int(v) for v in comm.get_comm_counts().values())
 
 
 @pytest.mark.multiprocess
-def test_tp_example_that_cannot_shard_gives_skip_rows_naming_the_rule(threaded4):
-    mlp_ex = dict(tensor_parallel.default_tp_examples(4)[0], ffn=6)
-    att = dict(tensor_parallel.default_tp_examples(4)[1], num_heads=4, num_kv_heads=2)
-    rows = tensor_parallel.run_tp_checks(threaded4, examples=[mlp_ex, att])
-    assert [(r.check, r.verdict) for r in rows][::3] == [("tp.mlp.output", SKIP), ("tp.attention.output", SKIP)]
-    assert {r.verdict for r in rows} == {SKIP}
-    assert rows[0].detail == "tp=4 must divide ffn=6" and rows[3].detail == "tp=4 must divide num_kv_heads=2"
-
-
-def test_tp_rejects_tp_not_dividing_kv_heads():
-    from types import SimpleNamespace
-
-    ctx = SimpleNamespace(rank=0, world_size=3, backend="gloo", device=torch.device("cpu"))
-    ex = dict(tensor_parallel.default_tp_examples()[1])
-    with pytest.raises(ConfigError, match="tp=3 must divide num_kv_heads=4"):
-        tensor_parallel.tp_rank(ctx, ex)
+def test_byte_counter_agrees_with_comm_debug_mode_on_a_dtensor_mlp(gloo2):
+    # CommDebugMode cannot run on the threaded backend (process-global module hooks); on processes it must agree
+    assert gloo2.run(_dtensor_mlp_counts) == [(1, 1), (1, 1)]
 
 
 # --------------------------------------------------------------------------- pipelining

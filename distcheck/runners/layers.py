@@ -61,7 +61,6 @@ class NotYetMoved:
 
 #: the drivers that have not moved into their package yet
 NOT_YET_MOVED: tuple[NotYetMoved, ...] = (
-    NotYetMoved("tp", "distcheck.runners.tensor_parallel", "run_tp_checks"),
     NotYetMoved("pp", "distcheck.runners.pipelining", "run_pipelining_checks", {"tables": False}, "run_table_checks"),
 )
 
