@@ -103,6 +103,8 @@ class ContractRun:
         options: the contract's options.
         dtypes: the formats (None: the contract's own).
         doc: one line on what the run shows, for the docs and the table's detail.
+        min_world_size, below: the smallest world the run certifies, and why a smaller one gets a
+            ``skip`` row instead (default 1: every world).
     """
 
     name: str
@@ -111,6 +113,8 @@ class ContractRun:
     options: dict = field(default_factory=dict)
     dtypes: tuple[str, ...] | None = None
     doc: str = ""
+    min_world_size: int = 1
+    below: str = ""
 
 
 @dataclass
