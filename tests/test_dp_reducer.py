@@ -185,8 +185,12 @@ def test_a_plain_averaging_hook_fails_the_weighted_contract_naming_the_ranks(glo
     assert set(fails) == {"grads", "full_batch"}  # every rank holds the same wrong bits: replicated passes
     v = fails["grads"]
     assert v.ranks == [0, 1] and "ranks [0, 1] differ from the reference (no rank matches)" in v.failure
-    # the shrunk case: the smallest unequal split (2 and 1 examples), one feature
-    assert v.counterexample.startswith("DDPCase(linear, N=2, shards=[2, 1]") and "X=[[" in v.counterexample
+    # the shrunk case: two ranks and an unequal split, one more example on rank 0 (which small case the shrinker
+    # settles on depends on the modules this process has loaded: Hypothesis draws their constants)
+    import re
+
+    shrunk = re.match(r"DDPCase\((linear|mlp), N=2, shards=\[(\d+), (\d+)\], X=\[\[", v.counterexample)
+    assert shrunk and int(shrunk[2]) == int(shrunk[3]) + 1 and int(shrunk[2]) <= 4, v.counterexample
     assert "distcheck certify examples.dp_reducers:plain_mean_hook --contract data-parallel-reducer" in v.reproduce
     # the same hook is right on equal shards, and torch's own default hook (state: a process group) is the same mean
     assert _certify("examples.dp_reducers:plain_mean_hook", gloo2, shards="equal").ok
