@@ -223,17 +223,30 @@ def test_tp_threaded_world_of_4(threaded4):
 @pytest.mark.multiprocess
 def test_tp_runs_at_world_sizes_3_and_8():
     """tp=3: DTensor adds the bias as b/3 on every rank, which rounds: within the derived bound, not bitwise."""
-    from distcheck.certify import certify
+    import numpy as np
 
+    from distcheck.certify import certify, get_contract
+    from distcheck.certify.engine import run_example
+    from distcheck.engine.contracts.sharded import TPCase
+    from distcheck.engine.contracts.targets import import_target
+
+    target = "distcheck.parallel.tp.plans:MEGATRON_MLP"
     for n in (3, 8):
         with RankPool(n, backend="threaded", timeout_s=90) as pool:
-            mlp = certify("distcheck.parallel.tp.plans:MEGATRON_MLP", "tensor-parallel-mlp", pool=pool, examples=6,
-                          dtypes=["float64"])
+            mlp = certify(target, "tensor-parallel-mlp", pool=pool, examples=6, dtypes=["float64"])
             att = certify("distcheck.parallel.tp.plans:MEGATRON_ATTENTION", "tensor-parallel-attention", pool=pool,
                           examples=4, dtypes=["float64"])
-        assert mlp.ok and att.ok, mlp.report() + att.report()
-        forward = next(v for v in mlp.verdicts if v.property == "forward")
-        assert mlp.options == {"partial_bias": True} and forward.world_size == n
+            assert mlp.ok and att.ok, mlp.report() + att.report()
+            assert mlp.options == {"partial_bias": True} and mlp.verdicts[0].world_size == n
+            # one case with a bias whose n-th share does not round to itself: b = 1 (1/3 rounds, 1/8 does not)
+            contract = get_contract("tensor-parallel-mlp")
+            spec, opts = contract.resolve(import_target(target)[0], target, contract.parse_options({}))
+            ffn = 2 * n
+            case = TPCase(tp=n, x=np.ones((1, 2)), grad_output=np.ones((1, 2)), params={
+                "up.weight": np.ones((ffn, 2)), "up.bias": np.ones(ffn), "down.weight": np.ones((2, ffn)),
+                "down.bias": np.ones(2)}, dims={"hidden_size": 2, "ffn_hidden_size": ffn})
+            forward = run_example(pool, contract, spec, case, "float64", opts)["forward"]
+        assert forward.ok, forward.message
         if n == 3:
             assert forward.bound > 0 and forward.max_error <= forward.bound
         else:
