@@ -135,8 +135,8 @@ def test_targets_of_each_kind_and_a_target_outside_the_protocol():
     from torch.nn.parallel import DistributedDataParallel
 
     from distcheck.certify import ProtocolError
-    from examples import dp_reducers
     from distcheck.parallel.dp.ddp import weighted_allreduce_hook
+    from examples import dp_reducers
 
     kinds = [CONTRACT.resolve(obj, None, OPTIONS)[0].kind for obj in
              (DistributedDataParallel, weighted_allreduce_hook, dp_reducers.weighted_bucketed_allreduce)]

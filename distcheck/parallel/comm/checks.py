@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from distcheck.core.validate import check_choice, check_positive_int
 from distcheck.core.results import CheckResult
+from distcheck.core.validate import check_choice, check_positive_int
 from distcheck.core.vocab import Collective
 from distcheck.engine.collectives import ByteCounter
 from distcheck.engine.drivers import result_row, run_guarded, skip_row

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from distcheck.core.validate import check_positive_int
 from distcheck.core.results import CheckResult
+from distcheck.core.validate import check_positive_int
 from distcheck.core.vocab import Axis
 from distcheck.engine.drivers import result_row, run_guarded, skip_row
 
