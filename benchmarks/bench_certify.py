@@ -37,8 +37,8 @@ sys.path.insert(0, ROOT)
 
 from hypothesis import strategies as st  # noqa: E402
 
-from distcheck.certify.contract import Contract, Outcome, PropertySpec  # noqa: E402
-from distcheck.certify.targets import make_target  # noqa: E402
+from distcheck.engine.contracts.contract import Contract, Outcome, PropertySpec  # noqa: E402
+from distcheck.engine.contracts.targets import make_target  # noqa: E402
 
 ROW = "examples.my_tp_layers:RowParallelLinear"
 
@@ -80,7 +80,7 @@ class DataParallelMean(Contract):
     def run_rank(self, ctx, target, case, dtype, options):
         import torch
 
-        from distcheck.certify.targets import resolve
+        from distcheck.engine.contracts.targets import resolve
 
         grad = torch.tensor(case.grads[ctx.rank], dtype=torch.float64)
         return resolve(target)(ctx, grad).numpy()
@@ -145,7 +145,7 @@ def rate_raw(pool, numel: int, repeats: int) -> float:
 
 
 def rate_spawn(world_size: int, examples: int) -> float:
-    from distcheck.certify.contract import get_contract
+    from distcheck.engine.contracts.contract import get_contract
     from distcheck.certify.engine import run_example
     from distcheck.runners import RankPool
 
@@ -161,13 +161,13 @@ def rate_spawn(world_size: int, examples: int) -> float:
 
 
 def _import(ref):
-    from distcheck.certify.targets import import_target
+    from distcheck.engine.contracts.targets import import_target
 
     return import_target(ref)
 
 
 def _row_case(world_size: int, width: int, batch: int = 4, seed: int = 0):
-    from distcheck.certify.sharded import TPCase
+    from distcheck.engine.contracts.sharded import TPCase
 
     rng = np.random.default_rng(seed)
     w = rng.integers(-8, 9, (width, width)).astype(np.float64)
@@ -178,7 +178,7 @@ def _row_case(world_size: int, width: int, batch: int = 4, seed: int = 0):
 
 def overhead(pool, repeats: int) -> tuple[float, float]:
     """(seconds per 512 x 512 example through the engine, seconds for the bare computation)."""
-    from distcheck.certify.contract import get_contract
+    from distcheck.engine.contracts.contract import get_contract
     from distcheck.certify.engine import run_example
 
     contract = get_contract("row-parallel-linear")

@@ -42,10 +42,23 @@ def allreduce_property(ctx, seed):
 
 
 def ddp_property(ctx, seed):
-    from distcheck.runners.ddp import DDPExample, ddp_grad_check
+    """One example of the data-parallel reducer contract with torch's DDP (unequal shards)."""
+    import numpy as np
+    from torch.nn.parallel import DistributedDataParallel
 
-    ex = DDPExample(model="linear", n=ctx.world_size * 4 + 1, d=4, seed=seed, integer=True)
-    return ddp_grad_check(ctx, ex, ("plain",))["plain"]["w"].tolist()
+    from distcheck.engine.contracts.targets import make_target
+    from distcheck.parallel.dp.contracts import DataParallelReducer, DDPCase
+
+    rng = np.random.default_rng(seed)
+    n, d = ctx.world_size * 4 + 1, 4
+
+    def draw(*shape):
+        return rng.integers(-3, 4, size=shape).astype(np.float64)
+
+    case = DDPCase("linear", draw(n, d), draw(n), {"w": draw(d)}, ctx.world_size, True)
+    contract = DataParallelReducer()
+    target = make_target(DistributedDataParallel, "torch.nn.parallel:DistributedDataParallel", "ddp")
+    return contract.run_rank(ctx, target, case, "float64", contract.parse_options({}))["grads"]["w"].tolist()
 
 
 def _time_pool(fn, world_size, backend, examples, start_method="fork"):

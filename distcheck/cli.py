@@ -20,8 +20,10 @@ key may name, ``distcheck audit --list-keys`` the shipped keys.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from distcheck.errors import DistcheckError
@@ -265,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # SIGTERM (e.g. a CI timeout) unwinds like Ctrl-C, so rank pools close and clean up
+    _TERM["state"] = "idle"
     previous = signal.signal(signal.SIGTERM, _terminate) if _is_main_thread() else None
     if args.command is None:
         parser.print_help()
@@ -297,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("distcheck: interrupted\n")
         return 130
     except _Terminated:
+        _TERM["state"] = "handled"
         sys.stderr.write("distcheck: terminated\n")
         return 143
     finally:
@@ -308,13 +312,47 @@ class _Terminated(BaseException):
     """Raised by the SIGTERM handler of :func:`main`."""
 
 
+#: "idle", "pending" (SIGTERM came, main() has not unwound yet) or "handled"
+_TERM = {"state": "idle"}
+#: seconds before SIGTERM is delivered again while it is pending
+_RESEND_S = 0.2
+
+
 def _terminate(signum, frame):
-    raise _Terminated()
+    """SIGTERM: unwind :func:`main` (pools closed, folders removed), exit 143.
+
+    An exception raised by a signal handler is lost (printed as "Exception ignored") when the
+    handler happens to run inside a callback whose exceptions Python ignores, such as a
+    garbage-collector callback (Hypothesis installs one). So the handler does not raise inside
+    one, and while the termination is pending the signal is delivered again every
+    :data:`_RESEND_S` seconds until ``main`` has unwound."""
+    if _TERM["state"] == "handled":
+        return
+    _TERM["state"] = "pending"
+    timer = threading.Timer(_RESEND_S, _resend, (signum,))
+    timer.daemon = True
+    timer.start()
+    if not _in_gc_callback(frame):  # there the exception would be printed and dropped: wait for the next delivery
+        raise _Terminated()
+
+
+def _in_gc_callback(frame) -> bool:
+    import gc
+
+    codes = {getattr(cb, "__code__", None) for cb in gc.callbacks} - {None}
+    while frame is not None and codes:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _resend(signum: int) -> None:
+    if _TERM["state"] == "pending":
+        os.kill(os.getpid(), signum)
 
 
 def _is_main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
 
 

@@ -1,16 +1,17 @@
 """The stages of ``distcheck check`` and the one orchestration that runs them.
 
 A *stage* is a named group of checks (``--only``, ``--skip``), declared once in :data:`STAGES`:
-``properties`` (Hypothesis properties, sympy proofs, mutants; ``--profile``, ``--seed``) and
-``golden`` (the answer keys) are pure; ``distributed`` (DDP exactness) and ``layers`` (ZeRO-1,
-FSDP2, tensor parallel, pipelining, DeviceMesh, collective bytes) need a world.
+``properties`` (Hypothesis properties, sympy proofs, mutants; ``--profile``, ``--seed``),
+``golden`` (the answer keys) and ``certify`` (the targets of ``[tool.distcheck]`` in the current
+folder's ``pyproject.toml``; no rows without one) are pure; ``distributed`` (data parallelism)
+and ``layers`` (ZeRO, FSDP2, tensor parallel, pipelining, DeviceMesh, collective bytes) need a
+world, and their checks are the parallelism packages' ``checks`` modules, found by discovery.
 
 Two launchers run them:
 
-* :func:`run_local` (``distcheck check``): the stages in order, with a progress bar. A stage
-  that needs a world gets a :class:`~distcheck.runners.pool.RankPool` per world size, started
-  on first use and shared by every such stage (:class:`LocalWorlds`): the DDP checks and the
-  layer checks run on the same ranks, one after the other.
+* :func:`run_local` (``distcheck check``): the stages in order, with a progress bar. The world
+  stages share one :class:`~distcheck.runners.pool.RankPool` per world size, started on first
+  use (:class:`LocalWorlds`).
 * :func:`run_torchrun` (``--launcher torchrun``): this process is one rank of a torchrun
   launch. Rank 0 runs the world-free checks before joining (the fake backend needs a process
   without a process group), every rank runs the world stages through one
@@ -24,21 +25,26 @@ named after it, and print :func:`distcheck.report.print_report`.
 Extension points (``cli.py`` and ``runners/torchrun.py`` need no change):
 
 * a new stage: one more :class:`Stage` in :data:`STAGES` (its name becomes a choice of
-  ``--only``/``--skip``); a stage that needs a world lists its :class:`WorldChecks`;
+  ``--only``/``--skip``);
 * real-backend checks of a parallelism: a module ``distcheck.parallel.<name>.checks``
   (:data:`PARALLEL_PACKAGE`) is found by :func:`discover_checks` and joins a declared world
   stage. It defines ``world_rows(world, *, timeout_s)`` (rows from one world, a
-  :class:`~distcheck.runners.context.World`) and/or ``world_free_rows()`` (rows that need
-  torch but no world), and optionally ``STAGE`` (``"layers"``, the default, or
-  ``"distributed"``) and ``PRELOAD`` (modules a pool's parent imports before forking). It
-  never starts a world itself.
+  :class:`~distcheck.runners.context.World`), ``world_free_rows()`` (rows that need torch but
+  no world) and/or ``CERTIFY``: contract runs
+  (:class:`~distcheck.engine.contracts.contract.ContractRun`, a contract with torch's own
+  implementation as its target) that the stage certifies on each world through the certify
+  engine (:mod:`distcheck.certify.runs`), one row per property with its example count.
+  Optionally ``STAGE`` (``"layers"``, the default, or ``"distributed"``), ``PRELOAD``
+  (modules a pool's parent imports before forking) and ``skip_rows(world_size, backend,
+  reason)`` (its rows for a world the backend cannot run here). It never starts a world.
+  Drivers still in ``distcheck/runners/`` join the same way through
+  :data:`distcheck.runners.layers.NOT_YET_MOVED` (transitional).
 
 Importing this module imports neither torch nor sympy.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import pkgutil
@@ -57,13 +63,15 @@ from distcheck.errors import (
     check_choice,
 )
 from distcheck.report import FAIL, SKIP, CheckResult, exit_code
+from distcheck.runners.backends import timeout_seconds  # the argparse type of --timeout (cli, torchrun)
 
 if TYPE_CHECKING:
     from distcheck.runners.context import LaunchedWorld, World
     from distcheck.runners.worlds import LocalWorlds
 
 __all__ = ["PARALLEL_PACKAGE", "STAGES", "CheckOptions", "Stage", "WorldChecks", "discover_checks",
-           "run_local", "run_stages", "run_torchrun", "select_stages", "stage_names", "stage_table", "timeout_seconds"]
+           "run_local", "run_stages", "run_torchrun", "select_stages", "stage", "stage_names", "stage_table",
+           "timeout_seconds", "world_free_stage_rows"]
 
 #: the package whose sub-packages' ``checks`` modules :func:`discover_checks` collects
 PARALLEL_PACKAGE = "distcheck.parallel"
@@ -182,46 +190,25 @@ def _golden(options: CheckOptions) -> Rows:
     return verify_all(options.golden_dir or default_golden_dir())
 
 
-def _ddp_rows(world: World, options: CheckOptions) -> Rows:
-    from distcheck.runners.ddp import ddp_rows
+def _certify_targets(options: CheckOptions) -> Rows:
+    """The targets of ``[tool.distcheck]`` in the current folder's ``pyproject.toml``, certified with
+    the settings of that table (``--profile`` and ``--seed`` override its own); none: no rows."""
+    path = Path.cwd() / "pyproject.toml"
+    if options.backend == "none" or not path.is_file():
+        return []
+    from distcheck.certify.config import config_rows
 
-    return ddp_rows(world)  # a pool's own timeout (options.timeout_s) applies per step
-
-
-def _ddp_unavailable(world_size: int, options: CheckOptions, reason: str) -> Rows:
-    from distcheck.runners.ddp import run_ddp_checks
-
-    return run_ddp_checks([world_size], backend=options.backend, timeout_s=options.timeout_s)  # its skip rows
-
-
-def _layer_rows(world: World, options: CheckOptions) -> Rows:
-    from distcheck.runners.layers import layer_rows
-
-    return layer_rows(world, timeout_s=options.timeout_s)
+    return config_rows(path, profile=options.profile, seed=options.seed)
 
 
-def _layer_world_free_rows(options: CheckOptions) -> Rows:
-    from distcheck.runners.layers import world_free_layer_rows
-
-    return world_free_layer_rows()
-
-
-def _layers_unavailable(world_size: int, options: CheckOptions, reason: str) -> Rows:
-    from distcheck.runners.layers import unavailable_layer_rows
-
-    return unavailable_layer_rows(world_size, options.backend, options.timeout_s)
-
-
-#: the stages of ``distcheck check``, in the order they run (add a stage here)
+#: the stages of ``distcheck check``, in the order they run (add a stage here); the world stages'
+#: checks are found by discovery (:func:`stage_table`)
 STAGES: tuple[Stage, ...] = (
     Stage("properties", "properties", run=_properties),
     Stage("golden", "golden figures", run=_golden),
-    Stage("distributed", "DDP on {backend}", needs_world=True, checks=(
-        WorldChecks("ddp", world_rows=_ddp_rows, unavailable_rows=_ddp_unavailable,
-                    preload=("torch._dynamo", "torch.nn.parallel")),)),
-    Stage("layers", "layers on {backend}", needs_world=True, checks=(
-        WorldChecks("layers", world_rows=_layer_rows, world_free_rows=_layer_world_free_rows,
-                    unavailable_rows=_layers_unavailable),)),
+    Stage("distributed", "DDP on {backend}", needs_world=True),
+    Stage("layers", "layers on {backend}", needs_world=True),
+    Stage("certify", "certify targets of pyproject.toml", run=_certify_targets),
 )
 
 
@@ -236,10 +223,9 @@ def discover_checks(package: str | None = None) -> list[tuple[str, WorldChecks]]
     ``package`` defaults to :data:`PARALLEL_PACKAGE`; a package that does not exist has
     no checks. The protocol of a checks module is in this module's docstring.
 
-    Raises:
-        ConfigError: a checks module defines neither ``world_rows`` nor ``world_free_rows``,
-            or names a ``STAGE`` that is not a declared world stage.
-        Whatever importing a checks module raises (a broken module is not skipped).
+    Raises ConfigError for a checks module with neither ``world_rows``, ``world_free_rows`` nor
+    ``CERTIFY``, or a ``STAGE`` that is not a declared world stage; and whatever importing a
+    checks module raises (a broken module is not skipped).
     """
     package = PARALLEL_PACKAGE if package is None else package
     try:
@@ -259,23 +245,61 @@ def discover_checks(package: str | None = None) -> list[tuple[str, WorldChecks]]
 
 def _checks_of(module: Any, name: str) -> tuple[str, WorldChecks]:
     world_rows, world_free_rows = getattr(module, "world_rows", None), getattr(module, "world_free_rows", None)
-    if world_rows is None and world_free_rows is None:
-        raise ConfigError(module.__name__, None, "must define world_rows(world, *, timeout_s) or world_free_rows()")
+    runs = tuple(getattr(module, "CERTIFY", ()))
+    if world_rows is None and world_free_rows is None and not runs:
+        raise ConfigError(module.__name__, None, "must define world_rows(world, *, timeout_s), world_free_rows() "
+                                                 "or CERTIFY")
     stage = check_choice(f"{module.__name__}.STAGE", getattr(module, "STAGE", "layers"), stage_names(needs_world=True))
+    skip_rows = getattr(module, "skip_rows", None)
+
+    def on_world(world: World, options: CheckOptions) -> Rows:
+        rows = [] if world_rows is None else list(world_rows(world, timeout_s=options.timeout_s))
+        if runs:
+            from distcheck.certify.runs import contract_rows
+
+            rows += contract_rows(world, runs, profile=options.profile, seed=options.seed,
+                                  timeout_s=options.timeout_s)
+        return rows
+
+    def unavailable(world_size: int, options: CheckOptions, reason: str) -> Rows:
+        rows = [] if skip_rows is None else list(skip_rows(world_size, options.backend, reason))
+        if runs:
+            from distcheck.certify.runs import unavailable_rows
+
+            rows += unavailable_rows(runs, world_size, options.backend, reason)
+        return rows or [CheckResult(name, options.backend, SKIP, world_size, 0, detail=reason)]
+
     return stage, WorldChecks(
         name,
-        world_rows=None if world_rows is None else lambda world, options: world_rows(world, timeout_s=options.timeout_s),
+        world_rows=on_world if world_rows is not None or runs else None,
         world_free_rows=None if world_free_rows is None else lambda options: world_free_rows(),
+        unavailable_rows=unavailable,
         preload=tuple(getattr(module, "PRELOAD", ())),
     )
 
 
 def stage_table(package: str | None = None) -> list[Stage]:
-    """The declared stages, each world stage with the checks :func:`discover_checks` found for it."""
+    """The declared stages, each world stage with the checks :func:`discover_checks` found for it,
+    then those not moved into their package yet (:data:`distcheck.runners.layers.NOT_YET_MOVED`)."""
+    from distcheck.runners.layers import not_yet_moved
+
     extra: dict[str, list[WorldChecks]] = {}
-    for stage_name, checks in discover_checks(package):
+    found = discover_checks(package) + [_checks_of(module, name) for name, module in not_yet_moved()]
+    for stage_name, checks in found:
         extra.setdefault(stage_name, []).append(checks)
     return [replace(s, checks=s.checks + tuple(extra.get(s.name, ()))) if s.needs_world else s for s in STAGES]
+
+
+def stage(name: str, package: str | None = None) -> Stage:
+    """The stage called ``name`` with its checks (:func:`stage_table`); ConfigError for an unknown name."""
+    check_choice("stage", name, stage_names())
+    return next(s for s in stage_table(package) if s.name == name)
+
+
+def world_free_stage_rows(name: str, options: CheckOptions | None = None) -> Rows:
+    """The rows of stage ``name`` that need torch but no world, findings labelled (run them in a
+    process without a default process group)."""
+    return _world_free(stage(name), options or CheckOptions())
 
 
 def select_stages(only: Iterable[str] | None = None, skip: Iterable[str] | None = None,
@@ -291,21 +315,6 @@ def select_stages(only: Iterable[str] | None = None, skip: Iterable[str] | None 
     if backend == "none":
         chosen -= set(stage_names(needs_world=True))
     return [s for s in stage_table() if s.name in chosen]
-
-
-def timeout_seconds(text: str) -> float:
-    """argparse type of ``--timeout``: seconds, finite, > 0 and at most ``MAX_TIMEOUT_S`` (one day)."""
-    from distcheck.runners.backends import MAX_TIMEOUT_S, check_timeout
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    try:
-        return check_timeout("--timeout", value)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive, finite number of seconds <= {MAX_TIMEOUT_S:g} (one day), got {text!r}") from None
 
 
 # ----------------------------------------------------------------------------- rows of one stage

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.certify import bounds as tb
+from distcheck.engine.contracts import bounds as tb
 from distcheck.certify.certificate import Certificate, stable_view, write_atomic
-from distcheck.certify.checks import agree, compare, compare_collectives
+from distcheck.engine.contracts.checks import agree, compare, compare_collectives
 from distcheck.certify.config import load_config
-from distcheck.certify.contract import (
+from distcheck.engine.contracts.contract import (
     Contract,
     Option,
     Outcome,
@@ -27,9 +27,9 @@ from distcheck.certify.contract import (
     parse_option_value,
 )
 from distcheck.certify.engine import LocalWorld, certify, reproduce_command
-from distcheck.certify.errors import CertificationFailed, ProtocolError, TargetError
-from distcheck.certify.layer import split_bounds
-from distcheck.certify.targets import import_target, make_target, reference_of
+from distcheck.engine.contracts.errors import CertificationFailed, ProtocolError, TargetError
+from distcheck.engine.contracts.layer import split_bounds
+from distcheck.engine.contracts.targets import import_target, make_target, reference_of
 from distcheck.errors import ConfigError, RankFailure, UnknownQuantityError
 
 TP_CONTRACTS = ["column-parallel-linear", "row-parallel-linear", "tensor-parallel-attention", "tensor-parallel-mlp"]
@@ -173,7 +173,7 @@ def test_agree_and_collectives():
 
 def test_tracked_attention_matches_the_reference_and_bounds_a_float32_run():
     from distcheck import attention
-    from distcheck.certify.contracts.tp import TPCase, _tracked_attention
+    from distcheck.parallel.tp.contracts import TPCase, _tracked_attention
 
     rng = np.random.default_rng(0)
     s, d, H, G, e = 4, 6, 4, 2, 3
@@ -189,7 +189,7 @@ def test_tracked_attention_matches_the_reference_and_bounds_a_float32_run():
     # torch's own kernels in float32 and bfloat16 (one process, the unsharded attention block) stay within the bound
     import torch
 
-    from distcheck.certify.layer import _torch_modules
+    from distcheck.engine.contracts.layer import _torch_modules
 
     for dtype in ("float32", "bfloat16"):
         module = _torch_modules()[1](d, H, G, e, True).to(getattr(torch, dtype))
@@ -217,24 +217,24 @@ def test_exact_products_on_a_dyadic_grid_carry_no_error():
 
 
 def test_targets_import_or_say_why():
-    assert import_target("distcheck.certify.layer:split_bounds")[0] is split_bounds
+    assert import_target("distcheck.engine.contracts.layer:split_bounds")[0] is split_bounds
     with pytest.raises(TargetError, match="must be 'module:object'"):
-        import_target("distcheck.certify.layer.split_bounds")
+        import_target("distcheck.engine.contracts.layer.split_bounds")
     with pytest.raises(TargetError, match="cannot be imported: ModuleNotFoundError"):
         import_target("no_such_package_xyz:Layer")
     with pytest.raises(TargetError, match="has no attribute 'Nope'"):
-        import_target("distcheck.certify.layer:Nope")
+        import_target("distcheck.engine.contracts.layer:Nope")
 
 
 def test_targets_travel_by_name_or_by_value():
-    assert reference_of(split_bounds) == "distcheck.certify.layer:split_bounds"
+    assert reference_of(split_bounds) == "distcheck.engine.contracts.layer:split_bounds"
 
     def local():
         pass
 
     assert reference_of(local) is None
     named = make_target(split_bounds, None, "factory")
-    assert named.pickled is None and named.ref == "distcheck.certify.layer:split_bounds"
+    assert named.pickled is None and named.ref == "distcheck.engine.contracts.layer:split_bounds"
     by_value = make_target({"up": 1}, None, "plan")
     assert pickle.loads(by_value.pickled) == {"up": 1} and by_value.ref == "{'up': int}"
     with pytest.raises(TargetError, match="importable as module:object or picklable"):
@@ -244,7 +244,7 @@ def test_targets_travel_by_name_or_by_value():
 def test_the_targets_distribution_and_version_are_found():
     import importlib.metadata
 
-    from distcheck.certify.targets import package_version
+    from distcheck.engine.contracts.targets import package_version
 
     assert package_version("torch.distributed.tensor.parallel:ColwiseParallel") == (
         "torch", importlib.metadata.version("torch"))
@@ -308,7 +308,7 @@ class AdditionContract(Contract):
         return st.builds(_Pair, st.integers(0, 20), st.integers(0, 20))
 
     def run_rank(self, ctx, target, case, dtype, options):
-        from distcheck.certify.targets import resolve
+        from distcheck.engine.contracts.targets import resolve
 
         f = resolve(target)
         return f(case.a, case.b), f(case.b, case.a)
@@ -348,7 +348,7 @@ def test_batches_count_every_example_and_report_the_failing_case():
 
 
 def test_the_exactness_guard_refuses_a_case_too_large_for_the_dtype():
-    from distcheck.certify.sharded import check_exact
+    from distcheck.engine.contracts.sharded import check_exact
 
     x, w = np.full((1, 8), 8.0), np.full((8, 8), 8.0)  # sums reach 8 * 64 = 512 > 2**8
     check_exact("float32", [(x, w)])

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from distcheck.certify.certificate import stable_view  # noqa: E402
 from distcheck.certify.engine import certify  # noqa: E402
-from distcheck.certify.errors import ProtocolError  # noqa: E402
+from distcheck.engine.contracts.errors import ProtocolError  # noqa: E402
 from distcheck.runners import RankPool  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,6 +249,28 @@ def test_config_rows_give_distcheck_check_its_rows(tmp_path):
     assert rows[1].examples == 3 and rows[0].detail.startswith(f"{EXAMPLES}:RowParallelBiasEveryRank: ")
     (tmp_path / "empty.toml").write_text("[tool.other]\nx = 1\n")
     assert config_rows(tmp_path / "empty.toml") == []  # no targets: no rows
+
+
+@pytest.mark.multiprocess
+def test_distcheck_check_runs_the_targets_of_the_current_folders_pyproject(tmp_path, monkeypatch, capsys):
+    from distcheck.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.distcheck]\nworld-sizes = [2]\nbackend = "gloo"\n\n'
+        f'[[tool.distcheck.certify]]\ntarget = "{EXAMPLES}:RowParallelReduceToRank0"\ncontract = "row-parallel-linear"\n'
+        'dtypes = ["float64"]\nexamples = 5\n')
+    code = main(["check", "--only", "certify", "--format", "json", "--quiet"])
+    rows = {r["check"]: r for r in json.loads(capsys.readouterr().out)}
+    assert code == 1 and rows["row-parallel-linear.forward[float64]"]["verdict"] == "FAIL"
+    assert "rank 1 differs from the reference" in rows["row-parallel-linear.forward[float64]"]["detail"]
+    # a pyproject.toml without [tool.distcheck], or none at all: the stage gives no rows
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    assert main(["check", "--only", "certify", "--format", "json", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    (tmp_path / "pyproject.toml").unlink()
+    assert main(["check", "--only", "certify", "--format", "json", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
 
 
 @pytest.mark.slow

@@ -122,6 +122,42 @@ def test_sigterm_unwinds_closes_the_pool_and_exits_143(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("distcheck-pool-")]
 
 
+def test_sigterm_inside_a_gc_callback_is_not_lost(monkeypatch):
+    """A handler's exception raised inside a garbage-collector callback (Hypothesis installs one) would be
+    printed and dropped: there the handler waits for the signal to be delivered again."""
+    import gc
+
+    from distcheck import cli
+
+    sent = []
+    monkeypatch.setattr(cli.os, "kill", lambda pid, sig: sent.append(sig))
+    monkeypatch.setattr(cli, "_RESEND_S", 0.05)
+    monkeypatch.setitem(cli._TERM, "state", "idle")
+    seen = {}
+
+    def callback(phase, info):
+        if phase == "start" and "raised" not in seen:
+            try:
+                cli._terminate(signal.SIGTERM, sys._getframe())
+                seen["raised"] = False
+            except cli._Terminated:
+                seen["raised"] = True
+
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(callback)
+    assert seen == {"raised": False} and cli._TERM["state"] == "pending"
+    time.sleep(0.3)
+    assert sent == [signal.SIGTERM]  # delivered again
+    with pytest.raises(cli._Terminated):  # outside a callback: unwinds at once
+        cli._terminate(signal.SIGTERM, sys._getframe())
+    cli._TERM["state"] = "handled"  # what main() does when it has unwound
+    time.sleep(0.3)
+    assert sent == [signal.SIGTERM] and cli._terminate(signal.SIGTERM, None) is None
+
+
 def test_a_shipped_key_is_named_without_a_path(tmp_path, monkeypatch, capsys):
     from distcheck.golden import default_golden_dir
 

@@ -71,14 +71,21 @@ def _literals(path: Path) -> list[tuple[int, str]]:
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip]
 
 
+#: real-backend drivers still in distcheck/runners/ (distcheck.runners.layers.NOT_YET_MOVED): each leaves
+#: this list when it moves into its package
+NOT_YET_MOVED = {"distcheck/runners/pipelining.py"}
+
+
 def test_no_schedule_or_collective_name_is_written_outside_the_vocabulary():
-    # the real-backend checks in distcheck/runners/ follow when they move into the packages
     vocabulary = set(names(Schedule)) | set(names(Collective))
     written = [f"{p.relative_to(ROOT)}:{line}: {text!r}"
                for p in sorted((ROOT / "distcheck").rglob("*.py"))
-               if "runners" not in p.parts and p.name != "vocab.py"
+               if str(p.relative_to(ROOT)) not in NOT_YET_MOVED and p.name != "vocab.py"
                for line, text in _literals(p) if text in vocabulary]
     assert written == []
+    # every exemption is still needed: a module that moved, or no longer spells a name, leaves the list
+    assert {m for m in NOT_YET_MOVED if not (ROOT / m).is_file()
+            or not [t for _, t in _literals(ROOT / m) if t in vocabulary]} == set()
     # the scan sees what it looks for: a literal in a function body is found
     assert (3, "gpipe") in [(line, t) for line, t in _literals_of("x = 1\ndef f():\n    return 'gpipe'\n")]
 

@@ -1,6 +1,6 @@
 """Discovery, not lists: the engine finds the parallelism packages and their role modules by
-walking distcheck.parallel, so a new package adds its forms, strategies, properties, mutants and
-proofs without an edit anywhere else.
+walking distcheck.parallel, so a new package adds its forms, strategies, properties, mutants,
+proofs and contracts without an edit anywhere else.
 
 The demonstration package is written to a temporary folder and put on ``distcheck.parallel``'s
 search path in a fresh interpreter, so the registries of this process stay as they are.
@@ -128,7 +128,52 @@ _DEMO = {
             n = f.symbols["n"]
             return zero(f.expr - (n + n)), "2 n = n + n"
         """,
+    "contracts.py": """
+        from hypothesis import strategies as st
+
+        from distcheck.engine.contracts.contract import Contract, Outcome, PropertySpec
+        from distcheck.engine.contracts.targets import make_target, resolve
+
+
+        class Doubles(Contract):
+            name = "zz-demo-double"
+            parallelism = "zz_demo"
+            summary = "f(n) = 2 n"
+            properties = (PropertySpec("value", "f(n) == 2 n", "exact"),)
+            dtypes = ("float64",)
+            needs_world = False
+
+            def resolve(self, obj, ref, options):
+                return make_target(obj, ref, "function"), options
+
+            def cases(self, world_size, dtype, options):
+                return st.integers(1, 9)
+
+            def run_rank(self, ctx, target, case, dtype, options):
+                return resolve(target)(case)
+
+            def check(self, case, results, world_size, dtype, options):
+                got = results[0]
+                return {"value": Outcome(got == 2 * case, message=f"f({case}) = {got}, expected {2 * case}")}
+        """,
+    "findings.py": """
+        from distcheck.engine.findings import Finding
+
+        FINDINGS = (Finding(name="demo.double_is_odd", check="zz_demo.double.exact", symptom=r"double\\(1\\) = 3",
+                            summary="doubles oddly", library="numpy", seen_on=("1.0",), reproduce="python -c 0",
+                            reported="nowhere"),)
+        """,
 }
+
+#: a contract module in a package distcheck.certify.contracts, walked besides the parallelism packages
+#: when it exists (where contracts lived before they moved into their packages)
+_EXTRA = """
+from distcheck.parallel.zz_demo.contracts import Doubles
+
+
+class Triples(Doubles):
+    name = "zz-extra-triple"
+"""
 
 _RUN = """
 import sys
@@ -146,6 +191,19 @@ print("property", [p.name for p in properties("zz_demo")], run_property("zz_demo
 print("strategy", "counts" in ds.__all__, ds.counts.__module__)
 print("mutant", kill_mutant("zz_demo.off_by_one").extra["outcome"])
 print("proof", prove("proof.zz_demo.double").verdict)
+from distcheck.engine.findings import known_findings, label_findings
+from distcheck.report import CheckResult
+print("findings", [f.name for f in known_findings()],
+      [r.verdict for r in label_findings([CheckResult("zz_demo.double.exact", "gloo", "FAIL", 2, 1, detail="double(1) = 3"),
+                                          CheckResult("zz_demo.double.exact", "gloo", "FAIL", 2, 1, detail="double(2) = 5")],
+                                         versions={"numpy": "1.0"})])
+import distcheck.certify
+distcheck.certify.__path__.append(sys.argv[1] + "/extra")
+from distcheck.certify import certify, contracts
+print("contracts", [c.name for c in contracts() if c.name.startswith("zz-")],
+      callable(distcheck.certify.contracts), sys.modules["distcheck.certify.contracts"].__name__)
+print("certify", certify("distcheck.parallel.zz_demo.reference:double", "zz-demo-double").ok,
+      certify("distcheck.parallel.zz_demo.mutants:double_plus_one", "zz-demo-double").ok)
 """
 
 
@@ -154,6 +212,9 @@ def _demo(tmp_path: Path, **changes: str) -> Path:
     pkg.mkdir()
     for name, text in {**_DEMO, **changes}.items():
         (pkg / name).write_text(textwrap.dedent(text))
+    (tmp_path / "extra" / "contracts").mkdir(parents=True)
+    (tmp_path / "extra" / "contracts" / "__init__.py").write_text("")
+    (tmp_path / "extra" / "contracts" / "zz_extra.py").write_text(_EXTRA)
     return tmp_path
 
 
@@ -173,6 +234,10 @@ def test_a_new_package_is_picked_up_whole_with_no_other_edit(tmp_path):
         "strategy True distcheck.strategies",
         "mutant killed",
         "proof pass",
+        "findings ['demo.double_is_odd'] ['finding', 'FAIL']",  # only the exact symptom is the finding
+        # the package's role module, then distcheck.certify.contracts; the public function keeps its name
+        "contracts ['zz-demo-double', 'zz-extra-triple'] True distcheck.certify.contracts",
+        "certify True False",  # the reference is certified, the mutant is not
     ]
 
 

@@ -158,11 +158,11 @@ def test_the_table_finding_reproduces_on_this_torch():
     pytest.importorskip("torch")
     import warnings
 
-    from distcheck.runners.layers import world_free_layer_rows
+    from distcheck.stages import world_free_stage_rows
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = {r.check: r for r in world_free_layer_rows(["pipelining"])}
+        rows = {r.check: r for r in world_free_stage_rows("layers")}  # the pipeline tables and the fake mesh
     # on torch 2.13 the scan's smallest case is exactly the recorded symptom
     assert rows[TABLE].verdict == FINDING, rows[TABLE].detail
     assert {r.verdict for c, r in rows.items() if c != TABLE} == {PASS}

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import strategies as st
 
 from distcheck.certify import certify
-from distcheck.certify.contracts.layout import LayoutTarget, Probe, ProbeSet, canonical
-from distcheck.certify.errors import ProtocolError
-from distcheck.certify.estimators import (
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet, canonical
+from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.parallel.memory.estimators import (
     STATE_CONVENTIONS,
     Estimator,
     EstimatorFamily,
@@ -229,7 +229,7 @@ def test_bad_estimator_arguments_and_targets_are_refused():
         Estimator("x", None, 1, 5)
     with pytest.raises(ConfigError, match="estimators"):
         EstimatorFamily("x", (Estimator("x", None, 1, partial(zero, 1)),))
-    with pytest.raises(ProtocolError, match="must be a distcheck.certify.estimators.Estimator"):
+    with pytest.raises(ProtocolError, match="must be a distcheck.parallel.memory.estimators.Estimator"):
         certify(partial(zero, 1), "memory-estimator")
     with pytest.raises(ConfigError, match="dtypes='int8' must be one of float64, float32, bfloat16, exact"):
         certify(Estimator("x", None, 1, partial(zero, 1)), "memory-estimator", dtypes=["int8"])
@@ -336,13 +336,13 @@ ROUNDS_UP = Estimator("bad.zero3", None, 3, rounds_up)
 
 
 def test_a_target_whose_library_is_missing_is_bad_input(monkeypatch, capsys):
-    from distcheck.certify.errors import TargetError
+    from distcheck.engine.contracts.errors import TargetError
     from distcheck.cli import main
 
     missing = Estimator("gone.zero2", "no-such-distribution-here", 2, partial(zero, 2))
     with pytest.raises(TargetError, match="wraps no-such-distribution-here, which is not installed"):
         certify(missing, "memory-estimator")
-    monkeypatch.setattr("distcheck.certify.targets.distribution_version", lambda dist: None)
+    monkeypatch.setattr("distcheck.engine.contracts.targets.distribution_version", lambda dist: None)
     assert main(["certify", "distcheck.libs.targets.deepspeed:ZERO2", "--contract", "memory-estimator"]) == 2
     assert "wraps deepspeed, which is not installed" in capsys.readouterr().err
 

@@ -222,7 +222,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_import_does_not_load_torch():
-    code = "import sys, distcheck.runners, distcheck.runners.pool, distcheck.runners.ddp; print('torch' in sys.modules)"
+    code = ("import sys, distcheck.runners, distcheck.runners.pool, distcheck.parallel.dp.checks, "
+            "distcheck.parallel.dp.contracts, distcheck.parallel.zero.contracts, distcheck.parallel.tp.checks; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -73,18 +73,21 @@ def plugged(tmp_path, monkeypatch):
 
 
 def test_stages_are_declared_once_in_order():
-    assert stages.stage_names() == ("properties", "golden", "distributed", "layers")
+    assert stages.stage_names() == ("properties", "golden", "distributed", "layers", "certify")
     assert stages.stage_names(needs_world=True) == ("distributed", "layers")
-    assert stages.stage_names(needs_world=False) == ("properties", "golden")
-    table = {s.name: s for s in stages.STAGES}
+    assert stages.stage_names(needs_world=False) == ("properties", "golden", "certify")
+    table = {s.name: s for s in stages.stage_table()}  # the world stages' checks are discovered
     assert table["distributed"].preload == ("torch._dynamo", "torch.nn.parallel")
+    assert [c.name for c in table["distributed"].checks] == ["dp"]
+    assert {"comm", "layout", "pp", "tp", "zero"} <= {c.name for c in table["layers"].checks}
     assert table["layers"].label(stages.CheckOptions(backend="threaded")) == "layers on threaded"
 
 
 def test_selection_keeps_declared_order_and_drops_world_stages_without_a_backend():
     names = [s.name for s in stages.select_stages(["layers", "properties"], None, "gloo")]
     assert names == ["properties", "layers"]
-    assert [s.name for s in stages.select_stages(None, ["golden"], "none")] == ["properties"]
+    # certify stays (a pure stage), and gives no rows without a backend
+    assert [s.name for s in stages.select_stages(None, ["golden"], "none")] == ["properties", "certify"]
     with pytest.raises(ConfigError) as info:
         stages.select_stages(["layer"], None, "gloo")
     assert info.value.field == "only"
@@ -133,6 +136,91 @@ def test_a_plugged_stage_runs_through_the_unchanged_command_line(plugged, capsys
         ("alpha.where", "gloo", 1, "pass"),
         ("alpha.where", "gloo", 2, "pass"),
     ]
+
+
+CERTIFYING_MODULE = '''
+from hypothesis import strategies as st
+
+from distcheck.engine.contracts.contract import Contract, ContractRun, Outcome, PropertySpec, register_contract
+from distcheck.engine.contracts.targets import make_target, resolve
+
+STAGE = "echo"
+
+
+def echo(ctx, n):
+    return n * ctx.world_size
+
+
+def off_by_one_on_rank_1(ctx, n):
+    return n * ctx.world_size + (ctx.rank == 1)
+
+
+class Scaled(Contract):
+    name = "zz-scaled"
+    parallelism = "echo"
+    properties = (PropertySpec("value", "every rank returns n times the world size", "exact"),)
+    dtypes = ("float64",)
+
+    def resolve(self, obj, ref, options):
+        return make_target(obj, ref, "function"), options
+
+    def cases(self, world_size, dtype, options):
+        return st.integers(0, 50)
+
+    def run_rank(self, ctx, target, case, dtype, options):
+        return resolve(target)(ctx, case)
+
+    def check(self, case, results, world_size, dtype, options):
+        bad = tuple(r for r, got in enumerate(results) if got != case * world_size)
+        return {"value": Outcome(not bad, message=f"n={case}: ranks {list(bad)} returned {results}", ranks=bad)}
+
+
+register_contract(Scaled())
+CERTIFY = (ContractRun("gamma.echo", "zz-scaled", __name__ + ":echo"),
+           ContractRun("gamma.off_by_one", "zz-scaled", __name__ + ":off_by_one_on_rank_1"))
+'''
+
+
+@pytest.mark.multiprocess
+def test_a_checks_module_certifies_its_contract_runs_through_the_stage(plugged, tmp_path, capsys, monkeypatch):
+    """CERTIFY: each run is certified on every world of the stage, Hypothesis-driven, one row per property
+    with its example count; a wrong target is a FAIL row with the shrunk case and the replay command."""
+    from distcheck.cli import main
+    from distcheck.engine.contracts import contract
+
+    monkeypatch.setattr(contract, "_REGISTRY", dict(contract._REGISTRY))  # the test's contract leaves with it
+
+    (tmp_path / plugged / "gamma").mkdir()
+    (tmp_path / plugged / "gamma" / "__init__.py").write_text("")
+    (tmp_path / plugged / "gamma" / "checks.py").write_text(textwrap.dedent(CERTIFYING_MODULE))
+    code = main(["check", "--only", "echo", "--world-sizes", "2", "--timeout", "45", "--format", "json", "--quiet",
+                 "--profile", "ci"])
+    rows = {(r["check"], r["world_size"]): r for r in json.loads(capsys.readouterr().out)}
+    assert code == 1
+    ok, bad = rows[("gamma.echo.value", 2)], rows[("gamma.off_by_one.value", 2)]
+    assert ok["verdict"] == "pass" and ok["examples"] == 10  # the ci profile's world-level count
+    assert bad["verdict"] == "FAIL" and "n=0: ranks [1] returned [0, 1]" in bad["detail"]  # shrunk to n = 0
+    assert f"distcheck certify {plugged}.gamma.checks:off_by_one_on_rank_1 --contract zz-scaled" in bad["detail"]
+
+
+def test_world_level_examples_follow_the_profile(monkeypatch):
+    from distcheck.certify import runs
+    from distcheck.engine import profiles
+    from distcheck.engine.contracts.contract import ContractRun
+
+    assert profiles.WORLD_MAX_EXAMPLES == {"dev": 10, "ci": 10, "thorough": 100}
+    seen = {}
+
+    def fake_certify(target, contract, **kwargs):
+        seen[kwargs["profile"]] = kwargs["examples"]
+        raise StopIteration
+
+    monkeypatch.setattr("distcheck.certify.engine.certify", fake_certify)
+    for profile in ("ci", "thorough"):
+        with pytest.raises(StopIteration):
+            runs.contract_rows(SimpleNamespace(world_size=2, backend="gloo"), [ContractRun("x", "y", "m:z")],
+                               profile=profile)
+    assert seen == {"ci": 10, "thorough": 100}
 
 
 def _pids(ctx):

@@ -153,9 +153,9 @@ def test_distcheck_check_under_torchrun_two_ranks(torchrun_check):
     out, _ = torchrun_check(2, "--skip", "properties", "--skip", "golden", "--format", "json", "--timeout", "90")
     rows = json.loads(out)  # rank 0 alone prints: stdout is exactly one JSON report
     verdicts = {(r["check"], r["backend"], r["world_size"]): r["verdict"] for r in rows}
-    for name in ("ddp.equal_shards", "ddp.unequal_shards.plain", "ddp.unequal_shards.weighted",
-                 "comm.bytes_per_rank.all_gather", "zero1.optimizer_bytes_per_rank", "fsdp2.bytes_per_rank",
-                 "tp.mlp.allreduce_per_forward", "pp.grads.ScheduleGPipe", "mesh.groups"):
+    for name in ("ddp.equal_shards.grads", "ddp.unequal_shards.plain.full_batch", "ddp.unequal_shards.hook.grads",
+                 "comm.bytes_per_rank.all_gather", "zero1.bytes_per_rank", "fsdp2[reshard=True].bytes_per_rank",
+                 "tp.mlp.collectives.forward[float64]", "pp.grads.ScheduleGPipe", "mesh.groups"):
         assert verdicts[(name, "gloo", 2)] == "pass", name
     assert verdicts[("mesh.groups.fake", "fake", 16_384)] == "pass"  # world-free, run by rank 0 before joining
     assert not [r for r in rows if r["verdict"] == "FAIL"]

@@ -9,7 +9,10 @@ or ``distcheck certify mypkg.layers:MyRowParallel --contract row-parallel-linear
 docs/CERTIFY.md). A *contract* (:class:`Contract`) holds the cases sized to the world, the rank
 function, the reference, the cross-rank checks, the collectives expected and the exactness
 regime; the engine (:func:`certify`) drives Hypothesis in the parent and runs every example on
-every rank of a persistent pool.
+every rank of a persistent pool. The contract machinery is :mod:`distcheck.engine.contracts`
+and the contracts live with their parallelism (``distcheck/parallel/<name>/contracts.py``);
+this package is the engine, the certificate, the ``[tool.distcheck]`` configuration, the
+command line and the pytest support, and keeps the public names below.
 
 Importing this package does not import torch; the names below load on first use.
 """
@@ -20,37 +23,41 @@ import importlib
 from typing import Any
 
 __all__ = [
-    "certify",
-    "Certification",
     "Certificate",
-    "PropertyVerdict",
+    "Certification",
+    "CertificationFailed",
     "Contract",
-    "PropertySpec",
     "Option",
     "Outcome",
-    "contracts",
-    "get_contract",
-    "register_contract",
+    "PropertySpec",
+    "PropertyVerdict",
     "ProtocolError",
     "TargetError",
-    "CertificationFailed",
-    "load_config",
+    "certify",
     "config_rows",
+    "contracts",
+    "get_contract",
+    "load_config",
+    "register_contract",
 ]
 
 _WHERE = {
-    "certify": "engine",
-    "Certification": "certificate", "Certificate": "certificate", "PropertyVerdict": "certificate",
-    "Contract": "contract", "PropertySpec": "contract", "Option": "contract", "Outcome": "contract",
-    "contracts": "contract", "get_contract": "contract", "register_contract": "contract",
-    "ProtocolError": "errors", "TargetError": "errors", "CertificationFailed": "errors",
-    "load_config": "config", "config_rows": "config",
+    "certify": "distcheck.certify.engine",
+    "Certification": "distcheck.certify.certificate", "Certificate": "distcheck.certify.certificate",
+    "PropertyVerdict": "distcheck.certify.certificate",
+    "Contract": "distcheck.engine.contracts.contract", "PropertySpec": "distcheck.engine.contracts.contract",
+    "Option": "distcheck.engine.contracts.contract", "Outcome": "distcheck.engine.contracts.contract",
+    "contracts": "distcheck.engine.contracts.contract", "get_contract": "distcheck.engine.contracts.contract",
+    "register_contract": "distcheck.engine.contracts.contract",
+    "ProtocolError": "distcheck.engine.contracts.errors", "TargetError": "distcheck.engine.contracts.errors",
+    "CertificationFailed": "distcheck.engine.contracts.errors",
+    "load_config": "distcheck.certify.config", "config_rows": "distcheck.certify.config",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
-        return getattr(importlib.import_module(f"distcheck.certify.{_WHERE[name]}"), name)
+        return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'distcheck.certify' has no attribute {name!r}")
 
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distcheck.certify.errors import CertificationFailed
+from distcheck.engine.contracts.errors import CertificationFailed
 from distcheck.report import FAIL, PASS, SKIP, CheckResult
 
 __all__ = ["PropertyVerdict", "Certification", "Certificate", "versions", "write_atomic", "stable_view",

@@ -93,7 +93,7 @@ def add_parser(sub, *, world_sizes, seconds) -> argparse.ArgumentParser:
 
 def render_contracts() -> str:
     """Every contract with its summary, properties (and regimes) and options."""
-    from distcheck.certify.contract import contracts
+    from distcheck.engine.contracts.contract import contracts
 
     lines = []
     for c in contracts():
@@ -118,7 +118,7 @@ def _jobs(args) -> tuple[list[_Job], str, int | None, float]:
     cli_options = dict(args.option)
     if args.target is not None:
         if args.contract is None:
-            from distcheck.certify.contract import contracts
+            from distcheck.engine.contracts.contract import contracts
 
             raise ConfigError("--contract", None, "is required with a target (contracts: "
                                                   f"{', '.join(c.name for c in contracts())})")
@@ -140,7 +140,7 @@ def _jobs(args) -> tuple[list[_Job], str, int | None, float]:
 
 def _check_worlds(jobs: list[_Job]) -> None:
     """Refuse, before anything starts, worlds this host cannot run (bad input: exit 2)."""
-    from distcheck.certify.contract import get_contract
+    from distcheck.engine.contracts.contract import get_contract
     from distcheck.errors import BackendUnavailable
     from distcheck.runners.pool import MAX_LOCAL_RANKS, check_backend_available
 

@@ -11,7 +11,7 @@ failure alone (an example is interesting when that property fails there); the pr
 are then run again from the start, so each property gets its own verdict, example count and
 counterexample. A rank that raises fails every property left, with one shrunk counterexample.
 A target that does not follow the contract's protocol stops the certification with a
-:class:`~distcheck.certify.errors.ProtocolError` (bad input), whichever example found it.
+:class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certification, PropertyVerdict
-from distcheck.certify.contract import Contract, Outcome, check_dtypes, get_contract
-from distcheck.certify.errors import ProtocolError
 from distcheck.certify.local_constants import without_local_constants
-from distcheck.certify.targets import distribution_version, import_target, package_version, reference_of
+from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
+from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.engine.contracts.targets import distribution_version, import_target, package_version, reference_of
 from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
 
@@ -81,7 +81,7 @@ class _Crash:
 
 
 def _crash(exc: DistributedError) -> _Crash:
-    from distcheck.runners.collectives import exception_line
+    from distcheck.engine.drivers import exception_line
 
     if isinstance(exc, RankFailure):
         failures = getattr(exc, "failures", None) or {exc.rank: exc.traceback_text}
@@ -97,7 +97,7 @@ def _protocol_error(exc: DistributedError, ref: str) -> ProtocolError | None:
     """The ProtocolError a rank raised, if that is what failed (chained, or named in the traceback)."""
     if isinstance(exc.__cause__, ProtocolError):
         return exc.__cause__
-    from distcheck.runners.collectives import exception_line
+    from distcheck.engine.drivers import exception_line
 
     for text in (getattr(exc, "failures", None) or {}).values():
         line = exception_line(text)

@@ -31,7 +31,7 @@ class CheckResult:
         world_size: ranks in the world (1 for pure references).
         examples: examples tried (Hypothesis examples, figures, or runs).
         verdict: ``"pass"``, ``"FAIL"``, ``"skip"`` or ``"finding"`` (a known upstream
-            discrepancy, reproduced and reported; see distcheck.runners.findings).
+            discrepancy, reproduced and reported; see distcheck.engine.findings).
         max_error: the largest absolute error seen (None where not numeric).
         bound: the bound the error was held to (None for exact checks).
         detail: one line: the counterexample, the reason for a skip, or the figure.

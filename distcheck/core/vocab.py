@@ -85,7 +85,7 @@ class Verdict(_Name):
       mutant, a failure no recorded finding explains exactly). The run exits 1.
     - ``skip``: it cannot run here; the detail names the reason.
     - ``finding``: the check FAILED with exactly the symptom of a recorded upstream
-      discrepancy (:mod:`distcheck.runners.findings`); reported with its evidence, not a
+      discrepancy (:mod:`distcheck.engine.findings`); reported with its evidence, not a
       failure of the run.
     """
 

@@ -10,14 +10,16 @@ to know about one strategy, in modules named by their role (:data:`ROLES`):
 - ``properties``: registered :class:`~distcheck.engine.registry.Property` objects;
 - ``mutants``: registered known-wrong implementations;
 - ``proofs``: registered sympy proofs;
+- ``contracts``: contracts a user's implementation is certified against (registered by
+  :mod:`distcheck.engine.contracts`, run by ``distcheck certify`` and ``distcheck check``);
 - ``checks``, ``findings``: real-backend checks and recorded upstream discrepancies;
 - ``quantities``: audit quantities beyond the closed forms.
 
 A role module may be a sub-package, or import sibling modules of its own (``reference``
 importing ``attention``): discovery imports the role module, and the role module imports
-the rest. Every registry of the engine (closed forms, properties, mutants, proofs) fills
-itself by importing one role of every package, so adding a package adds its forms,
-properties, mutants and proofs without editing any other file.
+the rest. Every registry of the engine (closed forms, properties, mutants, proofs, contracts)
+fills itself by importing one role of every package, so adding a package adds its forms,
+properties, mutants, proofs and contracts without editing any other file.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ __all__ = ["PARALLEL", "ROLES", "packages", "role_module", "role_modules", "impo
 #: the package whose sub-packages are the parallelism packages
 PARALLEL = "distcheck.parallel"
 #: the role modules a parallelism package may hold (each optional)
-ROLES = ("reference", "forms", "strategies", "properties", "mutants", "proofs", "checks", "findings", "quantities")
+ROLES = ("reference", "forms", "strategies", "properties", "mutants", "proofs", "contracts", "checks", "findings",
+         "quantities")
 
 
 

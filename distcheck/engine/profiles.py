@@ -5,6 +5,14 @@
   ``properties/`` runs well under two minutes on two cores.
 - ``thorough``: 400 examples, random seed, for nightly runs or before a release.
 
+Properties on a real world (``distcheck check``'s DDP and layer stages, which run contracts
+through a rank pool) take :data:`WORLD_MAX_EXAMPLES` examples per property instead: each
+example there is a step of every rank (a DDP or FSDP2 wrapper built, a forward, a backward,
+collectives), 10 to 100 ms on two cores against well under 1 ms for a reference property, so
+``ci`` runs 10 and ``thorough`` 100 (``dev`` 10). Every edge a contract's strategy must reach
+(unequal shards, a bias, tp not dividing a width) is in its strategy's reach at that count;
+``distcheck certify`` itself takes the profile's full count unless ``--examples`` says otherwise.
+
 Every profile prints the ``@reproduce_failure`` blob of a failure (``print_blob=True``)
 and has no deadline (the references build numpy arrays and the pipeline simulator
 walks whole schedules, so per-example time varies with the drawn sizes).
@@ -35,7 +43,7 @@ from distcheck.core.errors import ConfigError
 if TYPE_CHECKING:
     from hypothesis import settings
 
-__all__ = ["PROFILES", "DEFAULT_PROFILE", "hypothesis_name", "register_profiles", "load_profile", "get_profile",
+__all__ = ["PROFILES", "WORLD_MAX_EXAMPLES", "DEFAULT_PROFILE", "hypothesis_name", "register_profiles", "load_profile", "get_profile",
            "default_profile_name"]
 
 #: settings every profile shares: no deadline (first examples import sympy and torch),
@@ -48,6 +56,9 @@ PROFILES: dict[str, dict] = {
     "ci": dict(_COMMON, max_examples=40, derandomize=True, database=None),
     "thorough": dict(_COMMON, max_examples=400, suppress_health_check=("too_slow", "data_too_large")),
 }
+
+#: profile name -> Hypothesis examples per property of a contract run on a real world by ``distcheck check``
+WORLD_MAX_EXAMPLES: dict[str, int] = {"dev": 10, "ci": 10, "thorough": 100}
 
 #: the profile used when nothing selects one and CI is not set
 DEFAULT_PROFILE = "dev"

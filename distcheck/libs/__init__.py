@@ -1,8 +1,8 @@
 """``distcheck libs``: certify real libraries, the memory estimators and rank layouts of DeepSpeed,
 accelerate, Megatron-core and torchtitan, and fold the verdicts into the README's table.
 
-The contracts are the certify framework's (:mod:`distcheck.certify.contracts.memory`:
-``memory-estimator``, ``memory-estimator-stages``; :mod:`distcheck.certify.contracts.layout`:
+The contracts are the certify framework's (:mod:`distcheck.parallel.memory.contracts`:
+``memory-estimator``, ``memory-estimator-stages``; :mod:`distcheck.parallel.layout.contracts`:
 ``rank-layout``, ``bad-input``), all world-free. The targets are the adapters of
 :mod:`distcheck.libs.targets`, module-level objects that import their library lazily, so each
 can also be certified alone (``distcheck certify distcheck.libs.targets.deepspeed:ZERO2
@@ -75,8 +75,8 @@ def certified_rows(ref: str, contract: str, *, max_examples: int, seed: int) -> 
     command that replays the run and, for a memory estimator's fit, the conventions it names.
     """
     from distcheck.certify import certify
-    from distcheck.certify.estimators import Estimator, named_conventions
-    from distcheck.certify.targets import import_target
+    from distcheck.parallel.memory.estimators import Estimator, named_conventions
+    from distcheck.engine.contracts.targets import import_target
     from distcheck.libs.targets import library
 
     obj = import_target(ref)[0]

@@ -12,10 +12,11 @@ Importing this module does not import torch; :func:`check_backend_available` doe
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import threading
 
-from distcheck.errors import BackendUnavailable, check_choice
+from distcheck.errors import BackendUnavailable, ConfigError, check_choice
 from distcheck.validate import check_float
 
 __all__ = ["BACKENDS", "MAX_LOCAL_RANKS", "MAX_TIMEOUT_S", "check_backend_available", "check_timeout"]
@@ -72,3 +73,16 @@ def check_timeout(field: str, value: object) -> float:
     """``value`` as float seconds: a real number (bools rejected), finite, ``> 0`` and
     ``<= MAX_TIMEOUT_S`` (one day). Raises ConfigError naming ``field`` otherwise."""
     return check_float(field, value, gt=0.0, max_value=MAX_TIMEOUT_S, why="seconds: one day at most")
+
+
+def timeout_seconds(text: str) -> float:
+    """argparse type of ``--timeout``: seconds, finite, > 0 and at most ``MAX_TIMEOUT_S`` (one day)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    try:
+        return check_timeout("--timeout", value)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive, finite number of seconds <= {MAX_TIMEOUT_S:g} (one day), got {text!r}") from None

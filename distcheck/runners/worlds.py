@@ -5,6 +5,7 @@
 the first time a stage asks for it, hands the same pool to every later stage, and closes
 them all at the end (or when the ``with`` block is left by an exception, Ctrl-C or
 SIGTERM turned into an exception), so every rank, descendant and folder goes with it.
+:func:`iter_pools` serves a driver that takes either a world or world sizes.
 
 Sharing is safe because a pool's ranks keep no state between steps that a check relies
 on: each rank function builds its models and groups from explicit seeds, and a failed step
@@ -14,13 +15,16 @@ leak into the next one's rows. Only ``ctx.scratch`` persists, and only within on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Self
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Self
 
+from distcheck.engine.drivers import is_world
+from distcheck.errors import BackendUnavailable, ConfigError, check_positive_int
 from distcheck.runners.context import World
 from distcheck.runners.pool import RankPool
 
-__all__ = ["LocalWorlds"]
+__all__ = ["LocalWorlds", "iter_pools"]
 
 
 class LocalWorlds:
@@ -62,3 +66,45 @@ class LocalWorlds:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def _pool_for(world_size: int, backend: str, timeout_s: float):
+    with RankPool(world_size=world_size, backend=backend, timeout_s=timeout_s) as pool:
+        yield pool
+
+
+def iter_pools(pool_or_world_sizes, backend: str = "gloo", timeout_s: float = 60.0) -> Iterator[tuple[Any, int, str, str | None]]:
+    """Yield ``(world, world_size, backend, skip_reason)`` for each world to check.
+
+    ``pool_or_world_sizes`` is a world (see :func:`is_world`: a started or
+    unstarted ``RankPool``, a ``TorchrunWorld``, ...) used as is with its own
+    world size and backend, an int world size, or a sequence of them (a pool is
+    opened per world size with ``backend`` and closed after its checks). When a
+    backend cannot run here (e.g. NCCL without GPUs) the world is ``None`` and
+    ``skip_reason`` says why; the caller emits ``skip`` rows.
+
+    Raises:
+        ConfigError: a world size that is not an int >= 1, or an empty sequence.
+    """
+    if is_world(pool_or_world_sizes):
+        yield pool_or_world_sizes, pool_or_world_sizes.world_size, pool_or_world_sizes.backend, None
+        return
+    sizes = [pool_or_world_sizes] if isinstance(pool_or_world_sizes, int) else list(pool_or_world_sizes)
+    if not sizes:
+        raise ConfigError("pool_or_world_sizes", pool_or_world_sizes, "must name at least one world size")
+    for ws in sizes:
+        if is_world(ws):
+            yield ws, ws.world_size, ws.backend, None
+            continue
+        check_positive_int("world_size", ws)
+        try:
+            cm = _pool_for(ws, backend, timeout_s)
+            pool = cm.__enter__()
+        except BackendUnavailable as exc:
+            yield None, ws, backend, str(exc)
+            continue
+        try:
+            yield pool, ws, backend, None
+        finally:
+            cm.__exit__(None, None, None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib import import_module
 from types import ModuleType
 
-from distcheck.certify.targets import distribution_version
+from distcheck.engine.contracts.targets import distribution_version
 
 __all__ = ["TARGETS", "target", "installed", "dist_version", "library"]
 

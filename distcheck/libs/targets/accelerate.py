@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from distcheck.certify.estimators import Estimator
+from distcheck.parallel.memory.estimators import Estimator
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "FLOAT32", "FLOAT16"]
 

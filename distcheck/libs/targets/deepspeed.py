@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 
-from distcheck.certify.estimators import Estimator, EstimatorFamily
+from distcheck.parallel.memory.estimators import Estimator, EstimatorFamily
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "ZERO2", "ZERO3", "STAGES"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 
-from distcheck.certify.contracts.layout import LayoutTarget, Probe, ProbeSet
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.core.vocab import Axis
 from distcheck.report import FAIL, CheckResult
 

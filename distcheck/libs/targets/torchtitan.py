@@ -15,7 +15,7 @@ data-parallel group (``batch``), with :class:`distcheck.layout.ParallelConfig` w
 
 from __future__ import annotations
 
-from distcheck.certify.contracts.layout import LayoutTarget, Probe, ProbeSet
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.core.vocab import Axis
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "PARALLEL_DIMS", "BAD_INPUT"]

@@ -29,7 +29,7 @@ framework's configuration onto these objects: which order, which degrees,
 which axes ep borrows from. They are the layouts the libraries *document*
 (Megatron-core ``parallel_state`` and ``RankGenerator``; torchtitan
 ``ParallelDims.build_mesh``), written here without their code, so that the
-rank-layout contract (:mod:`distcheck.certify.contracts.layout`) can compare
+rank-layout contract (:mod:`distcheck.parallel.layout.contracts`) can compare
 what the libraries build with them.
 
 Axis names come from :class:`distcheck.core.vocab.Axis` (tp, cp, pp, dp, ep and

@@ -1,4 +1,4 @@
-"""The contract protocol, and the registry that finds contracts by walking ``distcheck.certify.contracts``.
+"""The contract protocol, and the registry that finds contracts by discovery.
 
 A *contract* says what an implementation of one piece of distributed training
 must do, in five parts (see docs/CERTIFY.md):
@@ -17,11 +17,14 @@ must do, in five parts (see docs/CERTIFY.md):
    else ``bounded`` by a derived bound);
 5. **the protocol** (:meth:`Contract.resolve`): which objects the contract
    accepts (a module class, a torch parallel style, a factory ...) and how a
-   rank builds one; a mismatch is a :class:`~distcheck.certify.errors.ProtocolError`.
+   rank builds one; a mismatch is a :class:`~distcheck.engine.contracts.errors.ProtocolError`.
 
-Contracts are plain classes; a module of :mod:`distcheck.certify.contracts`
-that defines a subclass with a ``name`` registers it (no list to edit).
-:func:`register_contract` adds one defined elsewhere (a user's, a benchmark's).
+Contracts are plain classes and live with the parallelism they certify: the
+``contracts`` role module of a package (``distcheck/parallel/<name>/contracts.py``)
+that defines a subclass with a ``name`` registers it, found by walking
+:mod:`distcheck.parallel` (:mod:`distcheck.engine.discovery`; no list to edit).
+The modules of :data:`EXTRA_PACKAGES` are walked too. :func:`register_contract`
+adds one defined elsewhere (a user's, a benchmark's, a test's).
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ import importlib
 import json
 import pkgutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from distcheck.errors import ConfigError, UnknownQuantityError
+from distcheck.core.errors import ConfigError, UnknownQuantityError
 
 __all__ = [
     "DTYPES",
     "EXACT",
+    "EXTRA_PACKAGES",
+    "ContractRun",
     "PropertySpec",
     "Option",
     "Outcome",
@@ -88,6 +93,34 @@ class Option:
     choices: tuple | None = None
 
 
+@dataclass(frozen=True)
+class ContractRun:
+    """One certification that ``distcheck check`` runs on each world of a world stage: a
+    package's ``checks`` module lists them in ``CERTIFY``, with torch's own implementation (or
+    distcheck's fix) as the target, and the stage runs them through the certify engine.
+
+    Attributes:
+        name: the prefix of its rows (``"ddp.unequal_shards.hook"``): one row per property,
+            ``<name>.<property>``, and ``[<dtype>]`` appended when it runs in several dtypes.
+        contract: the contract's name.
+        target: ``module:object`` (imported in the parent, found again on every rank).
+        options: the contract's options.
+        dtypes: the formats (None: the contract's own).
+        doc: one line on what the run shows, for the docs and the table's detail.
+        min_world_size, below: the smallest world the run certifies, and why a smaller one gets a
+            ``skip`` row instead (default 1: every world).
+    """
+
+    name: str
+    contract: str
+    target: str
+    options: dict = field(default_factory=dict)
+    dtypes: tuple[str, ...] | None = None
+    doc: str = ""
+    min_world_size: int = 1
+    below: str = ""
+
+
 @dataclass
 class Outcome:
     """The verdict of one property on one example.
@@ -115,7 +148,7 @@ class Contract:
 
     Class attributes:
         name: the contract's name on the command line (``"column-parallel-linear"``).
-        parallelism: the parallelism it belongs to (``"tp"``), the package it will live in.
+        parallelism: the parallelism it belongs to (``"tp"``): the package it lives in.
         summary: one line.
         properties: its :class:`PropertySpec` tuple, in the order they are checked.
         options: its :class:`Option` tuple.
@@ -137,11 +170,11 @@ class Contract:
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> Any:
         """Check ``obj`` against the protocol; return ``(target, options)``: what every rank needs to
-        build it (picklable; usually a :class:`~distcheck.certify.targets.Target`, whose ``ref`` names it
+        build it (picklable; usually a :class:`~distcheck.engine.contracts.targets.Target`, whose ``ref`` names it
         in reports) and the effective options (a torch parallel style, for instance, says itself whether
         it gathers its output). ``ref`` is ``module:object`` when known, else None.
 
-        Raises :class:`~distcheck.certify.errors.ProtocolError` when ``obj`` does not fit.
+        Raises :class:`~distcheck.engine.contracts.errors.ProtocolError` when ``obj`` does not fit.
         """
         raise NotImplementedError
 
@@ -255,6 +288,13 @@ def parse_option_value(option: Option, value: Any) -> Any:
 
 # ---------------------------------------------------------------------------- registry
 
+#: packages walked for contracts besides the parallelism packages, by name and only when they exist.
+#: A contract belongs in its parallelism's ``distcheck/parallel/<name>/contracts.py``; the package
+#: ``distcheck/certify/contracts/`` (where contracts lived before they moved) is still walked when
+#: present, so a contract written there before the move is not lost (transitional: move it, then
+#: empty this tuple)
+EXTRA_PACKAGES: tuple[str, ...] = ("distcheck.certify.contracts",)
+
 _REGISTRY: dict[str, Contract] = {}
 _DISCOVERED = {"done": False}
 
@@ -273,13 +313,45 @@ def register_contract(contract: Contract) -> Contract:
     return contract
 
 
+def _contract_modules() -> list:
+    """Every module that may define contracts: the parallelism packages' ``contracts`` role modules
+    (and their sub-modules, when the role module is a package), then those of :data:`EXTRA_PACKAGES`."""
+    from distcheck.engine.discovery import role_modules
+
+    roots = list(role_modules("contracts"))
+    for name in EXTRA_PACKAGES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                continue  # the package is not there: nothing to walk
+            raise
+        roots.append(module)
+        _unshadow(name, module)
+    found: list = []
+    for root in roots:
+        found.append(root)
+        if hasattr(root, "__path__"):
+            found += [importlib.import_module(info.name)
+                      for info in pkgutil.walk_packages(root.__path__, prefix=root.__name__ + ".")]
+    return found
+
+
+def _unshadow(name: str, module) -> None:
+    """Importing ``a.b`` binds the module as attribute ``b`` of package ``a``; where ``a`` serves a
+    public name ``b`` of its own through a module ``__getattr__`` (``distcheck.certify.contracts``,
+    the function), drop the binding so that name keeps working (``sys.modules`` keeps the module)."""
+    parent_name, _, leaf = name.rpartition(".")
+    parent = importlib.import_module(parent_name)
+    if vars(parent).get(leaf) is module and callable(vars(parent).get("__getattr__")):
+        del vars(parent)[leaf]
+
+
 def _discover() -> None:
-    """Import every module under distcheck.certify.contracts; register the Contract subclasses they define."""
+    """Register the Contract subclasses (with a name) that the modules of :func:`_contract_modules` define."""
     if _DISCOVERED["done"]:
         return
-    package = importlib.import_module("distcheck.certify.contracts")
-    for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + "."):
-        module = importlib.import_module(info.name)
+    for module in _contract_modules():
         for value in vars(module).values():
             if (isinstance(value, type) and issubclass(value, Contract) and value.__module__ == module.__name__
                     and value.name):

@@ -2,7 +2,7 @@
 
 An :class:`Estimator` is a function from a configuration (parameters P, data-parallel
 ranks N, options such as the largest layer) to bytes per GPU, for one ZeRO stage. The
-memory-estimator contract (:mod:`distcheck.certify.contracts.memory`) fits its figures to
+memory-estimator contract (:mod:`distcheck.parallel.memory.contracts`) fits its figures to
 ``a·P + b·P/N + c`` and names the convention that gives (a, b):
 
 - :func:`fit`: exact evaluation at P0 and 2 P0 (P0 = :data:`FIT_PARAMS`, divisible by every

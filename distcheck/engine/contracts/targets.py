@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from distcheck.certify.errors import TargetError
+from distcheck.engine.contracts.errors import TargetError
 
 __all__ = ["Target", "import_target", "reference_of", "make_target", "describe", "resolve", "package_version",
            "distribution_version", "require_distribution"]

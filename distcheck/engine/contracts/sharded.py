@@ -1,12 +1,12 @@
 """A contract base for layers whose parameters are sharded over the ranks (tensor parallelism and
 its relatives): the five properties, the target kinds (a module class, a factory, a torch parallel
-style or plan), the harness of :mod:`distcheck.certify.layer`, and the generic check: every rank's
+style or plan), the harness of :mod:`distcheck.engine.contracts.layer`, and the generic check: every rank's
 output, input gradient and parameter-gradient shards against the reference, replicated results
 bit-identical across ranks, and the collectives of one forward and one backward against the
 expected list.
 
-A subclass (see :mod:`distcheck.certify.contracts.tp`) gives its parameters (:meth:`specs`), the
-case strategy, the :class:`~distcheck.certify.layer.LayerCase` of a case (which inputs and outputs
+A subclass (see :mod:`distcheck.parallel.tp.contracts`) gives its parameters (:meth:`specs`), the
+case strategy, the :class:`~distcheck.engine.contracts.layer.LayerCase` of a case (which inputs and outputs
 are split), the reference (exact, or with ``bounds``) and the expected collectives.
 """
 
@@ -17,13 +17,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from distcheck import strategies as ds
-from distcheck.certify.checks import agree, combine, compare, compare_collectives
-from distcheck.certify.contract import Contract, Option, Outcome, PropertySpec
-from distcheck.certify.errors import ProtocolError
-from distcheck.certify.layer import SPLITS, LayerCase, ParamSpec, check_constructor, run_layer
-from distcheck.certify.targets import make_target
-from distcheck.exactness import max_exact_int
+from distcheck.core.exactness import max_exact_int
+from distcheck.engine import strategies as generic
+from distcheck.engine.contracts.checks import agree, combine, compare, compare_collectives
+from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
+from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.engine.contracts.layer import SPLITS, LayerCase, ParamSpec, check_constructor, run_layer
+from distcheck.engine.contracts.targets import make_target
 
 __all__ = ["ITEMSIZE", "PROPERTIES", "COMMON_OPTIONS", "TPCase", "ShardedLayerContract", "magnitude", "closed_form",
            "integer_arrays", "check_exact"]
@@ -58,13 +58,13 @@ def magnitude(num_terms: int, factors: int, dtype: str) -> int:
 
 
 def closed_form(name: str) -> int:
-    from distcheck.closed_form import get
+    from distcheck.engine.catalogue import get
 
     return int(get(name).evaluate())
 
 
 def integer_arrays(draw, shape, bound):
-    return draw(ds.integer_valued_arrays(shape=shape, max_magnitude=bound))
+    return draw(generic.integer_valued_arrays(shape=shape, max_magnitude=bound))
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ def check_exact(dtype: str, *sums) -> None:
     (``max|A1| max|A2| ... times the inner lengths``) decides most cases at once; the elementwise
     products are formed only when it does not. The strategies' magnitudes guarantee the guard; a
     violation is a defect of distcheck, not of the layer under test."""
-    from distcheck.exactness import precision_bits
+    from distcheck.core.exactness import precision_bits
 
     limit = 2.0 ** precision_bits(dtype)
     for chains in sums:

@@ -37,9 +37,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from distcheck.certify.contract import EXACT, Contract, Outcome, PropertySpec
-from distcheck.certify.errors import ProtocolError
-from distcheck.certify.targets import make_target, require_distribution, resolve
+from distcheck.engine.contracts.contract import EXACT, Contract, Outcome, PropertySpec
+from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_callable, check_type
 
@@ -123,7 +123,7 @@ def _first_difference(a: list[list[int]], b: list[list[int]]) -> str:
 
 def _target(obj: Any, ref: str | None, kind: type, what: str):
     if not isinstance(obj, kind):
-        raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.certify.contracts.layout."
+        raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.parallel.layout.contracts."
                                                         f"{kind.__name__} ({what}; see docs/CERTIFY.md)")
     named: Any = obj  # an Estimator, EstimatorFamily, LayoutTarget or ProbeSet: each has a name and a distribution
     require_distribution(ref or named.name, named.distribution)

@@ -1,7 +1,7 @@
 """Cross-rank checks, in the parent: every rank against the reference, ranks against each other,
 and the collectives each rank issued against the closed forms.
 
-Every function returns an :class:`~distcheck.certify.contract.Outcome` whose message, on
+Every function returns an :class:`~distcheck.engine.contracts.contract.Outcome` whose message, on
 failure, names the ranks at fault, the expected and the received values, the max error and
 the bound, in full (never cut: the counterexamples are shrunk, so they are short).
 
@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from distcheck.certify.contract import Outcome
+from distcheck.engine.contracts.contract import Outcome
 
 __all__ = ["show", "compare", "agree", "compare_collectives", "combine", "format_collectives"]
 

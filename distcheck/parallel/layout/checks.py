@@ -1,4 +1,5 @@
-"""``init_device_mesh`` rank groups against :func:`distcheck.layout.groups`.
+"""``init_device_mesh`` rank groups against :func:`distcheck.layout.groups`: the ``mesh.groups``
+rows of ``distcheck check``'s layers stage (torch imported inside the functions only).
 
 Rank function :func:`mesh_groups_rank`: build
 ``init_device_mesh(device, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))``
@@ -17,20 +18,29 @@ no real ranks): the same for a 16,384-rank world (Llama 3 405B: tp 8, pp 16,
 dp 128; Dubey et al. 2024, Table 4). One process impersonates a handful of
 ranks (first, last, and ranks spread across every axis); each rank's group on
 each axis must be the layout group that contains it, and the grid must match.
+
+Meshes are enumerated, not drawn: at a world of n ranks every factorisation
+pp * dp * tp = n is run (3 at n = 2, 6 at n = 4, 10 at n = 8), which is every
+case a Hypothesis draw could reach; the row says so.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from distcheck.errors import check_positive_int
-from distcheck.report import CheckResult
-from distcheck.runners.collectives import iter_pools, result_row, run_guarded, skip_row
+from distcheck.core.results import CheckResult
+from distcheck.core.validate import check_positive_int
+from distcheck.core.vocab import Axis
+from distcheck.engine.drivers import result_row, run_guarded, skip_row
 
-__all__ = ["MESH_AXES", "mesh_groups_rank", "run_mesh_checks", "run_fake_mesh_check", "sample_ranks"]
+__all__ = ["MESH_AXES", "mesh_groups_rank", "mesh_rows", "fake_mesh_rows", "sample_ranks", "world_rows",
+           "world_free_rows", "skip_rows"]
+
+#: the real-backend checks of this package join the layers stage of ``distcheck check``
+STAGE = "layers"
 
 #: mesh axes, outermost first
-MESH_AXES = ("pp", "dp", "tp")
+MESH_AXES = (Axis.PP, Axis.DP, Axis.TP)
 
 
 def mesh_groups_rank(ctx, example: dict) -> dict:
@@ -49,7 +59,7 @@ def mesh_groups_rank(ctx, example: dict) -> dict:
 
 
 def _layout(example: dict, order: str):
-    from distcheck.layout import ParallelConfig
+    from distcheck.parallel.layout.reference import ParallelConfig
 
     return ParallelConfig(tp=example["tp"], pp=example["pp"], dp=example["dp"], order=order)
 
@@ -58,7 +68,7 @@ def _compare(results_by_rank: dict[int, dict], example: dict, order: str, full_w
     """Differences between torch's groups (of the ranks given) and the layout reference."""
     import numpy as np
 
-    from distcheck import layout
+    from distcheck.parallel.layout import reference as layout
 
     cfg = _layout(example, order)
     bad: list[str] = []
@@ -83,37 +93,32 @@ def _compare(results_by_rank: dict[int, dict], example: dict, order: str, full_w
     return bad
 
 
-def run_mesh_checks(pool_or_world_sizes=(4,), *, backend: str = "gloo", examples: Sequence[dict] | None = None,
-                    timeout_s: float = 60.0, order: str = "tp-dp-pp") -> list[CheckResult]:
-    """``mesh.groups`` rows: every factorisation ``pp * dp * tp = world_size`` (or ``examples``).
+def mesh_rows(world, examples: Sequence[dict] | None = None, order: str = "tp-dp-pp") -> list[CheckResult]:
+    """The ``mesh.groups`` row on ``world``: every factorisation ``pp * dp * tp = world_size`` (or ``examples``).
 
     ``order`` is the layout's innermost-first axis order the torch mesh is
     compared with; the right one for a ``(pp, dp, tp)`` mesh is ``"tp-dp-pp"``
     (tests pass another to show the check fails).
     """
-    rows: list[CheckResult] = []
-    for pool, ws, be, skip in iter_pools(pool_or_world_sizes, backend, timeout_s):
-        if skip:
-            rows.append(skip_row("mesh.groups", be, ws, skip))
-            continue
-        exs = list(examples) if examples else [
-            {"pp": pp, "dp": dp, "tp": ws // (pp * dp)}
-            for pp in range(1, ws + 1) for dp in range(1, ws + 1) if ws % (pp * dp) == 0
-        ]
-        bad: list[str] = []
-        for ex in exs:
-            results, err = run_guarded(pool, mesh_groups_rank, ex)
-            if err:
-                bad.append(f"{ex}: {err}")
-                break
-            diffs = _compare(dict(enumerate(results)), ex, order, full_world=True)
-            if diffs:
-                bad.append(f"pp={ex['pp']}, dp={ex['dp']}, tp={ex['tp']}: {diffs[0]}")
-                break
-        rows.append(result_row("mesh.groups", be, ws, len(exs), not bad, bound=0.0,
-                               detail=bad[0] if bad else
-                               f"{len(exs)} meshes (pp, dp, tp): every group equals layout.groups (order {order})"))
-    return rows
+    ws, be = world.world_size, world.backend
+    exs = list(examples) if examples else [
+        {"pp": pp, "dp": dp, "tp": ws // (pp * dp)}
+        for pp in range(1, ws + 1) for dp in range(1, ws + 1) if ws % (pp * dp) == 0
+    ]
+    bad: list[str] = []
+    for ex in exs:
+        results, err = run_guarded(world, mesh_groups_rank, ex)
+        if err:
+            bad.append(f"{ex}: {err}")
+            break
+        diffs = _compare(dict(enumerate(results)), ex, order, full_world=True)
+        if diffs:
+            bad.append(f"pp={ex['pp']}, dp={ex['dp']}, tp={ex['tp']}: {diffs[0]}")
+            break
+    what = "every factorisation enumerated" if not examples else "the meshes given"
+    return [result_row("mesh.groups", be, ws, len(exs), not bad, bound=0.0,
+                       detail=bad[0] if bad else
+                       f"{len(exs)} meshes (pp, dp, tp), {what}: every group equals layout.groups (order {order})")]
 
 
 def sample_ranks(pp: int, dp: int, tp: int) -> list[int]:
@@ -123,10 +128,13 @@ def sample_ranks(pp: int, dp: int, tp: int) -> list[int]:
     return sorted(r for r in picks if 0 <= r < ws)
 
 
-def run_fake_mesh_check(pp: int = 16, dp: int = 128, tp: int = 8, *, ranks: Sequence[int] | None = None,
-                        order: str = "tp-dp-pp") -> list[CheckResult]:
-    """``mesh.groups.fake``: a ``pp * dp * tp`` world (default 16,384 ranks) on torch's fake backend."""
-    from distcheck.runners.fake import run_fake
+def fake_mesh_rows(pp: int = 16, dp: int = 128, tp: int = 8, *, ranks: Sequence[int] | None = None,
+                   order: str = "tp-dp-pp") -> list[CheckResult]:
+    """``mesh.groups.fake``: a ``pp * dp * tp`` world (default 16,384 ranks) on torch's fake backend.
+
+    Needs no world, and must run in a process without a default process group (the fake
+    backend installs its own)."""
+    from distcheck.engine.fake import run_fake
 
     ex = {"pp": check_positive_int("pp", pp), "dp": check_positive_int("dp", dp), "tp": check_positive_int("tp", tp)}
     ws = pp * dp * tp
@@ -136,3 +144,18 @@ def run_fake_mesh_check(pp: int = 16, dp: int = 128, tp: int = 8, *, ranks: Sequ
     return [result_row("mesh.groups.fake", "fake", ws, len(picks), not diffs, bound=0.0,
                        detail=diffs[0] if diffs else
                        f"pp={pp}, dp={dp}, tp={tp}: groups of ranks {picks} equal layout.groups; grid equal")]
+
+
+def world_rows(world, *, timeout_s: float) -> list[CheckResult]:
+    """The layers stage's rows of this package on one world (a pool's own timeout applies per step)."""
+    return mesh_rows(world)
+
+
+def world_free_rows() -> list[CheckResult]:
+    """The 16,384-rank mesh on the fake backend (no world)."""
+    return fake_mesh_rows()
+
+
+def skip_rows(world_size: int, backend: str, reason: str) -> list[CheckResult]:
+    """The ``mesh.groups`` skip row for a world ``backend`` cannot run here."""
+    return [skip_row("mesh.groups", backend, world_size, reason)]

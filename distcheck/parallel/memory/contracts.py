@@ -1,14 +1,14 @@
 """Memory-estimator contracts: a planner's or a framework's bytes per GPU against the ZeRO paper's accounting.
 
-The target is an :class:`~distcheck.certify.estimators.Estimator` (one ZeRO stage) or an
-:class:`~distcheck.certify.estimators.EstimatorFamily` (one library's estimators across stages).
+The target is an :class:`~distcheck.parallel.memory.estimators.Estimator` (one ZeRO stage) or an
+:class:`~distcheck.parallel.memory.estimators.EstimatorFamily` (one library's estimators across stages).
 Neither needs a process group (``needs_world = False``): every example runs in the calling
 process, and the figures are exact (integers and Fractions; the "dtype" is ``exact``).
 
 ``memory-estimator``, over Hypothesis-drawn (P, N, options) with P <= 1e13 and N <= 2**20:
 
 * ``fit``: the exact fit of the estimator at the drawn options, ``a·P + b·P/N + c``
-  (:func:`~distcheck.certify.estimators.fit`), is the split of a documented convention at its
+  (:func:`~distcheck.parallel.memory.estimators.fit`), is the split of a documented convention at its
   stage (ZeRO paper, Rajbhandari et al. 2020, Figure 1: stage 1 shards the optimizer state,
   stage 2 also the gradients, stage 3 also the weights); when the estimator gives its
   components, they match that convention one by one. A pass names the conventions; a failure
@@ -41,9 +41,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from distcheck.certify.contract import EXACT, Contract, Outcome, PropertySpec
-from distcheck.certify.errors import ProtocolError
-from distcheck.certify.estimators import (
+from distcheck.engine.contracts.contract import EXACT, Contract, Outcome, PropertySpec
+from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.parallel.memory.estimators import (
     BINARY_READING,
     DECIMAL_UNITS,
     MAX_RANKS_DRAWN,
@@ -55,7 +55,7 @@ from distcheck.certify.estimators import (
     number,
     read_printed,
 )
-from distcheck.certify.targets import make_target, require_distribution, resolve
+from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
 
 __all__ = ["EstimatorCase", "MemoryEstimatorContract", "MemoryStagesContract"]
 
@@ -83,7 +83,7 @@ def _cases(est: Estimator):
 
 def _resolve(obj: Any, ref: str | None, kind: type, what: str):
     if not isinstance(obj, kind):
-        raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.certify.estimators.{kind.__name__} "
+        raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.parallel.memory.estimators.{kind.__name__} "
                                                         f"({what}; see docs/CERTIFY.md)")
     named: Any = obj  # an Estimator, EstimatorFamily, LayoutTarget or ProbeSet: each has a name and a distribution
     require_distribution(ref or named.name, named.distribution)

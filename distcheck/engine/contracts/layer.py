@@ -23,7 +23,7 @@ module with sharded parameters). The protocol, for a target of each kind:
 
 What a rank returns (plain numpy, float64 holding the dtype's values exactly): the output, the
 input gradient, every parameter's local gradient and shard bounds, the output's dtype, and the
-collectives :class:`~distcheck.runners.collectives.ByteCounter` saw in the forward and in the
+collectives :func:`~distcheck.engine.collectives.ByteCounter` saw in the forward and in the
 backward. torch is imported inside the functions only.
 """
 
@@ -36,8 +36,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from distcheck.certify.errors import ProtocolError
-from distcheck.certify.targets import Target, resolve
+from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.engine.contracts.targets import Target, resolve
 
 __all__ = ["SPLITS", "ParamSpec", "LayerCase", "split_bounds", "run_layer", "check_constructor", "torch_dtype"]
 
@@ -360,7 +360,7 @@ def run_layer(ctx, target: Target, case: LayerCase, dtype_name: str) -> dict:
     """Build the target on this rank, run forward and backward, and return the results (see the module doc)."""
     import torch
 
-    from distcheck.runners.collectives import ByteCounter
+    from distcheck.engine.collectives import ByteCounter
 
     dtype = torch_dtype(dtype_name)
     module = _build(ctx, target, case, dtype)

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from distcheck.errors import ConfigError, DistcheckError
+from distcheck.core.errors import ConfigError, DistcheckError
 
 __all__ = ["ProtocolError", "TargetError", "CertificationFailed"]
 

@@ -14,7 +14,9 @@ training", "Tensor parallelism: columns and rows"), weights in torch's layout (o
   all-gathers the input gradient.
 * **MLP** ``down(relu(up(x)))``: ``up`` column-parallel without gather, ``down`` row-parallel with
   its input already split: one all-reduce forward (``tp.mlp.allreduce_per_forward``) and one
-  backward (f and g are conjugate, §3).
+  backward (f and g are conjugate, §3). DTensor's ``RowwiseParallel`` adds the replicated bias
+  as ``b / tp`` on every rank before the all-reduce (option ``partial_bias``, set for a torch
+  plan), exact only when tp is a power of two; otherwise the output is held to a derived bound.
 * **attention** (grouped-query when num_kv_heads < num_heads): ``q_proj``, ``k_proj``, ``v_proj``
   split by whole heads (dim 0; tp divides num_kv_heads), ``o_proj`` row-parallel (dim 1); one
   all-reduce forward (``tp.attention.allreduce_per_forward``) and one backward.
@@ -28,7 +30,7 @@ below 2**p in magnitude (p = 53, 24, 8 for float64, float32, bfloat16;
 linears, the longest sums are ``in_features + 1`` products of two entries (the output), for the
 MLP ``ffn (hidden + 1) + 1`` products of three. Attention has a softmax, so it is **bounded**:
 inputs are exact multiples of 1/4 (x) and 1/8 (weights) and each result is held to the running error bound of
-:mod:`distcheck.certify.bounds` for the dtype's unit roundoff (2**-53, 2**-24, 2**-8 for
+:mod:`distcheck.engine.contracts.bounds` for the dtype's unit roundoff (2**-53, 2**-24, 2**-8 for
 bfloat16), plus the float64 reference's own.
 """
 
@@ -40,11 +42,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from distcheck.core.vocab import Collective
-from distcheck import strategies as ds
-from distcheck.certify import bounds as tb
-from distcheck.certify.contract import Option, PropertySpec
-from distcheck.certify.layer import LayerCase, ParamSpec
-from distcheck.certify.sharded import (
+from distcheck.engine.contracts import bounds as tb
+from distcheck.engine.contracts.contract import Option, PropertySpec
+from distcheck.engine.contracts.layer import LayerCase, ParamSpec
+from distcheck.engine.contracts.sharded import (
     COMMON_OPTIONS,
     ITEMSIZE,
     PROPERTIES,
@@ -55,6 +56,7 @@ from distcheck.certify.sharded import (
     integer_arrays,
     magnitude,
 )
+from distcheck.parallel.tp import strategies as ds
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "TensorParallelMLP", "TensorParallelAttention"]
 
@@ -83,7 +85,7 @@ def _linear_cases(tp: int, dtype: str, options):
 
 
 def _linear_reference(case: TPCase, sharded: str, dtype: str) -> dict:
-    from distcheck import tp as ref
+    from distcheck.parallel.tp import reference as ref
 
     W, b, x, g = case.params["weight"], case.params.get("bias"), case.x, case.grad_output
     bias = [] if b is None else [(b,)]
@@ -192,7 +194,14 @@ class TensorParallelMLP(ShardedLayerContract):
     ctor_fields = ("hidden_size", "ffn_hidden_size")
     accepts_plan = True
     reference_module = "mlp"
-    options = COMMON_OPTIONS
+    options = COMMON_OPTIONS + (Option("partial_bias", False, bool, "down's replicated bias is added as b / tp on "
+                                       "every rank before the all-reduce (DTensor's Partial placement, on by itself "
+                                       "for a torch plan); b / tp rounds unless tp is a power of two, so the output "
+                                       "is then held to a derived bound"),)
+
+    def resolve(self, obj, ref, options):
+        target, options = super().resolve(obj, ref, options)
+        return target, (dict(options, partial_bias=True) if target.kind == "plan" else options)
 
     def specs(self):
         return (ParamSpec("up.weight", 0, tuple(f"{n}.weight" for n in _UP)),
@@ -231,7 +240,7 @@ class TensorParallelMLP(ShardedLayerContract):
                          reference="mlp")
 
     def reference(self, case, dtype, options):
-        from distcheck import tp as ref
+        from distcheck.parallel.tp import reference as ref
 
         p, x, g = case.params, case.x, case.grad_output
         W1, W2, b1, b2 = p["up.weight"], p["down.weight"], p.get("up.bias"), p.get("down.bias")
@@ -251,7 +260,11 @@ class TensorParallelMLP(ShardedLayerContract):
         grads = {"up.weight": dh.T @ x, "down.weight": g.T @ a}
         if b1 is not None:
             grads["up.bias"], grads["down.bias"] = dh.sum(axis=0), g.sum(axis=0)
-        return {"out": out, "dx": dh @ W1, "grads": grads}
+        out_ref = {"out": out, "dx": dh @ W1, "grads": grads}
+        tp = case.tp
+        if options["partial_bias"] and b2 is not None and tp & (tp - 1):
+            out_ref["bounds"] = {"out": _partial_bias_bound(a, W2, b2, tp, dtype)}
+        return out_ref
 
     def expected_collectives(self, case, options, dtype):
         S = case.x.shape[0] * case.dims["hidden_size"] * ITEMSIZE[dtype]
@@ -259,6 +272,19 @@ class TensorParallelMLP(ShardedLayerContract):
         return ([(Collective.ALL_REDUCE, S)] * count, [(Collective.ALL_REDUCE, S)] * count,
                 f"closed form tp.mlp.allreduce_per_forward = {count}",
                 f"conjugate of the forward (f and g, Shoeybi et al. 2019 §3): {count}")
+
+
+def _partial_bias_bound(a, W2, b2, tp: int, dtype: str):
+    """Elementwise bound on the MLP output when each rank adds ``b2 / tp`` (rounded once) to its partial
+    product before the all-reduce: ``a @ W2^T`` with the tp shares as ``tp`` more terms of every sum
+    (:func:`distcheck.engine.contracts.bounds.matmul`, any order; Higham, Lemma 3.1)."""
+    def tracked(u):
+        share = np.tile(b2 / tp, (tp, 1))
+        A = tb.exact(np.hstack([a, np.ones((a.shape[0], tp))]))
+        B = tb.Tracked(np.vstack([W2.T, share]), np.vstack([np.zeros_like(W2.T), u * np.abs(share)]))
+        return tb.matmul(A, B, u)
+
+    return tb.final_bound(tracked(tb.UNIT_ROUNDOFF[dtype]).e, tracked(tb.UNIT_ROUNDOFF["float64"]).e)
 
 
 # ------------------------------------------------------------------------------------- attention

@@ -1,0 +1,71 @@
+"""Contract runs as rows of ``distcheck check``: what a package's ``checks`` module lists in
+``CERTIFY`` (:class:`~distcheck.engine.contracts.contract.ContractRun`), certified on the world
+the stage hands it, one row per property.
+
+The same engine as ``distcheck certify`` (:func:`~distcheck.certify.engine.certify`): Hypothesis
+draws the cases in this process, sized to the world, and every example runs on every rank of
+the stage's pool; failures are shrunk through it. A row holds the property's example count,
+its largest error and bound; a FAIL row's detail holds the shrunk case, the ranks at fault and
+the ``distcheck certify`` command that replays it. Examples per property: the profile's
+:data:`~distcheck.engine.profiles.WORLD_MAX_EXAMPLES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from distcheck.engine.contracts.contract import ContractRun
+from distcheck.report import PASS, SKIP, CheckResult
+
+__all__ = ["contract_rows", "certification_rows", "unavailable_rows"]
+
+
+def certification_rows(run: ContractRun, cert) -> list[CheckResult]:
+    """The rows of one :class:`~distcheck.certify.certificate.Certification` of ``run``."""
+    rows = []
+    several = len(cert.dtypes) > 1
+    for v in cert.verdicts:
+        check = f"{run.name}.{v.property}" + (f"[{v.dtype}]" if several else "")
+        if v.verdict == PASS:
+            detail = f"{v.statement} ({v.regime}; {cert.target})"
+        elif v.verdict == SKIP:
+            detail = v.failure or "skip"
+        else:
+            detail = f"{cert.target}: {v.describe(cert.contract)}"
+        rows.append(CheckResult(check=check, backend=v.backend, verdict=v.verdict, world_size=v.world_size,
+                                examples=v.examples, max_error=v.max_error, bound=v.bound, detail=detail,
+                                extra={"target": cert.target, "contract": cert.contract, "options": cert.options,
+                                       "seed": cert.seed, "profile": cert.profile, "reproduce": v.reproduce}))
+    return rows
+
+
+def contract_rows(world, runs: Sequence[ContractRun], *, profile: str | None = None, seed: int | None = None,
+                  examples: int | None = None, timeout_s: float = 120.0) -> list[CheckResult]:
+    """Certify every run on ``world`` (borrowed, not closed); one row per property (and dtype).
+
+    ``examples`` defaults to :data:`~distcheck.engine.profiles.WORLD_MAX_EXAMPLES` of ``profile``
+    (default ``"ci"``); ``seed`` to the profile's (:func:`~distcheck.engine.runner.resolve_seed`).
+    Raises what :func:`~distcheck.certify.engine.certify` raises for bad input (an unknown
+    contract or option, a target that does not import): a defect of the checks module.
+    """
+    from distcheck.certify.engine import certify
+    from distcheck.engine.profiles import WORLD_MAX_EXAMPLES
+    from distcheck.engine.runner import resolve_seed
+
+    profile = profile or "ci"
+    seed = resolve_seed(profile, seed)
+    count = examples if examples is not None else WORLD_MAX_EXAMPLES[profile]
+    rows: list[CheckResult] = []
+    for run in runs:
+        if world.world_size < run.min_world_size:
+            rows += unavailable_rows([run], world.world_size, world.backend, run.below)
+            continue
+        cert = certify(run.target, run.contract, world=world, examples=count, seed=seed, profile=profile,
+                       dtypes=run.dtypes, options=run.options, timeout_s=timeout_s)
+        rows += certification_rows(run, cert)
+    return rows
+
+
+def unavailable_rows(runs: Sequence[ContractRun], world_size: int, backend: str, reason: str) -> list[CheckResult]:
+    """One ``skip`` row per run for a world of ``world_size`` ranks that ``backend`` cannot run here."""
+    return [CheckResult(run.name, backend, SKIP, world_size, 0, detail=reason) for run in runs]
