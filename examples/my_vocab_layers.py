@@ -7,6 +7,8 @@
 * :func:`vocab_parallel_cross_entropy`: the loss per token of logits split by vocabulary columns;
   the max, the target logit and the sum of exponentials are all-reduced, the gradient is local.
   :class:`VocabParallelCrossEntropy` is the same as a module.
+* :class:`ParallelLMHeadLoss`: the output layer (a column-parallel head whose logits stay split)
+  and that loss.
 
     distcheck certify examples.my_vocab_layers:VocabParallelEmbedding --contract vocab-parallel-embedding
     distcheck certify examples.my_vocab_layers:vocab_parallel_cross_entropy --contract vocab-parallel-cross-entropy
@@ -18,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from examples.my_tp_layers import _AllReduce, _local, _tp
+from examples.my_tp_layers import ColumnParallelLinear, _AllReduce, _local, _tp
 
 
 def _block(vocab_size: int) -> tuple[int, int]:
@@ -91,4 +93,16 @@ class VocabParallelCrossEntropy(nn.Module):
         return vocab_parallel_cross_entropy(logits_shard, target)
 
 
-__all__ = ["VocabParallelEmbedding", "vocab_parallel_cross_entropy", "VocabParallelCrossEntropy"]
+class ParallelLMHeadLoss(nn.Module):
+    """The output layer and its loss: a column-parallel head that keeps its logits split (its input gradient
+    all-reduced in the backward, Megatron's f), then :func:`vocab_parallel_cross_entropy`."""
+
+    def __init__(self, hidden_size: int, vocab_size: int):
+        super().__init__()
+        self.head = ColumnParallelLinear(hidden_size, vocab_size, bias=False, gather_output=False)
+
+    def forward(self, x, target):
+        return vocab_parallel_cross_entropy(self.head(x), target)
+
+
+__all__ = ["VocabParallelEmbedding", "vocab_parallel_cross_entropy", "VocabParallelCrossEntropy", "ParallelLMHeadLoss"]

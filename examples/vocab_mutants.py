@@ -4,6 +4,8 @@
   holds only the rows of its own block (zeros for the other ids).
 * :class:`EmbeddingNoMask`: out-of-block ids are clamped into the block and NOT zeroed, so the
   all-reduce adds tp - 1 wrong rows to the right one.
+* :class:`LMHeadNoInputAllReduce`: an lm head and loss whose head skips Megatron's f: the hidden
+  states' gradient is never all-reduced, so each rank keeps its own vocab rows' share.
 * :func:`cross_entropy_local_max`: every rank shifts its logits by its own max (no all-reduce of the
   max): the sum of exponentials then adds terms shifted by different amounts.
 * :func:`cross_entropy_local_softmax`: the sum of exponentials is not all-reduced: each rank takes
@@ -17,7 +19,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from examples.my_vocab_layers import VocabParallelEmbedding, _CrossEntropy
+from examples.my_vocab_layers import (
+    ParallelLMHeadLoss,
+    VocabParallelEmbedding,
+    _CrossEntropy,
+    vocab_parallel_cross_entropy,
+)
 
 
 class EmbeddingNoAllReduce(VocabParallelEmbedding):
@@ -35,6 +42,15 @@ class EmbeddingNoMask(VocabParallelEmbedding):
         return nn.functional.embedding(local, self.weight)
 
 
+class LMHeadNoInputAllReduce(ParallelLMHeadLoss):
+    """Broken: the head uses the replicated input without Megatron's f, so the input gradient is never
+    all-reduced: each rank keeps the part its own vocab rows contribute."""
+
+    def forward(self, x, target):
+        logits = nn.functional.linear(x, self.head.weight)  # BUG: no all-reduce of the input gradient
+        return vocab_parallel_cross_entropy(logits, target)
+
+
 def cross_entropy_local_max(logits_shard, target):
     """Broken: the max is not all-reduced (each rank shifts by its own)."""
     return _CrossEntropy.apply(logits_shard, target, True, False)
@@ -45,4 +61,5 @@ def cross_entropy_local_softmax(logits_shard, target):
     return _CrossEntropy.apply(logits_shard, target, False, True)
 
 
-__all__ = ["EmbeddingNoAllReduce", "EmbeddingNoMask", "cross_entropy_local_max", "cross_entropy_local_softmax"]
+__all__ = ["EmbeddingNoAllReduce", "EmbeddingNoMask", "LMHeadNoInputAllReduce", "cross_entropy_local_max",
+           "cross_entropy_local_softmax"]

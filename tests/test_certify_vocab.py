@@ -4,6 +4,7 @@ known-wrong ones (no all-reduce, no mask, a local max, a local softmax) fail wit
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def test_the_bound_is_tight_enough_to_catch_a_local_max_and_holds_for_torch():
             exact = _tracked_cross_entropy(c, tb.UNIT_ROUNDOFF["float64"], "mean", -100)
             ref = vocab.cross_entropy(z, t, ignore_index=-100, reduction="mean")
             dz = vocab.cross_entropy_grad(z, t, 1.0, ignore_index=-100, reduction="mean")
-            assert abs(float(loss) - ref) <= tb.final_bound(low["loss"].e, exact["loss"].e)
+            assert abs(float(loss.detach()) - ref) <= tb.final_bound(low["loss"].e, exact["loss"].e)
             assert (np.abs(zt.grad.double().numpy() - dz) <= tb.final_bound(low["dz"].e, exact["dz"].e)).all()
 
 
@@ -106,8 +107,8 @@ def test_the_bound_is_tight_enough_to_catch_a_local_max_and_holds_for_torch():
 
 torch = pytest.importorskip("torch")
 
-from distcheck.certify.engine import certify  # noqa: E402
-from distcheck.runners import RankPool  # noqa: E402
+from distcheck.certify.engine import certify
+from distcheck.runners import RankPool
 
 if str(ROOT) not in sys.path:  # the examples/ package, as `distcheck certify` finds it from the repository root
     sys.path.insert(0, str(ROOT))
@@ -132,6 +133,7 @@ def failed(cert) -> set:
     (f"{LAYERS}:VocabParallelEmbedding", "vocab-parallel-embedding", {}),
     (f"{LAYERS}:vocab_parallel_cross_entropy", "vocab-parallel-cross-entropy", {}),
     (f"{LAYERS}:VocabParallelCrossEntropy", "vocab-parallel-cross-entropy", {}),
+    (f"{LAYERS}:ParallelLMHeadLoss", "vocab-parallel-lm-head-loss", {}),
 ])
 def test_correct_vocab_layers_are_certified_in_every_dtype(threaded2, target, contract, options):
     cert = certify(target, contract, pool=threaded2, examples=10, seed=3, options=options)
@@ -139,7 +141,7 @@ def test_correct_vocab_layers_are_certified_in_every_dtype(threaded2, target, co
     assert {v.dtype for v in cert.verdicts} == {"float64", "float32", "bfloat16"}
     assert all(v.examples == 10 for v in cert.verdicts)
     names = {v.property for v in cert.verdicts}
-    assert ("input_grad" in names) == (contract == "vocab-parallel-cross-entropy")  # ids have no gradient
+    assert ("input_grad" in names) == (contract != "vocab-parallel-embedding")  # ids have no gradient
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +162,32 @@ def test_torch_loss_parallel_is_certified_on_gloo(gloo2, options):
     assert {v.dtype for v in cert.verdicts} == {"float64", "float32", "bfloat16"}
     assert all(v.examples == 10 for v in cert.verdicts)
     assert cert.options.get("split") == "chunk"  # DTensor's Shard placement, read from the target
+
+
+@pytest.mark.multiprocess
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+@pytest.mark.parametrize("options", [{}, {"reduction": "mean", "ignore_index": -100}])
+def test_torch_recipe_colwise_lm_head_and_loss_parallel_is_certified(gloo2, options):
+    """nn.Linear with ColwiseParallel(use_local_output=False), F.cross_entropy inside loss_parallel()."""
+    cert = certify("torch.distributed.tensor.parallel:loss_parallel", "vocab-parallel-lm-head-loss", pool=gloo2,
+                   examples=10, seed=3, options=options)
+    cert.assert_certified()
+    assert {v.property for v in cert.verdicts} == {"forward", "input_grad", "param_grads", "collectives.forward",
+                                                   "collectives.backward"}
+    assert all(v.examples == 10 for v in cert.verdicts)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+def test_lm_head_without_megatrons_f_fails_on_its_input_gradient(threaded2):
+    cert = certify(f"{MUTANTS}:LMHeadNoInputAllReduce", "vocab-parallel-lm-head-loss", pool=threaded2, seed=2,
+                   dtypes=["float64"])
+    assert failed(cert) == {"input_grad", "collectives.backward"}
+    grad = next(v for v in cert.failures if v.property == "input_grad")
+    assert "input gradient:" in grad.failure and "ranks disagree" in grad.failure
+    assert grad.counterexample.startswith("HeadCase(tp=2, x=")
+    coll = next(v for v in cert.failures if v.property == "collectives.backward")
+    assert "differ from all_reduce x1" in coll.failure and "rank 0: none; rank 1: none" in coll.failure
 
 
 @pytest.mark.multiprocess
@@ -244,3 +272,14 @@ def test_a_cross_entropy_target_that_is_not_a_loss_function_is_bad_input():
         certify(lambda logits: logits, "vocab-parallel-cross-entropy", world_sizes=[2])
     with pytest.raises(ProtocolError, match="must be a loss function"):
         certify(3, "vocab-parallel-cross-entropy", world_sizes=[2])
+
+
+def test_the_library_set_up_is_chosen_by_the_targets_package_or_its_modules_names():
+    importlib.import_module("examples.my_vocab_layers")  # the module whose names are looked at
+    from distcheck.engine.contracts.adapters import library_of
+    from distcheck.engine.contracts.targets import Target
+
+    assert library_of(Target(ref="fairscale.nn.model_parallel.layers:ColumnParallelLinear", kind="module")) == \
+        "fairscale"
+    assert library_of(Target(ref="examples.my_vocab_layers:ParallelLMHeadLoss", kind="module")) is None
+    assert library_of(Target(ref="not.imported.here:X", kind="module")) is None

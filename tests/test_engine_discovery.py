@@ -237,7 +237,8 @@ def test_a_strategies_module_whose_all_is_wrong_fails_loudly_at_import(tmp_path)
 
 def test_companion_modules_carry_a_role_next_to_its_module():
     """``<topic>_<role>`` modules are found after the role module (a topic in a file of its own)."""
-    assert discovery.companion_modules("tp", "contracts") == ("distcheck.parallel.tp.vocab_contracts",)
+    assert discovery.companion_modules("tp", "contracts") == ("distcheck.parallel.tp.vocab_contracts",
+                                                              "distcheck.parallel.tp.vocab_head_contracts")
     assert discovery.companion_modules("tp", "forms") == ("distcheck.parallel.tp.vocab_forms",)
     assert discovery.companion_modules("tp", "reference") == ()  # tp/vocab.py is imported by name, not a companion
     names = [m.__name__ for m in discovery.role_modules("contracts")]

@@ -2,8 +2,9 @@
 
 Some libraries keep their tensor-parallel group in module state that must be initialised on every
 rank before a layer is built. The target's top-level package (``fairscale`` for
-``fairscale.nn.model_parallel.layers:ColumnParallelLinear``) selects the set-up in :data:`SETUPS`;
-a target of any other package needs none.
+``fairscale.nn.model_parallel.layers:ColumnParallelLinear``), or the library the names of the
+target's module come from (a user's layer built from fairscale's), selects the set-up in
+:data:`SETUPS`; any other target needs none.
 
 * **fairscale** (``fairscale.nn.model_parallel``): ``initialize_model_parallel(tp)`` with tp = the
   world size, once per rank process (again only when the world size changed); its layers and
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
+import types
 from collections.abc import Callable
 
 from distcheck.engine.contracts.errors import ProtocolError
@@ -47,13 +50,25 @@ def _fairscale(ctx, target: Target) -> None:
 SETUPS: dict[str, Callable] = {"fairscale": _fairscale}
 
 
-def library_of(target: Target) -> str:
-    """The top-level package of the target's ``module:object`` reference (``"fairscale"``)."""
-    return target.ref.split(":", 1)[0].split(".", 1)[0]
+def library_of(target: Target) -> str | None:
+    """The library of :data:`SETUPS` the target belongs to, or None: the top-level package of its
+    ``module:object`` reference (``fairscale.nn.model_parallel.layers:ColumnParallelLinear``), else
+    the library a name of the target's module comes from (a user's module that builds its layer from
+    fairscale's: ``from fairscale.nn.model_parallel.layers import ColumnParallelLinear``)."""
+    module_name = target.ref.split(":", 1)[0]
+    top = module_name.split(".", 1)[0]
+    if top in SETUPS:
+        return top
+    module = sys.modules.get(module_name)
+    for value in vars(module).values() if module is not None else ():
+        origin = getattr(value, "__module__", None) if not isinstance(value, types.ModuleType) else value.__name__
+        if isinstance(origin, str) and origin.split(".", 1)[0] in SETUPS:
+            return origin.split(".", 1)[0]
+    return None
 
 
 def prepare(ctx, target: Target) -> None:
     """Run the set-up of the target's library on this rank, if it has one (see the module doc)."""
-    setup = SETUPS.get(library_of(target))
-    if setup is not None:
-        setup(ctx, target)
+    library = library_of(target)
+    if library is not None:
+        SETUPS[library](ctx, target)
