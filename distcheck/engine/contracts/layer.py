@@ -139,6 +139,7 @@ def _reference_module(case: LayerCase, dtype, device):
     from torch import nn
 
     kw = case.reference_kwargs
+    module: nn.Module
     if case.reference == "linear":
         module = nn.Linear(case.dims["in_features"], case.dims["out_features"], bias="bias" in case.params)
     elif case.reference == "embedding":

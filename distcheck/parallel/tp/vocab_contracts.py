@@ -380,7 +380,7 @@ def _run_loss_parallel(ctx, loss_parallel, z, t, g, vocab_size: int, options):
             loss = F.cross_entropy(logits, t.reshape(tokens), reduction=options["reduction"],
                                    ignore_index=-100 if ignore is None else ignore)
         grad = g.reshape(tokens) if options["reduction"] == "none" else g
-        grad = DTensor.from_local(grad, mesh, loss.placements, run_check=False)
+        grad = DTensor.from_local(grad, mesh, loss.placements, run_check=False)  # type: ignore[attr-defined]
         with ByteCounter() as backward:
             torch.autograd.backward(loss, grad)
     out = loss.to_local() if hasattr(loss, "to_local") else loss
