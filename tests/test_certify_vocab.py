@@ -155,7 +155,7 @@ def gloo2():
 @pytest.mark.parametrize("options", [{}, {"reduction": "mean", "ignore_index": -100},
                                      {"reduction": "sum", "ignore_index": -100, "divisible": False}])
 def test_torch_loss_parallel_is_certified_on_gloo(gloo2, options):
-    """torch's loss_parallel (gloo; on the threaded backend its bfloat16 step does not finish on rank 0)."""
+    """torch's loss_parallel, on gloo (the threaded backend is refused: see the test below)."""
     cert = certify("torch.distributed.tensor.parallel:loss_parallel", "vocab-parallel-cross-entropy", pool=gloo2,
                    examples=10, seed=3, options=options)
     cert.assert_certified()
@@ -283,3 +283,15 @@ def test_the_library_set_up_is_chosen_by_the_targets_package_or_its_modules_name
         "fairscale"
     assert library_of(Target(ref="examples.my_vocab_layers:ParallelLMHeadLoss", kind="module")) is None
     assert library_of(Target(ref="not.imported.here:X", kind="module")) is None
+
+
+@pytest.mark.multiprocess
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+def test_loss_parallel_is_refused_on_the_threaded_backend(threaded2):
+    """Ranks that are threads share loss_parallel()'s process-global op handlers: one rank's exit removes
+    them under the other (seen as a KeyError or a rank that never all-reduces). Bad input, not a hang."""
+    from distcheck.engine.contracts.errors import ProtocolError
+
+    for contract in ("vocab-parallel-cross-entropy", "vocab-parallel-lm-head-loss"):
+        with pytest.raises(ProtocolError, match="process-global DTensor op handlers"):
+            certify("torch.distributed.tensor.parallel:loss_parallel", contract, pool=threaded2, examples=2)

@@ -359,6 +359,16 @@ def _numpy(t) -> np.ndarray:
     return t.detach().to(torch.float64).cpu().numpy()
 
 
+def refuse_threaded(ctx) -> None:
+    """``loss_parallel()`` installs DTensor op handlers for the whole process and removes them on exit:
+    ranks that are threads of one process (the threaded backend) race on them (a rank's exit removes
+    another's handlers: a KeyError, or a rank that never issues its all-reduce). Refused as bad input."""
+    if getattr(ctx, "backend", "") == "threaded":
+        raise ProtocolError("target", "torch.distributed.tensor.parallel:loss_parallel",
+                            "installs process-global DTensor op handlers, which ranks that are threads of one process "
+                            "race on; use a process backend (--backend gloo or nccl), not threaded")
+
+
 def _run_loss_parallel(ctx, loss_parallel, z, t, g, vocab_size: int, options):
     """torch's recipe: the logits block as a class-dim-sharded DTensor (what ColwiseParallel with
     ``use_local_output=False`` produces), ``F.cross_entropy`` forward and backward inside ``loss_parallel()``."""
@@ -369,6 +379,7 @@ def _run_loss_parallel(ctx, loss_parallel, z, t, g, vocab_size: int, options):
     from distcheck.engine.collectives import ByteCounter
     from distcheck.engine.contracts.layer import _mesh
 
+    refuse_threaded(ctx)
     mesh = _mesh(ctx)
     tokens = int(np.prod(t.shape))
     ignore = options["ignore_index"]

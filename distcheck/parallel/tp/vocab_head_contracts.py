@@ -52,6 +52,7 @@ from distcheck.parallel.tp.vocab_contracts import (
     _numpy,
     _tracked_cross_entropy,
     closed_form_at,
+    refuse_threaded,
 )
 
 __all__ = ["HeadCase", "VocabParallelLMHeadLoss"]
@@ -267,6 +268,7 @@ def _run_torch_recipe(ctx, loss_parallel, case, x, t, g, dt, options):
     from distcheck.engine.collectives import ByteCounter
     from distcheck.engine.contracts.layer import _mesh
 
+    refuse_threaded(ctx)
     V, h = case.weight.shape
     head = torch.nn.Linear(h, V, bias=False).to(device=ctx.device, dtype=dt)
     with torch.no_grad():
