@@ -366,7 +366,6 @@ def run_layer(ctx, target: Target, case: LayerCase, dtype_name: str) -> dict:
     import torch
 
     from distcheck.engine.collectives import ByteCounter
-
     from distcheck.engine.contracts.adapters import prepare
 
     dtype = torch_dtype(dtype_name)
