@@ -18,9 +18,10 @@ to know about one strategy, in modules named by their role (:data:`ROLES`):
 A role module may be a sub-package, or import sibling modules of its own (``reference``
 importing ``attention``): discovery imports the role module, and the role module imports
 the rest. A role may also be spread over *companion* modules named ``<topic>_<role>``
-(``tp/vocab_contracts.py``, ``tp/vocab_forms.py``), imported after the role module. Every registry of the engine (closed forms, properties, mutants, proofs, contracts)
-fills itself by importing one role of every package, so adding a package adds its forms,
-properties, mutants, proofs and contracts without editing any other file.
+(``tp/vocab_contracts.py``, ``tp/vocab_forms.py``), imported after the role module. Every
+registry of the engine (closed forms, properties, mutants, proofs, contracts) fills itself by
+importing one role of every package, so adding a package adds its forms, properties, mutants,
+proofs and contracts without editing any other file.
 """
 
 from __future__ import annotations
