@@ -287,8 +287,36 @@ def _bandwidth_checks():
                derive_degree(w, tp=tp_, pp=pp_, cp=cp_, ep=ep_))
 
 
+def _vocab_checks():
+    """The vocab-parallel references' collective logs: count and size of each all-reduce, and the bytes
+    each rank sends by the simulated ring all-reduce (distcheck.comm)."""
+    from distcheck.parallel.tp import vocab
+
+    rng = np.random.default_rng(0)
+    for b, s, h, t, bpe in product((1, 2), (1, 3), (1, 4), (1, 2, 4), (2, 4)):
+        V = 4 * t
+        log: list = []
+        vocab.vocab_parallel_embedding(rng.integers(0, V, (b, s)), np.ones((V, h)), t, log=log)
+        yield "tp.vocab_embedding.allreduce_per_forward", {}, len(log)
+        yield "tp.vocab_embedding.allreduce_elements", dict(b=b, s=s, h=h), int(np.prod(log[0][1]))
+        dtype = {2: np.int16, 4: np.int32}[bpe]
+        elements = int(np.prod(log[0][1]))
+        if elements % t == 0:  # the simulated ring sends equal chunks (the closed form's case)
+            sent = comm.simulate("all_reduce", elements * bpe, t, dtype=dtype).max_sent_bytes
+            yield "tp.vocab_embedding.bytes_per_rank", dict(b=b, s=s, h=h, t=t, bytes_per_element=bpe), sent * len(log)
+        log = []
+        vocab.vocab_parallel_cross_entropy(rng.normal(size=(b, s, V)), rng.integers(0, V, (b, s)), t, log=log)
+        yield "tp.vocab_cross_entropy.allreduce_per_forward", {}, len(log)
+        yield "tp.vocab_cross_entropy.allreduce_elements", dict(b=b, s=s), int(np.prod(log[0][1]))
+        if (b * s) % t == 0:
+            sent = sum(comm.simulate("all_reduce", int(np.prod(shape)) * bpe, t, dtype=dtype).max_sent_bytes
+                       for _, shape in log)
+            yield "tp.vocab_cross_entropy.bytes_per_rank", dict(b=b, s=s, t=t, bytes_per_element=bpe), sent
+
+
 CHECKS = {
     "bandwidth": _bandwidth_checks,
+    "vocab": _vocab_checks,
     "dp": _dp_weights, "accumulation": _accumulation_weights, "tp": _tp_checks, "attention": _attention_checks,
     "pipeline": _pipeline_checks, "memory": _memory_checks, "zero": _zero_checks,
     "activations": _activation_checks, "params": _params_checks, "layout": _layout_checks, "comm": _comm_checks,

@@ -33,7 +33,7 @@ def test_the_packages_are_found_by_walking_the_parallel_package():
 
 def test_role_modules_are_imported_where_they_exist():
     forms = {m.__name__ for m in discovery.role_modules("forms")}
-    assert forms == {f"distcheck.parallel.{p}.forms" for p in PACKAGES}
+    assert forms == {f"distcheck.parallel.{p}.forms" for p in PACKAGES} | {"distcheck.parallel.tp.vocab_forms"}
     assert discovery.role_module("memory", "properties") is None  # memory has forms, no properties
     assert {m.__name__.split(".")[2] for m in discovery.role_modules("mutants")} == {"dp", "layout", "params", "pp",
                                                                                      "tp", "zero"}
@@ -265,3 +265,16 @@ def test_loading_the_properties_needs_no_optional_dependency():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) >= 28
+
+
+def test_companion_modules_carry_a_role_next_to_its_module():
+    """``<topic>_<role>`` modules are found after the role module (a topic in a file of its own)."""
+    assert discovery.companion_modules("tp", "contracts") == ("distcheck.parallel.tp.vocab_contracts",
+                                                              "distcheck.parallel.tp.vocab_head_contracts")
+    assert discovery.companion_modules("tp", "forms") == ("distcheck.parallel.tp.vocab_forms",)
+    assert discovery.companion_modules("tp", "reference") == ()  # tp/vocab.py is imported by name, not a companion
+    names = [m.__name__ for m in discovery.role_modules("contracts")]
+    assert names.index("distcheck.parallel.tp.vocab_contracts") == names.index("distcheck.parallel.tp.contracts") + 1
+    from distcheck.engine.contracts.contract import get_contract
+
+    assert get_contract("vocab-parallel-embedding").parallelism == "tp"

@@ -17,9 +17,11 @@ to know about one strategy, in modules named by their role (:data:`ROLES`):
 
 A role module may be a sub-package, or import sibling modules of its own (``reference``
 importing ``attention``): discovery imports the role module, and the role module imports
-the rest. Every registry of the engine (closed forms, properties, mutants, proofs, contracts)
-fills itself by importing one role of every package, so adding a package adds its forms,
-properties, mutants, proofs and contracts without editing any other file.
+the rest. A role may also be spread over *companion* modules named ``<topic>_<role>``
+(``tp/vocab_contracts.py``, ``tp/vocab_forms.py``), imported after the role module. Every
+registry of the engine (closed forms, properties, mutants, proofs, contracts) fills itself by
+importing one role of every package, so adding a package adds its forms, properties, mutants,
+proofs and contracts without editing any other file.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from types import ModuleType
 
 from distcheck.core.validate import check_choice
 
-__all__ = ["PARALLEL", "ROLES", "packages", "role_module", "role_modules", "import_package"]
+__all__ = ["PARALLEL", "ROLES", "packages", "role_module", "companion_modules", "role_modules", "import_package"]
 
 #: the package whose sub-packages are the parallelism packages
 PARALLEL = "distcheck.parallel"
@@ -59,12 +61,32 @@ def role_module(package: str, role: str) -> ModuleType | None:
     return importlib.import_module(name) if importlib.util.find_spec(name) is not None else None
 
 
+def companion_modules(package: str, role: str) -> tuple[str, ...]:
+    """Names of the modules ``<topic>_<role>`` of ``package`` (``vocab_contracts``, ``vocab_forms``),
+    sorted: a role spread over topic modules next to the role module, so a topic can be added in a
+    file of its own. Raises ConfigError as :func:`role_module`."""
+    check_choice("role", role, ROLES)
+    check_choice("package", package, packages())
+    spec = importlib.util.find_spec(f"{PARALLEL}.{package}")
+    if spec is None or spec.submodule_search_locations is None:  # pragma: no cover - a broken install
+        return ()
+    suffix = f"_{role}"
+    return tuple(sorted(f"{PARALLEL}.{package}.{info.name}" for info in pkgutil.iter_modules(
+        spec.submodule_search_locations) if info.name.endswith(suffix) and len(info.name) > len(suffix)))
+
+
 def role_modules(role: str) -> list[ModuleType]:
-    """The ``role`` module of every package that has one, imported, in package order.
+    """The ``role`` module of every package that has one, then its companion modules
+    ``<topic>_<role>`` (:func:`companion_modules`), imported, in package order.
 
     Raises ConfigError for a role not in :data:`ROLES`."""
     check_choice("role", role, ROLES)
-    return [m for m in (role_module(p, role) for p in packages()) if m is not None]
+    out: list[ModuleType] = []
+    for p in packages():
+        module = role_module(p, role)
+        out += [module] if module is not None else []
+        out += [importlib.import_module(name) for name in companion_modules(p, role)]
+    return out
 
 
 def import_package() -> None:

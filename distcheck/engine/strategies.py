@@ -30,9 +30,10 @@ from hypothesis.extra import numpy as hnp
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.exactness import PRECISION_BITS, max_exact_int
-from distcheck.core.validate import check_at_least, check_choice, check_subset
+from distcheck.core.validate import check_at_least, check_choice, check_int, check_subset
 
-__all__ = ["float_dtypes", "integer_valued_arrays", "defines", "draw_ints", "exact_bound", "powers_of_two",
+__all__ = ["float_dtypes", "integer_valued_arrays", "defines", "draw_ints", "draw_ints_from_bytes", "exact_bound",
+           "powers_of_two",
            "check_dtype", "MAGNITUDE_CAP", "BLOCK_LIMIT", "GENERIC", "public_names"]
 
 #: the public strategies defined here (the rest of the module is machinery)
@@ -158,6 +159,28 @@ def draw_ints(draw, shape, bound, dtype="float64", *, max_shape=None) -> np.ndar
     # times faster than a list of integers, and it shrinks entries towards the fill (0)
     arr = draw(hnp.arrays(np.int64, use, elements=st.integers(-bound, bound))).astype(np.dtype(dtype))
     return np.ascontiguousarray(arr[tuple(slice(0, d) for d in shape)])
+
+
+def draw_ints_from_bytes(draw, shape, bound, dtype="float64") -> np.ndarray:
+    """Integer-valued array of ``shape`` with entries in [-bound, bound] (bound <= 127), drawn as ONE
+    byte string of ``prod(shape)`` bytes: byte b gives ``u = b mod (2 bound + 1)`` and the entry
+    ``0, 1, -1, 2, -2, ...`` for ``u = 0, 1, 2, 3, 4, ...``.
+
+    About ten times cheaper than :func:`draw_ints` (one draw instead of one per explicit entry: 0.07
+    against 0.62 ms for a 2 x 8 array in a batch of 16, ``benchmarks/bench_certify.py``). Shrinking
+    works byte by byte towards 0, so counterexamples come out as zeros with the few entries the failure
+    needs, each as small as it can be (``[[0, 0], [0, 1]]``). The generated arrays are uniform rather
+    than :func:`draw_ints`' fill-plus-few-entries, so they hold fewer repeated values: use it where
+    the parent's drawing is the bottleneck (one-collective contracts on fast worlds).
+    Raises ConfigError for a bound outside [0, 127].
+    """
+    bound = check_int("bound", bound, min_value=0, max_value=127)
+    dims = tuple(shape)
+    n = prod(dims)
+    raw = draw(st.binary(min_size=n, max_size=n))
+    u = np.frombuffer(raw, dtype=np.uint8).astype(np.int64) % (2 * bound + 1)
+    values = (u + 1) // 2 * np.where(u % 2 == 1, 1, -1)
+    return values.reshape(dims).astype(np.dtype(dtype))
 
 
 def public_names(module: ModuleType) -> tuple[str, ...]:

@@ -76,7 +76,8 @@ class LayerCase:
         ctor_args: positional constructor arguments of a ``module`` target.
         dims: named sizes (``in_features``...), given to factories.
         reference: distcheck's module a ``style``/``plan`` target is applied to: ``"linear"``,
-            ``"mlp"`` or ``"attention"``; ``reference_kwargs`` its settings.
+            ``"mlp"``, ``"attention"`` or ``"embedding"``; ``reference_kwargs`` its settings.
+        x_is_index: ``x`` holds integer ids (an embedding's input): passed as int64, no input gradient.
     """
 
     tp: int
@@ -90,6 +91,7 @@ class LayerCase:
     dims: dict = field(default_factory=dict)
     reference: str = "linear"
     reference_kwargs: dict = field(default_factory=dict)
+    x_is_index: bool = False
 
 
 def split_bounds(n: int, tp: int, split: str) -> list[tuple[int, int]]:
@@ -137,8 +139,11 @@ def _reference_module(case: LayerCase, dtype, device):
     from torch import nn
 
     kw = case.reference_kwargs
+    module: nn.Module
     if case.reference == "linear":
         module = nn.Linear(case.dims["in_features"], case.dims["out_features"], bias="bias" in case.params)
+    elif case.reference == "embedding":
+        module = nn.Embedding(case.dims["num_embeddings"], case.dims["embedding_dim"])
     elif case.reference == "mlp":
         module = _MLP(case.dims["hidden_size"], case.dims["ffn_hidden_size"], "up.bias" in case.params)
     else:
@@ -361,17 +366,22 @@ def run_layer(ctx, target: Target, case: LayerCase, dtype_name: str) -> dict:
     import torch
 
     from distcheck.engine.collectives import ByteCounter
+    from distcheck.engine.contracts.adapters import prepare
 
     dtype = torch_dtype(dtype_name)
+    prepare(ctx, target)
     module = _build(ctx, target, case, dtype)
     found, bounds, errors = _locate(ctx, module, case, target)
     if target.kind == "module":
         _load(found, bounds, case, dtype)
-    x = torch.as_tensor(case.x, dtype=dtype, device=ctx.device)
-    if case.input_shard is not None:
-        lo, hi = bounds[case.input_shard]
-        x = x[..., lo:hi]
-    x = x.detach().clone().requires_grad_(True)
+    if case.x_is_index:
+        x = torch.as_tensor(case.x, dtype=torch.long, device=ctx.device)
+    else:
+        x = torch.as_tensor(case.x, dtype=dtype, device=ctx.device)
+        if case.input_shard is not None:
+            lo, hi = bounds[case.input_shard]
+            x = x[..., lo:hi]
+        x = x.detach().clone().requires_grad_(True)
     g = torch.as_tensor(case.g, dtype=dtype, device=ctx.device)
     if case.output_shard is not None:
         lo, hi = bounds[case.output_shard]
@@ -382,14 +392,21 @@ def run_layer(ctx, target: Target, case: LayerCase, dtype_name: str) -> dict:
         raise AssertionError(f"rank {ctx.rank}: output shape {tuple(out.shape)}, expected {tuple(g.shape)}")
     with ByteCounter() as backward:
         torch.autograd.backward(out, g)
-    grads, grad_dtypes = {}, {}
+    grads, grad_dtypes, grad_errors = {}, {}, {}
     for name, (p, _) in found.items():
-        grad = None if p.grad is None else _local(p.grad)
+        grad = p.grad
+        if grad is not None and hasattr(grad, "placements") and tuple(grad.placements) != tuple(p.placements):
+            grad_errors[name] = (f"the gradient of {name} is a DTensor placed {tuple(grad.placements)} while the "
+                                 f"parameter is placed {tuple(p.placements)} (local gradient of shape "
+                                 f"{tuple(grad.to_local().shape)}, parameter shard {tuple(p.to_local().shape)}); "
+                                 "its values are checked on the parameter's placement")
+            grad = grad.redistribute(placements=p.placements)  # after the backward's counter: not counted
+        grad = None if grad is None else _local(grad)
         grads[name] = None if grad is None else _numpy(grad)
         grad_dtypes[name] = None if grad is None else _dtype_name(grad)
     return {
         "out": _numpy(out), "out_dtype": _dtype_name(out),
         "dx": None if x.grad is None else _numpy(x.grad), "dx_dtype": None if x.grad is None else _dtype_name(x.grad),
-        "grads": grads, "grad_dtypes": grad_dtypes, "param_errors": errors, "bounds": bounds,
+        "grads": grads, "grad_dtypes": grad_dtypes, "param_errors": errors, "grad_errors": grad_errors, "bounds": bounds,
         "forward": list(forward.records), "backward": list(backward.records),
     }

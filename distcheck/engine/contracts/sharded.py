@@ -190,11 +190,15 @@ class ShardedLayerContract(Contract):
 
         forward = held("output", ref["out"], [r["out"] for r in results], [r["out_dtype"] for r in results],
                        lc.output_shard, -1, bounds.get("out"))
-        input_grad = held("input gradient", ref["dx"], [r["dx"] for r in results], [r["dx_dtype"] for r in results],
-                          lc.input_shard, -1, bounds.get("dx"))
+        input_grad = (None if lc.x_is_index else  # integer ids: no input gradient (and no such property)
+                      held("input gradient", ref["dx"], [r["dx"] for r in results], [r["dx_dtype"] for r in results],
+                           lc.input_shard, -1, bounds.get("dx")))
         layout = [f"rank {r}: {msg}" for r, res in enumerate(results) for msg in res["param_errors"].values()]
         grads = [Outcome(not layout, message="parameters do not follow the contract's layout: " + "; ".join(layout),
                          ranks=tuple(r for r, res in enumerate(results) if res["param_errors"]))]
+        placed = [f"rank {r}: {msg}" for r, res in enumerate(results) for msg in res.get("grad_errors", {}).values()]
+        grads += [Outcome(not placed, message="gradients are not placed as their parameters: " + "; ".join(placed),
+                          ranks=tuple(r for r, res in enumerate(results) if res.get("grad_errors")))]
         grads += [held(f"gradient of {spec.name}", ref["grads"][spec.name],
                        [r["grads"].get(spec.name) for r in results],
                        [r["grad_dtypes"].get(spec.name) for r in results],
@@ -207,7 +211,7 @@ class ShardedLayerContract(Contract):
             fwd, bwd, fwd_src, bwd_src = [], [], "tp=1: nothing to communicate", "tp=1: nothing to communicate"
         return {
             "forward": forward,
-            "input_grad": input_grad,
+            **({} if input_grad is None else {"input_grad": input_grad}),
             "param_grads": combine(*grads),
             "collectives.forward": compare_collectives("forward", fwd, [r["forward"] for r in results], fwd_src),
             "collectives.backward": compare_collectives("backward", bwd, [r["backward"] for r in results], bwd_src),
