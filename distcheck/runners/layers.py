@@ -22,7 +22,6 @@ LAYERS = {
     "zero1": ("distcheck.runners.zero1", "run_zero1_checks"),
     "fsdp2": ("distcheck.runners.fsdp", "run_fsdp_checks"),
     "tensor_parallel": ("distcheck.runners.tensor_parallel", "run_tp_checks"),
-    "pipelining": ("distcheck.runners.pipelining", "run_pipelining_checks"),
     "mesh": ("distcheck.runners.mesh", "run_mesh_checks"),
 }
 
@@ -55,10 +54,6 @@ def world_free_layer_rows(layers: Sequence[str] | None = None) -> list[CheckResu
 
     names = _drivers(layers)
     rows: list[CheckResult] = []
-    if "pipelining" in names:
-        from distcheck.runners.pipelining import run_table_checks
-
-        rows += run_table_checks()
     if "mesh" in names:
         from distcheck.runners.mesh import run_fake_mesh_check
 
