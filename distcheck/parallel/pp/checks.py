@@ -38,7 +38,7 @@ from distcheck.parallel.pp.schedules import placement, simulate
 from distcheck.parallel.pp.simulator import replay
 from distcheck.parallel.pp.tables import COSTS, TORCH_SCHEDULES, _schedule_class, check_table, run_table_checks
 
-__all__ = ["STAGE", "PRELOAD", "SCHEDULES", "world_rows", "world_free_rows", "pipeline_rank",
+__all__ = ["STAGE", "PRELOAD", "SCHEDULES", "world_rows", "world_free_rows", "pipeline_rank", "schedule_step",
            "default_pipeline_examples", "run_pipelining_checks", "check_table", "run_table_checks"]
 
 #: the stage of ``distcheck check`` these checks join
@@ -141,25 +141,36 @@ def pipeline_rank(ctx, example: dict) -> dict:
     """Rank function: one ``step`` of a torch schedule against the unsplit model.
 
     ``example``: ``{"schedule": a key of TORCH_SCHEDULES, "m": micro-batches, "d": width,
-    "rows_per_mb": int, "seed": int}``; ``p`` = world size. Returns plain Python:
-    ``max_error`` and ``bitwise`` over the gradients of this rank's stages, ``executed`` (the
-    ``(kind, stage, mb)`` it ran, in order) and ``table`` (its compute actions from the
-    schedule's own ``pipeline_order``, blanks dropped; an overlapped pair as a list of two).
+    "rows_per_mb": int, "seed": int}``; ``p`` = world size. Returns :func:`schedule_step`'s dict.
+    """
+    name = check_choice("schedule", example["schedule"], SCHEDULES)
+    sim, v = TORCH_SCHEDULES[name]
+    return schedule_step(ctx, _schedule_class(name), sim, v, example)
+
+
+def schedule_step(ctx, cls, schedule: str, v: int, example: dict) -> dict:
+    """One ``step`` of the torch schedule class ``cls`` (a ``PipelineScheduleSingle`` when
+    ``v == 1``, else ``PipelineScheduleMulti``) on this rank's stages, placed as the simulator's
+    ``schedule`` places them, against the unsplit model on the whole batch.
+
+    ``example``: ``m``, and optionally ``d`` (width, 4), ``rows_per_mb`` (2), ``seed`` (0).
+    Returns plain Python: ``max_error`` and ``bitwise`` over the gradients of this rank's
+    stages, ``executed`` (the ``(kind, stage, mb)`` it ran, in order) and ``table`` (its
+    compute actions from the schedule's own ``pipeline_order``, blanks dropped; an overlapped
+    pair as a list of two).
     """
     import torch
     from torch.distributed.pipelining import PipelineStage
 
     from distcheck.parallel.pp.reference import from_torch_actions
 
-    name = check_choice("schedule", example["schedule"], SCHEDULES)
-    sim, v = TORCH_SCHEDULES[name]
     p, r = ctx.world_size, ctx.rank
     m = check_positive_int("m", example["m"])
     d = check_positive_int("d", example.get("d", 4))
     rows = check_positive_int("rows_per_mb", example.get("rows_per_mb", 2))
     num_stages = v * p
     blocks = _blocks(num_stages, d, int(example.get("seed", 0)))
-    where = placement(sim, p, v).tolist()
+    where = placement(schedule, p, v).tolist()
     mine = [s for s in range(num_stages) if where[s] == r]
     log: list = []
     stages = []
@@ -167,8 +178,7 @@ def pipeline_rank(ctx, example: dict) -> dict:
         st = PipelineStage(copy.deepcopy(blocks[s]).to(ctx.device), s, num_stages, ctx.device)
         _record(st, log)
         stages.append(st)
-    sched = _schedule_class(name)(stages[0] if v == 1 else stages, n_microbatches=m, loss_fn=_sum_sq_loss,
-                                  scale_grads=False)
+    sched = cls(stages[0] if v == 1 else stages, n_microbatches=m, loss_fn=_sum_sq_loss, scale_grads=False)
     gen = torch.Generator().manual_seed(int(example.get("seed", 0)) + 1)
     x = torch.randint(-2, 3, (m * rows, d), generator=gen).double().to(ctx.device)
     t = torch.randint(-2, 3, (m * rows, d), generator=gen).double().to(ctx.device)

@@ -87,6 +87,36 @@ def _names(units) -> str:
     return "[" + ", ".join("&".join(str(a) for a in u) if isinstance(u, tuple) else str(u) for u in units) + "]"
 
 
+def compare_with_simulator(order: dict, schedule: str, p: int, m: int, v: int) -> dict[str, tuple[bool, str]]:
+    """An action table against the simulator's ``schedule`` at (p, m, v), property by property.
+
+    ``order`` is ``{rank: [Action | (Action, Action), ...]}``. Returns ``{"dependencies",
+    "order", "bubble", "stash": (ok, detail)}``: the table replays (every action once, every
+    dependency met, W after its I, no deadlock, the schedule's placement); it is the simulator's
+    order action for action; its step and bubble fraction, and its peak in flight per rank, are
+    the simulator's (the lesson's costs, :data:`COSTS`). Raises ConfigError when the simulator
+    refuses the shape.
+    """
+    ours = schedule_order(schedule, p, m, v)
+    want = simulate(schedule, p, m, v, t_f=COSTS["t_f"], t_b=COSTS["t_b"], t_fb=COSTS["t_fb"])
+    out: dict[str, tuple[bool, str]] = {}
+    diff = _first_difference(ours, order)
+    out["order"] = (not diff, f"p={p}, m={m}: " + (f"first order difference {diff}" if diff else "same order"))
+    try:
+        tl = replay(order, v * p, m, stage_to_rank=placement(schedule, p, v).tolist(), **COSTS)
+    except (ConfigError, DeadlockError) as exc:
+        text = f"p={p}, m={m}: the table does not replay: {exc}"
+        return out | {"dependencies": (False, text), "bubble": (False, text), "stash": (False, text)}
+    out["dependencies"] = (True, f"p={p}, m={m}: replays with every dependency met")
+    got, exp = (tl.step_ticks, tl.bubble_fraction), (want.step_ticks, want.bubble_fraction)
+    out["bubble"] = (got == exp, f"p={p}, m={m}: step, bubble {got[0]}, {got[1]}" +
+                     (" = " if got == exp else " != ") + f"simulator's {exp[0]}, {exp[1]}")
+    ok = tl.peak_in_flight == want.peak_in_flight
+    out["stash"] = (ok, f"p={p}, m={m}: peak in flight {list(tl.peak_in_flight)}" + (" = " if ok else " != ") +
+                    f"simulator's {list(want.peak_in_flight)}")
+    return out
+
+
 def check_table(schedule: str, p: int, m: int) -> tuple[bool | None, str]:
     """Replay torch's table for (p, m) and compare it with the simulator's own schedule.
 
