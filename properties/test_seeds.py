@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 import pytest
 
+from distcheck.engine.mutants import registry
 from distcheck.errors import ConfigError
 from distcheck.mutants import kill_mutant, row_parallel_bias_every_rank
 from distcheck.props import example_seed, resolve_seed, run_property
