@@ -58,7 +58,7 @@ def main(runs: int = 5) -> None:
         xs, ys = [], []
         for p, m in SIZES:
             simulate(s, p, m, v)  # warm (imports, allocator)
-            ys.append(_median_time(lambda: simulate(s, p, m, v), runs))
+            ys.append(_median_time(lambda s=s, p=p, m=m, v=v: simulate(s, p, m, v), runs))
             xs.append(p * m * v)
         slope, intercept = np.polyfit(xs, ys, 1)
         pred = np.polyval([slope, intercept], xs)

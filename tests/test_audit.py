@@ -486,6 +486,13 @@ CONVENTION_CASES = [
      16, "M tokens", 16),
     ("Mi tokens read as M tokens (1e6)", "layout.tokens_per_batch", "{ dp = 64, batch_per_dp = 32, seq_len = 8192 }",
      "16.78", "Mi tokens", Fraction(16777216, 10**6)),
+    # the reading of a printed B, and the barrier between pipeline steps (docs/PIPELINES.md)
+    ("B is the full backward (input and weight gradients: DeepSeek-V3 Table 2)", "pipeline.bubble_ticks.zb_h1.b_input",
+     "{ p = 8, t_f = 1, b = 2, t_w = 1 }", 7, "ticks", 7),  # default 7 max(1 + 2 - 1, 1, 2) = 14
+    ("B is the input-gradient pass only (Qi et al. 2023, T_B)", "pipeline.bubble_ticks.1f1b.b_full",
+     "{ p = 4, t_f = 1, b = 1, t_w = 1 }", 9, "ticks", 9),  # default 3 (1 + 1) = 6
+    ("no barrier between steps: the idle ticks inside each rank's own window (steps overlap)",
+     "pipeline.bubble_ratio.zb_v", "{ p = 4, m = 8, t = 1 }", 0, "fraction", 0),  # default 3/48
 ]
 
 

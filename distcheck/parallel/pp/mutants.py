@@ -61,8 +61,8 @@ def replay_single_sweep(order, num_stages, num_microbatches, t_f=1, t_b=2, *, t_
     simulator.MAX_SWEEPS = 1
     try:
         rank_of = compiled.ranks()
-        idx_f, idx_bk, idx_i, placed = simulator.check_order(compiled, rank_of)
-        deps = simulator.dependencies(compiled, idx_f, idx_bk, idx_i)
+        idx_f, idx_bk, idx_i, idx_w, placed = simulator.check_order(compiled, rank_of)
+        deps = simulator.dependencies(compiled, idx_f, idx_bk, idx_i, idx_w)
         units = simulator._units(compiled, deps, costs, rank_of)
         end = simulator._sweeps(units, placed, 2**61)
     finally:

@@ -177,12 +177,13 @@ def _route(order: Order) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Check ranges, duplicates, placement and completeness of ``order``.
 
-    Returns ``(idx_f, idx_bk, idx_i, placed)``: for every (stage, micro-batch) pair
-    ``s * M + j`` the index of its ``F``, of its backward (``B``, or ``I`` when split) and of
-    its ``I`` (-1 where absent), and the rank of every stage (-1 for a stage no action uses).
+    Returns ``(idx_f, idx_bk, idx_i, idx_w, placed)``: for every (stage, micro-batch) pair
+    ``s * M + j`` the index of its ``F``, of its backward (``B``, or ``I`` when split), of its
+    ``I`` and of its ``W`` (-1 where absent), and the rank of every stage (-1 for a stage no
+    action uses).
     Raises ConfigError with the messages of :func:`distcheck.pipeline.replay`.
     """
     S, M, N = order.num_stages, order.num_microbatches, order.num_actions
@@ -262,24 +263,35 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
         raise ConfigError("order", str(Action(miss, j, s)), "is missing (each micro-batch needs B, or I and W, per stage)")
     idx_f = idx[F]
     idx_bk = np.where(has[B], idx[B], idx[I]) if split.any() else idx[B]
-    return idx_f, idx_bk, idx[I], placed
+    return idx_f, idx_bk, idx[I], idx[W], placed
 
 
-def dependencies(order: Order, idx_f: np.ndarray, idx_bk: np.ndarray, idx_i: np.ndarray) -> np.ndarray:
+def dependencies(order: Order, idx_f: np.ndarray, idx_bk: np.ndarray, idx_i: np.ndarray,
+                 idx_w: np.ndarray) -> np.ndarray:
     """``(N, 2)`` indices of the actions each action waits for, -1 for none, in the order the
-    reference names them (``F`` of the same stage before the backward of the next one)."""
+    reference names them (``F`` of the same stage before the backward of the next one).
+
+    Written on the (stage, micro-batch) grid of a checked order (every pair on its route has
+    its F and its backward): the forward of pair ``s * M + j`` waits on ``idx_f`` one stage
+    down, its backward on its own F and on ``idx_bk`` one stage up, its W on its I."""
     S, M = order.num_stages, order.num_microbatches
-    kind, mb, st = order.kind, order.microbatch, order.stage
-    key = st * M + mb
-    is_f = kind == F
-    is_w = kind == W
-    first, last = (None, None) if order.first_stage is None else _route(order)
-    has_prev = st > 0 if first is None else st > first[mb]
-    deps = np.empty((kind.size, 2), np.int64)
-    prev_f = idx_f[np.maximum(key - M, 0)]
-    np.copyto(deps[:, 0], np.where(is_f, np.where(has_prev, prev_f, -1), idx_f[key]))
-    if is_w.any():
-        np.copyto(deps[:, 0], idx_i[key], where=is_w)
-    has_next = (st < S - 1 if last is None else st < last[mb]) & ~is_f & ~is_w
-    np.copyto(deps[:, 1], np.where(has_next, idx_bk[np.minimum(key + M, S * M - 1)], -1))
+    deps = np.full((order.num_actions, 2), -1, np.int64)
+    none = np.full(M, -1, idx_f.dtype)
+    f_before = np.concatenate([none, idx_f[:-M]])  # F of stage s - 1
+    b_after = np.concatenate([idx_bk[M:], none])  # backward of stage s + 1
+    if order.first_stage is None:
+        on = slice(None)
+    else:
+        first, last = _route(order)
+        stage = np.repeat(np.arange(S), M)
+        mb = np.tile(np.arange(M), S)
+        f_before = np.where(stage > first[mb], f_before, -1)
+        b_after = np.where(stage < last[mb], b_after, -1)
+        on = idx_f >= 0  # the pairs on a route
+    deps[idx_f[on], 0] = f_before[on]
+    deps[idx_bk[on], 0] = idx_f[on]
+    deps[idx_bk[on], 1] = b_after[on]
+    has_w = idx_w >= 0
+    if has_w.any():
+        deps[idx_w[has_w], 0] = idx_i[has_w]
     return deps

@@ -94,13 +94,14 @@ def matches_plain_replay(case, *, impl=_replay) -> None:
             impl(order, stages, case.m, **costs, t_fb=t_fb, routes=_routes(case))
         except DeadlockError as got:
             if got.blocked != exc.blocked:
-                raise PropertyFailure(f"deadlock reports differ for {case}", expected=exc.blocked, got=got.blocked)
+                raise PropertyFailure(f"deadlock reports differ for {case}", expected=exc.blocked,
+                                      got=got.blocked) from None
             return
         except Exception as other:  # noqa: BLE001 - a crash where a deadlock belongs is the implementation's
             raise PropertyFailure(f"the order deadlocks, the implementation raised {type(other).__name__} for {case}",
                                   expected=str(exc), got=str(other)) from None
         raise PropertyFailure(f"the plain replay deadlocks on {case}, the implementation does not", expected=str(exc),
-                              got="a timeline")
+                              got="a timeline") from None
     got = call_impl("replay", impl, order, stages, case.m, **costs, t_fb=t_fb, routes=_routes(case))
     for name in ("step_ticks", "busy_ticks", "idle_ticks", "bubble_fraction", "bubble_ratio", "peak_in_flight"):
         if getattr(got, name) != getattr(want, name):

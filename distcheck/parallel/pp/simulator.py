@@ -241,14 +241,14 @@ def run(order: Order, costs: Costs, *, stage_to_rank=None, engine: str = "sweeps
     if engine not in ENGINES:
         raise ConfigError("engine", engine, f"must be one of {', '.join(map(repr, ENGINES))}")
     rank_of = order.ranks()
-    idx_f, idx_bk, idx_i, placed = check_order(order, rank_of, stage_to_rank)
+    idx_f, idx_bk, idx_i, idx_w, placed = check_order(order, rank_of, stage_to_rank)
     if order.overlap.any() and costs.fb is None:
         raise ConfigError("t_fb", None, "is required when the order has overlapped pairs")
-    deps = dependencies(order, idx_f, idx_bk, idx_i)
+    deps = dependencies(order, idx_f, idx_bk, idx_i, idx_w)
     u = _units(order, deps, costs, rank_of)
     total = int(u.cost.sum(dtype=object)) if u.count and int(u.cost.max()) > 2**40 else int(u.cost.sum())
     if total >= MAX_TOTAL_TICKS:
-        raise ConfigError("costs", f"{total} ticks of work", f"must add up to less than 2**62 ticks over the order")
+        raise ConfigError("costs", f"{total} ticks of work", "must add up to less than 2**62 ticks over the order")
     end = _sweeps(u, placed, total) if engine == "sweeps" else None
     if end is None:
         end = _list_schedule(u, order, deps)
