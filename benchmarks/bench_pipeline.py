@@ -7,7 +7,8 @@ For every schedule of ``distcheck.pipeline.SCHEDULES`` it times ``distcheck.pipe
 (the order built as arrays, checked, simulated exactly, every figure computed; no tick grid)
 at p = 8..64 ranks, m = 16 p micro-batches and v = 4 chunks per rank where the schedule
 allows it (1 or 2 where its v is fixed), the lesson's costs t_f = 1, t_b = 2. Each size is run
-``--runs`` times; the table reports the median. The fit is least squares, time = a + b * (p m v),
+``--runs`` times, the sizes in turn (so that a burst of load on the shared cores falls on all of
+them alike); the table reports the median. The fit is least squares, time = a + b * (p m v),
 with b in microseconds per (stage, micro-batch) pair and R^2. Target (the issue "Pipelines at
 scale"): p = 64, m = 1024, v = 4 under 0.2 s for every schedule that allows those values.
 
@@ -18,6 +19,7 @@ the simulator as first written, now the engine's oracle) on the p = 16, m = 256 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 
@@ -29,15 +31,6 @@ from distcheck.pipeline import SCHEDULES
 
 SIZES = ((8, 128), (16, 256), (32, 512), (64, 512), (64, 1024))
 TARGET_S = 0.2
-
-
-def _median_time(fn, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _plain(schedule: str, p: int, m: int, v: int) -> float:
@@ -55,11 +48,17 @@ def main(runs: int = 5) -> None:
     misses = []
     for s in SCHEDULES:
         v = FIXED_V.get(s, 4)
-        xs, ys = [], []
+        xs = [p * m * v for p, m in SIZES]
         for p, m in SIZES:
             simulate(s, p, m, v)  # warm (imports, allocator)
-            ys.append(_median_time(lambda s=s, p=p, m=m, v=v: simulate(s, p, m, v), runs))
-            xs.append(p * m * v)
+        times: list[list[float]] = [[] for _ in SIZES]
+        for _ in range(runs):  # round-robin over the sizes: a burst of load on the shared cores hits them all alike
+            for k, (p, m) in enumerate(SIZES):
+                gc.collect()
+                t0 = time.perf_counter()
+                simulate(s, p, m, v)
+                times[k].append(time.perf_counter() - t0)
+        ys = [statistics.median(t) for t in times]
         slope, intercept = np.polyfit(xs, ys, 1)
         pred = np.polyval([slope, intercept], xs)
         r2 = 1 - float(((np.array(ys) - pred) ** 2).sum()) / max(float(((np.array(ys) - np.mean(ys)) ** 2).sum()), 1e-30)
