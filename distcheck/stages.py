@@ -37,8 +37,6 @@ Extension points (``cli.py`` and ``runners/torchrun.py`` need no change):
   Optionally ``STAGE`` (``"layers"``, the default, or ``"distributed"``), ``PRELOAD``
   (modules a pool's parent imports before forking) and ``skip_rows(world_size, backend,
   reason)`` (its rows for a world the backend cannot run here). It never starts a world.
-  Drivers still in ``distcheck/runners/`` join the same way through
-  :data:`distcheck.runners.layers.NOT_YET_MOVED` (transitional).
 
 Importing this module imports neither torch nor sympy.
 """
@@ -279,13 +277,9 @@ def _checks_of(module: Any, name: str) -> tuple[str, WorldChecks]:
 
 
 def stage_table(package: str | None = None) -> list[Stage]:
-    """The declared stages, each world stage with the checks :func:`discover_checks` found for it,
-    then those not moved into their package yet (:data:`distcheck.runners.layers.NOT_YET_MOVED`)."""
-    from distcheck.runners.layers import not_yet_moved
-
+    """The declared stages, each world stage with the checks :func:`discover_checks` found for it."""
     extra: dict[str, list[WorldChecks]] = {}
-    found = discover_checks(package) + [_checks_of(module, name) for name, module in not_yet_moved()]
-    for stage_name, checks in found:
+    for stage_name, checks in discover_checks(package):
         extra.setdefault(stage_name, []).append(checks)
     return [replace(s, checks=s.checks + tuple(extra.get(s.name, ()))) if s.needs_world else s for s in STAGES]
 

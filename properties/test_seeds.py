@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 import pytest
 
+from distcheck.engine.mutants import registry
 from distcheck.errors import ConfigError
 from distcheck.mutants import kill_mutant, row_parallel_bias_every_rank
 from distcheck.props import example_seed, resolve_seed, run_property
@@ -129,7 +130,7 @@ def test_check_properties_json_is_the_same_twice_under_ci():
     # the rows carry no timings: the whole report must be identical, counterexamples and shrink counts included
     assert first == second
     mutants = [r for r in first if r["check"].startswith("mutant:")]
-    assert len(mutants) == 16 and all(r["extra"]["shrink_calls"] >= 0 for r in mutants)
+    assert len(mutants) == len(registry()) == 20 and all(r["extra"]["shrink_calls"] >= 0 for r in mutants)
     assert {r["extra"]["seed"] for r in first if r["backend"] == "reference"} == {0}
 
 

@@ -511,6 +511,13 @@ CONVENTION_CASES = [
      Fraction(10**6, 2**20)),
     ("MiB/s read as MB/s (1e6 bytes/s)", "comm.algbw", "{ size_bytes = 1048576, time_s = 1 }", "1.05", "MiB/s",
      Fraction(1048576, 10**6)),
+    # the reading of a printed B, and the barrier between pipeline steps (docs/PIPELINES.md)
+    ("B is the full backward (input and weight gradients: DeepSeek-V3 Table 2)", "pipeline.bubble_ticks.zb_h1.b_input",
+     "{ p = 8, t_f = 1, b = 2, t_w = 1 }", 7, "ticks", 7),  # default 7 max(1 + 2 - 1, 1, 2) = 14
+    ("B is the input-gradient pass only (Qi et al. 2023, T_B)", "pipeline.bubble_ticks.1f1b.b_full",
+     "{ p = 4, t_f = 1, b = 1, t_w = 1 }", 9, "ticks", 9),  # default 3 (1 + 1) = 6
+    ("no barrier between steps: the idle ticks inside each rank's own window (steps overlap)",
+     "pipeline.bubble_ratio.zb_v", "{ p = 4, m = 8, t = 1 }", 0, "fraction", 0),  # default 3/48
 ]
 
 

@@ -23,7 +23,7 @@ from distcheck.runners.findings import KNOWN_FINDINGS, Finding, label_findings
 
 TABLE = "pp.table.Schedule1F1B"
 EXECUTED = "pp.executed_order.Schedule1F1B"
-#: the details the checks produce on torch 2.13 (see tests/test_runner_layers.py for the live runs)
+#: the details the checks produce on torch 2.13 (see tests/test_pp_checks.py for the live runs)
 TABLE_DETAIL = ("smallest disagreement: p=1, m=1: torch's table does not replay: microbatch=1 must be "
                 "< num_microbatches=1 (in F(mb=1, stage=0) on rank 0)")
 EXECUTED_DETAIL = ("p=2, m=4, rank 1: first difference at position 0: executed [('F', 1, 0), ('B', 1, 0), "
@@ -158,11 +158,11 @@ def test_the_table_finding_reproduces_on_this_torch():
     pytest.importorskip("torch")
     import warnings
 
-    from distcheck.stages import world_free_stage_rows
+    from distcheck.parallel.pp.checks import world_free_rows
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = {r.check: r for r in world_free_stage_rows("layers")}  # the pipeline tables and the fake mesh
+        rows = {r.check: r for r in label_findings(world_free_rows())}
     # on torch 2.13 the scan's smallest case is exactly the recorded symptom
     assert rows[TABLE].verdict == FINDING, rows[TABLE].detail
     assert {r.verdict for c, r in rows.items() if c != TABLE} == {PASS}

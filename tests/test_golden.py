@@ -13,10 +13,11 @@ from distcheck.errors import AnswerKeyError, GoldenError
 from distcheck.report import FAIL, PASS
 
 GOLDEN = sorted(default_golden_dir().glob("*.toml"))
-EXPECTED_FILES = {"lesson.toml", "chapter.toml", "zero_paper.toml", "llama3_table4.toml", "korthikanti.toml"}
+EXPECTED_FILES = {"lesson.toml", "chapter.toml", "zero_paper.toml", "llama3_table4.toml", "korthikanti.toml",
+                  "zero_bubble.toml"}
 
 
-def test_the_five_golden_keys_ship():
+def test_the_six_golden_keys_ship():
     assert EXPECTED_FILES <= {p.name for p in GOLDEN}
 
 

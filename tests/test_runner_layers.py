@@ -20,7 +20,6 @@ from distcheck.engine import collectives, drivers  # noqa: E402
 from distcheck.parallel.comm import checks as comm_checks  # noqa: E402
 from distcheck.parallel.layout import checks as layout_checks  # noqa: E402
 from distcheck.runners import RankPool  # noqa: E402
-from distcheck.runners import pipelining  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -313,57 +312,6 @@ def _dtensor_mlp_counts(ctx):
 def test_byte_counter_agrees_with_comm_debug_mode_on_a_dtensor_mlp(gloo2):
     # CommDebugMode cannot run on the threaded backend (process-global module hooks); on processes it must agree
     assert gloo2.run(_dtensor_mlp_counts) == [(1, 1), (1, 1)]
-
-
-# --------------------------------------------------------------------------- pipelining
-
-
-def test_pipeline_tables_against_simulator():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rows = by_check(pipelining.run_table_checks(max_p=3, max_m=6))
-    for name in ("ScheduleGPipe", "ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble",
-                 "ScheduleZBVZeroBubble", "ScheduleDualPipeV"):
-        assert rows[f"pp.table.{name}"].verdict == PASS, rows[f"pp.table.{name}"].detail
-    # finding (torch 2.13): Schedule1F1B's own table names micro-batch m on the last rank
-    bad = rows["pp.table.Schedule1F1B"]
-    assert bad.verdict == FAIL and "p=1, m=1" in bad.detail and "microbatch=1" in bad.detail
-    # no world runs: world size 1 on every row, the shapes in the detail
-    assert {r.world_size for r in rows.values()} == {1}
-    assert "p = 1..3, m = p..6" in rows["pp.table.ScheduleGPipe"].detail
-
-
-def test_gpipe_table_matches_lesson_figure():
-    tl = pipelining.table_timeline("ScheduleGPipe", 4, 4)
-    assert tl.step_ticks == 21 and str(tl.bubble_fraction) == "3/7"  # lesson: 3 x (4 + 3) ticks, 3/7
-
-
-@pytest.mark.multiprocess
-def test_pipeline_schedules_on_gloo(gloo2):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rows = by_check(pipelining.run_pipelining_checks(gloo2, tables=False))
-    for name in pipelining.SCHEDULES:
-        assert rows[f"pp.grads.{name}"].verdict == PASS, rows[f"pp.grads.{name}"].detail
-        assert rows[f"pp.grads.{name}"].max_error == 0.0
-    for name in ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B"):
-        assert rows[f"pp.executed_timeline.{name}"].verdict == PASS
-    # torch executes 1F1B correctly (timeline = simulator) but not in its table's order
-    assert rows["pp.executed_order.Schedule1F1B"].verdict == FAIL
-    assert "rank 1" in rows["pp.executed_order.Schedule1F1B"].detail
-    assert rows["pp.executed_order.ScheduleGPipe"].verdict == PASS
-    # that FAIL is exactly the recorded finding, and no other row is
-    from distcheck.report import FINDING
-    from distcheck.runners.findings import label_findings
-
-    labelled = label_findings(list(rows.values()))
-    assert [r.check for r in labelled if r.verdict == FINDING] == ["pp.executed_order.Schedule1F1B"]
-
-
-@pytest.mark.multiprocess
-def test_pipeline_skips_threaded(threaded4):
-    rows = pipelining.run_pipelining_checks(threaded4, tables=False, examples=pipelining.default_pipeline_examples(4)[:1])
-    assert {r.verdict for r in rows} == {SKIP}
 
 
 # --------------------------------------------------------------------------- DeviceMesh

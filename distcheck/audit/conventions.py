@@ -23,7 +23,10 @@ Parameter Models", §3.1 and Figure 1 (16 bytes per parameter, K = 12); Narayana
 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
 §2.2 (bubble relative to ideal time) and Huang et al. 2019, "GPipe", §2.3 (relative to
 total time); Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-Transformer Models", Table 2; nccl-tests, doc/PERFORMANCE.md (collective volumes).
+Transformer Models", Table 2; nccl-tests, doc/PERFORMANCE.md (collective volumes); Qi et al.
+2023, "Zero Bubble Pipeline Parallelism", Table 2 (B = the input-gradient pass) and DeepSeek-AI
+2024, "DeepSeek-V3 Technical Report", Table 2 (B = the full backward); the zero-bubble
+repository's README (zero bubble without a barrier between steps: optimizer post-validation).
 """
 
 from __future__ import annotations
@@ -212,6 +215,23 @@ _PARAM_COUNT = Axis("parameter count of a named model", (
             set={"params": NOMINAL_PARAMS}, needs=("model", "params")),
 ))
 
+def _b_axis(prefix: str, own: str) -> Axis:
+    """What a printed backward cost B means: the input-gradient pass only (Qi et al. 2023,
+    "Zero Bubble Pipeline Parallelism", T_B) or the full backward (DeepSeek-V3 Table 2, the
+    DualPipe README): the same figure read the other way."""
+    other = "b_full" if own == "b_input" else "b_input"
+    label = ("B is the full backward (input and weight gradients: DeepSeek-V3 Table 2)" if other == "b_full" else
+             "B is the input-gradient pass only (Qi et al. 2023, T_B)")
+    return Axis("what B means: the input-gradient pass or the full backward", (Variant(
+        label, f"{prefix}.{other}", quantity=f"{prefix}.{other}"),))
+
+
+def _steady_axis(name: str) -> Axis:
+    return Axis("a barrier between steps, or none (optimizer post-validation)", (Variant(
+        "no barrier between steps: the idle ticks inside each rank's own window (steps overlap)", f"{name}.steady",
+        quantity=f"{name}.steady"),))
+
+
 _BACKWARD = Axis("cost of a backward pass", (
     Variant("backward costs as much as forward (t_b = t_f)", "t_b = t_f", set={"t_b": InputValue("t_f")}),
 ))
@@ -277,6 +297,12 @@ def _build() -> tuple[tuple[str, Axis], ...]:
     for sched in Schedule:
         rows.append((f"pipeline.bubble_fraction.{sched}", _bubble_axis(sched, "ratio")))
         rows.append((f"pipeline.bubble_ratio.{sched}", _bubble_axis(sched, "fraction")))
+    for prefix in ("pipeline.bubble_ticks.1f1b", "pipeline.bubble_ticks.zb_h1", "pipeline.bubble_ticks.zb_h2.steady"):
+        for own in ("b_input", "b_full"):
+            rows.append((f"{prefix}.{own}", _b_axis(prefix, own)))
+    for sched in (Schedule.ZB_H2, Schedule.ZB_V):
+        for kind in ("bubble_ticks", "bubble_ratio"):
+            rows.append((f"pipeline.{kind}.{sched}", _steady_axis(f"pipeline.{kind}.{sched}")))
     for r in _ACT_ROWS:
         rows.append((f"activations.bytes_per_layer.{r}", _act_axis("activations.bytes_per_layer", r)))
         rows.append((f"activations.total_bytes.{r}", _act_axis("activations.total_bytes", r)))

@@ -27,18 +27,35 @@ class _Name(StrEnum):
 
 
 class Schedule(_Name):
-    """Pipeline schedules simulated tick by tick (:mod:`distcheck.pipeline`).
+    """Pipeline schedules the simulator runs (:mod:`distcheck.pipeline`).
 
     - ``gpipe``: all forwards, then all backwards (Huang et al. 2019, "GPipe");
     - ``1f1b``: PipeDream-Flush, one forward one backward in the steady state
       (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
       Clusters Using Megatron-LM", §2.2.1);
-    - ``interleaved``: v model chunks per rank (same paper, §2.2.2).
+    - ``interleaved``: v model chunks per rank (same paper, §2.2.2);
+    - ``looped_bfs``: v chunks per rank, every micro-batch through one chunk before the next
+      (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"; torch's ``ScheduleLoopedBFS``);
+    - ``zb_h1``, ``zb_h2``: the backward split into input-gradient (I) and weight-gradient (W)
+      passes, the weight passes moved into the bubble (Qi et al. 2023, "Zero Bubble Pipeline
+      Parallelism", §2.1 and §2.2);
+    - ``interleaved_zb``: ZB-H1 over v chunks per rank (torch's ``ScheduleInterleavedZeroBubble``);
+    - ``zb_v``: two chunks per rank in a V (Qi et al. 2023, §6, ZB-V);
+    - ``dualpipe``, ``dualpipev``: two pipelines in opposite directions with overlapped
+      forward and backward pairs (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §3.2.1;
+      the DualPipe repository's ``DualPipe`` and ``DualPipeV``).
     """
 
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"
+    LOOPED_BFS = "looped_bfs"
+    ZB_H1 = "zb_h1"
+    ZB_H2 = "zb_h2"
+    INTERLEAVED_ZB = "interleaved_zb"
+    ZB_V = "zb_v"
+    DUALPIPE = "dualpipe"
+    DUALPIPEV = "dualpipev"
 
 
 class Collective(_Name):
@@ -97,5 +114,5 @@ class Verdict(_Name):
 
 def names(vocabulary: type[StrEnum]) -> tuple[str, ...]:
     """The members of ``vocabulary`` as plain strings, in definition order:
-    ``names(Schedule) == ("gpipe", "1f1b", "interleaved")``."""
+    ``names(Schedule)[:3] == ("gpipe", "1f1b", "interleaved")``."""
     return tuple(member.value for member in vocabulary)

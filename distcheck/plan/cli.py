@@ -25,9 +25,9 @@ _SIM_SCHEDULES = names(Schedule)
 #: the schedules ``plan memory`` sizes (distcheck.plan.estimate.SCHEDULES, not imported here: it loads numpy)
 _PLANNED_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.GPIPE.value)
 #: torch.distributed.pipelining schedule classes distcheck can build tables of
-#: (the keys of distcheck.runners.pipelining.SCHEDULES; a test keeps them equal)
-TORCH_SCHEDULES = ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble",
-                   "ScheduleZBVZeroBubble", "ScheduleDualPipeV")
+#: (the keys of distcheck.parallel.pp.tables.TORCH_SCHEDULES; a test keeps them equal)
+TORCH_SCHEDULES = ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
+                   "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble", "ScheduleDualPipeV")
 _CONVENTIONS = ("mixed_adamw", "mixed_adamw_fp32_grads", "adam_8bit", "sgd_momentum", "moments_only")
 
 

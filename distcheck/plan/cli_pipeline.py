@@ -10,7 +10,11 @@ from distcheck.plan.cli_output import _check_outputs, _console, _exact, _frac, _
 
 #: the torch.distributed.pipelining class of each simulated schedule (``--torch auto``)
 _TORCH_FOR = {Schedule.GPIPE: "ScheduleGPipe", Schedule.ONE_F_ONE_B: "Schedule1F1B",
-              Schedule.INTERLEAVED: "ScheduleInterleaved1F1B"}
+              Schedule.INTERLEAVED: "ScheduleInterleaved1F1B", Schedule.LOOPED_BFS: "ScheduleLoopedBFS",
+              Schedule.INTERLEAVED_ZB: "ScheduleInterleavedZeroBubble", Schedule.ZB_V: "ScheduleZBVZeroBubble",
+              Schedule.DUALPIPEV: "ScheduleDualPipeV"}
+#: the schedules whose forms take (p, m, v, t_f, t_b) like GPipe's
+_FULL_BACKWARD = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.LOOPED_BFS)
 
 def _timeline_facts(t) -> list[tuple[str, str]]:
     return [
@@ -24,16 +28,28 @@ def _timeline_facts(t) -> list[tuple[str, str]]:
 
 
 def _closed_form_rows(t, schedule: str, p: int, m: int, v: int, t_f: int, t_b: int):
-    """CheckResult rows: the simulator's figures against the catalogue's closed forms."""
+    """CheckResult rows: the simulator's figures against the catalogue's closed forms (for a split
+    schedule, its bubble and stash forms where their regime holds; ``skip`` rows name it otherwise)."""
     from distcheck.closed_form import get
-    from distcheck.report import FAIL, PASS, CheckResult
+    from distcheck.parallel.pp.forms_zero_bubble import regime
+    from distcheck.report import FAIL, PASS, SKIP, CheckResult
 
-    inputs = dict(p=p, m=m, t_f=t_f, t_b=t_b) | ({"v": v} if schedule == Schedule.INTERLEAVED else {})
-    got = {"step_ticks": t.step_ticks, "bubble_fraction": t.bubble_fraction, "bubble_ratio": t.bubble_ratio,
-           "peak_in_flight": max(t.peak_in_flight), "idle_ticks": max(t.idle_ticks)}
+    inputs = dict(p=p, m=m, v=v, t_f=t_f, t_b=t_b)
+    if schedule in _FULL_BACKWARD:
+        got = {"step_ticks": t.step_ticks, "bubble_fraction": t.bubble_fraction, "bubble_ratio": t.bubble_ratio,
+               "peak_in_flight": max(t.peak_in_flight), "idle_ticks": max(t.idle_ticks)}
+        why = None
+    else:
+        inputs |= dict(t_i=t_b // 2, t_w=t_b // 2, t=t_f, t_fb=t_f + t_b)
+        got = {"bubble_ticks": max(t.idle_ticks), "peak_in_flight": max(t.peak_in_flight)}
+        why = regime(schedule, p=p, m=m, t_f=t_f, t_i=t_b // 2, t_w=t_b // 2, t_fb=t_f + t_b)
     rows = []
     for quantity, value in got.items():
         name = f"pipeline.{quantity}.{schedule}"
+        if why:
+            rows.append(CheckResult(check=name, backend="simulator", verdict=SKIP, examples=0,
+                                    detail=f"outside the form's regime: {why}"))
+            continue
         form = get(name)
         want = form.evaluate(**{k: x for k, x in inputs.items() if k in {i.name for i in form.inputs}})
         ok = Fraction(want) == Fraction(value)
@@ -47,13 +63,15 @@ def run_pipeline(args) -> int:
     from distcheck.report import exit_code
 
     _check_outputs(args)
-    v = args.v if args.v is not None else (2 if args.schedule == Schedule.INTERLEAVED else 1)
+    from distcheck.parallel.pp.schedules import FIXED_V
+
+    v = args.v if args.v is not None else FIXED_V.get(args.schedule, 2)
     t = pipeline.simulate(args.schedule, args.p, args.m, v=v, t_f=args.t_f, t_b=args.t_b)
     rows = _closed_form_rows(t, args.schedule, args.p, args.m, v, args.t_f, args.t_b)
     torch_part = None
     if args.torch is not None:
         torch_part = _torch_part(args, v)
-    name = args.schedule + (f" (v = {v})" if args.schedule == Schedule.INTERLEAVED else "")
+    name = args.schedule + (f" (v = {v})" if args.schedule not in FIXED_V else "")
     if torch_part is not None:
         rows.append(torch_part["row"])
     if args.format == "json":
@@ -98,12 +116,12 @@ def _torch_part(args, v: int) -> dict:
         raise ConfigError("--torch", schedule, "replays torch's table at t_f = 1, t_b = 2 only (the lesson's ticks)")
     with Progress("importing torch", quiet=args.quiet):
         try:
+            from distcheck.parallel.pp.tables import TORCH_SCHEDULES, _replay_table, check_table, torch_table
             from distcheck.runners.findings import label_findings
-            from distcheck.runners.pipelining import SCHEDULES, check_table, torch_table
         except ImportError as exc:
             raise ConfigError("--torch", schedule, f"needs torch: {exc}") from None
-    torch_v = SCHEDULES[schedule][1]
-    sim_name = SCHEDULES[schedule][0]
+    torch_v = TORCH_SCHEDULES[schedule][1]
+    sim_name = TORCH_SCHEDULES[schedule][0]
     if sim_name == args.schedule and v != torch_v:
         raise ConfigError("--v", v, f"must be {torch_v} with --torch: distcheck builds {schedule}'s table with {torch_v} "
                                     "stages per rank")
@@ -114,7 +132,7 @@ def _torch_part(args, v: int) -> dict:
     table = torch_table(schedule, args.p, args.m)
     raw = [" ".join(str(a) for a in row if a is not None) for row in table]
     try:
-        timeline = pipeline.replay(pipeline.from_torch_actions(table), torch_v * args.p, args.m, t_f=1, t_b=2)
+        timeline = _replay_table(schedule, table, args.p, args.m)[1]
     except (ConfigError, pipeline.DeadlockError) as exc:
         detail = f"{detail} ({str(exc).splitlines()[0]})" if str(exc) not in detail else detail
     if sim_name is not None and sim_name != args.schedule:

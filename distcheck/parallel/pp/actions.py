@@ -1,10 +1,10 @@
-"""The vocabulary of the pipeline simulator: actions, spans, limits and input checks.
+"""The vocabulary of the pipeline simulator: actions, spans, limits and tick checks.
 
 An :class:`Action` is one unit of work of one rank (a forward, a full backward, or the
 input- and weight-gradient halves of a split backward) on one micro-batch and one
 virtual stage; a :class:`Span` places it in time. The simulator itself is
-:mod:`distcheck.parallel.pp.timeline` (replay of any per-rank order) and
-:mod:`distcheck.parallel.pp.reference` (the named schedules).
+:mod:`distcheck.parallel.pp.simulator` (replay of any per-rank order, on arrays) and
+:mod:`distcheck.parallel.pp.schedules` (the named schedules).
 """
 
 from __future__ import annotations
@@ -13,23 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from distcheck.core.errors import ConfigError, DistcheckError
-from distcheck.core.validate import check_choice, check_int, check_positive_int
+from distcheck.core.validate import check_choice, check_int
 from distcheck.core.vocab import Schedule, names
 
 __all__ = ["SCHEDULES", "KINDS", "Action", "Span", "DeadlockError", "MAX_ACTIONS", "MAX_GRID_CELLS"]
 
-#: the most (virtual stage, micro-batch) pairs one tick-level simulation runs (module docstring)
-MAX_ACTIONS = 10**6
-#: the most cells (ranks x ticks) of one Timeline.grid
+#: the most actions one simulated order may hold (F, B, I and W each count one)
+MAX_ACTIONS = 10**7
+#: the most cells (ranks x ticks) of one Timeline.grid (built only when asked for)
 MAX_GRID_CELLS = 10**7
 
-
-def _closed_form_hint(schedule: str, p: int, m: int, v: int) -> str:
-    args = f"p={p}, m={m}" + (f", v={v}" if schedule == Schedule.INTERLEAVED else "")
-    return (f"for large sizes use the closed forms, e.g. "
-            f"distcheck.closed_form.get('pipeline.step_ticks.{schedule}').evaluate({args})")
-
-#: the schedules :func:`schedule_order` and :func:`simulate` know (:class:`distcheck.core.vocab.Schedule`)
+#: the schedules :func:`~distcheck.parallel.pp.schedules.schedule_order` and ``simulate`` know
+#: (:class:`distcheck.core.vocab.Schedule`)
 SCHEDULES: tuple[str, ...] = names(Schedule)
 #: action kinds: forward, full backward, input-gradient backward, weight-gradient backward
 KINDS: tuple[str, ...] = ("F", "B", "I", "W")
@@ -96,27 +91,8 @@ class DeadlockError(DistcheckError, ValueError):
 
 
 def _check_ticks(field: str, value: object) -> int:
+    """``value`` as an int >= 1 (ticks of one action); ConfigError naming ``field`` otherwise."""
     value = check_int(field, value, rule="must be a positive integer number of ticks")
     if value < 1:
         raise ConfigError(field, value, "must be >= 1 tick")
     return value
-
-
-def _check_shape(schedule: str, p: object, m: object, v: object) -> None:
-    check_choice("schedule", schedule, SCHEDULES)
-    p = check_positive_int("p", p)
-    m = check_positive_int("m", m)
-    v = check_positive_int("v", v)
-    if schedule == Schedule.INTERLEAVED:
-        if v < 2:
-            raise ConfigError("v", v, "must be >= 2 for the interleaved schedule (v=1 is plain 1f1b)")
-        if m % p != 0:
-            raise ConfigError("m", m, f"must be a multiple of p={p} for the interleaved schedule")
-    elif v != 1:
-        raise ConfigError("v", v, f"must be 1 for the {schedule} schedule (chunks per rank need 'interleaved')")
-    if p * v * m > MAX_ACTIONS:
-        raise ConfigError("m", m, f"gives p*v*m = {p}*{v}*{m} = {p * v * m} (stage, micro-batch) pairs, more than "
-                                  f"the tick-level simulation handles (pipeline.MAX_ACTIONS = {MAX_ACTIONS}); "
-                                  + _closed_form_hint(schedule, p, m, v))
-
-

@@ -28,6 +28,14 @@ micro-batch groups have ``p`` members). torch 2.13's "flex" variant for other
 ``m`` was also replayed (p = 2..6, m = 1..14, v = 2..4): its step is
 ``(v*max(m, p) + min(m, p) - 1) * (t_f + t_b)``, i.e. the same formula for
 ``m > p`` but a longer step for ``m < p``; that variant is not catalogued here.
+
+The breadth-first order (``looped_bfs``: every micro-batch through chunk 0, then chunk 1,
+...) has that same step, ``(v*max(m, p) + min(m, p) - 1) * (t_f + t_b)``, for every m
+(found with the simulator, p = 1..6, m = 1..14, v = 1..4, seven cost ratios; property
+``pipeline.simulator.closed_forms``), and stashes all ``v m`` (chunk, micro-batch) pairs.
+
+The forms of the split-backward schedules (ZB-H1, ZB-H2, interleaved ZB, ZB-V, DualPipe,
+DualPipeV) are in :mod:`distcheck.parallel.pp.forms_zero_bubble`, registered with these.
 """
 
 from __future__ import annotations
@@ -36,8 +44,12 @@ import sympy as sp
 
 from distcheck.core.closed_form import ClosedForm, Input, register
 from distcheck.core.vocab import Schedule
+from distcheck.parallel.pp import forms_zero_bubble
 
-__all__ = ["FORMS"]
+__all__ = ["FORMS", "ZERO_BUBBLE_FORMS"]
+
+#: the forms of the split-backward schedules, registered with :data:`FORMS`
+ZERO_BUBBLE_FORMS = forms_zero_bubble.FORMS
 
 _P = Input("p", "pipeline ranks (stages)", "ranks")
 _M = Input("m", "micro-batches per step", "micro-batches")
@@ -52,6 +64,10 @@ _GPIPE = "GPipe (Huang et al. 2019, arXiv:1811.06965, §2.3: bubble O((K-1)/(M+K
 _NARAYANAN_1F1B = "Narayanan et al. 2021 (SC'21), §2.2.1: PipeDream-Flush bubble (p-1)/m relative to ideal time"
 _NARAYANAN_INT = "Narayanan et al. 2021 (SC'21), §2.2.2: interleaved bubble (1/v)(p-1)/m; exact per the tick simulator"
 _INT_CONSTRAINTS = ("v >= 2", "m % p == 0 (Megatron-LM's interleaved order; Narayanan et al. 2021 §2.2.2)")
+
+_BFS = "Lamy-Poirier 2023, 'Breadth-First Pipeline Parallelism' (arXiv:2211.05953); torch's ScheduleLoopedBFS; exact per the tick simulator"
+_VB = Input("v", "model chunks per rank (1 or more)", "chunks", default=1)
+_BFS_STEPS = v * sp.Max(m, p) + sp.Min(m, p) - 1
 
 _BASE = (_P, _M, _TF, _TB)
 _INTER = (_P, _M, _V, _TF, _TB)
@@ -147,4 +163,15 @@ FORMS: tuple[ClosedForm, ...] = (
         "rank r holds min(2(p-r-1) + (v-1)p + 1, v m)",
         _INT_CONSTRAINTS,
     ),
+    # --- breadth-first (looped BFS): v chunks, every micro-batch through one chunk before the next
+    _form(f"pipeline.step_ticks.{Schedule.LOOPED_BFS}", _BFS_STEPS * (t_f + t_b), (_P, _M, _VB, _TF, _TB), "ticks", _BFS,
+          "ticks of one breadth-first step: (v max(m, p) + min(m, p) - 1)(t_f + t_b); (v m + p - 1)(t_f + t_b) when m >= p"),
+    _form(f"pipeline.idle_ticks.{Schedule.LOOPED_BFS}", (_BFS_STEPS - v * m) * (t_f + t_b), (_P, _M, _VB, _TF, _TB),
+          "ticks", _BFS, "ticks each rank idles in one breadth-first step; (p-1)(t_f+t_b) when m >= p"),
+    _form(f"pipeline.bubble_fraction.{Schedule.LOOPED_BFS}", (_BFS_STEPS - v * m) / _BFS_STEPS, (_P, _M, _VB, _TF, _TB),
+          "fraction", _BFS, "idle time / total step time of the breadth-first schedule"),
+    _form(f"pipeline.bubble_ratio.{Schedule.LOOPED_BFS}", (_BFS_STEPS - v * m) / (v * m), (_P, _M, _VB, _TF, _TB),
+          "fraction", _BFS, "idle time / ideal time of the breadth-first schedule: (p-1)/(v m) when m >= p"),
+    _form(f"pipeline.peak_in_flight.{Schedule.LOOPED_BFS}", v * m, (_P, _M, _VB, _TF, _TB), "count", _BFS,
+          "peak (chunk, micro-batch) activations of a breadth-first rank: all v m, like GPipe over v chunks"),
 )

@@ -1,22 +1,35 @@
-"""Mutants of the pipeline's accounting.
+"""Mutants of the pipeline's accounting, its engine and its zero-bubble schedules.
 
-=========================  ==============================================  ================================
-mutant                     mistake                                         killed by
-=========================  ==============================================  ================================
-pipeline.ratio_as_fraction (p-1)/m (idle relative to IDEAL time)           pipeline.bubble_fraction.formula
-                           labelled as idle / total
-pipeline.stash_ignores_m   1F1B stash taken as p, without min(p, m)        pipeline.stash.formula (m < p)
-=========================  ==============================================  ================================
+=================================  ==============================================  ====================================
+mutant                             mistake                                         killed by
+=================================  ==============================================  ====================================
+pipeline.ratio_as_fraction         (p-1)/m (idle relative to IDEAL time)           pipeline.bubble_fraction.formula
+                                   labelled as idle / total
+pipeline.stash_ignores_m           1F1B stash taken as p, without min(p, m)        pipeline.stash.formula (m < p)
+pipeline.engine_single_sweep       the array engine stopped after one sweep up     pipeline.engine.matches_plain_replay
+                                   the ranks (backwards wait on later ranks)
+pipeline.zb_w_before_i             every weight pass moved just before its own     pipeline.zero_bubble.w_after_i
+                                   input pass (W before B)
+pipeline.zb_b_as_full_backward     ZB-H1 bubble from DeepSeek's (PP-1)(F+B-2W),    pipeline.zero_bubble.bubble_formula
+                                   whose B is the FULL backward, fed the
+                                   input-gradient cost
+pipeline.zb_h1_w_deferred          ZB-H1 holding every weight pass to the end      pipeline.zero_bubble.stash_bound
+                                   (a smaller bubble, but m activations stashed)
+=================================  ==============================================  ====================================
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
+
+import numpy as np
 
 from distcheck.core.vocab import Schedule
 from distcheck.engine.mutants import mutant
 
-__all__ = ["bubble_ratio_as_fraction", "stash_ignores_few_microbatches"]
+__all__ = ["bubble_ratio_as_fraction", "stash_ignores_few_microbatches", "replay_single_sweep", "order_w_before_i",
+           "zb_h1_bubble_b_as_full", "order_w_deferred"]
 
 
 @mutant("pipeline.ratio_as_fraction", "pipeline.bubble_fraction.formula")
@@ -29,6 +42,88 @@ def bubble_ratio_as_fraction(schedule, p, m, v=1):
 def stash_ignores_few_microbatches(schedule, p, m, v=1):
     """Activation stash of 1F1B taken as p micro-batches (interleaved: (v+1) p - 1 chunks) without
     the min with m (v m): too many when there are fewer micro-batches than stages (m < p)."""
-    if schedule == Schedule.GPIPE:
-        return m
+    if schedule in (Schedule.GPIPE, Schedule.LOOPED_BFS):
+        return v * m
     return p if schedule == Schedule.ONE_F_ONE_B else (v + 1) * p - 1
+
+
+@mutant("pipeline.engine_single_sweep", "pipeline.engine.matches_plain_replay")
+def replay_single_sweep(order, num_stages, num_microbatches, t_f=1, t_b=2, *, t_fb=None, routes=None):
+    """The array engine stopped after one sweep up the ranks, without the sweep that proves the
+    result: a backward that waits on a later rank starts too early."""
+    from distcheck.parallel.pp import simulator
+    from distcheck.parallel.pp.order import compile_order
+
+    compiled = compile_order(order, num_stages, num_microbatches, routes)
+    split = bool((compiled.kind >= 2).any())
+    costs = simulator.Costs(f=t_f, b=t_b, i=t_b // 2 if split else 1, w=t_b // 2 if split else 1, fb=t_fb)
+    real = simulator.MAX_SWEEPS
+    simulator.MAX_SWEEPS = 1
+    try:
+        rank_of = compiled.ranks()
+        idx_f, idx_bk, idx_i, idx_w, placed = simulator.check_order(compiled, rank_of)
+        deps = simulator.dependencies(compiled, idx_f, idx_bk, idx_i, idx_w)
+        units = simulator._units(compiled, deps, costs, rank_of)
+        end = simulator._sweeps(units, placed, 2**61)
+    finally:
+        simulator.MAX_SWEEPS = real
+    if end is None:  # one sweep never settles: keep what it computed
+        end = _one_sweep(units)
+    start = end - units.cost
+    if units.unit_of is not None:
+        start, end = start[units.unit_of], end[units.unit_of]
+    return simulator.Timeline(compiled, rank_of, start, end, units.cost, units.rank, units.paired)
+
+
+def _one_sweep(u) -> np.ndarray:
+    end = np.zeros(u.count + 1, np.int64)
+    deps = np.where(u.deps >= 0, u.deps, u.count)
+    incl = np.cumsum(u.cost)
+    for a, b in zip(u.offsets[:-1].tolist(), u.offsets[1:].tolist()):
+        if b > a:
+            d = end[deps[a:b]].max(axis=1) - (incl[a:b] - u.cost[a:b])
+            end[a:b] = np.maximum.accumulate(d) + incl[a:b]
+    return end[:-1]
+
+
+def _reordered(o, index: np.ndarray):
+    return replace(o, kind=o.kind[index], stage=o.stage[index], microbatch=o.microbatch[index],
+                   overlap=o.overlap[index])
+
+
+@mutant("pipeline.zb_w_before_i", "pipeline.zero_bubble.w_after_i")
+def order_w_before_i(schedule, p, m, v=None):
+    """The schedule's order with every weight pass moved to just before its own input pass."""
+    from distcheck.parallel.pp.schedules import order_arrays
+
+    o = order_arrays(schedule, p, m, v)
+    key = o.stage * m + o.microbatch
+    w_of = {int(key[k]): k for k in np.flatnonzero(o.kind == 3).tolist()}
+    out = []
+    for k in range(o.num_actions):
+        if o.kind[k] == 3:
+            continue
+        if o.kind[k] == 2 and int(key[k]) in w_of:
+            out.append(w_of[int(key[k])])
+        out.append(k)
+    return _reordered(o, np.asarray(out, np.int64))
+
+
+@mutant("pipeline.zb_b_as_full_backward", "pipeline.zero_bubble.bubble_formula")
+def zb_h1_bubble_b_as_full(p, t_f, t_i, t_w):
+    """ZB-H1 bubble as (p-1)(t_f + t_i - 2 t_w): DeepSeek's ZB1P formula, whose B is the FULL
+    backward, fed the input-gradient cost t_i."""
+    return (p - 1) * (t_f + t_i - 2 * t_w)
+
+
+@mutant("pipeline.zb_h1_w_deferred", "pipeline.zero_bubble.stash_bound")
+def order_w_deferred(schedule, p, m, v=None):
+    """The schedule's order with every weight pass held back until the rank's input passes are done."""
+    from distcheck.parallel.pp.schedules import order_arrays
+
+    o = order_arrays(schedule, p, m, v)
+    out = []
+    for lo, hi in zip(o.offsets[:-1].tolist(), o.offsets[1:].tolist()):
+        k = np.arange(lo, hi)
+        out.append(np.concatenate([k[o.kind[k] != 3], k[o.kind[k] == 3]]))
+    return _reordered(o, np.concatenate(out))

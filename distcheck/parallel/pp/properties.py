@@ -91,9 +91,9 @@ def _edges():
 
 register(Property(
     "pipeline.simulator.closed_forms",
-    lambda: ds.pipeline_params(),
+    lambda: ds.pipeline_params(schedules=ds.SCHEDULES),
     simulator_matches_closed_forms,
-    "simulator == closed forms (step, busy, both bubble conventions, stash) for gpipe, 1f1b, interleaved",
+    "simulator == closed forms (step, busy, both bubble conventions, stash) for gpipe, 1f1b, interleaved, looped_bfs",
     _simulate, "simulate(schedule, p, m, v, t_f, t_b) -> Timeline", _edges,
 ))
 register(Property(
@@ -110,3 +110,7 @@ register(Property(
     "activation-stash formula (peak in flight) == simulated peak, exactly (incl. m < p)",
     stash_formula, "peak_in_flight(schedule, p, m, v=1) -> int", _edges,
 ))
+
+
+# the engine's and the split-backward schedules' properties register themselves on import
+from distcheck.parallel.pp import properties_zero_bubble  # noqa: E402, F401
