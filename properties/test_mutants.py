@@ -98,8 +98,12 @@ def test_pinned_shrunk_counterexamples(generated_kills):
     assert kills["pipeline.ratio_as_fraction"].extra["counterexample"] == \
         "PipelineParams(schedule='gpipe', p=2, m=1, v=1, t_f=1, t_b=1)"
     assert kills["zero.floor_partition"].extra["counterexample"] == "ZeroCase(params=1, dp=2, k=12)"
-    assert kills["dp.plain_mean_unequal"].extra["counterexample"] == \
-        "DPCase(shard_sizes=(2, 1), X=[[0.0], [1.0], [1.0]], y=[0.0, 0.0, 0.0], w=[1.0])"
+    # two shards of 2 and 1 examples, one feature, entries 0 or 1: Hypothesis versions differ in which of
+    # these equally small cases their shrinker ends on
+    bit = r"[01]\.0"
+    assert re.fullmatch(rf"DPCase\(shard_sizes=\(2, 1\), X=\[\[{bit}\], \[{bit}\], \[{bit}\]\], "
+                        rf"y=\[{bit}, {bit}, {bit}\], w=\[{bit}\]\)",
+                        kills["dp.plain_mean_unequal"].extra["counterexample"])
 
 
 def test_edge_case_mutants_are_killed_on_their_edge_by_the_generated_search_too(generated_kills):

@@ -34,7 +34,7 @@ def test_every_value_of_the_bound_is_reached_and_zero_is_the_simplest():
 
 
 def test_shrinks_to_readable_counterexamples():
-    s = settings(database=None, max_examples=2000)
+    s = settings(database=None, max_examples=2000, derandomize=True)  # the same search every run
     assert find(arrays((2, 3), 64), lambda a: a.min() < 0, settings=s).tolist() == [[0, 0, 0], [0, 0, -1]]
     got = find(arrays((2, 8), 64), lambda a: a.max() > 10 and a.sum() > 50, settings=s)
     # zeros but for a few entries at the end, adding up to little more than the failure needs
