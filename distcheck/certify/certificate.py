@@ -132,7 +132,8 @@ class Certification:
                             detail=(f"{v.statement} ({v.regime})" + (f": {v.note}" if v.note else "")
                                     if v.verdict == PASS
                                     else f"{self.target}: {v.describe(self.contract)}"),
-                            extra={"target": self.target, "seed": self.seed, "reproduce": v.reproduce})
+                            extra={"target": self.target, "seed": self.seed, "profile": self.profile,
+                                   "reproduce": v.reproduce})
                 for v in self.verdicts]
 
     def to_dict(self) -> dict:
