@@ -341,6 +341,29 @@ def _comm_checks():
                 yield f"comm.bytes_per_rank.{coll}", dict(size_bytes=8 * count, n=n), ref
 
 
+def _sp_checks():
+    """Sequence parallelism: the collectives its reference logs per block, the bytes the simulated ring
+    reduce-scatter then all-gather send per rank, and the activation bytes the stored-tensor reference saves."""
+    from distcheck.parallel.activations.reference import bytes_per_layer
+    from distcheck.parallel.sp import reference as sp
+
+    for t, s in ((1, 2), (2, 4), (3, 3)):
+        log: list = []
+        x = np.tile([[1.0, -1.0]], (s, 1))
+        sp.sp_mlp_block(sp.sequence_shards(x, t), np.ones(2), np.zeros(2), np.ones((2, t)), np.ones((t, 2)), log=log)
+        yield "sp.block.all_gathers_per_forward", {}, sum(c == "all_gather" for c, _ in log)
+        yield "sp.block.reduce_scatters_per_forward", {}, sum(c == "reduce_scatter" for c, _ in log)
+    for t, count in product((1, 2, 3, 4, 8), (0, 24, 48)):
+        if count % t == 0:
+            sent = (comm.simulate("reduce_scatter", 8 * count, t).max_sent_bytes
+                    + comm.simulate("all_gather", 8 * count, t).max_sent_bytes)
+            yield "sp.block.bytes_per_rank", dict(size_bytes=8 * count, t=t), sent
+    for s, b, h, t in product((1, 512), (1, 3), (4, 96), (1, 2, 3, 8)):
+        with_sp = bytes_per_layer(s, b, h, 8, t, sequence_parallel=True)
+        saved = Fraction(bytes_per_layer(s, b, h, 8, t)) - Fraction(with_sp)
+        yield "sp.activations.bytes_saved_per_layer", dict(s=s, b=b, h=h, t=t), saved
+
+
 def _bandwidth_checks():
     """nccl-tests' algorithm and bus bandwidth from the simulated collectives (what the busiest rank sends, over
     the time); ZeRO bytes per rank from distcheck.zero's enumeration with the ring factor; degrees derived from
@@ -400,6 +423,7 @@ CHECKS = {
     "pipeline": _pipeline_checks, "looped_bfs": _looped_bfs_checks, "zero_bubble": _zero_bubble_checks,
     "memory": _memory_checks, "zero": _zero_checks,
     "activations": _activation_checks, "params": _params_checks, "layout": _layout_checks, "comm": _comm_checks,
+    "sp": _sp_checks,
 }
 
 

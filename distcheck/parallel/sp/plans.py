@@ -1,0 +1,60 @@
+"""torch's sequence-parallel plans for distcheck's pre-norm MLP block (``norm``, ``up``, ``down``), built on
+first use; targets of the ``sequence-parallel-mlp`` contract
+(``distcheck certify distcheck.parallel.sp.plans:SEQUENCE_PARALLEL_MLP --contract sequence-parallel-mlp``).
+
+* ``SEQUENCE_PARALLEL_MLP``: ``norm`` ``SequenceParallel()`` (the layer norm on the sequence shards),
+  ``up`` ``ColwiseParallel(input_layouts=Shard(1))`` (its input all-gathered from the shards: Megatron's
+  g), ``down`` ``RowwiseParallel(output_layouts=Shard(1))`` (its partial outputs reduce-scattered to the
+  shards: g-bar). Korthikanti et al. 2022, §4.2.2, Figure 5; torch's tensor-parallel tutorial.
+* ``TENSOR_PARALLEL_MLP``: the same block with tensor parallelism alone (``norm`` replicated, ``up``
+  ``ColwiseParallel()``, ``down`` ``RowwiseParallel()``): the contract's reference, on the whole sequence.
+* ``UNSHARDED_NORM_MLP``: a mis-set plan: the MLP reduce-scatters to the shards but ``norm`` is not
+  marked ``SequenceParallel``, so the block takes a replicated input: shapes and collectives go wrong.
+
+torch is imported when a plan is first asked for; the same object is returned every time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SEQUENCE_PARALLEL_MLP", "TENSOR_PARALLEL_MLP", "UNSHARDED_NORM_MLP"]  # noqa: F822 - built by __getattr__
+
+_BUILT: dict[str, Any] = {}
+
+
+def _sequence_parallel() -> dict:
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+    return {"norm": SequenceParallel(), "up": ColwiseParallel(input_layouts=Shard(1)),
+            "down": RowwiseParallel(output_layouts=Shard(1))}
+
+
+def _tensor_parallel() -> dict:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {"up": ColwiseParallel(), "down": RowwiseParallel()}
+
+
+def _unsharded_norm() -> dict:
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {"up": ColwiseParallel(), "down": RowwiseParallel(output_layouts=Shard(1))}
+
+
+_PLANS = {"SEQUENCE_PARALLEL_MLP": _sequence_parallel, "TENSOR_PARALLEL_MLP": _tensor_parallel,
+          "UNSHARDED_NORM_MLP": _unsharded_norm}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PLANS:
+        if name not in _BUILT:
+            _BUILT[name] = _PLANS[name]()
+        return _BUILT[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
