@@ -438,3 +438,10 @@ def test_certificate_json_markdown_and_atomic_write(tmp_path):
     with pytest.raises(TypeError):  # a write that fails half-way
         write_atomic(tmp_path / "d.json", 5)  # type: ignore[arg-type]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]  # no temporary file left behind
+
+
+def test_the_seed_is_0_under_ci_and_drawn_under_dev():
+    ci = certify(good_add, AdditionContract(), examples=5)
+    assert ci.seed == 0 and ci.profile == "ci"
+    dev = {certify(good_add, AdditionContract(), examples=5, profile="dev").seed for _ in range(3)}
+    assert len(dev) > 1  # three draws of 32 bits: equal only with probability 2**-63

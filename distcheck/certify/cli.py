@@ -72,7 +72,8 @@ def add_parser(sub, *, world_sizes, seconds) -> argparse.ArgumentParser:
     p.add_argument("--examples", type=_positive_int, default=None, help="Hypothesis examples per property")
     p.add_argument("--batch", type=_positive_int, default=1,
                    help="examples per world step (default 1; larger batches amortize the round trip)")
-    p.add_argument("--seed", type=_seed, default=None, help="Hypothesis seed (default: drawn and recorded)")
+    p.add_argument("--seed", type=_seed, default=None,
+                   help="Hypothesis seed (default: 0 under the derandomized ci profile, else drawn and recorded)")
     p.add_argument("--profile", choices=("dev", "ci", "thorough"), default=None,
                    help="Hypothesis settings profile (default ci)")
     p.add_argument("--dtypes", default=None, metavar="DTYPE[,DTYPE...]",
