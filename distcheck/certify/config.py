@@ -125,15 +125,23 @@ def config_rows(path: str | Path | None = None, *, profile: str | None = None, s
                 backend: str | None = None, world_sizes: list[int] | None = None) -> list:
     """Certify every target of ``[tool.distcheck]`` and return one report row per verdict
     (:class:`~distcheck.report.CheckResult`), for ``distcheck check``. The keyword arguments
-    override the file's settings; no file or no targets gives no rows."""
+    override the file's settings; no file or no targets gives no rows.
+
+    A row's check is ``contract.property[dtype]``; when several targets share a contract, each of
+    their rows is named ``target contract.property[dtype]``, so that no two rows read the same."""
+    from collections import Counter
+    from dataclasses import replace
+
     from distcheck.certify.engine import certify
 
     cfg = load_config(path)
+    shared = {c for c, n in Counter(entry.contract for entry in cfg.targets).items() if n > 1}
     rows: list = []
     for entry in cfg.targets:
         cert = certify(entry.target, entry.contract, world_sizes=world_sizes or entry.world_sizes,
                        backend=backend or entry.backend, examples=entry.examples,
                        seed=seed if seed is not None else cfg.seed, profile=profile or cfg.profile,
                        dtypes=entry.dtypes, options=entry.options, timeout_s=cfg.timeout)
-        rows += cert.rows()
+        named = entry.contract in shared
+        rows += [replace(r, check=f"{entry.target} {r.check}") if named else r for r in cert.rows()]
     return rows
