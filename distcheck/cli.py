@@ -266,9 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distcheck`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    # SIGTERM (e.g. a CI timeout) unwinds like Ctrl-C, so rank pools close and clean up
+    # SIGTERM (e.g. a CI timeout) and Ctrl-C unwind main(), so rank pools close and clean up; neither is lost
+    # when it arrives inside a garbage-collector callback (see _terminate)
     _TERM["state"] = "idle"
-    previous = signal.signal(signal.SIGTERM, _terminate) if _is_main_thread() else None
+    previous = ({sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGINT)}
+                if _is_main_thread() else {})
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -297,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         usage = (_UsageError, AnswerKeyError, ConfigError, UnknownQuantityError, OSError)
         return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAIL
     except KeyboardInterrupt:
+        _TERM["state"] = "handled"
         sys.stderr.write("distcheck: interrupted\n")
         return 130
     except _Terminated:
@@ -304,22 +307,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("distcheck: terminated\n")
         return 143
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _Terminated(BaseException):
     """Raised by the SIGTERM handler of :func:`main`."""
 
 
-#: "idle", "pending" (SIGTERM came, main() has not unwound yet) or "handled"
+#: "idle", "pending" (SIGTERM or SIGINT came, main() has not unwound yet) or "handled"
 _TERM = {"state": "idle"}
 #: seconds before SIGTERM is delivered again while it is pending
 _RESEND_S = 0.2
 
 
 def _terminate(signum, frame):
-    """SIGTERM: unwind :func:`main` (pools closed, folders removed), exit 143.
+    """SIGTERM: unwind :func:`main` (pools closed, folders removed), exit 143; SIGINT (Ctrl-C): the same
+    as a KeyboardInterrupt, exit 130.
 
     An exception raised by a signal handler is lost (printed as "Exception ignored") when the
     handler happens to run inside a callback whose exceptions Python ignores, such as a
@@ -333,7 +337,7 @@ def _terminate(signum, frame):
     timer.daemon = True
     timer.start()
     if not _in_gc_callback(frame):  # there the exception would be printed and dropped: wait for the next delivery
-        raise _Terminated()
+        raise KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
 
 
 def _in_gc_callback(frame) -> bool:

@@ -176,3 +176,54 @@ def test_a_shipped_key_is_named_without_a_path(tmp_path, monkeypatch, capsys):
     (tmp_path / "chapter").write_text("not toml")  # a file of that name here wins over the shipped key
     assert main(["audit", "chapter"]) == 2
     assert "chapter:1: not valid TOML" in capsys.readouterr().err
+
+
+def test_ctrl_c_inside_a_gc_callback_is_not_lost(monkeypatch):
+    """Ctrl-C is handled as SIGTERM is: never raised inside a gc callback, delivered again until main() unwinds."""
+    import gc
+
+    from distcheck import cli
+
+    sent = []
+    monkeypatch.setattr(cli.os, "kill", lambda pid, sig: sent.append(sig))
+    monkeypatch.setattr(cli, "_RESEND_S", 0.05)
+    monkeypatch.setitem(cli._TERM, "state", "idle")
+    seen = {}
+
+    def callback(phase, info):
+        if phase == "start" and "raised" not in seen:
+            try:
+                cli._terminate(signal.SIGINT, sys._getframe())
+                seen["raised"] = False
+            except KeyboardInterrupt:
+                seen["raised"] = True
+
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(callback)
+    assert seen == {"raised": False} and cli._TERM["state"] == "pending"
+    time.sleep(0.3)
+    assert sent == [signal.SIGINT]
+    with pytest.raises(KeyboardInterrupt):
+        cli._terminate(signal.SIGINT, sys._getframe())
+    cli._TERM["state"] = "handled"
+
+
+@pytest.mark.multiprocess
+def test_ctrl_c_unwinds_closes_the_pool_and_exits_130(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "distcheck", "check", "--only", "layers", "--world-sizes", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(p.name.startswith("distcheck-pool-") for p in tmp_path.iterdir()):
+        time.sleep(0.1)
+    assert any(p.name.startswith("distcheck-pool-") for p in tmp_path.iterdir()), "the pool never started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    time.sleep(0.5)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("distcheck-pool-")]
