@@ -179,11 +179,9 @@ def run(args) -> int:
 
 
 def _certify_all(jobs, profile, seed, timeout, world=None, launcher="local", batch: int = 1) -> list:
-    import random
+    from distcheck.certify.engine import certify, default_seed
 
-    from distcheck.certify.engine import certify
-
-    seed = random.getrandbits(32) if seed is None else seed  # one seed for the whole run, recorded
+    seed = default_seed(profile) if seed is None else seed  # one seed for the whole run, recorded
     return [certify(job.target, job.contract, world=world, world_sizes=job.world_sizes, backend=job.backend,
                     examples=job.examples, seed=seed, profile=profile, dtypes=job.dtypes, options=job.options,
                     timeout_s=timeout, launcher=launcher, batch=batch)

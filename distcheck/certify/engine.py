@@ -35,7 +35,7 @@ from distcheck.engine.contracts.targets import distribution_version, import_targ
 from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
 
-__all__ = ["certify", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
+__all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
            "rank_entry_batch"]
 
 
@@ -307,6 +307,15 @@ def reproduce_command(ref: str, contract: str, *, world_size: int | None, backen
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def default_seed(profile: str) -> int:
+    """The seed of a run given none: 0 under a derandomized profile (``ci``), whose search is the same
+    whatever the seed (as ``distcheck check`` records it), else 32 random bits, recorded so the run replays.
+    Raises ConfigError for an unknown profile."""
+    from distcheck.profiles import get_profile
+
+    return 0 if get_profile(profile).derandomize else random.getrandbits(32)
+
+
 def certify(target: Any, contract: str | Contract, *, pool=None, world=None, world_sizes: Sequence[int] | None = None,
             backend: str = "gloo", examples: int | None = None, seed: int | None = None, profile: str = "ci",
             dtypes: Sequence[str] | str | None = None, options: dict | None = None, timeout_s: float = 60.0,
@@ -346,12 +355,11 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
     spec, opts = contract.resolve(obj, given_ref, opts)
     ref: str = spec.ref
     dts = check_dtypes(dtypes, contract)
-    derandomized = get_profile(profile).derandomize
+    get_profile(profile)
     if examples is not None:
         check_positive_int("examples", examples)
     check_positive_int("batch", batch)
-    if seed is None:  # a derandomized profile (ci) searches the same way whatever the seed: record 0, as check does
-        seed = 0 if derandomized else random.getrandbits(32)
+    seed = default_seed(profile) if seed is None else seed
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError("seed", seed, "must be an integer >= 0")
     run_settings = _settings(profile, examples, batch)
