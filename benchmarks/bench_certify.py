@@ -174,8 +174,8 @@ def rate_body(pool, examples: int) -> float:
 
 
 def rate_spawn(world_size: int, examples: int) -> float:
-    from distcheck.engine.contracts.contract import get_contract
     from distcheck.certify.engine import run_example
+    from distcheck.engine.contracts.contract import get_contract
     from distcheck.runners import RankPool
 
     contract = get_contract("row-parallel-linear")
@@ -207,8 +207,8 @@ def _row_case(world_size: int, width: int, batch: int = 4, seed: int = 0):
 
 def overhead(pool, repeats: int) -> tuple[float, float]:
     """(seconds per 512 x 512 example through the engine, seconds for the bare computation)."""
-    from distcheck.engine.contracts.contract import get_contract
     from distcheck.certify.engine import run_example
+    from distcheck.engine.contracts.contract import get_contract
 
     contract = get_contract("row-parallel-linear")
     options = contract.parse_options({"input_is_parallel": True})

@@ -66,7 +66,7 @@ class Progress:
                 self._bar.start()
                 self._started = True
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.enabled:
             if self.delay_s <= 0:
                 self._start()

@@ -9,7 +9,14 @@ from fractions import Fraction
 import pytest
 
 from distcheck.audit import (
-    VERDICTS, audit_exit_code, audit_file, audit_key, list_quantities, parse_key, render, render_quantity_list,
+    VERDICTS,
+    audit_exit_code,
+    audit_file,
+    audit_key,
+    list_quantities,
+    parse_key,
+    render,
+    render_quantity_list,
 )
 from distcheck.audit.numbers import parse_printed
 from distcheck.audit.quantities import nominal_params, unit_factor

@@ -22,7 +22,20 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
 
-from distcheck import activations, attention, comm, dp, exactness, layout, memory, params, pipeline, strategies, tp, zero
+from distcheck import (
+    activations,
+    attention,
+    comm,
+    dp,
+    exactness,
+    layout,
+    memory,
+    params,
+    pipeline,
+    strategies,
+    tp,
+    zero,
+)
 from distcheck.errors import ConfigError, PropertyFailure
 from distcheck.layout import ParallelConfig
 from distcheck.params import PRESETS

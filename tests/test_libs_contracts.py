@@ -15,8 +15,13 @@ import pytest
 from hypothesis import strategies as st
 
 from distcheck.certify import certify
-from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet, canonical
 from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.errors import ConfigError
+from distcheck.layout import ParallelConfig, groups
+from distcheck.libs import run_libs
+from distcheck.libs.findings import LIB_FINDINGS, label
+from distcheck.libs.table import summary_rows, to_markdown
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet, canonical
 from distcheck.parallel.memory.estimators import (
     STATE_CONVENTIONS,
     Estimator,
@@ -28,11 +33,6 @@ from distcheck.parallel.memory.estimators import (
     read_printed,
     total_rule,
 )
-from distcheck.errors import ConfigError
-from distcheck.layout import ParallelConfig, groups
-from distcheck.libs import run_libs
-from distcheck.libs.findings import LIB_FINDINGS, label
-from distcheck.libs.table import summary_rows, to_markdown
 from distcheck.report import FAIL, FINDING, PASS, SKIP, CheckResult
 
 
@@ -336,8 +336,8 @@ ROUNDS_UP = Estimator("bad.zero3", None, 3, rounds_up)
 
 
 def test_a_target_whose_library_is_missing_is_bad_input(monkeypatch, capsys):
-    from distcheck.engine.contracts.errors import TargetError
     from distcheck.cli import main
+    from distcheck.engine.contracts.errors import TargetError
 
     missing = Estimator("gone.zero2", "no-such-distribution-here", 2, partial(zero, 2))
     with pytest.raises(TargetError, match="wraps no-such-distribution-here, which is not installed"):

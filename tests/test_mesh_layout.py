@@ -9,8 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError
-from distcheck.layout import ParallelConfig, groups
-from distcheck.layout import AxisLayout, derive_degree, megatron_layout, parse_order, torchtitan_layout
+from distcheck.layout import (
+    AxisLayout,
+    ParallelConfig,
+    derive_degree,
+    groups,
+    megatron_layout,
+    parse_order,
+    torchtitan_layout,
+)
 
 
 def test_megatron_order_with_size_one_axes_hand_values():

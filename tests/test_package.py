@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from distcheck.errors import ConfigError, check_divides, check_positive_int, check_choice
+from distcheck.errors import ConfigError, check_choice, check_divides, check_positive_int
 from distcheck.units import GB, GiB, bytes_to, to_bytes
 
 ROOT = Path(__file__).resolve().parent.parent

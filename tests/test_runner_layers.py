@@ -7,8 +7,6 @@ that must FAIL, so every property is known to be able to fail.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 from distcheck.errors import ConfigError

@@ -32,9 +32,9 @@ repository's README (zero bubble without a barrier between steps: optimizer post
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping
 
 from distcheck.core.validate import check_type
 from distcheck.core.vocab import Collective, Schedule

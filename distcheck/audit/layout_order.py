@@ -16,8 +16,8 @@ Without ``order`` a claim is read under the default order.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Mapping
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.vocab import LAYOUT_ORDER, Axis

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from fractions import Fraction
-from typing import Iterable
 
 from distcheck.audit.numbers import format_exact
 from distcheck.audit.verdict import AuditResult, ClaimVerdict

@@ -13,9 +13,9 @@ forms. The catalogue, which finds and imports those modules first, is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping
 
 import sympy as sp
 

@@ -31,9 +31,10 @@ got, the max error and the bound (0 for bitwise checks).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 

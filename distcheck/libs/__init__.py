@@ -75,9 +75,9 @@ def certified_rows(ref: str, contract: str, *, max_examples: int, seed: int) -> 
     command that replays the run and, for a memory estimator's fit, the conventions it names.
     """
     from distcheck.certify import certify
-    from distcheck.parallel.memory.estimators import Estimator, named_conventions
     from distcheck.engine.contracts.targets import import_target
     from distcheck.libs.targets import library
+    from distcheck.parallel.memory.estimators import Estimator, named_conventions
 
     obj = import_target(ref)[0]
     cert = certify(ref, contract, examples=max_examples, seed=seed, profile=PROFILE)

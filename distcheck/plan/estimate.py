@@ -222,7 +222,7 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
 # closed forms, evaluated once per distinct input (the catalogue loads sympy on first use)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _form_value(name: str, items: tuple[tuple[str, int], ...]) -> int | Fraction:
     from distcheck.closed_form import get
 

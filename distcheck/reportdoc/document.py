@@ -28,9 +28,9 @@ import html
 import io
 import re
 import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from distcheck.core.errors import ConfigError
 from distcheck.reportdoc.atomic import atomic_write

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from distcheck.core.errors import ConfigError
 

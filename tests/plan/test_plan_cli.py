@@ -103,8 +103,8 @@ def test_plan_pipeline_torch_reports_the_known_1f1b_table_finding(capsys):
 
 def test_torch_schedule_names_match_the_runner():
     pytest.importorskip("torch")
-    from distcheck.plan.cli import TORCH_SCHEDULES
     from distcheck.parallel.pp.tables import TORCH_SCHEDULES as SCHEDULES
+    from distcheck.plan.cli import TORCH_SCHEDULES
 
     assert TORCH_SCHEDULES == tuple(SCHEDULES)
 

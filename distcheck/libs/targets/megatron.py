@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import itertools
 
-from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.core.vocab import Axis
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.report import FAIL, CheckResult
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "RANK_GENERATOR", "BAD_INPUT", "extra_rows"]

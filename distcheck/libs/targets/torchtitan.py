@@ -15,8 +15,8 @@ data-parallel group (``batch``), with :class:`distcheck.layout.ParallelConfig` w
 
 from __future__ import annotations
 
-from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.core.vocab import Axis
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "PARALLEL_DIMS", "BAD_INPUT"]
 

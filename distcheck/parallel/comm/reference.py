@@ -45,9 +45,9 @@ less than one element per ring phase (all-reduce: < 2 elements, the others:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
 
 import numpy as np
 

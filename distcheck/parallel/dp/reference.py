@@ -33,8 +33,8 @@ Stability of Numerical Algorithms*, 2nd ed., Lemma 3.1 and section 3.1).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 

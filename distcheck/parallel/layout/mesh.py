@@ -44,9 +44,9 @@ string, an axis of degree > 1 missing from the order.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -131,7 +131,7 @@ class AxisLayout:
 
     @classmethod
     def from_order(cls, order: str | Sequence[str], degrees: Mapping[str, int] | None = None, *,
-                   world_size: int | None = None, **kw: int) -> "AxisLayout":
+                   world_size: int | None = None, **kw: int) -> AxisLayout:
         """The layout of ``degrees`` (a mapping, or keywords) under ``order`` (innermost first).
 
         Every axis the order names needs a degree. An axis with a degree but missing from the

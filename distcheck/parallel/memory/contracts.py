@@ -43,6 +43,7 @@ from hypothesis import strategies as st
 
 from distcheck.engine.contracts.contract import EXACT, Contract, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
 from distcheck.parallel.memory.estimators import (
     BINARY_READING,
     DECIMAL_UNITS,
@@ -55,7 +56,6 @@ from distcheck.parallel.memory.estimators import (
     number,
     read_printed,
 )
-from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
 
 __all__ = ["EstimatorCase", "MemoryEstimatorContract", "MemoryStagesContract"]
 

@@ -33,7 +33,7 @@ tuple per all-reduce they model, so a property can count collectives.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

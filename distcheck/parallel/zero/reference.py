@@ -40,10 +40,11 @@ master + Adam m + v).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
-from typing import Sequence, Union
+from typing import Union
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import (
