@@ -150,7 +150,7 @@ def test_tp_attention_matches_full(heads, kv, tp, batched):
         # per-head outputs are bitwise equal on the ranks
         local = []
         hq, hkv = heads // tp, kv // tp
-        for r, (qh, kh) in enumerate(A.tp_head_ranges(tp, heads, kv)):
+        for qh, kh in A.tp_head_ranges(tp, heads, kv):
             qc, kc = slice(qh.start * hd, qh.stop * hd), slice(kh.start * hd, kh.stop * hd)
             local.append(A.attention_heads(x, Wq[:, qc], Wk[:, kc], Wv[:, kc], hq, hkv, causal))
         assert np.array_equal(np.concatenate(local, axis=-1), heads_full)

@@ -294,7 +294,7 @@ def _params_checks():
     for cfg in configs:
         v = cfg.closed_form_inputs()
         comp = params.component_counts(cfg)
-        pick = lambda *names: {k: v[k] for k in names}  # noqa: E731
+        pick = lambda *names, v=v: {k: v[k] for k in names}  # noqa: E731
         yield "params.decoder_only", v, params.count_params(cfg)
         yield "params.attention_per_layer", pick("hidden_size", "num_heads", "num_kv_heads", "head_dim", "qkv_bias",
                                                  "out_bias"), comp["attention"] // cfg.num_layers

@@ -21,7 +21,6 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Union
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import parse_bytes
@@ -99,7 +98,7 @@ CONVENTIONS: dict[str, BytesPerParam] = {
     "moments_only": BytesPerParam(2, 2, 0, 4, 4, "chapter 'Chapter 26: Distributed Training' table; lesson 'common mistakes'"),
 }
 
-BytesLike = Union[int, Fraction, str, BytesPerParam]
+BytesLike = int | Fraction | str | BytesPerParam
 
 
 def bytes_per_param(convention: str) -> BytesPerParam:

@@ -34,7 +34,7 @@ from distcheck.parallel.pp.actions import KINDS, MAX_ACTIONS, Action
 __all__ = ["F", "B", "I", "W", "Order", "compile_order", "check_order", "dependencies", "from_arrays"]
 
 #: action codes of :data:`Order.kind` (the index in :data:`distcheck.parallel.pp.actions.KINDS`)
-F, B, I, W = 0, 1, 2, 3
+F, B, I, W = 0, 1, 2, 3  # noqa: E741 - the schedule notation's action letters, public names
 _CODE = {k: n for n, k in enumerate(KINDS)}
 
 

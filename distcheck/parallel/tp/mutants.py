@@ -98,7 +98,7 @@ def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
     the fused columns and splits it in half, pairing gate and up of different units."""
     x, W_fused, W_down = np.asarray(x), np.asarray(W_fused), np.asarray(W_down)
     total = None
-    for (lo, hi), (dlo, dhi) in zip(_bounds(W_fused.shape[1], tp), _bounds(W_down.shape[0], tp)):
+    for (lo, hi), (dlo, _dhi) in zip(_bounds(W_fused.shape[1], tp), _bounds(W_down.shape[0], tp)):
         gu = x @ W_fused[:, lo:hi]
         half = gu.shape[-1] // 2
         h = gu[..., :half] / (1 + np.exp(-gu[..., :half])) * gu[..., half:2 * half]

@@ -44,7 +44,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
-from typing import Union
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import (
@@ -77,7 +76,7 @@ __all__ = [
 SCHEMES = ("flat", "fsdp2", "zero_redundancy")
 
 Shape = tuple[int, ...]
-ShapeLike = Union[int, Sequence[int]]
+ShapeLike = int | Sequence[int]
 
 
 def _exact(q: Fraction) -> int | Fraction:
