@@ -53,7 +53,7 @@ def _dp_weights():
         full = dp.mse_grad(w, X, y)
         assert list(weighted) == list(full)
         yield "dp.exact_weight", dict(n=n), full[0]
-        sums = [dp.mse_grad_sum(w, Xk, yk) for Xk, yk in zip(dp.split_batch(X, sizes), dp.split_batch(y, sizes))]
+        sums = [dp.mse_grad_sum(w, Xk, yk) for Xk, yk in zip(dp.split_batch(X, sizes), dp.split_batch(y, sizes), strict=True)]
         bias = dp.plain_mean_bias(sums, sizes)
         for i in range(n):
             yield "dp.plain_mean_error_coefficient", dict(dp=k, n_k=int(sizes[owner[i]]), n=n), bias[i]

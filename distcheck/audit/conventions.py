@@ -270,7 +270,8 @@ def _build() -> tuple[tuple[str, Axis], ...]:
             "EP inside DP (expert groups carved out of the data-parallel ranks: no extra GPUs)",
             "layout.dp_from_world_size", quantity="layout.dp_from_world_size"),))),
         ("layout.world_size.ep_inside_dp", Axis("EP inside or outside DP", (Variant(
-            "EP outside DP (expert-parallel ranks are extra GPUs: tp x cp x pp x dp x ep)", "layout.world_size.ep_outside_dp",
+            "EP outside DP (expert-parallel ranks are extra GPUs: tp x cp x pp x dp x ep)",
+            "layout.world_size.ep_outside_dp",
             quantity="layout.world_size.ep_outside_dp"),))),
         ("layout.world_size.ep_outside_dp", Axis("EP inside or outside DP", (Variant(
             "EP inside DP (expert groups carved out of the data-parallel ranks: no extra GPUs)",
@@ -290,7 +291,8 @@ def _build() -> tuple[tuple[str, Axis], ...]:
     for k in ("ddp", "stage1", "stage2", "stage3"):
         rows.append((f"zero.comm_bytes_per_rank.{k}", Axis("ring factor (n-1)/n", (Variant(
             "ring factor (n-1)/n dropped (the large-n limit; the ZeRO paper counts volumes this way)",
-            f"zero.comm_bytes_per_rank_no_ring_factor.{k}", quantity=f"zero.comm_bytes_per_rank_no_ring_factor.{k}"),))))
+            f"zero.comm_bytes_per_rank_no_ring_factor.{k}",
+            quantity=f"zero.comm_bytes_per_rank_no_ring_factor.{k}"),))))
         rows.append((f"zero.comm_bytes_per_rank_no_ring_factor.{k}", Axis("ring factor (n-1)/n", (Variant(
             "with the ring factor (n-1)/n (nccl-tests)", f"zero.comm_bytes_per_rank.{k}",
             quantity=f"zero.comm_bytes_per_rank.{k}"),))))

@@ -272,7 +272,8 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
                 ref = v[1:]
                 if ref not in claim_ids or ref == c.id:
                     raise _err(f"claim {c.id!r}: input {name} = {v!r} must reference another claim of this key",
-                               path, c.lines.get(f"inputs.{name}", c.lines.get("inputs", c.line)), f"claim[{c.index}].inputs.{name}")
+                               path, c.lines.get(f"inputs.{name}", c.lines.get("inputs", c.line)),
+                               f"claim[{c.index}].inputs.{name}")
     return AnswerKey(path=path, title=title, source=source, meta=dict(meta), claims=tuple(claims), checks=tuple(checks))
 
 

@@ -53,7 +53,8 @@ def listed_inputs(quantity: str, input_names: tuple[str, ...]) -> list[dict]:
     if not accepts_order(quantity):
         return []
     order = [{"name": "order", "unit": "", "kind": "order", "default": DEFAULT,
-              "description": f"mesh axes innermost first, e.g. '{MEGATRON_DEFAULT_ORDER}' (distcheck.audit.layout_order)"}]
+              "description": f"mesh axes innermost first, e.g. '{MEGATRON_DEFAULT_ORDER}' "
+                             "(distcheck.audit.layout_order)"}]
     return order + [{"name": d, "unit": "GPUs", "kind": "positive_integer", "default": "when the order needs it",
                      "description": f"{d} degree, needed under an order that puts an axis outside {d}"}
                     for d in extra_inputs(quantity, input_names)]

@@ -131,7 +131,8 @@ def _composites() -> list[Quantity]:
         "Korthikanti et al. 2022 Table 2: full recompute keeps 2sbh per layer; the layer being recomputed holds "
         f"34sbh (the selective row at t=1: attention scores not stored, as with flash attention); {_LESSON} "
         "section 3, 0.822 GB",
-        "num_layers x 2 s b h (checkpointed layer inputs) + 34 s b h / t (one layer's activations during its recompute)",
+        "num_layers x 2 s b h (checkpointed layer inputs) + 34 s b h / t "
+        "(one layer's activations during its recompute)",
         _form_inputs("activations.bytes_per_layer.tp_sp_selective", drop=("a",))
         + (Inp("num_layers", "transformer layers L", "layers"),),
         lambda v: _ev("activations.bytes_per_layer.full_recompute", **_pick(v, ("s", "b", "h"))) * v["num_layers"]
@@ -141,7 +142,8 @@ def _composites() -> list[Quantity]:
         factor = 2 if op == Collective.ALL_REDUCE else 1  # an all-reduce is a reduce-scatter plus an all-gather
         out.append(Q(
             f"comm.bytes_per_rank_no_ring_factor.{op}", "bytes",
-            "ZeRO paper (Rajbhandari et al. 2020) section 7 counts Psi per collective, dropping (n-1)/n; the n -> infinity limit of nccl-tests' factors",
+            "ZeRO paper (Rajbhandari et al. 2020) section 7 counts Psi per collective, dropping (n-1)/n; "
+            "the n -> infinity limit of nccl-tests' factors",
             f"{factor} x S: comm.bytes_per_rank.{op} with the ring factor (n-1)/n dropped",
             _form_inputs(f"comm.bytes_per_rank.{op}"),
             lambda v, factor=factor: factor * v["size_bytes"],
@@ -162,7 +164,8 @@ def _composites() -> list[Quantity]:
         lambda v: _ep_inside(v),
     ))
     out.append(Q(
-        "layout.tokens_per_batch", "tokens", "Llama 3 (Dubey et al. 2024) Table 4: tokens/batch = DP x batch/DP x seq len",
+        "layout.tokens_per_batch", "tokens",
+        "Llama 3 (Dubey et al. 2024) Table 4: tokens/batch = DP x batch/DP x seq len",
         "tokens in one global batch: dp x sequences per dp replica x seq_len",
         (Inp("dp", "data-parallel degree", "GPUs"),
          Inp("batch_per_dp", "sequences per data-parallel replica", "sequences"),
@@ -192,7 +195,8 @@ def _composites() -> list[Quantity]:
     ))
     out.append(Q(
         "pipeline.layers_per_stage.even", "layers", "even split of layers over pipeline stages",
-        "layers per stage when num_layers is split evenly over p stages: num_layers / p (not an integer when p does not divide it)",
+        "layers per stage when num_layers is split evenly over p stages: num_layers / p "
+        "(not an integer when p does not divide it)",
         (Inp("num_layers", "transformer layers", "layers"), Inp("p", "pipeline stages", "stages")),
         lambda v: Fraction(v["num_layers"]) / v["p"],
     ))
@@ -218,7 +222,8 @@ def _composites() -> list[Quantity]:
         _form_inputs("params.attention_per_layer") + _form_inputs("params.mlp_per_layer")
         + tuple(i for i in _form_inputs("params.norms") if i.name in ("norm_weights", "norm_biases"))))
     out.append(Q(
-        "params.linear", "params", psrc, "weights of one linear layer: in_features x out_features (+ out_features bias)",
+        "params.linear", "params", psrc,
+        "weights of one linear layer: in_features x out_features (+ out_features bias)",
         (Inp("in_features", "input width", "elements"), Inp("out_features", "output width", "elements"),
          Inp("bias", "1: the layer has a bias", "", "flag", 0)),
         lambda v: v["in_features"] * v["out_features"] + v.get("bias", 0) * v["out_features"],

@@ -140,8 +140,8 @@ def to_dict(result: AuditResult) -> dict:
                 "rounding": _exact(v.claim.step)["exact"], "rounding_inferred": v.claim.step_inferred,
                 "quantity_unit": v.quantity_unit, "computed": _exact(v.computed),
                 "computed_in_unit": _exact(v.computed_in_unit), "verdict": v.verdict, "convention": v.convention,
-                "alternatives": [{"convention": a["convention"], "value": _exact(a["value"]), "unit": a.get("unit", v.claim.unit)}
-                                 for a in v.alternatives],
+                "alternatives": [{"convention": a["convention"], "value": _exact(a["value"]),
+                                  "unit": a.get("unit", v.claim.unit)} for a in v.alternatives],
                 "explanation": v.explanation, "expect": v.claim.expect, "note": v.claim.note,
             }
             for v in result.claims

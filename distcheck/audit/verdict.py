@@ -81,7 +81,7 @@ class ClaimVerdict:
         if isinstance(self.computed_in_unit, tuple):
             if not isinstance(self.claim.claimed, tuple) or len(self.claim.claimed) != len(self.computed_in_unit):
                 return None
-            return float(max(abs(a - b) for a, b in zip(self.computed_in_unit, self.claim.claimed)))
+            return float(max(abs(a - b) for a, b in zip(self.computed_in_unit, self.claim.claimed, strict=True)))
         return float(abs(Fraction(self.computed_in_unit) - self.claim.claimed))
 
 
@@ -124,7 +124,7 @@ def _matches(value_in_unit, claimed, step: Fraction) -> bool:
     if isinstance(value_in_unit, tuple) or isinstance(claimed, tuple):
         if not (isinstance(value_in_unit, tuple) and isinstance(claimed, tuple)) or len(value_in_unit) != len(claimed):
             return False
-        return all(abs(a - b) <= half for a, b in zip(value_in_unit, claimed))
+        return all(abs(a - b) <= half for a, b in zip(value_in_unit, claimed, strict=True))
     return abs(Fraction(value_in_unit) - claimed) <= half
 
 
@@ -145,7 +145,7 @@ def _distance(value_in_unit, claimed) -> Fraction:
     if isinstance(value_in_unit, tuple):
         if not isinstance(claimed, tuple) or len(claimed) != len(value_in_unit):
             return Fraction(10) ** 80
-        return max(abs(a - b) for a, b in zip(value_in_unit, claimed))
+        return max(abs(a - b) for a, b in zip(value_in_unit, claimed, strict=True))
     return abs(Fraction(value_in_unit) - claimed)
 
 

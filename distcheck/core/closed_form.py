@@ -68,7 +68,8 @@ class Input:
         a decimal string to the audit for decimal inputs). Rejects bools and strings.
         """
         if isinstance(value, (bool, str, bytes)):
-            raise ConfigError(self.name, value, f"must be a number ({self.kind.replace('_', ' ')}), not {type(value).__name__}")
+            raise ConfigError(self.name, value,
+                              f"must be a number ({self.kind.replace('_', ' ')}), not {type(value).__name__}")
         if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
             raise ConfigError(self.name, value, "must be a finite number")
         try:

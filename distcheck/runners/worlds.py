@@ -74,7 +74,8 @@ def _pool_for(world_size: int, backend: str, timeout_s: float):
         yield pool
 
 
-def iter_pools(pool_or_world_sizes, backend: str = "gloo", timeout_s: float = 60.0) -> Iterator[tuple[Any, int, str, str | None]]:
+def iter_pools(pool_or_world_sizes, backend: str = "gloo",
+               timeout_s: float = 60.0) -> Iterator[tuple[Any, int, str, str | None]]:
     """Yield ``(world, world_size, backend, skip_reason)`` for each world to check.
 
     ``pool_or_world_sizes`` is a world (see :func:`is_world`: a started or

@@ -33,7 +33,8 @@ def require_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        raise ConfigError("matplotlib", "not installed", "is needed for figures: pip install 'distcheck[plot]'") from None
+        raise ConfigError("matplotlib", "not installed",
+                          "is needed for figures: pip install 'distcheck[plot]'") from None
     return matplotlib
 
 
@@ -173,7 +174,7 @@ def memory_bars(bars: Sequence[tuple[str, Mapping[str, object]]], capacity_bytes
                            linewidth=0.5)
         for i, patch in enumerate(container.patches):
             patch.set_gid(f"{comp}-{i}")
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     cap = float(Fraction(capacity_bytes) / 10**9)
     top_total = max(float(t / 10**9) for t in totals)
     ylim = max(top_total, cap) * 1.15 if top_total <= 3 * cap else 3 * cap

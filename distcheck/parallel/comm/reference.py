@@ -160,7 +160,8 @@ def _check_inputs(arrays: Sequence[np.ndarray], name: str, same_shape: bool = Tr
     check_positive_int("n", len(arrays))
     check_at_most("n", len(arrays), MAX_SIM_RANKS, "comm.MAX_SIM_RANKS: ranks one simulated collective runs")
     total = len(arrays) * max(a.size for a in arrays)
-    check_at_most(f"len({name}) * elements", total, MAX_SIM_ELEMENTS, "comm.MAX_SIM_ELEMENTS: the simulation copies every buffer")
+    check_at_most(f"len({name}) * elements", total, MAX_SIM_ELEMENTS,
+                  "comm.MAX_SIM_ELEMENTS: the simulation copies every buffer")
     for r, a in enumerate(arrays):
         if a.ndim != 1:
             raise ConfigError(f"{name}[{r}]", a.shape, "must be a 1-D array")
@@ -210,12 +211,14 @@ def _check_sum(got: np.ndarray, arrays: Sequence[np.ndarray], what: str) -> None
     err = np.abs(got.astype(np.float64) - expected.astype(np.float64)) if got.size else np.zeros(0)
     if got.shape != expected.shape or np.any(err > bound):
         worst = float(err.max()) if err.size else None
-        raise PropertyFailure(f"{what}: reduced values wrong", max_error=worst, bound=float(bound.max()) if bound.size else None)
+        raise PropertyFailure(f"{what}: reduced values wrong", max_error=worst,
+                              bound=float(bound.max()) if bound.size else None)
 
 
 def _check_equal(got: np.ndarray, expected: np.ndarray, what: str) -> None:
     if got.shape != expected.shape or not np.array_equal(got, expected):
-        raise PropertyFailure(f"{what}: data differs from the expected copy", expected=expected.tolist()[:8], got=got.tolist()[:8])
+        raise PropertyFailure(f"{what}: data differs from the expected copy", expected=expected.tolist()[:8],
+                              got=got.tolist()[:8])
 
 
 def _result(collective, n, size_bytes, itemsize, net, outputs) -> CommResult:
@@ -432,7 +435,8 @@ def simulate(collective: str, size_bytes: int, n: int, *, dtype=np.int64, seed: 
     check_choice("collective", collective, COLLECTIVES)
     size_bytes = check_nonnegative_int("size_bytes", size_bytes)
     n = check_positive_int("n", n)
-    check_at_most("n", n, MAX_SIM_RANKS, "comm.MAX_SIM_RANKS; use comm.volume or the closed forms comm.bytes_per_rank.* for more")
+    check_at_most("n", n, MAX_SIM_RANKS,
+                  "comm.MAX_SIM_RANKS; use comm.volume or the closed forms comm.bytes_per_rank.* for more")
     try:
         np_dtype = np.dtype(dtype)
     except (TypeError, ValueError):

@@ -347,7 +347,7 @@ def shard_grads(grad_fn: Callable, params, X, y, dp: int) -> list:
     if y.shape[:1] != X.shape[:1]:
         raise ConfigError("y.shape", y.shape, f"must start with n={X.shape[0]} (rows of X)")
     sizes = shard_sizes(X.shape[0], dp)
-    return [grad_fn(params, Xk, yk) for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes))]
+    return [grad_fn(params, Xk, yk) for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes), strict=True)]
 
 
 def plain_mean(grads: Sequence) -> object:
@@ -373,7 +373,7 @@ def weighted_mean(grads: Sequence, sizes: Sequence[int]) -> object:
     if len(grads) != len(sizes):
         raise ConfigError("sizes", sizes, f"must have one positive entry per gradient ({len(grads)})")
     total = sum(sizes)
-    return _map(lambda a: a / total, _sum(_map(lambda a, s=s: s * a, g) for g, s in zip(grads, sizes)))
+    return _map(lambda a: a / total, _sum(_map(lambda a, s=s: s * a, g) for g, s in zip(grads, sizes, strict=True)))
 
 
 def data_parallel_grad(grad_fn: Callable, params, X, y, dp: int, weighting: str = "plain"):
@@ -412,7 +412,7 @@ def plain_mean_bias(grad_sums: Sequence, sizes: Sequence[int]):
         raise ConfigError("sizes", sizes, f"must have one positive entry per gradient sum ({len(grad_sums)})")
     N, n = len(sizes), sum(sizes)
     terms = []
-    for G, nk in zip(grad_sums, sizes):
+    for G, nk in zip(grad_sums, sizes, strict=True):
         coef = Fraction(1, N * nk) - Fraction(1, n)
         terms.append(_map(lambda a, c=coef: _scale_coef(c, a) * a, G))
     return _sum(terms)
@@ -450,11 +450,13 @@ def mse_dp_error_bound(w, X, y, dp: int, weighting: str = "plain") -> np.ndarray
     sizes = shard_sizes(n, dp)
     N = len(sizes)
     absw = np.abs(w)
-    parts = [2 * (np.abs(Xk).T @ (np.abs(Xk) @ absw + np.abs(yk))) for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes))]
+    parts = [2 * (np.abs(Xk).T @ (np.abs(Xk) @ absw + np.abs(yk)))
+             for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes), strict=True)]
     m_full = sum(parts) / n
     if weighting == "plain":
-        m_dp = sum(p / int(nk) for p, nk in zip(parts, sizes)) / N
-        m_bias = sum(abs(float(Fraction(1, N * int(nk)) - Fraction(1, n))) * p for p, nk in zip(parts, sizes))
+        m_dp = sum(p / int(nk) for p, nk in zip(parts, sizes, strict=True)) / N
+        m_bias = sum(abs(float(Fraction(1, N * int(nk)) - Fraction(1, n))) * p
+                     for p, nk in zip(parts, sizes, strict=True))
     else:
         m_dp = sum(parts) / n
         m_bias = 0.0

@@ -115,7 +115,7 @@ class ProbeSet:
 
 
 def _first_difference(a: list[list[int]], b: list[list[int]]) -> str:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return f"group {i}: {x} vs {y}"
     return f"{len(a)} groups vs {len(b)}"

@@ -84,7 +84,8 @@ def _parse_order(order) -> tuple[str, ...]:
         try:
             parts = tuple(order)
         except TypeError:
-            raise ConfigError("order", order, "must be a sequence of axis names or a string like 'tp-cp-pp-dp'") from None
+            raise ConfigError("order", order,
+                              "must be a sequence of axis names or a string like 'tp-cp-pp-dp'") from None
     for p in parts:
         if not isinstance(p, str) or p not in AXES:
             raise ConfigError("order", order, f"names an unknown axis {p!r} (axes: {', '.join(AXES)})")
@@ -147,7 +148,8 @@ class ParallelConfig:
         if self.ep_placement == "inside_dp":
             data = self.dp * self.cp
             if data % self.ep != 0:
-                raise ConfigError("ep", self.ep, f"must divide dp*cp = {self.dp}*{self.cp} = {data} (ep_placement='inside_dp')")
+                raise ConfigError("ep", self.ep,
+                                  f"must divide dp*cp = {self.dp}*{self.cp} = {data} (ep_placement='inside_dp')")
         product = prod(self.degree(a) for a in axes)
         if self.world_size is not None:
             check_positive_int("world_size", self.world_size)
@@ -172,7 +174,9 @@ class ParallelConfig:
             given = tuple(a for a in given if a != Axis.EP)
         for a in given:
             if a not in axes:
-                raise ConfigError("order", self.order, f"names {a!r}, which is not a mesh axis here (mesh axes: {', '.join(axes)}; ep is a mesh axis only with ep_placement='outside')")
+                raise ConfigError("order", self.order,
+                                  f"names {a!r}, which is not a mesh axis here (mesh axes: {', '.join(axes)}; "
+                                  "ep is a mesh axis only with ep_placement='outside')")
         for a in axes:
             if a not in given and self.degree(a) > 1:
                 raise ConfigError("order", self.order, f"must list {a!r} ({a}={self.degree(a)} > 1)")
@@ -374,7 +378,8 @@ def tp_groups_node_local(cfg: ParallelConfig) -> bool:
 
 #: Worked layouts from the sources (inputs only; world sizes are computed)
 EXAMPLES: dict[str, ParallelConfig] = {
-    # the lesson "Scaling and distributed training" ("3D parallelism"): 8 x 16 x 128 = 16,384 GPUs, 1/128 of the weights each
+    # the lesson "Scaling and distributed training" ("3D parallelism"): 8 x 16 x 128 = 16,384 GPUs,
+    # 1/128 of the weights each
     "lesson.llama3_405b": ParallelConfig(tp=8, pp=16, dp=128),
     # "Chapter 26: Distributed Training" ("Putting It All Together"): DP=16 x TP=8 x PP=8 = 1,024
     "chapter.llama3_405b_1024": ParallelConfig(tp=8, pp=8, dp=16),

@@ -129,4 +129,5 @@ def invalid_parallel_configs(draw) -> InvalidParallelConfig:
     if kind == "ep_placement":
         return InvalidParallelConfig({**base, "ep_placement": draw(st.sampled_from(["inside", "dp", ""]))},
                                      "ep_placement", "unknown placement")
-    return InvalidParallelConfig({**base, "gpus_per_node": draw(st.integers(-2, 0))}, "gpus_per_node", "gpus_per_node < 1")
+    return InvalidParallelConfig({**base, "gpus_per_node": draw(st.integers(-2, 0))}, "gpus_per_node",
+                                 "gpus_per_node < 1")

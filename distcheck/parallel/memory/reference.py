@@ -95,7 +95,8 @@ CONVENTIONS: dict[str, BytesPerParam] = {
     "mixed_adamw_fp32_grads": BytesPerParam(2, 4, 4, 4, 4, "Megatron-LM theoretical memory (fp32 grads)"),
     "adam_8bit": BytesPerParam(2, 2, 4, 1, 1, "bitsandbytes 8-bit Adam; lesson section 4 exercise"),
     "sgd_momentum": BytesPerParam(2, 2, 4, 4, 0, "mixed-precision SGD with momentum"),
-    "moments_only": BytesPerParam(2, 2, 0, 4, 4, "chapter 'Chapter 26: Distributed Training' table; lesson 'common mistakes'"),
+    "moments_only": BytesPerParam(2, 2, 0, 4, 4,
+                                  "chapter 'Chapter 26: Distributed Training' table; lesson 'common mistakes'"),
 }
 
 BytesLike = int | Fraction | str | BytesPerParam
@@ -133,7 +134,8 @@ def _positive_bytes(field: str, value: object) -> Fraction:
         except ConfigError as exc:
             raise ConfigError(field, value, exc.rule) from None
     if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
-        raise ConfigError(field, value, "must be an int or Fraction number of bytes (exact; no floats), or a string like '80 GB' / '80 GiB'")
+        raise ConfigError(field, value, "must be an int or Fraction number of bytes (exact; no floats), "
+                                        "or a string like '80 GB' / '80 GiB'")
     if value <= 0:
         raise ConfigError(field, value, "must be > 0")
     return Fraction(value)
@@ -198,7 +200,8 @@ def optimizer_bytes(params: int, convention: str | BytesPerParam = "mixed_adamw"
     return _component(params, convention, tp, pp, "optimizer")
 
 
-def min_tp(params: int, budget_bytes: int | Fraction | str, bytes_per_param: BytesLike = 16, max_tp: int = 8) -> int | None:
+def min_tp(params: int, budget_bytes: int | Fraction | str, bytes_per_param: BytesLike = 16,
+           max_tp: int = 8) -> int | None:
     """Smallest power-of-two tp <= ``max_tp`` whose training state fits ``budget_bytes``.
 
     Fits means ``train_state_bytes(params, bytes_per_param, tp) <= budget_bytes``

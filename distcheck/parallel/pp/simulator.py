@@ -144,7 +144,7 @@ def _sweeps(u: _Units, placed: np.ndarray, total: int) -> np.ndarray | None:
     incl = np.cumsum(u.cost)
     excl = incl - u.cost
     p = len(u.offsets) - 1
-    ranges = [(r, int(a), int(b)) for r, (a, b) in enumerate(zip(u.offsets[:-1], u.offsets[1:])) if b > a]
+    ranges = [(r, int(a), int(b)) for r, (a, b) in enumerate(zip(u.offsets[:-1], u.offsets[1:], strict=True)) if b > a]
     readers = _readers(placed, p)
     dirty = [True] * p
     first, rest = columns[0], columns[1:]

@@ -78,7 +78,7 @@ def _first_difference(ours: dict, theirs: dict) -> str:
     for r in sorted(ours):
         a, b = ours[r], theirs.get(r, [])
         if a != b:
-            k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
             return f"rank {r} position {k}: torch {_names(b[k:k + 2])} vs simulator {_names(a[k:k + 2])}"
     return ""
 
@@ -147,7 +147,8 @@ def check_table(schedule: str, p: int, m: int) -> tuple[bool | None, str]:
                        f"{list(want_figures[2])}" + (f"; first order difference {diff}" if diff else ""))
     if diff:
         return False, f"p={p}, m={m}: same step/bubble/peak ({got_figures[0]}, {got_figures[1]}), another order: {diff}"
-    return True, f"p={p}, m={m}: same order; step {tl.step_ticks}, bubble {tl.bubble_fraction}, peak {list(tl.peak_in_flight)}"
+    return True, (f"p={p}, m={m}: same order; step {tl.step_ticks}, bubble {tl.bubble_fraction}, "
+                  f"peak {list(tl.peak_in_flight)}")
 
 
 def run_table_checks(schedules: Sequence[str] | None = None, *, max_p: int = 4, max_m: int = 8) -> list[CheckResult]:

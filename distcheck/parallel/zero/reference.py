@@ -104,7 +104,8 @@ def normalize_shapes(params: Sequence[ShapeLike]) -> list[Shape]:
         raise ConfigError("params", params, "must be a non-empty list of shapes or numels")
     out: list[Shape] = []
     for i, p in enumerate(params):
-        shape = (p,) if isinstance(p, int) and not isinstance(p, bool) else tuple(p) if isinstance(p, Sequence) else None
+        shape = ((p,) if isinstance(p, int) and not isinstance(p, bool)
+                 else tuple(p) if isinstance(p, Sequence) else None)
         if not shape:
             raise ConfigError(f"params[{i}]", p, "must be a numel >= 1 or a non-empty shape")
         for dim in shape:
