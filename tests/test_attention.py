@@ -136,7 +136,8 @@ def test_tp_head_ranges():
 
 @pytest.mark.parametrize(
     "heads, kv, tp, batched",
-    [(8, 4, 1, False), (8, 4, 2, False), (8, 4, 4, True), (4, 4, 2, True), (4, 4, 4, False), (6, 1, 1, True), (6, 2, 2, True)],
+    [(8, 4, 1, False), (8, 4, 2, False), (8, 4, 4, True), (4, 4, 2, True), (4, 4, 4, False), (6, 1, 1, True),
+     (6, 2, 2, True)],
 )
 def test_tp_attention_matches_full(heads, kv, tp, batched):
     rng = np.random.default_rng(heads * 100 + kv * 10 + tp)

@@ -192,7 +192,8 @@ def test_errors(call, message):
 
 
 def _greedy_by_scan(numels, dp):
-    """The definition: assign each parameter (largest first) to the rank with the smallest total, lowest rank on a tie."""
+    """The definition: assign each parameter (largest first) to the rank with the smallest total, lowest rank on a
+    tie."""
     order = sorted(range(len(numels)), key=lambda i: numels[i], reverse=True)
     sizes, ranks = [0] * dp, [[] for _ in range(dp)]
     for i in order:

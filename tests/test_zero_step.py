@@ -90,7 +90,8 @@ def test_targets_of_each_kind_and_a_target_outside_the_protocol():
 def gloo2():
     from distcheck.runners import RankPool
 
-    with RankPool(2, backend="gloo", timeout_s=90, preload=("torch.distributed.optim", "torch.distributed.fsdp")) as pool:
+    with RankPool(2, backend="gloo", timeout_s=90,
+                  preload=("torch.distributed.optim", "torch.distributed.fsdp")) as pool:
         yield pool
 
 
