@@ -32,7 +32,7 @@ repository's README (zero bubble without a barrier between steps: optimizer post
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -80,6 +80,10 @@ class InputValue:
     name: str
 
 
+#: what a variant sets an input to: a number, or a value found when it is applied
+SetValue = int | Fraction | FormValue | InputValue | _NominalParams
+
+
 @dataclass(frozen=True)
 class Scale:
     """Multiply an input by ``factor`` times the product of the inputs in ``by``
@@ -97,7 +101,7 @@ class Variant:
     name: str
     description: str
     quantity: str | None = None
-    set: Mapping[str, object] = field(default_factory=dict)
+    set: Mapping[str, SetValue] = field(default_factory=dict)
     scale: Mapping[str, Scale] = field(default_factory=dict)
     unit: str | None = None
     needs: tuple[str, ...] = ()
@@ -372,7 +376,8 @@ def axes_for(quantity: str, unit: str, inputs: Mapping[str, object]) -> list[Axi
 
 
 def apply_variant(variant: Variant, quantity: str, values: dict, unit: str, *, model: str | None,
-                  form_value, nominal, input_names) -> tuple[str, dict, str] | None:
+                  form_value: Callable[[str], int | Fraction], nominal: Callable[[str], int | Fraction | None],
+                  input_names: Callable[[str], dict[str, Fraction | None] | None]) -> tuple[str, dict, str] | None:
     """Apply ``variant`` to (quantity, exact input values, unit); None when it does not
     apply (an input it sets is not an input of the quantity, or a value is missing).
 
@@ -387,15 +392,18 @@ def apply_variant(variant: Variant, quantity: str, values: dict, unit: str, *, m
     new = {k: v for k, v in values.items() if k in names}
     if set(values) - set(names):
         return None  # the replacement quantity does not take an input the claim gave
-    for k, v in variant.set.items():
+    for k, spec in variant.set.items():
         if k not in names:
             return None
-        if isinstance(v, FormValue):
-            v = form_value(v.name)
-        elif v is NOMINAL_PARAMS:
+        v: int | Fraction | None
+        if isinstance(spec, FormValue):
+            v = form_value(spec.name)
+        elif isinstance(spec, _NominalParams):  # NOMINAL_PARAMS, the one instance
             v = nominal(model) if model else None
-        elif isinstance(v, InputValue):
-            v = new.get(v.name, names.get(v.name))
+        elif isinstance(spec, InputValue):
+            v = new.get(spec.name, names.get(spec.name))
+        else:
+            v = spec
         if v is None:
             return None
         current = new.get(k, names.get(k))
@@ -405,10 +413,11 @@ def apply_variant(variant: Variant, quantity: str, values: dict, unit: str, *, m
     for k, sc in variant.scale.items():
         base = new.get(k, names.get(k))
         factors = [new.get(b, names.get(b)) for b in sc.by]
-        if base is None or any(f is None for f in factors):
+        present = [f for f in factors if f is not None]
+        if base is None or len(present) != len(factors):
             return None
         mult = sc.factor
-        for f in factors:
+        for f in present:
             mult *= Fraction(f)
         if mult == 1:
             return None  # no change

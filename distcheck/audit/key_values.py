@@ -107,7 +107,7 @@ def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
             ok = (rows is not None and 0 < len(rows) <= _MAX_ARRAY
                   and all(isinstance(r, list) and 0 < len(r) <= _MAX_ARRAY
                           and all(_is_number(x) and _finite(x) for x in r) for r in rows))
-        if not ok:
+        if not ok or rows is None:
             raise _err(f"must be a {'list of numbers' if kind == 'vector' else 'list of rows of numbers'}",
                        path, line, fl)
         if kind == "matrix" and sum(len(r) for r in rows) > _MAX_ELEMENTS:

@@ -395,7 +395,7 @@ def _check(rk, i, kl, path, ids, claim_ids) -> Check:
     parts = rk.get("parts")
     if not isinstance(parts, list) or not parts or len(parts) > _MAX_ARRAY:
         raise _err("parts must be a non-empty list of claim ids or numbers", path, ln("parts"), f"{base}.parts")
-    out = []
+    out: list[str | Fraction] = []
     for p in parts:
         if isinstance(p, str) and p in claim_ids:
             out.append(p)

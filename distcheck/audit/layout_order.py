@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.vocab import LAYOUT_ORDER, Axis
@@ -149,7 +150,8 @@ def compute(quantity: str, values: Mapping[str, Fraction], order: str) -> Fracti
         from distcheck.layout import ParallelConfig, groups_node_local
 
         inner = axes[:axes.index(Axis.TP)]
-        degrees = {a: _degree(v, a, order, f"{a} lies inside tp") for a in inner}
+        # keyword arguments of ParallelConfig: degrees by axis name
+        degrees: dict[str, Any] = {a: _degree(v, a, order, f"{a} lies inside tp") for a in inner}
         degrees.update({a: int(v[a]) for a in DEGREES if a in v})
         cfg = ParallelConfig(**degrees, order=tuple(axes), gpus_per_node=int(v["gpus_per_node"]))
         return Fraction(int(groups_node_local(cfg, "tp")))

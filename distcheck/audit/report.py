@@ -10,6 +10,7 @@ import io
 import json
 from collections.abc import Iterable
 from fractions import Fraction
+from typing import Any
 
 from distcheck.audit.numbers import format_exact
 from distcheck.audit.verdict import AuditResult, ClaimVerdict
@@ -63,8 +64,10 @@ def render_table(results, console=None) -> str:
     console = console or Console(file=buf, width=200, force_terminal=False, color_system=None)
     for r in _list(results):
         table = Table(title=escape(f"{r.title} ({r.path})"), show_lines=False)
-        for col, kw in (("claim", {}), ("quantity", {}), ("printed", {"justify": "right"}),
-                        ("recomputed", {"justify": "right"}), ("verdict", {}), ("explanation", {"overflow": "fold"})):
+        columns: tuple[tuple[str, dict[str, Any]], ...] = (
+            ("claim", {}), ("quantity", {}), ("printed", {"justify": "right"}), ("recomputed", {"justify": "right"}),
+            ("verdict", {}), ("explanation", {"overflow": "fold"}))
+        for col, kw in columns:
             table.add_column(col, **kw)
         for v in r.claims:
             st = _STYLE.get(v.verdict, "")
