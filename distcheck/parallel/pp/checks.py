@@ -112,7 +112,7 @@ def _record(stage, log: list) -> None:
 
 def _table_units(actions: list) -> list:
     """The rank's table as ``(kind, stage, mb)`` triples, an overlapped pair as a list of two."""
-    out = []
+    out: list[tuple[str, int, int] | list[tuple[str, int, int]]] = []
     for u in actions:
         if isinstance(u, tuple):
             out.append([(a.kind, a.stage, a.microbatch) for a in u])
@@ -174,6 +174,7 @@ def schedule_step(ctx, cls, schedule: str, v: int, example: dict) -> dict:
     worst, bitwise = 0.0, True
     for st, s in zip(stages, mine, strict=True):
         for a, b in zip(st.submod.parameters(), ref[s].parameters(), strict=True):
+            assert a.grad is not None and b.grad is not None, "every parameter takes part in the loss"
             worst = max(worst, (a.grad - b.grad).abs().max().item())
             bitwise = bitwise and torch.equal(a.grad, b.grad)
     table = _table_units(from_torch_actions({r: sched.pipeline_order[r]}, pairs=True)[r])

@@ -214,7 +214,7 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
     SM = S * M
     key = st * M + mb
     full = kind.astype(np.int64) * SM + key
-    pos = np.full(4 * SM, -1, np.int32 if N < 2**31 else np.int64)
+    pos: np.ndarray = np.full(4 * SM, -1, np.int32 if N < 2**31 else np.int64)
     arange = np.arange(N, dtype=pos.dtype)
     pos[full[::-1]] = arange[::-1]  # the first action of each key wins
     got = pos[full]
@@ -283,6 +283,7 @@ def dependencies(order: Order, idx_f: np.ndarray, idx_bk: np.ndarray, idx_i: np.
     none = np.full(M, -1, idx_f.dtype)
     f_before = np.concatenate([none, idx_f[:-M]])  # F of stage s - 1
     b_after = np.concatenate([idx_bk[M:], none])  # backward of stage s + 1
+    on: slice | np.ndarray
     if order.first_stage is None:
         on = slice(None)
     else:

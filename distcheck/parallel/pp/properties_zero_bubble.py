@@ -92,10 +92,10 @@ def matches_plain_replay(case, *, impl=_replay) -> None:
     except DeadlockError as exc:
         try:
             impl(order, stages, case.m, **costs, t_fb=t_fb, routes=_routes(case))
-        except DeadlockError as got:
-            if got.blocked != exc.blocked:
+        except DeadlockError as theirs:
+            if theirs.blocked != exc.blocked:
                 raise PropertyFailure(f"deadlock reports differ for {case}", expected=exc.blocked,
-                                      got=got.blocked) from None
+                                      got=theirs.blocked) from None
             return
         except Exception as other:  # noqa: BLE001 - a crash where a deadlock belongs is the implementation's
             raise PropertyFailure(f"the order deadlocks, the implementation raised {type(other).__name__} for {case}",
@@ -193,7 +193,7 @@ def stash_bound(case, *, impl=_order_arrays) -> None:
                               got=max(tl.peak_in_flight))
 
 
-def zb_h1_bubble_formula(p: int, t_f: int, t_i: int, t_w: int) -> int:
+def zb_h1_bubble_formula(p: int, t_f: int, t_i: int, t_w: int) -> int | Fraction:
     """Reference formula: ``pipeline.bubble_ticks.zb_h1.published``, (p-1)(t_f + t_i - t_w) with
     t_i the input-gradient backward (Qi et al. 2023, Table 2)."""
     return form_value("pipeline.bubble_ticks.zb_h1.published", p=p, t_f=t_f, t_i=t_i, t_w=t_w)

@@ -16,6 +16,7 @@ functions only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.results import FAIL, PASS, SKIP, CheckResult
@@ -38,8 +39,18 @@ TORCH_SCHEDULES: dict[str, tuple[str, int]] = {
     "ScheduleZBVZeroBubble": (Schedule.ZB_V, 2),
     "ScheduleDualPipeV": (Schedule.DUALPIPEV, 2),
 }
+class ReplayCosts(TypedDict):
+    """Tick costs as :func:`~distcheck.parallel.pp.simulator.replay` takes them (keywords)."""
+
+    t_f: int
+    t_b: int
+    t_i: int
+    t_w: int
+    t_fb: int
+
+
 #: the lesson's costs, split and overlapped (F = 1, B = 2 = I + W, F&B = F + B)
-COSTS = dict(t_f=1, t_b=2, t_i=1, t_w=1, t_fb=3)
+COSTS: ReplayCosts = {"t_f": 1, "t_b": 2, "t_i": 1, "t_w": 1, "t_fb": 3}
 
 
 def _schedule_class(name: str):
