@@ -169,7 +169,7 @@ def to_exact(a: Any) -> Any:
             raise PropertyFailure("non-finite value", got=a)
         return Fraction(a)
     if isinstance(a, numbers.Rational) and not isinstance(a, bool):
-        return Fraction(a.numerator, a.denominator)
+        return Fraction(int(a.numerator), int(a.denominator))
     try:
         arr = np.asarray(a)
     except (TypeError, ValueError):

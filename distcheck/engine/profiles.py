@@ -96,7 +96,7 @@ def register_profiles() -> None:
 def _check_name(name: object) -> str:
     if name not in PROFILES:
         raise ConfigError("profile", name, f"must be one of {', '.join(map(repr, PROFILES))}")
-    return name  # type: ignore[return-value]
+    return name
 
 
 def get_profile(name: str) -> settings:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -121,7 +122,7 @@ def shard_sizes(n: int, dp: int) -> np.ndarray:
     return np.array([base + 1] * extra + [base] * (dp - extra), dtype=np.int64)
 
 
-def split_batch(arr, sizes: Sequence[int]) -> list:
+def split_batch(arr, sizes: Sequence[int] | np.ndarray) -> list:
     """Split ``arr`` along axis 0 into consecutive pieces of the given ``sizes``.
 
     Raises ConfigError if ``arr`` is not a numeric array with an axis 0, a size is
@@ -159,7 +160,7 @@ def _check_grads(field: str, grads) -> list:
         raise ConfigError(field, grads, "must be non-empty")
     first = grads[0]
     keys = sorted(map(str, first)) if isinstance(first, Mapping) else None
-    out = []
+    out: list[Any] = []  # all arrays, or all dicts of arrays (as ``first``)
     for i, g in enumerate(grads):
         if isinstance(first, Mapping):
             if not isinstance(g, Mapping) or sorted(map(str, g)) != keys:
@@ -363,7 +364,7 @@ def plain_mean(grads: Sequence) -> object:
     return _map(lambda a: a / len(grads), _sum(grads))
 
 
-def weighted_mean(grads: Sequence, sizes: Sequence[int]) -> object:
+def weighted_mean(grads: Sequence, sizes: Sequence[int] | np.ndarray) -> object:
     """Example-weighted mean ``sum_k n_k g_k / sum_k n_k`` (exact for any shard sizes).
 
     Raises ConfigError if ``sizes`` and ``grads`` differ in length, a size is not an

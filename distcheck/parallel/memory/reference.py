@@ -153,7 +153,7 @@ def _split(params: object, tp: object, pp: object) -> tuple[int, int, int]:
     params = check_positive_int("params", params)
     tp = check_positive_int("tp", tp)
     pp = check_positive_int("pp", pp)
-    return params, tp, pp  # type: ignore[return-value]
+    return params, tp, pp
 
 
 def train_state_bytes(params: int, bytes_per_param: BytesLike = 16, tp: int = 1, pp: int = 1) -> int | Fraction:
@@ -304,7 +304,7 @@ def _ceil_fraction(q: Fraction) -> int:
 def _divisors_up_to(n: int, limit: int) -> list[int]:
     """The divisors of ``n`` that are <= ``limit``, ascending: O(min(limit, sqrt n)) trials
     (divisors come in pairs d, n // d with d <= sqrt n; past ``limit`` both exceed it)."""
-    out = set()
+    out: set[int] = set()
     d = 1
     while d * d <= n and d <= limit:
         if n % d == 0:

@@ -284,7 +284,7 @@ def _check_stage(stage: object) -> int:
     stage = check_nonnegative_int("stage", stage)
     if stage > 3:
         raise ConfigError("stage", stage, "must be 0, 1, 2 or 3")
-    return stage  # type: ignore[return-value]
+    return stage
 
 
 def partition(
