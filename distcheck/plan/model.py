@@ -115,5 +115,7 @@ def resolve_model(model: str | None = None, *, params: int | str | None = None, 
     missing = [f for f in SHAPE_FIELDS if f != "num_kv_heads" and f not in given]
     if missing:
         raise ConfigError(missing[0], None, "is required with an explicit shape (or give --model or --params)")
-    cfg = params_ref.TransformerConfig(**given)
+    cfg = params_ref.TransformerConfig(
+        hidden_size=given["hidden_size"], num_layers=given["num_layers"], ffn_hidden_size=given["ffn_hidden_size"],
+        num_heads=given["num_heads"], num_kv_heads=given.get("num_kv_heads"), vocab_size=given["vocab_size"])
     return ModelSpec("custom", params_ref.count_params(cfg), cfg)

@@ -91,7 +91,8 @@ def iter_pools(pool_or_world_sizes, backend: str = "gloo",
     if is_world(pool_or_world_sizes):
         yield pool_or_world_sizes, pool_or_world_sizes.world_size, pool_or_world_sizes.backend, None
         return
-    sizes = [pool_or_world_sizes] if isinstance(pool_or_world_sizes, int) else list(pool_or_world_sizes)
+    # world sizes (ints) and worlds, as given
+    sizes: list[Any] = [pool_or_world_sizes] if isinstance(pool_or_world_sizes, int) else list(pool_or_world_sizes)
     if not sizes:
         raise ConfigError("pool_or_world_sizes", pool_or_world_sizes, "must name at least one world size")
     for ws in sizes:

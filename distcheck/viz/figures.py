@@ -138,7 +138,7 @@ def pipeline_gantt(timeline, *, name: str = "", labels: bool | None = None):
 # ----------------------------------------------------------------------------------------------- memory
 
 
-def memory_bars(bars: Sequence[tuple[str, Mapping[str, object]]], capacity_bytes, *, usable_bytes=None,
+def memory_bars(bars: Sequence[tuple[str, Mapping[str, int | Fraction | None]]], capacity_bytes, *, usable_bytes=None,
                 highlight: int | None = None, title: str = "", groups: Sequence[tuple[str, int]] = ()):
     """Stacked bars of memory per GPU (GB = 1e9 bytes) with the GPU's capacity line.
 

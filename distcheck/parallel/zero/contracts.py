@@ -159,7 +159,7 @@ def exact_gradients(case: StepCase) -> list[list[np.ndarray]]:
             _guard("bias", np.abs(z) + np.abs(b), max(_den(z), _den(b)))
             z = z + b
             zs.append(z)
-            hs.append(z if i == len(Ws) - 1 else np.where(z > 0, z, Fraction(0)))
+            hs.append(z if i == len(Ws) - 1 else np.where(z > 0, z, np.array(Fraction(0), dtype=object)))
         d = hs[-1] - T
         grads: list = [None] * (2 * len(Ws))
         for i in reversed(range(len(Ws))):
