@@ -61,7 +61,8 @@ def main(runs: int = 5) -> None:
         ys = [statistics.median(t) for t in times]
         slope, intercept = np.polyfit(xs, ys, 1)
         pred = np.polyval([slope, intercept], xs)
-        r2 = 1 - float(((np.array(ys) - pred) ** 2).sum()) / max(float(((np.array(ys) - np.mean(ys)) ** 2).sum()), 1e-30)
+        ss_res = float(((np.array(ys) - pred) ** 2).sum())
+        r2 = 1 - ss_res / max(float(((np.array(ys) - np.mean(ys)) ** 2).sum()), 1e-30)
         ok = ys[-1] < TARGET_S
         if not ok:
             misses.append(s)

@@ -93,7 +93,6 @@ def main(argv=None) -> int:
 
     import torch  # noqa: F401 - loaded once, before any timing
     import torch._dynamo  # noqa: F401
-
     from rich.console import Console
     from rich.table import Table
 

@@ -40,9 +40,10 @@ def test_persistent_pool(benchmark, world_size):
 def test_fresh_forked_world_per_example(benchmark, world_size):
     from distcheck.runners import RankPool
 
-    def one(seed=[0]):
-        seed[0] += 1
+    seeds = iter(range(1, 10**9))
+
+    def one():
         with RankPool(world_size, timeout_s=120) as pool:
-            return pool.run(bench_pool.allreduce_property, seed[0])
+            return pool.run(bench_pool.allreduce_property, next(seeds))
 
     assert benchmark.pedantic(one, rounds=5, iterations=1, warmup_rounds=1) == [True] * world_size

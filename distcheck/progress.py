@@ -15,6 +15,11 @@ when the work ends, leaving the command's output as it would be without it.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 __all__ = ["Progress", "DELAY_S"]
 
@@ -45,7 +50,8 @@ class Progress:
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
         self._started = self._closed = False
-        self._bar = self._task = None
+        self._bar: RichProgress | None = None
+        self._task: TaskID | None = None
         self.delay_s = delay_s
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -62,11 +68,11 @@ class Progress:
 
     def _start(self) -> None:
         with self._lock:
-            if not self._closed and not self._started:
+            if self._bar is not None and not self._closed and not self._started:
                 self._bar.start()
                 self._started = True
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.enabled:
             if self.delay_s <= 0:
                 self._start()
@@ -84,16 +90,15 @@ class Progress:
         if self._timer is not None:
             self._timer.cancel()
         with self._lock:
-            if self._started and not self._closed:
+            if self._bar is not None and self._started and not self._closed:
                 self._bar.stop()
             self._closed = True
 
     def advance(self, steps: int = 1) -> None:
-        if self.enabled:
+        if self._bar is not None and self._task is not None:  # enabled
             self._bar.advance(self._task, steps)
 
     def update(self, *, description: str | None = None, completed: int | None = None, total: int | None = None) -> None:
-        if self.enabled:
-            kwargs = {k: v for k, v in (("description", description), ("completed", completed), ("total", total))
-                      if v is not None}
-            self._bar.update(self._task, **kwargs)
+        if self._bar is not None and self._task is not None:  # enabled
+            # rich leaves a field as it is when its argument is None
+            self._bar.update(self._task, description=description, completed=completed, total=total)

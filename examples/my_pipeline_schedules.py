@@ -1,12 +1,15 @@
-"""User-style pipeline action tables, right and wrong, for ``distcheck certify --contract pipeline-table``.
+r"""User-style pipeline action tables, right and wrong, for ``distcheck certify --contract pipeline-table``.
 
 Each function takes ``(p, m)`` (ranks, micro-batches) and returns ``{rank: [Action, ...]}``:
 the order in which each rank runs its forwards (F), backwards (B) or split backwards
 (I: input gradient, W: weight gradient) of stage ``rank``.
 
-    distcheck certify examples.my_pipeline_schedules:one_f_one_b --contract pipeline-table --option schedule=1f1b
-    distcheck certify examples.my_pipeline_schedules:one_f_one_b_deep_warmup --contract pipeline-table --option schedule=1f1b
-    distcheck certify examples.my_pipeline_schedules:zb_h1_weight_first --contract pipeline-table --option schedule=zb_h1
+    distcheck certify examples.my_pipeline_schedules:one_f_one_b \
+        --contract pipeline-table --option schedule=1f1b
+    distcheck certify examples.my_pipeline_schedules:one_f_one_b_deep_warmup \
+        --contract pipeline-table --option schedule=1f1b
+    distcheck certify examples.my_pipeline_schedules:zb_h1_weight_first \
+        --contract pipeline-table --option schedule=zb_h1
 """
 
 from distcheck.pipeline import Action

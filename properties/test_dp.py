@@ -6,8 +6,8 @@ from hypothesis import given
 
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
-from distcheck.props import properties, run_property
 from distcheck.props import dp as P
+from distcheck.props import properties, run_property
 
 
 @pytest.mark.parametrize("prop", properties("dp"), ids=lambda p: p.name)

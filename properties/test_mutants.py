@@ -182,7 +182,8 @@ def _row_parallel_raising_property_failure(x, W, tp, b=None, *, log=None):
 
 @pytest.mark.parametrize("fn, error", [
     (_row_parallel_divides_by_zero, "ZeroDivisionError: integer division or modulo by zero"),
-    (_row_parallel_wrong_signature, "TypeError: _row_parallel_wrong_signature() takes 2 positional arguments but 4 were given"),
+    (_row_parallel_wrong_signature,
+     "TypeError: _row_parallel_wrong_signature() takes 2 positional arguments but 4 were given"),
     (_row_parallel_raising_property_failure, "PropertyFailure: raised by the implementation"),
 ])
 def test_a_mutant_that_raises_is_broken_not_killed(fn, error):
@@ -209,7 +210,8 @@ def test_summary_row_counts_kills():
     from distcheck.props import mutant_summary
     from distcheck.report import CheckResult
 
-    rows = [CheckResult("mutant:a", "reference", "pass", examples=3), CheckResult("mutant:b", "reference", "FAIL", examples=40)]
+    rows = [CheckResult("mutant:a", "reference", "pass", examples=3),
+            CheckResult("mutant:b", "reference", "FAIL", examples=40)]
     summary = mutant_summary(rows)
     assert summary.verdict == "FAIL" and summary.detail == "mutants killed 1/2; survived: b"
     assert mutant_summary(rows[:1]).detail == "mutants killed 1/1"

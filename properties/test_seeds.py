@@ -140,7 +140,8 @@ def test_a_long_failure_keeps_its_reason_in_the_detail_and_prints_everything_bel
     from distcheck.props import DETAIL_CHARS, failure_detail
     from distcheck.report import FAIL, CheckResult, render_table
 
-    reason = "PropertyFailure: row-parallel (tp=2) vs x @ W + b: not bitwise equal; max error 1.000e+00 > bound 0.000e+00"
+    reason = ("PropertyFailure: row-parallel (tp=2) vs x @ W + b: not bitwise equal; "
+              "max error 1.000e+00 > bound 0.000e+00")
     counter = "LinearCase(tp=2, x=[[" + ", ".join(["1.0"] * 300) + "]])"
     detail = failure_detail(reason, counter)
     assert detail.startswith(reason + "; counterexample LinearCase(tp=2, x=[[1.0, 1.0")

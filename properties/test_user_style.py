@@ -59,7 +59,7 @@ def test_my_ddp_allreduce_is_caught_on_unequal_shards():
 def my_row_parallel(x, W, tp, b=None, *, log=None):
     """Row-parallel linear: rank r holds rows of W (np.array_split), partials summed by one
     all-reduce (recorded in ``log``), bias once."""
-    parts = [xs @ Ws for xs, Ws in zip(np.array_split(x, tp, axis=-1), np.array_split(W, tp, axis=0))]
+    parts = [xs @ Ws for xs, Ws in zip(np.array_split(x, tp, axis=-1), np.array_split(W, tp, axis=0), strict=True)]
     out = sum(parts[1:], parts[0])
     if log is not None:
         log.append(("all_reduce", out.shape))
@@ -69,14 +69,14 @@ def my_row_parallel(x, W, tp, b=None, *, log=None):
 def my_column_parallel(x, W, tp, b=None):
     """Column-parallel linear: rank r holds columns of W (and of b), outputs concatenated."""
     bs = np.array_split(b, tp) if b is not None else [None] * tp
-    outs = [x @ Ws + (0 if bk is None else bk) for Ws, bk in zip(np.array_split(W, tp, axis=1), bs)]
+    outs = [x @ Ws + (0 if bk is None else bk) for Ws, bk in zip(np.array_split(W, tp, axis=1), bs, strict=True)]
     return np.concatenate(outs, axis=-1)
 
 
 def my_row_parallel_naive_bias(x, W, tp, b=None, *, log=None):
     """A common bug: every rank adds the bias to its partial."""
     parts = [xs @ Ws + (0 if b is None else b)
-             for xs, Ws in zip(np.array_split(x, tp, axis=-1), np.array_split(W, tp, axis=0))]
+             for xs, Ws in zip(np.array_split(x, tp, axis=-1), np.array_split(W, tp, axis=0), strict=True)]
     out = sum(parts[1:], parts[0])
     if log is not None:
         log.append(("all_reduce", np.shape(out)))

@@ -8,7 +8,11 @@ from fractions import Fraction
 import pytest
 
 from distcheck.activations import (
-    LAYER_TENSORS, TABLE2_SETTINGS, bytes_per_layer, megatron_bytes_per_layer, stored_tensor_bytes,
+    LAYER_TENSORS,
+    TABLE2_SETTINGS,
+    bytes_per_layer,
+    megatron_bytes_per_layer,
+    stored_tensor_bytes,
     table2_bytes_per_layer,
 )
 from distcheck.errors import ConfigError

@@ -136,7 +136,8 @@ def test_tp_head_ranges():
 
 @pytest.mark.parametrize(
     "heads, kv, tp, batched",
-    [(8, 4, 1, False), (8, 4, 2, False), (8, 4, 4, True), (4, 4, 2, True), (4, 4, 4, False), (6, 1, 1, True), (6, 2, 2, True)],
+    [(8, 4, 1, False), (8, 4, 2, False), (8, 4, 4, True), (4, 4, 2, True), (4, 4, 4, False), (6, 1, 1, True),
+     (6, 2, 2, True)],
 )
 def test_tp_attention_matches_full(heads, kv, tp, batched):
     rng = np.random.default_rng(heads * 100 + kv * 10 + tp)
@@ -150,7 +151,7 @@ def test_tp_attention_matches_full(heads, kv, tp, batched):
         # per-head outputs are bitwise equal on the ranks
         local = []
         hq, hkv = heads // tp, kv // tp
-        for r, (qh, kh) in enumerate(A.tp_head_ranges(tp, heads, kv)):
+        for qh, kh in A.tp_head_ranges(tp, heads, kv):
             qc, kc = slice(qh.start * hd, qh.stop * hd), slice(kh.start * hd, kh.stop * hd)
             local.append(A.attention_heads(x, Wq[:, qc], Wk[:, kc], Wv[:, kc], hq, hkv, causal))
         assert np.array_equal(np.concatenate(local, axis=-1), heads_full)

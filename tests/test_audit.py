@@ -9,7 +9,14 @@ from fractions import Fraction
 import pytest
 
 from distcheck.audit import (
-    VERDICTS, audit_exit_code, audit_file, audit_key, list_quantities, parse_key, render, render_quantity_list,
+    VERDICTS,
+    audit_exit_code,
+    audit_file,
+    audit_key,
+    list_quantities,
+    parse_key,
+    render,
+    render_quantity_list,
 )
 from distcheck.audit.numbers import parse_printed
 from distcheck.audit.quantities import nominal_params, unit_factor
@@ -84,7 +91,8 @@ def test_explicit_rounding_overrides_the_digits():
     assert (v.claim.step, v.verdict) == (0, "wrong")  # "108" is exact; the state is 107.81 GB
     v = one(key(base + "rounding = 1\n"))
     assert (v.claim.step, v.claim.step_inferred, v.verdict) == (1, False, "holds")  # 107.81 is within 108 +- 0.5
-    assert one(key(claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", '"~108"', "GB"))).verdict == "holds"
+    approx = claim("a", "memory.train_state_bytes", "{ params = 6738149376 }", '"~108"', "GB")
+    assert one(key(approx)).verdict == "holds"
     v = one(key(base + "rounding = 0.1\n"))
     assert (v.claim.step, v.claim.step_inferred) == (Fraction(1, 10), False)
     assert v.verdict != "holds"  # not within 108 +- 0.05
@@ -439,7 +447,8 @@ CONVENTION_CASES = [
     ("fp32 gradients (4 B/param)", "memory.grads_bytes", "{ params = 1e9 }", 4, "GB", 4),
     ("16-bit gradients (2 B/param)", "memory.grads_bytes", "{ params = 1e9, grad_bytes = 4 }", 2, "GB", 2),
     # ZeRO-3, 64e9 params over 64 ranks: (4 + K) GB per rank
-    # (at stage 3, 16 GB would also be "fp32 gradients on top of 16-bit ones" with K = 8: 2 + 6 + 8; stage 1 is 4 x 64 + K)
+    # (at stage 3, 16 GB would also be "fp32 gradients on top of 16-bit ones" with K = 8: 2 + 6 + 8;
+    # stage 1 is 4 x 64 + K)
     ("K = 12 (fp32 master + Adam m, v)", "zero.bytes_per_gpu.stage1", "{ params = 64e9, dp = 64, k = 8 }",
      268, "GB", 268),
     ("K = 8 (Adam m, v only: no fp32 master)", "zero.bytes_per_gpu.stage3", "{ params = 64e9, dp = 64 }",

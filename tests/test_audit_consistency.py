@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.audit import audit_key, parse_key
+from distcheck.audit.claim_units import _COUNT_NOUNS
 from distcheck.audit.counts import (
     FRACTIONAL_COUNT_NOUNS,
     WHOLE_COUNT_NOUNS,
@@ -27,7 +28,6 @@ from distcheck.audit.figures import (
     check_sum,
     span_of,
 )
-from distcheck.audit.claim_units import _COUNT_NOUNS
 from distcheck.errors import AnswerKeyError, ConfigError
 
 AWAY, TOWARD, EVEN = TIE_RULES

@@ -14,7 +14,8 @@ from distcheck.audit.keys import validate_data
 from distcheck.errors import AnswerKeyError
 
 # FUZZ_N=3000 for a longer local run (it passed 3000 examples per test when written)
-SETTINGS = settings(max_examples=int(os.environ.get("FUZZ_N", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=int(os.environ.get("FUZZ_N", "60")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 GOOD = '''[meta]
 title = "t"
@@ -223,7 +224,8 @@ def bandwidth_claims(draw):
     chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
     inputs = {n: draw(st.one_of(input_values, st.sampled_from(["1 GB", "0.01", "-1", "1e-9"]))) for n in chosen}
     return {"id": "b", "quantity": q["name"], "inputs": inputs,
-            "claimed": draw(st.one_of(st.integers(min_value=-1, max_value=10**6), st.sampled_from(["175", "~100", "0"]))),
+            "claimed": draw(st.one_of(st.integers(min_value=-1, max_value=10**6),
+                                      st.sampled_from(["175", "~100", "0"]))),
             "unit": draw(st.sampled_from(["GB/s", "GiB/s", "MB/s", "B/s", "bytes_per_second", "GB", "KiB/s", "%"]))}
 
 

@@ -130,7 +130,8 @@ def _c(cid, quantity, inputs, claimed, unit="GB"):
 
 
 def test_a_memory_table_and_its_total_are_checked_without_a_hand_written_check():
-    rows = [_c("w", "memory.weights_bytes", "{ params = 7e9 }", 14), _c("g", "memory.grads_bytes", "{ params = 7e9 }", 14),
+    rows = [_c("w", "memory.weights_bytes", "{ params = 7e9 }", 14),
+            _c("g", "memory.grads_bytes", "{ params = 7e9 }", 14),
             _c("o", "memory.optimizer_bytes", "{ params = 7e9 }", 84)]
     good = _audit(*rows, _c("t", "memory.train_state_bytes", "{ params = 7e9 }", 112))
     auto = [k for k in good.checks if k.id.startswith("auto:sum:")]
@@ -153,8 +154,10 @@ def test_a_total_with_an_activations_row_and_a_zero_table_on_another_tables_rows
 
 
 def test_an_explicit_check_is_not_repeated():
-    rows = [_c("w", "memory.weights_bytes", "{ params = 7e9 }", 14), _c("g", "memory.grads_bytes", "{ params = 7e9 }", 14),
-            _c("o", "memory.optimizer_bytes", "{ params = 7e9 }", 84), _c("t", "memory.train_state_bytes", "{ params = 7e9 }", 112)]
+    rows = [_c("w", "memory.weights_bytes", "{ params = 7e9 }", 14),
+            _c("g", "memory.grads_bytes", "{ params = 7e9 }", 14),
+            _c("o", "memory.optimizer_bytes", "{ params = 7e9 }", 84),
+            _c("t", "memory.train_state_bytes", "{ params = 7e9 }", 112)]
     text = META + "".join(f'\n[[claim]]\n{c}\n' for c in rows) + (
         '\n[[check]]\nid = "x"\nkind = "sum"\ntotal = "t"\nparts = ["o", "g", "w"]\n')
     r = audit_key(parse_key(text, "k.toml"))
@@ -175,8 +178,9 @@ def test_a_rank_printed_under_megatrons_order_is_audited_under_it():
 
 
 def test_coordinates_and_node_locality_under_an_order():
-    assert one("layout.coordinate.dp", '{ rank = 6, tp = 2, pp = 2, dp = 2, order = "tp-dp-pp" }', 1, "count").computed == 1
-    assert one("layout.coordinate.pp", '{ rank = 6, tp = 2, pp = 2, dp = 2, order = "tp-dp-pp" }', 1, "count").computed == 1
+    at_rank_6 = '{ rank = 6, tp = 2, pp = 2, dp = 2, order = "tp-dp-pp" }'
+    assert one("layout.coordinate.dp", at_rank_6, 1, "count").computed == 1
+    assert one("layout.coordinate.pp", at_rank_6, 1, "count").computed == 1
     # tp outside dp: tp groups stride over dp=4 ranks, so tp=4 spans 16 ranks, two nodes of 8
     v = one("layout.tp_groups_node_local", '{ tp = 4, gpus_per_node = 8, dp = 4, order = "dp-tp-pp" }', "false", "flag")
     assert v.verdict == "holds" and v.computed == 0

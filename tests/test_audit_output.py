@@ -129,7 +129,8 @@ def test_output_to_a_named_pipe_is_refused_and_the_pipe_kept(tmp_path, capsys):
     os.mkfifo(fifo)
     assert cli.main(["audit", str(GOLDEN / "zero_paper.toml"), "--output", str(fifo)]) == 2
     err = capsys.readouterr().err
-    assert err == f"distcheck: error: path='{fifo}' is not a regular file (a pipe, device or socket is never replaced)\n"
+    assert err == (f"distcheck: error: path='{fifo}' is not a regular file "
+                   "(a pipe, device or socket is never replaced)\n")
     assert stat.S_ISFIFO(fifo.stat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.engine.contracts import bounds as tb
 from distcheck.certify.certificate import Certificate, stable_view, write_atomic
-from distcheck.engine.contracts.checks import agree, compare, compare_collectives
 from distcheck.certify.config import load_config
+from distcheck.certify.engine import LocalWorld, certify, reproduce_command
+from distcheck.engine.contracts import bounds as tb
+from distcheck.engine.contracts.checks import agree, compare, compare_collectives
 from distcheck.engine.contracts.contract import (
     Contract,
     Option,
@@ -26,7 +27,6 @@ from distcheck.engine.contracts.contract import (
     get_contract,
     parse_option_value,
 )
-from distcheck.certify.engine import LocalWorld, certify, reproduce_command
 from distcheck.engine.contracts.errors import CertificationFailed, ProtocolError, TargetError
 from distcheck.engine.contracts.layer import split_bounds
 from distcheck.engine.contracts.targets import import_target, make_target, reference_of

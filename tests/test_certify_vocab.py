@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from distcheck.certify.engine import certify
 from distcheck.errors import ConfigError
 from distcheck.parallel.tp import vocab
+from distcheck.runners import RankPool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,9 +108,6 @@ def test_the_bound_is_tight_enough_to_catch_a_local_max_and_holds_for_torch():
 # ----------------------------------------------------------------------------- contracts on real worlds
 
 torch = pytest.importorskip("torch")
-
-from distcheck.certify.engine import certify
-from distcheck.runners import RankPool
 
 if str(ROOT) not in sys.path:  # the examples/ package, as `distcheck certify` finds it from the repository root
     sys.path.insert(0, str(ROOT))

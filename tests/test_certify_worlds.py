@@ -265,7 +265,8 @@ def test_distcheck_check_runs_the_targets_of_the_current_folders_pyproject(tmp_p
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text(
         '[tool.distcheck]\nworld-sizes = [2]\nbackend = "gloo"\n\n'
-        f'[[tool.distcheck.certify]]\ntarget = "{EXAMPLES}:RowParallelReduceToRank0"\ncontract = "row-parallel-linear"\n'
+        f'[[tool.distcheck.certify]]\ntarget = "{EXAMPLES}:RowParallelReduceToRank0"\n'
+        'contract = "row-parallel-linear"\n'
         'dtypes = ["float64"]\nexamples = 5\n')
     code = main(["check", "--only", "certify", "--format", "json", "--quiet"])
     rows = {r["check"]: r for r in json.loads(capsys.readouterr().out)}

@@ -178,16 +178,21 @@ def test_bus_bandwidth_factors():
 def test_errors():
     cases = [
         (lambda: comm.simulate("all_reduce", 10, 2), "size_bytes=10 must be a multiple of itemsize=8 (int64)"),
-        (lambda: comm.simulate("allreduce", 8, 2), "collective='allreduce' must be one of 'all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all', 'broadcast'"),
+        (lambda: comm.simulate("allreduce", 8, 2),
+         "collective='allreduce' must be one of 'all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all', "
+         "'broadcast'"),
         (lambda: comm.simulate("all_reduce", 8, 0), "n=0 must be >= 1"),
         (lambda: comm.simulate("all_reduce", -8, 2), "size_bytes=-8 must be >= 0"),
         (lambda: comm.ring_all_reduce([]), "n=0 must be >= 1"),
-        (lambda: comm.ring_all_reduce([np.zeros(2), np.zeros(3)]), "inputs[1]=(3,) must have the shape of inputs[0] (2,)"),
-        (lambda: comm.ring_all_reduce([np.zeros(2), np.zeros(2, dtype=np.int32)]), "inputs[1]=dtype('int32') must have the dtype of inputs[0] (float64)"),
+        (lambda: comm.ring_all_reduce([np.zeros(2), np.zeros(3)]),
+         "inputs[1]=(3,) must have the shape of inputs[0] (2,)"),
+        (lambda: comm.ring_all_reduce([np.zeros(2), np.zeros(2, dtype=np.int32)]),
+         "inputs[1]=dtype('int32') must have the dtype of inputs[0] (float64)"),
         (lambda: comm.all_to_all([np.zeros((2, 2))]), "inputs[0]=(2, 2) must be a 1-D array"),
         (lambda: comm.chain_broadcast(np.zeros(4), 3, root=3), "root=3 must be in range(0, 3)"),
         (lambda: comm.chain_broadcast(np.zeros(4), 3, num_chunks=0), "num_chunks=0 must be >= 1"),
-        (lambda: comm.volume("broadcast", 8, 2, convention="shard"), "convention='shard' does not apply to broadcast (the root holds the whole tensor)"),
+        (lambda: comm.volume("broadcast", 8, 2, convention="shard"),
+         "convention='shard' does not apply to broadcast (the root holds the whole tensor)"),
         (lambda: comm.volume("all_gather", 8, 2, convention="bus"), "convention='bus' must be one of 'full', 'shard'"),
         (lambda: comm.volume("all_gather", -1, 2), "size_bytes=-1 must be >= 0"),
     ]

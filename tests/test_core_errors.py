@@ -42,10 +42,12 @@ class _Torchish:  # duck-typed torch.distributed.pipelining action
 ROWS = [
     # ---- dp: shapes
     ("mse_loss X not 2-D", lambda: dp.mse_loss(ONE(2), ONE(3), ONE(3)), "X.shape", (3,), "must be (n, d)"),
-    ("mse_loss y not X @ w", lambda: dp.mse_loss(ONE(2), ONE((3, 2)), ONE((3, 4))), "y.shape", (3, 4), "must match X @ w"),
+    ("mse_loss y not X @ w", lambda: dp.mse_loss(ONE(2), ONE((3, 2)), ONE((3, 4))), "y.shape", (3, 4),
+     "must match X @ w"),
     ("mlp missing key", lambda: dp.mlp_loss_and_grad({"W1": ONE((2, 3))}, ONE((4, 2)), ONE((4, 1))),
      "params", ["W1"], "must have keys W1, b1, W2, b2"),
-    ("mlp y shape", lambda: dp.mlp_loss_and_grad(_mlp_params(), ONE((4, 2)), ONE((4, 2))), "y.shape", (4, 2), "must be (4, 1)"),
+    ("mlp y shape", lambda: dp.mlp_loss_and_grad(_mlp_params(), ONE((4, 2)), ONE((4, 2))), "y.shape", (4, 2),
+     "must be (4, 1)"),
     ("token X not 3-D", lambda: dp.token_mse_grad_sum(ONE(2), ONE((3, 2)), ONE(3), ONE(3)), "X.shape", (3, 2),
      "must be (batch, seq, d)"),
     ("token mask shape", lambda: dp.token_mse_grad_sum(ONE(2), ONE((3, 4, 2)), ONE((3, 4)), ONE((3, 3))),
@@ -114,7 +116,8 @@ ROWS = [
     ("format digits", lambda: units.format_bytes(1, "GB", -1), "digits", -1, "must be an integer >= 0"),
     ("budget bad string", lambda: memory.min_tp(10**9, "eighty GB"), "budget_bytes", "eighty GB",
      "must be a number followed by a unit"),
-    ("budget float", lambda: memory.min_tp(10**9, 80e9), "budget_bytes", 80e9, "must be an int or Fraction number of bytes (exact; no floats)"),
+    ("budget float", lambda: memory.min_tp(10**9, 80e9), "budget_bytes", 80e9,
+     "must be an int or Fraction number of bytes (exact; no floats)"),
     ("gpu bytes zero", lambda: memory.min_gpus("870 GB", "0 GB"), "gpu_bytes", 0, "must be > 0"),
 ]
 
@@ -153,8 +156,9 @@ def test_format_bytes_rounds_the_exact_value():
 
 # ----------------------------------------------------------------------------- every exception survives pickling
 
-#: one instance per exception class of distcheck.core.errors (re-exported as distcheck.errors), every optional field set to a non-default value;
-#: a class added to the module without a row here fails test_every_error_class_has_a_pickle_sample
+#: one instance per exception class of distcheck.core.errors (re-exported as distcheck.errors), every optional
+#: field set to a non-default value; a class added to the module without a row here fails
+#: test_every_error_class_has_a_pickle_sample
 PICKLE_SAMPLES = {
     "DistcheckError": lambda: errors.DistcheckError("something broke", 3),
     "ConfigError": lambda: errors.ConfigError("tp", Fraction(3, 2), "must divide num_kv_heads=8"),

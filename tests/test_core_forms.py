@@ -53,7 +53,8 @@ def _dp_weights():
         full = dp.mse_grad(w, X, y)
         assert list(weighted) == list(full)
         yield "dp.exact_weight", dict(n=n), full[0]
-        sums = [dp.mse_grad_sum(w, Xk, yk) for Xk, yk in zip(dp.split_batch(X, sizes), dp.split_batch(y, sizes))]
+        sums = [dp.mse_grad_sum(w, Xk, yk)
+                for Xk, yk in zip(dp.split_batch(X, sizes), dp.split_batch(y, sizes), strict=True)]
         bias = dp.plain_mean_bias(sums, sizes)
         for i in range(n):
             yield "dp.plain_mean_error_coefficient", dict(dp=k, n_k=int(sizes[owner[i]]), n=n), bias[i]
@@ -294,7 +295,7 @@ def _params_checks():
     for cfg in configs:
         v = cfg.closed_form_inputs()
         comp = params.component_counts(cfg)
-        pick = lambda *names: {k: v[k] for k in names}  # noqa: E731
+        pick = lambda *names, v=v: {k: v[k] for k in names}  # noqa: E731
         yield "params.decoder_only", v, params.count_params(cfg)
         yield "params.attention_per_layer", pick("hidden_size", "num_heads", "num_kv_heads", "head_dim", "qkv_bias",
                                                  "out_bias"), comp["attention"] // cfg.num_layers
@@ -302,7 +303,8 @@ def _params_checks():
             comp["mlp"] // cfg.num_layers
         yield "params.embedding", pick("vocab_size", "hidden_size"), comp["embedding"]
         yield "params.lm_head", pick("vocab_size", "hidden_size", "tied"), comp["lm_head"]
-        yield "params.norms", pick("hidden_size", "num_layers", "norm_weights", "norm_biases", "final_norm"), comp["norms"]
+        yield ("params.norms", pick("hidden_size", "num_layers", "norm_weights", "norm_biases", "final_norm"),
+               comp["norms"])
 
 
 def _layout_checks():
@@ -316,7 +318,8 @@ def _layout_checks():
             yield "layout.num_groups", dict(world_size=cfg.world_size, degree=cfg.degree(axis)), \
                 len(layout.groups(cfg, axis))
         yield "layout.weights_fraction_per_gpu", dict(tp=t, pp=p), cfg.weights_fraction_per_gpu
-        for rank in range(0, cfg.world_size, max(1, cfg.world_size // 6)):  # ~6 ranks per config (tests/test_layout.py checks all)
+        # ~6 ranks per config (tests/test_layout.py checks all)
+        for rank in range(0, cfg.world_size, max(1, cfg.world_size // 6)):
             co = layout.coords(cfg, rank)
             yield "layout.rank", dict(tp=t, cp=c, pp=p, **{f"{a}_index": co[a] for a in co}), \
                 layout.rank_of(cfg, **co)

@@ -22,7 +22,20 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
 
-from distcheck import activations, attention, comm, dp, exactness, layout, memory, params, pipeline, strategies, tp, zero
+from distcheck import (
+    activations,
+    attention,
+    comm,
+    dp,
+    exactness,
+    layout,
+    memory,
+    params,
+    pipeline,
+    strategies,
+    tp,
+    zero,
+)
 from distcheck.errors import ConfigError, PropertyFailure
 from distcheck.layout import ParallelConfig
 from distcheck.params import PRESETS
@@ -38,8 +51,8 @@ _WORDS = ["gpipe", "1f1b", "interleaved", "relu", "gelu", "silu", "flat", "fsdp2
 
 _small_float = st.floats(-8, 8, allow_nan=False, width=64)
 _arrays = st.one_of(
-    hnp.arrays(st.sampled_from([np.float64, np.int64]), hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=3),
-               elements=st.integers(-4, 4)),
+    hnp.arrays(st.sampled_from([np.float64, np.int64]),
+               hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=3), elements=st.integers(-4, 4)),
     hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=2, max_side=3),
                elements=st.one_of(_small_float, st.sampled_from([np.nan, np.inf, -np.inf]))),
     hnp.arrays(np.bool_, hnp.array_shapes(max_dims=2, max_side=3)),
@@ -133,7 +146,8 @@ def test_bitwise_equality_of_dicts_of_arrays_is_a_config_error():
 
 
 def test_count_params_of_a_dict_names_the_config_class():
-    with pytest.raises(ConfigError, match=r"cfg=\{'hidden_size': 8\} must be a TransformerConfig \(see distcheck.params.PRESETS\)"):
+    with pytest.raises(ConfigError,
+                       match=r"cfg=\{'hidden_size': 8\} must be a TransformerConfig \(see distcheck.params.PRESETS\)"):
         params.count_params({"hidden_size": 8})
     for fn in (params.param_tensors, params.component_counts):
         with pytest.raises(ConfigError, match="must be a TransformerConfig"):

@@ -97,7 +97,8 @@ FIRST_CALLS = textwrap.dedent(
         start = time.perf_counter()
         prop.check(case)
         took = time.perf_counter() - start
-        late = sorted(m for m in set(sys.modules) - before if m.split(".")[0] == "sympy" or m.startswith("distcheck.forms"))
+        late = sorted(m for m in set(sys.modules) - before
+                      if m.split(".")[0] == "sympy" or m.startswith("distcheck.forms"))
         print(prop.name, f"{took:.4f}", ",".join(late) or "-")
     """
 )

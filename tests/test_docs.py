@@ -186,12 +186,14 @@ def test_runnable_block(block: Block, tmp_path):
         assert steps, f"{block.name}: a runnable block without a $ command"
         for cmd, expected, shown in steps:
             proc = _run(["bash", "-c", cmd], block)
-            assert proc.returncode == expected, f"{block.name}: `{cmd}` exited {proc.returncode}:\n{proc.stderr[-2000:]}"
+            assert proc.returncode == expected, \
+                f"{block.name}: `{cmd}` exited {proc.returncode}:\n{proc.stderr[-2000:]}"
             got = [_squash(line) for line in proc.stdout.splitlines()]
             at = 0
             for line in shown:
                 want = _squash(line)
-                assert want in got[at:], f"{block.name}: `{cmd}` does not print {line!r} (in this order):\n{proc.stdout}"
+                assert want in got[at:], \
+                    f"{block.name}: `{cmd}` does not print {line!r} (in this order):\n{proc.stdout}"
                 at = got.index(want, at) + 1
     elif block.language == "python":
         proc = _run([sys.executable, "-c", python_script(block)], block)

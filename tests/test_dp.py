@@ -109,7 +109,7 @@ def test_unequal_shards_exact_in_rationals():
     full = dp.mse_grad(w, X, y)
     plain = dp.data_parallel_grad(dp.mse_grad, w, X, y, 8)
     sizes = dp.shard_sizes(60, 8)
-    sums = [dp.mse_grad_sum(w, a, b) for a, b in zip(dp.split_batch(X, sizes), dp.split_batch(y, sizes))]
+    sums = [dp.mse_grad_sum(w, a, b) for a, b in zip(dp.split_batch(X, sizes), dp.split_batch(y, sizes), strict=True)]
     bias = dp.plain_mean_bias(sums, sizes)
     assert np.any(bias != 0)
     assert np.array_equal(plain - full, bias)
@@ -141,7 +141,7 @@ def test_lesson_60_on_8_plain_is_off_weighted_fixes_it():
     sizes = dp.shard_sizes(60, 8)
     plain = dp.data_parallel_grad(dp.mse_grad, w, X, y, 8)
     weighted = dp.data_parallel_grad(dp.mse_grad, w, X, y, 8, weighting="examples")
-    sums = [dp.mse_grad_sum(w, a, b) for a, b in zip(dp.split_batch(X, sizes), dp.split_batch(y, sizes))]
+    sums = [dp.mse_grad_sum(w, a, b) for a, b in zip(dp.split_batch(X, sizes), dp.split_batch(y, sizes), strict=True)]
     bias = dp.plain_mean_bias(sums, sizes)
     bound = dp.mse_dp_error_bound(w, X, y, 8)
     # the plain-mean error is a real modelling error, far above rounding ...

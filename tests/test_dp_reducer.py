@@ -84,7 +84,8 @@ def test_relu_mlp_reference_is_the_gradient():
 
 def test_the_check_fails_on_wrong_reducers():
     eq, uneq = _case("linear", n=12, d=3, seed=5, integer=False), _case("mlp", n=11, d=3, seed=6)
-    ok = {name: o.ok for name, o in CONTRACT.check(eq, _results(eq, lambda r: r["full"]), 4, "float64", OPTIONS).items()}
+    outcomes = CONTRACT.check(eq, _results(eq, lambda r: r["full"]), 4, "float64", OPTIONS)
+    ok = {name: o.ok for name, o in outcomes.items()}
     assert ok == {"grads": True, "full_batch": True, "replicated": True}
     assert all(o.ok for o in CONTRACT.check(uneq, _results(uneq, lambda r: r["plain"]), 4, "float64", PLAIN).values())
     # a reducer that sums instead of averaging
@@ -126,7 +127,8 @@ def test_cases_follow_the_shards_option_and_skip_where_none_exists():
     assert seen
     assert CONTRACT.cases(1, "float64", CONTRACT.parse_options({"shards": "unequal"})) is None
     assert "at least 2 ranks" in CONTRACT.skip_reason(1, "float64", OPTIONS)
-    assert CONTRACT.cases(2, "float32", OPTIONS) is None and "float64 only" in CONTRACT.skip_reason(2, "float32", OPTIONS)
+    assert CONTRACT.cases(2, "float32", OPTIONS) is None
+    assert "float64 only" in CONTRACT.skip_reason(2, "float32", OPTIONS)
     with pytest.raises(ConfigError):
         CONTRACT.parse_options({"expect": "mean"})
 

@@ -202,9 +202,10 @@ print("proof", prove("proof.zz_demo.double").verdict)
 from distcheck.engine.findings import known_findings, label_findings
 from distcheck.report import CheckResult
 print("findings", [f.name for f in known_findings() if f.name.startswith("demo.")],
-      [r.verdict for r in label_findings([CheckResult("zz_demo.double.exact", "gloo", "FAIL", 2, 1, detail="double(1) = 3"),
-                                          CheckResult("zz_demo.double.exact", "gloo", "FAIL", 2, 1, detail="double(2) = 5")],
-                                         versions={"numpy": "1.0"})])
+      [r.verdict for r in label_findings(
+          [CheckResult("zz_demo.double.exact", "gloo", "FAIL", 2, 1, detail="double(1) = 3"),
+           CheckResult("zz_demo.double.exact", "gloo", "FAIL", 2, 1, detail="double(2) = 5")],
+          versions={"numpy": "1.0"})])
 import distcheck.certify
 distcheck.certify.__path__.append(sys.argv[1] + "/extra")
 from distcheck.certify import certify, contracts

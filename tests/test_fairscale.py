@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-fairscale = pytest.importorskip("fairscale")
-
 from distcheck.certify.engine import certify
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.runners import RankPool
+
+pytest.importorskip("torch")
+fairscale = pytest.importorskip("fairscale")
 
 pytestmark = [pytest.mark.fairscale, pytest.mark.multiprocess,
               pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning", "ignore::DeprecationWarning")]

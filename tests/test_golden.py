@@ -8,8 +8,8 @@ from fractions import Fraction
 import pytest
 
 from distcheck.audit import VERDICTS, audit_file, load_key
-from distcheck.golden import default_golden_dir, golden_paths, load_golden, verify, verify_all
 from distcheck.errors import AnswerKeyError, GoldenError
+from distcheck.golden import default_golden_dir, golden_paths, load_golden, verify, verify_all
 from distcheck.report import FAIL, PASS
 
 GOLDEN = sorted(default_golden_dir().glob("*.toml"))

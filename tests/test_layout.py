@@ -261,7 +261,9 @@ CONFIG_ERRORS = [
     (dict(order=("tp", "xp")), "order=('tp', 'xp') names an unknown axis 'xp' (axes: tp, cp, pp, dp, ep)"),
     (dict(order="tp-pp-tp"), "order='tp-pp-tp' repeats axis tp"),
     (dict(tp=2, pp=2, order=("tp",)), "order=('tp',) must list 'pp' (pp=2 > 1)"),
-    (dict(dp=2, ep=2, order=("tp", "pp", "dp", "ep")), "order=('tp', 'pp', 'dp', 'ep') places ep outside dp, but ep=2 is carved from the dp*cp ranks (ep_placement='inside_dp'); put ep inside dp (e.g. 'tp-cp-ep-dp-pp') or use ep_placement='outside'"),
+    (dict(dp=2, ep=2, order=("tp", "pp", "dp", "ep")),
+     "order=('tp', 'pp', 'dp', 'ep') places ep outside dp, but ep=2 is carved from the dp*cp ranks "
+     "(ep_placement='inside_dp'); put ep inside dp (e.g. 'tp-cp-ep-dp-pp') or use ep_placement='outside'"),
     (dict(order=3), "order=3 must be a sequence of axis names or a string like 'tp-cp-pp-dp'"),
 ]
 

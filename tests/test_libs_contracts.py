@@ -15,8 +15,13 @@ import pytest
 from hypothesis import strategies as st
 
 from distcheck.certify import certify
-from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet, canonical
 from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.errors import ConfigError
+from distcheck.layout import ParallelConfig, groups
+from distcheck.libs import run_libs
+from distcheck.libs.findings import LIB_FINDINGS, label
+from distcheck.libs.table import summary_rows, to_markdown
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet, canonical
 from distcheck.parallel.memory.estimators import (
     STATE_CONVENTIONS,
     Estimator,
@@ -28,11 +33,6 @@ from distcheck.parallel.memory.estimators import (
     read_printed,
     total_rule,
 )
-from distcheck.errors import ConfigError
-from distcheck.layout import ParallelConfig, groups
-from distcheck.libs import run_libs
-from distcheck.libs.findings import LIB_FINDINGS, label
-from distcheck.libs.table import summary_rows, to_markdown
 from distcheck.report import FAIL, FINDING, PASS, SKIP, CheckResult
 
 
@@ -126,7 +126,8 @@ def rounds_up(p, n, o):  # rounds P/N up and adds a byte whenever N does not div
 def test_truncation_over_a_byte_is_caught_with_the_smallest_counterexample():
     v = _by(_certify(Estimator("bad.zero3", None, 3, rounds_up), "memory-estimator", examples=60))["truncation"]
     assert v.verdict == FAIL
-    assert v.failure == "P=1, N=2: the estimator gives 17 bytes, 0·P + 16·P/N gives 8: off by +9 bytes (at least a byte per rank)"
+    assert v.failure == ("P=1, N=2: the estimator gives 17 bytes, 0·P + 16·P/N gives 8: off by +9 bytes "
+                         "(at least a byte per rank)")
     # an object with no module:object name is replayed by the certify() call (the CLI replay: see below)
     assert v.reproduce.startswith("certify(<the object Estimator('bad.zero3')>, contract='memory-estimator'")
 
@@ -323,7 +324,8 @@ def test_a_world_free_certificate_and_its_replay_command(tmp_path, monkeypatch, 
     cert = data["certifications"][0]
     assert cert["contract"] == "memory-estimator" and cert["backend"] == "local" and cert["dtypes"] == ["exact"]
     by = {v["property"]: v for v in cert["verdicts"]}
-    assert by["truncation"]["verdict"] == FAIL and by["fit"]["verdict"] == PASS and by["printed_unit"]["verdict"] == SKIP
+    assert by["truncation"]["verdict"] == FAIL and by["fit"]["verdict"] == PASS
+    assert by["printed_unit"]["verdict"] == SKIP
     assert by["fit"]["note"].startswith("bytes per GPU = 0·P + 16·P/N")
     replay = by["truncation"]["reproduce"]
     assert replay == ("distcheck certify tests.test_libs_contracts:ROUNDS_UP --contract memory-estimator --seed 0 "
@@ -336,8 +338,8 @@ ROUNDS_UP = Estimator("bad.zero3", None, 3, rounds_up)
 
 
 def test_a_target_whose_library_is_missing_is_bad_input(monkeypatch, capsys):
-    from distcheck.engine.contracts.errors import TargetError
     from distcheck.cli import main
+    from distcheck.engine.contracts.errors import TargetError
 
     missing = Estimator("gone.zero2", "no-such-distribution-here", 2, partial(zero, 2))
     with pytest.raises(TargetError, match="wraps no-such-distribution-here, which is not installed"):

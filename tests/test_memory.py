@@ -11,8 +11,16 @@ from hypothesis import strategies as st
 from distcheck.errors import ConfigError
 from distcheck.forms import memory as F
 from distcheck.memory import (
-    CONVENTIONS, BytesPerParam, bytes_per_param, grads_bytes, min_gpus, min_tp, min_tp_pp, optimizer_bytes,
-    train_state_bytes, weights_bytes,
+    CONVENTIONS,
+    BytesPerParam,
+    bytes_per_param,
+    grads_bytes,
+    min_gpus,
+    min_tp,
+    min_tp_pp,
+    optimizer_bytes,
+    train_state_bytes,
+    weights_bytes,
 )
 from distcheck.units import GB, bytes_to
 

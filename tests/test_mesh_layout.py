@@ -9,8 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError
-from distcheck.layout import ParallelConfig, groups
-from distcheck.layout import AxisLayout, derive_degree, megatron_layout, parse_order, torchtitan_layout
+from distcheck.layout import (
+    AxisLayout,
+    ParallelConfig,
+    derive_degree,
+    groups,
+    megatron_layout,
+    parse_order,
+    torchtitan_layout,
+)
 
 
 def test_megatron_order_with_size_one_axes_hand_values():
@@ -114,7 +121,7 @@ _AXES = ("tp", "cp", "pp", "dp")
 @settings(max_examples=60, deadline=None)
 @given(st.tuples(*(st.integers(1, 3) for _ in _AXES)), st.permutations(_AXES))
 def test_single_axis_groups_equal_distcheck_layout_under_any_order(degrees, order):
-    kw = dict(zip(_AXES, degrees))
+    kw = dict(zip(_AXES, degrees, strict=True))
     cfg = ParallelConfig(**kw, order=tuple(order))
     lay = AxisLayout.from_order(order, **kw)
     for a in _AXES:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from distcheck.errors import ConfigError, check_divides, check_positive_int, check_choice
+from distcheck.errors import ConfigError, check_choice, check_divides, check_positive_int
 from distcheck.units import GB, GiB, bytes_to, to_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def test_ci_runs_the_readme_test_command_then_checks_the_wheel_outside_the_check
     steps = ["-m build", "-m venv", '"$torch_pin"', 'cd "$work"', "check --only golden --only properties",
              "audit zero_paper"]
     positions = [ci.find(step) for step in steps]
-    assert -1 not in positions and positions == sorted(positions), dict(zip(steps, positions))
+    assert -1 not in positions and positions == sorted(positions), dict(zip(steps, positions, strict=True))
     assert ci.find("readme_commands.py test") < positions[0]
     out = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py"), "test"],
                          capture_output=True, text=True, check=True).stdout

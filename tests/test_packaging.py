@@ -69,7 +69,8 @@ def test_unpacked_wheel_finds_its_own_golden_keys_outside_the_checkout(dist, tmp
         return subprocess.run([sys.executable, *args], cwd=elsewhere, env=env, capture_output=True, text=True,
                               timeout=300, check=False)
 
-    where = run("-c", "import distcheck, distcheck.golden as g; print(distcheck.__file__); print(g.default_golden_dir())")
+    where = run("-c", "import distcheck, distcheck.golden as g; print(distcheck.__file__); "
+                      "print(g.default_golden_dir())")
     assert where.returncode == 0, where.stderr
     module, golden_dir = where.stdout.split()
     assert Path(module).is_relative_to(site) and Path(golden_dir) == site / "distcheck" / "golden_keys"

@@ -177,8 +177,10 @@ def test_replay_of_schedule_order_equals_simulate(schedule, p, m, v):
 
 def test_replay_split_backward_by_hand():
     order = {
-        0: [Action("F", 0, 0), Action("F", 1, 0), Action("I", 0, 0), Action("I", 1, 0), Action("W", 0, 0), Action("W", 1, 0)],
-        1: [Action("F", 0, 1), Action("I", 0, 1), Action("F", 1, 1), Action("I", 1, 1), Action("W", 0, 1), Action("W", 1, 1)],
+        0: [Action("F", 0, 0), Action("F", 1, 0), Action("I", 0, 0), Action("I", 1, 0),
+            Action("W", 0, 0), Action("W", 1, 0)],
+        1: [Action("F", 0, 1), Action("I", 0, 1), Action("F", 1, 1), Action("I", 1, 1),
+            Action("W", 0, 1), Action("W", 1, 1)],
     }
     t = replay(order, 2, 2, t_f=1, t_i=1, t_w=1)
     starts = {(s.rank, str(s.action)): s.start for s in t.spans}
@@ -238,7 +240,8 @@ def test_render_labels():
 
 
 def _fake(kind_name, mb, stage, sub=None):
-    return SimpleNamespace(computation_type=SimpleNamespace(name=kind_name), microbatch_index=mb, stage_index=stage, sub_actions=sub)
+    return SimpleNamespace(computation_type=SimpleNamespace(name=kind_name), microbatch_index=mb, stage_index=stage,
+                           sub_actions=sub)
 
 
 def test_from_torch_actions_duck_typed():
@@ -269,7 +272,8 @@ def test_from_torch_actions_real_torch_orders():
         assert from_torch_actions(one)[r] == mine[r]
     for p, m, v in [(2, 4, 2), (4, 8, 2), (3, 6, 3)]:
         fake_self = SimpleNamespace(n_local_stages=v, pp_group_size=p, microbatches_per_round=p, _n_microbatches=m)
-        raw = {r: torch_schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations(fake_self, r) for r in range(p)}
+        ops = torch_schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations
+        raw = {r: ops(fake_self, r) for r in range(p)}
         assert from_torch_actions(raw) == schedule_order("interleaved", p, m, v)
         assert replay(from_torch_actions(raw), v * p, m) == simulate("interleaved", p, m, v)
 
@@ -286,9 +290,11 @@ def test_from_torch_actions_real_torch_orders():
         (dict(schedule="gpipe", p=2, m=0), "m=0 must be >= 1"),
         (dict(schedule="1f1b", p=2, m=2.0), "m=2.0 must be an integer"),
         (dict(schedule="interleaved", p=2, m=2, v=0), "v=0 must be >= 1"),
-        (dict(schedule="interleaved", p=2, m=4, v=1), "v=1 must be >= 2 for the interleaved schedule (v=1 is plain 1f1b)"),
+        (dict(schedule="interleaved", p=2, m=4, v=1),
+         "v=1 must be >= 2 for the interleaved schedule (v=1 is plain 1f1b)"),
         (dict(schedule="interleaved", p=4, m=6, v=2), "m=6 must be a multiple of p=4 for the interleaved schedule"),
-        (dict(schedule="gpipe", p=2, m=2, v=2), "v=2 must be 1 for the gpipe schedule (chunks per rank need 'interleaved')"),
+        (dict(schedule="gpipe", p=2, m=2, v=2),
+         "v=2 must be 1 for the gpipe schedule (chunks per rank need 'interleaved')"),
         (dict(schedule="1f1b", p=2, m=2, t_f=0), "t_f=0 must be >= 1 tick"),
         (dict(schedule="1f1b", p=2, m=2, t_b=1.5), "t_b=1.5 must be a positive integer number of ticks"),
         (dict(schedule="1f1b", p=2, m=2, t_b=True), "t_b=True must be a positive integer number of ticks"),
@@ -317,7 +323,8 @@ A = Action
         ({0: [A("F", 0, 0), A("B", 0, 0)]}, {"stage_to_rank": [1]}, "stage_to_rank=1 puts stage 0 on rank 1"),
         ({0: [A("F", 0, 0), A("B", 0, 0), A("I", 0, 0)]}, {}, "mixes a full backward B with split I/W"),
         ({0: [A("F", 0, 0), A("I", 0, 0)]}, {}, "order='W(mb=0, stage=0)' is missing"),
-        ({0: [A("F", 0, 0), A("I", 0, 0), A("W", 0, 0)]}, {"t_b": 3}, "t_i=None is required when the order has I/W actions and t_b=3 is odd"),
+        ({0: [A("F", 0, 0), A("I", 0, 0), A("W", 0, 0)]}, {"t_b": 3},
+         "t_i=None is required when the order has I/W actions and t_b=3 is odd"),
         ({0: [A("F", 0, 0), A("I", 0, 0), A("W", 0, 0)]}, {"t_i": 1, "t_w": 0}, "t_w=0 must be >= 1 tick"),
         ({0: ["0F0"]}, {}, "order[0]='0F0' must hold Action objects or None"),
         ({-1: []}, {}, "rank=-1 must be an integer >= 0"),
@@ -347,7 +354,8 @@ def test_closed_form_inputs_and_constraints():
     with pytest.raises(ConfigError, match=re.escape("v=2 is not an input of pipeline.step_ticks.gpipe")):
         F["pipeline.step_ticks.gpipe"].evaluate(p=4, m=4, v=2)
     names = {
-        "pipeline.step_ticks.gpipe", "pipeline.step_ticks.1f1b", "pipeline.step_ticks.interleaved", "pipeline.busy_ticks",
+        "pipeline.step_ticks.gpipe", "pipeline.step_ticks.1f1b", "pipeline.step_ticks.interleaved",
+        "pipeline.busy_ticks",
         "pipeline.bubble_fraction.gpipe", "pipeline.bubble_fraction.1f1b", "pipeline.bubble_fraction.interleaved",
         "pipeline.bubble_ratio.gpipe", "pipeline.bubble_ratio.1f1b", "pipeline.bubble_ratio.interleaved",
         "pipeline.peak_in_flight.gpipe", "pipeline.peak_in_flight.1f1b",

@@ -736,7 +736,8 @@ def test_sweep_removes_only_folders_of_dead_owners(tmp_path):
     removed = sweep_stale_folders(str(tmp_path))
     assert sorted(os.path.basename(p) for p in removed) == ["distcheck-pool-dead", "distcheck-pool-reused"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "distcheck-pool-elsewhere", "distcheck-pool-garbled", "distcheck-pool-live", "distcheck-pool-nomarker", "unrelated"]
+        "distcheck-pool-elsewhere", "distcheck-pool-garbled", "distcheck-pool-live", "distcheck-pool-nomarker",
+        "unrelated"]
 
 
 @pytest.mark.multiprocess

@@ -82,7 +82,8 @@ def test_pipeline_schedules_on_gloo(gloo2):
 
 @pytest.mark.multiprocess
 def test_pipeline_skips_threaded(threaded4):
-    rows = pipelining.run_pipelining_checks(threaded4, tables=False, examples=pipelining.default_pipeline_examples(4)[:1])
+    rows = pipelining.run_pipelining_checks(threaded4, tables=False,
+                                            examples=pipelining.default_pipeline_examples(4)[:1])
     assert {r.verdict for r in rows} == {SKIP}
 
 
@@ -99,7 +100,8 @@ def test_every_torch_schedule_has_a_simulator_row():
         if name != "Schedule1F1B":
             assert row.verdict == PASS and f"agree with the simulator's {sim}" in row.detail, row.detail
     # the new tables, action for action at p = 4, m = 8 (the lesson's costs; a pair F&B costs 3)
-    assert rows["pp.table.ScheduleDualPipeV"].detail.endswith("p=4, m=8: same order; step 54, bubble 1/9, peak [9, 9, 9, 9]")
+    assert rows["pp.table.ScheduleDualPipeV"].detail.endswith(
+        "p=4, m=8: same order; step 54, bubble 1/9, peak [9, 9, 9, 9]")
     assert rows["pp.table.ScheduleZBVZeroBubble"].detail.endswith("step 51, bubble 1/17, peak [8, 8, 8, 8]")
     assert rows["pp.table.ScheduleLoopedBFS"].detail.endswith("step 57, bubble 3/19, peak [16, 16, 16, 16]")
 
@@ -109,9 +111,9 @@ def test_a_table_compared_with_the_wrong_schedule_fails(monkeypatch):
     monkeypatch.setitem(tables.TORCH_SCHEDULES, "ScheduleGPipe", ("1f1b", 1))
     ok, detail = tables.check_table("ScheduleGPipe", 2, 2)
     assert ok is False
-    assert detail == ("p=2, m=2: torch's table gives step/bubble/peak 9, 1/3, [2, 2] != simulator 9, 1/3, [2, 1]; first "
-                      "order difference rank 1 position 1: torch [F(mb=1, stage=1), B(mb=0, stage=1)] vs simulator "
-                      "[B(mb=0, stage=1), F(mb=1, stage=1)]")
+    assert detail == ("p=2, m=2: torch's table gives step/bubble/peak 9, 1/3, [2, 2] != simulator 9, 1/3, [2, 1]; "
+                      "first order difference rank 1 position 1: torch [F(mb=1, stage=1), B(mb=0, stage=1)] "
+                      "vs simulator [B(mb=0, stage=1), F(mb=1, stage=1)]")
 
 
 def test_dualpipev_table_keeps_its_overlapped_pairs():

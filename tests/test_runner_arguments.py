@@ -169,7 +169,8 @@ def test_good_arguments_are_kept_as_given():
 
 def test_rank_generator_is_seeded_from_seed_and_rank():
     assert rank_generator(_ctx(), 2**32 - 1).initial_seed() == (2**32 - 1) * 1_000_003
-    assert rank_generator(RankContext(rank=3, world_size=4, backend="gloo", device="cpu"), 5).initial_seed() == 5_000_018
+    ctx = RankContext(rank=3, world_size=4, backend="gloo", device="cpu")
+    assert rank_generator(ctx, 5).initial_seed() == 5_000_018
 
 
 # ----------------------------------------------------------------------------- the command line

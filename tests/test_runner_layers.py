@@ -7,8 +7,6 @@ that must FAIL, so every property is known to be able to fail.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 from distcheck.errors import ConfigError
@@ -157,7 +155,8 @@ def test_run_guarded_keeps_the_first_failing_ranks_exception_line():
     long.failures = {2: long.traceback_text, 5: "x"}
     text = drivers.run_guarded(_FailingWorld(long), None)[1]
     assert text.startswith("RankFailure: rank 2 failed: KeyError: 'kkk") and len(text) == drivers.FAILURE_DETAIL_CHARS
-    stuck = WorldTimeout("step did not finish within timeout_s=1 on backend 'gloo': ranks [1] stuck\n--- rank 1 ---\nstack")
+    stuck = WorldTimeout("step did not finish within timeout_s=1 on backend 'gloo': ranks [1] stuck\n"
+                         "--- rank 1 ---\nstack")
     assert drivers.run_guarded(_FailingWorld(stuck), None)[1] == \
         "WorldTimeout: step did not finish within timeout_s=1 on backend 'gloo': ranks [1] stuck"
 

@@ -229,7 +229,8 @@ def _pids(ctx):
 
 def _pid_stage(name):
     def rows(world, options):
-        return [CheckResult(name, world.backend, PASS, world.world_size, 1, detail=" ".join(map(str, world.run(_pids))))]
+        return [CheckResult(name, world.backend, PASS, world.world_size, 1,
+                            detail=" ".join(map(str, world.run(_pids))))]
 
     return stages.Stage(name, name, needs_world=True, checks=(stages.WorldChecks(name, world_rows=rows),))
 
@@ -305,7 +306,8 @@ class StubWorld:
     def run(self, fn, *args, timeout_s=None):
         self.events.append("run")
         mine = fn(self._ctx(), *args)
-        return [mine if r == self.rank else (r, self.world_size, self.backend, *mine[3:]) for r in range(self.world_size)]
+        return [mine if r == self.rank else (r, self.world_size, self.backend, *mine[3:])
+                for r in range(self.world_size)]
 
     def run_on(self, fn, args_per_rank, timeout_s=None):
         self.events.append("run_on")

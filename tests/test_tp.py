@@ -291,7 +291,8 @@ def test_form_allreduce_counts_match_reference_log():
     assert tp_forms.MLP_ALLREDUCE_PER_FORWARD.name == "tp.mlp.allreduce_per_forward"
     assert tp_forms.ATTENTION_ALLREDUCE_PER_FORWARD.name == "tp.attention.allreduce_per_forward"
     assert tp_forms.ROW_ALLREDUCE_COUNT.name == "tp.row.allreduce_count"
-    for f in (tp_forms.MLP_ALLREDUCE_PER_FORWARD, tp_forms.ATTENTION_ALLREDUCE_PER_FORWARD, tp_forms.ROW_ALLREDUCE_COUNT):
+    for f in (tp_forms.MLP_ALLREDUCE_PER_FORWARD, tp_forms.ATTENTION_ALLREDUCE_PER_FORWARD,
+              tp_forms.ROW_ALLREDUCE_COUNT):
         assert f.evaluate() == 1 and f.source
     log = []
     tp.megatron_mlp(np.ones((2, 4)), np.ones((4, 8)), np.ones((8, 4)), 4, log=log)

@@ -13,8 +13,14 @@ from distcheck.errors import ConfigError
 from distcheck.forms import zero as F
 from distcheck.units import GB, bytes_to
 from distcheck.zero import (
-    comm_elements_per_rank, fsdp2_shard_elements, fsdp2_shard_rows, model_state_bytes_per_gpu, partition,
-    shard_elements, zero_redundancy_assignment, zero_redundancy_shard_elements,
+    comm_elements_per_rank,
+    fsdp2_shard_elements,
+    fsdp2_shard_rows,
+    model_state_bytes_per_gpu,
+    partition,
+    shard_elements,
+    zero_redundancy_assignment,
+    zero_redundancy_shard_elements,
 )
 
 PSI, N = 7_500_000_000, 64
@@ -186,7 +192,8 @@ def test_errors(call, message):
 
 
 def _greedy_by_scan(numels, dp):
-    """The definition: assign each parameter (largest first) to the rank with the smallest total, lowest rank on a tie."""
+    """The definition: assign each parameter (largest first) to the rank with the smallest total, lowest rank on a
+    tie."""
     order = sorted(range(len(numels)), key=lambda i: numels[i], reverse=True)
     sizes, ranks = [0] * dp, [[] for _ in range(dp)]
     for i in order:

@@ -6,6 +6,7 @@ parameters back, an optimizer that shards nothing, padded bytes held to the unpa
 from __future__ import annotations
 
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 def _case(widths, optimizer="adam", steps=1, batch=8, N=2, seed=0) -> StepCase:
     rng = np.random.default_rng(seed)
-    weights = tuple(rng.integers(-4, 5, size=(b, a)) / 8 for a, b in zip(widths, widths[1:]))
+    weights = tuple(rng.integers(-4, 5, size=(b, a)) / 8 for a, b in pairwise(widths))
     biases = tuple(rng.integers(-4, 5, size=(b,)) / 8 for b in widths[1:])
     X = rng.integers(-3, 4, size=(batch, widths[0])).astype(np.float64)
     T = rng.integers(-3, 4, size=(batch, widths[-1])).astype(np.float64)
@@ -89,7 +90,8 @@ def test_targets_of_each_kind_and_a_target_outside_the_protocol():
 def gloo2():
     from distcheck.runners import RankPool
 
-    with RankPool(2, backend="gloo", timeout_s=90, preload=("torch.distributed.optim", "torch.distributed.fsdp")) as pool:
+    with RankPool(2, backend="gloo", timeout_s=90,
+                  preload=("torch.distributed.optim", "torch.distributed.fsdp")) as pool:
         yield pool
 
 

@@ -32,9 +32,9 @@ repository's README (zero bubble without a barrier between steps: optimizer post
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping
 
 from distcheck.core.validate import check_type
 from distcheck.core.vocab import Collective, Schedule
@@ -80,6 +80,10 @@ class InputValue:
     name: str
 
 
+#: what a variant sets an input to: a number, or a value found when it is applied
+SetValue = int | Fraction | FormValue | InputValue | _NominalParams
+
+
 @dataclass(frozen=True)
 class Scale:
     """Multiply an input by ``factor`` times the product of the inputs in ``by``
@@ -97,7 +101,7 @@ class Variant:
     name: str
     description: str
     quantity: str | None = None
-    set: Mapping[str, object] = field(default_factory=dict)
+    set: Mapping[str, SetValue] = field(default_factory=dict)
     scale: Mapping[str, Scale] = field(default_factory=dict)
     unit: str | None = None
     needs: tuple[str, ...] = ()
@@ -270,7 +274,8 @@ def _build() -> tuple[tuple[str, Axis], ...]:
             "EP inside DP (expert groups carved out of the data-parallel ranks: no extra GPUs)",
             "layout.dp_from_world_size", quantity="layout.dp_from_world_size"),))),
         ("layout.world_size.ep_inside_dp", Axis("EP inside or outside DP", (Variant(
-            "EP outside DP (expert-parallel ranks are extra GPUs: tp x cp x pp x dp x ep)", "layout.world_size.ep_outside_dp",
+            "EP outside DP (expert-parallel ranks are extra GPUs: tp x cp x pp x dp x ep)",
+            "layout.world_size.ep_outside_dp",
             quantity="layout.world_size.ep_outside_dp"),))),
         ("layout.world_size.ep_outside_dp", Axis("EP inside or outside DP", (Variant(
             "EP inside DP (expert groups carved out of the data-parallel ranks: no extra GPUs)",
@@ -290,7 +295,8 @@ def _build() -> tuple[tuple[str, Axis], ...]:
     for k in ("ddp", "stage1", "stage2", "stage3"):
         rows.append((f"zero.comm_bytes_per_rank.{k}", Axis("ring factor (n-1)/n", (Variant(
             "ring factor (n-1)/n dropped (the large-n limit; the ZeRO paper counts volumes this way)",
-            f"zero.comm_bytes_per_rank_no_ring_factor.{k}", quantity=f"zero.comm_bytes_per_rank_no_ring_factor.{k}"),))))
+            f"zero.comm_bytes_per_rank_no_ring_factor.{k}",
+            quantity=f"zero.comm_bytes_per_rank_no_ring_factor.{k}"),))))
         rows.append((f"zero.comm_bytes_per_rank_no_ring_factor.{k}", Axis("ring factor (n-1)/n", (Variant(
             "with the ring factor (n-1)/n (nccl-tests)", f"zero.comm_bytes_per_rank.{k}",
             quantity=f"zero.comm_bytes_per_rank.{k}"),))))
@@ -370,7 +376,8 @@ def axes_for(quantity: str, unit: str, inputs: Mapping[str, object]) -> list[Axi
 
 
 def apply_variant(variant: Variant, quantity: str, values: dict, unit: str, *, model: str | None,
-                  form_value, nominal, input_names) -> tuple[str, dict, str] | None:
+                  form_value: Callable[[str], int | Fraction], nominal: Callable[[str], int | Fraction | None],
+                  input_names: Callable[[str], dict[str, Fraction | None] | None]) -> tuple[str, dict, str] | None:
     """Apply ``variant`` to (quantity, exact input values, unit); None when it does not
     apply (an input it sets is not an input of the quantity, or a value is missing).
 
@@ -385,15 +392,18 @@ def apply_variant(variant: Variant, quantity: str, values: dict, unit: str, *, m
     new = {k: v for k, v in values.items() if k in names}
     if set(values) - set(names):
         return None  # the replacement quantity does not take an input the claim gave
-    for k, v in variant.set.items():
+    for k, spec in variant.set.items():
         if k not in names:
             return None
-        if isinstance(v, FormValue):
-            v = form_value(v.name)
-        elif v is NOMINAL_PARAMS:
+        v: int | Fraction | None
+        if isinstance(spec, FormValue):
+            v = form_value(spec.name)
+        elif isinstance(spec, _NominalParams):  # NOMINAL_PARAMS, the one instance
             v = nominal(model) if model else None
-        elif isinstance(v, InputValue):
-            v = new.get(v.name, names.get(v.name))
+        elif isinstance(spec, InputValue):
+            v = new.get(spec.name, names.get(spec.name))
+        else:
+            v = spec
         if v is None:
             return None
         current = new.get(k, names.get(k))
@@ -403,10 +413,11 @@ def apply_variant(variant: Variant, quantity: str, values: dict, unit: str, *, m
     for k, sc in variant.scale.items():
         base = new.get(k, names.get(k))
         factors = [new.get(b, names.get(b)) for b in sc.by]
-        if base is None or any(f is None for f in factors):
+        present = [f for f in factors if f is not None]
+        if base is None or len(present) != len(factors):
             return None
         mult = sc.factor
-        for f in factors:
+        for f in present:
             mult *= Fraction(f)
         if mult == 1:
             return None  # no change

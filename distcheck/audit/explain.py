@@ -12,8 +12,8 @@ change: the figure still disagrees with the model as described; the explanation 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from fractions import Fraction
-from typing import Callable, Mapping
 
 __all__ = ["COMPONENT_FLAGS", "one_component"]
 

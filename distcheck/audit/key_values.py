@@ -105,9 +105,9 @@ def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
             ok = rows is not None and 0 < len(rows) <= _MAX_ARRAY and all(_is_number(x) and _finite(x) for x in rows)
         else:
             ok = (rows is not None and 0 < len(rows) <= _MAX_ARRAY
-                  and all(isinstance(r, list) and 0 < len(r) <= _MAX_ARRAY and all(_is_number(x) and _finite(x) for x in r)
-                          for r in rows))
-        if not ok:
+                  and all(isinstance(r, list) and 0 < len(r) <= _MAX_ARRAY
+                          and all(_is_number(x) and _finite(x) for x in r) for r in rows))
+        if not ok or rows is None:
             raise _err(f"must be a {'list of numbers' if kind == 'vector' else 'list of rows of numbers'}",
                        path, line, fl)
         if kind == "matrix" and sum(len(r) for r in rows) > _MAX_ELEMENTS:
@@ -131,8 +131,8 @@ def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
             return  # checked once every claim id is known
         value = _parse_quantity_string(v, qi.unit, qmod)
         if value is None:
-            raise _err(f"{v!r} is neither a number nor a number with a unit convertible to {qi.unit or 'a plain number'}"
-                       " (e.g. '80 GB'), nor an '@claim-id' reference", path, line, fl)
+            raise _err(f"{v!r} is neither a number nor a number with a unit convertible to "
+                       f"{qi.unit or 'a plain number'} (e.g. '80 GB'), nor an '@claim-id' reference", path, line, fl)
         _domain(qi, value, path, line, fl)
         return
     raise _err(f"must be a number, a string like '80 GB' or '@claim-id', got {type(v).__name__}", path, line, fl)

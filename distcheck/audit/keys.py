@@ -272,7 +272,8 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
                 ref = v[1:]
                 if ref not in claim_ids or ref == c.id:
                     raise _err(f"claim {c.id!r}: input {name} = {v!r} must reference another claim of this key",
-                               path, c.lines.get(f"inputs.{name}", c.lines.get("inputs", c.line)), f"claim[{c.index}].inputs.{name}")
+                               path, c.lines.get(f"inputs.{name}", c.lines.get("inputs", c.line)),
+                               f"claim[{c.index}].inputs.{name}")
     return AnswerKey(path=path, title=title, source=source, meta=dict(meta), claims=tuple(claims), checks=tuple(checks))
 
 
@@ -394,7 +395,7 @@ def _check(rk, i, kl, path, ids, claim_ids) -> Check:
     parts = rk.get("parts")
     if not isinstance(parts, list) or not parts or len(parts) > _MAX_ARRAY:
         raise _err("parts must be a non-empty list of claim ids or numbers", path, ln("parts"), f"{base}.parts")
-    out = []
+    out: list[str | Fraction] = []
     for p in parts:
         if isinstance(p, str) and p in claim_ids:
             out.append(p)

@@ -16,8 +16,9 @@ Without ``order`` a claim is read under the default order.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Mapping
+from typing import Any
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.vocab import LAYOUT_ORDER, Axis
@@ -53,7 +54,8 @@ def listed_inputs(quantity: str, input_names: tuple[str, ...]) -> list[dict]:
     if not accepts_order(quantity):
         return []
     order = [{"name": "order", "unit": "", "kind": "order", "default": DEFAULT,
-              "description": f"mesh axes innermost first, e.g. '{MEGATRON_DEFAULT_ORDER}' (distcheck.audit.layout_order)"}]
+              "description": f"mesh axes innermost first, e.g. '{MEGATRON_DEFAULT_ORDER}' "
+                             "(distcheck.audit.layout_order)"}]
     return order + [{"name": d, "unit": "GPUs", "kind": "positive_integer", "default": "when the order needs it",
                      "description": f"{d} degree, needed under an order that puts an axis outside {d}"}
                     for d in extra_inputs(quantity, input_names)]
@@ -148,7 +150,8 @@ def compute(quantity: str, values: Mapping[str, Fraction], order: str) -> Fracti
         from distcheck.layout import ParallelConfig, groups_node_local
 
         inner = axes[:axes.index(Axis.TP)]
-        degrees = {a: _degree(v, a, order, f"{a} lies inside tp") for a in inner}
+        # keyword arguments of ParallelConfig: degrees by axis name
+        degrees: dict[str, Any] = {a: _degree(v, a, order, f"{a} lies inside tp") for a in inner}
         degrees.update({a: int(v[a]) for a in DEGREES if a in v})
         cfg = ParallelConfig(**degrees, order=tuple(axes), gpus_per_node=int(v["gpus_per_node"]))
         return Fraction(int(groups_node_local(cfg, "tp")))

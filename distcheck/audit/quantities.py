@@ -90,9 +90,9 @@ _CHAPTER = "'Chapter 26: Distributed Training' of Language Modelling: The Comple
 
 
 def _composites() -> list[Quantity]:
-    Q, I = Quantity, QuantityInput
-    act_bytes = I("activation_bytes", "activation bytes per GPU, added once (replicated: each GPU holds its own)",
-                  "bytes", "nonnegative", 0)
+    Q, Inp = Quantity, QuantityInput
+    act_bytes = Inp("activation_bytes", "activation bytes per GPU, added once (replicated: each GPU holds its own)",
+                    "bytes", "nonnegative", 0)
     out: list[Quantity] = []
     out.append(Q(
         "memory.state_plus_activations_bytes", "bytes",
@@ -114,7 +114,8 @@ def _composites() -> list[Quantity]:
     out.append(Q(
         "memory.fits", "flag", f"{_LESSON} section 3 ('fits 80 GB', 'does not fit an 80 GB GPU')",
         "1 if total_bytes <= gpu_bytes else 0",
-        (I("total_bytes", "bytes to hold", "bytes", "positive"), I("gpu_bytes", "memory of one GPU", "bytes", "positive")),
+        (Inp("total_bytes", "bytes to hold", "bytes", "positive"),
+         Inp("gpu_bytes", "memory of one GPU", "bytes", "positive")),
         lambda v: 1 if v["total_bytes"] <= v["gpu_bytes"] else 0,
     ))
     for row in ("none", "tp", "tp_sp", "tp_selective", "tp_sp_selective", "full_recompute"):
@@ -122,7 +123,7 @@ def _composites() -> list[Quantity]:
         out.append(Q(
             f"activations.total_bytes.{row}", "bytes", catalogue()[name].source + " times num_layers",
             f"{name} times num_layers (every layer stores the same)",
-            _form_inputs(name) + (I("num_layers", "transformer layers L", "layers"),),
+            _form_inputs(name) + (Inp("num_layers", "transformer layers L", "layers"),),
             lambda v, name=name: _ev(name, **_pick(v, ("s", "b", "h", "a", "t"))) * v["num_layers"],
         ))
     out.append(Q(
@@ -130,9 +131,10 @@ def _composites() -> list[Quantity]:
         "Korthikanti et al. 2022 Table 2: full recompute keeps 2sbh per layer; the layer being recomputed holds "
         f"34sbh (the selective row at t=1: attention scores not stored, as with flash attention); {_LESSON} "
         "section 3, 0.822 GB",
-        "num_layers x 2 s b h (checkpointed layer inputs) + 34 s b h / t (one layer's activations during its recompute)",
+        "num_layers x 2 s b h (checkpointed layer inputs) + 34 s b h / t "
+        "(one layer's activations during its recompute)",
         _form_inputs("activations.bytes_per_layer.tp_sp_selective", drop=("a",))
-        + (I("num_layers", "transformer layers L", "layers"),),
+        + (Inp("num_layers", "transformer layers L", "layers"),),
         lambda v: _ev("activations.bytes_per_layer.full_recompute", **_pick(v, ("s", "b", "h"))) * v["num_layers"]
         + _ev("activations.bytes_per_layer.tp_sp_selective", **_pick(v, ("s", "b", "h", "t"))),
     ))
@@ -140,7 +142,8 @@ def _composites() -> list[Quantity]:
         factor = 2 if op == Collective.ALL_REDUCE else 1  # an all-reduce is a reduce-scatter plus an all-gather
         out.append(Q(
             f"comm.bytes_per_rank_no_ring_factor.{op}", "bytes",
-            "ZeRO paper (Rajbhandari et al. 2020) section 7 counts Psi per collective, dropping (n-1)/n; the n -> infinity limit of nccl-tests' factors",
+            "ZeRO paper (Rajbhandari et al. 2020) section 7 counts Psi per collective, dropping (n-1)/n; "
+            "the n -> infinity limit of nccl-tests' factors",
             f"{factor} x S: comm.bytes_per_rank.{op} with the ring factor (n-1)/n dropped",
             _form_inputs(f"comm.bytes_per_rank.{op}"),
             lambda v, factor=factor: factor * v["size_bytes"],
@@ -161,44 +164,48 @@ def _composites() -> list[Quantity]:
         lambda v: _ep_inside(v),
     ))
     out.append(Q(
-        "layout.tokens_per_batch", "tokens", "Llama 3 (Dubey et al. 2024) Table 4: tokens/batch = DP x batch/DP x seq len",
+        "layout.tokens_per_batch", "tokens",
+        "Llama 3 (Dubey et al. 2024) Table 4: tokens/batch = DP x batch/DP x seq len",
         "tokens in one global batch: dp x sequences per dp replica x seq_len",
-        (I("dp", "data-parallel degree", "GPUs"), I("batch_per_dp", "sequences per data-parallel replica", "sequences"),
-         I("seq_len", "tokens per sequence", "tokens")),
+        (Inp("dp", "data-parallel degree", "GPUs"),
+         Inp("batch_per_dp", "sequences per data-parallel replica", "sequences"),
+         Inp("seq_len", "tokens per sequence", "tokens")),
         lambda v: v["dp"] * v["batch_per_dp"] * v["seq_len"],
     ))
     out.append(Q(
         "layout.global_batch", "sequences", f"{_LESSON} section 5, 'Global batch size'; DeepSpeed train_batch_size",
         "sequences per optimizer step: dp x micro_batch_size x grad_accum",
-        (I("dp", "data-parallel degree", "GPUs"), I("micro_batch_size", "sequences per GPU per micro-step", "sequences"),
-         I("grad_accum", "gradient-accumulation steps", "count", default=1)),
+        (Inp("dp", "data-parallel degree", "GPUs"),
+         Inp("micro_batch_size", "sequences per GPU per micro-step", "sequences"),
+         Inp("grad_accum", "gradient-accumulation steps", "count", default=1)),
         lambda v: v["dp"] * v["micro_batch_size"] * v["grad_accum"],
     ))
     out.append(Q(
         "layout.batch_fraction_per_gpu", "fraction", f"{_LESSON} section 3, '3D parallelism' (sees 1/d of each batch)",
         "fraction of each global batch one GPU sees: 1/dp (tp and pp ranks of a replica see the same data)",
-        (I("dp", "data-parallel degree", "GPUs"),),
+        (Inp("dp", "data-parallel degree", "GPUs"),),
         lambda v: Fraction(1) / v["dp"],
     ))
     out.append(Q(
         "layout.nodes_per_replica", "nodes", f"{_CHAPTER} 3D example (TP within a node, PP across nodes)",
         "nodes one model replica spans: tp x pp / gpus_per_node",
-        (I("tp", "tensor-parallel degree", "GPUs"), I("pp", "pipeline-parallel degree", "GPUs"),
-         I("gpus_per_node", "GPUs per node", "GPUs", default=8)),
+        (Inp("tp", "tensor-parallel degree", "GPUs"), Inp("pp", "pipeline-parallel degree", "GPUs"),
+         Inp("gpus_per_node", "GPUs per node", "GPUs", default=8)),
         lambda v: Fraction(v["tp"] * v["pp"]) / v["gpus_per_node"],
     ))
     out.append(Q(
         "pipeline.layers_per_stage.even", "layers", "even split of layers over pipeline stages",
-        "layers per stage when num_layers is split evenly over p stages: num_layers / p (not an integer when p does not divide it)",
-        (I("num_layers", "transformer layers", "layers"), I("p", "pipeline stages", "stages")),
+        "layers per stage when num_layers is split evenly over p stages: num_layers / p "
+        "(not an integer when p does not divide it)",
+        (Inp("num_layers", "transformer layers", "layers"), Inp("p", "pipeline stages", "stages")),
         lambda v: Fraction(v["num_layers"]) / v["p"],
     ))
     out.append(Q(
         "pipeline.layers_per_stage.trim_ends", "layers",
         "Llama 3 (Dubey et al. 2024) section 3.3.2: one layer removed from the first and the last stage",
         "layers of each middle stage when the first and last stages hold `trimmed` fewer: (num_layers + 2 trimmed) / p",
-        (I("num_layers", "transformer layers", "layers"), I("p", "pipeline stages", "stages"),
-         I("trimmed", "layers removed from each end stage", "layers", "nonnegative_integer", 1)),
+        (Inp("num_layers", "transformer layers", "layers"), Inp("p", "pipeline stages", "stages"),
+         Inp("trimmed", "layers removed from each end stage", "layers", "nonnegative_integer", 1)),
         _trim_ends, constraints=("p divides num_layers + 2 trimmed",),
     ))
     out.append(Q(
@@ -206,8 +213,8 @@ def _composites() -> list[Quantity]:
         "Llama 3 (Dubey et al. 2024) section 3.3.2: one layer removed from the first and the last stage",
         "layers of a pipeline of p stages whose middle stages hold layers_per_stage and whose two end stages hold "
         "`trimmed` fewer: p x layers_per_stage - 2 trimmed",
-        (I("p", "pipeline stages", "stages"), I("layers_per_stage", "layers of a middle stage", "layers"),
-         I("trimmed", "layers removed from each end stage", "layers", "nonnegative_integer", 1)),
+        (Inp("p", "pipeline stages", "stages"), Inp("layers_per_stage", "layers of a middle stage", "layers"),
+         Inp("trimmed", "layers removed from each end stage", "layers", "nonnegative_integer", 1)),
         lambda v: v["p"] * v["layers_per_stage"] - 2 * v["trimmed"],
     ))
     psrc = f"{_LESSON} section 3, 70B-style worked example; composed from the params.* closed forms"
@@ -215,9 +222,10 @@ def _composites() -> list[Quantity]:
         _form_inputs("params.attention_per_layer") + _form_inputs("params.mlp_per_layer")
         + tuple(i for i in _form_inputs("params.norms") if i.name in ("norm_weights", "norm_biases"))))
     out.append(Q(
-        "params.linear", "params", psrc, "weights of one linear layer: in_features x out_features (+ out_features bias)",
-        (I("in_features", "input width", "elements"), I("out_features", "output width", "elements"),
-         I("bias", "1: the layer has a bias", "", "flag", 0)),
+        "params.linear", "params", psrc,
+        "weights of one linear layer: in_features x out_features (+ out_features bias)",
+        (Inp("in_features", "input width", "elements"), Inp("out_features", "output width", "elements"),
+         Inp("bias", "1: the layer has a bias", "", "flag", 0)),
         lambda v: v["in_features"] * v["out_features"] + v.get("bias", 0) * v["out_features"],
     ))
 
@@ -237,7 +245,7 @@ def _composites() -> list[Quantity]:
     ))
     out.append(Q(
         "params.layers", "params", psrc, "parameters of all transformer layers: num_layers x params.layer",
-        layer_inputs + (I("num_layers", "transformer layers L", "count"),),
+        layer_inputs + (Inp("num_layers", "transformer layers L", "count"),),
         lambda v: _layer(v) * v["num_layers"],
     ))
     out.append(Q(
@@ -258,19 +266,19 @@ def _composites() -> list[Quantity]:
     out.append(Q(
         "dp.shard_size.max", "examples", f"numpy.array_split ({_LESSON} data_parallel_grad)",
         "largest shard when n examples are split over dp ranks: dp.shard_size of rank 0 (ceil(n / dp))",
-        (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
+        (Inp("n", "examples", "examples"), Inp("dp", "data-parallel ranks", "GPUs")),
         lambda v: _ev("dp.shard_size", n=v["n"], dp=v["dp"], rank=0),
     ))
     out.append(Q(
         "dp.shard_size.min", "examples", f"numpy.array_split ({_LESSON} data_parallel_grad)",
         "smallest shard when n examples are split over dp ranks: dp.shard_size of the last rank (floor(n / dp))",
-        (I("n", "examples", "examples"), I("dp", "data-parallel ranks", "GPUs")),
+        (Inp("n", "examples", "examples"), Inp("dp", "data-parallel ranks", "GPUs")),
         lambda v: _ev("dp.shard_size", n=v["n"], dp=v["dp"], rank=v["dp"] - 1),
     ))
-    vec = I("x", "input row vector (a list of numbers)", "", "vector")
-    mat = I("w", "weight matrix (a list of rows)", "", "matrix")
-    tp_in = I("tp", "tensor-parallel ranks", "GPUs")
-    shard_in = I("shard", "0-based rank whose piece is computed", "", "nonnegative_integer")
+    vec = Inp("x", "input row vector (a list of numbers)", "", "vector")
+    mat = Inp("w", "weight matrix (a list of rows)", "", "matrix")
+    tp_in = Inp("tp", "tensor-parallel ranks", "GPUs")
+    shard_in = Inp("shard", "0-based rank whose piece is computed", "", "nonnegative_integer")
     src = f"{_LESSON} section 3, 'Tensor parallelism: columns and rows' worked example (exact arithmetic)"
     out.append(Q("tp.example.full_output", "value", src, "x W computed exactly", (vec, mat),
                  lambda v: vecmat(vector_of(v, "x"), matrix_of(v, "w")), array=True))
@@ -284,7 +292,7 @@ def _composites() -> list[Quantity]:
         "tp.example.swapped_mlp_matches", "flag",
         f"{_LESSON} section 2 exercise 4 (swap the split order); a counterexample settles 'not exact'",
         "1 if relu(x W1) W2 equals the swapped split (row-split W1, column-split W2, no all-reduce) on this input",
-        (vec, I("w1", "first weight matrix", "", "matrix"), I("w2", "second weight matrix", "", "matrix"), tp_in),
+        (vec, Inp("w1", "first weight matrix", "", "matrix"), Inp("w2", "second weight matrix", "", "matrix"), tp_in),
         swapped_mlp_matches,
     ))
     out.append(Q(
@@ -294,9 +302,9 @@ def _composites() -> list[Quantity]:
         "1 if the activation applied to each column shard of h (numpy.array_split) equals the activation of the "
         "whole h on this input: ReLU (layer_norm = 0) or layer norm over the hidden dimension without affine "
         "weights (layer_norm = 1)",
-        (I("h", "hidden activation before the nonlinearity, x W_up (a list of numbers)", "", "vector"), tp_in,
-         I("layer_norm", "1: layer norm over the hidden dimension; 0: ReLU", "", "flag", 0),
-         I("eps", "layer-norm epsilon added to the variance", "", "nonnegative", 0)),
+        (Inp("h", "hidden activation before the nonlinearity, x W_up (a list of numbers)", "", "vector"), tp_in,
+         Inp("layer_norm", "1: layer norm over the hidden dimension; 0: ReLU", "", "flag", 0),
+         Inp("eps", "layer-norm epsilon added to the variance", "", "nonnegative", 0)),
         sliced_activation_matches,
     ))
     out.append(Q(

@@ -6,14 +6,29 @@ helpers that build a quantity from a closed form of the catalogue. The table of 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any, Protocol
 
 from distcheck.audit.presets import _PRESET_FIELDS
 from distcheck.closed_form import ClosedForm, catalogue
 
-__all__ = ["QuantityInput", "Quantity"]
+__all__ = ["QuantityInput", "Quantity", "InputValues", "ExactResult", "Compute"]
+
+#: exact input values by name, each as its input's kind reads it (a Fraction; a tuple of Fractions for
+#: a vector, a tuple of such tuples for a matrix; a string for a layout order): the type depends on the
+#: name, which no static mapping type states, so the values are ``Any``
+InputValues = Mapping[str, Any]
+
+#: what a quantity computes: an exact number, or a tuple of them for an array quantity
+ExactResult = int | Fraction | tuple[int | Fraction, ...]
+
+
+class Compute(Protocol):
+    """``compute(values)``: the exact value of a quantity from its input values."""
+
+    def __call__(self, values: InputValues, /) -> ExactResult: ...
 
 
 @dataclass(frozen=True)
@@ -24,10 +39,11 @@ class QuantityInput:
     description: str
     unit: str = ""
     kind: str = "positive_integer"
-    default: object = None
+    default: int | Fraction | None = None
 
     def as_dict(self) -> dict:
-        d = {"name": self.name, "unit": self.unit, "kind": self.kind, "description": self.description}
+        d: dict[str, object] = {"name": self.name, "unit": self.unit, "kind": self.kind,
+                                "description": self.description}
         d["default"] = None if self.default is None else _jsonable(self.default)
         return d
 
@@ -53,7 +69,7 @@ class Quantity:
     source: str
     description: str
     inputs: tuple[QuantityInput, ...]
-    compute: Callable[[Mapping[str, object]], object] | None
+    compute: Compute | None
     reason: str | None = None
     array: bool = False
     constraints: tuple[str, ...] = field(default=())
@@ -101,7 +117,7 @@ def _layout_inputs(name: str, input_names: tuple[str, ...]) -> list[dict]:
 
 
 def _from_form(form: ClosedForm) -> Quantity:
-    def compute(values, _f=form):
+    def compute(values: InputValues, _f: ClosedForm = form) -> ExactResult:
         return _f.evaluate(**values)
 
     return Quantity(
@@ -111,7 +127,7 @@ def _from_form(form: ClosedForm) -> Quantity:
     )
 
 
-def _ev(name: str, **values):
+def _ev(name: str, **values: Any) -> int | Fraction:
     """Evaluate the closed form ``name`` (exact)."""
     return catalogue()[name].evaluate(**values)
 
@@ -121,5 +137,5 @@ def _form_inputs(name: str, *, drop: tuple[str, ...] = ()) -> tuple[QuantityInpu
                  for i in catalogue()[name].inputs if i.name not in drop)
 
 
-def _pick(values: Mapping[str, object], names) -> dict:
+def _pick(values: InputValues, names: tuple[str, ...]) -> dict[str, Any]:
     return {k: values[k] for k in names if k in values}

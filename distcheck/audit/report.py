@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from fractions import Fraction
-from typing import Iterable
+from typing import Any
 
 from distcheck.audit.numbers import format_exact
 from distcheck.audit.verdict import AuditResult, ClaimVerdict
@@ -63,8 +64,10 @@ def render_table(results, console=None) -> str:
     console = console or Console(file=buf, width=200, force_terminal=False, color_system=None)
     for r in _list(results):
         table = Table(title=escape(f"{r.title} ({r.path})"), show_lines=False)
-        for col, kw in (("claim", {}), ("quantity", {}), ("printed", {"justify": "right"}),
-                        ("recomputed", {"justify": "right"}), ("verdict", {}), ("explanation", {"overflow": "fold"})):
+        columns: tuple[tuple[str, dict[str, Any]], ...] = (
+            ("claim", {}), ("quantity", {}), ("printed", {"justify": "right"}), ("recomputed", {"justify": "right"}),
+            ("verdict", {}), ("explanation", {"overflow": "fold"}))
+        for col, kw in columns:
             table.add_column(col, **kw)
         for v in r.claims:
             st = _STYLE.get(v.verdict, "")
@@ -140,8 +143,8 @@ def to_dict(result: AuditResult) -> dict:
                 "rounding": _exact(v.claim.step)["exact"], "rounding_inferred": v.claim.step_inferred,
                 "quantity_unit": v.quantity_unit, "computed": _exact(v.computed),
                 "computed_in_unit": _exact(v.computed_in_unit), "verdict": v.verdict, "convention": v.convention,
-                "alternatives": [{"convention": a["convention"], "value": _exact(a["value"]), "unit": a.get("unit", v.claim.unit)}
-                                 for a in v.alternatives],
+                "alternatives": [{"convention": a["convention"], "value": _exact(a["value"]),
+                                  "unit": a.get("unit", v.claim.unit)} for a in v.alternatives],
                 "explanation": v.explanation, "expect": v.claim.expect, "note": v.claim.note,
             }
             for v in result.claims

@@ -24,6 +24,7 @@ import itertools
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import TypedDict, TypeGuard
 
 from distcheck.audit import conventions as conv
 from distcheck.audit import layout_order
@@ -43,11 +44,15 @@ from distcheck.audit.keys import (
     load_key,
 )
 from distcheck.audit.numbers import format_exact
+from distcheck.audit.quantity import InputValues
 from distcheck.core.errors import AnswerKeyError, ConfigError
 from distcheck.core.validate import check_type
 from distcheck.core.vocab import Axis
 
 __all__ = ["ClaimVerdict", "CheckVerdict", "AuditResult", "audit_key", "audit_file", "audit_exit_code"]
+
+#: an exact recomputed value: a Fraction, or a tuple of them for an array quantity
+Exact = Fraction | tuple[Fraction, ...]
 
 
 @dataclass
@@ -67,8 +72,8 @@ class ClaimVerdict:
     verdict: str
     explanation: str
     quantity_unit: str = ""
-    computed: object = None
-    computed_in_unit: object = None
+    computed: Exact | None = None
+    computed_in_unit: Exact | None = None
     convention: str | None = None
     alternatives: list = field(default_factory=list)
     inputs: dict = field(default_factory=dict)
@@ -81,7 +86,7 @@ class ClaimVerdict:
         if isinstance(self.computed_in_unit, tuple):
             if not isinstance(self.claim.claimed, tuple) or len(self.claim.claimed) != len(self.computed_in_unit):
                 return None
-            return float(max(abs(a - b) for a, b in zip(self.computed_in_unit, self.claim.claimed)))
+            return float(max(abs(a - b) for a, b in zip(self.computed_in_unit, self.claim.claimed, strict=True)))
         return float(abs(Fraction(self.computed_in_unit) - self.claim.claimed))
 
 
@@ -112,7 +117,7 @@ class AuditResult:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _in_unit(value, quantity_unit: str, unit: str):
+def _in_unit(value: Exact, quantity_unit: str, unit: str) -> Exact:
     f = qmod.unit_factor(quantity_unit, unit)
     if isinstance(value, tuple):
         return tuple(Fraction(v) / f for v in value)
@@ -124,12 +129,12 @@ def _matches(value_in_unit, claimed, step: Fraction) -> bool:
     if isinstance(value_in_unit, tuple) or isinstance(claimed, tuple):
         if not (isinstance(value_in_unit, tuple) and isinstance(claimed, tuple)) or len(value_in_unit) != len(claimed):
             return False
-        return all(abs(a - b) <= half for a, b in zip(value_in_unit, claimed))
+        return all(abs(a - b) <= half for a, b in zip(value_in_unit, claimed, strict=True))
     return abs(Fraction(value_in_unit) - claimed) <= half
 
 
-def _not_whole(quantity_unit: str, value) -> bool:
-    """A count of whole things (distcheck.audit.counts) computed as a fraction."""
+def _not_whole(value: Exact, quantity_unit: str) -> TypeGuard[Fraction]:
+    """A count of whole things (distcheck.audit.counts) computed as a fraction (never a vector)."""
     return not isinstance(value, tuple) and is_whole_unit(quantity_unit) and Fraction(value).denominator != 1
 
 
@@ -145,12 +150,15 @@ def _distance(value_in_unit, claimed) -> Fraction:
     if isinstance(value_in_unit, tuple):
         if not isinstance(claimed, tuple) or len(claimed) != len(value_in_unit):
             return Fraction(10) ** 80
-        return max(abs(a - b) for a, b in zip(value_in_unit, claimed))
+        return max(abs(a - b) for a, b in zip(value_in_unit, claimed, strict=True))
     return abs(Fraction(value_in_unit) - claimed)
 
 
-def _compute(q: qmod.Quantity, values: dict):
-    """Exact value; ConfigError (and arithmetic errors) propagate as ConfigError."""
+def _compute(q: qmod.Quantity, values: InputValues) -> Exact:
+    """Exact value; ConfigError (and arithmetic errors) propagate as ConfigError, as does a quantity
+    without a closed form."""
+    if q.compute is None:
+        raise ConfigError(q.name, {k: str(v) for k, v in values.items()}, "has no closed form to evaluate")
     full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None}
     full.update(values)
     try:
@@ -197,6 +205,9 @@ def _resolve(c: Claim, q: qmod.Quantity, key: AnswerKey) -> tuple[dict, str | No
             values[name] = Fraction(v)
         elif isinstance(v, float):
             values[name] = _exact_float(v)
+        elif qi is None:  # pragma: no cover - keys.validate_data allows only integer degrees beyond the inputs
+            raise AnswerKeyError(f"{name!r} is not an input of {q.name}", path=key.path, line=_input_line(c, name),
+                                 field=f"{fld}.{name}")
         elif isinstance(v, str) and v.startswith("@"):
             ref = key.claim(v[1:])
             if isinstance(ref.claimed, tuple):
@@ -245,11 +256,24 @@ def _input_names(name: str) -> dict | None:
     return {i.name: (None if i.default is None else Fraction(i.default)) for i in q.inputs}
 
 
-def _form_value(name: str):
-    return qmod.get_quantity(name).compute({})
+def _form_value(name: str) -> Fraction:
+    value = _compute(qmod.get_quantity(name), {})
+    if isinstance(value, tuple):
+        raise ConfigError(name, "a vector", "must be a number to set an input to")
+    return value
 
 
 # ----------------------------------------------------------------------------- one claim
+
+
+class _Recomputed(TypedDict):
+    """The fields of a ClaimVerdict every recomputed claim shares."""
+
+    claim: Claim
+    quantity_unit: str
+    computed: Exact
+    computed_in_unit: Exact
+    inputs: dict[str, str]
 
 
 def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
@@ -264,6 +288,7 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         return ClaimVerdict(c, NOT_CHECKABLE,
                             f"{c.quantity} needs {', '.join(m.names)}, which the claim does not give", q.unit)
     order = c.inputs.get("order")
+    value: Exact
     try:
         if set(values) - set(q.input_names) or (order is not None and q.name in layout_order.ORDERED):
             # a layout figure under a stated order, or with the degrees one needs (distcheck.audit.layout_order)
@@ -278,12 +303,13 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     shown = {k: (str(v) if not isinstance(v, tuple) else "vector") for k, v in values.items()}
     if order is not None:
         shown["order"] = "-".join(a for a in layout_order.parse(order) if a != Axis.EP)
-    base = dict(claim=c, quantity_unit=q.unit, computed=value, computed_in_unit=in_unit, inputs=shown)
+    base: _Recomputed = {"claim": c, "quantity_unit": q.unit, "computed": value, "computed_in_unit": in_unit,
+                         "inputs": shown}
     printed = f"printed {c.claimed_text}" + ("" if c.unit == "flag" else f" {c.unit}") + (
         " (exact)" if c.step == 0 else f" (+-{float(c.step / 2):g})")
     # a count computed as a fraction counts nothing: the inputs do not divide evenly, and no figure holds
     uneven = None
-    if _not_whole(q.unit, value):
+    if _not_whole(value, q.unit):
         full = {i.name: Fraction(str(i.default)) for i in q.inputs if i.default is not None} | values
         noun = (qmod.unit_family(c.unit) or ":").split(":", 1)[1] or q.unit
         uneven = f"{q.name} counts whole {noun}: {uneven_split(q.name, full, Fraction(value))}"
@@ -334,8 +360,15 @@ def _one_component(q: qmod.Quantity, values: dict, value, c: Claim) -> str:
     if not flags or isinstance(value, tuple) or isinstance(c.claimed, tuple):
         return ""
     full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
+
+    def recompute(v: dict) -> Fraction:
+        out = _compute(q, v)
+        if isinstance(out, tuple):
+            raise ConfigError(q.name, "a vector", "must be a number to compare with one component")
+        return out
+
     return one_component(flags, full, Fraction(value), c.claimed, c.step, qmod.unit_factor(q.unit, c.unit),
-                         lambda v: _compute(q, v)) or ""
+                         recompute) or ""
 
 
 def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
@@ -346,15 +379,16 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
     if model is not None:
         given["model"] = model
     axes = conv.axes_for(q.name, c.unit, given)
-    matches: list[tuple[str, object]] = []
+    matches: list[tuple[str, Exact, str]] = []
     closest = None
     best = None
     for k in range(1, min(conv.MAX_CHANGES, len(axes)) + 1):
         for chosen in itertools.combinations(axes, k):
             for variants in itertools.product(*(a.variants for a in chosen)):
                 ordered = sorted(variants, key=lambda v: v.quantity is None)
-                state = (q.name, {n: v for n, v in values.items()}, c.unit)
+                state: tuple[str, dict, str] | None = (q.name, {n: v for n, v in values.items()}, c.unit)
                 for v in ordered:
+                    assert state is not None  # the loop breaks on None
                     state = conv.apply_variant(v, *state, model=model, form_value=_form_value,
                                                nominal=qmod.nominal_params, input_names=_input_names)
                     if state is None:
@@ -368,7 +402,7 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
                     value_in = _in_unit(value, alt_q.unit, unit)
                 except (ConfigError, ValueError, KeyError):
                     continue
-                if _not_whole(alt_q.unit, value):  # an uneven count reproduces no figure
+                if _not_whole(value, alt_q.unit):  # an uneven count reproduces no figure
                     continue
                 # the figure read in `unit` is claimed (in that unit); compare there, report in the claim's unit
                 name = " + ".join(v.name for v in variants)

@@ -138,7 +138,7 @@ def sliced_activation_matches(values):
     if not norm:
         return 1 if full == sliced else 0
     same = all((u > 0) - (u < 0) == (w > 0) - (w < 0) and u * u * b == w * w * a
-               for (u, a), (w, b) in zip(full, sliced))
+               for (u, a), (w, b) in zip(full, sliced, strict=True))
     return 1 if same else 0
 
 

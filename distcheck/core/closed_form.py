@@ -13,9 +13,9 @@ forms. The catalogue, which finds and imports those modules first, is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping
 
 import sympy as sp
 
@@ -68,7 +68,8 @@ class Input:
         a decimal string to the audit for decimal inputs). Rejects bools and strings.
         """
         if isinstance(value, (bool, str, bytes)):
-            raise ConfigError(self.name, value, f"must be a number ({self.kind.replace('_', ' ')}), not {type(value).__name__}")
+            raise ConfigError(self.name, value,
+                              f"must be a number ({self.kind.replace('_', ' ')}), not {type(value).__name__}")
         if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
             raise ConfigError(self.name, value, "must be a finite number")
         try:

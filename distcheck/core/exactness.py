@@ -31,9 +31,10 @@ got, the max error and the bound (0 for bitwise checks).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -168,7 +169,7 @@ def to_exact(a: Any) -> Any:
             raise PropertyFailure("non-finite value", got=a)
         return Fraction(a)
     if isinstance(a, numbers.Rational) and not isinstance(a, bool):
-        return Fraction(a.numerator, a.denominator)
+        return Fraction(int(a.numerator), int(a.denominator))
     try:
         arr = np.asarray(a)
     except (TypeError, ValueError):
@@ -238,7 +239,7 @@ def _as_exact_array(x: Any) -> np.ndarray:
 def _max_error(expected: np.ndarray, got: np.ndarray) -> Fraction:
     if expected.size == 0:
         return Fraction(0)
-    return max(abs(e - g) for e, g in zip(expected.reshape(-1), got.reshape(-1)))
+    return max(abs(e - g) for e, g in zip(expected.reshape(-1), got.reshape(-1), strict=True))
 
 
 def _check_shapes(what: str, expected: np.ndarray, got: np.ndarray, e_raw, g_raw) -> None:
@@ -298,7 +299,7 @@ def assert_within(expected: Any, got: Any, bound: Any, *, what: str = "result") 
         b = np.broadcast_to(_as_exact_array(bound), e.shape)
     except ValueError:
         raise ConfigError("bound", bound, f"must broadcast to the expected shape {e.shape}") from None
-    rows = [(abs(ei - gi), bi) for ei, gi, bi in zip(e.reshape(-1), g.reshape(-1), b.reshape(-1))]
+    rows = [(abs(ei - gi), bi) for ei, gi, bi in zip(e.reshape(-1), g.reshape(-1), b.reshape(-1), strict=True)]
     bad = [(err, bi) for err, bi in rows if err > bi]
     if bad:
         worst, worst_bound = max(bad, key=lambda t: t[0] - t[1])

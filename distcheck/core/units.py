@@ -9,7 +9,8 @@ from fractions import Fraction
 from distcheck.core.errors import ConfigError
 
 __all__ = [
-    "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB", "BYTE_UNITS", "bytes_to", "to_bytes", "parse_bytes", "format_bytes",
+    "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
+    "BYTE_UNITS", "bytes_to", "to_bytes", "parse_bytes", "format_bytes",
 ]
 
 KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12

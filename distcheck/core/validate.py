@@ -126,7 +126,8 @@ def check_subset(field: str, value: Any, allowed: Sequence[Any]) -> tuple:
     try:
         items = tuple(value)
     except TypeError:
-        raise ConfigError(field, _shown(value), f"must be a sequence drawn from {tuple(map(_plain, allowed))!r}") from None
+        raise ConfigError(field, _shown(value),
+                          f"must be a sequence drawn from {tuple(map(_plain, allowed))!r}") from None
     if not items:
         raise ConfigError(field, value, "must not be empty")
     for x in items:
@@ -313,7 +314,8 @@ def as_arrays(field: str, values: Any, *, min_len: int = 1, max_len: int | None 
             raise ConfigError(field, _short(values), "must be a list of arrays")
     n = len(values)
     if n < min_len:
-        raise ConfigError(field, _short(values), "must be non-empty" if min_len == 1 else f"must hold at least {min_len} arrays")
+        raise ConfigError(field, _short(values),
+                          "must be non-empty" if min_len == 1 else f"must hold at least {min_len} arrays")
     if max_len is not None and n > max_len:
         raise ConfigError(f"len({field})", n, f"must be <= {max_len}")
     return [as_array(f"{field}[{i}]", v, **array_kw) for i, v in enumerate(values)]
@@ -328,5 +330,6 @@ def as_int_list(field: str, values: Any, *, min_value: int = 1, min_len: int = 1
     if isinstance(values, (str, bytes, dict)) or not isinstance(values, Sequence):
         raise ConfigError(field, _short(values), "must be a list of integers")
     if len(values) < min_len:
-        raise ConfigError(field, _short(values), "must be non-empty" if min_len == 1 else f"must hold at least {min_len} integers")
+        raise ConfigError(field, _short(values),
+                          "must be non-empty" if min_len == 1 else f"must hold at least {min_len} integers")
     return [check_int(f"{field}[{i}]", v, min_value=min_value) for i, v in enumerate(values)]

@@ -51,7 +51,8 @@ def classify(func, args) -> tuple[str, int] | None:
             return Collective.ALL_TO_ALL, _sum_nbytes(args[1])
         if name == "broadcast_":
             return Collective.BROADCAST, _sum_nbytes(args[0])
-        if name in ("reduce_", "gather_", "scatter_"):  # rooted collectives: recorded by name, S = first tensor argument
+        # rooted collectives: recorded by name, S = first tensor argument
+        if name in ("reduce_", "gather_", "scatter_"):
             return name.rstrip("_"), _sum_nbytes(args[0])
         return None
     if ns in ("_c10d_functional", "c10d_functional"):

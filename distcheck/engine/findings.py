@@ -77,7 +77,8 @@ def known_findings() -> tuple[Finding, ...]:
     for module in role_modules("findings"):
         records = getattr(module, "FINDINGS", None)
         if not isinstance(records, tuple) or not all(isinstance(f, Finding) for f in records):
-            raise ConfigError(f"{module.__name__}.FINDINGS", records, "must be a tuple of distcheck.engine.findings.Finding")
+            raise ConfigError(f"{module.__name__}.FINDINGS", records,
+                              "must be a tuple of distcheck.engine.findings.Finding")
         out += records
     return tuple(out)
 
@@ -115,7 +116,8 @@ def label_findings(rows: Iterable[CheckResult], findings: Iterable[Finding] | No
     by_check: dict[str, Finding] = {}
     for record in records:
         if record.check in by_check:
-            raise ValueError(f"two findings record check {record.check!r}: {by_check[record.check].name}, {record.name}")
+            raise ValueError(f"two findings record check {record.check!r}: "
+                             f"{by_check[record.check].name}, {record.name}")
         by_check[record.check] = record
     out = []
     for row in rows:

@@ -43,8 +43,8 @@ from distcheck.core.errors import ConfigError
 if TYPE_CHECKING:
     from hypothesis import settings
 
-__all__ = ["PROFILES", "WORLD_MAX_EXAMPLES", "DEFAULT_PROFILE", "hypothesis_name", "register_profiles", "load_profile", "get_profile",
-           "default_profile_name"]
+__all__ = ["PROFILES", "WORLD_MAX_EXAMPLES", "DEFAULT_PROFILE", "hypothesis_name", "register_profiles", "load_profile",
+           "get_profile", "default_profile_name"]
 
 #: settings every profile shares: no deadline (first examples import sympy and torch),
 #: and the @reproduce_failure blob printed with every failure
@@ -96,7 +96,7 @@ def register_profiles() -> None:
 def _check_name(name: object) -> str:
     if name not in PROFILES:
         raise ConfigError("profile", name, f"must be one of {', '.join(map(repr, PROFILES))}")
-    return name  # type: ignore[return-value]
+    return name
 
 
 def get_profile(name: str) -> settings:
@@ -126,7 +126,8 @@ def default_profile_name(env: Mapping[str, str] | None = None) -> str:
     """``HYPOTHESIS_PROFILE`` if set, else ``"ci"`` when ``CI`` is true-ish, else ``"dev"``.
 
     The default of this repository's own property suite (``properties/conftest.py``); the
-    pytest plugin never applies it to another suite. Raises ConfigError when ``HYPOTHESIS_PROFILE`` names an unknown profile.
+    pytest plugin never applies it to another suite. Raises ConfigError when ``HYPOTHESIS_PROFILE``
+    names an unknown profile.
     """
     env = os.environ if env is None else env
     chosen = env.get("HYPOTHESIS_PROFILE")

@@ -226,7 +226,8 @@ def run_property(
         if not counter:
             m = _FALSIFYING.search(notes)
             counter = m.group(0).split("\n\n")[0] if m else ""
-        impl_text = "" if impl is None else f", impl={getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', impl)}"
+        impl_text = ("" if impl is None
+                     else f", impl={getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', impl)}")
         reproduce = (f"run_property({prop.name!r}, profile={profile!r}, seed={seed}" + impl_text
                      + (f", label={label!r}" if label else "") + (f", options={opts!r}" if opts else "") + ")")
         if impl is None and not opts and label is None and _REGISTRY.get(prop.name) is prop:

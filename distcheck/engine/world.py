@@ -8,8 +8,8 @@ A rank function has the signature ``fn(ctx, *args)`` and runs unchanged on every
 runner (a gloo :class:`~distcheck.runners.pool.RankPool`, the threaded backend,
 NCCL, the fake backend or a torchrun launch). ``ctx`` tells it who it is.
 
-A check driver (a parallelism package's ``world_rows``, the certify engine) receives a *world*: any object with the :class:`World` contract, such
-as a :class:`~distcheck.runners.pool.RankPool` or a
+A check driver (a parallelism package's ``world_rows``, the certify engine) receives a
+*world*: any object with the :class:`World` contract, such as a :class:`~distcheck.runners.pool.RankPool` or a
 :class:`~distcheck.runners.torchrun_world.TorchrunWorld`.
 
 This module does not import torch at import time; :attr:`RankContext.group`

@@ -75,9 +75,9 @@ def certified_rows(ref: str, contract: str, *, max_examples: int, seed: int) -> 
     command that replays the run and, for a memory estimator's fit, the conventions it names.
     """
     from distcheck.certify import certify
-    from distcheck.parallel.memory.estimators import Estimator, named_conventions
     from distcheck.engine.contracts.targets import import_target
     from distcheck.libs.targets import library
+    from distcheck.parallel.memory.estimators import Estimator, named_conventions
 
     obj = import_target(ref)[0]
     cert = certify(ref, contract, examples=max_examples, seed=seed, profile=PROFILE)
@@ -89,7 +89,8 @@ def certified_rows(ref: str, contract: str, *, max_examples: int, seed: int) -> 
         if isinstance(obj, Estimator) and v.property == "fit" and v.verdict == PASS:
             extra["conventions"] = [c.short for c in named_conventions(obj)]
         detail = (v.note or v.statement) if v.verdict == PASS else (v.failure or "")
-        rows.append(CheckResult(check=f"libs.{obj.name}.{v.property}", backend=library(obj.distribution) if obj.distribution else "distcheck",
+        backend = library(obj.distribution) if obj.distribution else "distcheck"
+        rows.append(CheckResult(check=f"libs.{obj.name}.{v.property}", backend=backend,
                                 verdict=v.verdict, world_size=v.world_size, examples=v.examples,
                                 max_error=v.max_error, bound=v.bound, detail=detail, extra=extra))
     return rows

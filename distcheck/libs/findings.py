@@ -145,8 +145,9 @@ LIB_FINDINGS: tuple[Finding, ...] = (
     Finding(
         name="torchtitan.parallel_dims.asserts_vanish",
         check="libs.torchtitan.parallel_dims.refused",
-        symptom=_exact("python accepts ep=3 not dividing dp_shard*cp*tp=2 -> 3 | python -O accepts dp_replicate=0 -> 0; "
-                       "tp=-2 -> -2; dp_shard=3 in a world of 4 -> 3; dp_shard=-1 with tp=3 in a world of 4 -> 1; "
+        symptom=_exact("python accepts ep=3 not dividing dp_shard*cp*tp=2 -> 3 | "
+                       "python -O accepts dp_replicate=0 -> 0; tp=-2 -> -2; dp_shard=3 in a world of 4 -> 3; "
+                       "dp_shard=-1 with tp=3 in a world of 4 -> 1; "
                        "dp_shard=-2 -> 4"),
         summary=("torchtitan's ParallelDims validates with assert only: under python -O it accepts zero and negative "
                  "degrees, degrees whose product is not the world size, and dp_shard=-2 (read as -1); an ep that "

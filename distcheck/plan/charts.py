@@ -59,4 +59,6 @@ def memory_chart_data(model: ModelSpec, hardware: Hardware, workload: Workload, 
     wl = workload
     title = (f"{model.name} on {hardware.gpus} GPUs of {gb(hardware.gpu_memory)}: memory per GPU\n"
              f"s = {wl.seq_len}, b = {wl.micro_batch_size}, m = {wl.num_microbatches}, {wl.recompute} recompute")
-    return MemoryChart(tuple(bars), tuple(groups), highlight, title, hardware.gpu_memory, hardware.usable_bytes)
+    capacity = hardware.gpu_memory
+    assert not isinstance(capacity, str), "Hardware.__post_init__ converts gpu_memory to bytes"
+    return MemoryChart(tuple(bars), tuple(groups), highlight, title, capacity, hardware.usable_bytes)

@@ -34,7 +34,8 @@ _CONVENTIONS = ("mixed_adamw", "mixed_adamw_fp32_grads", "adam_8bit", "sgd_momen
 def add_report_options(parser: argparse.ArgumentParser, *, quiet: bool = True) -> None:
     """``--report DIR`` (an HTML and a Markdown report) and, unless ``quiet=False``, ``--quiet`` (no progress bar)."""
     parser.add_argument("--report", type=Path, default=None, metavar="DIR",
-                        help="also write DIR/report.html (self-contained) and DIR/report.md with the tables and figures")
+                        help="also write DIR/report.html (self-contained) and DIR/report.md with the tables and "
+                             "figures")
     if quiet:
         parser.add_argument("--quiet", action="store_true", help="no progress bar or progress lines on stderr")
 
@@ -67,9 +68,11 @@ def add_plan_parser(sub) -> argparse.ArgumentParser:
     m.add_argument("--model", default=None, metavar="NAME",
                    help="a preset: lesson-7b-style, lesson-70b-style, llama-2-7b, llama-3-8b, llama-3-70b, "
                         "llama-3-405b, llama-3.2-1b (case and dashes ignored: llama3-70b works)")
-    m.add_argument("--params", default=None, metavar="N", help="a raw parameter count (13e9): state only, no activations")
+    m.add_argument("--params", default=None, metavar="N",
+                   help="a raw parameter count (13e9): state only, no activations")
     for flag in ("hidden-size", "num-layers", "ffn-hidden-size", "num-heads", "num-kv-heads", "vocab-size"):
-        m.add_argument(f"--{flag}", type=int, default=None, metavar="N", help=f"explicit shape: {flag.replace('-', ' ')}")
+        m.add_argument(f"--{flag}", type=int, default=None, metavar="N",
+                       help=f"explicit shape: {flag.replace('-', ' ')}")
     h = mem.add_argument_group("hardware")
     h.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs in the run")
     h.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
@@ -113,7 +116,8 @@ def add_plan_parser(sub) -> argparse.ArgumentParser:
     )
     pipe.add_argument("--p", type=int, required=True, metavar="P", help="pipeline stages (ranks)")
     pipe.add_argument("--m", type=int, required=True, metavar="M", help="micro-batches")
-    pipe.add_argument("--schedule", choices=_SIM_SCHEDULES, default=Schedule.ONE_F_ONE_B.value, help="schedule (default 1f1b)")
+    pipe.add_argument("--schedule", choices=_SIM_SCHEDULES, default=Schedule.ONE_F_ONE_B.value,
+                      help="schedule (default 1f1b)")
     pipe.add_argument("--v", type=int, default=None, metavar="V", help="chunks per rank (interleaved; default 2)")
     pipe.add_argument("--t-f", type=int, default=1, metavar="TICKS", help="ticks of one forward (default 1)")
     pipe.add_argument("--t-b", type=int, default=2, metavar="TICKS", help="ticks of one backward (default 2)")

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 from distcheck.plan.cli_output import EXIT_OK, _check_outputs, _console, _write_outputs
 
 #: the largest world whose groups ``plan layout`` lists (from the first four of each axis beyond 64 ranks)
 _MAX_LISTED_WORLD = 2**16
+
+
+class _AxisInfo(TypedDict):
+    """One axis of ``plan layout``: its groups (None beyond the listed sizes) and whether each is node-local."""
+
+    axis: str
+    degree: int
+    num_groups: int
+    node_local: bool
+    groups: list[list[int]] | None
 
 
 def _fmt_group(group: list[int]) -> str:
@@ -25,19 +36,21 @@ def run_layout(args) -> int:
 
     _check_outputs(args)
     cfg = layout_ref.ParallelConfig(tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, gpus_per_node=args.gpus_per_node)
+    world, order = cfg.world_size, cfg.order
+    assert world is not None and isinstance(order, tuple), "ParallelConfig.__post_init__ resolves both"
     axes = [a for a in ("tp", "cp", "pp", "dp") if cfg.degree(a) > 1] or ["tp"]
-    listed = cfg.world_size <= 64
-    info = []
+    listed = world <= 64
+    info: list[_AxisInfo] = []
     for a in axes:
         local = layout_ref.groups_node_local(cfg, a)
-        groups = layout_ref.groups(cfg, a) if cfg.world_size <= _MAX_LISTED_WORLD else None
+        groups = layout_ref.groups(cfg, a) if world <= _MAX_LISTED_WORLD else None
         info.append({"axis": a, "degree": cfg.degree(a), "num_groups": cfg.num_groups(a), "node_local": local,
                      "groups": groups if listed else (groups[:4] if groups else None)})
-    head = (f"{' × '.join(f'{a} {cfg.degree(a)}' for a in cfg.order if cfg.degree(a) > 1) or '1 rank'} = "
-            f"{cfg.world_size} ranks on {-(-cfg.world_size // cfg.gpus_per_node)} node(s) of {cfg.gpus_per_node}, "
-            f"order {'-'.join(cfg.order)} (innermost first)")
+    head = (f"{' × '.join(f'{a} {cfg.degree(a)}' for a in order if cfg.degree(a) > 1) or '1 rank'} = "
+            f"{world} ranks on {-(-world // cfg.gpus_per_node)} node(s) of {cfg.gpus_per_node}, "
+            f"order {'-'.join(order)} (innermost first)")
     if args.format == "json":
-        print(json.dumps({"world_size": cfg.world_size, "gpus_per_node": cfg.gpus_per_node, "order": list(cfg.order),
+        print(json.dumps({"world_size": world, "gpus_per_node": cfg.gpus_per_node, "order": list(order),
                           "mesh_shape": list(layout_ref.mesh_shape(cfg)),
                           "mesh_dim_names": list(layout_ref.mesh_dim_names(cfg)), "axes": info}, indent=2))
     else:

@@ -152,7 +152,8 @@ def run_memory(args) -> int:
         e = estimate(model, hardware, workload, chosen)
         return _report_one(args, console, model, hardware, workload, e, header, conventions(model, workload))
     with Progress("sizing layouts", quiet=args.quiet) as bar:
-        result = plan(model, hardware, workload, on_progress=lambda done, total: bar.update(completed=done, total=total))
+        result = plan(model, hardware, workload,
+                      on_progress=lambda done, total: bar.update(completed=done, total=total))
     lesson = _lesson_lines(result)
     rec = result.recommended
     verdict = (f"Recommendation: {rec.layout.label} (question {rec.layout.lesson_step}), {gb(rec.total)} per GPU"

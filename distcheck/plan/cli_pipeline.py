@@ -79,7 +79,8 @@ def run_pipeline(args) -> int:
                 "simulator": _timeline_json(t), "checks": [_row_json(r) for r in rows]}
         if torch_part is not None:
             data["torch"] = {"schedule": torch_part["schedule"], "table": torch_part["raw"],
-                             "timeline": None if torch_part["timeline"] is None else _timeline_json(torch_part["timeline"])}
+                             "timeline": (None if torch_part["timeline"] is None
+                                          else _timeline_json(torch_part["timeline"]))}
         print(json.dumps(data, indent=2))
     else:
         _print_pipeline(t, name, rows, torch_part, args)
@@ -93,7 +94,8 @@ def run_pipeline(args) -> int:
             tt = torch_part["timeline"]
             figs.append((viz.pipeline_gantt(tt, name=torch_part["schedule"]),
                          f"torch's {torch_part['schedule']} table, replayed", "gantt-torch"))
-            tables.append(Table(f"torch's {torch_part['schedule']} table", ("figure", "value"), tuple(_timeline_facts(tt))))
+            tables.append(Table(f"torch's {torch_part['schedule']} table", ("figure", "value"),
+                                tuple(_timeline_facts(tt))))
         if len(figs) > 1:
             figs = [figs[1], figs[0]]  # with --torch, --figure draws torch's table; the report shows both
         from distcheck.report import summary_line
@@ -123,8 +125,8 @@ def _torch_part(args, v: int) -> dict:
     torch_v = TORCH_SCHEDULES[schedule][1]
     sim_name = TORCH_SCHEDULES[schedule][0]
     if sim_name == args.schedule and v != torch_v:
-        raise ConfigError("--v", v, f"must be {torch_v} with --torch: distcheck builds {schedule}'s table with {torch_v} "
-                                    "stages per rank")
+        raise ConfigError("--v", v, f"must be {torch_v} with --torch: distcheck builds {schedule}'s table with "
+                                    f"{torch_v} stages per rank")
     ok, detail = check_table(schedule, args.p, args.m)
     if ok is None and detail.startswith("torch refuses"):
         raise ConfigError("--m", args.m, f"is refused by torch's {schedule}: {detail}")

@@ -222,7 +222,7 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
 # closed forms, evaluated once per distinct input (the catalogue loads sympy on first use)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _form_value(name: str, items: tuple[tuple[str, int], ...]) -> int | Fraction:
     from distcheck.closed_form import get
 
@@ -285,7 +285,9 @@ def _comm(model: ModelSpec, workload: Workload, lay: Layout, psi: Fraction) -> d
         sends = 0 if lay.pp == 1 else 1 if lay.pp == 2 else 2
         boundary = Fraction(b * s_local * h * ACTIVATION_BYTES, lay.tp if workload.sequence_parallel else 1)
         out["pp"] = _exact(sends * m * boundary)
-        kv_local = shape.num_kv_heads // lay.tp * shape.head_dim
+        kv_heads, head_dim = shape.num_kv_heads, shape.head_dim
+        assert kv_heads is not None and head_dim is not None, "TransformerConfig.__post_init__ sets both"
+        kv_local = kv_heads // lay.tp * head_dim
         kv_full = 2 * b * workload.seq_len * kv_local * ACTIVATION_BYTES  # K and V of all cp ranks' tokens
         per_layer = (Fraction(_collective(Collective.ALL_GATHER, kv_full, lay.cp))
                      + Fraction(_collective(Collective.REDUCE_SCATTER, kv_full, lay.cp)))

@@ -87,10 +87,12 @@ class Hardware:
         if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
             raise ConfigError("gpus", self.gpus, f"must be a multiple of gpus_per_node={self.gpus_per_node} "
                                                  f"(whole nodes) or at most {self.gpus_per_node}")
-        object.__setattr__(self, "gpu_memory", _bytes("gpu_memory", self.gpu_memory))
-        object.__setattr__(self, "reserve", _bytes("reserve", self.reserve, allow_zero=True))
-        if self.reserve >= self.gpu_memory:
-            raise ConfigError("reserve", self.reserve, f"must be less than gpu_memory={self.gpu_memory} bytes")
+        gpu_memory = _bytes("gpu_memory", self.gpu_memory)
+        reserve = _bytes("reserve", self.reserve, allow_zero=True)
+        object.__setattr__(self, "gpu_memory", gpu_memory)
+        object.__setattr__(self, "reserve", reserve)
+        if reserve >= gpu_memory:
+            raise ConfigError("reserve", reserve, f"must be less than gpu_memory={gpu_memory} bytes")
 
     @property
     def usable_bytes(self) -> int | Fraction:

@@ -67,7 +67,8 @@ def _parse_count(value: object) -> int:
         try:
             q = Fraction(value.replace("_", "").replace(",", ""))
         except (ValueError, ZeroDivisionError):
-            raise ConfigError("params", value, "must be a whole number of parameters, like 13e9 or 13000000000") from None
+            raise ConfigError("params", value,
+                              "must be a whole number of parameters, like 13e9 or 13000000000") from None
         if q.denominator != 1:
             raise ConfigError("params", value, "must be a whole number of parameters")
         value = int(q)
@@ -95,8 +96,8 @@ def resolve_model(model: str | None = None, *, params: int | str | None = None, 
     unknown = sorted(set(given) - set(SHAPE_FIELDS))
     if unknown:
         raise ConfigError(unknown[0], given[unknown[0]], f"is not a shape field ({', '.join(SHAPE_FIELDS)})")
-    sources = [n for n, present in (("model", model is not None), ("params", params is not None), ("shape", bool(given)))
-               if present]
+    sources = [n for n, present in (("model", model is not None), ("params", params is not None),
+                                    ("shape", bool(given))) if present]
     if not sources:
         raise ConfigError("model", None, "is required: give a preset (--model), a shape (--hidden-size, --num-layers, "
                                          "...) or a parameter count (--params)")
@@ -114,5 +115,7 @@ def resolve_model(model: str | None = None, *, params: int | str | None = None, 
     missing = [f for f in SHAPE_FIELDS if f != "num_kv_heads" and f not in given]
     if missing:
         raise ConfigError(missing[0], None, "is required with an explicit shape (or give --model or --params)")
-    cfg = params_ref.TransformerConfig(**given)
+    cfg = params_ref.TransformerConfig(
+        hidden_size=given["hidden_size"], num_layers=given["num_layers"], ffn_hidden_size=given["ffn_hidden_size"],
+        num_heads=given["num_heads"], num_kv_heads=given.get("num_kv_heads"), vocab_size=given["vocab_size"])
     return ModelSpec("custom", params_ref.count_params(cfg), cfg)

@@ -23,9 +23,9 @@ then less communication; then fewer bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
 
 from distcheck import layout as layout_ref
 from distcheck import memory as memory_ref

@@ -9,7 +9,14 @@ a report, a figure or a certificate goes through. Neither imports matplotlib.
 from distcheck.reportdoc.atomic import atomic_write
 from distcheck.reportdoc.commands import audit_tables, write_audit_report, write_check_report
 from distcheck.reportdoc.document import (
-    FigureImage, ReportFiles, Table, check_report_dir, figure_image, render_html, render_markdown, results_table,
+    FigureImage,
+    ReportFiles,
+    Table,
+    check_report_dir,
+    figure_image,
+    render_html,
+    render_markdown,
+    results_table,
     write_report,
 )
 

@@ -28,9 +28,9 @@ import html
 import io
 import re
 import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from distcheck.core.errors import ConfigError
 from distcheck.reportdoc.atomic import atomic_write
@@ -156,7 +156,8 @@ def _cell(text: str) -> str:
     if _NUMERIC.match(text):
         classes.append("num")
     if re.fullmatch(r"[A-Za-z-]+", text) and text in {
-            "pass", "FAIL", "skip", "finding", "holds", "wrong", "ambiguous", "yes", "no", "consistent", "contradiction"}:
+            "pass", "FAIL", "skip", "finding", "holds", "wrong", "ambiguous", "yes", "no", "consistent",
+            "contradiction"}:
         classes.append(f"v-{text}")
     attr = f' class="{" ".join(classes)}"' if classes else ""
     return f"<td{attr}>{html.escape(text)}</td>"
@@ -262,9 +263,10 @@ def write_report(directory: str | Path, title: str, *, results: Iterable | None 
             name = f"{stem}-{i}-{img.name}.png"
         used.add(name)
         names.append(name)
-    written = [atomic_write(path / n, img.png) for n, img in zip(names, images)]
-    md = atomic_write(path / f"{stem}.md", render_markdown(title, notes=notes, figures=list(zip(images, names)),
-                                                           tables=all_tables, generator=generator))
+    written = [atomic_write(path / n, img.png) for n, img in zip(names, images, strict=True)]
+    md = atomic_write(path / f"{stem}.md",
+                      render_markdown(title, notes=notes, figures=list(zip(images, names, strict=True)),
+                                      tables=all_tables, generator=generator))
     page = atomic_write(path / f"{stem}.html", render_html(title, notes=notes, figures=images, tables=all_tables,
                                                            generator=generator))
     return ReportFiles(html=page, markdown=md, figures=tuple(written))

@@ -268,7 +268,7 @@ class RankPool:
                     raise ConfigError("fn", getattr(fn, "__qualname__", fn),
                                       f"and its arguments must be picklable (a module-level function): {exc}") from None
             try:
-                for w, msg in zip(self._world.workers, messages):
+                for w, msg in zip(self._world.workers, messages, strict=True):
                     w.conn.send_bytes(msg)
                 replies = self._collect(seq, timeout)
             except DistributedError:

@@ -74,7 +74,8 @@ def _pool_for(world_size: int, backend: str, timeout_s: float):
         yield pool
 
 
-def iter_pools(pool_or_world_sizes, backend: str = "gloo", timeout_s: float = 60.0) -> Iterator[tuple[Any, int, str, str | None]]:
+def iter_pools(pool_or_world_sizes, backend: str = "gloo",
+               timeout_s: float = 60.0) -> Iterator[tuple[Any, int, str, str | None]]:
     """Yield ``(world, world_size, backend, skip_reason)`` for each world to check.
 
     ``pool_or_world_sizes`` is a world (see :func:`is_world`: a started or
@@ -90,7 +91,8 @@ def iter_pools(pool_or_world_sizes, backend: str = "gloo", timeout_s: float = 60
     if is_world(pool_or_world_sizes):
         yield pool_or_world_sizes, pool_or_world_sizes.world_size, pool_or_world_sizes.backend, None
         return
-    sizes = [pool_or_world_sizes] if isinstance(pool_or_world_sizes, int) else list(pool_or_world_sizes)
+    # world sizes (ints) and worlds, as given
+    sizes: list[Any] = [pool_or_world_sizes] if isinstance(pool_or_world_sizes, int) else list(pool_or_world_sizes)
     if not sizes:
         raise ConfigError("pool_or_world_sizes", pool_or_world_sizes, "must name at least one world size")
     for ws in sizes:

@@ -20,7 +20,13 @@ global (backend, open figures) changes.
 """
 
 from distcheck.viz.figures import (
-    MAX_DIAGRAM_RANKS, MAX_GANTT_CELLS, KIND_COLOURS, layout_diagram, memory_bars, pipeline_gantt, require_matplotlib,
+    KIND_COLOURS,
+    MAX_DIAGRAM_RANKS,
+    MAX_GANTT_CELLS,
+    layout_diagram,
+    memory_bars,
+    pipeline_gantt,
+    require_matplotlib,
     save_figure,
 )
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from distcheck.core.errors import ConfigError
 
@@ -33,7 +33,8 @@ def require_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        raise ConfigError("matplotlib", "not installed", "is needed for figures: pip install 'distcheck[plot]'") from None
+        raise ConfigError("matplotlib", "not installed",
+                          "is needed for figures: pip install 'distcheck[plot]'") from None
     return matplotlib
 
 
@@ -137,7 +138,7 @@ def pipeline_gantt(timeline, *, name: str = "", labels: bool | None = None):
 # ----------------------------------------------------------------------------------------------- memory
 
 
-def memory_bars(bars: Sequence[tuple[str, Mapping[str, object]]], capacity_bytes, *, usable_bytes=None,
+def memory_bars(bars: Sequence[tuple[str, Mapping[str, int | Fraction | None]]], capacity_bytes, *, usable_bytes=None,
                 highlight: int | None = None, title: str = "", groups: Sequence[tuple[str, int]] = ()):
     """Stacked bars of memory per GPU (GB = 1e9 bytes) with the GPU's capacity line.
 
@@ -173,7 +174,7 @@ def memory_bars(bars: Sequence[tuple[str, Mapping[str, object]]], capacity_bytes
                            linewidth=0.5)
         for i, patch in enumerate(container.patches):
             patch.set_gid(f"{comp}-{i}")
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     cap = float(Fraction(capacity_bytes) / 10**9)
     top_total = max(float(t / 10**9) for t in totals)
     ylim = max(top_total, cap) * 1.15 if top_total <= 3 * cap else 3 * cap

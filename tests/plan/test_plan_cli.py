@@ -103,8 +103,8 @@ def test_plan_pipeline_torch_reports_the_known_1f1b_table_finding(capsys):
 
 def test_torch_schedule_names_match_the_runner():
     pytest.importorskip("torch")
-    from distcheck.plan.cli import TORCH_SCHEDULES
     from distcheck.parallel.pp.tables import TORCH_SCHEDULES as SCHEDULES
+    from distcheck.plan.cli import TORCH_SCHEDULES
 
     assert TORCH_SCHEDULES == tuple(SCHEDULES)
 
@@ -116,13 +116,15 @@ def test_plan_layout_lists_groups_and_draws_them(capsys, tmp_path):
     assert "tp: 8 groups of 2, each inside a node\n  [0,1] [2,3]" in out
     assert "dp: 4 groups of 4, crossing nodes\n  [0,4,8,12] [1,5,9,13]" in out
     assert mpl_image.imread(str(png)).shape[0] > 100
-    assert _code(["plan", "layout", "--tp", "8", "--dp", "16", "--figure", str(png)]) == 2  # 128 ranks: too many to draw
+    # 128 ranks: too many to draw
+    assert _code(["plan", "layout", "--tp", "8", "--dp", "16", "--figure", str(png)]) == 2
 
 
 def test_plan_memory_report_has_the_chart_the_diagram_and_the_tables(tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(LESSON + ["--report", str(out), "--figure", str(tmp_path / "m.png")]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["report-layout.png", "report-memory.png", "report.html", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["report-layout.png", "report-memory.png", "report.html",
+                                                     "report.md"]
     html = (out / "report.html").read_text()
     assert html.count("<table") == 2 and html.count("data:image/png;base64,") == 2
     assert "Recommendation: TP 8 × PP 2 × DP 1, ZeRO-0" in html

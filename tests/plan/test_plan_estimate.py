@@ -1,4 +1,5 @@
-"""The planner: the lesson's conclusions, exact bytes against independent arithmetic and the catalogue, layouts, errors."""
+"""The planner: the lesson's conclusions, exact bytes against independent arithmetic and the catalogue, layouts,
+errors."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def test_lesson_70b_recommendation_walks_the_order_of_questions(lesson_plan):
     assert zero3.activations == 34 * 2048 * 8192 * 80  # Table 2 selective row at t = 1, 80 layers, 1 in flight
     rec = p.recommended
     assert rec.layout == Layout(tp=8, pp=2, dp=1, cp=1, zero=0)
-    # 34 s b h / t per layer (sequence parallel + selective), 40 layers per stage, min(pp, m) = 2 micro-batches in flight
+    # 34 s b h / t per layer (sequence parallel + selective), 40 layers per stage,
+    # min(pp, m) = 2 micro-batches in flight
     assert rec.activations == 34 * 2048 * 8192 // 8 * 40 * 2 == 5_704_253_440
     assert rec.total == P70 + 5_704_253_440 and rec.fits
     assert rec.bubble_fraction == Fraction(1, 9)  # (p - 1) / (m + p - 1) at p = 2, m = 8

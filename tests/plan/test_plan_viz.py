@@ -82,7 +82,7 @@ def test_memory_bars_stack_to_the_computed_totals():
     heights = _bar_heights(fig)
     totals = [e.total for _, e in chart.bars]
     assert totals[4] == 68_975_329_280 + 5_704_253_440 and totals[0] == 1_103_605_268_480 + 45_634_027_520
-    for h, total in zip(heights, totals):
+    for h, total in zip(heights, totals, strict=True):
         # four float segments, each the correctly rounded GB value: |error| <= 4 * 2**-53 * total (Higham's gamma_4)
         assert abs(h - float(Fraction(total, 10**9))) <= 4 * 2**-52 * float(Fraction(total, 10**9))
     cap = [line for line in fig.axes[0].lines if line.get_gid() == "capacity"]

@@ -76,7 +76,8 @@ def test_html_holds_every_table_and_every_image_decodes(tmp_path):
     doc.feed(files.html.read_text())
     assert [t["caption"] for t in doc.tables] == ["Results", "Layouts"]
     results, layouts = doc.tables
-    assert results["rows"][0] == ["check", "backend", "world size", "examples", "verdict", "max error", "bound", "detail"]
+    assert results["rows"][0] == ["check", "backend", "world size", "examples", "verdict", "max error", "bound",
+                                  "detail"]
     assert results["rows"][2][0] == "x<script>alert(1)</script>" and results["rows"][2][7] == "a | b & <c>"
     assert layouts["rows"][1:] == [["8", "2", "68.98"], ["4", "4", "68.98"]]
     assert doc.scripts == 0 and doc.links == []  # the escaped <script> stayed text

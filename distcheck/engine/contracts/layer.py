@@ -407,6 +407,7 @@ def run_layer(ctx, target: Target, case: LayerCase, dtype_name: str) -> dict:
     return {
         "out": _numpy(out), "out_dtype": _dtype_name(out),
         "dx": None if x.grad is None else _numpy(x.grad), "dx_dtype": None if x.grad is None else _dtype_name(x.grad),
-        "grads": grads, "grad_dtypes": grad_dtypes, "param_errors": errors, "grad_errors": grad_errors, "bounds": bounds,
+        "grads": grads, "grad_dtypes": grad_dtypes, "param_errors": errors, "grad_errors": grad_errors,
+        "bounds": bounds,
         "forward": list(forward.records), "backward": list(backward.records),
     }

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import itertools
 
-from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.core.vocab import Axis
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.report import FAIL, CheckResult
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "RANK_GENERATOR", "BAD_INPUT", "extra_rows"]
@@ -90,7 +90,8 @@ def _reference(cfg: dict) -> dict:
     out: dict[str, list[list[int]]] = {t.value: groups(dense, t) for t in (_TP, _CP, _DP, _PP)}
     out.update({t: mine.groups(t) for t in DENSE_TOKENS if "-" in t})
     out.update({f"expert:{t}": mine.groups(t, expert=True) for t in EXPERT_TOKENS})
-    if order == MEGATRON_DEFAULT_ORDER and etp == tp:  # Megatron's default placement is distcheck's ep carved from dp*cp
+    # Megatron's default placement is distcheck's ep carved from dp*cp
+    if order == MEGATRON_DEFAULT_ORDER and etp == tp:
         out[f"expert:{_EP}"] = groups(ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, order=order), _EP)
     return out
 
@@ -105,9 +106,11 @@ BAD_INPUT = ProbeSet("megatron.rank_generator", DIST, "from megatron.core.parall
     Probe("tp=0", "RankGenerator(tp=0, ep=1, dp=2, pp=1, cp=1, order='tp-cp-ep-dp-pp').get_ranks('dp')"),
     Probe("tp=-1", "RankGenerator(tp=-1, ep=1, dp=2, pp=1, cp=1, order='tp-cp-ep-dp-pp').get_ranks('dp')"),
     Probe("dp=-2", "RankGenerator(tp=2, ep=1, dp=-2, pp=1, cp=1, order='tp-cp-ep-dp-pp').get_ranks('tp')"),
-    Probe("order 'tp-tp-dp' (repeated axis)", "RankGenerator(tp=2, ep=1, dp=2, pp=1, cp=1, order='tp-tp-dp').get_ranks('dp')"),
+    Probe("order 'tp-tp-dp' (repeated axis)",
+          "RankGenerator(tp=2, ep=1, dp=2, pp=1, cp=1, order='tp-tp-dp').get_ranks('dp')"),
     Probe("ep=2 with cp=2", "RankGenerator(tp=1, ep=2, dp=2, pp=1, cp=2, order='tp-cp-ep-dp-pp').get_ranks('ep')"),
-    Probe("order 'tp-xp-dp' (unknown axis)", "RankGenerator(tp=2, ep=1, dp=2, pp=1, cp=1, order='tp-xp-dp').get_ranks('dp')"),
+    Probe("order 'tp-xp-dp' (unknown axis)",
+          "RankGenerator(tp=2, ep=1, dp=2, pp=1, cp=1, order='tp-xp-dp').get_ranks('dp')"),
 ))
 
 #: the targets of this module and the contract each is certified under

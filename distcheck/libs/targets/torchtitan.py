@@ -15,8 +15,8 @@ data-parallel group (``batch``), with :class:`distcheck.layout.ParallelConfig` w
 
 from __future__ import annotations
 
-from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.core.vocab import Axis
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "PARALLEL_DIMS", "BAD_INPUT"]
 
@@ -96,7 +96,8 @@ def _reference(cfg: dict) -> dict:
 PARALLEL_DIMS = LayoutTarget("torchtitan.parallel_dims", DIST, _configs, _groups, _reference, _order)
 
 _PD = "ParallelDims(dp_replicate={}, dp_shard={}, cp=1, tp={}, pp=1, ep={}, world_size={})"
-BAD_INPUT = ProbeSet("torchtitan.parallel_dims", DIST, "from torchtitan.distributed.parallel_dims import ParallelDims", (
+_PD_IMPORT = "from torchtitan.distributed.parallel_dims import ParallelDims"
+BAD_INPUT = ProbeSet("torchtitan.parallel_dims", DIST, _PD_IMPORT, (
     Probe("dp_replicate=0", _PD.format(0, 2, 1, 1, 2) + ".dp_replicate"),
     Probe("tp=-2", _PD.format(1, -1, -2, 1, 4) + ".dp_shard"),
     Probe("dp_shard=3 in a world of 4", _PD.format(1, 3, 1, 1, 4) + ".dp_shard"),

@@ -253,6 +253,7 @@ def collective_rows(world, examples: Sequence[dict] | None = None) -> list[Check
                 ok = False
                 details.append(err)
                 break
+            assert results is not None, "run_guarded returns results when it returns no error"
             expected_ring, form = _expected_bytes(coll, ex["numel"], ws)
             S = ex["numel"] * 8
             summary.append((ex, max(res["sent_bytes"] for res in results)))

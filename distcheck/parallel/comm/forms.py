@@ -39,11 +39,21 @@ S, n = _S.symbol, _n.symbol
 _SOURCE = "nccl-tests doc/PERFORMANCE.md (bus bandwidth factors; ring algorithms)"
 
 _FORMS = {
-    Collective.ALL_REDUCE: (2 * (n - 1) / n * S, "ring all-reduce: reduce-scatter then all-gather, each rank sends 2(n-1)/n of the full tensor", ()),
-    Collective.ALL_GATHER: ((n - 1) / n * S, "ring all-gather: each rank forwards n-1 of the n shards, (n-1)/n of S = the gathered output", ()),
-    Collective.REDUCE_SCATTER: ((n - 1) / n * S, "ring reduce-scatter: each rank sends (n-1)/n of the full input", ()),
-    Collective.ALL_TO_ALL: ((n - 1) / n * S, "all-to-all: each rank sends its n-1 blocks meant for other ranks, (n-1)/n of its S-byte buffer", ()),
-    Collective.BROADCAST: (S, "pipelined chain broadcast: every rank but the last forwards the whole tensor, so the most a rank sends is S", ("n >= 2 (a one-rank broadcast sends nothing)",)),
+    Collective.ALL_REDUCE: (
+        2 * (n - 1) / n * S,
+        "ring all-reduce: reduce-scatter then all-gather, each rank sends 2(n-1)/n of the full tensor", ()),
+    Collective.ALL_GATHER: (
+        (n - 1) / n * S,
+        "ring all-gather: each rank forwards n-1 of the n shards, (n-1)/n of S = the gathered output", ()),
+    Collective.REDUCE_SCATTER: (
+        (n - 1) / n * S, "ring reduce-scatter: each rank sends (n-1)/n of the full input", ()),
+    Collective.ALL_TO_ALL: (
+        (n - 1) / n * S,
+        "all-to-all: each rank sends its n-1 blocks meant for other ranks, (n-1)/n of its S-byte buffer", ()),
+    Collective.BROADCAST: (
+        S,
+        "pipelined chain broadcast: every rank but the last forwards the whole tensor, so the most a rank sends is S",
+        ("n >= 2 (a one-rank broadcast sends nothing)",)),
 }
 
 BYTES_PER_RANK: dict[Collective, ClosedForm] = {}

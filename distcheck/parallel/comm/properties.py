@@ -44,7 +44,8 @@ def volume_matches_closed_form(case, *, impl=_simulate) -> None:
         if list(res.sent_bytes) != expected:
             raise PropertyFailure(f"broadcast bytes per rank for {case}", expected=expected, got=list(res.sent_bytes))
         if n >= 2 and max(res.sent_bytes) != _form(Collective.BROADCAST, S, n):
-            raise PropertyFailure(f"broadcast max bytes for {case}", expected=_form(Collective.BROADCAST, S, n), got=max(res.sent_bytes))
+            raise PropertyFailure(f"broadcast max bytes for {case}", expected=_form(Collective.BROADCAST, S, n),
+                                  got=max(res.sent_bytes))
         return
     ideal = _form(case.collective, S, n)
     itemsize = res.itemsize
@@ -91,7 +92,8 @@ def _edges():
 
 
 register(Property("comm.volume.closed_form", lambda: ds.collective_cases(), volume_matches_closed_form,
-                  "ring simulations send exactly the nccl-tests per-rank volume (uneven: total exact, max < +1 element/phase)",
+                  "ring simulations send exactly the nccl-tests per-rank volume "
+                  "(uneven: total exact, max < +1 element/phase)",
                   _simulate, "simulate(collective, size_bytes, n, *, dtype) -> CommResult", _edges))
 register(Property("comm.zero3.one_and_a_half_ddp", lambda: ds.collective_cases(collectives=(Collective.ALL_REDUCE,)),
                   zero3_is_one_and_a_half_ddp, "ZeRO-3 moves exactly 1.5x the bytes of DDP (simulated rings)",

@@ -45,9 +45,10 @@ less than one element per ring phase (all-reduce: < 2 elements, the others:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -128,17 +129,21 @@ class CommResult:
         return (self.size_bytes // self.itemsize) % self.n == 0
 
 
-class _Net:
-    """Counts bytes on every send; messages of a step are delivered together."""
+_Tag = TypeVar("_Tag")
+
+
+class _Net(Generic[_Tag]):
+    """Counts bytes on every send; messages of a step are delivered together. A message is
+    ``(src, dst, tag, data)``; the tag says which chunk it carries."""
 
     def __init__(self, n: int):
         self.n = n
         self.sent = [0] * n
         self.received = [0] * n
         self.steps = 0
-        self._pending: list[tuple[int, int, object, np.ndarray]] = []
+        self._pending: list[tuple[int, int, _Tag, np.ndarray]] = []
 
-    def send(self, src: int, dst: int, tag, array: np.ndarray) -> None:
+    def send(self, src: int, dst: int, tag: _Tag, array: np.ndarray) -> None:
         if src == dst:
             raise RuntimeError("a rank does not send to itself")
         data = np.array(array, copy=True)
@@ -146,7 +151,7 @@ class _Net:
         self.received[dst] += data.nbytes
         self._pending.append((src, dst, tag, data))
 
-    def deliver(self) -> list[tuple[int, int, object, np.ndarray]]:
+    def deliver(self) -> list[tuple[int, int, _Tag, np.ndarray]]:
         msgs, self._pending = self._pending, []
         if msgs:
             self.steps += 1
@@ -160,7 +165,8 @@ def _check_inputs(arrays: Sequence[np.ndarray], name: str, same_shape: bool = Tr
     check_positive_int("n", len(arrays))
     check_at_most("n", len(arrays), MAX_SIM_RANKS, "comm.MAX_SIM_RANKS: ranks one simulated collective runs")
     total = len(arrays) * max(a.size for a in arrays)
-    check_at_most(f"len({name}) * elements", total, MAX_SIM_ELEMENTS, "comm.MAX_SIM_ELEMENTS: the simulation copies every buffer")
+    check_at_most(f"len({name}) * elements", total, MAX_SIM_ELEMENTS,
+                  "comm.MAX_SIM_ELEMENTS: the simulation copies every buffer")
     for r, a in enumerate(arrays):
         if a.ndim != 1:
             raise ConfigError(f"{name}[{r}]", a.shape, "must be a 1-D array")
@@ -210,12 +216,14 @@ def _check_sum(got: np.ndarray, arrays: Sequence[np.ndarray], what: str) -> None
     err = np.abs(got.astype(np.float64) - expected.astype(np.float64)) if got.size else np.zeros(0)
     if got.shape != expected.shape or np.any(err > bound):
         worst = float(err.max()) if err.size else None
-        raise PropertyFailure(f"{what}: reduced values wrong", max_error=worst, bound=float(bound.max()) if bound.size else None)
+        raise PropertyFailure(f"{what}: reduced values wrong", max_error=worst,
+                              bound=float(bound.max()) if bound.size else None)
 
 
 def _check_equal(got: np.ndarray, expected: np.ndarray, what: str) -> None:
     if got.shape != expected.shape or not np.array_equal(got, expected):
-        raise PropertyFailure(f"{what}: data differs from the expected copy", expected=expected.tolist()[:8], got=got.tolist()[:8])
+        raise PropertyFailure(f"{what}: data differs from the expected copy", expected=expected.tolist()[:8],
+                              got=got.tolist()[:8])
 
 
 def _result(collective, n, size_bytes, itemsize, net, outputs) -> CommResult:
@@ -230,10 +238,11 @@ def _ring_start(inputs):
     """Validated inputs, n, per-rank working copies, the array_split chunk bounds and a fresh network."""
     arrays = _check_inputs(inputs, "inputs")
     n = len(arrays)
-    return arrays, n, [a.copy() for a in arrays], _bounds(arrays[0].size, n), _Net(n)
+    net: _Net[int] = _Net(n)  # tags: chunk indices
+    return arrays, n, [a.copy() for a in arrays], _bounds(arrays[0].size, n), net
 
 
-def _ring_phase(net: _Net, bufs: list[np.ndarray], bounds, shift: int, *, reduce: bool) -> None:
+def _ring_phase(net: _Net[int], bufs: list[np.ndarray], bounds, shift: int, *, reduce: bool) -> None:
     """n-1 ring steps: at step k rank r sends chunk (r - k + shift) mod n to r+1, which adds
     it to its own chunk (``reduce=True``: the reduce-scatter phase) or stores it (the all-gather phase)."""
     n = len(bufs)
@@ -250,11 +259,11 @@ def _ring_phase(net: _Net, bufs: list[np.ndarray], bounds, shift: int, *, reduce
                 bufs[dst][a:b] = data
 
 
-def _ring_reduce_scatter_phase(net: _Net, bufs: list[np.ndarray], bounds, shift: int) -> None:
+def _ring_reduce_scatter_phase(net: _Net[int], bufs: list[np.ndarray], bounds, shift: int) -> None:
     _ring_phase(net, bufs, bounds, shift, reduce=True)
 
 
-def _ring_all_gather_phase(net: _Net, bufs: list[np.ndarray], bounds, shift: int) -> None:
+def _ring_all_gather_phase(net: _Net[int], bufs: list[np.ndarray], bounds, shift: int) -> None:
     _ring_phase(net, bufs, bounds, shift, reduce=False)
 
 
@@ -326,7 +335,7 @@ def ring_all_gather(shards: Sequence[np.ndarray]) -> CommResult:
         a, b = bounds[r]
         buf[a:b] = arrays[r]
         bufs.append(buf)
-    net = _Net(n)
+    net: _Net[int] = _Net(n)  # tags: chunk indices
     _ring_all_gather_phase(net, bufs, bounds, shift=0)
     for r in range(n):
         _check_equal(bufs[r], full, f"all_gather rank {r}")
@@ -347,7 +356,7 @@ def all_to_all(inputs: Sequence[np.ndarray]) -> CommResult:
     arrays = _check_inputs(inputs, "inputs")
     n = len(arrays)
     bounds = _bounds(arrays[0].size, n)
-    net = _Net(n)
+    net: _Net[int] = _Net(n)  # tags: the sending rank
     received: list[dict[int, np.ndarray]] = [{} for _ in range(n)]
     for r in range(n):
         a, b = bounds[r]
@@ -393,9 +402,9 @@ def chain_broadcast(data: np.ndarray, n: int, *, root: int = 0, num_chunks: int 
     chain = [(root + i) % n for i in range(n)]
     bufs = [np.zeros_like(data) for _ in range(n)]
     bufs[root][:] = data
-    have = [set() for _ in range(n)]  # chunks a chain position holds but has not forwarded
+    have: list[set[int]] = [set() for _ in range(n)]  # chunks a chain position holds but has not forwarded
     have[0] = set(range(num_chunks))
-    net = _Net(n)
+    net: _Net[tuple[int, int]] = _Net(n)  # tags: (receiving chain position, chunk)
     next_to_send = [0] * n
     while any(next_to_send[i] < num_chunks for i in range(n - 1)):
         for i in range(n - 1):  # every position but the last forwards, in chunk order
@@ -432,7 +441,8 @@ def simulate(collective: str, size_bytes: int, n: int, *, dtype=np.int64, seed: 
     check_choice("collective", collective, COLLECTIVES)
     size_bytes = check_nonnegative_int("size_bytes", size_bytes)
     n = check_positive_int("n", n)
-    check_at_most("n", n, MAX_SIM_RANKS, "comm.MAX_SIM_RANKS; use comm.volume or the closed forms comm.bytes_per_rank.* for more")
+    check_at_most("n", n, MAX_SIM_RANKS,
+                  "comm.MAX_SIM_RANKS; use comm.volume or the closed forms comm.bytes_per_rank.* for more")
     try:
         np_dtype = np.dtype(dtype)
     except (TypeError, ValueError):

@@ -152,10 +152,10 @@ def accumulate_grads(
         if mask.shape[:1] != X.shape[:1]:
             raise ConfigError("mask.shape", mask.shape, f"must start with batch={X.shape[0]}")
         ms = split_batch(mask, sizes)
-        sums = [grad_fn_sum(params, a, b, c) for a, b, c in zip(Xs, ys, ms)]
+        sums = [grad_fn_sum(params, a, b, c) for a, b, c in zip(Xs, ys, ms, strict=True)]
         counts = tuple(int(np.sum(c)) for c in ms)
     else:
-        sums = [grad_fn_sum(params, a, b) for a, b in zip(Xs, ys)]
+        sums = [grad_fn_sum(params, a, b) for a, b in zip(Xs, ys, strict=True)]
         counts = tuple(sizes)
     if normalize == "examples":
         total = sum(sizes)
@@ -169,5 +169,5 @@ def accumulate_grads(
     for i, c in enumerate(counts):
         if c == 0:
             raise ConfigError(f"mask[micro-batch {i}]", "all zeros", "must have a valid token to take its mean")
-    means = [_map(lambda a, c=c: a / c, G) for G, c in zip(sums, counts)]
+    means = [_map(lambda a, c=c: a / c, G) for G, c in zip(sums, counts, strict=True)]
     return AccumulationResult(plain_mean(means), counts, normalize)

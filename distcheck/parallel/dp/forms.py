@@ -53,7 +53,8 @@ EXACT_WEIGHT = register(
         inputs=(_n,),
         unit="fraction",
         source="lesson 'Scaling and distributed training', 'Data parallelism is exact': the full-batch mean loss",
-        description="weight of one example in the full-batch mean gradient (and in the example-weighted all-reduce): 1/n",
+        description="weight of one example in the full-batch mean gradient "
+                    "(and in the example-weighted all-reduce): 1/n",
         constraints=("n = sum of n_k over shards",),
     )
 )
@@ -66,7 +67,8 @@ SHARD_SIZE = register(
         expr=sp.floor((_n.symbol + _dp.symbol - 1 - _rank.symbol) / _dp.symbol),
         inputs=(_n, _dp, _rank),
         unit="count",
-        source="numpy.array_split convention (the first n % dp shards get one extra); lesson 'Scaling and distributed training', data_parallel_grad",
+        source="numpy.array_split convention (the first n % dp shards get one extra); "
+               "lesson 'Scaling and distributed training', data_parallel_grad",
         description="examples on rank `rank` when n examples are split over dp ranks: floor((n + dp - 1 - rank)/dp)",
         constraints=("0 <= rank < dp <= n",),
     )
@@ -78,7 +80,8 @@ PLAIN_MEAN_ERROR_COEFFICIENT = register(
         expr=1 / (_dp.symbol * _n_k.symbol) - 1 / _n.symbol,
         inputs=(_dp, _n_k, _n),
         unit="fraction",
-        source="lesson 'Scaling and distributed training', 'Data parallelism is exact' and the unequal-shard exercise: plain mean minus full-batch mean",
+        source="lesson 'Scaling and distributed training', 'Data parallelism is exact' and the unequal-shard "
+               "exercise: plain mean minus full-batch mean",
         description="coefficient of shard k's gradient SUM in (plain mean of shard means - full-batch gradient): "
         "1/(dp*n_k) - 1/n; zero for every shard exactly when all shards are equal",
         constraints=("n = sum of n_k over the dp shards",),
@@ -95,7 +98,8 @@ ACCUMULATION_WEIGHT_NORMALIZED = register(
         expr=1 / _total.symbol,
         inputs=(_total,),
         unit="fraction",
-        source="derived: the full-batch mean over examples (or valid tokens) is sum_i G_i / sum_i c_i for any split (lesson 'Scaling and distributed training', 'Global batch size' mentions accumulation)",
+        source="derived: the full-batch mean over examples (or valid tokens) is sum_i G_i / sum_i c_i for any "
+               "split (lesson 'Scaling and distributed training', 'Global batch size' mentions accumulation)",
         description="weight of one example (or valid token) when accumulated gradient sums are divided by the step's "
         "total count: 1/total, independent of the micro-batch split",
         constraints=("total = sum of c_i over micro-batches",),
@@ -108,7 +112,8 @@ ACCUMULATION_WEIGHT_PER_MICROBATCH_MEAN = register(
         expr=1 / (_m.symbol * _c_i.symbol),
         inputs=(_m, _c_i),
         unit="fraction",
-        source="derived: (1/m) sum_i G_i / c_i, the common accumulation bug when micro-batches hold different token counts",
+        source="derived: (1/m) sum_i G_i / c_i, the common accumulation bug when micro-batches hold different "
+               "token counts",
         description="weight of one example (or valid token) of micro-batch i under the mean of m per-micro-batch "
         "means: 1/(m*c_i); equals 1/total only when every c_i is equal",
         constraints=("count >= 1",),

@@ -12,6 +12,8 @@ accumulation.mean_of_means   a mean per micro-batch, then the mean of     accumu
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 from distcheck.engine.mutants import mutant
@@ -30,7 +32,7 @@ def mean_of_means(grad_fn_sum, params, X, y, microbatch_sizes, mask=None):
     """Per-micro-batch mean loss (over its own tokens), then the mean over micro-batches."""
     bounds = np.cumsum([0, *microbatch_sizes])
     means = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in pairwise(bounds):
         if mask is None:
             means.append(grad_fn_sum(params, X[lo:hi], y[lo:hi]) / (hi - lo))
         else:

@@ -66,8 +66,8 @@ def _shards(case):
     from distcheck.parallel.dp.reference import mse_grad, mse_grad_sum, split_batch
 
     Xs, ys = split_batch(case.X, case.shard_sizes), split_batch(case.y, case.shard_sizes)
-    means = [mse_grad(case.w, Xk, yk) for Xk, yk in zip(Xs, ys)]
-    sums = [to_exact(mse_grad_sum(case.w, Xk, yk)) for Xk, yk in zip(Xs, ys)]  # exact integers
+    means = [mse_grad(case.w, Xk, yk) for Xk, yk in zip(Xs, ys, strict=True)]
+    sums = [to_exact(mse_grad_sum(case.w, Xk, yk)) for Xk, yk in zip(Xs, ys, strict=True)]  # exact integers
     return means, sums
 
 
@@ -111,13 +111,16 @@ def plain_mean_bias(case, *, impl=plain_combine) -> None:
     plain_w, exact_w = get("dp.plain_mean_weight"), get("dp.exact_weight")
     means, sums = _shards(case)
     N, n = len(case.shard_sizes), sum(case.shard_sizes)
-    got = to_exact(call_impl("combine", impl, means, list(case.shard_sizes))) - to_exact(mse_grad(case.w, case.X, case.y))
+    got = (to_exact(call_impl("combine", impl, means, list(case.shard_sizes)))
+           - to_exact(mse_grad(case.w, case.X, case.y)))
     expected = sum(
-        (G * (Fraction(plain_w.evaluate(dp=N, n_k=nk)) - Fraction(exact_w.evaluate(n=n))) for G, nk in zip(sums, case.shard_sizes)),
+        (G * (Fraction(plain_w.evaluate(dp=N, n_k=nk)) - Fraction(exact_w.evaluate(n=n)))
+         for G, nk in zip(sums, case.shard_sizes, strict=True)),
         np.zeros(case.w.shape, dtype=object) * Fraction(0),
     )
     G = sum(sums, np.zeros(case.w.shape, dtype=object) * Fraction(0))
-    P = sum((Gk * Fraction(plain_w.evaluate(dp=N, n_k=nk)) for Gk, nk in zip(sums, case.shard_sizes)), G * 0)
+    P = sum((Gk * Fraction(plain_w.evaluate(dp=N, n_k=nk)) for Gk, nk in zip(sums, case.shard_sizes, strict=True)),
+            G * 0)
     bound = chain_bound(np.abs(P), 1) + chain_bound(np.abs(G / n), 1)
     assert_within(expected, got, bound, what="plain mean - full gradient vs closed-form bias")
 
@@ -231,7 +234,8 @@ def examples_split_invariant(case, *, impl=accumulate) -> None:
     assert_bitwise_equal(a, b, what=f"split {case.split_a} vs split {case.split_b}")
 
 
-_ACC_SIG = "accumulate(grad_fn_sum, params, X, y, microbatch_sizes: list[int], mask: ndarray (batch, seq) | None) -> gradient"
+_ACC_SIG = ("accumulate(grad_fn_sum, params, X, y, microbatch_sizes: list[int], mask: ndarray (batch, seq) | None) "
+            "-> gradient")
 
 
 def _acc_edges():

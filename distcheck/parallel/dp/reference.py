@@ -33,8 +33,9 @@ Stability of Numerical Algorithms*, 2nd ed., Lemma 3.1 and section 3.1).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -121,7 +122,7 @@ def shard_sizes(n: int, dp: int) -> np.ndarray:
     return np.array([base + 1] * extra + [base] * (dp - extra), dtype=np.int64)
 
 
-def split_batch(arr, sizes: Sequence[int]) -> list:
+def split_batch(arr, sizes: Sequence[int] | np.ndarray) -> list:
     """Split ``arr`` along axis 0 into consecutive pieces of the given ``sizes``.
 
     Raises ConfigError if ``arr`` is not a numeric array with an axis 0, a size is
@@ -159,7 +160,7 @@ def _check_grads(field: str, grads) -> list:
         raise ConfigError(field, grads, "must be non-empty")
     first = grads[0]
     keys = sorted(map(str, first)) if isinstance(first, Mapping) else None
-    out = []
+    out: list[Any] = []  # all arrays, or all dicts of arrays (as ``first``)
     for i, g in enumerate(grads):
         if isinstance(first, Mapping):
             if not isinstance(g, Mapping) or sorted(map(str, g)) != keys:
@@ -347,7 +348,7 @@ def shard_grads(grad_fn: Callable, params, X, y, dp: int) -> list:
     if y.shape[:1] != X.shape[:1]:
         raise ConfigError("y.shape", y.shape, f"must start with n={X.shape[0]} (rows of X)")
     sizes = shard_sizes(X.shape[0], dp)
-    return [grad_fn(params, Xk, yk) for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes))]
+    return [grad_fn(params, Xk, yk) for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes), strict=True)]
 
 
 def plain_mean(grads: Sequence) -> object:
@@ -363,7 +364,7 @@ def plain_mean(grads: Sequence) -> object:
     return _map(lambda a: a / len(grads), _sum(grads))
 
 
-def weighted_mean(grads: Sequence, sizes: Sequence[int]) -> object:
+def weighted_mean(grads: Sequence, sizes: Sequence[int] | np.ndarray) -> object:
     """Example-weighted mean ``sum_k n_k g_k / sum_k n_k`` (exact for any shard sizes).
 
     Raises ConfigError if ``sizes`` and ``grads`` differ in length, a size is not an
@@ -373,7 +374,7 @@ def weighted_mean(grads: Sequence, sizes: Sequence[int]) -> object:
     if len(grads) != len(sizes):
         raise ConfigError("sizes", sizes, f"must have one positive entry per gradient ({len(grads)})")
     total = sum(sizes)
-    return _map(lambda a: a / total, _sum(_map(lambda a, s=s: s * a, g) for g, s in zip(grads, sizes)))
+    return _map(lambda a: a / total, _sum(_map(lambda a, s=s: s * a, g) for g, s in zip(grads, sizes, strict=True)))
 
 
 def data_parallel_grad(grad_fn: Callable, params, X, y, dp: int, weighting: str = "plain"):
@@ -412,7 +413,7 @@ def plain_mean_bias(grad_sums: Sequence, sizes: Sequence[int]):
         raise ConfigError("sizes", sizes, f"must have one positive entry per gradient sum ({len(grad_sums)})")
     N, n = len(sizes), sum(sizes)
     terms = []
-    for G, nk in zip(grad_sums, sizes):
+    for G, nk in zip(grad_sums, sizes, strict=True):
         coef = Fraction(1, N * nk) - Fraction(1, n)
         terms.append(_map(lambda a, c=coef: _scale_coef(c, a) * a, G))
     return _sum(terms)
@@ -450,11 +451,13 @@ def mse_dp_error_bound(w, X, y, dp: int, weighting: str = "plain") -> np.ndarray
     sizes = shard_sizes(n, dp)
     N = len(sizes)
     absw = np.abs(w)
-    parts = [2 * (np.abs(Xk).T @ (np.abs(Xk) @ absw + np.abs(yk))) for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes))]
+    parts = [2 * (np.abs(Xk).T @ (np.abs(Xk) @ absw + np.abs(yk)))
+             for Xk, yk in zip(split_batch(X, sizes), split_batch(y, sizes), strict=True)]
     m_full = sum(parts) / n
     if weighting == "plain":
-        m_dp = sum(p / int(nk) for p, nk in zip(parts, sizes)) / N
-        m_bias = sum(abs(float(Fraction(1, N * int(nk)) - Fraction(1, n))) * p for p, nk in zip(parts, sizes))
+        m_dp = sum(p / int(nk) for p, nk in zip(parts, sizes, strict=True)) / N
+        m_bias = sum(abs(float(Fraction(1, N * int(nk)) - Fraction(1, n))) * p
+                     for p, nk in zip(parts, sizes, strict=True))
     else:
         m_dp = sum(parts) / n
         m_bias = 0.0

@@ -7,6 +7,7 @@ Public path: :mod:`distcheck.strategies` (Hypothesis' conventions are listed the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 from hypothesis import strategies as st
@@ -173,7 +174,8 @@ class AccumulationCase:
     split_b: tuple[int, ...]
 
     def __repr__(self) -> str:
-        return (f"AccumulationCase(split_a={self.split_a}, split_b={self.split_b}, mask={self.mask.astype(int).tolist()}, "
+        return (f"AccumulationCase(split_a={self.split_a}, split_b={self.split_b}, "
+                f"mask={self.mask.astype(int).tolist()}, "
                 f"X={self.X.tolist()}, y={self.y.tolist()}, w={self.w.tolist()})")
 
 
@@ -186,7 +188,7 @@ def _v_accumulation_cases(*, min_sequences, max_sequences, min_seq_len, max_seq_
 def _split(draw, total: int) -> tuple[int, ...]:
     cuts = sorted(draw(st.sets(st.integers(1, total - 1), max_size=total - 1))) if total > 1 else []
     edges = [0, *cuts, total]
-    return tuple(b - a for a, b in zip(edges, edges[1:]))
+    return tuple(b - a for a, b in pairwise(edges))
 
 
 @defines(_v_accumulation_cases)

@@ -111,6 +111,7 @@ def mesh_rows(world, examples: Sequence[dict] | None = None, order: str = "tp-dp
         if err:
             bad.append(f"{ex}: {err}")
             break
+        assert results is not None, "run_guarded returns results when it returns no error"
         diffs = _compare(dict(enumerate(results)), ex, order, full_world=True)
         if diffs:
             bad.append(f"pp={ex['pp']}, dp={ex['dp']}, tp={ex['tp']}: {diffs[0]}")

@@ -37,11 +37,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import check_callable, check_type
 from distcheck.engine.contracts.contract import EXACT, Contract, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
-from distcheck.core.errors import ConfigError
-from distcheck.core.validate import check_callable, check_type
 
 __all__ = ["LayoutTarget", "Probe", "ProbeSet", "canonical", "run_probes", "RankLayoutContract",
            "BadInputContract", "PROBE_TIMEOUT_S"]
@@ -115,7 +115,7 @@ class ProbeSet:
 
 
 def _first_difference(a: list[list[int]], b: list[list[int]]) -> str:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return f"group {i}: {x} vs {y}"
     return f"{len(a)} groups vs {len(b)}"

@@ -49,8 +49,10 @@ WORLD_SIZE = register(ClosedForm(
     expr=tp * cp * pp * dp,
     inputs=(_tp, _pp, _dp, _cp),
     unit="GPUs",
-    source="Narayanan et al. 2021 (SC'21) §3.1: p*t*d = n; Llama 3 (Dubey et al. 2024) §3.3.2 and Table 4 (TP*CP*PP*DP); lesson §3 '3D parallelism'",
-    description="GPUs in the world: the product of the tensor-, context-, pipeline- and data-parallel degrees (ep placed inside dp adds none)",
+    source="Narayanan et al. 2021 (SC'21) §3.1: p*t*d = n; Llama 3 (Dubey et al. 2024) §3.3.2 and Table 4 "
+           "(TP*CP*PP*DP); lesson §3 '3D parallelism'",
+    description="GPUs in the world: the product of the tensor-, context-, pipeline- and data-parallel degrees "
+                "(ep placed inside dp adds none)",
 ))
 
 WORLD_SIZE_EP_OUTSIDE_DP = register(ClosedForm(
@@ -58,7 +60,8 @@ WORLD_SIZE_EP_OUTSIDE_DP = register(ClosedForm(
     expr=tp * cp * pp * dp * ep,
     inputs=(_tp, _pp, _dp, _ep, _cp),
     unit="GPUs",
-    source="layout.world_size with expert parallelism as an extra mesh axis (torchtitan ParallelDims when ep is not borrowed from dp)",
+    source="layout.world_size with expert parallelism as an extra mesh axis "
+           "(torchtitan ParallelDims when ep is not borrowed from dp)",
     description="GPUs in the world when expert parallelism is its own axis outside data parallelism: tp*cp*pp*dp*ep",
 ))
 
@@ -71,7 +74,8 @@ NUM_GROUPS = register(ClosedForm(
     expr=world_size / degree,
     inputs=(_world, _degree),
     unit="count",
-    source="the groups of one axis partition the world into world_size/degree groups of degree ranks (Narayanan et al. 2021 §3.1 notation)",
+    source="the groups of one axis partition the world into world_size/degree groups of degree ranks "
+           "(Narayanan et al. 2021 §3.1 notation)",
     description="number of process groups of one parallel axis, e.g. dp groups = world_size/dp",
     constraints=("degree divides world_size",),
 ))
@@ -82,7 +86,8 @@ WEIGHTS_FRACTION_PER_GPU = register(ClosedForm(
     inputs=(_tp, _pp),
     unit="fraction",
     source="lesson §3 '3D parallelism' (1/(t*p) = 1/128 for t=8, p=16)",
-    description="fraction of the dense weights one GPU holds when TP splits matrices and PP splits layers (dp replicates; no ZeRO sharding)",
+    description="fraction of the dense weights one GPU holds when TP splits matrices and PP splits layers "
+                "(dp replicates; no ZeRO sharding)",
 ))
 
 # --- rank <-> coordinates, default order tp, cp, pp, dp (innermost first)
@@ -136,7 +141,8 @@ TP_GROUPS_NODE_LOCAL = register(ClosedForm(
     expr=sp.Piecewise((1, sp.Eq(sp.Mod(_g.symbol, _tp_s), 0)), (0, True)),
     inputs=(_tp, _g),
     unit="flag",
-    source="lesson 'Scaling and distributed training', '3D parallelism': TP inside a server (NVLink); Llama 3 §3.3.2 (TP innermost)",
+    source="lesson 'Scaling and distributed training', '3D parallelism': TP inside a server (NVLink); "
+           "Llama 3 §3.3.2 (TP innermost)",
     description="1 if every TP group lies inside one node, i.e. tp divides gpus_per_node, when tp is the "
                 "innermost axis; 0 otherwise",
     constraints=("tp is the innermost axis (the default order)",

@@ -1,8 +1,8 @@
 """Reference for rank layouts over any named axes: foreign order strings, split dp, borrowed ep.
 
 :mod:`distcheck.parallel.layout.reference` (public path :mod:`distcheck.layout`) holds the
-layout of one fixed set of axes (tp, cp, pp, dp, ep). Frameworks lay ranks out over other axes and name them in their own
-order strings: Megatron-core's ``RankGenerator`` takes ``"tp-cp-ep-dp-pp"``,
+layout of one fixed set of axes (tp, cp, pp, dp, ep). Frameworks lay ranks out over other
+axes and name them in their own order strings: Megatron-core's ``RankGenerator`` takes ``"tp-cp-ep-dp-pp"``,
 torchtitan's ``ParallelDims`` splits dp into ``dp_replicate`` and ``dp_shard``
 (HSDP) and builds its mesh ``(pp, dp_replicate, dp_shard, cp, tp)``, outermost
 first. This module states those layouts from first principles:
@@ -44,9 +44,9 @@ string, an axis of degree > 1 missing from the order.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -106,7 +106,8 @@ def derive_degree(world_size: int, **others: int) -> int:
     rest = prod(others.values())
     if world_size % rest:
         names = "*".join(others) or "1"
-        raise ConfigError("world_size", world_size, f"must be a multiple of {names} = {rest} to derive the remaining degree")
+        raise ConfigError("world_size", world_size,
+                          f"must be a multiple of {names} = {rest} to derive the remaining degree")
     return world_size // rest
 
 
@@ -126,12 +127,12 @@ class AxisLayout:
         parse_order(self.axes, "axes")
         if len(self.axes) != len(self.degrees):
             raise ConfigError("degrees", self.degrees, f"must give one degree per axis ({len(self.axes)} axes)")
-        for a, d in zip(self.axes, self.degrees):
+        for a, d in zip(self.axes, self.degrees, strict=True):
             check_positive_int(a, d)
 
     @classmethod
     def from_order(cls, order: str | Sequence[str], degrees: Mapping[str, int] | None = None, *,
-                   world_size: int | None = None, **kw: int) -> "AxisLayout":
+                   world_size: int | None = None, **kw: int) -> AxisLayout:
         """The layout of ``degrees`` (a mapping, or keywords) under ``order`` (innermost first).
 
         Every axis the order names needs a degree. An axis with a degree but missing from the
@@ -145,7 +146,8 @@ class AxisLayout:
         names = parse_order(order)
         for a in names:
             if a not in given:
-                raise ConfigError("order", order, f"names axis {a!r}, which has no degree (degrees: {', '.join(given) or 'none'})")
+                raise ConfigError("order", order,
+                                  f"names axis {a!r}, which has no degree (degrees: {', '.join(given) or 'none'})")
         for a, d in given.items():
             check_positive_int(a, d)
             if a not in names and d > 1:
@@ -220,7 +222,8 @@ class AxisLayout:
         grid = self._grid()
         total = prod(grid.shape[d] for d in dims)
         if total % size:
-            raise ConfigError("size", size, f"must divide the product of the host axes ({'*'.join(parse_order(host))} = {total})")
+            raise ConfigError("size", size,
+                              f"must divide the product of the host axes ({'*'.join(parse_order(host))} = {total})")
         rest = [d for d in range(grid.ndim) if d not in dims]
         # host axes last, outermost first, so that the flattened host index is innermost-first
         return np.transpose(grid, rest + sorted(dims)).reshape(-1, total // size, size)
@@ -343,5 +346,6 @@ def torchtitan_layout(*, dp_replicate: int = 1, dp_shard: int = -1, cp: int = 1,
                                   pp=pp, world_size=world_size)
     host = dp_shard * cp * tp
     if host % ep:
-        raise ConfigError(Axis.EP, ep, f"must divide dp_shard*cp*tp = {dp_shard}*{cp}*{tp} = {host} (the ranks ep borrows)")
+        raise ConfigError(Axis.EP, ep,
+                          f"must divide dp_shard*cp*tp = {dp_shard}*{cp}*{tp} = {host} (the ranks ep borrows)")
     return TorchtitanLayout(dense, ep)

@@ -50,7 +50,7 @@ def groups_partition(cfg, *, impl=_groups) -> None:
         if len(gs) != n_groups:
             raise PropertyFailure(f"{axis}: number of groups for {cfg}", expected=n_groups, got=len(gs))
         seen = sorted(r for g in gs for r in g)
-        if seen != list(range(world)):
+        if seen != list(range(int(world))):
             raise PropertyFailure(f"{axis}: groups must cover every rank exactly once for {cfg}",
                                   expected=f"range({world})", got=seen)
         for g in gs:

@@ -84,7 +84,8 @@ def _parse_order(order) -> tuple[str, ...]:
         try:
             parts = tuple(order)
         except TypeError:
-            raise ConfigError("order", order, "must be a sequence of axis names or a string like 'tp-cp-pp-dp'") from None
+            raise ConfigError("order", order,
+                              "must be a sequence of axis names or a string like 'tp-cp-pp-dp'") from None
     for p in parts:
         if not isinstance(p, str) or p not in AXES:
             raise ConfigError("order", order, f"names an unknown axis {p!r} (axes: {', '.join(AXES)})")
@@ -147,7 +148,8 @@ class ParallelConfig:
         if self.ep_placement == "inside_dp":
             data = self.dp * self.cp
             if data % self.ep != 0:
-                raise ConfigError("ep", self.ep, f"must divide dp*cp = {self.dp}*{self.cp} = {data} (ep_placement='inside_dp')")
+                raise ConfigError("ep", self.ep,
+                                  f"must divide dp*cp = {self.dp}*{self.cp} = {data} (ep_placement='inside_dp')")
         product = prod(self.degree(a) for a in axes)
         if self.world_size is not None:
             check_positive_int("world_size", self.world_size)
@@ -172,7 +174,9 @@ class ParallelConfig:
             given = tuple(a for a in given if a != Axis.EP)
         for a in given:
             if a not in axes:
-                raise ConfigError("order", self.order, f"names {a!r}, which is not a mesh axis here (mesh axes: {', '.join(axes)}; ep is a mesh axis only with ep_placement='outside')")
+                raise ConfigError("order", self.order,
+                                  f"names {a!r}, which is not a mesh axis here (mesh axes: {', '.join(axes)}; "
+                                  "ep is a mesh axis only with ep_placement='outside')")
         for a in axes:
             if a not in given and self.degree(a) > 1:
                 raise ConfigError("order", self.order, f"must list {a!r} ({a}={self.degree(a)} > 1)")
@@ -185,7 +189,7 @@ class ParallelConfig:
 
     def num_groups(self, axis: str) -> int:
         """How many ``axis`` groups the world has: ``world_size // degree(axis)``."""
-        return self.world_size // self.degree(axis)
+        return _world(self) // self.degree(axis)
 
     @property
     def weights_fraction_per_gpu(self) -> Fraction:
@@ -198,6 +202,18 @@ class ParallelConfig:
         return Fraction(1, self.tp * self.pp)
 
 
+def _world(cfg: ParallelConfig) -> int:
+    """``cfg.world_size``, which ``__post_init__`` always sets (to the product of the mesh degrees)."""
+    assert cfg.world_size is not None, "ParallelConfig.__post_init__ sets world_size"
+    return cfg.world_size
+
+
+def _order(cfg: ParallelConfig) -> tuple[str, ...]:
+    """``cfg.order``, which ``__post_init__`` always stores normalised (every mesh axis, innermost first)."""
+    assert isinstance(cfg.order, tuple), "ParallelConfig.__post_init__ normalises order"
+    return cfg.order
+
+
 def _check_cfg(cfg: object) -> ParallelConfig:
     if not isinstance(cfg, ParallelConfig):
         raise ConfigError("cfg", cfg, "must be a ParallelConfig (see distcheck.layout.EXAMPLES)")
@@ -205,7 +221,7 @@ def _check_cfg(cfg: object) -> ParallelConfig:
 
 
 def _check_enumerable(cfg: ParallelConfig) -> None:
-    if cfg.world_size > MAX_RANKS:
+    if _world(cfg) > MAX_RANKS:
         raise ConfigError("world_size", cfg.world_size,
                           f"must be <= {MAX_RANKS} (2**24) to enumerate every rank; coords, rank_of, node_of "
                           "and ParallelConfig.num_groups work for any world size")
@@ -220,18 +236,18 @@ def mesh_axes(cfg: ParallelConfig) -> tuple[str, ...]:
 def mesh_shape(cfg: ParallelConfig) -> tuple[int, ...]:
     """Degrees outermost first: the ``mesh_shape`` for ``init_device_mesh``."""
     _check_cfg(cfg)
-    return tuple(cfg.degree(a) for a in reversed(cfg.order))
+    return tuple(cfg.degree(a) for a in reversed(_order(cfg)))
 
 
 def mesh_dim_names(cfg: ParallelConfig) -> tuple[str, ...]:
     """Axis names outermost first: the ``mesh_dim_names`` for ``init_device_mesh``."""
     _check_cfg(cfg)
-    return tuple(reversed(cfg.order))
+    return tuple(reversed(_order(cfg)))
 
 
 def _strides(cfg: ParallelConfig) -> dict[str, int]:
     out, s = {}, 1
-    for a in cfg.order:
+    for a in _order(cfg):
         out[a] = s
         s *= cfg.degree(a)
     return out
@@ -247,7 +263,7 @@ def coords(cfg: ParallelConfig, rank: int) -> dict[str, int]:
     _check_cfg(cfg)
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
         raise ConfigError("rank", rank, "must be an integer")
-    if not 0 <= rank < cfg.world_size:
+    if not 0 <= rank < _world(cfg):
         raise ConfigError("rank", rank, f"must be in range(0, {cfg.world_size}) (world_size={cfg.world_size})")
     strides = _strides(cfg)
     return {a: (int(rank) // strides[a]) % cfg.degree(a) for a in mesh_axes(cfg)}
@@ -283,7 +299,7 @@ def rank_grid(cfg: ParallelConfig) -> np.ndarray:
     """
     _check_cfg(cfg)
     _check_enumerable(cfg)
-    return np.arange(cfg.world_size, dtype=np.int64).reshape(mesh_shape(cfg))
+    return np.arange(_world(cfg), dtype=np.int64).reshape(mesh_shape(cfg))
 
 
 def _groups_array(cfg: ParallelConfig, axis: str) -> np.ndarray:
@@ -353,7 +369,7 @@ def groups_node_local(cfg: ParallelConfig, axis: str) -> bool:
     if d == 1:
         return True
     stride = 1
-    for a in cfg.order:
+    for a in _order(cfg):
         if a == axis:
             break
         stride *= cfg.degree(a)
@@ -361,7 +377,7 @@ def groups_node_local(cfg: ParallelConfig, axis: str) -> bool:
     if span >= g:  # (with degree >= 2 this also covers stride >= g)
         return False
     block = stride * d
-    blocks = cfg.world_size // block
+    blocks = _world(cfg) // block
     step = g // math.gcd(block, g)  # k*block mod g repeats with this period
     residues = {(k * block) % g for k in range(min(blocks, step))}
     return all((r + inner) % g + span < g for r in residues for inner in range(stride))
@@ -374,7 +390,8 @@ def tp_groups_node_local(cfg: ParallelConfig) -> bool:
 
 #: Worked layouts from the sources (inputs only; world sizes are computed)
 EXAMPLES: dict[str, ParallelConfig] = {
-    # the lesson "Scaling and distributed training" ("3D parallelism"): 8 x 16 x 128 = 16,384 GPUs, 1/128 of the weights each
+    # the lesson "Scaling and distributed training" ("3D parallelism"): 8 x 16 x 128 = 16,384 GPUs,
+    # 1/128 of the weights each
     "lesson.llama3_405b": ParallelConfig(tp=8, pp=16, dp=128),
     # "Chapter 26: Distributed Training" ("Putting It All Together"): DP=16 x TP=8 x PP=8 = 1,024
     "chapter.llama3_405b_1024": ParallelConfig(tp=8, pp=8, dp=16),

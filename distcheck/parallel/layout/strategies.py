@@ -74,7 +74,8 @@ def parallel_configs(
     ep = draw(st.sampled_from([e for e in range(1, min(max_ep, data) + 1) if data % e == 0]))
     gpn = draw(st.integers(min_gpus_per_node, max_gpus_per_node))
     order = tuple(draw(st.permutations(AXIS_NAMES))) if any_order else None
-    return ParallelConfig(**degrees, ep=ep, gpus_per_node=gpn, order=order)
+    return ParallelConfig(tp=degrees["tp"], cp=degrees["cp"], pp=degrees["pp"], dp=degrees["dp"], ep=ep,
+                          gpus_per_node=gpn, order=order)
 
 
 @dataclass(frozen=True)
@@ -129,4 +130,5 @@ def invalid_parallel_configs(draw) -> InvalidParallelConfig:
     if kind == "ep_placement":
         return InvalidParallelConfig({**base, "ep_placement": draw(st.sampled_from(["inside", "dp", ""]))},
                                      "ep_placement", "unknown placement")
-    return InvalidParallelConfig({**base, "gpus_per_node": draw(st.integers(-2, 0))}, "gpus_per_node", "gpus_per_node < 1")
+    return InvalidParallelConfig({**base, "gpus_per_node": draw(st.integers(-2, 0))}, "gpus_per_node",
+                                 "gpus_per_node < 1")

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import pairwise
 from typing import Any
 
 from hypothesis import strategies as st
 
 from distcheck.engine.contracts.contract import EXACT, Contract, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
 from distcheck.parallel.memory.estimators import (
     BINARY_READING,
     DECIMAL_UNITS,
@@ -55,7 +57,6 @@ from distcheck.parallel.memory.estimators import (
     number,
     read_printed,
 )
-from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
 
 __all__ = ["EstimatorCase", "MemoryEstimatorContract", "MemoryStagesContract"]
 
@@ -83,8 +84,9 @@ def _cases(est: Estimator):
 
 def _resolve(obj: Any, ref: str | None, kind: type, what: str):
     if not isinstance(obj, kind):
-        raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.parallel.memory.estimators.{kind.__name__} "
-                                                        f"({what}; see docs/CERTIFY.md)")
+        raise ProtocolError("target", ref or repr(obj),
+                            f"must be a distcheck.parallel.memory.estimators.{kind.__name__} "
+                            f"({what}; see docs/CERTIFY.md)")
     named: Any = obj  # an Estimator, EstimatorFamily, LayoutTarget or ProbeSet: each has a name and a distribution
     require_distribution(ref or named.name, named.distribution)
     return make_target(obj, ref or f"{kind.__name__}({named.name!r})", kind.__name__, distribution=named.distribution)
@@ -131,7 +133,8 @@ class MemoryEstimatorContract(Contract):
         p, n, opts = case.params, case.n, case.options
         return {
             "fit": fit(est, opts), "base": fit(est, est.fit_options),
-            "components": components_per_param(est, opts), "base_components": components_per_param(est, est.fit_options),
+            "components": components_per_param(est, opts),
+            "base_components": components_per_param(est, est.fit_options),
             "value": est.evaluate(p, n, opts),
             "more": est.evaluate(p, n + case.more_ranks, opts) if est.depends_on_n else None,
             "printed": est.printed(p, n, opts) if est.printed is not None else None,
@@ -217,7 +220,7 @@ class MemoryStagesContract(Contract):
                           + (f" + {number(s['fit'].constant)}" if s["fit"].constant else "") + ")" for s in stages)
         out = {"baseline_n1": Outcome(len({s["n1"] for s in stages}) == 1, note=names,
                                       message=f"{one.where()}: nothing is sharded, yet the stages differ: {shown}")}
-        higher = [(lo, hi) for lo, hi in zip(stages, stages[1:]) if hi["n"] > lo["n"]]
+        higher = [(lo, hi) for lo, hi in pairwise(stages) if hi["n"] > lo["n"]]
         message = ""
         if higher:
             lo, hi = higher[0]

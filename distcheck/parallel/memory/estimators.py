@@ -109,8 +109,10 @@ STATE_CONVENTIONS: tuple[StateConvention, ...] = (
     StateConvention("fp32 gradients instead of 16-bit ones", 2, 4, 12,
                     "Megatron-LM theoretical memory (18 B/param; 6 + 12/d with the distributed optimizer)"),
     StateConvention("fp32 gradients on top of 16-bit ones", 2, 6, 12,
-                    "DeepSpeed ZeRO-2 estimator comment: 2 grads 16-bit + 4 grads 32-bit + 4 params 32-bit + 8 moments"),
-    StateConvention("fp32 weights with no separate master copy", 4, 4, 8, "fp32 training with Adam (no mixed precision)"),
+                    "DeepSpeed ZeRO-2 estimator comment: "
+                    "2 grads 16-bit + 4 grads 32-bit + 4 params 32-bit + 8 moments"),
+    StateConvention("fp32 weights with no separate master copy", 4, 4, 8,
+                    "fp32 training with Adam (no mixed precision)"),
 )
 
 

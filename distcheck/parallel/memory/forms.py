@@ -18,11 +18,13 @@ __all__ = ["BYTES_PER_PARAM", "TRAIN_STATE_BYTES", "WEIGHTS_BYTES", "GRADS_BYTES
 
 # name -> (weights, grads, fp32 master, first moment, second moment, source)
 _CONVENTIONS = {
-    "mixed_adamw": (2, 2, 4, 4, 4, "lesson 'Scaling and distributed training' section 1; ZeRO paper (Rajbhandari et al. 2020) section 3.1, K = 12"),
+    "mixed_adamw": (2, 2, 4, 4, 4, "lesson 'Scaling and distributed training' section 1; "
+                                   "ZeRO paper (Rajbhandari et al. 2020) section 3.1, K = 12"),
     "mixed_adamw_fp32_grads": (2, 4, 4, 4, 4, "Megatron-LM theoretical memory usage (fp32 gradients)"),
     "adam_8bit": (2, 2, 4, 1, 1, "bitsandbytes 8-bit Adam (per-block scales ignored); lesson section 4 exercise"),
     "sgd_momentum": (2, 2, 4, 4, 0, "mixed-precision SGD with momentum: fp32 master + fp32 momentum"),
-    "moments_only": (2, 2, 0, 4, 4, "chapter 'Chapter 26: Distributed Training' table: no fp32 master; the lesson's 'common mistake'"),
+    "moments_only": (2, 2, 0, 4, 4, "chapter 'Chapter 26: Distributed Training' table: no fp32 master; "
+                                    "the lesson's 'common mistake'"),
 }
 
 BYTES_PER_PARAM: dict[str, ClosedForm] = {}
@@ -88,7 +90,8 @@ MIN_GPUS = register(ClosedForm(
     expr=sp.ceiling(_total_in.symbol / _gpu_in.symbol),
     inputs=(_total_in, _gpu_in),
     unit="GPUs",
-    source="chapter 'Chapter 26: Distributed Training': 'H100 80GB GPUs needed: minimum 11' (870 GB / 80 GB, rounded up)",
+    source="chapter 'Chapter 26: Distributed Training': 'H100 80GB GPUs needed: minimum 11' "
+           "(870 GB / 80 GB, rounded up)",
     description="fewest GPUs that hold the total if it split perfectly: ceil(total / gpu)",
 ))
 
@@ -99,7 +102,8 @@ MIN_TP_POW2 = register(ClosedForm(
     expr=2 ** sp.ceiling(sp.log(sp.ceiling(b * P / _budget_in.symbol), 2)),
     inputs=(P_in, b_in, _budget_in),
     unit="count",
-    source="lesson 'Scaling and distributed training' section 6 exercise: smallest power-of-two TP that fits (13B at 80 GB -> 4)",
+    source="lesson 'Scaling and distributed training' section 6 exercise: smallest power-of-two TP that fits "
+           "(13B at 80 GB -> 4)",
     description="smallest power of two t with b P / t <= budget: 2^ceil(log2(ceil(b P / budget))); no upper cap",
 ))
 
@@ -108,7 +112,8 @@ MIN_TP_PP_PRODUCT = register(ClosedForm(
     expr=sp.ceiling(b * P / _budget_in.symbol),
     inputs=(P_in, b_in, _budget_in),
     unit="GPUs",
-    source="lesson 'Scaling and distributed training' section 2 exercise 3: smallest TP x PP split that fits (b P / (t p) <= budget)",
+    source="lesson 'Scaling and distributed training' section 2 exercise 3: smallest TP x PP split that fits "
+           "(b P / (t p) <= budget)",
     description="smallest t*p with b P / (t p) <= budget when any pp is allowed: ceil(b P / budget) "
                 "(t = 1 or any power of two dividing it); requiring pp | num_layers can make it larger",
     constraints=("ceil(b P / budget) <= max_pp (otherwise t > 1 is forced and t*ceil(q/t) may exceed q)",

@@ -21,7 +21,6 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Union
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import parse_bytes
@@ -96,10 +95,11 @@ CONVENTIONS: dict[str, BytesPerParam] = {
     "mixed_adamw_fp32_grads": BytesPerParam(2, 4, 4, 4, 4, "Megatron-LM theoretical memory (fp32 grads)"),
     "adam_8bit": BytesPerParam(2, 2, 4, 1, 1, "bitsandbytes 8-bit Adam; lesson section 4 exercise"),
     "sgd_momentum": BytesPerParam(2, 2, 4, 4, 0, "mixed-precision SGD with momentum"),
-    "moments_only": BytesPerParam(2, 2, 0, 4, 4, "chapter 'Chapter 26: Distributed Training' table; lesson 'common mistakes'"),
+    "moments_only": BytesPerParam(2, 2, 0, 4, 4,
+                                  "chapter 'Chapter 26: Distributed Training' table; lesson 'common mistakes'"),
 }
 
-BytesLike = Union[int, Fraction, str, BytesPerParam]
+BytesLike = int | Fraction | str | BytesPerParam
 
 
 def bytes_per_param(convention: str) -> BytesPerParam:
@@ -134,7 +134,8 @@ def _positive_bytes(field: str, value: object) -> Fraction:
         except ConfigError as exc:
             raise ConfigError(field, value, exc.rule) from None
     if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
-        raise ConfigError(field, value, "must be an int or Fraction number of bytes (exact; no floats), or a string like '80 GB' / '80 GiB'")
+        raise ConfigError(field, value, "must be an int or Fraction number of bytes (exact; no floats), "
+                                        "or a string like '80 GB' / '80 GiB'")
     if value <= 0:
         raise ConfigError(field, value, "must be > 0")
     return Fraction(value)
@@ -152,7 +153,7 @@ def _split(params: object, tp: object, pp: object) -> tuple[int, int, int]:
     params = check_positive_int("params", params)
     tp = check_positive_int("tp", tp)
     pp = check_positive_int("pp", pp)
-    return params, tp, pp  # type: ignore[return-value]
+    return params, tp, pp
 
 
 def train_state_bytes(params: int, bytes_per_param: BytesLike = 16, tp: int = 1, pp: int = 1) -> int | Fraction:
@@ -199,7 +200,8 @@ def optimizer_bytes(params: int, convention: str | BytesPerParam = "mixed_adamw"
     return _component(params, convention, tp, pp, "optimizer")
 
 
-def min_tp(params: int, budget_bytes: int | Fraction | str, bytes_per_param: BytesLike = 16, max_tp: int = 8) -> int | None:
+def min_tp(params: int, budget_bytes: int | Fraction | str, bytes_per_param: BytesLike = 16,
+           max_tp: int = 8) -> int | None:
     """Smallest power-of-two tp <= ``max_tp`` whose training state fits ``budget_bytes``.
 
     Fits means ``train_state_bytes(params, bytes_per_param, tp) <= budget_bytes``
@@ -302,7 +304,7 @@ def _ceil_fraction(q: Fraction) -> int:
 def _divisors_up_to(n: int, limit: int) -> list[int]:
     """The divisors of ``n`` that are <= ``limit``, ascending: O(min(limit, sqrt n)) trials
     (divisors come in pairs d, n // d with d <= sqrt n; past ``limit`` both exceed it)."""
-    out = set()
+    out: set[int] = set()
     d = 1
     while d * d <= n and d <= limit:
         if n % d == 0:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+from typing import TypedDict
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_bool, check_choice, check_positive_int
@@ -95,12 +96,11 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "ffn_hidden_size", "num_heads", "vocab_size"):
             object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
-        if self.num_kv_heads is None:
-            object.__setattr__(self, "num_kv_heads", self.num_heads)
-        object.__setattr__(self, "num_kv_heads", check_positive_int("num_kv_heads", self.num_kv_heads))
-        if self.num_heads % self.num_kv_heads != 0:
+        kv = check_positive_int("num_kv_heads", self.num_heads if self.num_kv_heads is None else self.num_kv_heads)
+        object.__setattr__(self, "num_kv_heads", kv)
+        if self.num_heads % kv != 0:
             raise ConfigError(
-                "num_heads", self.num_heads, f"must be divisible by num_kv_heads={self.num_kv_heads}"
+                "num_heads", self.num_heads, f"must be divisible by num_kv_heads={kv}"
             )
         if self.head_dim is None:
             if self.hidden_size % self.num_heads != 0:
@@ -118,18 +118,18 @@ class TransformerConfig:
     @property
     def q_width(self) -> int:
         """Output width of the q projection: num_heads * head_dim."""
-        return self.num_heads * self.head_dim
+        return self.num_heads * _resolved(self.head_dim)
 
     @property
     def kv_width(self) -> int:
         """Output width of each of k and v: num_kv_heads * head_dim."""
-        return self.num_kv_heads * self.head_dim
+        return _resolved(self.num_kv_heads) * _resolved(self.head_dim)
 
     def closed_form_inputs(self) -> dict[str, int]:
         """The inputs of the closed form ``params.decoder_only`` for this config (flags as 0/1)."""
         return dict(
             hidden_size=self.hidden_size, num_layers=self.num_layers, ffn_hidden_size=self.ffn_hidden_size,
-            num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+            num_heads=self.num_heads, num_kv_heads=_resolved(self.num_kv_heads), head_dim=_resolved(self.head_dim),
             vocab_size=self.vocab_size, swiglu=int(self.swiglu), tied=int(self.tied_embeddings),
             norm_weights=int(self.norm is not None), norm_biases=int(self.norm == "layer"),
             qkv_bias=int(self.qkv_bias), mlp_bias=int(self.mlp_bias), out_bias=int(self.out_bias),
@@ -137,18 +137,28 @@ class TransformerConfig:
         )
 
 
-def _norm_tensors(prefix: str, cfg: TransformerConfig) -> list[tuple[str, tuple[int, ...]]]:
+def _resolved(value: int | None) -> int:
+    """``num_kv_heads`` or ``head_dim`` of a TransformerConfig: ``__post_init__`` always sets both."""
+    assert value is not None, "TransformerConfig.__post_init__ sets num_kv_heads and head_dim"
+    return value
+
+
+#: parameter tensors as ``(name, shape)``
+Tensors = list[tuple[str, tuple[int, ...]]]
+
+
+def _norm_tensors(prefix: str, cfg: TransformerConfig) -> Tensors:
     if cfg.norm is None:
         return []
-    out = [(f"{prefix}.weight", (cfg.hidden_size,))]
+    out: Tensors = [(f"{prefix}.weight", (cfg.hidden_size,))]
     if cfg.norm == "layer":
         out.append((f"{prefix}.bias", (cfg.hidden_size,)))
     return out
 
 
-def _linear(prefix: str, out_features: int, in_features: int, bias: bool) -> list[tuple[str, tuple[int, ...]]]:
+def _linear(prefix: str, out_features: int, in_features: int, bias: bool) -> Tensors:
     # torch.nn.Linear stores weight as (out_features, in_features)
-    out = [(f"{prefix}.weight", (out_features, in_features))]
+    out: Tensors = [(f"{prefix}.weight", (out_features, in_features))]
     if bias:
         out.append((f"{prefix}.bias", (out_features,)))
     return out
@@ -197,7 +207,7 @@ def param_tensors(cfg: TransformerConfig) -> list[tuple[str, tuple[int, ...]]]:
     if cfg.num_layers > MAX_LISTED_LAYERS:
         raise ConfigError("num_layers", cfg.num_layers, f"must be <= {MAX_LISTED_LAYERS} to list every tensor "
                                                           "(count_params and component_counts take any num_layers)")
-    out = [("model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size))]
+    out: Tensors = [("model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size))]
     for i in range(cfg.num_layers):
         layer = _layer_tensors(i, cfg)
         out += layer["attention"] + layer["mlp"] + layer["norms"]
@@ -239,7 +249,18 @@ def component_counts(cfg: TransformerConfig) -> dict[str, int]:
     }
 
 
-_LLAMA2_7B = dict(hidden_size=4096, num_layers=32, ffn_hidden_size=11008, num_heads=32, vocab_size=32000)
+class _Shape(TypedDict):
+    """The required fields of a TransformerConfig."""
+
+    hidden_size: int
+    num_layers: int
+    ffn_hidden_size: int
+    num_heads: int
+    vocab_size: int
+
+
+_LLAMA2_7B: _Shape = {"hidden_size": 4096, "num_layers": 32, "ffn_hidden_size": 11008, "num_heads": 32,
+                      "vocab_size": 32000}
 
 #: Named configurations. Totals (checked exactly by the tests):
 #: lesson-7b-style 6,738,149,376 (Llama-2-7B without norm weights; lesson section 3),

@@ -26,7 +26,8 @@ def _v_transformer_configs(*, min_layers, max_layers, max_kv_heads, max_group, m
     for name, value in (("gqa", gqa), ("swiglu", swiglu), ("tied", tied)):
         check_optional_bool(name, value)
     if gqa and max_group < 2:
-        raise InvalidArgument(f"gqa=True needs max_group >= 2 (num_heads = group * num_kv_heads), got max_group={max_group}")
+        raise InvalidArgument("gqa=True needs max_group >= 2 (num_heads = group * num_kv_heads), "
+                              f"got max_group={max_group}")
 
 
 @defines(_v_transformer_configs)

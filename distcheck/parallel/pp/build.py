@@ -61,7 +61,7 @@ class RankBuilder:
         self.pending_w: deque[tuple[int, int]] = deque()
 
     def _single(self, kind: int, stage: int, mb: int, overlap: bool) -> None:
-        for column, value in zip(self.singles, (kind, stage, mb, overlap)):
+        for column, value in zip(self.singles, (kind, stage, mb, overlap), strict=True):
             column.append(value)
 
     def _flush(self) -> None:

@@ -112,7 +112,7 @@ def _record(stage, log: list) -> None:
 
 def _table_units(actions: list) -> list:
     """The rank's table as ``(kind, stage, mb)`` triples, an overlapped pair as a list of two."""
-    out = []
+    out: list[tuple[str, int, int] | list[tuple[str, int, int]]] = []
     for u in actions:
         if isinstance(u, tuple):
             out.append([(a.kind, a.stage, a.microbatch) for a in u])
@@ -172,8 +172,9 @@ def schedule_step(ctx, cls, schedule: str, v: int, example: dict) -> dict:
     ref = torch.nn.Sequential(*[copy.deepcopy(b) for b in blocks]).to(ctx.device)
     _sum_sq_loss(ref(x), t).backward()
     worst, bitwise = 0.0, True
-    for st, s in zip(stages, mine):
-        for a, b in zip(st.submod.parameters(), ref[s].parameters()):
+    for st, s in zip(stages, mine, strict=True):
+        for a, b in zip(st.submod.parameters(), ref[s].parameters(), strict=True):
+            assert a.grad is not None and b.grad is not None, "every parameter takes part in the loss"
             worst = max(worst, (a.grad - b.grad).abs().max().item())
             bitwise = bitwise and torch.equal(a.grad, b.grad)
     table = _table_units(from_torch_actions({r: sched.pipeline_order[r]}, pairs=True)[r])
@@ -244,7 +245,7 @@ def run_pipelining_checks(world, *, examples: Sequence[dict] | None = None, tabl
                  if [tuple(a) for a in res["executed"]] != _flat(res["table"])]
         if diffs:
             rk, done, tab = diffs[0]
-            k = next((i for i, (a, b) in enumerate(zip(done, tab)) if a != b), min(len(done), len(tab)))
+            k = next((i for i, (a, b) in enumerate(zip(done, tab, strict=False)) if a != b), min(len(done), len(tab)))
             detail = f"p={ws}, m={ex['m']}, rank {rk}: first difference at position {k}: executed {done[k:k + 3]} " \
                      f"vs table {tab[k:k + 3]}"
         else:

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from distcheck.core.errors import ConfigError
+from distcheck.core.vocab import Schedule, names
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import make_target, resolve
-from distcheck.core.errors import ConfigError
-from distcheck.core.vocab import Schedule, names
 
 __all__ = ["PipelineTable", "PipelineSchedule"]
 

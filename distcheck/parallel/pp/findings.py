@@ -18,8 +18,9 @@ _1F1B_SUMMARY = ("torch's Schedule1F1B table (_get_pipeline_order) is wrong on t
                  "the table starts at micro-batch 1 and names micro-batch m, which does not exist (smallest case "
                  "p=1, m=1: [0F1, 0B0]); the order torch executes is right (pp.executed_timeline.Schedule1F1B "
                  "passes)")
-_1F1B_REPORTED = ("not found in pytorch/pytorch's issue tracker; the table comes from Schedule1F1B._get_pipeline_order, "
-                  "added by pytorch/pytorch pull request 155935 ('Add get_pipeline_order() for Gpipe and 1F1B'); "
+_1F1B_REPORTED = ("not found in pytorch/pytorch's issue tracker; the table comes from "
+                  "Schedule1F1B._get_pipeline_order, added by pytorch/pytorch pull request 155935 "
+                  "('Add get_pipeline_order() for Gpipe and 1F1B'); "
                   "recorded in docs/LAYERS.md, section Pipelining")
 
 FINDINGS: tuple[Finding, ...] = (

@@ -60,12 +60,14 @@ _TB = Input("t_b", "ticks of one backward of one stage (one chunk when interleav
 
 p, m, v, t_f, t_b = (i.symbol for i in (_P, _M, _V, _TF, _TB))
 
-_GPIPE = "GPipe (Huang et al. 2019, arXiv:1811.06965, §2.3: bubble O((K-1)/(M+K-1))); lesson 'Scaling and distributed training', 'Pipeline bubble'"
+_GPIPE = ("GPipe (Huang et al. 2019, arXiv:1811.06965, §2.3: bubble O((K-1)/(M+K-1))); "
+          "lesson 'Scaling and distributed training', 'Pipeline bubble'")
 _NARAYANAN_1F1B = "Narayanan et al. 2021 (SC'21), §2.2.1: PipeDream-Flush bubble (p-1)/m relative to ideal time"
 _NARAYANAN_INT = "Narayanan et al. 2021 (SC'21), §2.2.2: interleaved bubble (1/v)(p-1)/m; exact per the tick simulator"
 _INT_CONSTRAINTS = ("v >= 2", "m % p == 0 (Megatron-LM's interleaved order; Narayanan et al. 2021 §2.2.2)")
 
-_BFS = "Lamy-Poirier 2023, 'Breadth-First Pipeline Parallelism' (arXiv:2211.05953); torch's ScheduleLoopedBFS; exact per the tick simulator"
+_BFS = ("Lamy-Poirier 2023, 'Breadth-First Pipeline Parallelism' (arXiv:2211.05953); torch's ScheduleLoopedBFS; "
+        "exact per the tick simulator")
 _VB = Input("v", "model chunks per rank (1 or more)", "chunks", default=1)
 _BFS_STEPS = v * sp.Max(m, p) + sp.Min(m, p) - 1
 
@@ -95,7 +97,8 @@ FORMS: tuple[ClosedForm, ...] = (
     # --- useful work
     _form(
         "pipeline.busy_ticks", v * m * (t_f + t_b), (_P, _M, _V1, _TF, _TB), "ticks",
-        "lesson 'Scaling and distributed training' ('Pipeline bubble': each stage is busy 3m ticks); Narayanan et al. 2021 §2.2 (ideal time)",
+        "lesson 'Scaling and distributed training' ('Pipeline bubble': each stage is busy 3m ticks); "
+        "Narayanan et al. 2021 §2.2 (ideal time)",
         "ticks each rank spends computing in one step (the ideal time): v*m forwards and v*m backwards; "
         "the same for every rank and every schedule",
     ),
@@ -131,7 +134,8 @@ FORMS: tuple[ClosedForm, ...] = (
     ),
     # --- bubble, relative to the ideal time
     _form(
-        f"pipeline.bubble_ratio.{Schedule.GPIPE}", (p - 1) / m, _BASE, "fraction", _NARAYANAN_1F1B + " (holds for GPipe too)",
+        f"pipeline.bubble_ratio.{Schedule.GPIPE}", (p - 1) / m, _BASE, "fraction",
+        _NARAYANAN_1F1B + " (holds for GPipe too)",
         "idle time / ideal time of GPipe; can exceed 1 when m < p - 1",
     ),
     _form(
@@ -157,15 +161,17 @@ FORMS: tuple[ClosedForm, ...] = (
     ),
     _form(
         f"pipeline.peak_in_flight.{Schedule.INTERLEAVED}", sp.Min((v + 1) * p - 1, v * m), _INTER, "count",
-        "derived from Megatron-LM's interleaved warm-up count min(2(p-r-1) + (v-1)p, v m); checked by the tick simulator",
+        "derived from Megatron-LM's interleaved warm-up count min(2(p-r-1) + (v-1)p, v m); "
+        "checked by the tick simulator",
         "peak number of (chunk, micro-batch) activation stashes on rank 0 (the maximum over ranks) under "
         "interleaved 1F1B; each stash is one chunk's activations (1/v of the rank's layers); "
         "rank r holds min(2(p-r-1) + (v-1)p + 1, v m)",
         _INT_CONSTRAINTS,
     ),
     # --- breadth-first (looped BFS): v chunks, every micro-batch through one chunk before the next
-    _form(f"pipeline.step_ticks.{Schedule.LOOPED_BFS}", _BFS_STEPS * (t_f + t_b), (_P, _M, _VB, _TF, _TB), "ticks", _BFS,
-          "ticks of one breadth-first step: (v max(m, p) + min(m, p) - 1)(t_f + t_b); (v m + p - 1)(t_f + t_b) when m >= p"),
+    _form(f"pipeline.step_ticks.{Schedule.LOOPED_BFS}", _BFS_STEPS * (t_f + t_b), (_P, _M, _VB, _TF, _TB), "ticks",
+          _BFS, "ticks of one breadth-first step: (v max(m, p) + min(m, p) - 1)(t_f + t_b); "
+          "(v m + p - 1)(t_f + t_b) when m >= p"),
     _form(f"pipeline.idle_ticks.{Schedule.LOOPED_BFS}", (_BFS_STEPS - v * m) * (t_f + t_b), (_P, _M, _VB, _TF, _TB),
           "ticks", _BFS, "ticks each rank idles in one breadth-first step; (p-1)(t_f+t_b) when m >= p"),
     _form(f"pipeline.bubble_fraction.{Schedule.LOOPED_BFS}", (_BFS_STEPS - v * m) / _BFS_STEPS, (_P, _M, _VB, _TF, _TB),

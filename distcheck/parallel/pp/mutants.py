@@ -79,7 +79,7 @@ def _one_sweep(u) -> np.ndarray:
     end = np.zeros(u.count + 1, np.int64)
     deps = np.where(u.deps >= 0, u.deps, u.count)
     incl = np.cumsum(u.cost)
-    for a, b in zip(u.offsets[:-1].tolist(), u.offsets[1:].tolist()):
+    for a, b in zip(u.offsets[:-1].tolist(), u.offsets[1:].tolist(), strict=True):
         if b > a:
             d = end[deps[a:b]].max(axis=1) - (incl[a:b] - u.cost[a:b])
             end[a:b] = np.maximum.accumulate(d) + incl[a:b]
@@ -123,7 +123,7 @@ def order_w_deferred(schedule, p, m, v=None):
 
     o = order_arrays(schedule, p, m, v)
     out = []
-    for lo, hi in zip(o.offsets[:-1].tolist(), o.offsets[1:].tolist()):
+    for lo, hi in zip(o.offsets[:-1].tolist(), o.offsets[1:].tolist(), strict=True):
         k = np.arange(lo, hi)
         out.append(np.concatenate([k[o.kind[k] != 3], k[o.kind[k] == 3]]))
     return _reordered(o, np.concatenate(out))

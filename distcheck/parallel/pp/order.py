@@ -34,7 +34,7 @@ from distcheck.parallel.pp.actions import KINDS, MAX_ACTIONS, Action
 __all__ = ["F", "B", "I", "W", "Order", "compile_order", "check_order", "dependencies", "from_arrays"]
 
 #: action codes of :data:`Order.kind` (the index in :data:`distcheck.parallel.pp.actions.KINDS`)
-F, B, I, W = 0, 1, 2, 3
+F, B, I, W = 0, 1, 2, 3  # noqa: E741 - the schedule notation's action letters, public names
 _CODE = {k: n for n, k in enumerate(KINDS)}
 
 
@@ -69,7 +69,7 @@ class Order:
         """``{rank: [Action, ...]}``; with ``pairs`` an overlapped pair is one ``(Action, Action)`` tuple."""
         out: dict[int, list] = {}
         kinds, mbs, sts, ov = self.kind.tolist(), self.microbatch.tolist(), self.stage.tolist(), self.overlap.tolist()
-        acts = [Action(KINDS[k], j, s) for k, j, s in zip(kinds, mbs, sts)]
+        acts = [Action(KINDS[k], j, s) for k, j, s in zip(kinds, mbs, sts, strict=True)]
         for r in range(self.num_ranks):
             lo, hi = int(self.offsets[r]), int(self.offsets[r + 1])
             if not pairs:
@@ -150,8 +150,8 @@ def compile_order(order, num_stages: int, num_microbatches: int, routes=None) ->
                                                        "overlapped pairs; see from_torch_actions)")
             if total + len(acts) > MAX_ACTIONS:
                 raise ConfigError("order", f"<more than {MAX_ACTIONS} actions>",
-                                  f"must hold at most pipeline.MAX_ACTIONS = {MAX_ACTIONS} actions; for large sizes use "
-                                  "the closed forms pipeline.* (distcheck.closed_form.get)")
+                                  f"must hold at most pipeline.MAX_ACTIONS = {MAX_ACTIONS} actions; "
+                                  "for large sizes use the closed forms pipeline.* (distcheck.closed_form.get)")
         total += len(acts)
         rows[rank] = (acts, flags)
     p = max(rows) + 1
@@ -200,7 +200,8 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
         bad = np.flatnonzero((arr < 0) | (arr >= bound))
         if bad.size:
             k = int(bad[0])
-            raise ConfigError(name, int(arr[k]), f"must be < {what}={bound} (in {order.action(k)} on rank {int(rank_of[k])})")
+            raise ConfigError(name, int(arr[k]),
+                              f"must be < {what}={bound} (in {order.action(k)} on rank {int(rank_of[k])})")
     if order.first_stage is not None:
         off = np.flatnonzero((st < first[mb]) | (st > last[mb]))
         if off.size:
@@ -213,7 +214,7 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
     SM = S * M
     key = st * M + mb
     full = kind.astype(np.int64) * SM + key
-    pos = np.full(4 * SM, -1, np.int32 if N < 2**31 else np.int64)
+    pos: np.ndarray = np.full(4 * SM, -1, np.int32 if N < 2**31 else np.int64)
     arange = np.arange(N, dtype=pos.dtype)
     pos[full[::-1]] = arange[::-1]  # the first action of each key wins
     got = pos[full]
@@ -233,7 +234,8 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
         for s in np.flatnonzero(placed >= 0).tolist():
             if mapping.get(s) != int(placed[s]):
                 raise ConfigError("stage_to_rank", mapping.get(s),
-                                  f"puts stage {s} on rank {mapping.get(s)}, but the order runs it on rank {int(placed[s])}")
+                                  f"puts stage {s} on rank {mapping.get(s)}, "
+                                  f"but the order runs it on rank {int(placed[s])}")
     idx = pos.reshape(4, SM)
     has = idx >= 0
     if order.first_stage is None:
@@ -251,7 +253,8 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
         mixed = np.flatnonzero(has[B] & split)
         if mixed.size:
             s, j = divmod(int(mixed[0]), M)
-            raise ConfigError("order", str(Action("B", j, s)), "mixes a full backward B with split I/W for one micro-batch")
+            raise ConfigError("order", str(Action("B", j, s)),
+                              "mixes a full backward B with split I/W for one micro-batch")
         complete = has[B] | (has[I] & has[W])
     else:
         complete = has[B]
@@ -260,7 +263,8 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
         k = int(incomplete[0])
         s, j = divmod(k, M)
         miss = "W" if has[I, k] else ("I" if has[W, k] else "B")
-        raise ConfigError("order", str(Action(miss, j, s)), "is missing (each micro-batch needs B, or I and W, per stage)")
+        raise ConfigError("order", str(Action(miss, j, s)),
+                          "is missing (each micro-batch needs B, or I and W, per stage)")
     idx_f = idx[F]
     idx_bk = np.where(has[B], idx[B], idx[I]) if split.any() else idx[B]
     return idx_f, idx_bk, idx[I], idx[W], placed
@@ -279,6 +283,7 @@ def dependencies(order: Order, idx_f: np.ndarray, idx_bk: np.ndarray, idx_i: np.
     none = np.full(M, -1, idx_f.dtype)
     f_before = np.concatenate([none, idx_f[:-M]])  # F of stage s - 1
     b_after = np.concatenate([idx_bk[M:], none])  # backward of stage s + 1
+    on: slice | np.ndarray
     if order.first_stage is None:
         on = slice(None)
     else:

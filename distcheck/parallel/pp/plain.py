@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from fractions import Fraction
 
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.pp.actions import Action, DeadlockError, Span
 
 __all__ = ["PlainTimeline", "plain_replay"]
@@ -82,7 +83,13 @@ def plain_replay(order, num_stages: int, num_microbatches: int, *, t_f: int = 1,
                 parked.setdefault(missing, []).append(r)
                 break
             start = max([free[r]] + [end[d] for d in ds])
-            stop = start + (cost[unit[0].kind] if len(unit) == 1 else t_fb)
+            if len(unit) == 1:
+                ticks = cost[unit[0].kind]
+            elif t_fb is None:
+                raise ConfigError("t_fb", None, "is required when the order has overlapped pairs")
+            else:
+                ticks = t_fb
+            stop = start + ticks
             for a in unit:
                 end[a] = stop
                 spans.append(Span(a, r, start, stop))

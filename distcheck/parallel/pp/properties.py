@@ -18,7 +18,8 @@ from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
 from distcheck.parallel.pp import strategies as ds
 
-__all__ = ["simulator_matches_closed_forms", "bubble_fraction_formula", "formula_matches_simulator", "stash_formula", "stash_formula_matches_simulator"]
+__all__ = ["simulator_matches_closed_forms", "bubble_fraction_formula", "formula_matches_simulator", "stash_formula",
+           "stash_formula_matches_simulator"]
 
 
 def _equal(what: str, expected, got, params) -> None:
@@ -49,7 +50,8 @@ def simulator_matches_closed_forms(pp, *, impl=_simulate) -> None:
     _equal("bubble_fraction vs ratio/(1+ratio)", ratio / (1 + ratio), tl.bubble_fraction, pp)
     _equal("peak_in_flight", _form(f"pipeline.peak_in_flight.{s}", **vals), max(tl.peak_in_flight), pp)
     if s == Schedule.GPIPE and tl.peak_in_flight[0] != pp.m:
-        raise PropertyFailure(f"GPipe rank 0 must stash all m micro-batches for {pp}", expected=pp.m, got=tl.peak_in_flight[0])
+        raise PropertyFailure(f"GPipe rank 0 must stash all m micro-batches for {pp}", expected=pp.m,
+                              got=tl.peak_in_flight[0])
     if s == Schedule.ONE_F_ONE_B and max(tl.peak_in_flight) > pp.p:
         raise PropertyFailure(f"1F1B must stash at most p micro-batches for {pp}", expected=f"<= {pp.p}",
                               got=max(tl.peak_in_flight))
@@ -85,8 +87,9 @@ def _edges():
     """One stage (no bubble); fewer micro-batches than stages (m < p: the stash is m, not p);
     interleaved with v m below (v + 1) p - 1; the lesson's GPipe p = 4, m = 4 (bubble 3/7)."""
     P = ds.PipelineParams
-    return (P(Schedule.GPIPE, 1, 1, 1, 1, 2), P(Schedule.ONE_F_ONE_B, 2, 1, 1, 1, 2), P(Schedule.ONE_F_ONE_B, 4, 2, 1, 1, 2),
-            P(Schedule.INTERLEAVED, 2, 2, 2, 1, 2), P(Schedule.GPIPE, 4, 4, 1, 1, 2))
+    return (P(Schedule.GPIPE, 1, 1, 1, 1, 2), P(Schedule.ONE_F_ONE_B, 2, 1, 1, 1, 2),
+            P(Schedule.ONE_F_ONE_B, 4, 2, 1, 1, 2), P(Schedule.INTERLEAVED, 2, 2, 2, 1, 2),
+            P(Schedule.GPIPE, 4, 4, 1, 1, 2))
 
 
 register(Property(

@@ -15,9 +15,9 @@ Everything is exact (integer ticks, Fraction bubbles).
 * ``pipeline.zero_bubble.w_after_i``: in a schedule's order every W comes after its own I on
   the same rank, and runs after it ends (implementation: an order generator).
 * ``pipeline.zero_bubble.stash_bound``: no rank of a schedule with a published bound (not
-  torch's interleaved ZB) holds more activations than it: p (ZB-H1, Qi et al. §2.1), 2p - 1 (ZB-H2, §2.2), 2p half-stage chunks
-  (ZB-V, §6), PP + 1 (DualPipe, DeepSeek-V3 Table 2; 2p + 1 stage-chunks for DualPipeV)
-  (implementation: an order generator).
+  torch's interleaved ZB) holds more activations than it: p (ZB-H1, Qi et al. §2.1), 2p - 1
+  (ZB-H2, §2.2), 2p half-stage chunks (ZB-V, §6), PP + 1 (DualPipe, DeepSeek-V3 Table 2;
+  2p + 1 stage-chunks for DualPipeV) (implementation: an order generator).
 * ``pipeline.zero_bubble.bubble_formula``: a ZB-H1 bubble formula in (p, t_f, t_i, t_w) equals
   the simulated bubble where the published form applies (t_w <= t_f, t_i; m >= p).
 """
@@ -92,10 +92,10 @@ def matches_plain_replay(case, *, impl=_replay) -> None:
     except DeadlockError as exc:
         try:
             impl(order, stages, case.m, **costs, t_fb=t_fb, routes=_routes(case))
-        except DeadlockError as got:
-            if got.blocked != exc.blocked:
+        except DeadlockError as theirs:
+            if theirs.blocked != exc.blocked:
                 raise PropertyFailure(f"deadlock reports differ for {case}", expected=exc.blocked,
-                                      got=got.blocked) from None
+                                      got=theirs.blocked) from None
             return
         except Exception as other:  # noqa: BLE001 - a crash where a deadlock belongs is the implementation's
             raise PropertyFailure(f"the order deadlocks, the implementation raised {type(other).__name__} for {case}",
@@ -108,7 +108,7 @@ def matches_plain_replay(case, *, impl=_replay) -> None:
             raise PropertyFailure(f"{name} differs from the plain replay for {case}", expected=getattr(want, name),
                                   got=getattr(got, name))
     if tuple(got.spans) != want.spans:
-        first = next(i for i, (a, b) in enumerate(zip(got.spans, want.spans)) if a != b) \
+        first = next(i for i, (a, b) in enumerate(zip(got.spans, want.spans, strict=True)) if a != b) \
             if len(got.spans) == len(want.spans) else min(len(got.spans), len(want.spans))
         raise PropertyFailure(f"spans differ from the plain replay for {case} (first at {first})",
                               expected=want.spans[first:first + 1], got=tuple(got.spans)[first:first + 1])
@@ -142,8 +142,8 @@ def zero_bubble_closed_forms(case, *, impl=_order_arrays) -> None:
     _equal("bubble ticks (the most any rank idles)", form_value(f"pipeline.bubble_ticks.{s}", **vals),
            max(tl.idle_ticks), case)
     if s in (Schedule.ZB_H2, Schedule.ZB_V):
-        _equal("steady bubble (idle inside each rank's window)", form_value(f"pipeline.bubble_ticks.{s}.steady", **vals),
-               max(tl.window_idle_ticks), case)
+        _equal("steady bubble (idle inside each rank's window)",
+               form_value(f"pipeline.bubble_ticks.{s}.steady", **vals), max(tl.window_idle_ticks), case)
         _equal("steady bubble ratio", form_value(f"pipeline.bubble_ratio.{s}.steady", **vals),
                Fraction(max(tl.window_idle_ticks), tl.busy_ticks[0]), case)
     if s not in (Schedule.DUALPIPE, Schedule.DUALPIPEV) or case.t_fb == 3 * case.t_f:
@@ -193,7 +193,7 @@ def stash_bound(case, *, impl=_order_arrays) -> None:
                               got=max(tl.peak_in_flight))
 
 
-def zb_h1_bubble_formula(p: int, t_f: int, t_i: int, t_w: int) -> int:
+def zb_h1_bubble_formula(p: int, t_f: int, t_i: int, t_w: int) -> int | Fraction:
     """Reference formula: ``pipeline.bubble_ticks.zb_h1.published``, (p-1)(t_f + t_i - t_w) with
     t_i the input-gradient backward (Qi et al. 2023, Table 2)."""
     return form_value("pipeline.bubble_ticks.zb_h1.published", p=p, t_f=t_f, t_i=t_i, t_w=t_w)

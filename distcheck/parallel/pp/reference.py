@@ -109,7 +109,8 @@ def _convert_torch_action(rank: int, a, out: list, pairs: bool = False) -> None:
     else:
         raise ConfigError(
             f"pipeline_order[{rank}]", a,
-            f"has computation type {name!r}; expected one of {', '.join(sorted(_TORCH_COMPUTE))} (or a free comm action)",
+            f"has computation type {name!r}; expected one of {', '.join(sorted(_TORCH_COMPUTE))} "
+            "(or a free comm action)",
         )
 
 

@@ -54,8 +54,8 @@ SPLIT_BACKWARD = frozenset({Schedule.ZB_H1, Schedule.ZB_H2, Schedule.INTERLEAVED
 #: schedules with the V placement (rank r holds stages r and 2p - 1 - r)
 V_PLACEMENT = frozenset({Schedule.ZB_V, Schedule.DUALPIPE, Schedule.DUALPIPEV})
 #: schedules whose v (stages per rank) is fixed
-FIXED_V = {Schedule.GPIPE: 1, Schedule.ONE_F_ONE_B: 1, Schedule.ZB_H1: 1, Schedule.ZB_H2: 1, Schedule.ZB_V: 2,
-           Schedule.DUALPIPE: 2, Schedule.DUALPIPEV: 2}
+FIXED_V: dict[str, int] = {Schedule.GPIPE: 1, Schedule.ONE_F_ONE_B: 1, Schedule.ZB_H1: 1, Schedule.ZB_H2: 1,
+                           Schedule.ZB_V: 2, Schedule.DUALPIPE: 2, Schedule.DUALPIPEV: 2}
 
 
 def _closed_form_hint(schedule: str, p: int, m: int, v: int) -> str:
@@ -234,11 +234,13 @@ def costs_of(schedule: str, t_f: int = 1, t_b: int | None = None, t_i: int | Non
                                                "(the backward is split into I and W)")
             t_i = t_w = full // 2
         elif t_i is None:
-            t_i = full - _check_ticks("t_w", t_w)
+            t_w = _check_ticks("t_w", t_w)
+            t_i = full - t_w
             if t_i < 1:
                 raise ConfigError("t_w", t_w, f"must be < t_b={full} (t_i = t_b - t_w must be >= 1 tick)")
         else:
-            t_w = full - _check_ticks("t_i", t_i)
+            t_i = _check_ticks("t_i", t_i)
+            t_w = full - t_i
             if t_w < 1:
                 raise ConfigError("t_i", t_i, f"must be < t_b={full} (t_w = t_b - t_i must be >= 1 tick)")
     fb = None

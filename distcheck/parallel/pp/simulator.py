@@ -144,7 +144,7 @@ def _sweeps(u: _Units, placed: np.ndarray, total: int) -> np.ndarray | None:
     incl = np.cumsum(u.cost)
     excl = incl - u.cost
     p = len(u.offsets) - 1
-    ranges = [(r, int(a), int(b)) for r, (a, b) in enumerate(zip(u.offsets[:-1], u.offsets[1:])) if b > a]
+    ranges = [(r, int(a), int(b)) for r, (a, b) in enumerate(zip(u.offsets[:-1], u.offsets[1:], strict=True)) if b > a]
     readers = _readers(placed, p)
     dirty = [True] * p
     first, rest = columns[0], columns[1:]
@@ -315,14 +315,15 @@ def replay(order, num_stages: int, num_microbatches: int, t_f: int = 1, t_b: int
     else:
         compiled = compile_order(order, num_stages, num_microbatches, routes)
     split = bool(((compiled.kind == 2) | (compiled.kind == 3)).any())
+    i = w = 1  # unused without split backwards
     if split:
         if t_i is None and t_w is None:
             if t_b % 2:
                 raise ConfigError("t_i", None, f"is required when the order has I/W actions and t_b={t_b} is odd")
             t_i = t_w = t_b // 2
-        _check_ticks("t_i", t_i)
-        _check_ticks("t_w", t_w)
+        i = _check_ticks("t_i", t_i)
+        w = _check_ticks("t_w", t_w)
     if t_fb is not None:
         _check_ticks("t_fb", t_fb)
-    costs = Costs(f=t_f, b=t_b, i=t_i if split else 1, w=t_w if split else 1, fb=t_fb)
+    costs = Costs(f=t_f, b=t_b, i=i, w=w, fb=t_fb)
     return run(compiled, costs, stage_to_rank=stage_to_rank, engine=engine)

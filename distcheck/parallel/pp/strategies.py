@@ -55,10 +55,12 @@ def _v_pipeline_params(*, schedules, min_stages, max_stages, min_microbatches, m
     check_interval("min_v", min_v, "max_v", max_v, at_least=2)
     check_interval("min_t_f", min_t_f, "max_t_f", max_t_f)
     check_interval("min_t_b", min_t_b, "max_t_b", max_t_b)
-    if chosen == (Schedule.INTERLEAVED,) and not _interleaved_stages(min_stages, max_stages, min_microbatches, max_microbatches):
+    if chosen == (Schedule.INTERLEAVED,) and not _interleaved_stages(min_stages, max_stages, min_microbatches,
+                                                                     max_microbatches):
         raise InvalidArgument(
-            f"the interleaved schedule needs m to be a multiple of p, and no m in [min_microbatches={min_microbatches}, "
-            f"max_microbatches={max_microbatches}] is a multiple of any p in [min_stages={min_stages}, max_stages={max_stages}]"
+            "the interleaved schedule needs m to be a multiple of p, and no m in "
+            f"[min_microbatches={min_microbatches}, max_microbatches={max_microbatches}] is a multiple of any p in "
+            f"[min_stages={min_stages}, max_stages={max_stages}]"
         )
 
 

@@ -16,6 +16,7 @@ functions only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.results import FAIL, PASS, SKIP, CheckResult
@@ -38,8 +39,18 @@ TORCH_SCHEDULES: dict[str, tuple[str, int]] = {
     "ScheduleZBVZeroBubble": (Schedule.ZB_V, 2),
     "ScheduleDualPipeV": (Schedule.DUALPIPEV, 2),
 }
+class ReplayCosts(TypedDict):
+    """Tick costs as :func:`~distcheck.parallel.pp.simulator.replay` takes them (keywords)."""
+
+    t_f: int
+    t_b: int
+    t_i: int
+    t_w: int
+    t_fb: int
+
+
 #: the lesson's costs, split and overlapped (F = 1, B = 2 = I + W, F&B = F + B)
-COSTS = dict(t_f=1, t_b=2, t_i=1, t_w=1, t_fb=3)
+COSTS: ReplayCosts = {"t_f": 1, "t_b": 2, "t_i": 1, "t_w": 1, "t_fb": 3}
 
 
 def _schedule_class(name: str):
@@ -78,7 +89,7 @@ def _first_difference(ours: dict, theirs: dict) -> str:
     for r in sorted(ours):
         a, b = ours[r], theirs.get(r, [])
         if a != b:
-            k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
             return f"rank {r} position {k}: torch {_names(b[k:k + 2])} vs simulator {_names(a[k:k + 2])}"
     return ""
 
@@ -147,7 +158,8 @@ def check_table(schedule: str, p: int, m: int) -> tuple[bool | None, str]:
                        f"{list(want_figures[2])}" + (f"; first order difference {diff}" if diff else ""))
     if diff:
         return False, f"p={p}, m={m}: same step/bubble/peak ({got_figures[0]}, {got_figures[1]}), another order: {diff}"
-    return True, f"p={p}, m={m}: same order; step {tl.step_ticks}, bubble {tl.bubble_fraction}, peak {list(tl.peak_in_flight)}"
+    return True, (f"p={p}, m={m}: same order; step {tl.step_ticks}, bubble {tl.bubble_fraction}, "
+                  f"peak {list(tl.peak_in_flight)}")
 
 
 def run_table_checks(schedules: Sequence[str] | None = None, *, max_p: int = 4, max_m: int = 8) -> list[CheckResult]:

@@ -116,8 +116,9 @@ class Timeline:
         o = self.order
         idx = np.lexsort((np.arange(o.num_actions), self.rank_of, self.start))
         kinds, mbs, sts = o.kind[idx].tolist(), o.microbatch[idx].tolist(), o.stage[idx].tolist()
-        return tuple(Span(Action(KINDS[k], j, s), r, a, e) for k, j, s, r, a, e in
-                     zip(kinds, mbs, sts, self.rank_of[idx].tolist(), self.start[idx].tolist(), self.end[idx].tolist()))
+        ranks, starts, ends = self.rank_of[idx].tolist(), self.start[idx].tolist(), self.end[idx].tolist()
+        return tuple(Span(Action(KINDS[k], j, s), r, a, e)
+                     for k, j, s, r, a, e in zip(kinds, mbs, sts, ranks, starts, ends, strict=True))
 
     @cached_property
     def grid(self) -> tuple[tuple[Action | tuple[Action, Action] | None, ...], ...]:
@@ -127,8 +128,8 @@ class Timeline:
             raise ConfigError("num_ranks*step_ticks", cells,
                               f"must be <= pipeline.MAX_GRID_CELLS = {MAX_GRID_CELLS} (the timeline grid has one cell "
                               f"per rank and tick; here {self.num_ranks} ranks x {self.step_ticks} ticks): the figures "
-                              "(step_ticks, bubble, peak_in_flight) need no grid; use fewer ranks or smaller tick costs "
-                              "t_f/t_b to draw one")
+                              "(step_ticks, bubble, peak_in_flight) need no grid; use fewer ranks or smaller tick "
+                              "costs t_f/t_b to draw one")
         rows: list[list] = [[None] * self.step_ticks for _ in range(self.num_ranks)]
         together: dict[tuple[int, int], list[Span]] = {}
         for s in self.spans:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from distcheck.parallel.pp.build import RankBuilder, interleave, rank_arrays
-from distcheck.parallel.pp.order import F, I, W, Order, from_arrays
+from distcheck.parallel.pp.order import F, I, Order, W, from_arrays
 
 __all__ = ["zb_h1", "zb_h2", "interleaved_zb", "zb_v"]
 

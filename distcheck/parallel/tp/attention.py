@@ -90,7 +90,8 @@ def head_dim_of(Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int) -> int:
     d, hd = Wq.shape[0], Wq.shape[1] // num_heads
     for name, W in (("Wk", Wk), ("Wv", Wv)):
         if W.shape != (d, num_kv_heads * hd):
-            raise ConfigError(f"{name}.shape", W.shape, f"must be (d, num_kv_heads * head_dim) = {(d, num_kv_heads * hd)}")
+            raise ConfigError(f"{name}.shape", W.shape,
+                              f"must be (d, num_kv_heads * head_dim) = {(d, num_kv_heads * hd)}")
     if Wo.ndim != 2 or Wo.shape[0] != num_heads * hd:
         raise ConfigError("Wo.shape", Wo.shape, f"must start with num_heads * head_dim = {num_heads * hd}")
     return hd

@@ -48,7 +48,8 @@ def _array_split_form(name: str, size: Input, what: str, layer: str) -> ClosedFo
             expr=sp.floor((n + _tp.symbol - 1 - _rank.symbol) / _tp.symbol),
             inputs=(size, _tp, _rank),
             unit="count",
-            source=f"numpy.array_split convention (the first {size.name} % tp ranks get one extra); lesson 'Scaling and distributed training', {layer}",
+            source=f"numpy.array_split convention (the first {size.name} % tp ranks get one extra); "
+                   f"lesson 'Scaling and distributed training', {layer}",
             description=f"{what} on rank `rank` of a {layer.replace('_', '-')} linear: "
             f"floor(({size.name} + tp - 1 - rank)/tp), = {size.name}/tp when tp divides it",
             constraints=(f"0 <= rank < tp <= {size.name}",),
@@ -73,7 +74,8 @@ ROW_ALLREDUCE_COUNT = register(
         expr=sp.Integer(1),
         inputs=(),
         unit="count",
-        source="lesson 'Scaling and distributed training', 'Tensor parallelism: columns and rows'; Shoeybi et al. 2019, section 3",
+        source="lesson 'Scaling and distributed training', 'Tensor parallelism: columns and rows'; "
+               "Shoeybi et al. 2019, section 3",
         description="all-reduces in the forward pass of one row-parallel linear (sum of partial products)",
         constraints=("tp >= 2 (with tp = 1 the all-reduce is a no-op)",),
     )
@@ -98,7 +100,8 @@ ATTENTION_ALLREDUCE_PER_FORWARD = register(
         inputs=(),
         unit="count",
         source="Shoeybi et al. 2019 (Megatron-LM), section 3, Fig. 3b; lesson 'Scaling and distributed training'",
-        description="all-reduces in the forward pass of tensor-parallel attention split by heads (row-parallel output projection)",
+        description="all-reduces in the forward pass of tensor-parallel attention split by heads "
+                    "(row-parallel output projection)",
         constraints=("tp >= 2", "tp divides num_heads and num_kv_heads"),
     )
 )
@@ -107,7 +110,8 @@ _s = Input("s", "sequence length", unit="tokens")
 _b = Input("b", "micro-batch size", unit="sequences")
 _h = Input("h", "hidden size", unit="elements")
 _t = Input("t", "tensor-parallel size", unit="GPUs")
-_bpe = Input("bytes_per_element", "bytes per activation element (2 for fp16/bf16)", unit="bytes", kind="positive", default=2)
+_bpe = Input("bytes_per_element", "bytes per activation element (2 for fp16/bf16)", unit="bytes", kind="positive",
+             default=2)
 
 _elements = 8 * _b.symbol * _s.symbol * _h.symbol * (_t.symbol - 1) / _t.symbol
 
@@ -118,7 +122,8 @@ COMM_ELEMENTS_PER_LAYER = register(
         inputs=(_s, _b, _h, _t),
         unit="elements",
         source="Narayanan et al. 2021 (SC'21, Megatron-LM), section 3.2: 8bsh(t-1)/t",
-        description="elements each device sends for tensor parallelism per transformer layer per micro-batch, forward + backward (4 ring all-reduces of b*s*h elements)",
+        description="elements each device sends for tensor parallelism per transformer layer per micro-batch, "
+                    "forward + backward (4 ring all-reduces of b*s*h elements)",
         constraints=("ring all-reduce cost 2(t-1)/t per element", "no sequence parallelism"),
     )
 )
@@ -130,7 +135,8 @@ COMM_BYTES_PER_LAYER = register(
         inputs=(_s, _b, _h, _t, _bpe),
         unit="bytes",
         source="Narayanan et al. 2021 (SC'21, Megatron-LM), section 3.2 (8bsh(t-1)/t elements) times bytes_per_element",
-        description="bytes each device sends for tensor parallelism per layer per micro-batch, forward + backward: bytes_per_element * 8bsh(t-1)/t (default 2 bytes: fp16/bf16)",
+        description="bytes each device sends for tensor parallelism per layer per micro-batch, forward + backward: "
+                    "bytes_per_element * 8bsh(t-1)/t (default 2 bytes: fp16/bf16)",
         constraints=("ring all-reduce cost 2(t-1)/t per element", "no sequence parallelism"),
     )
 )
@@ -147,7 +153,8 @@ HEADS_PER_RANK = register(
         expr=_heads.symbol / _tp.symbol,
         inputs=(_heads, _tp),
         unit="count",
-        source="Shoeybi et al. 2019 (Megatron-LM), section 3; lesson 'Scaling and distributed training', 'Tensor parallelism'",
+        source="Shoeybi et al. 2019 (Megatron-LM), section 3; "
+               "lesson 'Scaling and distributed training', 'Tensor parallelism'",
         description="query heads held by each tensor-parallel rank: num_heads/tp",
         constraints=("tp divides num_heads",),
     )

@@ -31,7 +31,7 @@ __all__ = ["row_then_column_mlp", "layer_norm_per_shard", "row_parallel_bias_eve
 
 def _bounds(n: int, tp: int) -> list[tuple[int, int]]:
     edges = np.cumsum([0] + [len(c) for c in np.array_split(np.arange(n), tp)])
-    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
 
 
 @mutant("tp.mlp.row_then_column", "tp.mlp.exact")
@@ -40,7 +40,7 @@ def row_then_column_mlp(x, W_up, W_down, tp, act="relu", b_up=None, b_down=None,
     activation to its PARTIAL sum x_r W_up[r] and multiplies by its columns of W_down."""
     x, W_up, W_down = np.asarray(x), np.asarray(W_up), np.asarray(W_down)
     outs = []
-    for (lo, hi), (clo, chi) in zip(_bounds(W_up.shape[0], tp), _bounds(W_down.shape[1], tp)):
+    for (lo, hi), (clo, chi) in zip(_bounds(W_up.shape[0], tp), _bounds(W_down.shape[1], tp), strict=True):
         h = np.maximum(x[..., lo:hi] @ W_up[lo:hi, :], 0)
         outs.append(h @ W_down[:, clo:chi])
     y = np.concatenate(outs, axis=-1)
@@ -98,7 +98,7 @@ def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
     the fused columns and splits it in half, pairing gate and up of different units."""
     x, W_fused, W_down = np.asarray(x), np.asarray(W_fused), np.asarray(W_down)
     total = None
-    for (lo, hi), (dlo, dhi) in zip(_bounds(W_fused.shape[1], tp), _bounds(W_down.shape[0], tp)):
+    for (lo, hi), (dlo, _dhi) in zip(_bounds(W_fused.shape[1], tp), _bounds(W_down.shape[0], tp), strict=True):
         gu = x @ W_fused[:, lo:hi]
         half = gu.shape[-1] // 2
         h = gu[..., :half] / (1 + np.exp(-gu[..., :half])) * gu[..., half:2 * half]

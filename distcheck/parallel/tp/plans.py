@@ -18,20 +18,32 @@ a plan is found again on every rank by its name.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel import ParallelStyle
 
 __all__ = ["MEGATRON_MLP", "MEGATRON_ATTENTION", "COLWISE_DOWN_MLP"]
 
-_BUILT: dict[str, Any] = {}
+#: a plan: module path -> parallel style (the argument ``parallelize_plan`` of ``parallelize_module``)
+Plan = dict[str, "ParallelStyle"]
+
+# declared, not bound: the module ``__getattr__`` builds each plan on first access
+MEGATRON_MLP: Plan
+MEGATRON_ATTENTION: Plan
+COLWISE_DOWN_MLP: Plan
+
+_BUILT: dict[str, Plan] = {}
 
 
-def _megatron_mlp() -> dict:
+def _megatron_mlp() -> Plan:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     return {"up": ColwiseParallel(), "down": RowwiseParallel()}
 
 
-def _megatron_attention() -> dict:
+def _megatron_attention() -> Plan:
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
 
@@ -41,18 +53,19 @@ def _megatron_attention() -> dict:
             "o_proj": RowwiseParallel()}
 
 
-def _colwise_down_mlp() -> dict:
+def _colwise_down_mlp() -> Plan:
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel
 
     return {"up": ColwiseParallel(), "down": ColwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate())}
 
 
-_PLANS = {"MEGATRON_MLP": _megatron_mlp, "MEGATRON_ATTENTION": _megatron_attention,
-          "COLWISE_DOWN_MLP": _colwise_down_mlp}
+_PLANS: dict[str, Callable[[], Plan]] = {
+    "MEGATRON_MLP": _megatron_mlp, "MEGATRON_ATTENTION": _megatron_attention, "COLWISE_DOWN_MLP": _colwise_down_mlp,
+}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Plan:
     if name in _PLANS:
         if name not in _BUILT:
             _BUILT[name] = _PLANS[name]()

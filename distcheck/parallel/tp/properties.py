@@ -238,7 +238,8 @@ def _attention_edges():
 
 
 _linear = lambda: ds.linear_cases(max_tp=4, max_batch=2, max_features=6)  # noqa: E731
-_mlp = lambda swiglu: ds.mlp_cases(max_tp=4, max_batch=2, max_hidden=4, max_ffn=6, swiglu=swiglu, bias=None if not swiglu else False)  # noqa: E731
+_mlp = lambda swiglu: ds.mlp_cases(max_tp=4, max_batch=2, max_hidden=4, max_ffn=6, swiglu=swiglu,  # noqa: E731
+                                   bias=None if not swiglu else False)
 
 register(Property("tp.column.exact", _linear, column_exact,
                   "column-parallel linear == x @ W (+ b) bit for bit, any tp incl. uneven shards",

@@ -33,7 +33,7 @@ tuple per all-reduce they model, so a property can count collectives.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -303,7 +303,8 @@ def megatron_mlp(x, W_up, W_down, tp: int, act: str = "relu", b_up=None, b_down=
     x, W_up, b_up = _check_linear(x, W_up, b_up, "x", "W_up", "b_up")
     W_down = as_array("W_down", W_down)
     if W_down.ndim != 2 or W_down.shape[0] != W_up.shape[1]:
-        raise ConfigError("W_down.shape", W_down.shape, f"must start with ffn={W_up.shape[1]} (columns of W_up) and be 2-D (ffn, d_out)")
+        raise ConfigError("W_down.shape", W_down.shape,
+                          f"must start with ffn={W_up.shape[1]} (columns of W_up) and be 2-D (ffn, d_out)")
     h_parts = [activation(act, h) for h in column_parallel_parts(x, W_up, tp, b_up)]  # local, no comm
     h = np.concatenate(h_parts, axis=-1)
     return row_parallel(h, W_down, tp, b_down, log=log)
@@ -340,10 +341,11 @@ def tp_swiglu_mlp(x, W_gate, W_up, W_down, tp: int, *, log: list | None = None) 
         raise ConfigError("W_up.shape", W_up.shape, f"must equal W_gate.shape={W_gate.shape}")
     W_down = as_array("W_down", W_down)
     if W_down.ndim != 2 or W_down.shape[0] != W_gate.shape[1]:
-        raise ConfigError("W_down.shape", W_down.shape, f"must start with ffn={W_gate.shape[1]} and be 2-D (ffn, d_out)")
+        raise ConfigError("W_down.shape", W_down.shape,
+                          f"must start with ffn={W_gate.shape[1]} and be 2-D (ffn, d_out)")
     g_parts = column_parallel_parts(x, W_gate, tp)
     u_parts = column_parallel_parts(x, W_up, tp)
-    h = np.concatenate([silu(g) * u for g, u in zip(g_parts, u_parts)], axis=-1)
+    h = np.concatenate([silu(g) * u for g, u in zip(g_parts, u_parts, strict=True)], axis=-1)
     return row_parallel(h, W_down, tp, log=log)
 
 

@@ -16,7 +16,8 @@ from distcheck.core.validate import check_at_least, check_interval, check_option
 from distcheck.engine.strategies import defines, draw_ints, exact_bound
 from distcheck.engine.strategies import powers_of_two as _powers_of_two
 
-__all__ = ["LinearCase", "linear_cases", "MLPCase", "mlp_cases", "NormCase", "norm_cases", "AttentionCase", "attention_cases"]
+__all__ = ["LinearCase", "linear_cases", "MLPCase", "mlp_cases", "NormCase", "norm_cases", "AttentionCase",
+           "attention_cases"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,8 @@ class MLPCase:
     b_down: np.ndarray | None = None
 
     def __repr__(self) -> str:
-        parts = [f"tp={self.tp}", f"x={self.x.tolist()}", f"W_up={self.W_up.tolist()}", f"W_down={self.W_down.tolist()}"]
+        parts = [f"tp={self.tp}", f"x={self.x.tolist()}", f"W_up={self.W_up.tolist()}",
+                 f"W_down={self.W_down.tolist()}"]
         if self.W_gate is not None:
             parts.append(f"W_gate={self.W_gate.tolist()}")
         if self.b_down is not None:
@@ -236,7 +238,8 @@ def _v_attention_cases(*, min_tp, max_tp, max_kv_heads, max_group, min_seq, max_
     check_at_least("max_head_dim", max_head_dim, 1)
     check_at_least("max_hidden", max_hidden, 1)
     if not any(kv % t == 0 for t in range(min_tp, max_tp + 1) for kv in range(1, max_kv_heads + 1)):
-        raise InvalidArgument(f"no tp in [min_tp={min_tp}, max_tp={max_tp}] divides a kv head count <= max_kv_heads={max_kv_heads}")
+        raise InvalidArgument(f"no tp in [min_tp={min_tp}, max_tp={max_tp}] divides a kv head count "
+                              f"<= max_kv_heads={max_kv_heads}")
 
 
 @defines(_v_attention_cases)

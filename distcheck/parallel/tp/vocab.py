@@ -79,7 +79,8 @@ def _ids(ids, vocab_size: int, *, ignore_index: int | None = None) -> np.ndarray
         ok |= a == ignore_index
     if not ok.all():
         bad = a[~ok].flat[0]
-        rule = f"must lie in [0, {vocab_size})" + ("" if ignore_index is None else f" or equal ignore_index={ignore_index}")
+        rule = f"must lie in [0, {vocab_size})" + (
+            "" if ignore_index is None else f" or equal ignore_index={ignore_index}")
         raise ConfigError("ids", int(bad), rule)
     return a
 

@@ -288,7 +288,8 @@ class VocabParallelCrossEntropy(Contract):
             with ByteCounter() as forward:
                 loss = fn(z, t)
             if not isinstance(loss, torch.Tensor):
-                raise ProtocolError("target", target.ref, f"must return the loss as a tensor, got {type(loss).__name__}")
+                raise ProtocolError("target", target.ref,
+                                    f"must return the loss as a tensor, got {type(loss).__name__}")
             if loss.shape != g.shape:
                 raise AssertionError(f"rank {ctx.rank}: loss shape {tuple(loss.shape)}, expected {tuple(g.shape)} "
                                      f"(reduction={options['reduction']!r})")
@@ -386,8 +387,8 @@ def _run_loss_parallel(ctx, loss_parallel, z, t, g, vocab_size: int, options):
     with loss_parallel():
         with ByteCounter() as forward:
             local = z.reshape(tokens, z.shape[-1])
-            logits = DTensor.from_local(local, mesh, [Shard(1)], run_check=False, shape=torch.Size((tokens, vocab_size)),
-                                        stride=(vocab_size, 1))
+            logits = DTensor.from_local(local, mesh, [Shard(1)], run_check=False,
+                                        shape=torch.Size((tokens, vocab_size)), stride=(vocab_size, 1))
             loss = F.cross_entropy(logits, t.reshape(tokens), reduction=options["reduction"],
                                    ignore_index=-100 if ignore is None else ignore)
         grad = g.reshape(tokens) if options["reduction"] == "none" else g

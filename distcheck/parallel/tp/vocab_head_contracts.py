@@ -119,10 +119,11 @@ class VocabParallelLMHeadLoss(Contract):
         if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
             check_constructor(obj, (1, 1), dict(options["kwargs"]), f"{obj.__name__}(hidden_size, vocab_size)")
             return make_target(obj, ref_name, "module", split="array_split", kwargs=dict(options["kwargs"])), options
-        raise ProtocolError("target", ref_name or repr(obj), "must be a torch.nn.Module class built as cls(hidden_size, "
-                                                             "vocab_size) and called as module(x, target), or "
-                                                             f"torch.distributed.tensor.parallel:loss_parallel for "
-                                                             f"contract {self.name}")
+        raise ProtocolError("target", ref_name or repr(obj),
+                            "must be a torch.nn.Module class built as cls(hidden_size, "
+                            "vocab_size) and called as module(x, target), or "
+                            f"torch.distributed.tensor.parallel:loss_parallel for "
+                            f"contract {self.name}")
 
     def cases(self, world_size, dtype, options):
         tp, b, s = world_size, 2, 3

@@ -35,7 +35,8 @@ step's gradient in exact rational arithmetic and checks that every sum, in any o
 representable: all its terms are multiples of ``1/D`` and the sum of their magnitudes is at
 most ``2**53 / D``. Then every summation order gives the same bits. The strategy draws only
 cases that pass (a deep net's second SGD step can leave the grid); the check runs the guard
-again, and a case that fails it there is a defect of distcheck, never a verdict on the target. The second step's gradient is taken at the first step's parameters, which are exact for
+again, and a case that fails it there is a defect of distcheck, never a verdict on the target.
+The second step's gradient is taken at the first step's parameters, which are exact for
 SGD (with or without momentum) but not after Adam's division by a square root, hence one step
 for Adam. float64 only.
 """
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import pairwise
 from math import prod
 from typing import ClassVar
 
@@ -99,7 +101,7 @@ def _cases(world_size: int):
         steps = 1 if optimizer == "adam" else draw(st.integers(1, 2))
         widths = draw(st.lists(st.integers(1, 7), min_size=2, max_size=4 if steps == 1 else 3))
         batch = draw(st.integers(1, _MAX_BATCH))
-        weights = tuple(draw(hnp.arrays(np.float64, (b, a), elements=eighths)) for a, b in zip(widths, widths[1:]))
+        weights = tuple(draw(hnp.arrays(np.float64, (b, a), elements=eighths)) for a, b in pairwise(widths))
         biases = tuple(draw(hnp.arrays(np.float64, (b,), elements=eighths)) for b in widths[1:])
         X = draw(hnp.arrays(np.float64, (batch, widths[0]), elements=ints))
         T = draw(hnp.arrays(np.float64, (batch, widths[-1]), elements=ints))
@@ -157,7 +159,7 @@ def exact_gradients(case: StepCase) -> list[list[np.ndarray]]:
             _guard("bias", np.abs(z) + np.abs(b), max(_den(z), _den(b)))
             z = z + b
             zs.append(z)
-            hs.append(z if i == len(Ws) - 1 else np.where(z > 0, z, Fraction(0)))
+            hs.append(z if i == len(Ws) - 1 else np.where(z > 0, z, np.array(Fraction(0), dtype=object)))
         d = hs[-1] - T
         grads: list = [None] * (2 * len(Ws))
         for i in reversed(range(len(Ws))):
@@ -284,7 +286,8 @@ class ShardedOptimizerStep(Contract):
                                     ("gradients", res["grad_bytes"], 8 * padded[r]),
                                     ("optimizer state", res["state_bytes"], k * unpadded[r])):
                 if got != want:
-                    rule = "dim 0 padded to a multiple of N" if what != "optimizer state" else "the local rows, unpadded"
+                    rule = ("dim 0 padded to a multiple of N" if what != "optimizer state"
+                            else "the local rows, unpadded")
                     bad.append((r, f"{what} {got} B, reference {want} B ({rule}; shapes {shapes})"))
         if not bad and all(s[0] % N == 0 for s in shapes):
             psi = sum(prod(s) for s in shapes)

@@ -62,7 +62,8 @@ def bytes_monotone(case, *, impl=_bytes) -> None:
         at_one = call_impl("model_state_bytes_per_gpu", impl, case.params, 1, s, case.k)
         baseline = _form("zero.bytes_per_gpu.stage0", params=case.params, dp=1, k=case.k)
         if Fraction(at_one) != baseline:
-            raise PropertyFailure(f"stage {s} at dp=1 must equal the DDP baseline for {case}", expected=baseline, got=at_one)
+            raise PropertyFailure(f"stage {s} at dp=1 must equal the DDP baseline for {case}", expected=baseline,
+                                  got=at_one)
 
 
 def bytes_padded(case, *, impl=_bytes) -> None:
@@ -96,7 +97,8 @@ def _edges():
     """dp = 1 (the DDP baseline); more ranks than parameters (params = 1, dp = 2); dp not
     dividing params (10 over 4, K = 12); the ZeRO paper's 7.5B parameters over 64 ranks."""
     Z = ds.ZeroCase
-    return (Z(params=8, dp=1, k=12), Z(params=1, dp=2, k=12), Z(params=10, dp=4, k=12), Z(params=7_500_000_000, dp=64, k=12))
+    return (Z(params=8, dp=1, k=12), Z(params=1, dp=2, k=12), Z(params=10, dp=4, k=12),
+            Z(params=7_500_000_000, dp=64, k=12))
 
 
 _small = lambda: ds.zero_cases(max_params=10**9, max_dp=512, ks=(12, 14, 8, 0))  # noqa: E731

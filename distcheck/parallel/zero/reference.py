@@ -40,10 +40,10 @@ master + Adam m + v).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
-from typing import Sequence, Union
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import (
@@ -76,7 +76,7 @@ __all__ = [
 SCHEMES = ("flat", "fsdp2", "zero_redundancy")
 
 Shape = tuple[int, ...]
-ShapeLike = Union[int, Sequence[int]]
+ShapeLike = int | Sequence[int]
 
 
 def _exact(q: Fraction) -> int | Fraction:
@@ -104,7 +104,8 @@ def normalize_shapes(params: Sequence[ShapeLike]) -> list[Shape]:
         raise ConfigError("params", params, "must be a non-empty list of shapes or numels")
     out: list[Shape] = []
     for i, p in enumerate(params):
-        shape = (p,) if isinstance(p, int) and not isinstance(p, bool) else tuple(p) if isinstance(p, Sequence) else None
+        shape = ((p,) if isinstance(p, int) and not isinstance(p, bool)
+                 else tuple(p) if isinstance(p, Sequence) else None)
         if not shape:
             raise ConfigError(f"params[{i}]", p, "must be a numel >= 1 or a non-empty shape")
         for dim in shape:
@@ -283,7 +284,7 @@ def _check_stage(stage: object) -> int:
     stage = check_nonnegative_int("stage", stage)
     if stage > 3:
         raise ConfigError("stage", stage, "must be 0, 1, 2 or 3")
-    return stage  # type: ignore[return-value]
+    return stage
 
 
 def partition(
