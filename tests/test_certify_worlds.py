@@ -251,7 +251,8 @@ def test_config_rows_give_distcheck_check_its_rows(tmp_path):
     assert config_rows(tmp_path / "empty.toml") == []  # no targets: no rows
     (tmp_path / "two.toml").write_text(  # two targets of one contract: their rows name the target
         '[tool.distcheck]\nbackend = "threaded"\nexamples = 2\ndtypes = ["float64"]\n\n'
-        f'[[tool.distcheck.certify]]\ntarget = "{EXAMPLES}:RowParallelBiasEveryRank"\ncontract = "row-parallel-linear"\n\n'
+        f'[[tool.distcheck.certify]]\ntarget = "{EXAMPLES}:RowParallelBiasEveryRank"\n'
+        'contract = "row-parallel-linear"\n\n'
         f'[[tool.distcheck.certify]]\ntarget = "{EXAMPLES}:RowParallelLinear"\ncontract = "row-parallel-linear"\n')
     checks = [r.check for r in config_rows(tmp_path / "two.toml")]
     assert len(checks) == len(set(checks)) == 10
