@@ -23,8 +23,7 @@ Contracts are plain classes and live with the parallelism they certify: the
 ``contracts`` role module of a package (``distcheck/parallel/<name>/contracts.py``)
 that defines a subclass with a ``name`` registers it, found by walking
 :mod:`distcheck.parallel` (:mod:`distcheck.engine.discovery`; no list to edit).
-The modules of :data:`EXTRA_PACKAGES` are walked too. :func:`register_contract`
-adds one defined elsewhere (a user's, a benchmark's, a test's).
+:func:`register_contract` adds one defined elsewhere (a user's, a benchmark's, a test's).
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ from distcheck.core.errors import ConfigError, UnknownQuantityError
 __all__ = [
     "DTYPES",
     "EXACT",
-    "EXTRA_PACKAGES",
     "ContractRun",
     "PropertySpec",
     "Option",
@@ -288,13 +286,6 @@ def parse_option_value(option: Option, value: Any) -> Any:
 
 # ---------------------------------------------------------------------------- registry
 
-#: packages walked for contracts besides the parallelism packages, by name and only when they exist.
-#: A contract belongs in its parallelism's ``distcheck/parallel/<name>/contracts.py``; the package
-#: ``distcheck/certify/contracts/`` (where contracts lived before they moved) is still walked when
-#: present, so a contract written there before the move is not lost (transitional: move it, then
-#: empty this tuple)
-EXTRA_PACKAGES: tuple[str, ...] = ("distcheck.certify.contracts",)
-
 _REGISTRY: dict[str, Contract] = {}
 _DISCOVERED = {"done": False}
 
@@ -314,37 +305,17 @@ def register_contract(contract: Contract) -> Contract:
 
 
 def _contract_modules() -> list:
-    """Every module that may define contracts: the parallelism packages' ``contracts`` role modules
-    (and their sub-modules, when the role module is a package), then those of :data:`EXTRA_PACKAGES`."""
+    """Every module that may define contracts: the parallelism packages' ``contracts`` role modules and their
+    ``<topic>_contracts`` companions, and their sub-modules when a role module is a package."""
     from distcheck.engine.discovery import role_modules
 
-    roots = list(role_modules("contracts"))
-    for name in EXTRA_PACKAGES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-                continue  # the package is not there: nothing to walk
-            raise
-        roots.append(module)
-        _unshadow(name, module)
     found: list = []
-    for root in roots:
+    for root in role_modules("contracts"):
         found.append(root)
         if hasattr(root, "__path__"):
             found += [importlib.import_module(info.name)
                       for info in pkgutil.walk_packages(root.__path__, prefix=root.__name__ + ".")]
     return found
-
-
-def _unshadow(name: str, module) -> None:
-    """Importing ``a.b`` binds the module as attribute ``b`` of package ``a``; where ``a`` serves a
-    public name ``b`` of its own through a module ``__getattr__`` (``distcheck.certify.contracts``,
-    the function), drop the binding so that name keeps working (``sys.modules`` keeps the module)."""
-    parent_name, _, leaf = name.rpartition(".")
-    parent = importlib.import_module(parent_name)
-    if vars(parent).get(leaf) is module and callable(vars(parent).get("__getattr__")):
-        del vars(parent)[leaf]
 
 
 def _discover() -> None:
