@@ -23,7 +23,7 @@ from distcheck.engine.contracts.checks import agree, combine, compare, compare_c
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.layer import SPLITS, LayerCase, ParamSpec, check_constructor, run_layer
-from distcheck.engine.contracts.targets import make_target
+from distcheck.engine.contracts.targets import check_call_shape, make_target
 
 __all__ = ["ITEMSIZE", "PROPERTIES", "COMMON_OPTIONS", "TPCase", "ShardedLayerContract", "magnitude", "closed_form",
            "integer_arrays", "check_exact"]
@@ -129,15 +129,7 @@ class ShardedLayerContract(Contract):
             build["split"] = "chunk"
             return make_target(obj, ref, "plan", **build), options
         if callable(obj) and not isinstance(obj, type):
-            import inspect
-
-            try:
-                inspect.signature(obj).bind(None, None)
-            except TypeError:
-                raise ProtocolError("target", shown, "must take (ctx, case) when it is a factory "
-                                                     "make(ctx, case) -> module") from None
-            except ValueError:
-                pass
+            check_call_shape(obj, shown, "must take (ctx, case) when it is a factory make(ctx, case) -> module")
             return make_target(obj, ref, "factory", **build), options
         kinds = ["a torch.nn.Module class", "a factory function make(ctx, case) -> module"]
         kinds += ["a torch ParallelStyle (ColwiseParallel, RowwiseParallel)"] if self.accepts_style else []

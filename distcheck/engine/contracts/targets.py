@@ -16,10 +16,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from distcheck.engine.contracts.errors import TargetError
+from distcheck.engine.contracts.errors import ProtocolError, TargetError
 
 __all__ = ["Target", "import_target", "reference_of", "make_target", "describe", "resolve", "package_version",
-           "distribution_version", "require_distribution"]
+           "distribution_version", "require_distribution", "check_call_shape", "built_on_first_use"]
 
 
 @dataclass(frozen=True)
@@ -147,3 +147,37 @@ def require_distribution(ref: str, dist: str | None) -> None:
     if dist is not None and distribution_version(dist) is None:
         raise TargetError("target", ref, f"wraps {dist}, which is not installed (pip install {dist}, or the libs "
                                          "extra: pip install 'distcheck[libs]')")
+
+
+def check_call_shape(obj: Any, shown: str, rule: str, nargs: int = 2) -> None:
+    """Raise ``ProtocolError("target", shown, rule)`` unless ``obj`` can be called with ``nargs`` positional
+    arguments (a factory ``make(ctx, case)``, a loss ``fn(logits, target)``). An object with no readable
+    signature (a C extension) is accepted here and tried on the ranks."""
+    import inspect
+
+    try:
+        inspect.signature(obj).bind(*([None] * nargs))
+    except TypeError:
+        raise ProtocolError("target", shown, rule) from None
+    except ValueError:
+        pass
+
+
+def built_on_first_use(module_name: str, builders: dict[str, Any]) -> tuple[Any, Any]:
+    """A module's ``(__getattr__, __dir__)`` for names built on first use (torch's parallel plans, which
+    import torch): ``builders`` maps each name to a function of no arguments; the object it builds is kept,
+    so a name gives the same object every time, and a target named ``module:NAME`` is found again on every
+    rank. Any other name raises AttributeError, as a module does."""
+    built: dict[str, Any] = {}
+
+    def __getattr__(name: str) -> Any:
+        if name in builders:
+            if name not in built:
+                built[name] = builders[name]()
+            return built[name]
+        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(builders)
+
+    return __getattr__, __dir__

@@ -56,7 +56,7 @@ from hypothesis.extra import numpy as hnp
 from distcheck.engine.contracts.checks import agree, combine, compare
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import make_target, resolve
+from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
 from distcheck.parallel.dp import reference as dp
 
 __all__ = ["DDPCase", "DataParallelReducer", "reducer_reference"]
@@ -237,13 +237,8 @@ class DataParallelReducer(Contract):
                 params = {}
             if "bucket" in params:
                 return make_target(obj, ref, "hook"), options
-            try:
-                inspect.signature(obj).bind(None, None)
-            except TypeError:
-                raise ProtocolError("target", shown, "must be a DDP comm hook hook(state, bucket) or a reducer "
-                                                     "reduce(module, n_local)") from None
-            except ValueError:
-                pass
+            check_call_shape(obj, shown, "must be a DDP comm hook hook(state, bucket) or a reducer "
+                                         "reduce(module, n_local)")
             return make_target(obj, ref, "reducer"), options
         raise ProtocolError("target", shown, "must be a DistributedDataParallel class, a DDP comm hook "
                                              "hook(state, bucket), or a reducer reduce(module, n_local)")

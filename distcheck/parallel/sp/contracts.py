@@ -58,7 +58,7 @@ from distcheck.core.vocab import Collective
 from distcheck.engine.contracts.checks import agree, combine, compare, compare_collectives, format_collectives
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import make_target, resolve
+from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
 from distcheck.parallel.sp import strategies as ds
 
 __all__ = ["SPCase", "SequenceParallelMLP"]
@@ -132,15 +132,7 @@ class SequenceParallelMLP(Contract):
         if isinstance(obj, dict) and obj and all(isinstance(v, ParallelStyle) for v in obj.values()):
             return make_target(obj, ref, "plan", param_names={}), options
         if callable(obj) and not isinstance(obj, type):
-            import inspect
-
-            try:
-                inspect.signature(obj).bind(None, None)
-            except TypeError:
-                raise ProtocolError("target", shown, "must take (ctx, case) when it is a factory "
-                                                     "make(ctx, case) -> module") from None
-            except ValueError:
-                pass
+            check_call_shape(obj, shown, "must take (ctx, case) when it is a factory make(ctx, case) -> module")
             return make_target(obj, ref, "factory", param_names=dict(options["param_names"])), options
         raise ProtocolError("target", shown, "must be a dict of submodule name -> torch ParallelStyle for distcheck's "
                                              "block (norm, up, down), or a factory make(ctx, case) -> module taking "

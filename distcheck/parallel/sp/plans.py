@@ -16,14 +16,26 @@ torch is imported when a plan is first asked for; the same object is returned ev
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["SEQUENCE_PARALLEL_MLP", "TENSOR_PARALLEL_MLP", "UNSHARDED_NORM_MLP"]  # noqa: F822 - built by __getattr__
+from distcheck.engine.contracts.targets import built_on_first_use
 
-_BUILT: dict[str, Any] = {}
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+__all__ = ["SEQUENCE_PARALLEL_MLP", "TENSOR_PARALLEL_MLP", "UNSHARDED_NORM_MLP"]
+
+#: a plan: module path -> parallel style (the argument ``parallelize_plan`` of ``parallelize_module``)
+Plan = dict[str, "ParallelStyle"]
+
+# declared, not bound: the module ``__getattr__`` builds each plan on first access
+SEQUENCE_PARALLEL_MLP: Plan
+TENSOR_PARALLEL_MLP: Plan
+UNSHARDED_NORM_MLP: Plan
 
 
-def _sequence_parallel() -> dict:
+def _sequence_parallel() -> Plan:
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
@@ -31,30 +43,22 @@ def _sequence_parallel() -> dict:
             "down": RowwiseParallel(output_layouts=Shard(1))}
 
 
-def _tensor_parallel() -> dict:
+def _tensor_parallel() -> Plan:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     return {"up": ColwiseParallel(), "down": RowwiseParallel()}
 
 
-def _unsharded_norm() -> dict:
+def _unsharded_norm() -> Plan:
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     return {"up": ColwiseParallel(), "down": RowwiseParallel(output_layouts=Shard(1))}
 
 
-_PLANS = {"SEQUENCE_PARALLEL_MLP": _sequence_parallel, "TENSOR_PARALLEL_MLP": _tensor_parallel,
-          "UNSHARDED_NORM_MLP": _unsharded_norm}
+_PLANS: dict[str, Callable[[], Plan]] = {
+    "SEQUENCE_PARALLEL_MLP": _sequence_parallel, "TENSOR_PARALLEL_MLP": _tensor_parallel,
+    "UNSHARDED_NORM_MLP": _unsharded_norm,
+}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _PLANS:
-        if name not in _BUILT:
-            _BUILT[name] = _PLANS[name]()
-        return _BUILT[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = built_on_first_use(__name__, _PLANS)

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from distcheck.engine.contracts.targets import built_on_first_use
+
 if TYPE_CHECKING:
     from torch.distributed.tensor.parallel import ParallelStyle
 
@@ -34,7 +36,6 @@ MEGATRON_MLP: Plan
 MEGATRON_ATTENTION: Plan
 COLWISE_DOWN_MLP: Plan
 
-_BUILT: dict[str, Plan] = {}
 
 
 def _megatron_mlp() -> Plan:
@@ -65,13 +66,4 @@ _PLANS: dict[str, Callable[[], Plan]] = {
 }
 
 
-def __getattr__(name: str) -> Plan:
-    if name in _PLANS:
-        if name not in _BUILT:
-            _BUILT[name] = _PLANS[name]()
-        return _BUILT[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = built_on_first_use(__name__, _PLANS)

@@ -84,7 +84,7 @@ from distcheck.engine.contracts.sharded import (
     closed_form,
     magnitude,
 )
-from distcheck.engine.contracts.targets import make_target
+from distcheck.engine.contracts.targets import check_call_shape, make_target
 from distcheck.parallel.tp import vocab as ref
 
 __all__ = ["VocabParallelEmbedding", "VocabParallelCrossEntropy", "CECase"]
@@ -209,7 +209,6 @@ class VocabParallelCrossEntropy(Contract):
     # -------------------------------------------------------------- protocol
 
     def resolve(self, obj, ref_name, options):
-        import inspect
 
         import torch
         from torch.distributed.tensor.parallel import loss_parallel
@@ -223,13 +222,7 @@ class VocabParallelCrossEntropy(Contract):
             check_constructor(obj, (), build["kwargs"], f"{obj.__name__}(**kwargs)")
             return make_target(obj, ref_name, "module", **build), options
         if callable(obj) and not isinstance(obj, type):
-            try:
-                inspect.signature(obj).bind(None, None)
-            except TypeError:
-                raise ProtocolError("target", shown, "must take (logits_shard, target) when it is a loss "
-                                                     "function") from None
-            except ValueError:
-                pass
+            check_call_shape(obj, shown, "must take (logits_shard, target) when it is a loss function")
             return make_target(obj, ref_name, "function", **build), options
         raise ProtocolError("target", shown, "must be a loss function fn(logits_shard, target), a torch.nn.Module "
                                              "class called the same way, or torch.distributed.tensor.parallel:"
