@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from distcheck.errors import DistcheckError
@@ -315,10 +316,13 @@ class _Terminated(BaseException):
     """Raised by the SIGTERM handler of :func:`main`."""
 
 
-#: "idle", "pending" (SIGTERM or SIGINT came, main() has not unwound yet) or "handled"
-_TERM = {"state": "idle"}
-#: seconds before SIGTERM is delivered again while it is pending
+#: "idle"; "pending" (SIGTERM or SIGINT came inside a garbage-collector callback: not raised yet, delivered
+#: again); "raised" (main() is unwinding); "handled" (main() has unwound)
+_TERM: dict = {"state": "idle", "raised_at": 0.0}
+#: seconds before a pending signal is delivered again
 _RESEND_S = 0.2
+#: seconds after a raise in which another signal is ignored
+_GRACE_S = 2.0
 
 
 def _terminate(signum, frame):
@@ -328,16 +332,21 @@ def _terminate(signum, frame):
     An exception raised by a signal handler is lost (printed as "Exception ignored") when the
     handler happens to run inside a callback whose exceptions Python ignores, such as a
     garbage-collector callback (Hypothesis installs one). So the handler does not raise inside
-    one, and while the termination is pending the signal is delivered again every
-    :data:`_RESEND_S` seconds until ``main`` has unwound."""
-    if _TERM["state"] == "handled":
+    one: the signal is pending, delivered again every :data:`_RESEND_S` seconds until it can
+    raise. Once raised, another signal within :data:`_GRACE_S` seconds is ignored, so that it
+    cannot interrupt the clean-up (or ``main``'s last words) with a second exception; a later one
+    raises again (the first was swallowed somewhere, or the user insists)."""
+    if _TERM["state"] == "handled" or (_TERM["state"] == "raised"
+                                        and time.monotonic() - _TERM["raised_at"] < _GRACE_S):
         return
-    _TERM["state"] = "pending"
-    timer = threading.Timer(_RESEND_S, _resend, (signum,))
-    timer.daemon = True
-    timer.start()
-    if not _in_gc_callback(frame):  # there the exception would be printed and dropped: wait for the next delivery
-        raise KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
+    if _in_gc_callback(frame):  # the exception would be printed and dropped: wait for the next delivery
+        _TERM["state"] = "pending"
+        timer = threading.Timer(_RESEND_S, _resend, (signum,))
+        timer.daemon = True
+        timer.start()
+        return
+    _TERM["state"], _TERM["raised_at"] = "raised", time.monotonic()
+    raise KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
 
 
 def _in_gc_callback(frame) -> bool:

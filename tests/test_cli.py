@@ -104,8 +104,20 @@ def test_a_failing_golden_fails_the_check(tmp_path, capsys):
     assert "FAIL" in out and "golden records holds" in out and "0 passed, 1 failed" in out
 
 
+#: SIGTERM (a CI timeout) and Ctrl-C: what main() raises for each, its exit code and its last words
+SIGNALS = [pytest.param(signal.SIGTERM, "_Terminated", 143, "terminated", id="SIGTERM"),
+           pytest.param(signal.SIGINT, "KeyboardInterrupt", 130, "interrupted", id="SIGINT")]
+
+
+def _raised(name: str) -> type[BaseException]:
+    from distcheck import cli
+
+    return KeyboardInterrupt if name == "KeyboardInterrupt" else getattr(cli, name)
+
+
 @pytest.mark.multiprocess
-def test_sigterm_unwinds_closes_the_pool_and_exits_143(tmp_path):
+@pytest.mark.parametrize("sig, raised, code, words", SIGNALS)
+def test_a_signal_unwinds_closes_the_pool_and_exits(tmp_path, sig, raised, code, words):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-m", "distcheck", "check", "--only", "layers", "--world-sizes", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -114,15 +126,16 @@ def test_sigterm_unwinds_closes_the_pool_and_exits_143(tmp_path):
         time.sleep(0.1)
     assert any(p.name.startswith("distcheck-pool-") for p in tmp_path.iterdir()), "the pool never started"
     time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
-    assert "terminated" in err and "Traceback" not in err
+    assert proc.returncode == code, err
+    assert words in err and "Traceback" not in err
     time.sleep(0.5)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("distcheck-pool-")]
 
 
-def test_sigterm_inside_a_gc_callback_is_not_lost(monkeypatch):
+@pytest.mark.parametrize("sig, raised, code, words", SIGNALS)
+def test_a_signal_inside_a_gc_callback_is_not_lost(monkeypatch, sig, raised, code, words):
     """A handler's exception raised inside a garbage-collector callback (Hypothesis installs one) would be
     printed and dropped: there the handler waits for the signal to be delivered again."""
     import gc
@@ -130,7 +143,7 @@ def test_sigterm_inside_a_gc_callback_is_not_lost(monkeypatch):
     from distcheck import cli
 
     sent = []
-    monkeypatch.setattr(cli.os, "kill", lambda pid, sig: sent.append(sig))
+    monkeypatch.setattr(cli.os, "kill", lambda pid, s: sent.append(s))
     monkeypatch.setattr(cli, "_RESEND_S", 0.05)
     monkeypatch.setitem(cli._TERM, "state", "idle")
     seen = {}
@@ -138,9 +151,9 @@ def test_sigterm_inside_a_gc_callback_is_not_lost(monkeypatch):
     def callback(phase, info):
         if phase == "start" and "raised" not in seen:
             try:
-                cli._terminate(signal.SIGTERM, sys._getframe())
+                cli._terminate(sig, sys._getframe())
                 seen["raised"] = False
-            except cli._Terminated:
+            except _raised(raised):
                 seen["raised"] = True
 
     gc.callbacks.append(callback)
@@ -150,12 +163,16 @@ def test_sigterm_inside_a_gc_callback_is_not_lost(monkeypatch):
         gc.callbacks.remove(callback)
     assert seen == {"raised": False} and cli._TERM["state"] == "pending"
     time.sleep(0.3)
-    assert sent == [signal.SIGTERM]  # delivered again
-    with pytest.raises(cli._Terminated):  # outside a callback: unwinds at once
-        cli._terminate(signal.SIGTERM, sys._getframe())
+    assert sent == [sig]  # delivered again
+    with pytest.raises(_raised(raised)):  # outside a callback: unwinds at once
+        cli._terminate(sig, sys._getframe())
+    assert cli._terminate(sig, sys._getframe()) is None  # raised once: a second signal during the unwind waits
+    monkeypatch.setitem(cli._TERM, "raised_at", time.monotonic() - cli._GRACE_S)
+    with pytest.raises(_raised(raised)):  # a signal after the grace period raises again
+        cli._terminate(sig, sys._getframe())
     cli._TERM["state"] = "handled"  # what main() does when it has unwound
     time.sleep(0.3)
-    assert sent == [signal.SIGTERM] and cli._terminate(signal.SIGTERM, None) is None
+    assert sent == [sig] and cli._terminate(sig, None) is None
 
 
 def test_a_shipped_key_is_named_without_a_path(tmp_path, monkeypatch, capsys):
@@ -177,53 +194,3 @@ def test_a_shipped_key_is_named_without_a_path(tmp_path, monkeypatch, capsys):
     assert main(["audit", "chapter"]) == 2
     assert "chapter:1: not valid TOML" in capsys.readouterr().err
 
-
-def test_ctrl_c_inside_a_gc_callback_is_not_lost(monkeypatch):
-    """Ctrl-C is handled as SIGTERM is: never raised inside a gc callback, delivered again until main() unwinds."""
-    import gc
-
-    from distcheck import cli
-
-    sent = []
-    monkeypatch.setattr(cli.os, "kill", lambda pid, sig: sent.append(sig))
-    monkeypatch.setattr(cli, "_RESEND_S", 0.05)
-    monkeypatch.setitem(cli._TERM, "state", "idle")
-    seen = {}
-
-    def callback(phase, info):
-        if phase == "start" and "raised" not in seen:
-            try:
-                cli._terminate(signal.SIGINT, sys._getframe())
-                seen["raised"] = False
-            except KeyboardInterrupt:
-                seen["raised"] = True
-
-    gc.callbacks.append(callback)
-    try:
-        gc.collect()
-    finally:
-        gc.callbacks.remove(callback)
-    assert seen == {"raised": False} and cli._TERM["state"] == "pending"
-    time.sleep(0.3)
-    assert sent == [signal.SIGINT]
-    with pytest.raises(KeyboardInterrupt):
-        cli._terminate(signal.SIGINT, sys._getframe())
-    cli._TERM["state"] = "handled"
-
-
-@pytest.mark.multiprocess
-def test_ctrl_c_unwinds_closes_the_pool_and_exits_130(tmp_path):
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-m", "distcheck", "check", "--only", "layers", "--world-sizes", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(p.name.startswith("distcheck-pool-") for p in tmp_path.iterdir()):
-        time.sleep(0.1)
-    assert any(p.name.startswith("distcheck-pool-") for p in tmp_path.iterdir()), "the pool never started"
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "interrupted" in err and "Traceback" not in err
-    time.sleep(0.5)
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("distcheck-pool-")]
