@@ -212,3 +212,20 @@ def test_rank_failure_fields_survive_pickle_with_failures_from_the_constructor()
     assert (copy.rank, copy.traceback_text, copy.failures) == (2, "tb 2", {2: "tb 2", 5: "tb 5"})
     assert str(copy).startswith("rank 2 failed:\ntb 2")
     assert errors.RankFailure(4, "tb 4").failures == {4: "tb 4"}  # default: the reported rank alone
+
+
+def test_a_huge_integer_is_shown_in_scientific_notation():
+    from distcheck.core.errors import ConfigError
+
+    assert str(ConfigError("params", 10**400, "must be <= 10**18")) == "params=1.000000e+400 must be <= 10**18"
+    assert str(ConfigError("params", 10**29, "r")) == f"params={10**29} r"
+
+
+def test_a_negative_size_says_so():
+    import pytest
+
+    from distcheck.core.errors import ConfigError
+    from distcheck.core.units import parse_bytes
+
+    with pytest.raises(ConfigError, match="size='-80GB' must not be negative"):
+        parse_bytes("-80GB")

@@ -67,9 +67,13 @@ class ConfigError(DistcheckError, ValueError):
 
 
 def _show(value: object) -> str:
-    """A value as a user wrote it: ``3/2`` for a Fraction, ``5`` for an integral one, else ``repr``."""
+    """A value as a user wrote it: ``3/2`` for a Fraction, ``5`` for an integral one, an integer of more than
+    30 digits in scientific notation (``1.000000e+400``: the message stays one line), else ``repr``."""
+    from decimal import Decimal
     from fractions import Fraction
 
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return format(Decimal(value), ".6e")
     if isinstance(value, Fraction):
         return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
     return repr(value)

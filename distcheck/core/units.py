@@ -74,6 +74,8 @@ def parse_bytes(text: str):
         raise ConfigError("size", text, "must be a string like '80 GB' or '80 GiB'")
     match = _QUANTITY.match(text)
     if not match:
+        if re.match(r"^\s*-", text):
+            raise ConfigError("size", text, "must not be negative (a number of bytes with its unit, like '80 GB')")
         raise ConfigError("size", text, "must be a number followed by a unit, like '80 GB' or '80 GiB'")
     number, unit = match.groups()
     return to_bytes(Fraction(number.replace("_", "").replace(",", "")), unit)

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from distcheck import params as params_ref
 from distcheck.core.errors import ConfigError
-from distcheck.core.validate import check_positive_int
+from distcheck.core.validate import check_int
 
 __all__ = ["ModelSpec", "resolve_model", "preset_names", "SHAPE_FIELDS"]
 
@@ -61,8 +61,14 @@ def _preset(name: str) -> tuple[str, params_ref.TransformerConfig]:
     raise ConfigError("model", name, f"is not a preset (presets: {', '.join(preset_names())})")
 
 
+#: the largest parameter count a plan takes: 1e18, a million times the largest models trained (a larger count
+#: is a typo, and its figures would print hundreds of digits)
+MAX_PARAMS = 10**18
+
+
 def _parse_count(value: object) -> int:
-    """A parameter count: an int, or a decimal string such as ``"13e9"`` that is a whole number."""
+    """A parameter count: an int, or a decimal string such as ``"13e9"`` that is a whole number, from 1 to
+    :data:`MAX_PARAMS`."""
     if isinstance(value, str):
         try:
             q = Fraction(value.replace("_", "").replace(",", ""))
@@ -72,7 +78,7 @@ def _parse_count(value: object) -> int:
         if q.denominator != 1:
             raise ConfigError("params", value, "must be a whole number of parameters")
         value = int(q)
-    return check_positive_int("params", value)
+    return check_int("params", value, min_value=1, max_value=MAX_PARAMS)
 
 
 def resolve_model(model: str | None = None, *, params: int | str | None = None, **shape: int | None) -> ModelSpec:

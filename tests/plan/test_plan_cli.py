@@ -68,6 +68,8 @@ def test_an_explicit_layout_gives_its_breakdown_and_its_fit_as_exit_code(capsys)
     (["--model", "llama-3-8b", "--gpus", "8", "--report", "/nonexistent/dir/r"], "cannot be created"),
     (["--model", "llama-3-8b", "--gpus", "x"], "invalid int value"),
     (["--model", "llama-3-8b"], "the following arguments are required: --gpus"),
+    (["--params=1e400", "--gpus", "8"], "params=1.000000e+400 must be <= 1000000000000000000"),
+    (["--params", "7e9", "--gpus", "8", "--gpu-memory=-80GB"], "gpu_memory='-80GB' must not be negative"),
 ])
 def test_bad_plan_input_is_one_line_and_exit_2(argv, message, capsys):
     assert _code(["plan", "memory", *argv]) == 2
