@@ -43,6 +43,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def _stage_list(stages: tuple[str, ...]):
+    """An argparse type: comma-separated stage names, each one of ``stages``."""
+
+    def parse(text: str) -> list[str]:
+        names = [x.strip() for x in text.split(",")]
+        unknown = [n for n in names if n not in stages]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown stage {unknown[0]!r} in {text!r} (choose from "
+                                             f"{', '.join(stages)})")
+        return names
+
+    return parse
+
+
 def _world_sizes(text: str) -> tuple[int, ...]:
     items = [x.strip() for x in text.split(",")]
     try:
@@ -103,10 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="local: distcheck starts the ranks itself; torchrun: this process is one rank of "
                             "a world launched by torchrun (env:// rendezvous), rank 0 prints the table")
     stages = stage_names()
-    check.add_argument("--only", action="append", choices=stages, metavar="STAGE",
-                       help=f"run only these stages (repeatable): {', '.join(stages)}")
-    check.add_argument("--skip", action="append", choices=stages, default=[], metavar="STAGE",
-                       help="skip a stage (repeatable)")
+    check.add_argument("--only", action="extend", type=_stage_list(stages), metavar="STAGE[,STAGE...]",
+                       help=f"run only these stages (comma-separated or repeated): {', '.join(stages)}")
+    check.add_argument("--skip", action="extend", type=_stage_list(stages), default=[], metavar="STAGE[,STAGE...]",
+                       help="skip these stages (comma-separated or repeated)")
     check.add_argument("--golden-dir", type=Path, default=None,
                        help="folder of golden answer keys (default: the golden/ shipped with distcheck)")
     check.add_argument("--timeout", type=timeout_seconds, default=120.0, metavar="SECONDS",

@@ -194,3 +194,12 @@ def test_a_shipped_key_is_named_without_a_path(tmp_path, monkeypatch, capsys):
     assert main(["audit", "chapter"]) == 2
     assert "chapter:1: not valid TOML" in capsys.readouterr().err
 
+
+
+def test_only_and_skip_take_comma_separated_stages(capsys):
+    assert main(["check", "--only", "properties,golden", "--skip", "properties", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["backend"] == "golden" for r in rows)
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "--only", "golden,propertis"])
+    assert exit_.value.code == 2 and "unknown stage 'propertis'" in capsys.readouterr().err
