@@ -35,7 +35,7 @@ def add_report_options(parser: argparse.ArgumentParser, *, quiet: bool = True) -
     """``--report DIR`` (an HTML and a Markdown report) and, unless ``quiet=False``, ``--quiet`` (no progress bar)."""
     parser.add_argument("--report", type=Path, default=None, metavar="DIR",
                         help="also write DIR/report.html (self-contained) and DIR/report.md with the tables and "
-                             "figures")
+                             "figures (needs matplotlib: pip install 'distcheck[plot]')")
     if quiet:
         parser.add_argument("--quiet", action="store_true", help="no progress bar or progress lines on stderr")
 

@@ -7,7 +7,8 @@ first use; targets of the ``sequence-parallel-mlp`` contract
   g), ``down`` ``RowwiseParallel(output_layouts=Shard(1))`` (its partial outputs reduce-scattered to the
   shards: g-bar). Korthikanti et al. 2022, §4.2.2, Figure 5; torch's tensor-parallel tutorial.
 * ``TENSOR_PARALLEL_MLP``: the same block with tensor parallelism alone (``norm`` replicated, ``up``
-  ``ColwiseParallel()``, ``down`` ``RowwiseParallel()``): the contract's reference, on the whole sequence.
+  ``ColwiseParallel()``, ``down`` ``RowwiseParallel()``): not a target of the contract (it takes the whole
+  sequence, not each rank's tokens) but the reference the contract compares a target with.
 * ``UNSHARDED_NORM_MLP``: a mis-set plan: the MLP reduce-scatters to the shards but ``norm`` is not
   marked ``SequenceParallel``, so the block takes a replicated input: shapes and collectives go wrong.
 
