@@ -137,13 +137,25 @@ def test_torch_sequence_parallel_is_certified_and_wrong_ones_fail():
                         dtypes=("float32",))
         unsharded = certify("distcheck.parallel.sp.plans:UNSHARDED_NORM_MLP", "sequence-parallel-mlp", pool=pool,
                             seed=0, examples=10, dtypes=("float32",))
+        megatron = certify("examples.my_sp_layers:sequence_parallel_mlp", "sequence-parallel-mlp", pool=pool,
+                           seed=0, examples=10, dtypes=("float32",))
+        no_sums = certify("examples.my_sp_layers:sequence_parallel_mlp_no_grad_sums", "sequence-parallel-mlp",
+                          pool=pool, seed=0, examples=10, dtypes=("float32",))
     good.assert_certified()
     failed = {v.property for v in local.verdicts if v.verdict == FAIL}
-    assert failed == {"param_grads", "collectives.norm_grads"}, [(v.property, v.failure) for v in local.verdicts]
+    assert failed == {"param_grads", "collectives.grad_sums"}, [(v.property, v.failure) for v in local.verdicts]
     grads = next(v for v in local.verdicts if v.property == "param_grads")
     assert "gradient of norm.weight" in grads.failure and "gradient of up.weight" not in grads.failure
     assert all(v.verdict == FAIL for v in unsharded.verdicts)
     assert "the output must be this rank's tokens" in unsharded.verdicts[0].failure
+    # plain torch.distributed in Megatron's layout (down's bias added after the reduce-scatter, its gradient
+    # summed with the layer norm's: 3 h elements) is certified; without the sums it fails on those gradients
+    megatron.assert_certified()
+    failed = {v.property: v.failure for v in no_sums.verdicts if v.verdict == FAIL}
+    assert set(failed) == {"param_grads", "collectives.grad_sums"}
+    named = {p for p in ("norm.weight", "norm.bias", "down.bias") if f"gradient of {p}:" in failed["param_grads"]}
+    assert named and "gradient of up.weight" not in failed["param_grads"]  # the shrunk case shows one or more
+    assert "rank 0: none" in failed["collectives.grad_sums"]
 
 
 @pytest.mark.multiprocess

@@ -6,7 +6,7 @@ torch's ``SequenceParallel`` on the layer norm with the tensor-parallel plan on 
 from two ranks: Hypothesis draws the tokens, weights and output gradients in the parent, every example
 runs on every rank of the pool against the tensor-parallel block on the whole sequence. Rows
 ``sp.mlp.<property>[<dtype>]`` (forward, input_grad, param_grads, collectives.forward,
-collectives.backward, collectives.norm_grads), each with its example count.
+collectives.backward, collectives.grad_sums), each with its example count.
 """
 
 from __future__ import annotations

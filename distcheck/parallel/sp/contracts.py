@@ -33,12 +33,16 @@ layer norm (Welford's running mean) may still round, so the layer norm's output 
   blocks (bitwise). ``norm.weight``'s sums ``dy_t xhat_t`` over the tokens in another order (per shard,
   then across the ranks): within ``2 gamma_{s+tp+1} sqrt(h) sum_t |dy_t|`` (bounded). A gradient left
   as a pending sum (DTensor's ``Partial``, as torch's ``SequenceParallel`` leaves the layer norm's) is
-  completed first (``redistribute``), and that all-reduce is counted in ``collectives.norm_grads``.
+  completed first (``redistribute``), and that all-reduce is counted in ``collectives.grad_sums``.
 * **collectives**: one forward issues exactly one all-gather and one reduce-scatter of the full output
   (S = b s h bytes per element size: ``sp.block.all_gathers_per_forward``,
-  ``sp.block.reduce_scatters_per_forward``) and no all-reduce; one backward the conjugates; the layer
-  norm's gradients, summed over the ranks, take all-reduces of 2 h elements in all (weight and bias),
-  in the backward or when their pending sums are completed.
+  ``sp.block.reduce_scatters_per_forward``) and no all-reduce; one backward the conjugates. The
+  replicated parameters whose gradients a rank computes from its own tokens are summed over the ranks,
+  in the backward or when their pending sums are completed: the layer norm's weight and bias, 2 h
+  elements; and ``down``'s bias too (3 h in all) when it is added after the reduce-scatter, on each
+  rank's tokens (Megatron-LM's layout, which marks it ``sequence_parallel``). Added before it, as
+  DTensor adds ``b / tp`` to every rank's partial output, its gradient comes from the all-gathered
+  output gradient and needs no sum.
 
 No dropout: torch's DTensor random streams are another contract.
 """
@@ -117,8 +121,9 @@ class SequenceParallelMLP(Contract):
                      "exact"),
         PropertySpec("collectives.backward", "the conjugates: one all-gather and one reduce-scatter of the full "
                                              "output (besides the layer norm's gradient sums)", "exact"),
-        PropertySpec("collectives.norm_grads", "the layer norm's gradients are summed over the ranks: all-reduces "
-                                               "of 2 h elements in all", "exact"),
+        PropertySpec("collectives.grad_sums", "the gradients computed from each rank's tokens are summed over the "
+                                              "ranks: all-reduces of 2 h elements in all (the layer norm's), or 3 h "
+                                              "with down's bias added after the reduce-scatter", "exact"),
     )
     options = (Option("param_names", {}, dict, "canonical parameter name (norm.weight, up.weight ...) -> attribute "
                                                 "path in your module"),)
@@ -236,25 +241,26 @@ class SequenceParallelMLP(Contract):
             "param_grads": combine(*grads),
             "collectives.forward": compare_collectives("forward", one, [r_["got"]["forward"] for r_ in results], src),
             "collectives.backward": compare_collectives("backward", one, backward, "the conjugates of the forward's"),
-            "collectives.norm_grads": _norm_sums(results, h * ITEMSIZE[dtype], case.tp),
+            "collectives.grad_sums": _grad_sums(results, h * ITEMSIZE[dtype], case.tp),
         }
 
 
-def _norm_sums(results: list, row_bytes: int, tp: int) -> Outcome:
-    """All-reduces in the backward and in the completion of pending sums: 2 h elements in all at tp >= 2."""
-    want = 2 * row_bytes if tp > 1 else 0
+def _grad_sums(results: list, row_bytes: int, tp: int) -> Outcome:
+    """All-reduces in the backward and in the completion of pending sums: 2 h or 3 h elements in all at tp >= 2
+    (see the module doc), none at tp = 1."""
+    allowed = (2 * row_bytes, 3 * row_bytes) if tp > 1 else (0,)
     bad = []
     for r, res in enumerate(results):
         recs = [rec for rec in res["got"]["backward"] + res["got"]["grad_sync"] if rec[0] == Collective.ALL_REDUCE]
         others = [rec for rec in res["got"]["grad_sync"] if rec[0] != Collective.ALL_REDUCE]
-        total = sum(n for _, n in recs)
-        if total != want or others:
+        if sum(n for _, n in recs) not in allowed or others:
             bad.append(f"rank {r}: {format_collectives(recs + others)}")
     if not bad:
         return Outcome(True, max_error=0.0, bound=0.0)
-    return Outcome(False, bound=0.0, message=f"the layer norm's gradients must be summed over the {tp} ranks by "
-                                             f"all-reduces of {want} bytes in all (weight and bias, h elements each); "
-                                             + "; ".join(bad))
+    return Outcome(False, bound=0.0, message=f"the gradients computed from each rank's tokens must be summed over the "
+                                             f"{tp} ranks by all-reduces of {' or '.join(map(str, allowed))} bytes in "
+                                             "all (the layer norm's weight and bias, h elements each, and down's bias "
+                                             "when it is added after the reduce-scatter); " + "; ".join(bad))
 
 
 # ---------------------------------------------------------------- torch, on the ranks
