@@ -63,3 +63,33 @@ def torchrun_check():
         return out, err
 
     return launch
+
+
+# ---------------------------------------------------------------- rank pools shared by a test module
+# Module-scoped: each test module that asks for one starts its own world and closes it after its last test
+# (a module needing different settings, a preload say, defines its own fixture of the same name).
+
+
+def _pool(world_size: int, backend: str):
+    pytest.importorskip("torch")
+    from distcheck.runners import RankPool
+
+    return RankPool(world_size=world_size, backend=backend, timeout_s=90)
+
+
+@pytest.fixture(scope="module")
+def gloo2():
+    with _pool(2, "gloo") as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def threaded2():
+    with _pool(2, "threaded") as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def threaded4():
+    with _pool(4, "threaded") as pool:
+        yield pool

@@ -14,7 +14,6 @@ import pytest
 from distcheck.certify.engine import certify
 from distcheck.errors import ConfigError
 from distcheck.parallel.tp import vocab
-from distcheck.runners import RankPool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,12 +115,6 @@ LAYERS, MUTANTS = "examples.my_vocab_layers", "examples.vocab_mutants"
 TORCH = "examples.torch_vocab"
 
 
-@pytest.fixture(scope="module")
-def threaded2():
-    with RankPool(world_size=2, backend="threaded", timeout_s=90) as pool:
-        yield pool
-
-
 def failed(cert) -> set:
     return {v.property for v in cert.failures}
 
@@ -141,12 +134,6 @@ def test_correct_vocab_layers_are_certified_in_every_dtype(threaded2, target, co
     assert all(v.examples == 10 for v in cert.verdicts)
     names = {v.property for v in cert.verdicts}
     assert ("input_grad" in names) == (contract != "vocab-parallel-embedding")  # ids have no gradient
-
-
-@pytest.fixture(scope="module")
-def gloo2():
-    with RankPool(world_size=2, backend="gloo", timeout_s=90) as pool:
-        yield pool
 
 
 @pytest.mark.multiprocess

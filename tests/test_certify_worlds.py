@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch")
 from distcheck.certify.certificate import stable_view  # noqa: E402
 from distcheck.certify.engine import certify  # noqa: E402
 from distcheck.engine.contracts.errors import ProtocolError  # noqa: E402
-from distcheck.runners import RankPool  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the examples/ package, as `distcheck certify` finds it from the repository root
@@ -26,18 +25,6 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.filterwarnings("ignore::Futu
 
 EXAMPLES = "examples.my_tp_layers"
 MUTANTS = "examples.tp_mutants"
-
-
-@pytest.fixture(scope="module")
-def threaded2():
-    with RankPool(world_size=2, backend="threaded", timeout_s=90) as pool:
-        yield pool
-
-
-@pytest.fixture(scope="module")
-def gloo2():
-    with RankPool(world_size=2, backend="gloo", timeout_s=90) as pool:
-        yield pool
 
 
 def verdicts(cert) -> dict:

@@ -14,25 +14,12 @@ torch = pytest.importorskip("torch")
 
 from distcheck.parallel.pp import checks as pipelining  # noqa: E402
 from distcheck.parallel.pp import tables  # noqa: E402
-from distcheck.runners import RankPool  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
 
 def by_check(rows):
     return {r.check: r for r in rows}
-
-
-@pytest.fixture(scope="module")
-def gloo2():
-    with RankPool(world_size=2, backend="gloo", timeout_s=90) as pool:
-        yield pool
-
-
-@pytest.fixture(scope="module")
-def threaded4():
-    with RankPool(world_size=4, backend="threaded", timeout_s=90) as pool:
-        yield pool
 
 
 # --------------------------------------------------------------------------- pipelining

@@ -26,18 +26,6 @@ def by_check(rows):
     return {r.check: r for r in rows}
 
 
-@pytest.fixture(scope="module")
-def gloo2():
-    with RankPool(world_size=2, backend="gloo", timeout_s=90) as pool:
-        yield pool
-
-
-@pytest.fixture(scope="module")
-def threaded4():
-    with RankPool(world_size=4, backend="threaded", timeout_s=90) as pool:
-        yield pool
-
-
 # --------------------------------------------------------------------------- collectives
 
 
