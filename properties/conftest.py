@@ -10,6 +10,11 @@ a profile only when asked. This suite also chooses one when nobody asks, first m
 2. ``HYPOTHESIS_PROFILE=NAME``, one of distcheck's profiles;
 3. Hypothesis' own ``--hypothesis-profile NAME``: Hypothesis loads it, nothing is loaded here;
 4. ``ci`` when ``CI`` is true, else ``dev`` (:func:`distcheck.profiles.default_profile_name`).
+
+The seed: Hypothesis' own ``--hypothesis-seed N`` seeds the suite's ``@given`` tests, and the
+``distcheck_seed`` fixture hands the same N to the tests that call
+:func:`distcheck.props.run_property`, so ``--distcheck-profile dev --hypothesis-seed N`` replays a
+whole run of the suite (CI's exploratory run, ``.ci/run``, takes N from the commit).
 """
 
 from __future__ import annotations
@@ -60,3 +65,16 @@ def distcheck_profile(pytestconfig) -> str:
     """The profile name for tests that call distcheck.props.run_property: the suite's profile,
     or ``ci`` when Hypothesis' ``--hypothesis-profile`` chose the settings."""
     return suite_profile(pytestconfig) or "ci"
+
+
+@pytest.fixture(scope="session")
+def distcheck_seed(pytestconfig) -> int | str | None:
+    """The run seed for tests that call distcheck.props.run_property: Hypothesis' ``--hypothesis-seed``
+    as an int (as Hypothesis reads it; a value that is not an integer stays a str, which run_property
+    refuses with a ConfigError naming ``seed``), or None (the profile's own: 0 under ``ci``, drawn
+    under ``dev``)."""
+    seed = pytestconfig.getoption("hypothesis_seed", default=None)
+    try:
+        return None if seed is None else int(seed)
+    except ValueError:
+        return seed

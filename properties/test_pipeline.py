@@ -12,8 +12,8 @@ from distcheck.props import properties, run_property
 
 
 @pytest.mark.parametrize("prop", properties("pipeline"), ids=lambda p: p.name)
-def test_property_holds(prop, distcheck_profile):
-    result = run_property(prop, distcheck_profile)
+def test_property_holds(prop, distcheck_profile, distcheck_seed):
+    result = run_property(prop, distcheck_profile, seed=distcheck_seed)
     assert result.verdict == "pass", result.detail
 
 

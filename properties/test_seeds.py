@@ -156,3 +156,65 @@ def test_a_long_failure_keeps_its_reason_in_the_detail_and_prints_everything_bel
     assert ("counterexample:" + counter.replace(" ", "")) in text  # the whole counterexample, below the table
     assert "error:" not in text  # the reason was not cut: it is not repeated
     assert "seed:3(profiledev)" in text and "replay:distcheckcheck--onlyproperties--profiledev--seed3" in text
+
+
+def test_a_commit_seeds_its_own_exploratory_run():
+    from distcheck.profiles import COMMIT_SEED_DIGITS, commit_seed
+
+    sha1 = "1f3f4774fb8722d3ec6c98e7e9fee82c21abcd88"
+    assert commit_seed(sha1) == int(sha1[:8], 16) == 524240756
+    # abbreviated, with git's newline, SHA-256
+    assert commit_seed(sha1[:8]) == commit_seed(sha1 + "\n") == commit_seed("1f3f4774" + "0" * 56)
+    assert commit_seed("0" * 40) == 0 and commit_seed("f" * 40) == 2**32 - 1 and COMMIT_SEED_DIGITS == 8
+    assert commit_seed("850fb32d" + "0" * 32) != commit_seed(sha1)  # another commit, another seed
+    assert resolve_seed("dev", commit_seed(sha1)) == 524240756  # a seed run_property and --seed accept
+    for bad in ("1f3f477", "HEAD", "1F3F4774FB8722D3", "g" * 40, "0" * 65, "", 0x1F3F4774, None):
+        with pytest.raises(ConfigError, match=r"^revision=.* must be a git object name: 8 to 64 lowercase hex"):
+            commit_seed(bad)
+
+
+_SEED_SPY = """
+import json, os
+import distcheck.props as props
+from distcheck.report import CheckResult
+
+seen = []
+
+
+def run_property(prop, profile="ci", *args, seed=None, **kwargs):
+    seen.append([getattr(prop, "name", prop), profile, seed])
+    return CheckResult(getattr(prop, "name", prop), "reference", "pass", examples=1)
+
+
+props.run_property = run_property  # before pytest imports the suite's modules
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["SEED_SPY_OUT"], "w") as out:
+        json.dump(seen, out)
+"""
+
+
+@pytest.mark.slow
+def test_hypothesis_seed_is_the_seed_of_every_property_row_of_the_suite(tmp_path):
+    # --hypothesis-seed N seeds the @given tests; the distcheck_seed fixture hands the same N to every
+    # test_property_holds, so one seed replays the whole suite (CI's exploratory run)
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    (tmp_path / "seed_spy.py").write_text(_SEED_SPY)
+    out = tmp_path / "seen.json"
+    env = {**os.environ, "SEED_SPY_OUT": str(out),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "seed_spy",
+                           "--distcheck-profile", "dev", "--hypothesis-seed", "4242", "-k", "test_property_holds",
+                           "properties/"], cwd=root, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    seen = json.loads(out.read_text())
+    from distcheck.props import properties
+
+    names = {name for name, _, _ in seen}
+    assert names <= {p.name for p in properties()} and len(names) == len(seen) >= 30  # each suite's rows, once
+    assert {profile for _, profile, _ in seen} == {"dev"}
+    assert {seed for _, _, seed in seen} == {4242}, [row for row in seen if row[2] != 4242]

@@ -107,3 +107,29 @@ def test_config_error_shows_fractions_as_a_user_writes_them():
 
     assert str(ConfigError("dp", Fraction(17, 2), "must be an integer")) == "dp=17/2 must be an integer"
     assert str(ConfigError("dp", Fraction(8), "must be even")) == "dp=8 must be even"
+
+
+def test_ci_runs_an_exploratory_dev_run_seeded_by_the_commit_after_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    steps = ["readme_commands.py test", 'bash -c "$cmd"', "seed=$(.venv/bin/python .ci/commit_seed.py)",
+             'echo "exploratory run: seed $seed (profile dev)',
+             '-m distcheck check --profile dev --seed "$seed" --only properties',
+             '-m pytest -q -p no:cacheprovider --distcheck-profile dev --hypothesis-seed "$seed"', "-m build"]
+    positions = [ci.find(step) for step in steps]
+    assert -1 not in positions and positions == sorted(positions), dict(zip(steps, positions, strict=True))
+    # the script prints the seed of the checkout's commit, or of a revision given to it
+    script = [sys.executable, str(ROOT / ".ci" / "commit_seed.py")]
+    given = subprocess.run([*script, "1f3f4774fb8722d3ec6c98e7e9fee82c21abcd88"], capture_output=True, text=True,
+                           check=True).stdout
+    assert given == "524240756\n"  # int("1f3f4774", 16)
+    git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if git.returncode == 0:  # a checkout (CI's is one; an unpacked sdist is not)
+        from distcheck.profiles import commit_seed
+
+        head = subprocess.run(script, capture_output=True, text=True, check=True).stdout
+        assert head == f"{commit_seed(git.stdout)}\n"
+    bad = subprocess.run([*script, "HEAD~1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines() == [
+        "commit_seed.py: revision='HEAD~1' must be a git object name: 8 to 64 lowercase hex digits "
+        "(what `git rev-parse HEAD` prints)"]

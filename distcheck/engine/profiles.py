@@ -25,6 +25,10 @@ Selecting a profile:
   default of its own (``properties/conftest.py``, :func:`default_profile_name`).
 - CLI / library: ``distcheck check --profile NAME``, :func:`load_profile`, :func:`get_profile`.
 
+Seeds: ``ci`` runs seed 0 (derandomized); ``dev`` and ``thorough`` draw a fresh seed unless one
+is given. CI also runs one exploratory ``dev`` run whose seed is :func:`commit_seed` of the commit
+under test, so every commit searches new examples and its run replays exactly.
+
 In Hypothesis' registry the profiles are named ``distcheck-dev``, ``distcheck-ci`` and
 ``distcheck-thorough`` (:func:`hypothesis_name`). Hypothesis' own ``ci`` profile, which it
 makes current on a CI machine, is never replaced: registering distcheck's profiles changes
@@ -35,6 +39,7 @@ Hypothesis; the profiles are registered on first use.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -44,7 +49,7 @@ if TYPE_CHECKING:
     from hypothesis import settings
 
 __all__ = ["PROFILES", "WORLD_MAX_EXAMPLES", "DEFAULT_PROFILE", "hypothesis_name", "register_profiles", "load_profile",
-           "get_profile", "default_profile_name"]
+           "get_profile", "default_profile_name", "commit_seed", "COMMIT_SEED_DIGITS"]
 
 #: settings every profile shares: no deadline (first examples import sympy and torch),
 #: and the @reproduce_failure blob printed with every failure
@@ -136,3 +141,28 @@ def default_profile_name(env: Mapping[str, str] | None = None) -> str:
     if env.get("CI", "").strip().lower() in ("1", "true", "yes"):
         return "ci"
     return DEFAULT_PROFILE
+
+
+#: hex digits of a commit's object name that make its seed: 8, so the seed is a 32-bit integer
+#: like the ones :func:`distcheck.props.resolve_seed` draws for ``dev`` and ``thorough``
+COMMIT_SEED_DIGITS = 8
+
+_OBJECT_NAME = re.compile(rf"[0-9a-f]{{{COMMIT_SEED_DIGITS},64}}")
+
+
+def commit_seed(revision: str) -> int:
+    """The seed of CI's exploratory ``dev`` run of a commit: the integer value of the first
+    :data:`COMMIT_SEED_DIGITS` (8) hex digits of its object name, ``0 <= seed < 2**32``.
+
+    ``revision`` is what ``git rev-parse HEAD`` prints (40 hex digits for SHA-1, 64 for SHA-256;
+    an abbreviation of at least 8 digits gives the same seed), surrounding whitespace ignored,
+    lowercase as git prints it. Each commit gets its own seed, so CI searches new examples on every
+    commit, and ``distcheck check --profile dev --seed N`` replays a commit's run exactly.
+
+    Raises ConfigError("revision", ...) when ``revision`` is not a str of 8 to 64 lowercase hex digits.
+    """
+    if not isinstance(revision, str) or not _OBJECT_NAME.fullmatch(revision.strip()):
+        raise ConfigError("revision", revision,
+                          f"must be a git object name: {COMMIT_SEED_DIGITS} to 64 lowercase hex digits "
+                          "(what `git rev-parse HEAD` prints)")
+    return int(revision.strip()[:COMMIT_SEED_DIGITS], 16)
