@@ -229,3 +229,115 @@ def test_the_harness_reads_commands_exit_codes_and_shown_values():
     assert proc.returncode == 1 and "line 11: the doc shows 7,000,001, the code gives 7000000" in proc.stderr
     far = Block(ROOT / "README.md", 10, "python", ("python", "runnable"), "0.036  # -> ~3e-2\n")
     assert _run([sys.executable, "-c", python_script(far)], far).returncode == 1
+
+
+# ---- what the README says about the code, held by the code
+
+def _readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else len(text)]
+
+
+def layout_entries() -> dict[str, str]:
+    """The README's repository layout: path -> its description (continuation lines joined)."""
+    body = FENCE.search(_readme_section("Repository layout"), re.MULTILINE)
+    assert body is not None, "the repository layout section has no code block"
+    entries: dict[str, str] = {}
+    last = ""
+    for line in body.group(2).splitlines():
+        m = re.match(r"^(\S+)\s{2,}(.*)$", line)
+        if m:
+            last = m[1]
+            entries[last] = m[2]
+        elif line.strip():
+            entries[last] += " " + line.strip()
+    return entries
+
+
+def _entry_of(path: Path, entries: dict[str, str]) -> str:
+    """The most specific layout entry that holds ``path``."""
+    rel = path.relative_to(ROOT).as_posix()
+    holders = [e for e in entries if rel == e.rstrip("/") or rel.startswith(e if e.endswith("/") else e + "/")]
+    assert holders, f"{rel} is in no entry of the README's repository layout"
+    return max(holders, key=len)
+
+
+def test_every_path_of_the_readme_layout_exists_and_the_parallel_packages_are_listed():
+    entries = layout_entries()
+    assert len(entries) >= 15, entries
+    for path in entries:
+        assert (ROOT / path).exists(), f"the README's repository layout names {path}, which does not exist"
+    listed = re.search(r"one package per parallelism \(([^)]*)\)", entries["distcheck/parallel/"])
+    assert listed is not None
+    packages = {p.parent.name for p in (ROOT / "distcheck" / "parallel").glob("*/__init__.py")}
+    assert {x.strip() for x in listed[1].split(",")} == packages
+    for role in ("reference", "forms", "strategies", "properties", "mutants", "proofs", "contracts", "checks"):
+        assert role in entries["distcheck/parallel/"] and list((ROOT / "distcheck" / "parallel").glob(f"*/{role}.py"))
+
+
+def test_the_readme_layout_places_contracts_and_ddp_where_they_are():
+    entries = layout_entries()
+    contracts = [p for p in (ROOT / "distcheck").rglob("*.py")
+                 if re.search(r"^class \w+\([\w.]*Contract\)", p.read_text(), re.MULTILINE)]
+    ddp = [p for p in (ROOT / "distcheck").rglob("*.py")
+           if re.search(r"import DistributedDataParallel\b", p.read_text())]
+    assert len(contracts) >= 8 and ddp
+    for module in contracts:
+        entry = _entry_of(module, entries)
+        assert re.search(r"\bcontract", entries[entry], re.I), f"{module.relative_to(ROOT)}: {entry} {entries[entry]!r}"
+    holders = {_entry_of(module, entries) for module in ddp}
+    assert {e for e, text in entries.items() if re.search(r"\bDDP\b", text)} == holders, holders
+
+
+def test_every_registered_property_declares_edge_cases_that_hold():
+    from distcheck.props import properties
+
+    assert "Each\n   property declares its edge cases" in _readme_section("`distcheck check`")
+    for prop in properties():
+        edges = tuple(prop.edge_cases())
+        assert edges, f"{prop.name} declares no edge cases"
+        for case in edges:
+            prop.check(case, None)  # each holds on the reference
+
+
+def test_the_readme_says_how_many_ranks_of_the_fake_world_are_checked():
+    import inspect
+
+    from distcheck.parallel.layout.checks import fake_mesh_rows, sample_ranks
+
+    text = " ".join(_readme_section("`distcheck check`").split())
+    m = re.search(r"a ([\d,]+)-rank world on the fake backend, of which (\d+) ranks are impersonated", text)
+    assert m is not None, "the README must say how many ranks of the fake world the check impersonates"
+    defaults = {k: v.default for k, v in inspect.signature(fake_mesh_rows).parameters.items()
+                if k in ("pp", "dp", "tp")}
+    assert int(m[1].replace(",", "")) == defaults["pp"] * defaults["dp"] * defaults["tp"]
+    assert int(m[2]) == len(sample_ranks(**defaults))
+
+
+def _list_items(text: str) -> list[str]:
+    """The items of every numbered list (``1. ...`` and its indented lines), outside code blocks."""
+    items: list[str] = []
+    current: list[str] | None = None
+    for line in FENCE.sub("", text).splitlines():
+        if re.match(r"^\d+\. ", line):
+            current = [line]
+            items.append("")
+        elif current is not None and (line.startswith("   ") or not line.strip()):
+            current.append(line)
+        else:
+            current = None
+        if current is not None:
+            items[-1] = " ".join(current)
+    return items
+
+
+def test_no_numbered_step_of_the_docs_says_a_thing_twice():
+    # a step pasted twice in an edit leaves a run of words repeated inside the one item
+    for doc in DOCS:
+        for item in _list_items(doc.read_text()):
+            words = re.findall(r"[\w./`<>-]+", item.lower())
+            runs = [tuple(words[i:i + 7]) for i in range(len(words) - 6)]
+            repeated = {" ".join(r) for r in runs if runs.count(r) > 1}
+            assert not repeated, f"{doc.name}: a numbered step repeats {sorted(repeated)[:2]}: {item[:200]}"

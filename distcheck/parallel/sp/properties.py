@@ -212,6 +212,19 @@ def _grad_edges():
 _sizes = lambda: st.tuples(st.integers(1, 8), st.integers(1, 40))  # noqa: E731
 _shapes = lambda: st.tuples(*(st.integers(1, 64) for _ in range(5)))  # noqa: E731
 
+
+def _comm_edges():
+    """(t, elements): one rank (nothing sent); t dividing the elements (the closed form applies); uneven
+    chunks (3 ranks, 7 elements: the phases hand the larger chunk to different ranks); more ranks than
+    elements (empty chunks); the largest t and size the strategy draws."""
+    return ((1, 1), (4, 8), (3, 7), (8, 3), (8, 40))
+
+
+def _shape_edges():
+    """(s, b, h, a, t): all ones (t = 1: nothing saved); t dividing none of s, h and a (fractional bytes per
+    rank); one head over several ranks; the largest shape the strategy draws."""
+    return ((1, 1, 1, 1, 1), (5, 3, 7, 3, 2), (4, 2, 8, 1, 4), (64, 64, 64, 64, 64))
+
 register(Property("sp.mlp.exact", lambda: ds.sp_mlp_block_cases(), mlp_exact,
                   "sequence-parallel MLP block == single-device block bit for bit; one all-gather and one "
                   "reduce-scatter per forward, no all-reduce",
@@ -229,6 +242,7 @@ register(Property("sp.layer_norm.param_grads", lambda: ds.sp_norm_grad_cases(), 
                   _grad_edges))
 register(Property("sp.comm.bytes", _sizes, comm_bytes,
                   "ring reduce-scatter + all-gather send the per-rank volumes of a ring all-reduce "
-                  "(= sp.block.bytes_per_rank when t divides S); exact"))
+                  "(= sp.block.bytes_per_rank when t divides S); exact", edge_cases=_comm_edges))
 register(Property("sp.activations.saved", _shapes, activations_saved,
-                  "stored activation bytes per layer, TP minus TP+SP == sp.activations.bytes_saved_per_layer; exact"))
+                  "stored activation bytes per layer, TP minus TP+SP == sp.activations.bytes_saved_per_layer; exact",
+                  edge_cases=_shape_edges))
