@@ -23,7 +23,7 @@ run on the references in exact arithmetic)),
 :mod:`~distcheck.audit.report` (table, Markdown, JSON).
 """
 
-from distcheck.audit.keys import CHECK_VERDICTS, VERDICTS, AnswerKey, Check, Claim, load_key, parse_key
+from distcheck.audit.keys import CHECK_VERDICTS, UNDECIDED, VERDICTS, AnswerKey, Check, Claim, load_key, parse_key
 from distcheck.audit.quantities import get_quantity, list_quantities
 from distcheck.audit.report import render, render_quantity_list, render_table, to_json, to_markdown
 from distcheck.audit.verdict import (
@@ -36,7 +36,7 @@ from distcheck.audit.verdict import (
 )
 
 __all__ = [
-    "VERDICTS", "CHECK_VERDICTS", "AnswerKey", "Claim", "Check", "load_key", "parse_key",
+    "VERDICTS", "UNDECIDED", "CHECK_VERDICTS", "AnswerKey", "Claim", "Check", "load_key", "parse_key",
     "get_quantity", "list_quantities",
     "AuditResult", "ClaimVerdict", "CheckVerdict", "audit_key", "audit_file", "audit_exit_code",
     "render", "render_table", "to_markdown", "to_json", "render_quantity_list",

@@ -38,6 +38,7 @@ from distcheck.audit.keys import (
     HOLDS,
     NOT_CHECKABLE,
     OTHER,
+    UNDECIDED,
     WRONG,
     AnswerKey,
     Claim,
@@ -434,14 +435,20 @@ def audit_file(path: str | Path) -> AuditResult:
     return audit_key(load_key(path))
 
 
-def audit_exit_code(result: AuditResult | list[AuditResult]) -> int:
+def audit_exit_code(result: AuditResult | list[AuditResult], *, strict: bool = False) -> int:
     """1 when any claim is wrong or any consistency check finds a contradiction, else 0.
-    Raises ConfigError when ``result`` is not an AuditResult or a list of them."""
+
+    With ``strict``, also 1 when any claim is undecided (``ambiguous`` or ``not-checkable``,
+    :data:`~distcheck.audit.keys.UNDECIDED`): the exit status then says every figure was decided.
+    Raises ConfigError when ``result`` is not an AuditResult or a list of them, or ``strict`` not a bool."""
     results = result if isinstance(result, list) else [result]
     for i, r in enumerate(results):
         check_type(f"result[{i}]" if isinstance(result, list) else "result", r, AuditResult,
                    "must be an AuditResult (see audit_file)")
+    check_type("strict", strict, bool, "must be True or False")
     for r in results:
         if any(v.verdict == WRONG for v in r.claims) or r.contradictions:
+            return 1
+        if strict and any(v.verdict in UNDECIDED for v in r.claims):
             return 1
     return 0
