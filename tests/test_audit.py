@@ -362,9 +362,16 @@ def test_bad_toml_and_missing_meta_and_duplicate_ids():
 
 
 def test_closed_form_constraints_surface_as_answer_key_errors():
-    c = claim("a", "pipeline.layers_per_stage.trim_ends", "{ num_layers = 126, p = 5 }", 8, "layers")
-    with pytest.raises(AnswerKeyError, match="must be a multiple of p=5"):
+    c = claim("a", "layout.world_size.ep_inside_dp", "{ tp = 2, pp = 1, dp = 3, ep = 2 }", 6, "GPUs")
+    with pytest.raises(AnswerKeyError, match="ep=2 must divide dp"):
         audit_text(key(c))
+
+
+def test_a_declared_constraint_makes_the_claim_not_checkable_naming_it():
+    c = claim("a", "pipeline.layers_per_stage.trim_ends", "{ num_layers = 126, p = 5 }", 8, "layers")
+    (v,) = audit_text(key(c)).claims
+    assert v.verdict == "not-checkable" and "p divides num_layers + 2 trimmed" in v.explanation
+    assert "num_layers=126, p=5, trimmed=1" in v.explanation
 
 
 def test_check_references_must_exist():

@@ -30,6 +30,7 @@ from distcheck.audit import conventions as conv
 from distcheck.audit import layout_order
 from distcheck.audit import quantities as qmod
 from distcheck.audit.consistency import CheckVerdict, check_key
+from distcheck.audit.constraints import broken
 from distcheck.audit.counts import is_whole_unit, uneven_split
 from distcheck.audit.explain import COMPONENT_FLAGS, one_component
 from distcheck.audit.key_values import _domain, _exact_float, parse_input_string
@@ -288,6 +289,14 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     except _Missing as m:
         return ClaimVerdict(c, NOT_CHECKABLE,
                             f"{c.quantity} needs {', '.join(m.names)}, which the claim does not give", q.unit)
+    # a quantity's own constraints (distcheck.audit.constraints): outside them its formula does not apply
+    full_values = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
+    bad = broken(q.requires, full_values)
+    if bad:
+        given = ", ".join(f"{n}={format_exact(full_values[n])}" for n in dict.fromkeys(x for b in bad for x in b.inputs))
+        named = "; ".join(f"{b.text} ({b.source})" for b in bad)
+        return ClaimVerdict(c, NOT_CHECKABLE, f"the inputs ({given}) break a constraint of {q.name}: {named}", q.unit,
+                            inputs={k: str(v) for k, v in values.items() if not isinstance(v, tuple)})
     order = c.inputs.get("order")
     value: Exact
     try:
@@ -399,6 +408,9 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
                 qname, vals, unit = state
                 try:
                     alt_q = qmod.get_quantity(qname)
+                    if broken(alt_q.requires, {i.name: Fraction(i.default) for i in alt_q.inputs
+                                               if i.default is not None} | vals):
+                        continue  # a reading outside its quantity's constraints reproduces nothing
                     value = _compute(alt_q, vals)
                     value_in = _in_unit(value, alt_q.unit, unit)
                 except (ConfigError, ValueError, KeyError):
