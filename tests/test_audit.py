@@ -434,6 +434,15 @@ def test_every_verdict_name_is_documented():
 #: would turn the verdict into `wrong` or `ambiguous`.
 _K = "{ s = 2048, b = 1, h = 12288, a = 96, t = 8 }"
 CONVENTION_CASES = [
+    # 1e9 bytes in 0.01 s over 8 ranks: algbw 100 GB/s, ring busbw 175 GB/s, in-network 100 x 7/9 GB/s
+    ("in-network (SHARP) all-reduce bus-bandwidth factor (n-1)/(n+1)", "comm.busbw.all_reduce",
+     "{ size_bytes = 1000000000, time_s = 0.01, n = 8 }", "77.78", "GB/s", Fraction(700, 9)),
+    ("ring all-reduce bus-bandwidth factor 2(n-1)/n (nccl-tests)", "comm.busbw.all_reduce.in_network",
+     "{ size_bytes = 1000000000, time_s = 0.01, n = 8 }", 175, "GB/s", 175),
+    # ZeRO-3, 64e9 params over 64 ranks, largest layer 2e9 params: 16 + 2 x 2 = 20 GB; DeepSpeed 18 + 4 x 2 = 26
+    ("DeepSpeed's ZeRO-3 estimator: int(18 Psi / N) + 4 x largest_layer_params (the largest layer gathered in fp32)",
+     "zero.bytes_per_gpu.stage3_with_gather", "{ params = 64e9, dp = 64, largest_layer_params = 2e9 }", 26, "GB",
+     26),
     ("16 B/param (bf16 weights and grads, fp32 master, Adam m and v)", "memory.train_state_bytes",
      "{ params = 1e9, bytes_per_param = 12 }", 16, "GB", 16),
     ("12 B/param (no fp32 master copy)", "memory.train_state_bytes", "{ params = 1e9 }", 12, "GB", 12),
@@ -552,6 +561,19 @@ def test_every_documented_convention_has_a_case():
 
     documented = {v.name for _, axis in CONVENTIONS for v in axis.variants}
     assert documented <= {c[0] for c in CONVENTION_CASES}
+
+
+def test_deepspeed_zero3_estimator_printed_in_binary_units():
+    """DeepSpeed prints its estimate divided by 2**30 with the label GB: 26e9 bytes prints as 24.21 "GB", the
+    estimator and the binary unit together (two changes), while K = 16 alone (24 GB) does not reproduce it."""
+    v = one(key(claim("a", "zero.bytes_per_gpu.stage3_with_gather",
+                      "{ params = 64e9, dp = 64, largest_layer_params = 2e9 }", "24.21", "GB")))
+    assert v.verdict == "holds-under-another-convention", v.explanation
+    assert v.convention == ("DeepSpeed's ZeRO-3 estimator: int(18 Psi / N) + 4 x largest_layer_params (the largest "
+                            "layer gathered in fp32) + GB read as GiB (2^30 bytes)")
+    assert v.alternatives[0]["value"] == Fraction(26 * 10**9, 2**30) and v.alternatives[0]["unit"] == "GiB"
+    assert one(key(claim("a", "zero.bytes_per_gpu.stage3_with_gather",
+                         "{ params = 64e9, dp = 64, largest_layer_params = 2e9 }", 20, "GB"))).verdict == "holds"
 
 
 def test_two_changes_at_once_are_tried_and_named():
