@@ -436,9 +436,9 @@ _K = "{ s = 2048, b = 1, h = 12288, a = 96, t = 8 }"
 CONVENTION_CASES = [
     # 1e9 bytes in 0.01 s over 8 ranks: algbw 100 GB/s, ring busbw 175 GB/s, in-network 100 x 7/9 GB/s
     ("in-network (SHARP) all-reduce bus-bandwidth factor (n-1)/(n+1)", "comm.busbw.all_reduce",
-     "{ size_bytes = 1000000000, time_s = 0.01, n = 8 }", "77.78", "GB/s", Fraction(700, 9)),
+     "{ size_bytes = 1000000000, time_s = '1/100', n = 8 }", "77.78", "GB/s", Fraction(700, 9)),
     ("ring all-reduce bus-bandwidth factor 2(n-1)/n (nccl-tests)", "comm.busbw.all_reduce.in_network",
-     "{ size_bytes = 1000000000, time_s = 0.01, n = 8 }", 175, "GB/s", 175),
+     "{ size_bytes = 1000000000, time_s = '1/100', n = 8 }", 175, "GB/s", 175),
     # ZeRO-3, 64e9 params over 64 ranks, largest layer 2e9 params: 16 + 2 x 2 = 20 GB; DeepSpeed 18 + 4 x 2 = 26
     ("DeepSpeed's ZeRO-3 estimator: int(18 Psi / N) + 4 x largest_layer_params (the largest layer gathered in fp32)",
      "zero.bytes_per_gpu.stage3_with_gather", "{ params = 64e9, dp = 64, largest_layer_params = 2e9 }", 26, "GB",
@@ -528,9 +528,9 @@ CONVENTION_CASES = [
      "{ params = 64e9, dp = 64 }", 520, "GB", 520),
     ("the maximum of the components instead of their sum (state, activations)", "memory.state_plus_activations_bytes",
      '{ params = 1e9, activation_bytes = "20 GB" }', 20, "GB", 20),  # the sum is 16 + 20 = 36 GB
-    ("GB/s read as GiB/s (2^30 bytes/s)", "comm.busbw.all_reduce", "{ size_bytes = 1e9, time_s = 0.01, n = 8 }",
+    ("GB/s read as GiB/s (2^30 bytes/s)", "comm.busbw.all_reduce", "{ size_bytes = 1e9, time_s = '1/100', n = 8 }",
      "162.98", "GB/s", Fraction(175 * 10**9, 2**30)),
-    ("GiB/s read as GB/s (1e9 bytes/s)", "comm.algbw", "{ size_bytes = 1073741824, time_s = 0.01 }", "107.37",
+    ("GiB/s read as GB/s (1e9 bytes/s)", "comm.algbw", "{ size_bytes = 1073741824, time_s = '1/100' }", "107.37",
      "GiB/s", Fraction(107374182400, 10**9)),
     ("MB/s read as MiB/s (2^20 bytes/s)", "comm.algbw", "{ size_bytes = 1e9, time_s = 1000 }", "0.95", "MB/s",
      Fraction(10**6, 2**20)),

@@ -298,7 +298,7 @@ def test_a_product_check_refuses_negative_figures(parts, claimed, message):
 # ----------------------------------------------------------------------------- bandwidth figures
 
 
-def _bw_claim(cid: str, claimed: str, unit: str, time_s: str = "0.01", quantity: str = "comm.algbw",
+def _bw_claim(cid: str, claimed: str, unit: str, time_s: str = "'1/100'", quantity: str = "comm.algbw",
               extra: str = "") -> str:
     return (f'[[claim]]\nid = "{cid}"\nquantity = "{quantity}"\n'
             f"inputs = {{ size_bytes = 1000000000, time_s = {time_s}{extra} }}\nclaimed = {claimed}\nunit = \"{unit}\"\n")
@@ -324,7 +324,7 @@ def test_checks_on_bandwidth_claims(tmp_path):
     total, literal parts in the total's unit), and a product of a bandwidth and a plain factor."""
     key = (META + _bw_claim("alg", "100", "GB/s")
            + _bw_claim("bus", "175", "GB/s", quantity="comm.busbw.all_reduce", extra=", n = 8")
-           + _bw_claim("half", "50", "GB/s", time_s="0.02")
+           + _bw_claim("half", "50", "GB/s", time_s="'1/50'")
            + '[[check]]\nid = "eq"\nkind = "equal"\nparts = ["alg", "half"]\nexpect = "contradiction"\n'
            + '[[check]]\nid = "sum"\nkind = "sum"\ntotal = "alg"\nparts = ["half", 50]\n'
            + '[[check]]\nid = "bad_sum"\nkind = "sum"\ntotal = "alg"\nparts = ["half", 49]\n'
