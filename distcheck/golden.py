@@ -127,7 +127,8 @@ def _undecided_row(p: Path, v, expect: str, ok: bool) -> CheckResult:
     else:
         verdict, detail = FAIL, _detail(v.verdict, expect, ok, v.explanation)
     return CheckResult(check=_name(p, v.claim.id), backend="golden", verdict=verdict,
-                       examples=0 if verdict == SKIP else 1, detail=detail, extra={"quantity": v.claim.quantity, "section": v.claim.section})
+                       examples=0 if verdict == SKIP else 1, detail=detail,
+                       extra={"quantity": v.claim.quantity, "section": v.claim.section})
 
 
 def verify(path: str | Path) -> list[CheckResult]:

@@ -301,7 +301,8 @@ def test_a_product_check_refuses_negative_figures(parts, claimed, message):
 def _bw_claim(cid: str, claimed: str, unit: str, time_s: str = "'1/100'", quantity: str = "comm.algbw",
               extra: str = "") -> str:
     return (f'[[claim]]\nid = "{cid}"\nquantity = "{quantity}"\n'
-            f"inputs = {{ size_bytes = 1000000000, time_s = {time_s}{extra} }}\nclaimed = {claimed}\nunit = \"{unit}\"\n")
+            f"inputs = {{ size_bytes = 1000000000, time_s = {time_s}{extra} }}\n"
+            f"claimed = {claimed}\nunit = \"{unit}\"\n")
 
 
 def test_two_bandwidth_claims_on_the_same_inputs_are_checked_against_each_other(tmp_path):

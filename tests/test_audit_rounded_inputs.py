@@ -10,7 +10,7 @@ import pytest
 
 from distcheck.audit import audit_key, parse_key
 from distcheck.audit.key_values import input_step
-from distcheck.audit.verdict import _meets
+from distcheck.audit.rounded_inputs import meets as _meets
 
 META = '[meta]\ntitle = "t"\nsource = "s"\n'
 

@@ -33,7 +33,7 @@ from distcheck.audit.consistency import CheckVerdict, check_key
 from distcheck.audit.constraints import broken
 from distcheck.audit.counts import is_whole_unit, uneven_split
 from distcheck.audit.explain import COMPONENT_FLAGS, one_component
-from distcheck.audit.key_values import ROUNDED_INPUT_KINDS, _domain, _exact_float, input_step, parse_input_string
+from distcheck.audit.key_values import _domain, _exact_float, parse_input_string
 from distcheck.audit.keys import (
     AMBIGUOUS,
     HOLDS,
@@ -47,6 +47,7 @@ from distcheck.audit.keys import (
 )
 from distcheck.audit.numbers import format_exact
 from distcheck.audit.quantity import InputValues
+from distcheck.audit.rounded_inputs import input_steps, meets, span_of_inputs
 from distcheck.core.errors import AnswerKeyError, ConfigError
 from distcheck.core.validate import check_type
 from distcheck.core.vocab import Axis
@@ -175,57 +176,9 @@ def _compute(q: qmod.Quantity, values: InputValues) -> Exact:
     return Fraction(out)
 
 
-#: the most rounded inputs one claim is judged over (2**n evaluations); beyond, it is judged at the printed values
-MAX_ROUNDED_INPUTS = 6
-
-
-def _input_steps(c: Claim, q: qmod.Quantity) -> dict[str, Fraction]:
-    """The rounding step of each input the claim prints with precision (key_values.input_step), in the
-    input's unit; inputs read exactly are left out."""
-    out: dict[str, Fraction] = {}
-    for name, v in c.inputs.items():
-        qi = q.input(name)
-        if qi is not None and qi.kind in ROUNDED_INPUT_KINDS:
-            step = input_step(v, qi.kind, qi.unit if qmod.is_known_unit(qi.unit) else "")
-            if step > 0:
-                out[name] = step
-    return out
-
-
-def _span(q: qmod.Quantity, values: dict, steps: dict[str, Fraction], unit: str) -> tuple[Fraction, Fraction] | None:
-    """The values ``q`` takes, in ``unit``, as each rounded input ranges over its printed value +- half its step
-    (both ends included: the digits cannot show which tie rule rounded them), or None when no input is rounded.
-
-    Exact interval arithmetic on the corners of the box of inputs: the closed forms are monotone in each
-    real-valued input over its domain (products, quotients and sums of the inputs), so the least and the
-    greatest value lie at corners, and, continuous, they take every value between. A quantity that counts
-    whole things or is a vector, more than MAX_ROUNDED_INPUTS rounded inputs, or a box leaving a positive
-    input's domain is judged at the printed values (None)."""
-    names = [n for n in steps if n in values]
-    if not names or len(names) > MAX_ROUNDED_INPUTS or q.array or is_whole_unit(q.unit) or q.compute is None:
-        return None
-    ends = []
-    for n in names:
-        qi = q.input(n)
-        lo, hi = values[n] - steps[n] / 2, values[n] + steps[n] / 2
-        if lo < 0 or (lo == 0 and qi is not None and qi.kind == "positive"):
-            return None
-        ends.append((lo, hi))
-    out: list[Fraction] = []
-    for corner in itertools.product(*ends):
-        try:
-            v = _compute(q, {**values, **dict(zip(names, corner, strict=True))})
-            out.append(Fraction(_in_unit(v, q.unit, unit)))  # type: ignore[arg-type]
-        except (ConfigError, ValueError, TypeError):
-            return None
-    return min(out), max(out)
-
-
-def _meets(span: tuple[Fraction, Fraction] | None, claimed, step: Fraction) -> bool:
-    """The recomputed span meets what the figure stands for, both closed: lo <= c + r/2 and hi >= c - r/2."""
-    if span is None or isinstance(claimed, tuple):
-        return False
-    return span[0] <= claimed + step / 2 and span[1] >= claimed - step / 2
+def _value_in(q: qmod.Quantity, values: InputValues, unit: str) -> Fraction:
+    """The exact value of ``q`` at ``values`` in ``unit`` (a number: rounded_inputs skips vectors)."""
+    return Fraction(_in_unit(_compute(q, values), q.unit, unit))  # type: ignore[arg-type]
 
 
 def _input_line(c: Claim, name: str | None) -> int | None:
@@ -346,7 +299,8 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     full_values = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
     bad = broken(q.requires, full_values)
     if bad:
-        given = ", ".join(f"{n}={format_exact(full_values[n])}" for n in dict.fromkeys(x for b in bad for x in b.inputs))
+        read = dict.fromkeys(x for b in bad for x in b.inputs)
+        given = ", ".join(f"{n}={format_exact(full_values[n])}" for n in read)
         named = "; ".join(f"{b.text} ({b.source})" for b in bad)
         return ClaimVerdict(c, NOT_CHECKABLE, f"the inputs ({given}) break a constraint of {q.name}: {named}", q.unit,
                             inputs={k: str(v) for k, v in values.items() if not isinstance(v, tuple)})
@@ -378,11 +332,11 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         uneven = f"{q.name} counts whole {noun}: {uneven_split(q.name, full, Fraction(value))}"
     elif _matches(in_unit, c.claimed, c.step):
         return ClaimVerdict(verdict=HOLDS, explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}", **base)
-    steps = {} if set(values) - set(q.input_names) else _input_steps(c, q)
-    span = _span(q, values, steps, c.unit) if uneven is None else None
+    steps = {} if set(values) - set(q.input_names) else input_steps(c, q)
+    span = span_of_inputs(q, values, steps, c.unit, _value_in) if uneven is None else None
     rounded = ", ".join(f"{n} = {format_exact(values[n], 9)} +-{format_exact(steps[n] / 2, 3)}" for n in steps)
-    if _meets(span, c.claimed, c.step):
-        assert span is not None  # _meets is False without a span
+    if meets(span, c.claimed, c.step):
+        assert span is not None  # meets is False without a span
         return ClaimVerdict(verdict=HOLDS, explanation=(
             f"recomputed {_fmt(in_unit, c.unit)} at the printed inputs; within their printed precision ({rounded}) "
             f"it lies in [{_fmt(span[0])}, {_fmt(span[1])}] {c.unit}, which meets {printed}"), **base)
@@ -421,7 +375,8 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         rel = f" ({float(diff / abs(in_unit)):.2%} of the recomputed value)"
     which = _one_component(q, values, value, c)
     if span is not None:
-        which += f"; within the printed precision of its inputs ({rounded}) it lies in [{_fmt(span[0])}, {_fmt(span[1])}]"
+        which += (f"; within the printed precision of its inputs ({rounded}) it lies in "
+                  f"[{_fmt(span[0])}, {_fmt(span[1])}]")
     return ClaimVerdict(
         verdict=WRONG, alternatives=alts,
         explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff, c.unit)}{rel}{which}{near}",
@@ -490,7 +445,7 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: 
                     matches.append((name, value_in, unit))
                 elif steps:  # within the printed precision of the inputs a reading did not change
                     kept = {n: st for n, st in steps.items() if n in vals and vals[n] == values.get(n)}
-                    if _meets(_span(alt_q, vals, kept, unit), c.claimed, c.step):
+                    if meets(span_of_inputs(alt_q, vals, kept, unit, _value_in), c.claimed, c.step):
                         matches.append((name, value_in, unit))
         if matches:
             break
