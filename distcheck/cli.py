@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--format", choices=("table", "markdown", "json"), default=None,
                        help="report format (default: from --output's suffix, .json or .md, else table)")
     audit.add_argument("--output", type=Path, default=None, help="write the report to this file instead of stdout")
+    audit.add_argument("--strict", action="store_true",
+                       help="exit 1 unless every claim is decided: an ambiguous or not-checkable claim fails, "
+                            "as a wrong claim or a contradiction does")
     add_report_options(audit, quiet=False)
     add_plan_parser(sub)
 
@@ -228,7 +231,7 @@ def _run_audit(args) -> int:
         from distcheck.reportdoc import write_audit_report
 
         write_audit_report(args.report, results)
-    return max(audit.audit_exit_code(r) for r in results)
+    return max(audit.audit_exit_code(r, strict=args.strict) for r in results)
 
 
 def _render_key_list(fmt: str) -> str:

@@ -20,10 +20,10 @@ from importlib import resources
 from pathlib import Path
 
 from distcheck.audit.files import as_path
-from distcheck.audit.keys import AnswerKey, load_key
+from distcheck.audit.keys import UNDECIDED, AnswerKey, load_key
 from distcheck.audit.verdict import audit_key
 from distcheck.core.errors import AnswerKeyError, GoldenError
-from distcheck.report import FAIL, PASS, CheckResult
+from distcheck.report import FAIL, PASS, SKIP, CheckResult
 
 __all__ = ["default_golden_dir", "golden_paths", "shipped_keys", "resolve_key", "load_golden", "verify",
            "verify_all"]
@@ -114,9 +114,28 @@ def _detail(verdict: str, expect: str, ok: bool, explanation: str) -> str:
     return f"{head}: {explanation}"
 
 
+def _undecided_row(p: Path, v, expect: str, ok: bool) -> CheckResult:
+    """The strict row of an undecided claim (ambiguous or not-checkable: nothing says whether its figure
+    is right). It is a skip, never a pass, when the key records that verdict with a reason (its ``note``);
+    it FAILs when the key expects another verdict, or records it without a reason."""
+    reason = v.claim.note.strip()
+    if ok and reason:
+        verdict, detail = SKIP, f"undecided, recorded as {v.verdict} with its reason: {reason}; audit: {v.explanation}"
+    elif ok:
+        verdict, detail = FAIL, (f"undecided ({v.verdict}) without a reason: a golden records an undecided claim "
+                                 f"only with a note saying why; audit: {v.explanation}")
+    else:
+        verdict, detail = FAIL, _detail(v.verdict, expect, ok, v.explanation)
+    return CheckResult(check=_name(p, v.claim.id), backend="golden", verdict=verdict,
+                       examples=0 if verdict == SKIP else 1, detail=detail,
+                       extra={"quantity": v.claim.quantity, "section": v.claim.section})
+
+
 def verify(path: str | Path) -> list[CheckResult]:
     """Audit the golden key at ``path``: one CheckResult (backend "golden") per claim and per
-    consistency check, "pass" when the verdict equals ``expect``. An automatic consistency
+    consistency check, "pass" when the verdict equals ``expect``. The check is strict: an undecided
+    claim (ambiguous, not-checkable) is a skip naming its recorded reason when ``expect`` records that
+    verdict and the claim has a ``note``, and FAILs otherwise (never a pass). An automatic consistency
     finding (same quantity and inputs) must be "consistent". A malformed key gives one FAIL row;
     a ``path`` that is not a path raises ConfigError."""
     p = as_path("path", path)
@@ -131,6 +150,9 @@ def verify(path: str | Path) -> list[CheckResult]:
         expect = v.claim.expect or ""  # load_golden gives every claim an expect
         ok = v.verdict == expect
         err = v.error
+        if v.verdict in UNDECIDED:
+            rows.append(_undecided_row(p, v, expect, ok))
+            continue
         rows.append(CheckResult(
             check=_name(p, v.claim.id), backend="golden", verdict=PASS if ok else FAIL, examples=1,
             # the error column is distcheck's error against a figure that holds; for a figure

@@ -362,9 +362,16 @@ def test_bad_toml_and_missing_meta_and_duplicate_ids():
 
 
 def test_closed_form_constraints_surface_as_answer_key_errors():
-    c = claim("a", "pipeline.layers_per_stage.trim_ends", "{ num_layers = 126, p = 5 }", 8, "layers")
-    with pytest.raises(AnswerKeyError, match="must be a multiple of p=5"):
+    c = claim("a", "layout.world_size.ep_inside_dp", "{ tp = 2, pp = 1, dp = 3, ep = 2 }", 6, "GPUs")
+    with pytest.raises(AnswerKeyError, match="ep=2 must divide dp"):
         audit_text(key(c))
+
+
+def test_a_declared_constraint_makes_the_claim_not_checkable_naming_it():
+    c = claim("a", "pipeline.layers_per_stage.trim_ends", "{ num_layers = 126, p = 5 }", 8, "layers")
+    (v,) = audit_text(key(c)).claims
+    assert v.verdict == "not-checkable" and "p divides num_layers + 2 trimmed" in v.explanation
+    assert "num_layers=126, p=5, trimmed=1" in v.explanation
 
 
 def test_check_references_must_exist():
@@ -427,6 +434,15 @@ def test_every_verdict_name_is_documented():
 #: would turn the verdict into `wrong` or `ambiguous`.
 _K = "{ s = 2048, b = 1, h = 12288, a = 96, t = 8 }"
 CONVENTION_CASES = [
+    # 1e9 bytes in 0.01 s over 8 ranks: algbw 100 GB/s, ring busbw 175 GB/s, in-network 100 x 7/9 GB/s
+    ("in-network (SHARP) all-reduce bus-bandwidth factor (n-1)/(n+1)", "comm.busbw.all_reduce",
+     "{ size_bytes = 1000000000, time_s = '1/100', n = 8 }", "77.78", "GB/s", Fraction(700, 9)),
+    ("ring all-reduce bus-bandwidth factor 2(n-1)/n (nccl-tests)", "comm.busbw.all_reduce.in_network",
+     "{ size_bytes = 1000000000, time_s = '1/100', n = 8 }", 175, "GB/s", 175),
+    # ZeRO-3, 64e9 params over 64 ranks, largest layer 2e9 params: 16 + 2 x 2 = 20 GB; DeepSpeed 18 + 4 x 2 = 26
+    ("DeepSpeed's ZeRO-3 estimator: int(18 Psi / N) + 4 x largest_layer_params (the largest layer gathered in fp32)",
+     "zero.bytes_per_gpu.stage3_with_gather", "{ params = 64e9, dp = 64, largest_layer_params = 2e9 }", 26, "GB",
+     26),
     ("16 B/param (bf16 weights and grads, fp32 master, Adam m and v)", "memory.train_state_bytes",
      "{ params = 1e9, bytes_per_param = 12 }", 16, "GB", 16),
     ("12 B/param (no fp32 master copy)", "memory.train_state_bytes", "{ params = 1e9 }", 12, "GB", 12),
@@ -512,9 +528,9 @@ CONVENTION_CASES = [
      "{ params = 64e9, dp = 64 }", 520, "GB", 520),
     ("the maximum of the components instead of their sum (state, activations)", "memory.state_plus_activations_bytes",
      '{ params = 1e9, activation_bytes = "20 GB" }', 20, "GB", 20),  # the sum is 16 + 20 = 36 GB
-    ("GB/s read as GiB/s (2^30 bytes/s)", "comm.busbw.all_reduce", "{ size_bytes = 1e9, time_s = 0.01, n = 8 }",
+    ("GB/s read as GiB/s (2^30 bytes/s)", "comm.busbw.all_reduce", "{ size_bytes = 1e9, time_s = '1/100', n = 8 }",
      "162.98", "GB/s", Fraction(175 * 10**9, 2**30)),
-    ("GiB/s read as GB/s (1e9 bytes/s)", "comm.algbw", "{ size_bytes = 1073741824, time_s = 0.01 }", "107.37",
+    ("GiB/s read as GB/s (1e9 bytes/s)", "comm.algbw", "{ size_bytes = 1073741824, time_s = '1/100' }", "107.37",
      "GiB/s", Fraction(107374182400, 10**9)),
     ("MB/s read as MiB/s (2^20 bytes/s)", "comm.algbw", "{ size_bytes = 1e9, time_s = 1000 }", "0.95", "MB/s",
      Fraction(10**6, 2**20)),
@@ -545,6 +561,19 @@ def test_every_documented_convention_has_a_case():
 
     documented = {v.name for _, axis in CONVENTIONS for v in axis.variants}
     assert documented <= {c[0] for c in CONVENTION_CASES}
+
+
+def test_deepspeed_zero3_estimator_printed_in_binary_units():
+    """DeepSpeed prints its estimate divided by 2**30 with the label GB: 26e9 bytes prints as 24.21 "GB", the
+    estimator and the binary unit together (two changes), while K = 16 alone (24 GB) does not reproduce it."""
+    v = one(key(claim("a", "zero.bytes_per_gpu.stage3_with_gather",
+                      "{ params = 64e9, dp = 64, largest_layer_params = 2e9 }", "24.21", "GB")))
+    assert v.verdict == "holds-under-another-convention", v.explanation
+    assert v.convention == ("DeepSpeed's ZeRO-3 estimator: int(18 Psi / N) + 4 x largest_layer_params (the largest "
+                            "layer gathered in fp32) + GB read as GiB (2^30 bytes)")
+    assert v.alternatives[0]["value"] == Fraction(26 * 10**9, 2**30) and v.alternatives[0]["unit"] == "GiB"
+    assert one(key(claim("a", "zero.bytes_per_gpu.stage3_with_gather",
+                         "{ params = 64e9, dp = 64, largest_layer_params = 2e9 }", 20, "GB"))).verdict == "holds"
 
 
 def test_two_changes_at_once_are_tried_and_named():

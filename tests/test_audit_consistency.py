@@ -293,3 +293,54 @@ def test_a_product_check_refuses_negative_figures(parts, claimed, message):
             + check("p", "product", parts, "t"))
     with pytest.raises(AnswerKeyError, match=re.escape(message)):
         key_checks(text)
+
+
+# ----------------------------------------------------------------------------- bandwidth figures
+
+
+def _bw_claim(cid: str, claimed: str, unit: str, time_s: str = "'1/100'", quantity: str = "comm.algbw",
+              extra: str = "") -> str:
+    return (f'[[claim]]\nid = "{cid}"\nquantity = "{quantity}"\n'
+            f"inputs = {{ size_bytes = 1000000000, time_s = {time_s}{extra} }}\n"
+            f"claimed = {claimed}\nunit = \"{unit}\"\n")
+
+
+def test_two_bandwidth_claims_on_the_same_inputs_are_checked_against_each_other(tmp_path):
+    """Two bandwidth claims of one quantity and inputs enter the automatic check (they exited 2 with
+    "quantity_unit='bandwidth' is not a known unit"): 100 GB/s and 1e11 B/s agree, 100 and 93.1 GiB/s
+    (93.13 GiB/s is 100 GB/s) agree, 100 GB/s and 101 GB/s contradict each other."""
+    p = tmp_path / "bw.toml"
+    p.write_text(META + _bw_claim("a", "100", "GB/s") + _bw_claim("b", '"100000000000"', "B/s")
+                 + _bw_claim("c", "93.13", "GiB/s"))
+    result = audit_key(parse_key(p.read_text(), str(p)))
+    (auto,) = [k for k in result.checks if k.automatic and k.id.startswith("auto:a=")]
+    assert auto.verdict == "consistent" and auto.claims == ("a", "b", "c")
+    bad = parse_key(META + _bw_claim("a", "100", "GB/s") + _bw_claim("b", "101", "GB/s"))
+    (auto,) = [k for k in audit_key(bad).checks if k.automatic]
+    assert auto.verdict == "contradiction" and "a = 100 GB/s" in auto.explanation
+
+
+def test_checks_on_bandwidth_claims(tmp_path):
+    """[[check]] tables over bandwidth claims: equal across units, a sum (per-link bandwidths and their
+    total, literal parts in the total's unit), and a product of a bandwidth and a plain factor."""
+    key = (META + _bw_claim("alg", "100", "GB/s")
+           + _bw_claim("bus", "175", "GB/s", quantity="comm.busbw.all_reduce", extra=", n = 8")
+           + _bw_claim("half", "50", "GB/s", time_s="'1/50'")
+           + '[[check]]\nid = "eq"\nkind = "equal"\nparts = ["alg", "half"]\nexpect = "contradiction"\n'
+           + '[[check]]\nid = "sum"\nkind = "sum"\ntotal = "alg"\nparts = ["half", 50]\n'
+           + '[[check]]\nid = "bad_sum"\nkind = "sum"\ntotal = "alg"\nparts = ["half", 49]\n'
+           + '[[check]]\nid = "busbw"\nkind = "product"\ntotal = "bus"\nparts = ["alg", 1.75]\n')
+    checks = {k.id: k for k in audit_key(parse_key(key)).checks}
+    assert {i: checks[i].verdict for i in ("eq", "sum", "bad_sum", "busbw")} == {
+        "eq": "contradiction", "sum": "consistent", "bad_sum": "contradiction", "busbw": "consistent"}
+    assert "GB/s" in checks["sum"].explanation
+
+
+def test_base_unit_of_every_family():
+    from distcheck.audit.claim_units import base_unit, unit_factor
+
+    assert [base_unit(u) for u in ("GB", "GiB/s", "B/s", "%", "M tokens", "B/param", "flag", "value")] == [
+        "bytes", "bytes_per_second", "bytes_per_second", "fraction", "tokens", "bytes_per_param", "flag", "value"]
+    assert unit_factor(base_unit("GB/s"), "GB/s") == 10**9
+    with pytest.raises(ConfigError, match="unit='parsecs' is not a known unit"):
+        base_unit("parsecs")

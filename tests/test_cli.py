@@ -90,9 +90,45 @@ def test_golden_stage_alone_passes_and_reports_json(capsys):
     assert main(["check", "--only", "golden", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) > 100 and {r["backend"] for r in rows} == {"golden"}
-    assert {r["verdict"] for r in rows} == {"pass"}
+    assert {r["verdict"] for r in rows} == {"pass", "skip"}  # the skips: undecided claims, recorded with a reason
+    assert all(r["detail"].startswith("undecided, recorded as") for r in rows if r["verdict"] == "skip")
     verdicts = {r["detail"].split(":")[0] for r in rows}
     assert "as recorded, wrong" in verdicts and "as recorded, holds" in verdicts
+
+
+_STRICT_KEY = ('[meta]\ntitle = "t"\nsource = "s"\n[[claim]]\nid = "a"\nquantity = "layout.world_size"\n'
+               'inputs = {{ tp = 2, pp = 2, dp = 2 }}\nclaimed = 8\nunit = "GPUs"\n{extra}')
+
+
+@pytest.mark.parametrize("extra, plain, strict", [
+    ("", 0, 0),  # every claim decided
+    ('[[claim]]\nid = "b"\nquantity = "reported.fact"\nclaimed = 8\nunit = "GPUs"\n', 0, 1),  # not-checkable
+    ('[[claim]]\nid = "b"\nquantity = "layout.world_size"\ninputs = { tp = 2 }\nclaimed = 8\nunit = "GPUs"\n',
+     0, 1),  # not-checkable: an input missing
+    ('[[claim]]\nid = "b"\nquantity = "layout.world_size"\ninputs = { tp = 2, pp = 2, dp = 2 }\nclaimed = 9\n'
+     'unit = "GPUs"\n', 1, 1),  # wrong: 1 either way
+])
+def test_audit_strict_fails_unless_every_claim_is_decided(tmp_path, capsys, extra, plain, strict):
+    p = tmp_path / "k.toml"
+    p.write_text(_STRICT_KEY.format(extra=extra))
+    assert main(["audit", str(p)]) == plain
+    assert main(["audit", str(p), "--strict"]) == strict
+    capsys.readouterr()
+
+
+def test_audit_strict_on_the_shipped_keys_and_an_ambiguous_claim(capsys):
+    from dataclasses import replace
+
+    from distcheck.audit import audit_exit_code, audit_file
+    from distcheck.golden import resolve_key
+
+    assert main(["audit", "zero_paper", "--strict"]) == 0  # every claim decided
+    assert main(["audit", "lesson"]) == 0 and main(["audit", "lesson", "--strict"]) == 1  # not-checkable facts
+    chapter = audit_file(resolve_key("chapter"))
+    only_ambiguous = replace(chapter, claims=[v for v in chapter.claims if v.verdict == "ambiguous"], checks=[])
+    assert len(only_ambiguous.claims) == 1
+    assert audit_exit_code(only_ambiguous) == 0 and audit_exit_code(only_ambiguous, strict=True) == 1
+    capsys.readouterr()
 
 
 def test_a_failing_golden_fails_the_check(tmp_path, capsys):

@@ -17,13 +17,15 @@ exact numbers and input domains),
 run on the references in exact arithmetic)),
 :mod:`~distcheck.audit.counts` (which units count whole things; uneven splits),
 :mod:`~distcheck.audit.conventions` (alternative readings, as data),
+:mod:`~distcheck.audit.constraints` (a quantity's own constraints, as data),
+:mod:`~distcheck.audit.rounded_inputs` (the interval of values inputs printed with precision imply),
 :mod:`~distcheck.audit.verdict` (one verdict per claim),
 :mod:`~distcheck.audit.figures` (what a rounded figure stands for; tie rules),
 :mod:`~distcheck.audit.consistency` (sum, product and equal checks),
 :mod:`~distcheck.audit.report` (table, Markdown, JSON).
 """
 
-from distcheck.audit.keys import CHECK_VERDICTS, VERDICTS, AnswerKey, Check, Claim, load_key, parse_key
+from distcheck.audit.keys import CHECK_VERDICTS, UNDECIDED, VERDICTS, AnswerKey, Check, Claim, load_key, parse_key
 from distcheck.audit.quantities import get_quantity, list_quantities
 from distcheck.audit.report import render, render_quantity_list, render_table, to_json, to_markdown
 from distcheck.audit.verdict import (
@@ -36,7 +38,7 @@ from distcheck.audit.verdict import (
 )
 
 __all__ = [
-    "VERDICTS", "CHECK_VERDICTS", "AnswerKey", "Claim", "Check", "load_key", "parse_key",
+    "VERDICTS", "UNDECIDED", "CHECK_VERDICTS", "AnswerKey", "Claim", "Check", "load_key", "parse_key",
     "get_quantity", "list_quantities",
     "AuditResult", "ClaimVerdict", "CheckVerdict", "audit_key", "audit_file", "audit_exit_code",
     "render", "render_table", "to_markdown", "to_json", "render_quantity_list",

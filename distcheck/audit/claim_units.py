@@ -12,7 +12,7 @@ from distcheck.core.errors import ConfigError
 from distcheck.core.units import BYTE_UNITS
 from distcheck.core.validate import check_type
 
-__all__ = ["KNOWN_UNITS_HELP", "is_known_unit", "unit_family", "unit_factor"]
+__all__ = ["KNOWN_UNITS_HELP", "is_known_unit", "unit_family", "unit_factor", "base_unit"]
 
 # ----------------------------------------------------------------------------- units
 
@@ -79,6 +79,24 @@ def unit_family(unit: str) -> str | None:
     """The family of ``unit`` ("bytes", "dimensionless", "count:<noun>", ...), None if unknown."""
     p = _parse_unit(unit)
     return None if p is None else p[0]
+
+
+#: family -> its unscaled unit (what a figure is converted to before figures are compared)
+_BASE_UNIT_OF_FAMILY = {"bytes": "bytes", "bandwidth": "bytes_per_second", "dimensionless": "fraction",
+                        "bytes_per_param": "bytes_per_param", "flag": "flag", "value": "value"}
+
+
+def base_unit(unit: str) -> str:
+    """The unscaled unit of ``unit``'s family, itself a unit :func:`unit_factor` knows: ``"bytes"`` for GB,
+    ``"bytes_per_second"`` for GB/s, ``"fraction"`` for %, the noun for a count (``"tokens"`` for
+    ``"M tokens"``). Raises ConfigError when ``unit`` is not a str or not a known unit."""
+    check_type("unit", unit, str, "must be a unit name (a str)")
+    family = unit_family(unit)
+    if family is None:
+        raise ConfigError("unit", unit, f"is not a known unit; known: {KNOWN_UNITS_HELP}")
+    if family.startswith("count:"):
+        return family[len("count:"):]
+    return _BASE_UNIT_OF_FAMILY[family]
 
 
 def _compatible(q_family: str, c_family: str) -> bool:

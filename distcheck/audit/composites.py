@@ -13,7 +13,17 @@ They exist so that the conventions of :mod:`distcheck.audit.conventions` can nam
   the maximum of the training state and the activations, where the sum is meant (accelerate's
   ``estimate-memory`` takes the maximum of its components);
 * ``zero.comm_bytes_per_rank_no_ring_factor.*``: ``zero.comm_bytes_per_rank.*`` with (n-1)/n
-  dropped, as the ZeRO paper counts.
+  dropped, as the ZeRO paper counts;
+* ``zero.bytes_per_gpu.stage3_with_gather`` (ZeRO-3 model states plus the largest layer gathered whole
+  in 16-bit) and its reading ``zero.bytes_per_gpu.stage3_with_gather.deepspeed_estimator``, DeepSpeed's
+  ``estimate_zero3_model_states_mem_needs`` without offload: ``largest_layer_memory = 4 x
+  largest_layer_params`` (the largest layer gathered in fp32) plus ``int(18 x total_params / total_gpus)``,
+  which DeepSpeed prints divided by 2**30 with the label "GB" (binary units: a "GB read as GiB" reading);
+* ``comm.busbw.all_reduce.in_network``: an all-reduce's bus bandwidth with the in-network (SHARP)
+  factor (n-1)/(n+1) instead of the ring's 2(n-1)/n. Its source is stated with the quantity: nccl-tests'
+  doc/PERFORMANCE.md derives 2(n-1)/n for algorithms built on point-to-point sends and receives and says
+  the derivation holds only for those; the copy read for this module gives no factor for in-network
+  reductions, so the (n-1)/(n+1) factor is recorded as the one attributed to that document, unconfirmed.
 """
 
 from __future__ import annotations
@@ -64,6 +74,38 @@ def composites() -> list:
             lambda v, s=s: max(Fraction(_ev(f"zero.bytes_per_gpu.stage{s}", **_pick(v, ("params", "dp", "k")))),
                                Fraction(v.get("activation_bytes", 0))),
         ))
+    largest = I("largest_layer_params", "parameters of the largest layer, gathered whole on every rank", "params",
+                "nonnegative_integer")
+    out.append(Q(
+        "zero.bytes_per_gpu.stage3_with_gather", "bytes",
+        "ZeRO paper (Rajbhandari et al. 2020) section 5 (stage 3 shards all model states; each layer's 16-bit "
+        "parameters are all-gathered for its forward and backward) and Figure 1",
+        "(2 + 2 + K) Psi / N_d (zero.bytes_per_gpu.stage3) + gather_bytes x largest_layer_params: the largest layer "
+        "gathered whole",
+        _form_inputs("zero.bytes_per_gpu.stage3") + (largest, I(
+            "gather_bytes", "bytes per parameter of the gathered layer (16-bit: 2)", "bytes_per_param", "positive", 2)),
+        lambda v: _ev("zero.bytes_per_gpu.stage3", **_pick(v, ("params", "dp", "k")))
+        + v["gather_bytes"] * v["largest_layer_params"],
+    ))
+    out.append(Q(
+        "zero.bytes_per_gpu.stage3_with_gather.deepspeed_estimator", "bytes",
+        "DeepSpeed deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs (cpu_offload=False): "
+        "largest_layer_memory = 4 * largest_layer_params; gpu_mem = largest_layer_memory + int(18 * total_params / "
+        "total_gpus); printed as gpu_mem / 2**30 with the label GB",
+        "floor(18 Psi / N) + 4 x largest_layer_params: 18 B/param sharded (2 + 2 + 14) and the largest layer "
+        "gathered in fp32",
+        (_form_inputs("zero.bytes_per_gpu.stage3", drop=("k",)) + (largest,)),
+        lambda v: (18 * v["params"]) // v["dp"] + 4 * v["largest_layer_params"],
+    ))
+    out.append(Q(
+        "comm.busbw.all_reduce.in_network", "bytes_per_second",
+        "in-network (SHARP) all-reduce bus-bandwidth factor (n-1)/(n+1), as attributed to nccl-tests "
+        "doc/PERFORMANCE.md (whose derivation of 2(n-1)/n covers point-to-point algorithms only; the copy read "
+        "gives no in-network factor, so the attribution is unconfirmed)",
+        "bus bandwidth of an in-network all-reduce: algbw x (n-1)/(n+1)",
+        _form_inputs("comm.busbw.all_reduce"),
+        lambda v: Fraction(v["size_bytes"]) / v["time_s"] * (v["n"] - 1) / (v["n"] + 1),
+    ))
     for k, c in (("ddp", 2), ("stage1", 2), ("stage2", 2), ("stage3", 3)):
         out.append(Q(
             f"zero.comm_bytes_per_rank_no_ring_factor.{k}", "bytes",

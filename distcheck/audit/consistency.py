@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from distcheck.audit import figures as fig
 from distcheck.audit import quantities as qmod
+from distcheck.audit.claim_units import base_unit
 from distcheck.audit.counts import FRACTIONAL_COUNT_NOUNS, is_whole_unit
 from distcheck.audit.keys import AnswerKey, Check, Claim
 from distcheck.audit.numbers import format_exact
@@ -44,19 +45,12 @@ class CheckVerdict:
     line: int | None = None
 
 
-def _base_unit(unit: str) -> str:
-    family = qmod.unit_family(unit) or ""
-    if family.startswith("count:"):
-        return family[6:]
-    return {"bytes": "bytes", "dimensionless": "fraction"}.get(family, family)
-
-
 def figure_of(c: Claim) -> fig.Figure:
     """Claim ``c``'s printed figure in the unscaled unit of its family; whole when both the
     claim's unit and its quantity's unit count whole things (a claim in ``count`` of a
     quantity in ``elements`` is not). ConfigError when ``c`` is not a Claim."""
     check_type("c", c, Claim, "must be a Claim")
-    f = qmod.unit_factor(_base_unit(c.unit), c.unit)
+    f = qmod.unit_factor(base_unit(c.unit), c.unit)
     q_unit = qmod.get_quantity(c.quantity).unit
     whole = is_whole_unit(c.unit) and q_unit not in FRACTIONAL_COUNT_NOUNS
     return fig.Figure(c.claimed * f, c.step * f, whole)
@@ -137,7 +131,7 @@ def _check_total(k: Check, key: AnswerKey) -> CheckVerdict:
                              field=f"check ({k.id}).total")
     total = _claim(key, k, k.total)
     t_fig = figure_of(total)
-    t_factor = qmod.unit_factor(_base_unit(total.unit), total.unit)
+    t_factor = qmod.unit_factor(base_unit(total.unit), total.unit)
     parts, terms = [], []
     for p in k.parts:
         if isinstance(p, str):

@@ -287,6 +287,16 @@ def _build() -> tuple[tuple[str, Axis], ...]:
         ("pipeline.step_ticks.*", _BACKWARD),
         ("pipeline.busy_ticks", _BACKWARD),
         ("*", _PARAM_COUNT),
+        ("zero.bytes_per_gpu.stage3_with_gather", Axis("which ZeRO-3 estimate", (Variant(
+            "DeepSpeed's ZeRO-3 estimator: int(18 Psi / N) + 4 x largest_layer_params (the largest layer gathered "
+            "in fp32)", "zero.bytes_per_gpu.stage3_with_gather.deepspeed_estimator",
+            quantity="zero.bytes_per_gpu.stage3_with_gather.deepspeed_estimator"),))),
+        ("comm.busbw.all_reduce", Axis("ring or in-network all-reduce", (Variant(
+            "in-network (SHARP) all-reduce bus-bandwidth factor (n-1)/(n+1)", "comm.busbw.all_reduce.in_network",
+            quantity="comm.busbw.all_reduce.in_network"),))),
+        ("comm.busbw.all_reduce.in_network", Axis("ring or in-network all-reduce", (Variant(
+            "ring all-reduce bus-bandwidth factor 2(n-1)/n (nccl-tests)", "comm.busbw.all_reduce",
+            quantity="comm.busbw.all_reduce"),))),
     ]
     for s in range(4):
         rows.append((f"zero.bytes_per_gpu.stage{s}", _zero_precision(f"stage{s}")))

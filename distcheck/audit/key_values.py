@@ -12,7 +12,7 @@ from distcheck.audit.numbers import PrintedNumber, parse_printed
 from distcheck.core.errors import AnswerKeyError
 from distcheck.core.validate import check_type
 
-__all__ = ["parse_input_string"]
+__all__ = ["parse_input_string", "input_step", "ROUNDED_INPUT_KINDS"]
 
 _MAX_ARRAY = 4096
 _MAX_ELEMENTS = 65536  # a matrix input holds at most this many numbers (exact arithmetic is O(rows x cols))
@@ -214,3 +214,43 @@ def parse_input_string(text: str, target_unit: str) -> Fraction | None:
     check_type("text", text, str, "must be a str such as '80 GB'")
     check_type("target_unit", target_unit, str, "must be a unit name (a str)")
     return _parse_quantity_string(text, target_unit, qmod)
+
+
+#: the input kinds whose printed value carries the precision of its digits: real-valued measurements
+#: (a time, a memory budget). Counts, sizes in whole bytes, degrees and flags are the whole numbers the
+#: source computed with, read exactly however they are written.
+ROUNDED_INPUT_KINDS = ("positive", "nonnegative")
+
+
+def input_step(value: object, kind: str, target_unit: str) -> Fraction:
+    """The rounding step of an input as printed, in the input's unit (0: exact).
+
+    An input of a kind in :data:`ROUNDED_INPUT_KINDS` written with a decimal point, an exponent or a
+    ``~`` was rounded at its last digit, as a figure is (:mod:`distcheck.audit.numbers`): ``time_s =
+    0.012346`` stands for 0.0123455 to 0.0123465, ``gpu_bytes = "80.5 GB"`` for 80.45 to 80.55 GB. A TOML
+    float is read from its shortest repr, which drops trailing zeros (``1.20`` reads as ``1.2``; write
+    ``"1.20"`` to keep them); a whole number written in full, a ratio (``"1/100"``), an ``"@claim"``
+    reference (the source's own number) and every other kind are exact. Raises ConfigError for a
+    ``kind`` or ``target_unit`` that is not a str."""
+    from distcheck.audit import quantities as qmod
+
+    check_type("kind", kind, str, "must be an input kind (a str)")
+    check_type("target_unit", target_unit, str, "must be a unit name (a str)")
+    if kind not in ROUNDED_INPUT_KINDS or isinstance(value, bool):
+        return Fraction(0)
+    if isinstance(value, float):
+        p = parse_printed(repr(value)) if math.isfinite(value) else None
+        return Fraction(0) if p is None else p.step
+    if isinstance(value, str) and not value.startswith("@"):
+        m = _WITH_UNIT.match(value)
+        p = parse_printed(m["num"]) if m else None
+        if m is None or p is None:
+            return Fraction(0)
+        unit = (m["unit"] or "").strip()
+        if not unit:
+            return p.step
+        try:
+            return p.step * qmod.unit_factor(target_unit, unit)
+        except ValueError:
+            return Fraction(0)
+    return Fraction(0)

@@ -54,6 +54,7 @@ from distcheck.core.validate import check_type
 
 __all__ = [
     "VERDICTS",
+    "UNDECIDED",
     "CHECK_VERDICTS",
     "CHECK_KINDS",
     "MAX_KEY_BYTES",
@@ -72,6 +73,8 @@ HOLDS, WRONG, OTHER, AMBIGUOUS, NOT_CHECKABLE = (
     "holds", "wrong", "holds-under-another-convention", "ambiguous", "not-checkable")
 #: the verdicts a claim can get (and a golden claim's ``expect`` may name)
 VERDICTS = (HOLDS, WRONG, OTHER, AMBIGUOUS, NOT_CHECKABLE)
+#: the verdicts that leave a claim undecided: nothing here says whether its figure is right
+UNDECIDED = (AMBIGUOUS, NOT_CHECKABLE)
 #: the verdicts a [[check]] can get
 CHECK_VERDICTS = ("consistent", "contradiction")
 CHECK_KINDS = ("sum", "product", "equal")

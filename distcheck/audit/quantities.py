@@ -37,6 +37,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from distcheck.audit.claim_units import KNOWN_UNITS_HELP, is_known_unit, unit_factor, unit_family
+from distcheck.audit.constraints import TRIM_ENDS_DIVISIBLE
 from distcheck.audit.presets import _DECODER_INPUTS, _PRESET_FIELDS, nominal_params, preset_names
 from distcheck.audit.quantity import Quantity, QuantityInput, _ev, _form_inputs, _from_form, _pick
 from distcheck.audit.worked_examples import (
@@ -206,7 +207,7 @@ def _composites() -> list[Quantity]:
         "layers of each middle stage when the first and last stages hold `trimmed` fewer: (num_layers + 2 trimmed) / p",
         (Inp("num_layers", "transformer layers", "layers"), Inp("p", "pipeline stages", "stages"),
          Inp("trimmed", "layers removed from each end stage", "layers", "nonnegative_integer", 1)),
-        _trim_ends, constraints=("p divides num_layers + 2 trimmed",),
+        _trim_ends, constraints=("p divides num_layers + 2 trimmed",), requires=(TRIM_ENDS_DIVISIBLE,),
     ))
     out.append(Q(
         "pipeline.total_layers.trim_ends", "layers",

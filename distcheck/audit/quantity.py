@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
 
+from distcheck.audit.constraints import Constraint, declared_for
 from distcheck.audit.presets import _PRESET_FIELDS
 from distcheck.closed_form import ClosedForm, catalogue
 
@@ -62,6 +63,9 @@ class Quantity:
     array inputs) and returns an exact int/Fraction (or a tuple for array
     quantities). ``compute`` is None for the not-checkable quantities, whose
     ``reason`` says why. ``array`` marks quantities whose value is a vector.
+    ``constraints`` describe side conditions in words; ``requires`` are the executable ones
+    (:class:`distcheck.audit.constraints.Constraint`): a claim whose inputs break one is
+    ``not-checkable``, naming it.
     """
 
     name: str
@@ -73,6 +77,7 @@ class Quantity:
     reason: str | None = None
     array: bool = False
     constraints: tuple[str, ...] = field(default=())
+    requires: tuple[Constraint, ...] = field(default=())
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -107,6 +112,7 @@ class Quantity:
             "checkable": self.compute is not None,
             "reason": self.reason,
             "constraints": list(self.constraints),
+            "requires": [c.as_dict() for c in self.requires],
         }
 
 
@@ -124,6 +130,7 @@ def _from_form(form: ClosedForm) -> Quantity:
         name=form.name, unit=form.unit, source=form.source, description=form.description,
         inputs=tuple(QuantityInput(i.name, i.description, i.unit, i.kind, i.default) for i in form.inputs),
         compute=compute, constraints=tuple(form.constraints),
+        requires=declared_for(form.name, tuple(i.name for i in form.inputs)),
     )
 
 

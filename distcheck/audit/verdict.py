@@ -30,6 +30,7 @@ from distcheck.audit import conventions as conv
 from distcheck.audit import layout_order
 from distcheck.audit import quantities as qmod
 from distcheck.audit.consistency import CheckVerdict, check_key
+from distcheck.audit.constraints import broken
 from distcheck.audit.counts import is_whole_unit, uneven_split
 from distcheck.audit.explain import COMPONENT_FLAGS, one_component
 from distcheck.audit.key_values import _domain, _exact_float, parse_input_string
@@ -38,6 +39,7 @@ from distcheck.audit.keys import (
     HOLDS,
     NOT_CHECKABLE,
     OTHER,
+    UNDECIDED,
     WRONG,
     AnswerKey,
     Claim,
@@ -45,6 +47,7 @@ from distcheck.audit.keys import (
 )
 from distcheck.audit.numbers import format_exact
 from distcheck.audit.quantity import InputValues
+from distcheck.audit.rounded_inputs import input_steps, meets, span_of_inputs
 from distcheck.core.errors import AnswerKeyError, ConfigError
 from distcheck.core.validate import check_type
 from distcheck.core.vocab import Axis
@@ -173,6 +176,11 @@ def _compute(q: qmod.Quantity, values: InputValues) -> Exact:
     return Fraction(out)
 
 
+def _value_in(q: qmod.Quantity, values: InputValues, unit: str) -> Fraction:
+    """The exact value of ``q`` at ``values`` in ``unit`` (a number: rounded_inputs skips vectors)."""
+    return Fraction(_in_unit(_compute(q, values), q.unit, unit))  # type: ignore[arg-type]
+
+
 def _input_line(c: Claim, name: str | None) -> int | None:
     if name is None:
         return c.lines.get("inputs", c.line)
@@ -287,6 +295,15 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     except _Missing as m:
         return ClaimVerdict(c, NOT_CHECKABLE,
                             f"{c.quantity} needs {', '.join(m.names)}, which the claim does not give", q.unit)
+    # a quantity's own constraints (distcheck.audit.constraints): outside them its formula does not apply
+    full_values = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
+    bad = broken(q.requires, full_values)
+    if bad:
+        read = dict.fromkeys(x for b in bad for x in b.inputs)
+        given = ", ".join(f"{n}={format_exact(full_values[n])}" for n in read)
+        named = "; ".join(f"{b.text} ({b.source})" for b in bad)
+        return ClaimVerdict(c, NOT_CHECKABLE, f"the inputs ({given}) break a constraint of {q.name}: {named}", q.unit,
+                            inputs={k: str(v) for k, v in values.items() if not isinstance(v, tuple)})
     order = c.inputs.get("order")
     value: Exact
     try:
@@ -315,9 +332,18 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         uneven = f"{q.name} counts whole {noun}: {uneven_split(q.name, full, Fraction(value))}"
     elif _matches(in_unit, c.claimed, c.step):
         return ClaimVerdict(verdict=HOLDS, explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}", **base)
-    default = f"default gives {_fmt(in_unit, c.unit)}" + (f" ({uneven})" if uneven else "")
+    steps = {} if set(values) - set(q.input_names) else input_steps(c, q)
+    span = span_of_inputs(q, values, steps, c.unit, _value_in) if uneven is None else None
+    rounded = ", ".join(f"{n} = {format_exact(values[n], 9)} +-{format_exact(steps[n] / 2, 3)}" for n in steps)
+    if meets(span, c.claimed, c.step):
+        assert span is not None  # meets is False without a span
+        return ClaimVerdict(verdict=HOLDS, explanation=(
+            f"recomputed {_fmt(in_unit, c.unit)} at the printed inputs; within their printed precision ({rounded}) "
+            f"it lies in [{_fmt(span[0])}, {_fmt(span[1])}] {c.unit}, which meets {printed}"), **base)
+    default = f"default gives {_fmt(in_unit, c.unit)}" + (f" ({uneven})" if uneven else "") + (
+        f" (in [{_fmt(span[0])}, {_fmt(span[1])}] within the printed precision of {rounded})" if span else "")
 
-    matches, closest = _search(c, q, values, model)
+    matches, closest = _search(c, q, values, model, steps)
     if not matches and order is None:  # a layout figure printed under another framework's order
         full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
         for name, alt in layout_order.alternatives(q.name, full):
@@ -348,6 +374,9 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     if not isinstance(in_unit, tuple) and in_unit != 0:
         rel = f" ({float(diff / abs(in_unit)):.2%} of the recomputed value)"
     which = _one_component(q, values, value, c)
+    if span is not None:
+        which += (f"; within the printed precision of its inputs ({rounded}) it lies in "
+                  f"[{_fmt(span[0])}, {_fmt(span[1])}]")
     return ClaimVerdict(
         verdict=WRONG, alternatives=alts,
         explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}; off by {_fmt(diff, c.unit)}{rel}{which}{near}",
@@ -371,7 +400,7 @@ def _one_component(q: qmod.Quantity, values: dict, value, c: Claim) -> str:
                          recompute) or ""
 
 
-def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
+def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: dict[str, Fraction] | None = None):
     """(reproducing [(names, value, unit)] at the fewest changes, closest (names, value, unit) or None).
 
     ``value`` is in ``unit``: the claim's unit, or the unit a "GB read as GiB" variant reads it in."""
@@ -398,6 +427,9 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
                 qname, vals, unit = state
                 try:
                     alt_q = qmod.get_quantity(qname)
+                    if broken(alt_q.requires, {i.name: Fraction(i.default) for i in alt_q.inputs
+                                               if i.default is not None} | vals):
+                        continue  # a reading outside its quantity's constraints reproduces nothing
                     value = _compute(alt_q, vals)
                     value_in = _in_unit(value, alt_q.unit, unit)
                 except (ConfigError, ValueError, KeyError):
@@ -411,6 +443,10 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None):
                     best, closest = d, (name, value_in, unit)
                 if _matches(value_in, c.claimed, c.step):
                     matches.append((name, value_in, unit))
+                elif steps:  # within the printed precision of the inputs a reading did not change
+                    kept = {n: st for n, st in steps.items() if n in vals and vals[n] == values.get(n)}
+                    if meets(span_of_inputs(alt_q, vals, kept, unit, _value_in), c.claimed, c.step):
+                        matches.append((name, value_in, unit))
         if matches:
             break
     return matches, closest
@@ -434,14 +470,20 @@ def audit_file(path: str | Path) -> AuditResult:
     return audit_key(load_key(path))
 
 
-def audit_exit_code(result: AuditResult | list[AuditResult]) -> int:
+def audit_exit_code(result: AuditResult | list[AuditResult], *, strict: bool = False) -> int:
     """1 when any claim is wrong or any consistency check finds a contradiction, else 0.
-    Raises ConfigError when ``result`` is not an AuditResult or a list of them."""
+
+    With ``strict``, also 1 when any claim is undecided (``ambiguous`` or ``not-checkable``,
+    :data:`~distcheck.audit.keys.UNDECIDED`): the exit status then says every figure was decided.
+    Raises ConfigError when ``result`` is not an AuditResult or a list of them, or ``strict`` not a bool."""
     results = result if isinstance(result, list) else [result]
     for i, r in enumerate(results):
         check_type(f"result[{i}]" if isinstance(result, list) else "result", r, AuditResult,
                    "must be an AuditResult (see audit_file)")
+    check_type("strict", strict, bool, "must be True or False")
     for r in results:
         if any(v.verdict == WRONG for v in r.claims) or r.contradictions:
+            return 1
+        if strict and any(v.verdict in UNDECIDED for v in r.claims):
             return 1
     return 0
