@@ -85,7 +85,9 @@ def add_parser(sub, *, world_sizes, seconds) -> argparse.ArgumentParser:
     p.add_argument("--launcher", choices=("local", "torchrun"), default="local",
                    help="local: distcheck starts the ranks; torchrun: this process is one rank of a torchrun launch")
     p.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
-                   help="timeout of each example on the world (default 120)")
+                   help="seconds one world step (an example, or a --batch of them) may take, default 120 (or "
+                        "[tool.distcheck] timeout); a step past it fails the target as hung, with every stuck "
+                        "rank's stack, and skips the properties left")
     p.add_argument("--config", default=None, metavar="PYPROJECT", help="pyproject.toml to read (default: nearest)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="report format")
     p.add_argument("--list-contracts", action="store_true", help="list the contracts, their properties and options")

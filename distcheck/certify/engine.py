@@ -12,6 +12,12 @@ are then run again from the start, so each property gets its own verdict, exampl
 counterexample. A rank that raises fails every property left, with one shrunk counterexample.
 A target that does not follow the contract's protocol stops the certification with a
 :class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
+
+A world step that outlives its timeout (a hang) fails the target once: no replay, no shrink (each
+would wait out the timeout again). The property being certified FAILs with every stuck rank's
+Python stack (:attr:`~distcheck.errors.WorldTimeout.stacks`); every property left, at this dtype
+and at every dtype and world size still to run, is a skip with :data:`HUNG_REASON`, and the worlds
+still to run are never started.
 """
 
 from __future__ import annotations
@@ -36,7 +42,10 @@ from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTi
 from distcheck.report import FAIL, PASS, SKIP
 
 __all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
-           "rank_entry_batch"]
+           "rank_entry_batch", "HUNG_REASON"]
+
+#: the reason of every property skipped after a step of the same target timed out
+HUNG_REASON = "a previous property hung"
 
 
 class LocalWorld:
@@ -74,10 +83,16 @@ def rank_entry_batch(ctx, contract: Contract, target, cases: list, dtype: str, o
 
 @dataclass
 class _Crash:
-    """A world step that failed: a rank raised, died or timed out."""
+    """A world step that failed: a rank raised, died or timed out (``hung``, with the stuck ranks' stacks)."""
 
     message: str
     ranks: tuple[int, ...]
+    hung: bool = False
+    stacks: dict[int, str] = field(default_factory=dict)
+
+
+class _Hung(BaseException):  # noqa: N818 - not an error: it stops Hypothesis, which catches Exception
+    """Raised at the first world step that timed out, so that Hypothesis neither replays nor shrinks it."""
 
 
 def _crash(exc: DistributedError) -> _Crash:
@@ -89,7 +104,7 @@ def _crash(exc: DistributedError) -> _Crash:
         return _Crash("; ".join(lines), tuple(sorted(failures)))
     if isinstance(exc, WorldTimeout):
         first = str(exc).splitlines()[0] if str(exc) else "timed out"
-        return _Crash(f"the world timed out: {first}", tuple(exc.ranks))
+        return _Crash(f"the world timed out: {first}", tuple(exc.ranks), hung=True, stacks=dict(exc.stacks))
     return _Crash(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", ())
 
 
@@ -173,6 +188,7 @@ class _Run:
     first_failure: int | None = None
     last: tuple | None = None  # (case, message, ranks, outcome)
     abort: BaseException | None = None
+    hung: tuple | None = None  # (case, _Crash) of the step that timed out
     stats: dict = field(default_factory=dict)
 
 
@@ -196,6 +212,9 @@ def _example_test(run: _Run, world, contract: Contract, target, dtype: str, opti
             run.abort = exc
             raise
         if isinstance(outcomes, _Crash):
+            if outcomes.hung:  # replaying or shrinking it would wait out the timeout again
+                run.hung = (cases[0] if len(cases) == 1 else cases, outcomes)
+                raise _Hung()
             if run.target is None:
                 run.target, run.first_failure = ("crash",), run.calls
             shown = cases[0] if len(cases) == 1 else cases
@@ -243,6 +262,10 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
             with without_local_constants():
                 runner()
         except BaseException as exc:  # noqa: BLE001 - sorted out below
+            if run.hung is not None:
+                verdicts.update(_hung_verdicts(run, contract, dtype, options, ws, backend, replay,
+                                               time.perf_counter() - started))
+                break
             if run.abort is not None:
                 raise run.abort from None
             if not isinstance(exc, Exception) or run.last is None:
@@ -267,6 +290,36 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
                                           seconds=time.perf_counter() - started, note=s.note)
         remaining = []
     return [verdicts[p] for p in specs]
+
+
+def _hung_verdicts(run: _Run, contract: Contract, dtype: str, options: dict, ws: int, backend: str, replay: str,
+                   seconds: float) -> dict[str, PropertyVerdict]:
+    """The verdicts of a run whose step timed out: the property it was certifying (the one being shrunk,
+    else the first left) FAILs with the stuck ranks' stacks; the others left are skips (:data:`HUNG_REASON`)."""
+    case, crash = run.hung or (None, _Crash("", ()))
+    specs = {p.name: p for p in contract.properties}
+    name = run.target[1] if run.target is not None and run.target[0] == "property" else run.remaining[0]
+    message = crash.message
+    if run.last is not None:  # the run had failed before, and hung replaying or shrinking that failure
+        message += f" (before that, it had failed on {run.last[0]!r}: {run.last[1]})"
+    out = {name: PropertyVerdict(
+        name, contract.statement(name, dtype, options), specs[name].regime, dtype, ws, backend, FAIL,
+        examples=run.calls, counterexample=repr(case), failure=message, ranks=list(crash.ranks), reproduce=replay,
+        examples_until_failure=run.calls, seconds=seconds, hung=True, stacks=dict(sorted(crash.stacks.items())))}
+    reason = f"{HUNG_REASON} ({contract.name}.{name}[{dtype}] at world size {ws})"
+    for p in run.remaining:
+        if p != name:
+            out[p] = PropertyVerdict(p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend,
+                                     SKIP, failure=reason)
+    return out
+
+
+def _skipped_after_hang(contract: Contract, dtype: str, options: dict, ws: int, backend: str,
+                        hung: PropertyVerdict) -> list[PropertyVerdict]:
+    """Every property at ``dtype`` and world size ``ws``, skipped because ``hung`` timed out before."""
+    reason = f"{HUNG_REASON} ({contract.name}.{hung.property}[{hung.dtype}] at world size {hung.world_size})"
+    return [PropertyVerdict(p.name, contract.statement(p.name, dtype, options), p.regime, dtype, ws, backend, SKIP,
+                            failure=reason) for p in contract.properties]
 
 
 def reproduce_command(ref: str, contract: str, *, world_size: int | None, backend: str, seed: int, profile: str,
@@ -372,16 +425,26 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
     cert = Certification(target=ref, contract=contract.name, backend=backend, world_sizes=[], dtypes=list(dts),
                          options=given_options, seed=seed, profile=profile, max_examples=examples, launcher=launcher,
                          distribution=distribution, version=version, batch=batch)
+    hung: PropertyVerdict | None = None  # the step that timed out: the rest of the target is skipped
     for w in worlds:
+        if hung is not None:  # not started: its steps would time out as well
+            cert.world_sizes.append(w.world_size)
+            cert.verdicts += [v for dt in dts for v in _skipped_after_hang(contract, dt, opts, w.world_size,
+                                                                           cert.backend, hung)]
+            continue
         with w as live:
             cert.world_sizes.append(live.world_size)
             cert.backend = live.backend
             for dt in dts:
+                if hung is not None:
+                    cert.verdicts += _skipped_after_hang(contract, dt, opts, live.world_size, live.backend, hung)
+                    continue
                 replay = reproduce_command(ref, contract.name, world_size=live.world_size, backend=live.backend,
                                            seed=seed, profile=profile, examples=examples, dtype=dt,
                                            options=given_options, launcher=launcher,
                                            importable=spec.pickled is None, batch=batch)
                 cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch)
+                hung = next((v for v in cert.verdicts if v.hung), None)
     cert.seconds = time.perf_counter() - started
     return cert
 
@@ -391,6 +454,10 @@ class _Borrowed:
 
     def __init__(self, world):
         self.world = world
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
 
     def __enter__(self):
         return self.world
@@ -417,6 +484,7 @@ def _worlds(contract: Contract, pool, world, world_sizes, backend: str, timeout_
 class _LazyPool:
     def __init__(self, cls, ws, backend, timeout_s):
         self.args = (cls, ws, backend, timeout_s)
+        self.world_size = ws
         self.pool = None
 
     def __enter__(self):
