@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distcheck.certify.identity import CodeIdentity
 from distcheck.engine.contracts.errors import CertificationFailed
 from distcheck.report import FAIL, PASS, SKIP, CheckResult
 
@@ -96,7 +97,12 @@ class PropertyVerdict:
 
 @dataclass
 class Certification:
-    """One target certified under one contract (what :func:`distcheck.certify.certify` returns)."""
+    """One target certified under one contract (what :func:`distcheck.certify.certify` returns).
+
+    ``distribution``/``version``: the installed distribution that provides the target (or the library
+    it wraps), None for code of a checkout; ``code``: which code ran (:class:`~distcheck.certify.identity.
+    CodeIdentity`: the source file, its sha256 or the distribution's RECORD's, the git commit and dirty flag).
+    """
 
     target: str
     contract: str
@@ -111,6 +117,7 @@ class Certification:
     batch: int = 1
     distribution: str | None = None
     version: str | None = None
+    code: CodeIdentity | None = None
     verdicts: list[PropertyVerdict] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -213,6 +220,7 @@ class Certificate:
                       f"{', '.join(c.dtypes)}, seed {c.seed}, profile {c.profile}"
                       + (f", {c.max_examples} examples per property" if c.max_examples else "")
                       + (f", options {json.dumps(c.options, sort_keys=True)}" if c.options else "") + ".", "",
+                      *([f"Code: {_md_escape(c.code.describe())}.", ""] if c.code is not None else []),
                       "| property | dtype | world size | regime | examples | verdict | max error | bound |",
                       "|---|---|---|---|---|---|---|---|"]
             for v in c.verdicts:

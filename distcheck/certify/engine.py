@@ -34,6 +34,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certification, PropertyVerdict
+from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
@@ -424,7 +425,7 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
     given_options = {k: v for k, v in opts.items() if v != next(o.default for o in contract.options if o.name == k)}
     cert = Certification(target=ref, contract=contract.name, backend=backend, world_sizes=[], dtypes=list(dts),
                          options=given_options, seed=seed, profile=profile, max_examples=examples, launcher=launcher,
-                         distribution=distribution, version=version, batch=batch)
+                         distribution=distribution, version=version, batch=batch, code=code_identity(obj, ref))
     hung: PropertyVerdict | None = None  # the step that timed out: the rest of the target is skipped
     for w in worlds:
         if hung is not None:  # not started: its steps would time out as well
