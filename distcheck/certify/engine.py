@@ -12,12 +12,7 @@ are then run again from the start, so each property gets its own verdict, exampl
 counterexample. A rank that raises fails every property left, with one shrunk counterexample.
 A target that does not follow the contract's protocol stops the certification with a
 :class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
-
-A world step that outlives its timeout (a hang) fails the target once: no replay, no shrink (each
-would wait out the timeout again). The property being certified FAILs with every stuck rank's
-Python stack (:attr:`~distcheck.errors.WorldTimeout.stacks`); every property left, at this dtype
-and at every dtype and world size still to run, is a skip with :data:`HUNG_REASON`, and the worlds
-still to run are never started.
+A step that times out fails the target once, with the stuck ranks' stacks (:mod:`distcheck.certify.hangs`).
 """
 
 from __future__ import annotations
@@ -34,6 +29,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certification, PropertyVerdict
+from distcheck.certify.hangs import HUNG_REASON, Hung, hung_verdicts, skipped_after_hang
 from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
@@ -44,9 +40,6 @@ from distcheck.report import FAIL, PASS, SKIP
 
 __all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
            "rank_entry_batch", "HUNG_REASON"]
-
-#: the reason of every property skipped after a step of the same target timed out
-HUNG_REASON = "a previous property hung"
 
 
 class LocalWorld:
@@ -90,10 +83,6 @@ class _Crash:
     ranks: tuple[int, ...]
     hung: bool = False
     stacks: dict[int, str] = field(default_factory=dict)
-
-
-class _Hung(BaseException):  # noqa: N818 - not an error: it stops Hypothesis, which catches Exception
-    """Raised at the first world step that timed out, so that Hypothesis neither replays nor shrinks it."""
 
 
 def _crash(exc: DistributedError) -> _Crash:
@@ -215,7 +204,7 @@ def _example_test(run: _Run, world, contract: Contract, target, dtype: str, opti
         if isinstance(outcomes, _Crash):
             if outcomes.hung:  # replaying or shrinking it would wait out the timeout again
                 run.hung = (cases[0] if len(cases) == 1 else cases, outcomes)
-                raise _Hung()
+                raise Hung()
             if run.target is None:
                 run.target, run.first_failure = ("crash",), run.calls
             shown = cases[0] if len(cases) == 1 else cases
@@ -264,8 +253,8 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
                 runner()
         except BaseException as exc:  # noqa: BLE001 - sorted out below
             if run.hung is not None:
-                verdicts.update(_hung_verdicts(run, contract, dtype, options, ws, backend, replay,
-                                               time.perf_counter() - started))
+                seconds = time.perf_counter() - started
+                verdicts.update(_hung(run, contract, dtype, options, ws, backend, replay, seconds))
                 break
             if run.abort is not None:
                 raise run.abort from None
@@ -293,34 +282,17 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
     return [verdicts[p] for p in specs]
 
 
-def _hung_verdicts(run: _Run, contract: Contract, dtype: str, options: dict, ws: int, backend: str, replay: str,
-                   seconds: float) -> dict[str, PropertyVerdict]:
-    """The verdicts of a run whose step timed out: the property it was certifying (the one being shrunk,
-    else the first left) FAILs with the stuck ranks' stacks; the others left are skips (:data:`HUNG_REASON`)."""
+def _hung(run: _Run, contract: Contract, dtype: str, options: dict, ws: int, backend: str, replay: str,
+          seconds: float) -> dict[str, PropertyVerdict]:
+    """A run whose step timed out: the property being shrunk (else the first left) FAILs, the others left skip."""
     case, crash = run.hung or (None, _Crash("", ()))
-    specs = {p.name: p for p in contract.properties}
-    name = run.target[1] if run.target is not None and run.target[0] == "property" else run.remaining[0]
     message = crash.message
     if run.last is not None:  # the run had failed before, and hung replaying or shrinking that failure
         message += f" (before that, it had failed on {run.last[0]!r}: {run.last[1]})"
-    out = {name: PropertyVerdict(
-        name, contract.statement(name, dtype, options), specs[name].regime, dtype, ws, backend, FAIL,
-        examples=run.calls, counterexample=repr(case), failure=message, ranks=list(crash.ranks), reproduce=replay,
-        examples_until_failure=run.calls, seconds=seconds, hung=True, stacks=dict(sorted(crash.stacks.items())))}
-    reason = f"{HUNG_REASON} ({contract.name}.{name}[{dtype}] at world size {ws})"
-    for p in run.remaining:
-        if p != name:
-            out[p] = PropertyVerdict(p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend,
-                                     SKIP, failure=reason)
-    return out
-
-
-def _skipped_after_hang(contract: Contract, dtype: str, options: dict, ws: int, backend: str,
-                        hung: PropertyVerdict) -> list[PropertyVerdict]:
-    """Every property at ``dtype`` and world size ``ws``, skipped because ``hung`` timed out before."""
-    reason = f"{HUNG_REASON} ({contract.name}.{hung.property}[{hung.dtype}] at world size {hung.world_size})"
-    return [PropertyVerdict(p.name, contract.statement(p.name, dtype, options), p.regime, dtype, ws, backend, SKIP,
-                            failure=reason) for p in contract.properties]
+    name = run.target[1] if run.target is not None and run.target[0] == "property" else run.remaining[0]
+    return hung_verdicts(contract, dtype, options, ws, backend, name=name, remaining=run.remaining, case=case,
+                         message=message, ranks=list(crash.ranks), stacks=crash.stacks, calls=run.calls, replay=replay,
+                         seconds=seconds)
 
 
 def reproduce_command(ref: str, contract: str, *, world_size: int | None, backend: str, seed: int, profile: str,
@@ -430,15 +402,15 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
     for w in worlds:
         if hung is not None:  # not started: its steps would time out as well
             cert.world_sizes.append(w.world_size)
-            cert.verdicts += [v for dt in dts for v in _skipped_after_hang(contract, dt, opts, w.world_size,
-                                                                           cert.backend, hung)]
+            for dt in dts:
+                cert.verdicts += skipped_after_hang(contract, dt, opts, w.world_size, cert.backend, hung)
             continue
         with w as live:
             cert.world_sizes.append(live.world_size)
             cert.backend = live.backend
             for dt in dts:
                 if hung is not None:
-                    cert.verdicts += _skipped_after_hang(contract, dt, opts, live.world_size, live.backend, hung)
+                    cert.verdicts += skipped_after_hang(contract, dt, opts, live.world_size, live.backend, hung)
                     continue
                 replay = reproduce_command(ref, contract.name, world_size=live.world_size, backend=live.backend,
                                            seed=seed, profile=profile, examples=examples, dtype=dt,
