@@ -23,10 +23,11 @@ HANGING = "examples.hanging_layers:RowParallelSleeps"
 
 
 def _sleep_line() -> str:
-    """``hanging_layers.py", line N in forward``: the frame a stuck rank's faulthandler dump names."""
+    """``hanging_layers.py", line N``: the frame a stuck rank's stack names (faulthandler's dump of a gloo rank
+    writes ``line N in forward``, a threaded rank's traceback ``line N, in forward``)."""
     source = (ROOT / "examples" / "hanging_layers.py").read_text().splitlines()
     line = next(i for i, text in enumerate(source, 1) if "time.sleep(" in text)
-    return f'hanging_layers.py", line {line} in forward'
+    return f'hanging_layers.py", line {line}'
 
 
 # ----------------------------------------------------------------------------- in process (a world that times out)
@@ -169,13 +170,14 @@ class _Counting:
 
 
 @pytest.mark.multiprocess
-def test_a_hanging_layer_on_a_gloo_pool_times_out_once_and_the_pool_is_reaped():
+@pytest.mark.parametrize("backend", ["gloo", "threaded"])
+def test_a_hanging_layer_times_out_once_and_the_pool_is_reaped(backend):
     pytest.importorskip("torch")
     from distcheck.runners.pool import RankPool
 
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    with RankPool(2, backend="gloo", timeout_s=3) as pool:
+    with RankPool(2, backend=backend, timeout_s=3) as pool:
         pids = pool.pids
         counting = _Counting(pool)
         cert = certify(HANGING, "row-parallel-linear", world=counting, examples=5, seed=1,

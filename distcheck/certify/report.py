@@ -98,8 +98,9 @@ def report_tables(certificate: Certificate) -> list[Table]:
                             tuple(failures), note="Each replay command runs the first failure of its property "
                                                   "again: the same case, the same verdict."))
     if stacks:
-        tables.append(Table("Stacks of the stuck ranks", ("failure", "where", "rank", "stack (most recent call "
-                                                                                     "first)"), tuple(stacks)))
+        tables.append(Table("Stacks of the stuck ranks", ("failure", "where", "rank", "stack"), tuple(stacks),
+                            note="As each rank dumped it (faulthandler: most recent call first; a threaded rank: "
+                                 "a traceback, most recent call last)."))
     tables.append(Table("Rows", ("target", "check", "backend", "world size", "examples", "verdict", "max error",
                                  "bound", "detail"), tuple(rows)))
     return tables
