@@ -4,7 +4,7 @@ A :class:`Certification` is one target under one contract: every property's verd
 world size and dtype. A :class:`Certificate` gathers the certifications of one run with what
 makes it reproducible: the seed and profile, the versions of Python, torch, distcheck and
 Hypothesis, and the command line. Running that command again gives the same verdicts and
-counterexamples; only ``created`` and the ``seconds`` fields change (:func:`stable_view`).
+counterexamples; only ``created``, the ``seconds`` fields and a hang's ``stacks`` change (:func:`stable_view`).
 
 Files are written atomically (:func:`write_atomic`): a temporary file in the same folder, then
 ``os.replace``; the temporary file is removed on every exit path.
@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distcheck.certify.identity import CodeIdentity
 from distcheck.engine.contracts.errors import CertificationFailed
 from distcheck.report import FAIL, PASS, SKIP, CheckResult
 
@@ -29,8 +30,8 @@ __all__ = ["PropertyVerdict", "Certification", "Certificate", "versions", "write
 
 #: the certificate's format tag
 FORMAT = "distcheck-certificate/1"
-#: fields that change between identical runs
-VOLATILE = ("created", "seconds")
+#: fields that change between identical runs (a hang's stacks carry thread ids and start-up frames)
+VOLATILE = ("created", "seconds", "stacks")
 
 
 @dataclass
@@ -47,6 +48,8 @@ class PropertyVerdict:
             max error, bound); ranks: the ranks at fault; reproduce: the command that replays it.
         seconds: wall time of the property's runs.
         note: on a pass, what it found that the statement does not say (the outcome's ``note``).
+        hung: a FAIL because a world step outlived the timeout (the case is the one that hung, not
+            shrunk); ``stacks`` maps each stuck rank to its Python stack (faulthandler's dump).
     """
 
     property: str
@@ -66,22 +69,40 @@ class PropertyVerdict:
     examples_until_failure: int | None = None
     seconds: float = 0.0
     note: str = ""
+    hung: bool = False
+    stacks: dict[int, str] = field(default_factory=dict)
 
-    def describe(self, contract: str) -> str:
-        """The full one-paragraph account of a failure (or the statement of a pass or the skip reason)."""
+    def describe(self, contract: str, *, stacks: bool = True) -> str:
+        """The full one-paragraph account of a failure (or the statement of a pass or the skip reason);
+        a hang's stacks follow it, one block per rank headed ``--- rank R ---`` (unless ``stacks=False``)."""
         where = f"{contract}.{self.property}[{self.dtype}] at world size {self.world_size} ({self.backend})"
         if self.verdict == PASS:
             found = f": {self.note}" if self.note else ""
             return f"{where}: {self.statement} ({self.examples} examples, {self.regime}){found}"
         if self.verdict == SKIP:
             return f"{where}: skip: {self.failure}"
-        return (f"{where} FAILED: {self.failure}. Shrunk case: {self.counterexample}. "
-                f"Reproduce: {self.reproduce}")
+        case = "Case that hung (not shrunk)" if self.hung else "Shrunk case"
+        text = f"{where} FAILED: {self.failure}. {case}: {self.counterexample}. Reproduce: {self.reproduce}"
+        if stacks and self.stacks:
+            text += "\n" + self.stack_text()
+        return text
+
+    def stack_text(self) -> str:
+        """The stuck ranks' stacks, one block per rank headed ``--- rank R ---`` (empty when none)."""
+        if not self.stacks:
+            return ""
+        return "Stacks of the stuck ranks:\n" + "\n".join(
+            f"--- rank {r} ---\n{self.stacks[r].rstrip()}" for r in sorted(self.stacks))
 
 
 @dataclass
 class Certification:
-    """One target certified under one contract (what :func:`distcheck.certify.certify` returns)."""
+    """One target certified under one contract (what :func:`distcheck.certify.certify` returns).
+
+    ``distribution``/``version``: the installed distribution that provides the target (or the library
+    it wraps), None for code of a checkout; ``code``: which code ran (:class:`~distcheck.certify.identity.
+    CodeIdentity`: the source file, its sha256 or the distribution's RECORD's, the git commit and dirty flag).
+    """
 
     target: str
     contract: str
@@ -96,6 +117,7 @@ class Certification:
     batch: int = 1
     distribution: str | None = None
     version: str | None = None
+    code: CodeIdentity | None = None
     verdicts: list[PropertyVerdict] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -198,6 +220,7 @@ class Certificate:
                       f"{', '.join(c.dtypes)}, seed {c.seed}, profile {c.profile}"
                       + (f", {c.max_examples} examples per property" if c.max_examples else "")
                       + (f", options {json.dumps(c.options, sort_keys=True)}" if c.options else "") + ".", "",
+                      *([f"Code: {_md_escape(c.code.describe())}.", ""] if c.code is not None else []),
                       "| property | dtype | world size | regime | examples | verdict | max error | bound |",
                       "|---|---|---|---|---|---|---|---|"]
             for v in c.verdicts:
@@ -205,7 +228,9 @@ class Certificate:
                              f"{v.verdict} | {_num(v.max_error)} | {_num(v.bound)} |")
             for v in c.verdicts:
                 if v.verdict != PASS or v.note:
-                    lines += ["", f"- {_md_escape(v.describe(c.contract))}"]
+                    lines += ["", f"- {_md_escape(v.describe(c.contract, stacks=False))}"]
+                    if v.stacks:
+                        lines += ["", "  ```text", *(f"  {line}" for line in v.stack_text().splitlines()), "  ```"]
             lines.append("")
         return "\n".join(lines)
 
@@ -252,7 +277,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 def stable_view(data: Any) -> Any:
     """A certificate's JSON data without the fields that change between identical runs (``created``,
-    ``seconds``): two runs of the same command must give equal stable views."""
+    ``seconds``, ``stacks``): two runs of the same command must give equal stable views."""
     if isinstance(data, dict):
         return {k: stable_view(v) for k, v in data.items() if k not in VOLATILE}
     if isinstance(data, list):

@@ -16,6 +16,7 @@ import os
 import shlex
 import sys
 import time
+from pathlib import Path
 
 from distcheck.errors import ConfigError
 
@@ -82,10 +83,15 @@ def add_parser(sub, *, world_sizes, seconds) -> argparse.ArgumentParser:
                    help="a contract option, e.g. gather_output=false (repeatable)")
     p.add_argument("--certificate", action="append", default=[], metavar="PATH",
                    help="write the certificate to PATH (.json or .md; repeatable)")
+    p.add_argument("--report", type=Path, default=None, metavar="DIR",
+                   help="also write DIR/report.html (self-contained) and DIR/report.md: a summary per target, "
+                        "the failures grouped per property with one replay command each, then every row")
     p.add_argument("--launcher", choices=("local", "torchrun"), default="local",
                    help="local: distcheck starts the ranks; torchrun: this process is one rank of a torchrun launch")
     p.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
-                   help="timeout of each example on the world (default 120)")
+                   help="seconds one world step (an example, or a --batch of them) may take, default 120 (or "
+                        "[tool.distcheck] timeout); a step past it fails the target as hung, with every stuck "
+                        "rank's stack, and skips the properties left")
     p.add_argument("--config", default=None, metavar="PYPROJECT", help="pyproject.toml to read (default: nearest)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="report format")
     p.add_argument("--list-contracts", action="store_true", help="list the contracts, their properties and options")
@@ -171,6 +177,10 @@ def run(args) -> int:
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise ConfigError("--certificate", path, f"names a folder that does not exist ({folder})")
+    if getattr(args, "report", None) is not None:
+        from distcheck.reportdoc import check_report_dir
+
+        check_report_dir(args.report)  # bad input before anything runs
     jobs, profile, seed, timeout = _jobs(args)
     if args.launcher == "torchrun":
         return _run_torchrun(args, jobs, profile, seed, timeout)
@@ -211,6 +221,10 @@ def _finish(args, certs, started: float) -> int:
     certificate = Certificate(certs, command=_command(args, certs))
     for path in args.certificate:
         certificate.write(path)
+    if getattr(args, "report", None) is not None:
+        from distcheck.certify.report import write_certify_report
+
+        write_certify_report(args.report, certificate, title=title)
     return exit_code(rows)
 
 

@@ -12,6 +12,7 @@ are then run again from the start, so each property gets its own verdict, exampl
 counterexample. A rank that raises fails every property left, with one shrunk counterexample.
 A target that does not follow the contract's protocol stops the certification with a
 :class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
+A step that times out fails the target once, with the stuck ranks' stacks (:mod:`distcheck.certify.hangs`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certification, PropertyVerdict
+from distcheck.certify.hangs import HUNG_REASON, Hung, hung_verdicts, skipped_after_hang
+from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
@@ -36,7 +39,7 @@ from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTi
 from distcheck.report import FAIL, PASS, SKIP
 
 __all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
-           "rank_entry_batch"]
+           "rank_entry_batch", "HUNG_REASON"]
 
 
 class LocalWorld:
@@ -74,10 +77,12 @@ def rank_entry_batch(ctx, contract: Contract, target, cases: list, dtype: str, o
 
 @dataclass
 class _Crash:
-    """A world step that failed: a rank raised, died or timed out."""
+    """A world step that failed: a rank raised, died or timed out (``hung``, with the stuck ranks' stacks)."""
 
     message: str
     ranks: tuple[int, ...]
+    hung: bool = False
+    stacks: dict[int, str] = field(default_factory=dict)
 
 
 def _crash(exc: DistributedError) -> _Crash:
@@ -89,7 +94,7 @@ def _crash(exc: DistributedError) -> _Crash:
         return _Crash("; ".join(lines), tuple(sorted(failures)))
     if isinstance(exc, WorldTimeout):
         first = str(exc).splitlines()[0] if str(exc) else "timed out"
-        return _Crash(f"the world timed out: {first}", tuple(exc.ranks))
+        return _Crash(f"the world timed out: {first}", tuple(exc.ranks), hung=True, stacks=dict(exc.stacks))
     return _Crash(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", ())
 
 
@@ -173,6 +178,7 @@ class _Run:
     first_failure: int | None = None
     last: tuple | None = None  # (case, message, ranks, outcome)
     abort: BaseException | None = None
+    hung: tuple | None = None  # (case, _Crash) of the step that timed out
     stats: dict = field(default_factory=dict)
 
 
@@ -196,6 +202,9 @@ def _example_test(run: _Run, world, contract: Contract, target, dtype: str, opti
             run.abort = exc
             raise
         if isinstance(outcomes, _Crash):
+            if outcomes.hung:  # replaying or shrinking it would wait out the timeout again
+                run.hung = (cases[0] if len(cases) == 1 else cases, outcomes)
+                raise Hung()
             if run.target is None:
                 run.target, run.first_failure = ("crash",), run.calls
             shown = cases[0] if len(cases) == 1 else cases
@@ -243,6 +252,10 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
             with without_local_constants():
                 runner()
         except BaseException as exc:  # noqa: BLE001 - sorted out below
+            if run.hung is not None:
+                seconds = time.perf_counter() - started
+                verdicts.update(_hung(run, contract, dtype, options, ws, backend, replay, seconds))
+                break
             if run.abort is not None:
                 raise run.abort from None
             if not isinstance(exc, Exception) or run.last is None:
@@ -267,6 +280,19 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
                                           seconds=time.perf_counter() - started, note=s.note)
         remaining = []
     return [verdicts[p] for p in specs]
+
+
+def _hung(run: _Run, contract: Contract, dtype: str, options: dict, ws: int, backend: str, replay: str,
+          seconds: float) -> dict[str, PropertyVerdict]:
+    """A run whose step timed out: the property being shrunk (else the first left) FAILs, the others left skip."""
+    case, crash = run.hung or (None, _Crash("", ()))
+    message = crash.message
+    if run.last is not None:  # the run had failed before, and hung replaying or shrinking that failure
+        message += f" (before that, it had failed on {run.last[0]!r}: {run.last[1]})"
+    name = run.target[1] if run.target is not None and run.target[0] == "property" else run.remaining[0]
+    return hung_verdicts(contract, dtype, options, ws, backend, name=name, remaining=run.remaining, case=case,
+                         message=message, ranks=list(crash.ranks), stacks=crash.stacks, calls=run.calls, replay=replay,
+                         seconds=seconds)
 
 
 def reproduce_command(ref: str, contract: str, *, world_size: int | None, backend: str, seed: int, profile: str,
@@ -371,17 +397,27 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
     given_options = {k: v for k, v in opts.items() if v != next(o.default for o in contract.options if o.name == k)}
     cert = Certification(target=ref, contract=contract.name, backend=backend, world_sizes=[], dtypes=list(dts),
                          options=given_options, seed=seed, profile=profile, max_examples=examples, launcher=launcher,
-                         distribution=distribution, version=version, batch=batch)
+                         distribution=distribution, version=version, batch=batch, code=code_identity(obj, ref))
+    hung: PropertyVerdict | None = None  # the step that timed out: the rest of the target is skipped
     for w in worlds:
+        if hung is not None:  # not started: its steps would time out as well
+            cert.world_sizes.append(w.world_size)
+            for dt in dts:
+                cert.verdicts += skipped_after_hang(contract, dt, opts, w.world_size, cert.backend, hung)
+            continue
         with w as live:
             cert.world_sizes.append(live.world_size)
             cert.backend = live.backend
             for dt in dts:
+                if hung is not None:
+                    cert.verdicts += skipped_after_hang(contract, dt, opts, live.world_size, live.backend, hung)
+                    continue
                 replay = reproduce_command(ref, contract.name, world_size=live.world_size, backend=live.backend,
                                            seed=seed, profile=profile, examples=examples, dtype=dt,
                                            options=given_options, launcher=launcher,
                                            importable=spec.pickled is None, batch=batch)
                 cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch)
+                hung = next((v for v in cert.verdicts if v.hung), None)
     cert.seconds = time.perf_counter() - started
     return cert
 
@@ -391,6 +427,10 @@ class _Borrowed:
 
     def __init__(self, world):
         self.world = world
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
 
     def __enter__(self):
         return self.world
@@ -417,6 +457,7 @@ def _worlds(contract: Contract, pool, world, world_sizes, backend: str, timeout_
 class _LazyPool:
     def __init__(self, cls, ws, backend, timeout_s):
         self.args = (cls, ws, backend, timeout_s)
+        self.world_size = ws
         self.pool = None
 
     def __enter__(self):

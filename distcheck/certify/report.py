@@ -1,0 +1,125 @@
+"""The report of ``distcheck certify --report DIR``: ``DIR/report.html`` and ``DIR/report.md``.
+
+Written by :func:`distcheck.reportdoc.write_report` (the writer of ``check``, ``audit`` and
+``plan`` reports; each file atomic), from a :class:`~distcheck.certify.certificate.Certificate`.
+In order:
+
+1. **Targets**: one row per certification: verdict, row counts, the failing properties, seed,
+   profile, torch version, the distribution and the code certified (sha256, git commit);
+2. **Failures**, one row per failing property of a target, not one per dtype and world size: where
+   it failed, the first failure's reason and case, and its replay command, once;
+3. **Stacks** of the stuck ranks of a property that hung, one line of the stack per row;
+4. **Rows**: every verdict; a failure's detail points at its row of *Failures* (its own reason
+   when it differs from the first's).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from distcheck.certify.certificate import Certificate, Certification, PropertyVerdict
+from distcheck.report import FAIL, PASS, SKIP
+from distcheck.reportdoc import ReportFiles, Table, write_report
+
+__all__ = ["report_tables", "write_certify_report"]
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1e}"
+
+
+def _counts(c: Certification) -> str:
+    n = {v: sum(x.verdict == v for x in c.verdicts) for v in (PASS, FAIL, SKIP)}
+    return f"{n[PASS]} passed, {n[FAIL]} failed, {n[SKIP]} skipped"
+
+
+def _failing(c: Certification) -> list[str]:
+    return list(dict.fromkeys(v.property for v in c.failures))
+
+
+def _code(c: Certification) -> str:
+    code = c.code
+    if code is None or code.sha256 is None:
+        return "unknown"
+    text = f"sha256 {code.sha256[:16]} of {'the RECORD of ' if code.hashed == 'RECORD' else ''}{code.hashed_file}"
+    if code.git_commit is not None:
+        text += f"; git {code.git_commit[:12]}" + (" (dirty)" if code.git_dirty else "")
+    return text
+
+
+def _where(group: list[PropertyVerdict]) -> str:
+    """``float64, float32 at world size 2; float64 at world size 4``."""
+    by_ws: dict[int, list[str]] = {}
+    for v in group:
+        by_ws.setdefault(v.world_size, []).append(v.dtype)
+    return "; ".join(f"{', '.join(dts)} at world size {ws}" for ws, dts in by_ws.items())
+
+
+def report_tables(certificate: Certificate) -> list[Table]:
+    """The tables of the report, in order (see the module docstring)."""
+    torch = str(certificate.environment.get("torch"))
+    targets = Table("Targets", ("target", "contract", "verdict", "rows", "failing properties", "seed", "profile",
+                                "torch", "distribution", "code"),
+                    tuple((c.target, c.contract, "certified" if c.ok else "FAILED", _counts(c),
+                           ", ".join(_failing(c)) or "none", str(c.seed), c.profile, torch,
+                           f"{c.distribution} {c.version}" if c.distribution else "-", _code(c))
+                          for c in certificate.certifications))
+    failures: list[tuple[str, ...]] = []
+    stacks: list[tuple[str, ...]] = []
+    rows: list[tuple[str, ...]] = []
+    first_of: dict[tuple[int, str], tuple[int, PropertyVerdict]] = {}
+    for i, c in enumerate(certificate.certifications):
+        for prop in _failing(c):
+            group = [v for v in c.failures if v.property == prop]
+            first = group[0]
+            number = len(failures) + 1
+            first_of[(i, prop)] = (number, first)
+            case = f"{first.counterexample} (not shrunk: it hung)" if first.hung else str(first.counterexample)
+            failures.append((str(number), c.target, f"{c.contract}.{prop}", _where(group), str(first.failure), case,
+                             str(first.reproduce)))
+            for v in group:
+                for rank, text in sorted(v.stacks.items()):
+                    stacks += [(str(number), f"{v.dtype}, world size {v.world_size}", str(rank), line.strip())
+                               for line in text.strip().splitlines()]
+        for v in c.verdicts:
+            if v.verdict == FAIL:
+                number, first = first_of[(i, v.property)]
+                detail = f"failure {number} (above)" + ("" if v.failure == first.failure else f": {v.failure}")
+            elif v.verdict == SKIP:
+                detail = f"skip: {v.failure}"
+            else:
+                detail = f"{v.statement} ({v.regime})" + (f": {v.note}" if v.note else "")
+            rows.append((c.target, f"{c.contract}.{v.property}[{v.dtype}]", v.backend, str(v.world_size),
+                         str(v.examples), v.verdict, _num(v.max_error), _num(v.bound), detail))
+    tables = [targets]
+    if failures:
+        tables.append(Table("Failures, one row per property", ("failure", "target", "property", "failed at",
+                                                               "reason (the first failure)", "case", "replay"),
+                            tuple(failures), note="Each replay command runs the first failure of its property "
+                                                  "again: the same case, the same verdict."))
+    if stacks:
+        tables.append(Table("Stacks of the stuck ranks", ("failure", "where", "rank", "stack"), tuple(stacks),
+                            note="As each rank dumped it (faulthandler: most recent call first; a threaded rank: "
+                                 "a traceback, most recent call last)."))
+    tables.append(Table("Rows", ("target", "check", "backend", "world size", "examples", "verdict", "max error",
+                                 "bound", "detail"), tuple(rows)))
+    return tables
+
+
+def write_certify_report(directory: str | Path, certificate: Certificate, *,
+                         title: str = "distcheck certify") -> ReportFiles:
+    """Write ``DIR/report.html`` and ``DIR/report.md`` for ``certificate``; return the paths.
+
+    Raises ConfigError when ``directory`` is a file or cannot be created, OSError when a write fails
+    (no half-written file is left: :func:`distcheck.reportdoc.write_report`).
+    """
+    from distcheck.report import summary_line
+
+    env = certificate.environment
+    rows = [r for c in certificate.certifications for r in c.rows()]
+    notes = [f"verdict: {'certified' if certificate.ok else 'FAILED'}; "
+             f"{summary_line(rows, sum(c.seconds for c in certificate.certifications))}",
+             f"reproduce the whole run: {certificate.command}",
+             f"created {certificate.created} with Python {env.get('python')}, distcheck {env.get('distcheck')}, "
+             f"torch {env.get('torch')}, Hypothesis {env.get('hypothesis')}, numpy {env.get('numpy')}"]
+    return write_report(directory, title, tables=report_tables(certificate), notes=notes)
