@@ -69,6 +69,8 @@ class DataParallelMean(Contract):
     integer entries, a power-of-two world)."""
 
     name = "bench-dp-mean"
+    min_world_size = 2
+    min_world_reason = "one rank has nothing to average: its gradient is its own mean"
     parallelism = "dp"
     summary = "gradient averaged over the ranks"
     dtypes = ("float64",)

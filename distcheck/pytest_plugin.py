@@ -28,7 +28,11 @@ name registers the module twice, and pytest refuses it.
 Certifying layers in a suite (:mod:`distcheck.certify.pytest_support`): the
 ``--distcheck-world-sizes/-backend/-examples/-seed/-timeout`` options, the
 ``world_size`` marker and the session-scoped ``rank_pool``, ``world_size`` and
-``distcheck_certify`` fixtures; torch is imported when a fixture starts a pool.
+``distcheck_certify`` fixtures; torch is imported when a fixture starts a pool. A test whose
+certification can fail nothing (``assert_certified()`` raising
+:class:`~distcheck.engine.contracts.errors.NothingCanFail`: a world below the contract's
+smallest, ``@pytest.mark.world_size(1)`` on a tensor-parallel contract) is a skip with the
+reason, never a pass.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from distcheck.certify.pytest_support import (  # noqa: F401 - fixtures, registe
 from distcheck.profiles import PROFILES
 
 __all__ = ["OPTION", "pytest_addoption", "pytest_configure", "pytest_report_header", "pytest_generate_tests",
-           "requested_profile"]
+           "pytest_runtest_call", "requested_profile"]
 
 OPTION = "--distcheck-profile"
 
@@ -90,3 +94,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_report_header(config: pytest.Config) -> str | None:
     name = requested_profile(config)
     return f"distcheck profile: {name}" if name else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A test whose certification could fail nothing is skipped with the reason, not passed or failed."""
+    from distcheck.engine.contracts.errors import NothingCanFail
+
+    try:
+        return (yield)
+    except NothingCanFail as exc:
+        pytest.skip(str(exc))

@@ -9,16 +9,33 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from distcheck.core.results import FAIL, FINDING, PASS, SKIP, CheckResult, Verdict, exit_code, to_json
+from distcheck.core.results import (
+    FAIL,
+    FINDING,
+    NOTHING_CAN_FAIL,
+    PASS,
+    SKIP,
+    CheckResult,
+    Verdict,
+    check_exit_code,
+    exit_code,
+    nothing_can_fail,
+    say_nothing_can_fail,
+    to_json,
+)
 
 __all__ = [
     "FAIL",
     "FINDING",
     "PASS",
     "SKIP",
+    "NOTHING_CAN_FAIL",
     "CheckResult",
     "Verdict",
+    "check_exit_code",
     "exit_code",
+    "nothing_can_fail",
+    "say_nothing_can_fail",
     "print_report",
     "render_table",
     "summary_line",

@@ -60,7 +60,7 @@ from distcheck.errors import (
     DistcheckError,
     check_choice,
 )
-from distcheck.report import FAIL, SKIP, CheckResult, exit_code
+from distcheck.report import FAIL, SKIP, CheckResult, check_exit_code, say_nothing_can_fail
 from distcheck.runners.backends import timeout_seconds  # the argparse type of --timeout (cli, torchrun)
 
 if TYPE_CHECKING:
@@ -387,7 +387,7 @@ def run_local(args: Any) -> int:
     ``args`` is the parsed ``check`` namespace (``only``, ``skip``, ``backend``,
     ``world_sizes``, ``timeout``, ``profile``, ``seed``, ``golden_dir``, ``format``, and
     optionally ``quiet`` and ``report``, a folder for the HTML and Markdown reports).
-    Returns 0 when no row failed, else 1.
+    Returns 1 when a row failed, else 2 when nothing could fail (:func:`check_exit_code`), else 0.
     """
     from rich.console import Console
 
@@ -413,6 +413,7 @@ def run_local(args: Any) -> int:
         rows = run_stages(stages, options, on_start=on_start, on_end=on_end)
     seconds = time.perf_counter() - started
     print_report(rows, seconds=seconds, fmt=getattr(args, "format", "table"))
+    say_nothing_can_fail(rows)
     report = getattr(args, "report", None)
     if report is not None:
         from distcheck.reportdoc import write_check_report
@@ -420,7 +421,8 @@ def run_local(args: Any) -> int:
         write_check_report(report, rows, seconds=seconds,
                            notes=[(f"stages: {', '.join(s.name for s in stages)}; backend {options.backend}, "
                                    f"world sizes {', '.join(map(str, options.world_sizes))}")])
-    return exit_code(rows)
+    return check_exit_code(rows)
+
 
 
 def run_torchrun(args: Any, environ: Any = None, *, world: LaunchedWorld | None = None) -> int:
@@ -435,7 +437,7 @@ def run_torchrun(args: Any, environ: Any = None, *, world: LaunchedWorld | None 
 
     Rank 0 runs the world-free checks before joining; every rank runs the world stages
     through the one world; rank 0 alone runs the pure stages and prints the report. The
-    exit code (0 pass, 1 a FAIL row) is rank 0's, broadcast so that every rank returns the
+    exit code (0 pass, 1 a FAIL row, 2 nothing could fail) is rank 0's, broadcast so that every rank returns the
     same one; if the broadcast itself fails every rank returns 1.
 
     Raises:
@@ -469,7 +471,7 @@ def run_torchrun(args: Any, environ: Any = None, *, world: LaunchedWorld | None 
                 if not s.needs_world:
                     rows += _guarded(s, options, partial(_pure, s, options))
         try:
-            code = int(share(exit_code(rows)))
+            code = int(share(check_exit_code(rows)))
         except Exception as exc:  # noqa: BLE001 - every rank then reports failure
             sys.stderr.write(f"distcheck: rank {world.rank}: exit code exchange failed: {exc}\n")
             rows.append(CheckResult("torchrun.exit_code_exchange", world.backend, FAIL, world.world_size, 0,
@@ -479,6 +481,7 @@ def run_torchrun(args: Any, environ: Any = None, *, world: LaunchedWorld | None 
             print_report(rows, title=f"distcheck check (torchrun, {world.backend}, world_size={world.world_size})",
                          seconds=time.perf_counter() - started, fmt=getattr(args, "format", "table"),
                          suffix=f" (rank 0 of {world.world_size})")
+            say_nothing_can_fail(rows)
     finally:
         world.close()
     return code

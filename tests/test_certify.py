@@ -292,6 +292,8 @@ class AdditionContract(Contract):
     and ``f`` is symmetric."""
 
     name = "test-addition"
+    min_world_size = 1
+    min_world_reason = "runs in this process: the sums are drawn, whatever the world"
     parallelism = "test"
     summary = "adds"
     needs_world = False

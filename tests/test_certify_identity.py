@@ -39,6 +39,8 @@ class AddContract(Contract):
     summary = "adds"
     needs_world = False
     dtypes = ("float64",)
+    min_world_size = 1
+    min_world_reason = "a sum computed on one process can be wrong"
     properties = (PropertySpec("sum", "f(a, b) == a + b", "exact"),)
 
     def resolve(self, obj, ref, options):

@@ -230,9 +230,10 @@ def test_config_rows_give_distcheck_check_its_rows(tmp_path):
         f'[[tool.distcheck.certify]]\ntarget = "{EXAMPLES}:RowParallelBiasEveryRank"\n'
         'contract = "row-parallel-linear"\n')
     rows = config_rows(tmp_path / "pyproject.toml")
+    named = f"{EXAMPLES}:RowParallelBiasEveryRank row-parallel-linear"  # a [tool.distcheck] row names its target
     assert [(r.check, r.verdict, r.world_size, r.backend) for r in rows][:2] == [
-        ("row-parallel-linear.forward[float64]", "FAIL", 2, "threaded"),
-        ("row-parallel-linear.input_grad[float64]", "pass", 2, "threaded")]
+        (f"{named}.forward[float64]", "FAIL", 2, "threaded"),
+        (f"{named}.input_grad[float64]", "pass", 2, "threaded")]
     assert rows[1].examples == 3 and rows[0].detail.startswith(f"{EXAMPLES}:RowParallelBiasEveryRank: ")
     (tmp_path / "empty.toml").write_text("[tool.other]\nx = 1\n")
     assert config_rows(tmp_path / "empty.toml") == []  # no targets: no rows
@@ -258,8 +259,9 @@ def test_distcheck_check_runs_the_targets_of_the_current_folders_pyproject(tmp_p
         'dtypes = ["float64"]\nexamples = 5\n')
     code = main(["check", "--only", "certify", "--format", "json", "--quiet"])
     rows = {r["check"]: r for r in json.loads(capsys.readouterr().out)}
-    assert code == 1 and rows["row-parallel-linear.forward[float64]"]["verdict"] == "FAIL"
-    assert "rank 1 differs from the reference" in rows["row-parallel-linear.forward[float64]"]["detail"]
+    forward = rows[f"{EXAMPLES}:RowParallelReduceToRank0 row-parallel-linear.forward[float64]"]
+    assert code == 1 and forward["verdict"] == "FAIL"
+    assert "rank 1 differs from the reference" in forward["detail"]
     # a pyproject.toml without [tool.distcheck], or none at all: the stage gives no rows
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     assert main(["check", "--only", "certify", "--format", "json", "--quiet"]) == 0

@@ -125,8 +125,8 @@ def test_cases_follow_the_shards_option_and_skip_where_none_exists():
 
     draw()
     assert seen
-    assert CONTRACT.cases(1, "float64", CONTRACT.parse_options({"shards": "unequal"})) is None
-    assert "at least 2 ranks" in CONTRACT.skip_reason(1, "float64", OPTIONS)
+    assert "unequal shards need two ranks" in CONTRACT.cannot_fail(1, OPTIONS)  # one rank: nothing can fail
+    assert CONTRACT.cannot_fail(2, OPTIONS) is None
     assert CONTRACT.cases(2, "float32", OPTIONS) is None
     assert "float64 only" in CONTRACT.skip_reason(2, "float32", OPTIONS)
     with pytest.raises(ConfigError):

@@ -145,6 +145,8 @@ _DEMO = {
 
         class Doubles(Contract):
             name = "zz-demo-double"
+            min_world_size = 1
+            min_world_reason = "runs in this process, whatever the world"
             parallelism = "zz_demo"
             summary = "f(n) = 2 n"
             properties = (PropertySpec("value", "f(n) == 2 n", "exact"),)

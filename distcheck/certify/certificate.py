@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from distcheck.certify.identity import CodeIdentity
-from distcheck.engine.contracts.errors import CertificationFailed
-from distcheck.report import FAIL, PASS, SKIP, CheckResult
+from distcheck.engine.contracts.errors import CertificationFailed, NothingCanFail
+from distcheck.report import FAIL, NOTHING_CAN_FAIL, PASS, SKIP, CheckResult
 
 __all__ = ["PropertyVerdict", "Certification", "Certificate", "versions", "write_atomic", "stable_view",
-           "FORMAT"]
+           "FORMAT", "NOTHING_CAN_FAIL"]
 
 #: the certificate's format tag
 FORMAT = "distcheck-certificate/1"
@@ -123,8 +123,22 @@ class Certification:
 
     @property
     def ok(self) -> bool:
-        """True when no property failed (skips do not fail)."""
-        return not self.failures
+        """True when certified: no property failed, and at least one was able to fail (ran, not skipped)."""
+        return not self.failures and self.can_fail
+
+    @property
+    def can_fail(self) -> bool:
+        """False when every verdict is a skip (:data:`NOTHING_CAN_FAIL`): nothing was certified."""
+        return any(v.verdict != SKIP for v in self.verdicts)
+
+    @property
+    def verdict(self) -> str:
+        """``"certified"``, ``"FAILED"`` or :data:`NOTHING_CAN_FAIL`."""
+        return "FAILED" if self.failures else "certified" if self.can_fail else NOTHING_CAN_FAIL
+
+    def skip_reasons(self) -> list[str]:
+        """The distinct reasons of the skips, in order."""
+        return list(dict.fromkeys(v.failure or "skip" for v in self.verdicts if v.verdict == SKIP))
 
     @property
     def failures(self) -> list[PropertyVerdict]:
@@ -135,15 +149,20 @@ class Certification:
 
     def report(self) -> str:
         """Every verdict, one paragraph each; failures in full."""
-        head = f"{self.target} under {self.contract}: {'certified' if self.ok else 'FAILED'}"
+        head = f"{self.target} under {self.contract}: {self.verdict}"
         return "\n".join([head] + [f"  {v.describe(self.contract)}" for v in self.verdicts])
 
     def assert_certified(self) -> Certification:
-        """Return self when every property holds; else raise CertificationFailed with each failure in full."""
+        """Return self when every property holds; else raise CertificationFailed with each failure in full,
+        or :class:`~distcheck.engine.contracts.errors.NothingCanFail` (a CertificationFailed; under pytest, with
+        distcheck's plugin, a skip) with the reasons when no property was able to fail."""
         __tracebackhide__ = True  # pytest shows the caller's line, not this one
-        if not self.ok:
+        if self.failures:
             text = "\n".join(v.describe(self.contract) for v in self.failures)
             raise CertificationFailed(f"{self.target} is not certified under {self.contract}:\n{text}")
+        if not self.can_fail:
+            raise NothingCanFail(f"{self.target} is not certified under {self.contract}: {NOTHING_CAN_FAIL} "
+                                 f"({'; '.join(self.skip_reasons()) or 'no property ran'})")
         return self
 
     def rows(self) -> list[CheckResult]:
@@ -201,21 +220,29 @@ class Certificate:
     def ok(self) -> bool:
         return all(c.ok for c in self.certifications)
 
+    @property
+    def verdict(self) -> str:
+        """``"certified"`` (every certification), ``"FAILED"`` (one failed), else :data:`NOTHING_CAN_FAIL`."""
+        if any(c.failures for c in self.certifications):
+            return "FAILED"
+        return "certified" if self.ok and self.certifications else NOTHING_CAN_FAIL
+
     def to_json(self) -> str:
-        data = {"format": FORMAT, "verdict": "certified" if self.ok else "failed", "command": self.command,
+        verdict = {"certified": "certified", "FAILED": "failed"}.get(self.verdict, self.verdict)
+        data = {"format": FORMAT, "verdict": verdict, "command": self.command,
                 "created": self.created, "environment": self.environment,
                 "certifications": [c.to_dict() for c in self.certifications]}
         return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
     def to_markdown(self) -> str:
         env = self.environment
-        lines = [f"# distcheck certificate: {'certified' if self.ok else 'FAILED'}", "",
+        lines = [f"# distcheck certificate: {self.verdict}", "",
                  f"Reproduce with `{self.command}`.", "",
                  f"Created {self.created} with Python {env.get('python')}, distcheck {env.get('distcheck')}, "
                  f"torch {env.get('torch')}, Hypothesis {env.get('hypothesis')}, numpy {env.get('numpy')}.", ""]
         for c in self.certifications:
             version = f" (distribution {c.distribution} {c.version})" if c.distribution else ""
-            lines += [f"## `{c.target}`{version} under `{c.contract}`: {'certified' if c.ok else 'FAILED'}", "",
+            lines += [f"## `{c.target}`{version} under `{c.contract}`: {c.verdict}", "",
                       f"Backend {c.backend} ({c.launcher}), world sizes {', '.join(map(str, c.world_sizes))}, dtypes "
                       f"{', '.join(c.dtypes)}, seed {c.seed}, profile {c.profile}"
                       + (f", {c.max_examples} examples per property" if c.max_examples else "")

@@ -6,7 +6,10 @@
 
 Exit codes: 0 certified, 1 a property failed, 2 bad input (one line on stderr: an unknown contract
 or option with close matches, a target that does not import or does not follow the contract's
-protocol, a backend that cannot run here). :func:`add_parser` is called by :mod:`distcheck.cli`.
+protocol, a backend that cannot run here) or nothing certified: a target none of whose properties
+was able to fail (every row a skip, e.g. a world below the contract's smallest; stderr says
+"nothing here can fail" and why, and the certificate says so too, never "certified").
+:func:`add_parser` is called by :mod:`distcheck.cli`.
 """
 
 from __future__ import annotations
@@ -57,12 +60,15 @@ def add_parser(sub, *, world_sizes, seconds) -> argparse.ArgumentParser:
     ``seconds`` are the argument types ``distcheck check`` uses for the same flags."""
     p = sub.add_parser(
         "certify",
-        help="certify your own parallel layer on real worlds under a contract (exit 0 certified, 1 failed)",
+        help="certify your own parallel layer on real worlds under a contract (exit 0 certified, 1 failed, "
+             "2 bad input or nothing here can fail)",
         description=(
             "Run a contract's Hypothesis properties on TARGET (module:object) on real torch.distributed worlds: "
             "every example on every rank, outputs, gradients and collectives checked against the reference and "
             "the closed forms. Without TARGET, run every [[tool.distcheck.certify]] entry of pyproject.toml."),
-        epilog="Exit codes: 0 certified, 1 a property failed, 2 bad input. Contracts: --list-contracts.")
+        epilog="Exit codes: 0 certified, 1 a property failed, 2 bad input, or nothing here can fail (every property "
+               "of a target skipped: a world below the contract's smallest, see --list-contracts). Contracts: "
+               "--list-contracts.")
     p.add_argument("target", nargs="?", default=None, metavar="MODULE:OBJECT",
                    help="the object to certify: a module class, a torch parallel style, a plan dict or a factory")
     p.add_argument("--contract", default=None, metavar="NAME", help="the contract to certify it under")
@@ -105,6 +111,7 @@ def render_contracts() -> str:
     lines = []
     for c in contracts():
         lines.append(f"{c.name} ({c.parallelism}): {c.summary}")
+        lines.append(f"    from world size {c.min_world_size}: {c.min_world_reason}")
         for prop in c.properties:
             lines.append(f"    property {prop.name} [{prop.regime}]: {prop.statement}")
         for opt in c.options:
@@ -169,8 +176,9 @@ def run(args) -> int:
     if args.list_contracts:
         sys.stdout.write(render_contracts())
         return 0
-    if os.getcwd() not in sys.path:  # module:object names are resolved from the current folder, as python -m does
-        sys.path.insert(0, os.getcwd())
+    from distcheck.certify.config import importable_from_current_folder
+
+    importable_from_current_folder()  # module:object names are resolved from the current folder, as python -m does
     for path in args.certificate:
         if not path.lower().endswith((".json", ".md")):
             raise ConfigError("--certificate", path, "must end in .json or .md")
@@ -182,6 +190,7 @@ def run(args) -> int:
 
         check_report_dir(args.report)  # bad input before anything runs
     jobs, profile, seed, timeout = _jobs(args)
+    args.named_targets = args.target is None  # [tool.distcheck] targets: every row names its target
     if args.launcher == "torchrun":
         return _run_torchrun(args, jobs, profile, seed, timeout)
     _check_worlds(jobs)
@@ -212,10 +221,12 @@ def _command(args, certs) -> str:
 
 
 def _finish(args, certs, started: float) -> int:
-    from distcheck.certify.certificate import Certificate
+    from distcheck.certify.certificate import NOTHING_CAN_FAIL, Certificate
+    from distcheck.certify.config import target_rows
     from distcheck.report import exit_code, print_report
 
-    rows = [row for c in certs for row in c.rows()]
+    named = getattr(args, "named_targets", False)
+    rows = [row for c in certs for row in (target_rows(c) if named else c.rows())]
     title = "distcheck certify" + "".join(f" {c.target} ({c.contract})" for c in certs[:1] if len(certs) == 1)
     print_report(rows, title=title, seconds=sum(c.seconds for c in certs), fmt=args.format)
     certificate = Certificate(certs, command=_command(args, certs))
@@ -225,7 +236,14 @@ def _finish(args, certs, started: float) -> int:
         from distcheck.certify.report import write_certify_report
 
         write_certify_report(args.report, certificate, title=title)
-    return exit_code(rows)
+    code = exit_code(rows)
+    vacuous = [c for c in certs if not c.can_fail]
+    if code == 0 and vacuous:  # nothing certified: not a pass
+        for c in vacuous:
+            sys.stderr.write(f"distcheck: error: {c.target} under {c.contract}: {NOTHING_CAN_FAIL}: "
+                             f"{'; '.join(c.skip_reasons()) or 'no property ran'}\n")
+        return 2
+    return code
 
 
 def _run_torchrun(args, jobs, profile, seed, timeout) -> int:

@@ -27,7 +27,8 @@ from typing import Any
 
 from distcheck.errors import ConfigError
 
-__all__ = ["TargetEntry", "CertifyConfig", "load_config", "config_rows", "find_pyproject"]
+__all__ = ["TargetEntry", "CertifyConfig", "load_config", "config_rows", "find_pyproject", "target_rows",
+           "importable_from_current_folder"]
 
 _DEFAULT_KEYS = {"backend": str, "world-sizes": list, "examples": int, "profile": str, "seed": int,
                  "dtypes": list, "timeout": (int, float)}
@@ -127,21 +128,43 @@ def config_rows(path: str | Path | None = None, *, profile: str | None = None, s
     (:class:`~distcheck.report.CheckResult`), for ``distcheck check``. The keyword arguments
     override the file's settings; no file or no targets gives no rows.
 
-    A row's check is ``contract.property[dtype]``; when several targets share a contract, each of
-    their rows is named ``target contract.property[dtype]``, so that no two rows read the same."""
-    from collections import Counter
-    from dataclasses import replace
-
+    A row's check is ``target contract.property[dtype]`` (:func:`target_rows`): it names the target,
+    as under ``distcheck certify``, so that no two rows read the same. The rows of a target none of
+    whose properties could fail carry ``extra["nothing_can_fail"]`` (``distcheck check`` exits 2).
+    Targets are imported from the current folder, as ``distcheck certify`` imports them."""
     from distcheck.certify.engine import certify
 
     cfg = load_config(path)
-    shared = {c for c, n in Counter(entry.contract for entry in cfg.targets).items() if n > 1}
+    importable_from_current_folder()
     rows: list = []
     for entry in cfg.targets:
         cert = certify(entry.target, entry.contract, world_sizes=world_sizes or entry.world_sizes,
                        backend=backend or entry.backend, examples=entry.examples,
                        seed=seed if seed is not None else cfg.seed, profile=profile or cfg.profile,
                        dtypes=entry.dtypes, options=entry.options, timeout_s=cfg.timeout)
-        named = entry.contract in shared
-        rows += [replace(r, check=f"{entry.target} {r.check}") if named else r for r in cert.rows()]
+        rows += target_rows(cert)
     return rows
+
+
+def target_rows(cert) -> list:
+    """The rows of ``cert`` (a :class:`~distcheck.certify.certificate.Certification` of a
+    ``[tool.distcheck]`` target), each check named ``target contract.property[dtype]``; when no
+    property could fail, each row's ``extra["nothing_can_fail"]`` says why."""
+    from dataclasses import replace
+
+    from distcheck.certify.certificate import NOTHING_CAN_FAIL
+
+    target = cert.target
+    why = {} if cert.can_fail else {"nothing_can_fail": f"{target} under {cert.contract}: {NOTHING_CAN_FAIL} ("
+                                                       f"{'; '.join(cert.skip_reasons()) or 'no property ran'})"}
+    return [replace(r, check=f"{target} {r.check}", extra={**r.extra, **why}) for r in cert.rows()]
+
+
+def importable_from_current_folder() -> None:
+    """Put the current folder first on ``sys.path`` (once), so that ``module:object`` targets resolve
+    from it, as ``python -m`` resolves modules."""
+    import os
+    import sys
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())

@@ -23,7 +23,9 @@ Fixtures:
 * ``world_size`` (session): the test's world size.
 * ``distcheck_certify``: ``certify(target, contract, **kwargs)`` with ``pool=rank_pool`` and the
   command line's examples and seed filled in; returns the Certification (call
-  ``.assert_certified()`` on it).
+  ``.assert_certified()`` on it). A certification in which no property could fail (a world
+  below the contract's smallest: ``world_size(1)`` on a tensor-parallel contract) skips the
+  test with the reason instead; it never passes.
 """
 
 from __future__ import annotations
@@ -171,7 +173,12 @@ def distcheck_certify(rank_pool, request):
 
     @functools.wraps(certify)
     def run(target, contract, **kwargs):
-        return certify(target, contract, **{**{k: v for k, v in defaults.items() if v is not None}, **kwargs})
+        cert = certify(target, contract, **{**{k: v for k, v in defaults.items() if v is not None}, **kwargs})
+        if not cert.can_fail:  # nothing here can fail (a world below the contract's smallest): skip, never pass
+            from distcheck.certify.certificate import NOTHING_CAN_FAIL
+
+            pytest.skip(f"{cert.target} under {cert.contract}: {NOTHING_CAN_FAIL} ({'; '.join(cert.skip_reasons())})")
+        return cert
 
     return run
 

@@ -10,14 +10,18 @@ verdicts are :class:`distcheck.core.vocab.Verdict` (JSON keeps the strings
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from distcheck.core.vocab import Verdict
 
-__all__ = ["FAIL", "FINDING", "PASS", "SKIP", "CheckResult", "Verdict", "exit_code", "to_json"]
+__all__ = ["FAIL", "FINDING", "PASS", "SKIP", "NOTHING_CAN_FAIL", "CheckResult", "Verdict", "exit_code", "to_json",
+           "nothing_can_fail", "check_exit_code", "say_nothing_can_fail"]
 
 PASS, FAIL, SKIP, FINDING = Verdict.PASS, Verdict.FAIL, Verdict.SKIP, Verdict.FINDING
+#: what a run (or a certification) in which no row was able to fail says: every row a skip. Never a pass:
+#: ``distcheck certify`` and ``distcheck check`` exit 2, a certificate reads it instead of "certified"
+NOTHING_CAN_FAIL = "nothing here can fail"
 
 
 @dataclass
@@ -56,3 +60,31 @@ def to_json(results: Iterable[CheckResult]) -> str:
 def exit_code(results: Iterable[CheckResult]) -> int:
     """1 if any result failed, else 0."""
     return 1 if any(r.verdict == FAIL for r in results) else 0
+
+
+def nothing_can_fail(rows: Sequence[CheckResult]) -> list[str]:
+    """Why nothing in ``rows`` was able to fail, or ``[]`` when something was: a ``[tool.distcheck]``
+    target none of whose properties could fail (its rows carry ``extra["nothing_can_fail"]``, set by
+    :func:`distcheck.certify.config.target_rows`), or every row a skip (at least one row)."""
+    targets = list(dict.fromkeys(str(r.extra["nothing_can_fail"]) for r in rows if r.extra.get("nothing_can_fail")))
+    if targets:
+        return targets
+    if rows and all(r.verdict == SKIP for r in rows):
+        return list(dict.fromkeys(f"{r.check}: {r.detail}" for r in rows))[:3]
+    return []
+
+
+def check_exit_code(rows: Sequence[CheckResult]) -> int:
+    """``distcheck check``'s exit code: 1 when a row failed, else 2 when nothing could fail
+    (:func:`nothing_can_fail`: never a pass), else 0."""
+    code = exit_code(rows)
+    return 2 if code == 0 and nothing_can_fail(rows) else code
+
+
+def say_nothing_can_fail(rows: Sequence[CheckResult]) -> None:
+    """Write to stderr, one line each, why nothing could fail (when no row failed)."""
+    import sys
+
+    if exit_code(rows) == 0:
+        for reason in nothing_can_fail(rows):
+            sys.stderr.write(f"distcheck: error: {NOTHING_CAN_FAIL}: {reason}\n")

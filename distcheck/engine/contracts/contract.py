@@ -48,6 +48,7 @@ __all__ = [
     "contracts",
     "get_contract",
     "register_contract",
+    "check_min_world",
     "parse_option_value",
     "check_dtypes",
 ]
@@ -105,8 +106,9 @@ class ContractRun:
         options: the contract's options.
         dtypes: the formats (None: the contract's own).
         doc: one line on what the run shows, for the docs and the table's detail.
-        min_world_size, below: the smallest world the run certifies, and why a smaller one gets a
-            ``skip`` row instead (default 1: every world).
+
+    A world too small for the contract's claims to fail (:meth:`Contract.cannot_fail`) gives one
+    ``skip`` row per property with the contract's reason, as under ``distcheck certify``.
     """
 
     name: str
@@ -115,8 +117,6 @@ class ContractRun:
     options: dict = field(default_factory=dict)
     dtypes: tuple[str, ...] | None = None
     doc: str = ""
-    min_world_size: int = 1
-    below: str = ""
 
 
 @dataclass
@@ -154,6 +154,11 @@ class Contract:
         needs_world: False for a contract whose rank function needs no process group
             (a memory estimator, a rank-layout function): the engine then runs it in the
             calling process, once per example.
+        min_world_size, min_world_reason: the smallest world on which its claims can fail, and
+            why a smaller one cannot fail them (tp = 1 shards nothing: a missing all-reduce is
+            the identity there). Every contract declares both (:func:`register_contract` refuses
+            one that does not); below it, every property is recorded ``skip`` with the reason
+            (:meth:`cannot_fail`), never run.
     """
 
     name: ClassVar[str] = ""
@@ -163,8 +168,20 @@ class Contract:
     options: ClassVar[tuple[Option, ...]] = ()
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
     needs_world: ClassVar[bool] = True
+    min_world_size: ClassVar[int | None] = None
+    min_world_reason: ClassVar[str] = ""
 
     # ------------------------------------------------------------------ parent side
+
+    def cannot_fail(self, world_size: int, options: dict) -> str | None:
+        """Why no claim of this contract can fail on a world of ``world_size`` ranks under ``options``
+        (a degenerate layout: the world below :attr:`min_world_size`, or an axis the options pin at 1),
+        or None when they can. The engine records every property ``skip`` with this reason.
+        A contract with more axes than the world's overrides it, adding its own rules."""
+        if self.min_world_size is not None and world_size < self.min_world_size:
+            return (f"world size {world_size} is below {self.min_world_size}, the smallest on which the claims of "
+                    f"{self.name} can fail: {self.min_world_reason}")
+        return None
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> Any:
         """Check ``obj`` against the protocol; return ``(target, options)``: what every rank needs to
@@ -297,10 +314,28 @@ def register_contract(contract: Contract) -> Contract:
     """
     if not isinstance(contract, Contract) or not contract.name:
         raise ConfigError("contract", contract, "must be a Contract instance with a name")
+    check_min_world(contract)
     have = _REGISTRY.get(contract.name)
     if have is not None and type(have) is not type(contract):
         raise ConfigError("contract", contract.name, f"is already registered by {type(have).__qualname__}")
     _REGISTRY[contract.name] = contract
+    return contract
+
+
+def check_min_world(contract: Contract) -> Contract:
+    """``contract`` when it declares the smallest world on which its claims can fail
+    (:attr:`Contract.min_world_size`, an int >= 1, and :attr:`Contract.min_world_reason`, why a
+    smaller one cannot); else ConfigError naming the field."""
+    size = contract.min_world_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"{type(contract).__qualname__}.min_world_size", size,
+                          "must be declared: the smallest world size (an int >= 1) on which the contract's "
+                          "claims can fail")
+    reason = contract.min_world_reason
+    if not isinstance(reason, str) or not reason.strip():
+        raise ConfigError(f"{type(contract).__qualname__}.min_world_reason", reason,
+                          "must say why a smaller world cannot fail the contract's claims (or, at 1, why "
+                          "every world can)")
     return contract
 
 
@@ -342,7 +377,7 @@ def get_contract(name: str | Contract) -> Contract:
     Raises UnknownQuantityError (a KeyError) naming close matches.
     """
     if isinstance(name, Contract):
-        return name
+        return check_min_world(name)
     _discover()
     try:
         return _REGISTRY[name]

@@ -8,14 +8,15 @@
 * :class:`TargetError` (a ConfigError): ``module:object`` cannot be imported.
 * :class:`CertificationFailed` (an AssertionError): raised by
   :meth:`~distcheck.certify.certificate.Certification.assert_certified` with
-  every failing property's full counterexample.
+  every failing property's full counterexample; :class:`NothingCanFail` (one of them) when no
+  property was able to fail (every verdict a skip: a world below the contract's smallest).
 """
 
 from __future__ import annotations
 
 from distcheck.core.errors import ConfigError, DistcheckError
 
-__all__ = ["ProtocolError", "TargetError", "CertificationFailed"]
+__all__ = ["ProtocolError", "TargetError", "CertificationFailed", "NothingCanFail"]
 
 
 class ProtocolError(ConfigError):
@@ -28,3 +29,8 @@ class TargetError(ConfigError):
 
 class CertificationFailed(DistcheckError, AssertionError):
     """A certification has a failing property; the message holds every failure in full."""
+
+
+class NothingCanFail(CertificationFailed):
+    """A certification in which no property was able to fail (every verdict a skip, each with its reason):
+    nothing was certified. distcheck's pytest plugin turns it into a skip of the test."""

@@ -88,6 +88,9 @@ class ShardedLayerContract(Contract):
     """Base of the contracts whose target is a torch layer with sharded parameters (see the module doc)."""
 
     parallelism = "tp"
+    min_world_size = 2
+    min_world_reason = ("tp = 1 shards nothing: every shard is the whole layer and every collective the identity, "
+                        "so a missing, misplaced or doubled reduction gives the reference's results there")
     properties: ClassVar[tuple[PropertySpec, ...]] = PROPERTIES
     reference_module = "linear"
     ctor_fields: tuple[str, ...] = ()

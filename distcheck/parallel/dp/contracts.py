@@ -201,6 +201,9 @@ class DataParallelReducer(Contract):
 
     name = "data-parallel-reducer"
     parallelism = "dp"
+    min_world_size = 2
+    min_world_reason = ("one rank has nothing to reduce: every reducer, weighted or plain mean, returns that rank's "
+                        "own gradient, and unequal shards need two ranks")
     summary = ("synchronised gradients equal the full-batch gradient (weighted reducer) or DDP's plain mean, off "
                "by exactly sum_k (1/(N n_k) - 1/n) G_k on unequal shards")
     properties: ClassVar[tuple[PropertySpec, ...]] = _PROPERTIES
@@ -244,14 +247,12 @@ class DataParallelReducer(Contract):
                                              "hook(state, bucket), or a reducer reduce(module, n_local)")
 
     def cases(self, world_size, dtype, options):
-        if dtype != "float64" or (options["shards"] == "unequal" and world_size < 2):
+        if dtype != "float64":
             return None
         return _cases(world_size, options["shards"])
 
     def skip_reason(self, world_size, dtype, options):
-        if dtype != "float64":
-            return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"
-        return f"unequal shards need at least 2 ranks (world size {world_size})"
+        return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"
 
     # ------------------------------------------------------------------ rank and check
 

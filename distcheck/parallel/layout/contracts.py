@@ -134,6 +134,9 @@ class RankLayoutContract(Contract):
     """A framework's rank groups equal distcheck's layout for the same order (module docstring)."""
 
     name = "rank-layout"
+    min_world_size = 1
+    min_world_reason = ("runs in this process: the target draws its own layouts (their axes several ranks wide), "
+                        "whatever the world")
     parallelism = "layout"
     summary = "a framework's rank groups of every axis equal distcheck's layout for the same order"
     properties = (PropertySpec("groups", "the target's rank groups of every axis it gives equal distcheck's layout "
@@ -213,6 +216,8 @@ class BadInputContract(Contract):
     """Every bad input is refused, plainly and under ``python -O`` (module docstring)."""
 
     name = "bad-input"
+    min_world_size = 1
+    min_world_reason = "runs in this process: the probes are fixed calls, refused or not whatever the world"
     parallelism = "layout"
     summary = "every call with bad input raises, in a fresh interpreter, plain and under python -O"
     properties = (PropertySpec("refused", "every probe with bad input raises, plain and under python -O (no check is "

@@ -96,6 +96,9 @@ class MemoryEstimatorContract(Contract):
     """Bytes per GPU of one ZeRO stage, fitted, named and checked (module docstring)."""
 
     name = "memory-estimator"
+    min_world_size = 1
+    min_world_reason = ("runs in this process: the cases draw P and the data-parallel N (up to MAX_RANKS_DRAWN), "
+                        "whatever the world")
     parallelism = "zero"
     summary = ("a memory estimator's bytes per GPU fit a·P + b·P/N + c with (a, b) a documented convention, within "
                "a byte, never growing with N, printed in the unit it names")
@@ -187,6 +190,9 @@ class MemoryStagesContract(Contract):
     higher stage (module docstring)."""
 
     name = "memory-estimator-stages"
+    min_world_size = 1
+    min_world_reason = ("runs in this process: the cases draw P and the data-parallel N (up to MAX_RANKS_DRAWN), "
+                        "whatever the world")
     parallelism = "zero"
     summary = "a library's ZeRO estimators agree at N = 1 and never need more bytes at a higher stage"
     properties = (

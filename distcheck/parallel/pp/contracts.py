@@ -143,6 +143,9 @@ class PipelineTable(Contract):
     """A per-rank action table against the simulator's schedule (module docstring)."""
 
     name = "pipeline-table"
+    min_world_size = 1
+    min_world_reason = ("runs in this process: p is drawn in 1..max_stages, whatever the world; max_stages = 1 "
+                        "is degenerate (see cannot_fail)")
     parallelism = "pp"
     summary = "an action table (a function (p, m) -> table, or a torch schedule class) against the simulator"
     properties = _COMMON
@@ -167,6 +170,12 @@ class PipelineTable(Contract):
     def skip_reason(self, world_size, dtype, options):
         return f"{options['schedule']} allows no (p, m) with p <= {options['max_stages']}"
 
+    def cannot_fail(self, world_size, options):
+        if options["max_stages"] < 2:  # every table drawn has p = 1: one stage, nothing crosses a rank
+            return (f"max_stages = {options['max_stages']} is degenerate: every table drawn has one "
+                    "stage (p = 1), so no activation crosses a rank; give max_stages >= 2")
+        return super().cannot_fail(world_size, options)
+
     def run_rank(self, ctx, target, case, dtype, options):
         p, m = case
         obj = resolve(target)
@@ -189,6 +198,10 @@ class PipelineSchedule(Contract):
     """A torch schedule class run on a world against the simulator and the unsplit model (module docstring)."""
 
     name = "pipeline-schedule"
+    min_world_size = 2
+    min_world_reason = ("p = world size = 1 is one stage: no activation or gradient crosses a rank, so the claims "
+                        "on the order across stages, the bubble and the gradients passed between stages cannot "
+                        "fail there")
     parallelism = "pp"
     summary = "a torch pipelining schedule class, one step on a world: its table vs the simulator, its gradients"
     properties = _COMMON + (PropertySpec("gradients", "every stage's gradients equal the unsplit model's on the whole "

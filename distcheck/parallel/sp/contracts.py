@@ -113,6 +113,10 @@ class SequenceParallelMLP(Contract):
 
     name = "sequence-parallel-mlp"
     parallelism = "sp"
+    min_world_size = 2
+    min_world_reason = ("one rank splits no sequence: its all-gather and reduce-scatter are identities (and the "
+                        "tensor-parallel reference cannot run there: torch 2.13's DTensor refuses a sharded "
+                        "dimension of size 1 on a one-rank mesh)")
     summary = ("layer norm and residual on sequence shards, the MLP tensor parallel between an all-gather and a "
                "reduce-scatter: the tensor-parallel block's results on each rank's tokens")
     properties = (
@@ -149,14 +153,8 @@ class SequenceParallelMLP(Contract):
                                              "block (norm, up, down), or a factory make(ctx, case) -> module taking "
                                              f"each rank's tokens, for contract {self.name}")
 
-    def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
-        return ("one rank splits no sequence, and the tensor-parallel reference cannot run there (torch 2.13's "
-                "DTensor refuses a sharded dimension of size 1 on a one-rank mesh): certified from 2 ranks")
-
     def cases(self, world_size: int, dtype: str, options: dict):
-        tp = world_size
-        if tp < 2:
-            return None
+        tp = world_size  # >= 2: min_world_size
 
         @st.composite
         def draw_case(draw):

@@ -21,17 +21,9 @@ __all__ = ["CERTIFY", "STAGE"]
 #: these checks join the layers stage of ``distcheck check``
 STAGE = "layers"
 
-#: why a world of one rank gets skip rows (pinned by tests/test_runner_layers.py: when torch accepts a
-#: width-1 shard on a one-rank mesh, that test fails, and tp = 1 can be certified again)
-_ONE_RANK = ("tp = 1 shards nothing, and torch 2.13's DTensor refuses a sharded dimension of size 1 on a one-rank "
-             "mesh ('This operation would remove or reshape sharded dimension 1, which requires redistribution'), "
-             "a width Hypothesis draws at tp = 1: certified from 2 ranks")
-
 CERTIFY = (
     ContractRun("tp.mlp", "tensor-parallel-mlp", "distcheck.parallel.tp.plans:MEGATRON_MLP",
-                doc="torch's ColwiseParallel + RowwiseParallel on the Megatron MLP", min_world_size=2,
-                below=_ONE_RANK),
+                doc="torch's ColwiseParallel + RowwiseParallel on the Megatron MLP"),
     ContractRun("tp.attention", "tensor-parallel-attention", "distcheck.parallel.tp.plans:MEGATRON_ATTENTION",
-                doc="torch's plan on grouped-query attention, heads split, the block's input prepared once",
-                min_world_size=2, below=_ONE_RANK),
+                doc="torch's plan on grouped-query attention, heads split, the block's input prepared once"),
 )

@@ -190,6 +190,9 @@ class VocabParallelCrossEntropy(Contract):
     """The cross-entropy of vocab-parallel logits (see the module doc); bounded regime."""
 
     name = "vocab-parallel-cross-entropy"
+    min_world_size = 2
+    min_world_reason = ("one rank holds the whole vocabulary: the all-reduces of the max, the sum and the target's "
+                        "logit are identities, so a missing or wrong one gives the reference's loss there")
     parallelism = "tp"
     summary = ("logits split by vocabulary columns: max, target logit and sum of exponentials all-reduced; "
                "the gradient local")

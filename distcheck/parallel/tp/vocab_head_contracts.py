@@ -97,6 +97,9 @@ class VocabParallelLMHeadLoss(Contract):
     """An lm head split by vocabulary rows followed by the vocab-parallel cross-entropy (see the module doc)."""
 
     name = "vocab-parallel-lm-head-loss"
+    min_world_size = 2
+    min_world_reason = ("one rank holds the whole vocabulary: the all-reduces of the max, the sum and the target's "
+                        "logit are identities, so a missing or wrong one gives the reference's loss there")
     parallelism = "tp"
     summary = ("lm head split by vocabulary rows, logits kept split, vocab-parallel cross-entropy; the input "
                "gradient all-reduced")

@@ -192,6 +192,9 @@ class ShardedOptimizerStep(Contract):
 
     name = "sharded-optimizer-step"
     parallelism = "zero"
+    min_world_size = 2
+    min_world_reason = ("one rank holds every shard: the sharding, the gradient reduction and the parameter "
+                        "gathers are identities, so a missing or wrong one gives the single-device step there")
     summary = "parameters after each step equal a single-device step on the full batch; bytes per rank as ZeRO's"
     properties: ClassVar[tuple[PropertySpec, ...]] = _PROPERTIES
     dtypes = ("float64",)
