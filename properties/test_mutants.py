@@ -87,7 +87,7 @@ def test_counterexample_is_shrunk_and_readable(generated_kills, name):
     assert len(text) <= 300, text  # one readable line
     assert "\n" not in text
     assert max(_dims(text), default=0) <= 3, text  # no array wider than 3 entries
-    numbers = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", text)]
+    numbers = [float(x) for x in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?", text)]  # not the 64 of 'int64'
     assert max(map(abs, numbers)) <= 16, text  # small values (shard sizes, dims and entries)
 
 
@@ -150,7 +150,7 @@ def test_a_correct_implementation_survives():
     fake = Mutant("reference", bubble_fraction_formula, "pipeline.bubble_fraction.formula", "not wrong")
     result = kill_mutant(fake, "ci")
     assert result.verdict == "FAIL" and "SURVIVED" in result.detail
-    assert result.extra["outcome"] == "survived" and result.examples == 5 + 40  # its 5 edge cases, then 40 examples
+    assert result.extra["outcome"] == "survived" and result.examples == 6 + 40  # its 6 edge cases, then 40 examples
     # the table says how to replay the survivor, not only the JSON
     from rich.console import Console
 
@@ -159,7 +159,7 @@ def test_a_correct_implementation_survives():
     console = Console(record=True, width=200, color_system=None)
     render_table([result], console=console)
     text = " ".join(console.export_text().split())
-    assert "FAIL mutant:reference (reference, world size 1): SURVIVED 45 examples" in text
+    assert "FAIL mutant:reference (reference, world size 1): SURVIVED 46 examples" in text
     assert "seed: 0 (profile ci)" in text and "reproduce: kill_mutant('reference', profile='ci', seed=0)" in text
 
 
@@ -200,9 +200,10 @@ def test_broken_mutants_are_not_counted_as_kills(kills):
     broken = [kill_mutant(Mutant(name, fn, "tp.row.exact", "crashes"), "ci")
               for name, fn in (("zero_division", _row_parallel_divides_by_zero),
                                ("wrong_signature", _row_parallel_wrong_signature))]
-    summary = mutant_summary([kills["tp.row.even_split_only"], *broken])
+    summary = mutant_summary([kills["tp.row.even_split_only"], *broken], properties=["tp.row.exact"])
     assert summary.verdict == "FAIL"
-    assert summary.detail == "mutants killed 1/3; broken: zero_division, wrong_signature"
+    assert summary.detail == ("mutants killed 1/3; properties without a mutant: 0; broken: zero_division, "
+                              "wrong_signature")
     assert summary.extra["broken"] == ["zero_division", "wrong_signature"] and summary.extra["killed"] == 1
 
 
@@ -212,9 +213,10 @@ def test_summary_row_counts_kills():
 
     rows = [CheckResult("mutant:a", "reference", "pass", examples=3),
             CheckResult("mutant:b", "reference", "FAIL", examples=40)]
-    summary = mutant_summary(rows)
-    assert summary.verdict == "FAIL" and summary.detail == "mutants killed 1/2; survived: b"
-    assert mutant_summary(rows[:1]).detail == "mutants killed 1/1"
+    summary = mutant_summary(rows, properties=())
+    assert summary.verdict == "FAIL"
+    assert summary.detail == "mutants killed 1/2; properties without a mutant: 0; survived: b"
+    assert mutant_summary(rows[:1], properties=()).detail == "mutants killed 1/1; properties without a mutant: 0"
 
 
 def test_mutants_fail_on_the_lessons_numbers():
@@ -231,7 +233,35 @@ def test_check_reports_every_mutant_killed(kills):
     summary = mutant_summary(kills[n] for n in sorted(kills))
     assert summary.verdict == "pass"
     assert len(MUTANTS) >= len(set(NAMED_IN_ISSUE.values()) | EDGE_CASES | COUNTS) == 16
-    assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}"
+    assert summary.detail == f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}; properties without a mutant: 0"
+    assert summary.extra["without_mutant"] == []
+
+
+def test_every_registered_property_kills_a_mutant_on_its_own_claim(kills):
+    from distcheck.props import properties
+
+    shown = {row.extra["property"] for row in kills.values() if row.extra["outcome"] == "killed"}
+    missing = sorted(p.name for p in properties() if p.name not in shown)
+    assert not missing, f"properties that kill no mutant: {missing}"
+    assert len(properties()) == 38 and len(MUTANTS) == 44  # the counts README.md states
+
+
+def test_a_registered_property_without_a_mutant_fails_the_row(kills, monkeypatch):
+    from hypothesis import strategies as st
+
+    from distcheck.engine import registry
+    from distcheck.props import mutant_summary
+
+    def never_fails(case, *, impl=None):
+        return None
+
+    unshown = registry.Property("zz.unshown.holds", lambda: st.just(0), never_fails, "holds for anything")
+    monkeypatch.setitem(registry._REGISTRY, unshown.name, unshown)
+    summary = mutant_summary(kills[n] for n in sorted(kills))
+    assert summary.verdict == "FAIL"
+    assert summary.detail == (f"mutants killed {len(MUTANTS)}/{len(MUTANTS)}; properties without a mutant: 1 "
+                              "(zz.unshown.holds)")
+    assert summary.extra["without_mutant"] == ["zz.unshown.holds"]
 
 
 def test_run_all_passes_its_profile_and_one_seed_down_and_ends_with_the_kill_count(monkeypatch):
@@ -256,7 +286,7 @@ def test_run_all_passes_its_profile_and_one_seed_down_and_ends_with_the_kill_cou
     rows = props.run_all("dev", seed=31)
     assert seen == {"suite": ("dev", 31), "mutants": ("dev", 31)}
     assert [r.check for r in rows] == ["p", "proof", "mutant:m", "mutants"]
-    assert rows[-1].detail == "mutants killed 1/1"
+    assert rows[-1].detail.startswith("mutants killed 1/1; properties without a mutant: ")  # m kills none of them
     assert rows[-1].extra["seed"] == 31 and rows[-1].extra["profile"] == "dev"
     # without a seed, dev draws one, and properties and mutants share it
     props.run_all("dev")

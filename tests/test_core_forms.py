@@ -342,6 +342,13 @@ def _comm_checks():
             ref = res.max_sent_bytes if count % n == 0 else None
             if ref is not None:
                 yield f"comm.bytes_per_rank.{coll}", dict(size_bytes=8 * count, n=n), ref
+    for length, n, slice_bytes in product((1, 5, 7, 8, 12), (1, 2, 3, 4, 8), (0, 4, 24)):
+        # numpy's split, every shard zero-padded to the longest, concatenated: an equal-shard all-gather's output
+        shards = np.array_split(np.ones((length, max(slice_bytes, 1)), dtype=np.uint8), n)
+        longest = max(len(x) for x in shards)
+        gathered = np.concatenate([np.pad(x, ((0, longest - len(x)), (0, 0))) for x in shards])
+        yield ("comm.size_bytes.all_gather_padded", dict(length=length, n=n, slice_bytes=slice_bytes),
+               len(gathered) * slice_bytes)
 
 
 def _sp_checks():

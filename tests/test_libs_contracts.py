@@ -289,7 +289,7 @@ def test_canonical_sorts_ranks_and_groups():
 # ---------------------------------------------------------------- bad-input, plain and under -O
 
 
-def test_bad_input_probes_see_asserts_vanish_under_minus_o(tmp_path):
+def _fakelib(tmp_path):
     (tmp_path / "fakelib.py").write_text(textwrap.dedent("""
         def checked(tp):
             if tp < 1:
@@ -298,16 +298,76 @@ def test_bad_input_probes_see_asserts_vanish_under_minus_o(tmp_path):
         def asserted(tp):
             assert tp >= 1, "tp must be >= 1"
             return tp
+        def renamed(size):  # the upstream signature changed: every call with tp= is a TypeError
+            if size < 1:
+                raise ValueError(f"size={size} must be >= 1")
+            return size
+        def untyped(tp):  # refuses only by crashing on a missing attribute
+            return tp.bit_count() if tp >= 1 else tp.degree
     """))
-    setup = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from fakelib import checked, asserted"
-    good = _by(_certify(ProbeSet("fake.checked", None, setup, (Probe("tp=0", "checked(0)"),)), "bad-input"))["refused"]
-    assert good.verdict == PASS and good.note == "every bad input is refused, also under python -O (tp=0: ValueError)"
-    bad = ProbeSet("fake.asserted", None, setup, (Probe("tp=0", "asserted(0)"), Probe("tp=-1", "checked(-1)")))
+    return f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from fakelib import checked, asserted, renamed, untyped"
+
+
+VALID = (Probe("tp=2", "checked(2)"),)
+
+
+def test_bad_input_probes_see_asserts_vanish_under_minus_o(tmp_path):
+    setup = _fakelib(tmp_path)
+    good = _by(_certify(ProbeSet("fake.checked", None, setup, (Probe("tp=0", "checked(0)"),), VALID),
+                        "bad-input"))["refused"]
+    assert good.verdict == PASS and good.note == ("valid input is accepted; every bad input is refused, also under "
+                                                  "python -O (tp=0: ValueError)")
+    bad = ProbeSet("fake.asserted", None, setup, (Probe("tp=0", "asserted(0)"), Probe("tp=-1", "checked(-1)")), VALID)
     v = _by(_certify(bad, "bad-input"))["refused"]
     assert v.verdict == FAIL and v.failure == "python -O accepts tp=0 -> 0"
     assert sys.flags.optimize == 0
     with pytest.raises(ConfigError, match="probes"):
-        ProbeSet("x", None, setup, ())
+        ProbeSet("x", None, setup, (), VALID)
+    with pytest.raises(ConfigError, match="valid"):
+        ProbeSet("x", None, setup, (Probe("tp=0", "checked(0)"),), ())
+
+
+def test_a_changed_signature_rejects_valid_input_and_retires_no_finding(tmp_path):
+    """TypeError on every probe (the call no longer matches the signature) is not "refuses bad
+    input": the positive control fails first, and a recorded finding of the row stays a FAIL."""
+    from distcheck.engine.findings import Finding, label_findings
+
+    setup = _fakelib(tmp_path)
+    changed = ProbeSet("fake.renamed", None, setup, (Probe("tp=0", "renamed(tp=0)"), Probe("tp=-1", "renamed(tp=-1)")),
+                       (Probe("tp=2", "renamed(tp=2)"),))
+    cert = _certify(changed, "bad-input")
+    v = _by(cert)["refused"]
+    assert v.verdict == FAIL and v.failure.startswith("the target rejects valid input (python: tp=2 raised TypeError: ")
+    assert "refused" not in v.failure and "no bad input is judged" in v.failure
+    [row] = cert.rows()
+    record = Finding("fake.renamed.accepts_tp_0", row.check, r"python accepts tp=0 -> 0", "accepts tp=0", "fakelib",
+                     ("1.0",), "distcheck libs", "nowhere")
+    [labelled] = label_findings([row], [record], versions={"fakelib": "1.1"})
+    assert labelled.verdict == FAIL and labelled.extra["finding_differs"] == record.name
+    assert "no longer reproduces" not in labelled.detail
+
+
+def test_only_the_refusal_kinds_count_as_refusing(tmp_path):
+    """A TypeError or an AttributeError on bad input is not a refusal; a library's own error type
+    counts when the ProbeSet names it, subclasses included."""
+    setup = _fakelib(tmp_path)
+    probes = (Probe("tp=0", "untyped(0)"), Probe("tp='2'", "checked('2')"), Probe("tp=-1", "checked(-1)"))
+    v = _by(_certify(ProbeSet("fake.untyped", None, setup, probes, VALID), "bad-input"))["refused"]
+    assert v.verdict == FAIL
+    assert v.failure == (
+        "python raises what is not a refusal (ValueError, AssertionError, LookupError, RuntimeError): "
+        "tp=0 -> AttributeError: 'int' object has no attribute 'degree'; "
+        "tp='2' -> TypeError: '<' not supported between instances of 'str' and 'int' | "
+        "python -O raises what is not a refusal (ValueError, AssertionError, LookupError, RuntimeError): "
+        "tp=0 -> AttributeError: 'int' object has no attribute 'degree'; "
+        "tp='2' -> TypeError: '<' not supported between instances of 'str' and 'int'")
+    own = ProbeSet("fake.own", None, setup, (Probe("tp=0", "checked(0)"),), VALID, refusals=("ArithmeticError",))
+    v = _by(_certify(own, "bad-input"))["refused"]
+    assert v.verdict == FAIL and v.failure.startswith("python raises what is not a refusal (ArithmeticError): tp=0 -> "
+                                                      "ValueError: tp=0 must be >= 1")
+    sub = ProbeSet("fake.sub", None, setup + "\nclass Base(Exception): pass", (Probe("tp=0", "checked(0)"),), VALID,
+                   refusals=("Exception",))
+    assert _by(_certify(sub, "bad-input"))["refused"].verdict == PASS
 
 
 # ---------------------------------------------------------------- certificates and the command line

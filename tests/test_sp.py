@@ -27,7 +27,8 @@ def test_discovered_everywhere_without_a_list():
             "sp.activations.saved"} <= names
     assert {m.name for m in mutants() if m.name.startswith("sp.")} == {
         "sp.layer_norm.shard_statistics", "sp.layer_norm.grads_shard_only", "sp.dropout.same_mask_every_rank",
-        "sp.mlp.all_reduce_kept"}
+        "sp.mlp.all_reduce_kept", "sp.attention.residual_dropped", "sp.comm.gather_full_inputs",
+        "sp.activations.dropout_masks_whole"}
     import distcheck.strategies as public
 
     assert public.sp_mlp_block_cases is ds.sp_mlp_block_cases
@@ -43,7 +44,9 @@ def test_property_holds_for_the_reference(name):
 
 
 @pytest.mark.parametrize("name", ["sp.layer_norm.shard_statistics", "sp.layer_norm.grads_shard_only",
-                                  "sp.dropout.same_mask_every_rank", "sp.mlp.all_reduce_kept"])
+                                  "sp.dropout.same_mask_every_rank", "sp.mlp.all_reduce_kept",
+                                  "sp.attention.residual_dropped", "sp.comm.gather_full_inputs",
+                                  "sp.activations.dropout_masks_whole"])
 def test_every_mutant_is_killed_by_a_claim(name):
     row = kill_mutant(name)
     assert row.verdict == PASS and row.extra["outcome"] == "killed", row.detail

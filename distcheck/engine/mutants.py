@@ -7,7 +7,9 @@ mutant's property with the mutant as ``impl`` and expects it to FAIL on the prop
 claim (a wrong value, bound or count), with a shrunk counterexample. A mutant that survives
 means the property is too weak; a mutant that raises is *broken* (a crash proves nothing
 about the property). Either way ``distcheck check`` FAILs the "mutants killed k/n" row
-(:func:`mutant_summary`) and names it.
+(:func:`mutant_summary`) and names it. Every registered property must kill at least one
+mutant on its own claim: that row also counts the "properties without a mutant" and FAILs
+unless there are none.
 
 A mutant's public path is ``distcheck.mutants.<function name>``: the decorator sets the
 function's ``__module__`` to it, so the ``reproduce`` line of a row, ``repr`` and pickling
@@ -139,24 +141,34 @@ def kill_mutants(profile: str = "ci", *, seed: int | None = None) -> list[CheckR
     return [kill_mutant(m, profile, seed=seed) for m in mutants()]
 
 
-def mutant_summary(rows: Iterable[CheckResult]) -> CheckResult:
-    """One row "mutants killed k/n" over the rows of :func:`kill_mutants`.
+def mutant_summary(rows: Iterable[CheckResult], properties: Iterable[str] | None = None) -> CheckResult:
+    """One row "mutants killed k/n; properties without a mutant: m" over the rows of :func:`kill_mutants`.
 
     Only a kill counts (``extra["outcome"] == "killed"``, or a ``pass`` row without an
-    outcome); broken mutants (the implementation raised) and survivors are named, and
-    the row FAILs unless every mutant was killed.
+    outcome); broken mutants (the implementation raised) and survivors are named. Every
+    property must also be shown failing: ``properties`` (default: the name of every
+    registered property, :func:`distcheck.engine.registry.properties`) lists those that need
+    a kill, and a property that no row (``extra["property"]``) kills is *without a mutant*:
+    counted, named (``extra["without_mutant"]``), and a FAIL of the row. The row FAILs unless
+    every mutant was killed and no property is without a mutant.
     """
+    from distcheck.engine.registry import properties as registered
+
     rows = list(rows)
+    needed = sorted({p.name for p in registered()} if properties is None else set(properties))
 
     def outcome(r: CheckResult) -> str:
         return str(r.extra.get("outcome", "killed" if r.verdict == PASS else "survived"))
 
     killed = sum(1 for r in rows if outcome(r) == "killed")
+    shown = {r.extra.get("property") for r in rows if outcome(r) == "killed"}
+    without = [n for n in needed if n not in shown]
     named = {kind: [r.check.removeprefix("mutant:") for r in rows if outcome(r) == kind]
              for kind in ("broken", "survived")}
-    detail = f"mutants killed {killed}/{len(rows)}" + "".join(
-        f"; {kind}: {', '.join(names)}" for kind, names in named.items() if names)
-    ok = bool(rows) and killed == len(rows)
+    detail = (f"mutants killed {killed}/{len(rows)}; properties without a mutant: {len(without)}"
+              + (f" ({', '.join(without)})" if without else "")
+              + "".join(f"; {kind}: {', '.join(names)}" for kind, names in named.items() if names))
+    ok = bool(rows) and killed == len(rows) and not without
     return CheckResult(check="mutants", backend="reference", verdict=PASS if ok else FAIL,
                        examples=sum(r.examples for r in rows), detail=detail,
-                       extra={"killed": killed, "total": len(rows), **named})
+                       extra={"killed": killed, "total": len(rows), "without_mutant": without, **named})

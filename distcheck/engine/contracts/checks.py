@@ -22,7 +22,8 @@ import numpy as np
 
 from distcheck.engine.contracts.contract import Outcome
 
-__all__ = ["show", "compare", "agree", "compare_collectives", "combine", "format_collectives"]
+__all__ = ["show", "compare", "agree", "compare_collectives", "combine", "format_collectives", "padded_all_gather",
+           "PADDED_NOTE"]
 
 #: relative accuracy of a float64 subtraction and absolute value: |fl(|a - b|) - |a - b|| <= 2**-53 |a - b|
 _MARGIN = 2.0**-52
@@ -124,18 +125,49 @@ def format_collectives(records) -> str:
     return ", ".join(f"{c} x{n} (S={s} B)" for (c, s), n in sorted(counts.items()))
 
 
-def compare_collectives(phase: str, expected, got_per_rank, source: str) -> Outcome:
+#: the note of a collectives property that counted an uneven all-gather at its padded volume
+PADDED_NOTE = ("an all-gather of a dimension tp does not divide was counted at its padded volume, every shard "
+               "padded to ceil(L/tp) slices (closed form comm.size_bytes.all_gather_padded)")
+
+
+def padded_all_gather(length: int, n: int, slice_bytes: int) -> tuple[tuple[str, int], tuple[str, int]] | None:
+    """``(exact record, padded record)`` of an all-gather of a dimension of ``length`` slices of
+    ``slice_bytes`` bytes over ``n`` ranks, or None when ``n`` divides ``length`` (nothing to pad).
+
+    The exact record has S = length * slice_bytes (nccl-tests' gathered output); the padded one
+    S = n * ceil(length / n) * slice_bytes, the closed form ``comm.size_bytes.all_gather_padded``
+    (gloo's all-gather needs equal shards, so a correct implementation pads each to ceil(L/n))."""
+    from distcheck.core.vocab import Collective
+    from distcheck.engine.catalogue import get
+
+    if length % n == 0:
+        return None
+    padded = int(get("comm.size_bytes.all_gather_padded").evaluate(length=length, n=n, slice_bytes=slice_bytes))
+    return (Collective.ALL_GATHER, length * slice_bytes), (Collective.ALL_GATHER, padded)
+
+
+def compare_collectives(phase: str, expected, got_per_rank, source: str,
+                        padded: Sequence[tuple[tuple[str, int], tuple[str, int]]] = ()) -> Outcome:
     """Every rank's ``(collective, S bytes)`` records of ``phase`` against ``expected`` (as multisets).
 
-    ``source`` says where the expectation comes from (the closed form and its value).
+    ``source`` says where the expectation comes from (the closed form and its value). ``padded``:
+    ``(exact record, padded record)`` pairs of :func:`padded_all_gather`: a rank's record equal to
+    a padded record counts as its exact one (an uneven all-gather padded to ceil(L/n) per rank, at
+    exactly the closed form's volume; any other size still differs). A pass that used one says so
+    in its note (:data:`PADDED_NOTE`).
     """
     want = sorted(expected)
-    bad = [(r, recs) for r, recs in enumerate(got_per_rank) if sorted(recs) != want]
+    image = {tuple(pad): tuple(exact) for exact, pad in padded}
+    bad = [(r, recs) for r, recs in enumerate(got_per_rank)
+           if sorted(image.get(tuple(rec), tuple(rec)) for rec in recs) != want]
     if not bad:
-        return Outcome(True, max_error=0.0, bound=0.0)
+        used = any(tuple(rec) in image for recs in got_per_rank for rec in recs)
+        return Outcome(True, max_error=0.0, bound=0.0, note=PADDED_NOTE if used else "")
     lines = [f"rank {r}: {format_collectives(recs)}" for r, recs in bad]
+    also = "".join(f"; or {c} at its padded volume S={pad} B (each shard padded to ceil(L/n) slices, closed form "
+                   f"comm.size_bytes.all_gather_padded) for the {c} of S={exact} B" for (c, exact), (_, pad) in padded)
     return Outcome(False, bound=0.0, ranks=tuple(r for r, _ in bad),
-                   message=f"{phase} collectives differ from {format_collectives(want)} ({source}): "
+                   message=f"{phase} collectives differ from {format_collectives(want)} ({source}{also}): "
                            + "; ".join(lines))
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from distcheck.core.exactness import max_exact_int
 from distcheck.engine import strategies as generic
-from distcheck.engine.contracts.checks import agree, combine, compare, compare_collectives
+from distcheck.engine.contracts.checks import agree, combine, compare, compare_collectives, padded_all_gather
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.layer import SPLITS, LayerCase, ParamSpec, check_constructor, run_layer
@@ -160,6 +160,12 @@ class ShardedLayerContract(Contract):
     def expected_collectives(self, case: TPCase, options, dtype) -> tuple[list, list, str, str]:
         raise NotImplementedError
 
+    def gathered_dims(self, case: TPCase, options, dtype) -> tuple[tuple[int, int], ...]:
+        """``(length, slice_bytes)`` of each dimension the expected collectives all-gather (none by
+        default). Where tp does not divide a length, the all-gather may also be at exactly its padded
+        volume (:func:`~distcheck.engine.contracts.checks.padded_all_gather`: gloo needs equal shards)."""
+        return ()
+
     # -------------------------------------------------------------- rank and check
 
     def run_rank(self, ctx, target, case, dtype, options):
@@ -204,12 +210,16 @@ class ShardedLayerContract(Contract):
         fwd, bwd, fwd_src, bwd_src = self.expected_collectives(case, options, dtype)
         if case.tp == 1:
             fwd, bwd, fwd_src, bwd_src = [], [], "tp=1: nothing to communicate", "tp=1: nothing to communicate"
+        pairs = [padded_all_gather(length, case.tp, size) for length, size in self.gathered_dims(case, options, dtype)]
+        padded = [p for p in pairs if p is not None]
         return {
             "forward": forward,
             **({} if input_grad is None else {"input_grad": input_grad}),
             "param_grads": combine(*grads),
-            "collectives.forward": compare_collectives("forward", fwd, [r["forward"] for r in results], fwd_src),
-            "collectives.backward": compare_collectives("backward", bwd, [r["backward"] for r in results], bwd_src),
+            "collectives.forward": compare_collectives("forward", fwd, [r["forward"] for r in results], fwd_src,
+                                                       padded),
+            "collectives.backward": compare_collectives("backward", bwd, [r["backward"] for r in results], bwd_src,
+                                                        padded),
         }
 
 

@@ -111,6 +111,8 @@ BAD_INPUT = ProbeSet("megatron.rank_generator", DIST, "from megatron.core.parall
     Probe("ep=2 with cp=2", "RankGenerator(tp=1, ep=2, dp=2, pp=1, cp=2, order='tp-cp-ep-dp-pp').get_ranks('ep')"),
     Probe("order 'tp-xp-dp' (unknown axis)",
           "RankGenerator(tp=2, ep=1, dp=2, pp=1, cp=1, order='tp-xp-dp').get_ranks('dp')"),
+), valid=(
+    Probe("tp=2, dp=2", "RankGenerator(tp=2, ep=1, dp=2, pp=1, cp=1, order='tp-cp-ep-dp-pp').get_ranks('dp')"),
 ))
 
 #: the targets of this module and the contract each is certified under

@@ -104,6 +104,8 @@ BAD_INPUT = ProbeSet("torchtitan.parallel_dims", DIST, _PD_IMPORT, (
     Probe("dp_shard=-1 with tp=3 in a world of 4", _PD.format(1, -1, 3, 1, 4) + ".dp_shard"),
     Probe("dp_shard=-2", _PD.format(1, -2, 1, 1, 4) + ".dp_shard"),
     Probe("ep=3 not dividing dp_shard*cp*tp=2", _PD.format(1, 2, 1, 3, 2) + ".ep"),
+), valid=(
+    Probe("dp_shard=2 in a world of 2", _PD.format(1, 2, 1, 1, 2) + ".dp_shard"),
 ))
 
 #: the targets of this module and the contract each is certified under

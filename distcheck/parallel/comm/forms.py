@@ -15,6 +15,12 @@ A source quoting the per-rank shard s = S/n (the chapter's
 "model_size/world_size" for all-gather) uses another convention: substitute
 S = n*s. The numpy reference is :mod:`distcheck.comm`; not imported here.
 
+Padded all-gather (``comm.size_bytes.all_gather_padded``): gloo's all-gather needs equal
+shards, so an implementation gathering a dimension of length L that n does not divide pads
+every rank's shard to ceil(L/n) slices (zeros past its own) and gathers n*ceil(L/n) slices,
+then drops the padding. Its S is the padded output, n*ceil(L/n)*B for slices of B bytes;
+equal to the unpadded L*B exactly when n divides L.
+
 Measured bandwidth (nccl-tests ``doc/PERFORMANCE.md``): a collective on S bytes that
 takes t seconds has *algorithm bandwidth* ``comm.algbw`` = S / t; its *bus bandwidth*
 ``comm.busbw.<op>`` = algbw x the same factor, what each rank moves over its links
@@ -30,7 +36,7 @@ import sympy as sp
 from distcheck.core.closed_form import ClosedForm, Input, register
 from distcheck.core.vocab import Collective
 
-__all__ = ["BYTES_PER_RANK", "ALGBW", "BUSBW", "BUSBW_FACTORS", "REDUCE"]
+__all__ = ["BYTES_PER_RANK", "ALGBW", "BUSBW", "BUSBW_FACTORS", "REDUCE", "ALL_GATHER_PADDED"]
 
 _S = Input("size_bytes", "S, the full tensor in bytes (nccl-tests convention)", "bytes", kind="nonnegative_integer")
 _n = Input("n", "ranks taking part", "GPUs")
@@ -105,3 +111,20 @@ BUSBW: dict[str, ClosedForm] = {
     ))
     for op, factor in BUSBW_FACTORS.items()
 }
+
+# --- the padded all-gather of a dimension n does not divide (gloo needs equal shards)
+
+_L = Input("length", "L, the length of the gathered dimension (slices along it)", "elements")
+_B = Input("slice_bytes", "B, the bytes of one slice along the gathered dimension", "bytes",
+           kind="nonnegative_integer")
+
+ALL_GATHER_PADDED = register(ClosedForm(
+    name="comm.size_bytes.all_gather_padded",
+    expr=n * sp.ceiling(_L.symbol / n) * _B.symbol,
+    inputs=(_L, _n, _B),
+    unit="bytes",
+    source="torch.distributed all_gather_into_tensor (equal shards; gloo refuses uneven all-gathers): each shard "
+           "padded to ceil(L/n) slices",
+    description="S of an all-gather of a dimension of length L over n ranks with every shard padded to ceil(L/n) "
+                "slices of B bytes: n*ceil(L/n)*B (= L*B when n divides L)",
+))

@@ -12,13 +12,25 @@ process group numbers its ranks in ascending order, whatever order they are list
 A failure names the smallest configuration Hypothesis found and the first axis whose
 groups differ, both listed.
 
-``bad-input``. The target is a :class:`ProbeSet`: calls with bad input (zero or negative
-sizes, a repeated or unknown axis, a product that is not the world size), each a Python
-expression over the library's API. One property, ``refused``: every probe raises, in a
-fresh interpreter, plain and under ``python -O`` (which removes ``assert`` statements). A
-failure lists what each mode accepts (with what it returned), and under ``-O`` only what
-``-O`` newly lets through. Probes are data, run by ``python -c`` with a timeout; nothing
-here imports the library.
+``bad-input``. The target is a :class:`ProbeSet`: calls with valid input (the positive
+control) and calls with bad input (zero or negative sizes, a repeated or unknown axis, a
+product that is not the world size), each a Python expression over the library's API. One
+property, ``refused``, judged in a fresh interpreter, plain and under ``python -O`` (which
+removes ``assert`` statements):
+
+1. every valid call is accepted. If one raises, the row FAILs saying the target rejects
+   valid input (a changed signature, a renamed module: a ``TypeError`` on every probe would
+   otherwise read as "refuses bad input"), and no bad input is judged;
+2. every bad call raises an exception of one of the target's refusal kinds
+   (:data:`REFUSALS` by default, subclasses included: ``ValueError`` and its subclasses such
+   as distcheck's ConfigError, ``AssertionError`` of a plain ``assert``, ``LookupError`` of an
+   unknown name, ``RuntimeError``; a library may name its documented error type instead).
+   Any other exception (``TypeError`` of a wrong call, ``NameError``, ``AttributeError``) is
+   not a refusal: it is listed as such and the row FAILs.
+
+A failure lists what each mode accepts (with what it returned), and under ``-O`` only what
+``-O`` newly lets through, then what raised an exception that is not a refusal. Probes are
+data, run by ``python -c`` with a timeout; nothing here imports the library.
 
 Neither contract needs a process group (``needs_world = False``); the "dtype" is ``exact``
 (ranks are integers). Adapters for Megatron-core's ``RankGenerator`` and torchtitan's
@@ -44,12 +56,20 @@ from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
 
 __all__ = ["LayoutTarget", "Probe", "ProbeSet", "canonical", "run_probes", "RankLayoutContract",
-           "BadInputContract", "PROBE_TIMEOUT_S"]
+           "BadInputContract", "PROBE_TIMEOUT_S", "REFUSALS"]
 
 Groups = Mapping[str, list[list[int]]]
 
 #: seconds one interpreter may take to import the target and run every probe
 PROBE_TIMEOUT_S = 180.0
+
+#: the exception kinds that count as refusing a bad input unless a ProbeSet names its own (each
+#: an expression evaluated after the setup lines; subclasses count): a value rejected
+#: (``ValueError``), a plain ``assert`` (``AssertionError``, which ``python -O`` then removes),
+#: an unknown name looked up (``LookupError``: ``KeyError``, ``IndexError``) and ``RuntimeError``
+#: (Megatron-core's documented raise). ``TypeError`` is not among them: on these probes it means
+#: the call no longer matches the library's signature.
+REFUSALS = ("ValueError", "AssertionError", "LookupError", "RuntimeError")
 
 
 def canonical(groups) -> list[list[int]]:
@@ -96,22 +116,46 @@ class Probe:
 
 @dataclass(frozen=True)
 class ProbeSet:
-    """A target of the bad-input contract: ``setup`` (the import lines the probes need) and the
-    ``probes``. Raises ConfigError for a setup that is not a str or probes that are not Probes."""
+    """A target of the bad-input contract.
+
+    Attributes:
+        name: its name in reports.
+        distribution: the PyPI distribution it comes from (None for code of the current checkout).
+        setup: the import lines the probes need.
+        probes: the calls with bad input, each of which must be refused.
+        valid: the positive control: calls with valid input, each of which must be accepted
+            (at least one; the same API as the probes, so a changed signature shows here).
+        refusals: the exception kinds that count as a refusal, each an expression evaluated
+            after ``setup`` (a builtin name, or the library's documented error type such as
+            ``"mylib.ConfigError"``); subclasses count. Default :data:`REFUSALS`.
+
+    Raises ConfigError for a setup that is not a str, probes or valid calls that are not a
+    non-empty tuple of Probes, labels repeated across them, or refusals that are not a
+    non-empty tuple of str."""
 
     name: str
     distribution: str | None
     setup: str
     probes: tuple[Probe, ...]
+    valid: tuple[Probe, ...]
+    refusals: tuple[str, ...] = REFUSALS
 
     def __post_init__(self) -> None:
         check_type("name", self.name, str, "must be a name such as 'megatron.rank_generator'")
         check_type("setup", self.setup, str, "must be Python import lines")
-        check_type("probes", self.probes, tuple, "must be a tuple of Probes")
-        if not self.probes:
-            raise ConfigError("probes", self.probes, "must hold at least one Probe")
-        for p in self.probes:
-            check_type("probes", p, Probe, "must hold Probes only")
+        for f in ("probes", "valid"):
+            calls = getattr(self, f)
+            check_type(f, calls, tuple, "must be a tuple of Probes")
+            if not calls:
+                raise ConfigError(f, calls, "must hold at least one Probe")
+            for p in calls:
+                check_type(f, p, Probe, "must hold Probes only")
+        labels = [p.label for p in (*self.valid, *self.probes)]
+        if len(set(labels)) != len(labels):
+            raise ConfigError("probes", labels, "labels must be unique across valid and probes")
+        check_type("refusals", self.refusals, tuple, "must be a tuple of exception type expressions")
+        if not self.refusals or not all(isinstance(r, str) for r in self.refusals):
+            raise ConfigError("refusals", self.refusals, "must be a non-empty tuple of str such as 'ValueError'")
 
 
 def _first_difference(a: list[list[int]], b: list[list[int]]) -> str:
@@ -180,26 +224,34 @@ import json, sys, warnings
 warnings.filterwarnings("ignore")
 import logging
 logging.disable(logging.CRITICAL)
-setup, probes = json.loads(sys.argv[1])
+setup, probes, refusals = json.loads(sys.argv[1])
 env = {}
 exec(setup, env)
+kinds = tuple(eval(r, env) for r in refusals)
 out = {}
 for label, expr in probes:
     try:
         value = eval(expr, env)
         out[label] = ["accepted", repr(value)[:200]]
     except BaseException as exc:
-        out[label] = ["refused", type(exc).__name__]
+        if isinstance(exc, kinds):
+            out[label] = ["refused", type(exc).__name__]
+        else:
+            out[label] = ["raised", (type(exc).__name__ + ": " + str(exc))[:200]]
 print("PROBES " + json.dumps(out))
 """
 
 
 def run_probes(setup: str, probes: tuple[Probe, ...], *, optimize: bool,
-               timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, tuple[str, str]]:
-    """``{label: ("accepted", repr) | ("refused", exception type)}`` from a fresh interpreter
-    (``python -O`` when ``optimize``). Raises ConfigError when the interpreter fails or times out."""
+               timeout_s: float = PROBE_TIMEOUT_S,
+               refusals: tuple[str, ...] = REFUSALS) -> dict[str, tuple[str, str]]:
+    """``{label: ("accepted", repr) | ("refused", exception type) | ("raised", "Type: message")}``
+    from a fresh interpreter (``python -O`` when ``optimize``): "refused" when the exception is
+    an instance of one of ``refusals`` (expressions evaluated after ``setup``), "raised" for any
+    other exception. Raises ConfigError when the interpreter fails (a setup or refusal kind
+    that does not evaluate) or times out."""
     check_type("setup", setup, str, "must be Python import lines")
-    payload = json.dumps([setup, [[p.label, p.expr] for p in probes]])
+    payload = json.dumps([setup, [[p.label, p.expr] for p in probes], list(refusals)])
     cmd = [sys.executable, *(["-O"] if optimize else []), "-c", _RUNNER, payload]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
@@ -213,41 +265,58 @@ def run_probes(setup: str, probes: tuple[Probe, ...], *, optimize: bool,
 
 
 class BadInputContract(Contract):
-    """Every bad input is refused, plainly and under ``python -O`` (module docstring)."""
+    """Valid input is accepted and every bad input is refused with a refusal kind, plainly and
+    under ``python -O`` (module docstring)."""
 
     name = "bad-input"
     min_world_size = 1
     min_world_reason = "runs in this process: the probes are fixed calls, refused or not whatever the world"
     parallelism = "layout"
-    summary = "every call with bad input raises, in a fresh interpreter, plain and under python -O"
-    properties = (PropertySpec("refused", "every probe with bad input raises, plain and under python -O (no check is "
-                                          "an assert)", "exact"),)
+    summary = ("valid input is accepted and every call with bad input raises a refusal, in a fresh interpreter, "
+               "plain and under python -O")
+    properties = (PropertySpec("refused", "valid calls are accepted (the positive control) and every probe with bad "
+                                          "input raises one of the refusal kinds, plain and under python -O (no check "
+                                          "is an assert)", "exact"),)
     dtypes = (EXACT,)
     needs_world = False
 
     def resolve(self, obj, ref, options):
-        return _target(obj, ref, ProbeSet, "calls with bad input"), options
+        return _target(obj, ref, ProbeSet, "calls with valid and with bad input"), options
 
     def cases(self, world_size, dtype, options):
         return st.just("every probe")  # one example: the probes are fixed data
 
     def run_rank(self, ctx, target, case, dtype, options):
         probes: ProbeSet = resolve(target)
-        return {"labels": [p.label for p in probes.probes],
-                **{mode: run_probes(probes.setup, probes.probes, optimize=mode == "python -O")
+        calls = (*probes.valid, *probes.probes)
+        return {"valid": [p.label for p in probes.valid], "labels": [p.label for p in probes.probes],
+                "refusals": list(probes.refusals),
+                **{mode: run_probes(probes.setup, calls, optimize=mode == "python -O", refusals=probes.refusals)
                    for mode in ("python", "python -O")}}
 
     def check(self, case, results, world_size, dtype, options):
         r = results[0]
-        labels, plain, optimized = r["labels"], r["python"], r["python -O"]
+        valid, labels, plain, optimized = r["valid"], r["labels"], r["python"], r["python -O"]
+        rejected = [f"{mode}: {v} raised {out[v][1]}" for mode, out in (("python", plain), ("python -O", optimized))
+                    for v in valid if out[v][0] != "accepted"]
+        if rejected:
+            return {"refused": Outcome(False, message=(
+                "the target rejects valid input (" + "; ".join(rejected) + "): a changed signature or API? "
+                "no bad input is judged"))}
         parts = []
         accepted = [f"{p} -> {plain[p][1]}" for p in labels if plain[p][0] == "accepted"]
         if accepted:
             parts.append("python accepts " + "; ".join(accepted))
         newly = [f"{p} -> {optimized[p][1]}" for p in labels
-                 if optimized[p][0] == "accepted" and plain[p][0] == "refused"]
+                 if optimized[p][0] == "accepted" and plain[p][0] != "accepted"]
         if newly:  # name only what -O newly lets through
             parts.append("python -O accepts " + "; ".join(newly))
+        for mode, out in (("python", plain), ("python -O", optimized)):
+            other = [f"{p} -> {out[p][1]}" for p in labels if out[p][0] == "raised"]
+            if other:
+                parts.append(f"{mode} raises what is not a refusal ({', '.join(r['refusals'])}): "
+                             + "; ".join(other))
         refusals = ", ".join(f"{p}: {plain[p][1]}" for p in labels if plain[p][0] == "refused")
         return {"refused": Outcome(not parts, message=" | ".join(parts),
-                                   note=f"every bad input is refused, also under python -O ({refusals})")}
+                                   note=f"valid input is accepted; every bad input is refused, also under python -O "
+                                        f"({refusals})")}

@@ -15,6 +15,11 @@ pipeline.zb_b_as_full_backward     ZB-H1 bubble from DeepSeek's (PP-1)(F+B-2W), 
                                    input-gradient cost
 pipeline.zb_h1_w_deferred          ZB-H1 holding every weight pass to the end      pipeline.zero_bubble.stash_bound
                                    (a smaller bubble, but m activations stashed)
+pipeline.1f1b_as_gpipe             1F1B simulated with GPipe's order (all          pipeline.simulator.closed_forms
+                                   forwards first): m activations stashed, not
+                                   min(p, m)
+pipeline.zb_h2_as_h1               ZB-H2 served with ZB-H1's order (no extra       pipeline.zero_bubble.closed_forms
+                                   warm-up forwards): the bubble stays
 =================================  ==============================================  ====================================
 """
 
@@ -29,7 +34,7 @@ from distcheck.core.vocab import Schedule
 from distcheck.engine.mutants import mutant
 
 __all__ = ["bubble_ratio_as_fraction", "stash_ignores_few_microbatches", "replay_single_sweep", "order_w_before_i",
-           "zb_h1_bubble_b_as_full", "order_w_deferred"]
+           "zb_h1_bubble_b_as_full", "order_w_deferred", "simulate_1f1b_as_gpipe", "order_zb_h2_as_h1"]
 
 
 @mutant("pipeline.ratio_as_fraction", "pipeline.bubble_fraction.formula")
@@ -127,3 +132,20 @@ def order_w_deferred(schedule, p, m, v=None):
         k = np.arange(lo, hi)
         out.append(np.concatenate([k[o.kind[k] != 3], k[o.kind[k] == 3]]))
     return _reordered(o, np.concatenate(out))
+
+
+@mutant("pipeline.1f1b_as_gpipe", "pipeline.simulator.closed_forms")
+def simulate_1f1b_as_gpipe(schedule, p, m, v=1, t_f=1, t_b=2):
+    """1F1B simulated with GPipe's order (every forward before any backward): the same step time,
+    but each rank stashes all m micro-batches instead of min(p, m)."""
+    from distcheck.parallel.pp.reference import simulate
+
+    return simulate(Schedule.GPIPE if schedule == Schedule.ONE_F_ONE_B else schedule, p, m, v, t_f, t_b)
+
+
+@mutant("pipeline.zb_h2_as_h1", "pipeline.zero_bubble.closed_forms")
+def order_zb_h2_as_h1(schedule, p, m, v=None):
+    """ZB-H2 served with ZB-H1's order: without ZB-H2's extra warm-up forwards the bubble it removes stays."""
+    from distcheck.parallel.pp.schedules import order_arrays
+
+    return order_arrays(Schedule.ZB_H1 if schedule == Schedule.ZB_H2 else schedule, p, m, v)

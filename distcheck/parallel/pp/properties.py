@@ -85,11 +85,12 @@ def stash_formula_matches_simulator(pp, *, impl=stash_formula) -> None:
 
 def _edges():
     """One stage (no bubble); fewer micro-batches than stages (m < p: the stash is m, not p);
-    interleaved with v m below (v + 1) p - 1; the lesson's GPipe p = 4, m = 4 (bubble 3/7)."""
+    interleaved with v m below (v + 1) p - 1; the lesson's GPipe p = 4, m = 4 (bubble 3/7); 1F1B with
+    more micro-batches than stages (m > p: the stash stops at p, GPipe's would be m)."""
     P = ds.PipelineParams
     return (P(Schedule.GPIPE, 1, 1, 1, 1, 2), P(Schedule.ONE_F_ONE_B, 2, 1, 1, 1, 2),
             P(Schedule.ONE_F_ONE_B, 4, 2, 1, 1, 2), P(Schedule.INTERLEAVED, 2, 2, 2, 1, 2),
-            P(Schedule.GPIPE, 4, 4, 1, 1, 2))
+            P(Schedule.GPIPE, 4, 4, 1, 1, 2), P(Schedule.ONE_F_ONE_B, 2, 4, 1, 1, 2))
 
 
 register(Property(

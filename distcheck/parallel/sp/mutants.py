@@ -14,6 +14,14 @@ sp.dropout.same_mask_every_rank      every rank draws the same dropout mask     
 sp.mlp.all_reduce_kept               the right numbers, but the partial outputs  sp.mlp.exact (tp >= 2)
                                      are all-reduced and sliced: an all-reduce
                                      where a reduce-scatter belongs
+sp.attention.residual_dropped        the block returns its reduce-scattered      sp.attention.bounded
+                                     attention output without the residual x
+sp.comm.gather_full_inputs           the all-gather fed every rank's whole       sp.comm.bytes
+                                     input instead of its reduce-scattered
+                                     shard
+sp.activations.dropout_masks_whole   the dropout masks (1 byte per element)      sp.activations.saved
+                                     still stored whole, only the activations
+                                     sharded over the sequence
 ===================================  ==========================================  ==========================
 """
 
@@ -27,7 +35,8 @@ from distcheck.parallel.sp import reference as ref
 from distcheck.parallel.tp.reference import column_parallel_parts, row_parallel_parts
 
 __all__ = ["sp_layer_norm_shard_statistics", "sp_layer_norm_grads_shard_only", "sp_dropout_same_mask_every_rank",
-           "sp_mlp_all_reduce_kept"]
+           "sp_mlp_all_reduce_kept", "sp_attention_residual_dropped", "sp_collectives_gather_full_inputs",
+           "sp_bytes_dropout_masks_whole"]
 
 
 def _bounds(shards):
@@ -99,3 +108,34 @@ def sp_mlp_all_reduce_kept(x_shards, ln_weight, ln_bias, W_up, W_down, b_down=No
     shards = [np.asarray(a, dtype=float) for a in x_shards]
     normed = [ref.layer_norm(a, ln_weight, ln_bias, eps) for a in shards]
     return _mlp_tail(shards, normed, W_up, W_down, b_down, keep, p, log, all_reduce=True)
+
+
+@mutant("sp.attention.residual_dropped", "sp.attention.bounded")
+def sp_attention_residual_dropped(x_shards, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, *,
+                                  causal=True, eps=0.0, log=None):
+    """The block returns each rank's reduce-scattered attention output without adding back its
+    tokens' residual x."""
+    out = ref.sp_attention_block(x_shards, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads, num_kv_heads,
+                                 causal=causal, eps=eps, log=log)
+    return [o - np.asarray(x) for o, x in zip(out, x_shards, strict=True)]
+
+
+@mutant("sp.comm.gather_full_inputs", "sp.comm.bytes")
+def sp_collectives_gather_full_inputs(inputs):
+    """The block's all-gather fed every rank's whole S-byte input instead of the shard the
+    reduce-scatter left it: n S gathered."""
+    from distcheck.parallel.comm.reference import ring_all_gather, ring_reduce_scatter
+
+    return ring_reduce_scatter(inputs), ring_all_gather(list(inputs))
+
+
+@mutant("sp.activations.dropout_masks_whole", "sp.activations.saved")
+def sp_bytes_dropout_masks_whole(s, b, h, a, t=1, *, sequence_parallel=False):
+    """Sequence parallelism that shards the stored activations over the sequence but keeps the two
+    dropout masks of the replicated regions whole (s b h bytes each on every rank)."""
+    from fractions import Fraction
+
+    from distcheck.parallel.activations.reference import bytes_per_layer
+
+    got = bytes_per_layer(s, b, h, a, t, sequence_parallel=sequence_parallel)
+    return got + 2 * (Fraction(s * b * h) - Fraction(s * b * h, t)) if sequence_parallel else got

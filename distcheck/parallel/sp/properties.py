@@ -37,7 +37,8 @@ from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
 from distcheck.parallel.sp import strategies as ds
 
-__all__ = ["mlp_exact", "attention_bounded", "layer_norm_param_grads", "comm_bytes", "activations_saved"]
+__all__ = ["mlp_exact", "attention_bounded", "layer_norm_param_grads", "comm_bytes", "activations_saved",
+           "sp_collectives"]
 
 
 def _ref(name):
@@ -144,18 +145,27 @@ def layer_norm_param_grads(case, *, impl=None, require_log: bool = True) -> None
                               "per parameter (weight, bias)", expected=2, got=count)
 
 
-def comm_bytes(case, *, impl=None) -> None:
+def sp_collectives(inputs):
+    """Reference slot of ``sp.comm.bytes``: a ring reduce-scatter of the ranks' inputs, then a ring
+    all-gather of the shards it leaves; ``(reduce-scatter CommResult, all-gather CommResult)``."""
+    from distcheck.parallel.comm.reference import ring_all_gather, ring_reduce_scatter
+
+    rs = ring_reduce_scatter(inputs)
+    return rs, ring_all_gather(list(rs.outputs))
+
+
+def comm_bytes(case, *, impl=sp_collectives) -> None:
     """A ring reduce-scatter then a ring all-gather of a block's S-byte output send what a ring all-reduce
     of it sends: the same per-rank volumes (as a multiset: with uneven chunks the ring all-reduce's
     phases hand the larger chunk to other ranks), each equal to sp.block.bytes_per_rank when t divides
-    the elements (simulated with :mod:`distcheck.comm`)."""
-    from distcheck.parallel.comm.reference import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+    the elements (simulated with :mod:`distcheck.comm`). ``impl(inputs) -> (rs, ag)`` gives the two
+    collectives' results (:func:`sp_collectives`)."""
+    from distcheck.parallel.comm.reference import ring_all_reduce
 
     t, elements = case
     rng = np.random.default_rng(t * 1000 + elements)
     inputs = [rng.integers(-8, 9, size=elements).astype(np.float64) for _ in range(t)]
-    rs = ring_reduce_scatter(inputs)
-    ag = ring_all_gather(list(rs.outputs))
+    rs, ag = call_impl("sp_collectives", impl, inputs)
     ar = ring_all_reduce(inputs)
     sp_sent = [a + b for a, b in zip(rs.sent_bytes, ag.sent_bytes, strict=True)]
     if sorted(sp_sent) != sorted(ar.sent_bytes):
@@ -168,13 +178,19 @@ def comm_bytes(case, *, impl=None) -> None:
                                   expected=form, got=sp_sent)
 
 
-def activations_saved(case, *, impl=None) -> None:
-    """The activation bytes per layer that the stored-tensor reference counts with and without sequence
-    parallelism differ by sp.activations.bytes_saved_per_layer, exactly."""
+def _bytes_per_layer(s, b, h, a, t=1, *, sequence_parallel=False):
     from distcheck.parallel.activations.reference import bytes_per_layer
 
+    return bytes_per_layer(s, b, h, a, t, sequence_parallel=sequence_parallel)
+
+
+def activations_saved(case, *, impl=_bytes_per_layer) -> None:
+    """The activation bytes per layer that the stored-tensor reference (``impl``, the slot
+    ``bytes_per_layer(s, b, h, a, t, *, sequence_parallel)``) counts with and without sequence
+    parallelism differ by sp.activations.bytes_saved_per_layer, exactly."""
     s, b, h, a, t = case
-    saved = Fraction(bytes_per_layer(s, b, h, a, t)) - Fraction(bytes_per_layer(s, b, h, a, t, sequence_parallel=True))
+    saved = (Fraction(call_impl("bytes_per_layer", impl, s, b, h, a, t))
+             - Fraction(call_impl("bytes_per_layer", impl, s, b, h, a, t, sequence_parallel=True)))
     form = form_value("sp.activations.bytes_saved_per_layer", s=s, b=b, h=h, t=t)
     if saved != form:
         raise PropertyFailure(f"activation bytes saved per layer (s={s}, b={b}, h={h}, a={a}, t={t})",
@@ -217,13 +233,15 @@ def _comm_edges():
     """(t, elements): one rank (nothing sent); t dividing the elements (the closed form applies); uneven
     chunks (3 ranks, 7 elements: the phases hand the larger chunk to different ranks); more ranks than
     elements (empty chunks); the largest t and size the strategy draws."""
-    return ((1, 1), (4, 8), (3, 7), (8, 3), (8, 40))
+    return ((1, 1), (2, 4), (4, 8), (3, 5), (3, 7), (8, 3), (8, 40))
 
 
 def _shape_edges():
     """(s, b, h, a, t): all ones (t = 1: nothing saved); t dividing none of s, h and a (fractional bytes per
     rank); one head over several ranks; the largest shape the strategy draws."""
-    return ((1, 1, 1, 1, 1), (5, 3, 7, 3, 2), (4, 2, 8, 1, 4), (64, 64, 64, 64, 64))
+    return ((1, 1, 1, 1, 1), (2, 1, 4, 2, 1), (2, 1, 4, 2, 2), (4, 2, 2, 1, 3), (5, 3, 7, 3, 2), (4, 2, 8, 1, 4),
+            (64, 64, 64, 64, 64))
+
 
 register(Property("sp.mlp.exact", lambda: ds.sp_mlp_block_cases(), mlp_exact,
                   "sequence-parallel MLP block == single-device block bit for bit; one all-gather and one "
@@ -242,7 +260,10 @@ register(Property("sp.layer_norm.param_grads", lambda: ds.sp_norm_grad_cases(), 
                   _grad_edges))
 register(Property("sp.comm.bytes", _sizes, comm_bytes,
                   "ring reduce-scatter + all-gather send the per-rank volumes of a ring all-reduce "
-                  "(= sp.block.bytes_per_rank when t divides S); exact", edge_cases=_comm_edges))
+                  "(= sp.block.bytes_per_rank when t divides S); exact",
+                  sp_collectives, "sp_collectives(inputs: list[ndarray]) -> (reduce-scatter CommResult, "
+                  "all-gather CommResult)", _comm_edges))
 register(Property("sp.activations.saved", _shapes, activations_saved,
                   "stored activation bytes per layer, TP minus TP+SP == sp.activations.bytes_saved_per_layer; exact",
-                  edge_cases=_shape_edges))
+                  _bytes_per_layer, "bytes_per_layer(s, b, h, a, t=1, *, sequence_parallel=False) -> int | Fraction",
+                  _shape_edges))

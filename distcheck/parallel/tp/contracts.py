@@ -137,6 +137,9 @@ class ColumnParallelLinear(ShardedLayerContract):
                 "gather_output: one all-gather of the output" if fwd else "no gather: none",
                 "the replicated input's gradient: one all-reduce (Megatron's f, Shoeybi et al. 2019 §3)")
 
+    def gathered_dims(self, case, options, dtype):
+        return ((case.dims["out_features"], case.x.shape[0] * ITEMSIZE[dtype]),) if options["gather_output"] else ()
+
 
 class RowParallelLinear(ShardedLayerContract):
     """Row-parallel linear: partial products all-reduced, the bias added once (see the module doc)."""
@@ -178,6 +181,9 @@ class RowParallelLinear(ShardedLayerContract):
         return ([(Collective.ALL_REDUCE, b * case.dims["out_features"] * size)] * count,
                 bwd, f"closed form tp.row.allreduce_count = {count}",
                 "input_is_parallel: none" if not bwd else "the split input's gradient: one all-gather")
+
+    def gathered_dims(self, case, options, dtype):
+        return () if options["input_is_parallel"] else ((case.dims["in_features"], case.x.shape[0] * ITEMSIZE[dtype]),)
 
 
 # ------------------------------------------------------------------------------------- MLP

@@ -14,6 +14,12 @@ tp.row.unlogged_allreduce    the right numbers, but takes the collective   tp.ro
 tp.swiglu.fused_naive_split  a fused [gate|up] weight split as one matrix  tp.swiglu.fused
 tp.row.even_split_only       k // tp rows per rank: the remainder rows     tp.row.exact (tp not
                              are dropped                                   dividing k)
+tp.column.bias_unsharded     every rank adds the first columns of the      tp.column.exact (a bias,
+                             bias, not its own block                       tp >= 2)
+tp.swiglu.silu_on_up         SwiGLU with gate and up swapped: silu(up)     tp.swiglu.bounded
+                             * gate
+tp.attention.first_kv_heads  every rank attends with the first ranks' KV   tp.attention.bounded (GQA,
+                             heads instead of its own group's              tp >= 2)
 ===========================  ============================================  =============================
 """
 
@@ -26,7 +32,8 @@ from distcheck.engine.mutants import mutant
 from distcheck.parallel.tp.reference import row_parallel
 
 __all__ = ["row_then_column_mlp", "layer_norm_per_shard", "row_parallel_bias_every_rank",
-           "row_parallel_even_split_only", "row_parallel_unlogged_allreduce", "swiglu_fused_naive_split"]
+           "row_parallel_even_split_only", "row_parallel_unlogged_allreduce", "swiglu_fused_naive_split",
+           "column_parallel_bias_unsharded", "swiglu_silu_on_up", "attention_first_kv_heads"]
 
 
 def _bounds(n: int, tp: int) -> list[tuple[int, int]]:
@@ -103,6 +110,52 @@ def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
         half = gu.shape[-1] // 2
         h = gu[..., :half] / (1 + np.exp(-gu[..., :half])) * gu[..., half:2 * half]
         part = h @ W_down[dlo:dlo + h.shape[-1], :]
+        total = part if total is None else total + part
+    if log is not None:
+        log.append((Collective.ALL_REDUCE, total.shape))
+    return total
+
+
+@mutant("tp.column.bias_unsharded", "tp.column.exact")
+def column_parallel_bias_unsharded(x, W, tp, b=None):
+    """Column-parallel linear whose ranks each add the FIRST columns of the bias (the bias left
+    unsharded and sliced from 0) instead of the block matching their output columns."""
+    x, W = np.asarray(x), np.asarray(W)
+    outs = []
+    for lo, hi in _bounds(W.shape[1], tp):
+        y = x @ W[:, lo:hi]
+        outs.append(y if b is None else y + np.asarray(b)[:hi - lo])
+    return np.concatenate(outs, axis=-1)
+
+
+@mutant("tp.swiglu.silu_on_up", "tp.swiglu.bounded")
+def swiglu_silu_on_up(x, W_gate, W_up, W_down, tp, *, log=None):
+    """TP SwiGLU with the gate and up projections swapped: silu(x W_up) * (x W_gate)."""
+    x, W_gate, W_up, W_down = (np.asarray(a) for a in (x, W_gate, W_up, W_down))
+    total = None
+    for lo, hi in _bounds(W_gate.shape[1], tp):
+        u, g = x @ W_up[:, lo:hi], x @ W_gate[:, lo:hi]
+        part = (u / (1 + np.exp(-u)) * g) @ W_down[lo:hi, :]
+        total = part if total is None else total + part
+    if log is not None:
+        log.append((Collective.ALL_REDUCE, total.shape))
+    return total
+
+
+@mutant("tp.attention.first_kv_heads", "tp.attention.bounded")
+def attention_first_kv_heads(x, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, tp, causal=True, *, log=None):
+    """Attention split by heads where every rank slices the K and V projections from column 0 (rank 0's
+    KV heads) instead of its own group's: with GQA over tp >= 2, rank r's queries meet the wrong keys."""
+    from distcheck.parallel.tp.attention import attention_heads, tp_head_ranges
+
+    x, Wq, Wk, Wv, Wo = (np.asarray(a) for a in (x, Wq, Wk, Wv, Wo))
+    hd = Wq.shape[1] // num_heads
+    total = None
+    for q_heads, kv_heads in tp_head_ranges(tp, num_heads, num_kv_heads):
+        qc = slice(q_heads.start * hd, q_heads.stop * hd)
+        kc = slice(0, len(kv_heads) * hd)
+        local = attention_heads(x, Wq[:, qc], Wk[:, kc], Wv[:, kc], len(q_heads), len(kv_heads), causal)
+        part = local @ Wo[qc, :]
         total = part if total is None else total + part
     if log is not None:
         log.append((Collective.ALL_REDUCE, total.shape))

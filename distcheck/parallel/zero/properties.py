@@ -46,13 +46,26 @@ def bytes_match_figure1(case, *, impl=_bytes) -> None:
             raise PropertyFailure(f"stage {stage} bytes per GPU for {c}", expected=expected, got=got)
 
 
+#: the state each stage shards on top of the one before (ZeRO paper, Figure 1): optimizer state, gradients,
+#: parameters
+_SHARDS_MORE = {1: "the optimizer state", 2: "the gradients", 3: "the parameters"}
+
+
 def bytes_monotone(case, *, impl=_bytes) -> None:
     """Any params (padding allowed): non-increasing in stage and in dp; all stages equal the
-    DDP baseline (2 + 2 + K) Psi at dp = 1."""
+    DDP baseline (2 + 2 + K) Psi at dp = 1. Strictly decreasing where a stage shards one more
+    state and the sharding can show: dp >= 2 and params >= 2 (so a rank's chunk ceil(Psi / N_d)
+    is smaller than Psi), for stage 1 only when K > 0 (it shards the K Psi optimizer bytes);
+    a stage that holds as much as the one before has not sharded its state (ZeRO Figure 1)."""
     per_stage = [call_impl("model_state_bytes_per_gpu", impl, case.params, case.dp, s, case.k) for s in range(4)]
     for s in range(3):
         if per_stage[s + 1] > per_stage[s]:
             raise PropertyFailure(f"stage {s + 1} holds more than stage {s} for {case}", expected=f"<= {per_stage[s]}",
+                                  got=per_stage[s + 1])
+        strict = case.dp >= 2 and case.params >= 2 and (s + 1 > 1 or case.k > 0)
+        if strict and per_stage[s + 1] == per_stage[s]:
+            raise PropertyFailure(f"stage {s + 1} holds as much as stage {s} for {case}: "
+                                  f"{_SHARDS_MORE[s + 1]} not sharded", expected=f"< {per_stage[s]}",
                                   got=per_stage[s + 1])
     for s in range(4):
         more = call_impl("model_state_bytes_per_gpu", impl, case.params, case.dp + 1, s, case.k)
@@ -110,7 +123,8 @@ register(Property("zero.bytes.padded", _small, bytes_padded,
                   "any params: Figure 1 bytes of params <= bytes per GPU <= Figure 1 bytes of the padded params",
                   _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int", _edges))
 register(Property("zero.bytes.monotone", _small, bytes_monotone,
-                  "bytes per GPU non-increasing in stage and in dp; == DDP baseline at dp = 1",
+                  "bytes per GPU non-increasing in stage and in dp, strictly where a stage shards one more state "
+                  "(dp >= 2, params >= 2); == DDP baseline at dp = 1",
                   _bytes, "model_state_bytes_per_gpu(params, dp, stage, k=12) -> int", _edges))
 register(Property("zero.comm.section7", lambda: ds.zero_cases(max_params=10**9), comm_matches_section7,
                   "comm elements per rank == closed forms; ZeRO-3 moves 1.5x DDP",
