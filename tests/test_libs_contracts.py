@@ -363,7 +363,7 @@ def test_the_contracts_are_listed():
 
 def test_every_recorded_finding_has_a_distinct_check_and_labels_only_its_symptom():
     checks = [f.check for f in LIB_FINDINGS]
-    assert len(checks) == len(set(checks)) and len(checks) == 10
+    assert len(checks) == len(set(checks)) and len(checks) == 9
     record = next(f for f in LIB_FINDINGS if f.check == "libs.deepspeed.zero.baseline_n1")
     seen = ("P=1, N=1, largest_layer_params=1: nothing is sharded, yet the stages differ: deepspeed.zero2 20 bytes "
             "(= 20·P), deepspeed.zero3 22 bytes (= 18·P + 4)")
@@ -442,3 +442,37 @@ def test_hypothesis_draws_without_the_constants_of_loaded_local_modules(tmp_path
     assert _certify(est, "memory-estimator", examples=10).ok
     assert SEEN_LOCAL_CONSTANTS and set(SEEN_LOCAL_CONSTANTS) == {0}  # empty during the run
     assert 101 in providers._get_local_constants().integers  # and restored after it
+
+
+# ---------------------------------------------------------------- a target that cannot be loaded: skip, never finding
+
+
+def test_an_import_failure_is_a_skip_never_a_finding(monkeypatch):
+    from distcheck.engine.findings import Finding, label_findings, not_loaded
+
+    with pytest.raises(ConfigError, match="never a finding"):  # a record cannot describe one
+        Finding("x.not_in_wheel", "libs.x.import", "cannot import x: ModuleNotFoundError: .*", "s", "x", ("1",),
+                "python -c 'import x'", "-")
+    anything = Finding("x.anything", "libs.x.import", ".*", "matches any detail", "x", ("1",), "-", "-")
+    exc = ModuleNotFoundError("No module named 'x.training'")
+    skipped = not_loaded("libs.x.import", "x 1", "x.training", exc, "x from its repository")
+    required = not_loaded("libs.x.import", "x 1", "x.training", exc, "x from its repository", required=True)
+    crashed = CheckResult("libs.x.import", "x 1", FAIL, detail="rank 0 raised ModuleNotFoundError: No module named 'y'")
+    rows = label_findings([skipped, required, crashed], (anything,), versions={"x": "1"})
+    assert [r.verdict for r in rows] == [SKIP, FAIL, FAIL]
+    assert rows[0].detail == ("not loaded: cannot import x.training (ModuleNotFoundError: No module named "
+                              "'x.training'); to certify it, install x from its repository")
+    assert rows[2].detail == crashed.detail and "finding" not in rows[2].extra
+    # Megatron's theoretical memory, absent from the megatron-core wheel: skip, FAIL only when required
+    from distcheck.libs.targets import megatron
+
+    monkeypatch.setitem(sys.modules, megatron.THEORETICAL_MEMORY, None)  # makes the import fail here
+    monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: "0.16.1")
+    monkeypatch.setattr(megatron, "CERTIFY", ())
+    got = run_libs(["megatron"])
+    assert [(r.check, r.verdict) for r in got] == [("libs.megatron.theoretical_memory.import", SKIP)]
+    assert got[0].detail.startswith("not loaded: cannot import megatron.training.theoretical_memory_usage "
+                                    "(ModuleNotFoundError") and "git+https://github.com/NVIDIA/Megatron-LM" in got[0].detail
+    assert [r.verdict for r in run_libs(["megatron"], require_installed=True)] == [FAIL]
+    row = next(t for t in summary_rows(got) if t.target == "Megatron-core theoretical memory")
+    assert row.verdict.startswith("skip (0/0 checks pass, 1 skipped): not loaded: cannot import") and not row.counterexamples

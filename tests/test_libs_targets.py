@@ -53,7 +53,7 @@ def test_megatron_rank_generator_and_memory():
     rows = run_libs(["megatron"], max_examples=30)
     assert _verdicts(rows) == {"libs.megatron.rank_generator.groups": PASS,
                                "libs.megatron.rank_generator.refused": FINDING,
-                               "libs.megatron.theoretical_memory.import": FINDING}
+                               "libs.megatron.theoretical_memory.import": SKIP}
 
 
 def test_torchtitan_parallel_dims_on_the_fake_backend():

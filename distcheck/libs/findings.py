@@ -131,18 +131,6 @@ LIB_FINDINGS: tuple[Finding, ...] = (
         reported=_NOT_REPORTED,
     ),
     Finding(
-        name="megatron.theoretical_memory.not_in_wheel",
-        check="libs.megatron.theoretical_memory.import",
-        symptom=_exact("cannot import megatron.training.theoretical_memory_usage: ModuleNotFoundError: No module named "
-                       "'megatron.training'"),
-        summary=("Megatron's theoretical memory (megatron/training/theoretical_memory_usage.py: 18 B/param, or "
-                 "6 + 12/d with the distributed optimizer) is not in the megatron-core package on PyPI, which ships "
-                 "only megatron.core: it cannot be imported, on CPU or anywhere, from the PyPI install"),
-        library="megatron-core", seen_on=_MEG_SEEN,
-        reproduce="python -c \"import megatron.training.theoretical_memory_usage\"   # ModuleNotFoundError",
-        reported=_NOT_REPORTED,
-    ),
-    Finding(
         name="torchtitan.parallel_dims.asserts_vanish",
         check="libs.torchtitan.parallel_dims.refused",
         symptom=_exact("python accepts ep=3 not dividing dp_shard*cp*tp=2 -> 3 | "

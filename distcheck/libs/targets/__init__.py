@@ -5,8 +5,9 @@ needs none of them. Every module has ``DIST`` (the PyPI distribution), ``TITLE``
 ``CERTIFY``: the module-level targets it defines with the contract each is certified under,
 e.g. ``("ZERO2", "memory-estimator")``, so that ``distcheck certify
 distcheck.libs.targets.deepspeed:ZERO2 --contract memory-estimator`` certifies one and
-``distcheck libs`` certifies them all. A module may also have ``extra_rows()``: rows that
-are not a certification (an estimator that cannot be imported at all).
+``distcheck libs`` certifies them all. A module may also have ``extra_rows(*, required)``:
+rows that are not a certification (an estimator that cannot be imported at all: a skip naming
+what to install, a FAIL when ``required``; :func:`distcheck.engine.findings.not_loaded`).
 """
 
 from __future__ import annotations
