@@ -308,6 +308,10 @@ def test_bad_input_probes_see_asserts_vanish_under_minus_o(tmp_path):
     assert sys.flags.optimize == 0
     with pytest.raises(ConfigError, match="probes"):
         ProbeSet("x", None, setup, ())
+    # a setup that raises (the positive control of accelerate's probes: a valid call first) FAILs the row
+    control = setup + "\nif checked(1) != 2: raise RuntimeError(f'positive control: checked(1) gave {checked(1)}')"
+    failed = _by(_certify(ProbeSet("fake.control", None, control, (Probe("tp=0", "checked(0)"),)), "bad-input"))
+    assert failed["refused"].verdict == FAIL and "positive control: checked(1) gave 1" in failed["refused"].failure
 
 
 # ---------------------------------------------------------------- certificates and the command line
@@ -363,7 +367,7 @@ def test_the_contracts_are_listed():
 
 def test_every_recorded_finding_has_a_distinct_check_and_labels_only_its_symptom():
     checks = [f.check for f in LIB_FINDINGS]
-    assert len(checks) == len(set(checks)) and len(checks) == 9
+    assert len(checks) == len(set(checks)) and len(checks) == 10
     record = next(f for f in LIB_FINDINGS if f.check == "libs.deepspeed.zero.baseline_n1")
     seen = ("P=1, N=1, largest_layer_params=1: nothing is sharded, yet the stages differ: deepspeed.zero2 20 bytes "
             "(= 20·P), deepspeed.zero3 22 bytes (= 18·P + 4)")
@@ -469,10 +473,39 @@ def test_an_import_failure_is_a_skip_never_a_finding(monkeypatch):
     monkeypatch.setitem(sys.modules, megatron.THEORETICAL_MEMORY, None)  # makes the import fail here
     monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: "0.16.1")
     monkeypatch.setattr(megatron, "CERTIFY", ())
+    monkeypatch.setattr(megatron, "ep_placement", list)  # its row needs megatron-core (tests/test_libs_targets.py)
     got = run_libs(["megatron"])
     assert [(r.check, r.verdict) for r in got] == [("libs.megatron.theoretical_memory.import", SKIP)]
     assert got[0].detail.startswith("not loaded: cannot import megatron.training.theoretical_memory_usage "
-                                    "(ModuleNotFoundError") and "git+https://github.com/NVIDIA/Megatron-LM" in got[0].detail
+                                    "(ModuleNotFoundError")
+    assert "git+https://github.com/NVIDIA/Megatron-LM" in got[0].detail
     assert [r.verdict for r in run_libs(["megatron"], require_installed=True)] == [FAIL]
     row = next(t for t in summary_rows(got) if t.target == "Megatron-core theoretical memory")
-    assert row.verdict.startswith("skip (0/0 checks pass, 1 skipped): not loaded: cannot import") and not row.counterexamples
+    assert row.verdict.startswith("skip (0/0 checks pass, 1 skipped): not loaded: cannot import")
+    assert not row.counterexamples
+
+
+# ---------------------------------------------------------------- expert-parallel placement, named
+
+
+def test_the_ep_placement_row_names_megatrons_or_torchtitans_convention():
+    from distcheck.layout import EP_PLACEMENT_MEGATRON, EP_PLACEMENT_TORCHTITAN, ep_placements
+    from distcheck.libs.targets import ep_placement_row
+
+    assert ep_placements(tp=2, data=2, ep=2) == {EP_PLACEMENT_MEGATRON: [[0, 2], [1, 3]],
+                                                 EP_PLACEMENT_TORCHTITAN: [[0, 1], [2, 3]]}
+    titan = ep_placement_row("libs.x.ep_placement", "x 1", [[3, 2], [1, 0]], tp=2, data=2, ep=2, call="x()")
+    assert titan.verdict == PASS and titan.extra["conventions"] == [EP_PLACEMENT_TORCHTITAN]
+    assert titan.detail == (f"x() gives ep groups [[0, 1], [2, 3]] at tp=2, 2 data-parallel ranks, ep=2: "
+                            f"{EP_PLACEMENT_TORCHTITAN}; not {EP_PLACEMENT_MEGATRON}, which gives [[0, 2], [1, 3]]")
+    megatron = ep_placement_row("libs.x.ep_placement", "x 1", [[0, 2], [1, 3]], tp=2, data=2, ep=2, call="x()")
+    assert megatron.verdict == PASS and megatron.extra["conventions"] == [EP_PLACEMENT_MEGATRON]
+    neither = ep_placement_row("libs.x.ep_placement", "x 1", [[0, 3], [1, 2]], tp=2, data=2, ep=2, call="x()")
+    assert neither.verdict == FAIL and "none of the named placements" in neither.detail and not neither.extra
+    blind = ep_placement_row("libs.x.ep_placement", "x 1", [[0, 1], [2, 3]], tp=1, data=4, ep=2, call="x()")
+    assert blind.verdict == FAIL and "cannot be told apart" in blind.detail  # tp = 1: both give [[0, 1], [2, 3]]
+    # the folded row names the convention of its passing rows
+    rows = [CheckResult("libs.torchtitan.parallel_dims.groups", "torchtitan 0.3.0", PASS),
+            titan.__class__(**{**titan.__dict__, "check": "libs.torchtitan.parallel_dims.ep_placement"})]
+    row = next(t for t in summary_rows(rows) if t.library == "torchtitan")
+    assert row.verdict == f"certified (2/2 checks pass; convention: {EP_PLACEMENT_TORCHTITAN})"

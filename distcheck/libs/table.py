@@ -24,7 +24,7 @@ UNITS = (
     ("DeepSpeed ZeRO-2 estimator", "deepspeed", "memory-estimator", ("libs.deepspeed.zero2.",)),
     ("DeepSpeed ZeRO-3 estimator", "deepspeed", "memory-estimator; memory-estimator-stages (ZeRO-2 against ZeRO-3)",
      ("libs.deepspeed.zero3.", "libs.deepspeed.zero.")),
-    ("accelerate estimate-memory, training", "accelerate", "memory-estimator", ("libs.accelerate.",)),
+    ("accelerate estimate-memory, training", "accelerate", "memory-estimator; bad-input", ("libs.accelerate.",)),
     ("Megatron-core theoretical memory", "megatron-core", "memory-estimator", ("libs.megatron.theoretical_memory.",)),
     ("Megatron-core RankGenerator", "megatron-core", "rank-layout; bad-input", ("libs.megatron.rank_generator.",)),
     ("torchtitan ParallelDims (fake backend)", "torchtitan", "rank-layout; bad-input", ("libs.torchtitan.",)),

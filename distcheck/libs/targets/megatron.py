@@ -136,10 +136,29 @@ def extra_rows(*, required: bool = False) -> list[CheckResult]:
     from distcheck.libs.targets import library
 
     check, backend, extra = "libs.megatron.theoretical_memory.import", library(DIST), {"contract": "memory-estimator"}
+    rows = [*ep_placement()]
     try:
         import_module(THEORETICAL_MEMORY)
     except ImportError as exc:
-        return [not_loaded(check, backend, THEORETICAL_MEMORY, exc, MEGATRON_LM, required=required, extra=extra)]
-    return [CheckResult(check=check, backend=backend, verdict=SKIP, extra=extra,
-                        detail=(f"{THEORETICAL_MEMORY} imports, but its estimator (which takes Megatron-LM's argument "
-                                "namespace) has no adapter: nothing is certified; see docs/LIBRARIES.md"))]
+        return rows + [not_loaded(check, backend, THEORETICAL_MEMORY, exc, MEGATRON_LM, required=required, extra=extra)]
+    return rows + [CheckResult(check=check, backend=backend, verdict=SKIP, extra=extra,
+                               detail=(f"{THEORETICAL_MEMORY} imports, but its estimator (which takes Megatron-LM's "
+                                       "argument namespace) has no adapter: nothing is certified; see "
+                                       "docs/LIBRARIES.md"))]
+
+
+def ep_placement() -> list[CheckResult]:
+    """``libs.megatron.rank_generator.ep_placement``: the expert-parallel placement Megatron-core follows, named
+    (:func:`distcheck.libs.targets.ep_placement_row`), from the expert ``RankGenerator`` of a 4-rank world with
+    tp = etp = 2, ep = 2 (expert dp 1) under the default order."""
+    import warnings
+
+    from distcheck.libs.targets import ep_placement_row, library
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.parallel_state import RankGenerator
+    call = "RankGenerator(tp=2, ep=2, dp=1, pp=1, cp=1, order='tp-cp-ep-dp-pp').get_ranks('ep')"
+    got = RankGenerator(tp=2, ep=2, dp=1, pp=1, cp=1, order="tp-cp-ep-dp-pp").get_ranks("ep")
+    return [ep_placement_row("libs.megatron.rank_generator.ep_placement", library(DIST), got, tp=2, data=2, ep=2,
+                             call=call)]
