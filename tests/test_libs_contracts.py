@@ -479,7 +479,11 @@ def test_an_import_failure_is_a_skip_never_a_finding(monkeypatch):
     assert got[0].detail.startswith("not loaded: cannot import megatron.training.theoretical_memory_usage "
                                     "(ModuleNotFoundError")
     assert "git+https://github.com/NVIDIA/Megatron-LM" in got[0].detail
-    assert [r.verdict for r in run_libs(["megatron"], require_installed=True)] == [FAIL]
+    # --require-installed requires what the libs extra installs: megatron-core is here, and no PyPI wheel of the
+    # extra ships megatron.training, so the row stays a skip (the README table is made with the flag in CI)
+    assert [r.verdict for r in run_libs(["megatron"], require_installed=True)] == [SKIP]
+    monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: None)
+    assert [r.verdict for r in run_libs(["megatron"], require_installed=True)] == [FAIL]  # megatron-core missing
     row = next(t for t in summary_rows(got) if t.target == "Megatron-core theoretical memory")
     assert row.verdict.startswith("skip (0/0 checks pass, 1 skipped): not loaded: cannot import")
     assert not row.counterexamples

@@ -38,9 +38,10 @@ def run_libs(targets=None, *, max_examples: int = DEFAULT_EXAMPLES, seed: int = 
     Each adapter's targets are certified under their contracts (:func:`distcheck.certify.certify`,
     profile :data:`PROFILE`, ``max_examples`` per property, ``seed``). A target whose library is not
     installed gives one ``skip`` row naming the install command, or a ``FAIL`` row with
-    ``require_installed`` (so that a CI job cannot pass having checked nothing); so does a target whose
-    module does not import although its library is installed (an adapter's ``extra_rows(required=...)``,
-    :func:`distcheck.engine.findings.not_loaded`): it is never a finding. Raises ConfigError
+    ``require_installed`` (so that a CI job cannot pass having checked nothing). A target whose module
+    does not import is a skip naming what to install (an adapter's ``extra_rows(required=...)``,
+    :func:`distcheck.engine.findings.not_loaded`; a FAIL under ``require_installed`` only when the extra
+    should have provided it), never a finding. Raises ConfigError
     for an unknown target name or bad counts.
     """
     from distcheck.libs.findings import label
