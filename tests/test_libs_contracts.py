@@ -6,6 +6,7 @@ the real ones)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from fractions import Fraction
@@ -457,6 +458,8 @@ def test_an_import_failure_is_a_skip_never_a_finding(monkeypatch):
     with pytest.raises(ConfigError, match="never a finding"):  # a record cannot describe one
         Finding("x.not_in_wheel", "libs.x.import", "cannot import x: ModuleNotFoundError: .*", "s", "x", ("1",),
                 "python -c 'import x'", "-")
+    with pytest.raises(ConfigError, match="never a finding"):  # also as re.escape writes it
+        Finding("x.escaped", "libs.x.import", re.escape("cannot import x.training"), "s", "x", ("1",), "-", "-")
     anything = Finding("x.anything", "libs.x.import", ".*", "matches any detail", "x", ("1",), "-", "-")
     exc = ModuleNotFoundError("No module named 'x.training'")
     skipped = not_loaded("libs.x.import", "x 1", "x.training", exc, "x from its repository")

@@ -20,7 +20,7 @@ reproduce it. :func:`label_findings` applies the records to a list of rows:
 A target that cannot be loaded (its module does not import) is never a finding, which is
 reserved for an exact, recorded discrepancy in code that ran. Such a row is made by
 :func:`not_loaded`: a ``skip`` naming the import error and what to install (``FAIL`` when the
-caller requires the target, as ``distcheck libs --require-installed`` does), marked
+caller requires it: a module its installed libraries should provide), marked
 ``extra["not_loaded"]``; :func:`label_findings` never labels it, nor any ``FAIL`` whose detail is
 an import error (``ImportError``, ``ModuleNotFoundError``). :class:`Finding` refuses a symptom
 that describes one.
@@ -44,12 +44,13 @@ __all__ = ["Finding", "known_findings", "label_findings", "library_versions", "n
 
 #: the exception names of a module that cannot be imported (a target not loaded, never a finding)
 IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError")
-_IMPORT_FAILURE = re.compile(r"\b(?:" + "|".join(IMPORT_ERRORS) + r")\b|\bcannot (?:be )?import")
+_IMPORT_FAILURE = re.compile(r"\b(?:" + "|".join(IMPORT_ERRORS) + r")\b|\bcannot\\? (?:be\\? )?import")
 
 
 def is_import_failure(text: str) -> bool:
     """True if ``text`` (a row's detail, or a symptom pattern) reports a module that cannot be imported:
-    it names ``ImportError`` or ``ModuleNotFoundError``, or says "cannot import" / "cannot be imported"."""
+    it names ``ImportError`` or ``ModuleNotFoundError``, or says "cannot import" / "cannot be imported" (also
+    as :func:`re.escape` writes them, spaces escaped)."""
     return _IMPORT_FAILURE.search(text or "") is not None
 
 
