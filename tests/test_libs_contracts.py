@@ -6,6 +6,7 @@ the real ones)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from fractions import Fraction
@@ -325,6 +326,10 @@ def test_bad_input_probes_see_asserts_vanish_under_minus_o(tmp_path):
         ProbeSet("x", None, setup, (), VALID)
     with pytest.raises(ConfigError, match="valid"):
         ProbeSet("x", None, setup, (Probe("tp=0", "checked(0)"),), ())
+    # a setup that raises (the positive control of accelerate's probes: a valid call first) FAILs the row
+    control = setup + "\nif checked(1) != 2: raise RuntimeError(f'positive control: checked(1) gave {checked(1)}')"
+    failed = _by(_certify(ProbeSet("fake.control", None, control, (Probe("tp=0", "checked(0)"),), VALID), "bad-input"))
+    assert failed["refused"].verdict == FAIL and "positive control: checked(1) gave 1" in failed["refused"].failure
 
 
 def test_a_changed_signature_rejects_valid_input_and_retires_no_finding(tmp_path):
@@ -502,3 +507,72 @@ def test_hypothesis_draws_without_the_constants_of_loaded_local_modules(tmp_path
     assert _certify(est, "memory-estimator", examples=10).ok
     assert SEEN_LOCAL_CONSTANTS and set(SEEN_LOCAL_CONSTANTS) == {0}  # empty during the run
     assert 101 in providers._get_local_constants().integers  # and restored after it
+
+
+# ---------------------------------------------------------------- a target that cannot be loaded: skip, never finding
+
+
+def test_an_import_failure_is_a_skip_never_a_finding(monkeypatch):
+    from distcheck.engine.findings import Finding, label_findings, not_loaded
+
+    with pytest.raises(ConfigError, match="never a finding"):  # a record cannot describe one
+        Finding("x.not_in_wheel", "libs.x.import", "cannot import x: ModuleNotFoundError: .*", "s", "x", ("1",),
+                "python -c 'import x'", "-")
+    with pytest.raises(ConfigError, match="never a finding"):  # also as re.escape writes it
+        Finding("x.escaped", "libs.x.import", re.escape("cannot import x.training"), "s", "x", ("1",), "-", "-")
+    anything = Finding("x.anything", "libs.x.import", ".*", "matches any detail", "x", ("1",), "-", "-")
+    exc = ModuleNotFoundError("No module named 'x.training'")
+    skipped = not_loaded("libs.x.import", "x 1", "x.training", exc, "x from its repository")
+    required = not_loaded("libs.x.import", "x 1", "x.training", exc, "x from its repository", required=True)
+    crashed = CheckResult("libs.x.import", "x 1", FAIL, detail="rank 0 raised ModuleNotFoundError: No module named 'y'")
+    rows = label_findings([skipped, required, crashed], (anything,), versions={"x": "1"})
+    assert [r.verdict for r in rows] == [SKIP, FAIL, FAIL]
+    assert rows[0].detail == ("not loaded: cannot import x.training (ModuleNotFoundError: No module named "
+                              "'x.training'); to certify it, install x from its repository")
+    assert rows[2].detail == crashed.detail and "finding" not in rows[2].extra
+    # Megatron's theoretical memory, absent from the megatron-core wheel: skip, FAIL only when required
+    from distcheck.libs.targets import megatron
+
+    monkeypatch.setitem(sys.modules, megatron.THEORETICAL_MEMORY, None)  # makes the import fail here
+    monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: "0.16.1")
+    monkeypatch.setattr(megatron, "CERTIFY", ())
+    monkeypatch.setattr(megatron, "ep_placement", list)  # its row needs megatron-core (tests/test_libs_targets.py)
+    got = run_libs(["megatron"])
+    assert [(r.check, r.verdict) for r in got] == [("libs.megatron.theoretical_memory.import", SKIP)]
+    assert got[0].detail.startswith("not loaded: cannot import megatron.training.theoretical_memory_usage "
+                                    "(ModuleNotFoundError")
+    assert "git+https://github.com/NVIDIA/Megatron-LM" in got[0].detail
+    # --require-installed requires what the libs extra installs: megatron-core is here, and no PyPI wheel of the
+    # extra ships megatron.training, so the row stays a skip (the README table is made with the flag in CI)
+    assert [r.verdict for r in run_libs(["megatron"], require_installed=True)] == [SKIP]
+    monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: None)
+    assert [r.verdict for r in run_libs(["megatron"], require_installed=True)] == [FAIL]  # megatron-core missing
+    row = next(t for t in summary_rows(got) if t.target == "Megatron-core theoretical memory")
+    assert row.verdict.startswith("skip (0/0 checks pass, 1 skipped): not loaded: cannot import")
+    assert not row.counterexamples
+
+
+# ---------------------------------------------------------------- expert-parallel placement, named
+
+
+def test_the_ep_placement_row_names_megatrons_or_torchtitans_convention():
+    from distcheck.layout import EP_PLACEMENT_MEGATRON, EP_PLACEMENT_TORCHTITAN, ep_placements
+    from distcheck.libs.targets import ep_placement_row
+
+    assert ep_placements(tp=2, data=2, ep=2) == {EP_PLACEMENT_MEGATRON: [[0, 2], [1, 3]],
+                                                 EP_PLACEMENT_TORCHTITAN: [[0, 1], [2, 3]]}
+    titan = ep_placement_row("libs.x.ep_placement", "x 1", [[3, 2], [1, 0]], tp=2, data=2, ep=2, call="x()")
+    assert titan.verdict == PASS and titan.extra["conventions"] == [EP_PLACEMENT_TORCHTITAN]
+    assert titan.detail == (f"x() gives ep groups [[0, 1], [2, 3]] at tp=2, 2 data-parallel ranks, ep=2: "
+                            f"{EP_PLACEMENT_TORCHTITAN}; not {EP_PLACEMENT_MEGATRON}, which gives [[0, 2], [1, 3]]")
+    megatron = ep_placement_row("libs.x.ep_placement", "x 1", [[0, 2], [1, 3]], tp=2, data=2, ep=2, call="x()")
+    assert megatron.verdict == PASS and megatron.extra["conventions"] == [EP_PLACEMENT_MEGATRON]
+    neither = ep_placement_row("libs.x.ep_placement", "x 1", [[0, 3], [1, 2]], tp=2, data=2, ep=2, call="x()")
+    assert neither.verdict == FAIL and "none of the named placements" in neither.detail and not neither.extra
+    blind = ep_placement_row("libs.x.ep_placement", "x 1", [[0, 1], [2, 3]], tp=1, data=4, ep=2, call="x()")
+    assert blind.verdict == FAIL and "cannot be told apart" in blind.detail  # tp = 1: both give [[0, 1], [2, 3]]
+    # the folded row names the convention of its passing rows
+    rows = [CheckResult("libs.torchtitan.parallel_dims.groups", "torchtitan 0.3.0", PASS),
+            titan.__class__(**{**titan.__dict__, "check": "libs.torchtitan.parallel_dims.ep_placement"})]
+    row = next(t for t in summary_rows(rows) if t.library == "torchtitan")
+    assert row.verdict == f"certified (2/2 checks pass; convention: {EP_PLACEMENT_TORCHTITAN})"

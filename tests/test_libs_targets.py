@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from distcheck.layout import EP_PLACEMENT_MEGATRON, EP_PLACEMENT_TORCHTITAN
 from distcheck.libs import run_libs
 from distcheck.report import FAIL, FINDING, PASS, SKIP
 
@@ -45,6 +46,11 @@ def test_accelerate_training_estimate():
     assert got["libs.accelerate.float16.fit"].verdict == FINDING
     assert got["libs.accelerate.float16.printed_unit"].verdict == FINDING
     assert got["libs.accelerate.float16.monotone_n"].verdict == SKIP  # no data parallelism: N is not an input
+    # an unknown dtype string gives -1 for every part, no error; the positive control (float16) passed first
+    refused = got["libs.accelerate.training_usage.refused"]
+    assert refused.verdict == FINDING and refused.detail.endswith(
+        "Observed: python accepts dtype 'fp16' (an alias it does not know) -> {'model': -1, 'optimizer': -1, "
+        "'gradients': -1, 'step': -1}; dtype 'int8' -> {'model': -1, 'optimizer': -1, 'gradients': -1, 'step': -1}")
     assert FAIL not in _verdicts(rows).values()
 
 
@@ -53,7 +59,13 @@ def test_megatron_rank_generator_and_memory():
     rows = run_libs(["megatron"], max_examples=30)
     assert _verdicts(rows) == {"libs.megatron.rank_generator.groups": PASS,
                                "libs.megatron.rank_generator.refused": FINDING,
-                               "libs.megatron.theoretical_memory.import": FINDING}
+                               "libs.megatron.rank_generator.ep_placement": PASS,
+                               "libs.megatron.theoretical_memory.import": SKIP}
+    got = {r.check: r for r in rows}
+    assert got["libs.megatron.rank_generator.ep_placement"].extra["conventions"] == [EP_PLACEMENT_MEGATRON]
+    # not part of the megatron-core wheel: a skip naming what to install, never a finding
+    assert got["libs.megatron.theoretical_memory.import"].detail.startswith(
+        "not loaded: cannot import megatron.training.theoretical_memory_usage (ModuleNotFoundError")
 
 
 def test_torchtitan_parallel_dims_on_the_fake_backend():
@@ -65,6 +77,10 @@ def test_torchtitan_parallel_dims_on_the_fake_backend():
         "the groups of batch, cp, dp, dp_replicate, dp_shard, efsdp, ep, loss, pp, tp equal distcheck's layout for "
         "the same order")
     assert got["libs.torchtitan.parallel_dims.refused"].verdict == FINDING
+    # torchtitan's ep placement is its own convention, not Megatron-core's: the row names which
+    placement = got["libs.torchtitan.parallel_dims.ep_placement"]
+    assert placement.verdict == PASS and placement.extra["conventions"] == [EP_PLACEMENT_TORCHTITAN]
+    assert placement.detail.endswith(f"not {EP_PLACEMENT_MEGATRON}, which gives [[0, 2], [1, 3]]")
 
 
 @pytest.mark.slow

@@ -17,6 +17,14 @@ reproduce it. :func:`label_findings` applies the records to a list of rows:
   names it and :func:`distcheck.report.summary_line` lists it;
 - rows of other checks, and ``skip`` rows, are left alone.
 
+A target that cannot be loaded (its module does not import) is never a finding, which is
+reserved for an exact, recorded discrepancy in code that ran. Such a row is made by
+:func:`not_loaded`: a ``skip`` naming the import error and what to install (``FAIL`` when the
+caller requires it: a module its installed libraries should provide), marked
+``extra["not_loaded"]``; :func:`label_findings` never labels it, nor any ``FAIL`` whose detail is
+an import error (``ImportError``, ``ModuleNotFoundError``). :class:`Finding` refuses a symptom
+that describes one.
+
 Labelling is idempotent (a row already labelled is not labelled again).
 
 Records live with the check they explain: a parallelism package's ``findings`` role module
@@ -30,9 +38,20 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 
-from distcheck.core.results import FAIL, FINDING, PASS, CheckResult
+from distcheck.core.results import FAIL, FINDING, PASS, SKIP, CheckResult
 
-__all__ = ["Finding", "known_findings", "label_findings", "library_versions"]
+__all__ = ["Finding", "known_findings", "label_findings", "library_versions", "not_loaded", "is_import_failure"]
+
+#: the exception names of a module that cannot be imported (a target not loaded, never a finding)
+IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError")
+_IMPORT_FAILURE = re.compile(r"\b(?:" + "|".join(IMPORT_ERRORS) + r")\b|\bcannot\\? (?:be\\? )?import")
+
+
+def is_import_failure(text: str) -> bool:
+    """True if ``text`` (a row's detail, or a symptom pattern) reports a module that cannot be imported:
+    it names ``ImportError`` or ``ModuleNotFoundError``, or says "cannot import" / "cannot be imported" (also
+    as :func:`re.escape` writes them, spaces escaped)."""
+    return _IMPORT_FAILURE.search(text or "") is not None
 
 
 @dataclass(frozen=True)
@@ -60,10 +79,32 @@ class Finding:
     reproduce: str
     reported: str
 
+    def __post_init__(self) -> None:
+        from distcheck.core.errors import ConfigError
+
+        if is_import_failure(self.symptom):
+            raise ConfigError(f"{self.name}.symptom", self.symptom,
+                              "describes a module that cannot be imported: that is a target not loaded, a skip "
+                              "naming what to install (distcheck.engine.findings.not_loaded), never a finding")
+
     def matches(self, row: CheckResult) -> bool:
         """True if ``row`` is a FAIL of this finding's check with exactly its symptom."""
         return row.check == self.check and row.verdict == FAIL and \
             re.fullmatch(self.symptom, row.detail or "") is not None
+
+
+def not_loaded(check: str, backend: str, module: str, exc: BaseException, install: str, *,
+               required: bool = False, extra: Mapping | None = None) -> CheckResult:
+    """The row of a target whose module ``module`` cannot be imported (``exc``, the import error).
+
+    A ``skip`` (``FAIL`` when ``required``) whose detail names the module, the error and ``install``
+    (the command or source that provides it); ``extra["not_loaded"]`` holds the three, so that
+    :func:`label_findings` never turns it into a finding."""
+    detail = (f"not loaded: cannot import {module} ({type(exc).__name__}: {exc}); "
+              f"to certify it, install {install}")
+    info = {"module": module, "error": f"{type(exc).__name__}: {exc}", "install": install}
+    return CheckResult(check=check, backend=backend, verdict=FAIL if required else SKIP, detail=detail,
+                       extra={**(extra or {}), "not_loaded": info})
 
 
 def known_findings() -> tuple[Finding, ...]:
@@ -122,8 +163,9 @@ def label_findings(rows: Iterable[CheckResult], findings: Iterable[Finding] | No
     out = []
     for row in rows:
         f = by_check.get(row.check)
-        if f is None or any(key in row.extra for key in _LABELLED) or row.verdict not in (PASS, FAIL):
-            out.append(row)
+        if f is None or any(key in row.extra for key in _LABELLED) or row.verdict not in (PASS, FAIL) \
+                or "not_loaded" in row.extra or (row.verdict == FAIL and is_import_failure(row.detail)):
+            out.append(row)  # a target that did not load is a skip (or a FAIL when required), never a finding
             continue
         if versions is None:
             versions = library_versions(records)

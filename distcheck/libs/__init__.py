@@ -38,7 +38,10 @@ def run_libs(targets=None, *, max_examples: int = DEFAULT_EXAMPLES, seed: int = 
     Each adapter's targets are certified under their contracts (:func:`distcheck.certify.certify`,
     profile :data:`PROFILE`, ``max_examples`` per property, ``seed``). A target whose library is not
     installed gives one ``skip`` row naming the install command, or a ``FAIL`` row with
-    ``require_installed`` (so that a CI job cannot pass having checked nothing). Raises ConfigError
+    ``require_installed`` (so that a CI job cannot pass having checked nothing). A target whose module
+    does not import is a skip naming what to install (an adapter's ``extra_rows(required=...)``,
+    :func:`distcheck.engine.findings.not_loaded`; a FAIL under ``require_installed`` only when the extra
+    should have provided it), never a finding. Raises ConfigError
     for an unknown target name or bad counts.
     """
     from distcheck.libs.findings import label
@@ -60,7 +63,8 @@ def run_libs(targets=None, *, max_examples: int = DEFAULT_EXAMPLES, seed: int = 
         mine: list[CheckResult] = []
         for attr, contract in mod.CERTIFY:
             mine += certified_rows(f"{mod.__name__}:{attr}", contract, max_examples=max_examples, seed=seed)
-        mine += getattr(mod, "extra_rows", list)()
+        extra_rows = getattr(mod, "extra_rows", None)
+        mine += extra_rows(required=require_installed) if extra_rows is not None else []
         for row in mine:
             row.extra.setdefault("target", name)
         rows += mine

@@ -118,6 +118,21 @@ LIB_FINDINGS: tuple[Finding, ...] = (
         reported=_NOT_REPORTED,
     ),
     Finding(
+        name="accelerate.training_usage.unknown_dtype_accepted",
+        check="libs.accelerate.training_usage.refused",
+        symptom=_exact("python accepts dtype 'fp16' (an alias it does not know) -> {'model': -1, 'optimizer': -1, "
+                       "'gradients': -1, 'step': -1}; dtype 'int8' -> {'model': -1, 'optimizer': -1, 'gradients': -1, "
+                       "'step': -1}"),
+        summary=("accelerate's estimate_training_usage(bytes, mixed_precision) raises nothing for a dtype string it "
+                 "does not know ('fp16', 'int8'): it returns -1 for every part (model, optimizer, gradients, step), "
+                 "while a valid dtype ('float16', accepted first) gives positive figures"),
+        library="accelerate", seen_on=_ACC_SEEN,
+        reproduce=("python -c \"from accelerate.commands.estimate import estimate_training_usage as f; "
+                   "print(f(4000, 'float16')); print(f(4000, 'fp16'))\"   # model 4000, optimizer 8000, "
+                   "gradients 6000, step 8000; then -1 for every part"),
+        reported=_NOT_REPORTED,
+    ),
+    Finding(
         name="megatron.rank_generator.bad_input_accepted",
         check="libs.megatron.rank_generator.refused",
         symptom=_exact("python accepts tp=0 -> []; tp=-1 -> []; dp=-2 -> []; order 'tp-tp-dp' (repeated axis) -> "
@@ -128,18 +143,6 @@ LIB_FINDINGS: tuple[Finding, ...] = (
         library="megatron-core", seen_on=_MEG_SEEN,
         reproduce=("python -c \"from megatron.core.parallel_state import RankGenerator as R; "
                    "print(R(tp=2, ep=1, dp=2, pp=1, cp=1, order='tp-tp-dp').get_ranks('dp'))\"   # [[0, 4], [1, 5]]"),
-        reported=_NOT_REPORTED,
-    ),
-    Finding(
-        name="megatron.theoretical_memory.not_in_wheel",
-        check="libs.megatron.theoretical_memory.import",
-        symptom=_exact("cannot import megatron.training.theoretical_memory_usage: ModuleNotFoundError: No module named "
-                       "'megatron.training'"),
-        summary=("Megatron's theoretical memory (megatron/training/theoretical_memory_usage.py: 18 B/param, or "
-                 "6 + 12/d with the distributed optimizer) is not in the megatron-core package on PyPI, which ships "
-                 "only megatron.core: it cannot be imported, on CPU or anywhere, from the PyPI install"),
-        library="megatron-core", seen_on=_MEG_SEEN,
-        reproduce="python -c \"import megatron.training.theoretical_memory_usage\"   # ModuleNotFoundError",
         reported=_NOT_REPORTED,
     ),
     Finding(

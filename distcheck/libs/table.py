@@ -6,7 +6,9 @@ named, smallest counterexamples, evidence); :func:`to_markdown` renders them.
 A target's verdict is ``FAIL`` when any of its rows failed, ``finding`` when a recorded
 finding explains every row that did not pass, ``certified`` when every row passed (a
 property that does not apply, such as the printed unit of an estimator that prints
-nothing, is ``skip`` and counted apart), and ``not installed`` when its library is absent.
+nothing, is ``skip`` and counted apart), ``skip`` when every row was skipped (nothing was
+certified: a module that does not import, with what to install), and ``not installed``
+when its library is absent.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ UNITS = (
     ("DeepSpeed ZeRO-2 estimator", "deepspeed", "memory-estimator", ("libs.deepspeed.zero2.",)),
     ("DeepSpeed ZeRO-3 estimator", "deepspeed", "memory-estimator; memory-estimator-stages (ZeRO-2 against ZeRO-3)",
      ("libs.deepspeed.zero3.", "libs.deepspeed.zero.")),
-    ("accelerate estimate-memory, training", "accelerate", "memory-estimator", ("libs.accelerate.",)),
+    ("accelerate estimate-memory, training", "accelerate", "memory-estimator; bad-input", ("libs.accelerate.",)),
     ("Megatron-core theoretical memory", "megatron-core", "memory-estimator", ("libs.megatron.theoretical_memory.",)),
     ("Megatron-core RankGenerator", "megatron-core", "rank-layout; bad-input", ("libs.megatron.rank_generator.",)),
     ("torchtitan ParallelDims (fake backend)", "torchtitan", "rank-layout; bad-input", ("libs.torchtitan.",)),
@@ -70,6 +72,8 @@ def summary_rows(rows: list[CheckResult]) -> list[TargetRow]:
             verdict = "FAIL"
         elif any(r.verdict == FINDING for r in mine):
             verdict = "finding"
+        elif all(r.verdict == SKIP for r in mine):
+            verdict = "skip"  # nothing was certified: never "certified"
         else:
             verdict = "certified"
         passed = sum(r.verdict == PASS for r in mine)
@@ -77,6 +81,8 @@ def summary_rows(rows: list[CheckResult]) -> list[TargetRow]:
         apart = f", {n_skipped} skipped" if n_skipped else ""
         verdict += f" ({passed}/{len(mine) - n_skipped} checks pass{apart}{named})"
         notable = [r for r in mine if r.verdict in (FAIL, FINDING)]
+        if verdict.startswith("skip"):
+            verdict += ": " + "; ".join(dict.fromkeys(r.detail for r in mine))
         counter = tuple(f"{r.check.removeprefix('libs.')}: {_observed(r)}" for r in notable)
         evidence = tuple(dict.fromkeys(
             [str(r.extra["finding"]["reproduce"]) for r in notable if isinstance(r.extra.get("finding"), dict)]

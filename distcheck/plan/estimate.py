@@ -68,6 +68,7 @@ Communication: bytes each GPU sends per training step (m micro-batches)
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -219,18 +220,63 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
 
 
 # ----------------------------------------------------------------------------------------------
-# closed forms, evaluated once per distinct input (the catalogue loads sympy on first use)
+# closed forms, evaluated once per distinct input, in exact Fractions without sympy
+#
+# Every form the planner evaluates has an exact sympy-free evaluator below, keyed by its catalogue name and
+# taking the same inputs: the project's exact references where there is one (nccl-tests' factors,
+# :func:`distcheck.parallel.comm.volume.volume`; Table 2, :func:`distcheck.activations.table2_bytes_per_layer`),
+# else the form's own expression in Fractions. Loading sympy and the catalogue takes seconds of CPU, the whole
+# plan well under one; tests/plan/test_plan_forms_exact.py holds each evaluator equal to the catalogue's form on
+# drawn inputs. A name without an evaluator is evaluated by the catalogue.
+
+
+def _volume(collective: str, size_bytes, n) -> Fraction:
+    from distcheck.parallel.comm.volume import volume
+
+    return volume(collective, Fraction(size_bytes), int(n))
+
+
+def _table2(row: str, s, b, h, a, t) -> int | Fraction:
+    from distcheck.parallel.activations.reference import table2_bytes_per_layer
+
+    return table2_bytes_per_layer(row, int(s), int(b), int(h), int(a), int(t))
+
+
+def _tp_comm_bytes(s, b, h, t, bytes_per_element) -> Fraction:
+    # Narayanan et al. 2021 section 3.2: 8bsh(t-1)/t elements per layer per micro-batch, forward + backward
+    return Fraction(bytes_per_element) * Fraction(8 * b * s * h * (t - 1), t)
+
+
+def _bubble_fraction(p, m, t_f=1, t_b=2) -> Fraction:  # GPipe and 1F1B: (p - 1) / (m + p - 1), any t_f, t_b
+    return Fraction(p - 1, m + p - 1)
+
+
+EXACT_FORMS: dict[str, Callable[..., int | Fraction]] = {
+    **{f"comm.bytes_per_rank.{c.value}": functools.partial(_volume, c.value)
+       for c in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER)},
+    **{f"activations.bytes_per_layer.{row}": functools.partial(_table2, row)
+       for row in ("tp", "tp_sp", "tp_selective", "tp_sp_selective", "full_recompute")},
+    "tp.comm_bytes_per_layer": _tp_comm_bytes,
+    "pipeline.bubble_fraction.gpipe": _bubble_fraction,
+    "pipeline.bubble_fraction.1f1b": _bubble_fraction,
+    "pipeline.peak_in_flight.gpipe": lambda p, m, t_f=1, t_b=2: m,
+    "pipeline.peak_in_flight.1f1b": lambda p, m, t_f=1, t_b=2: min(p, m),
+}
 
 
 @functools.cache
 def _form_value(name: str, items: tuple[tuple[str, int], ...]) -> int | Fraction:
+    exact = EXACT_FORMS.get(name)
+    if exact is not None:
+        return _exact(Fraction(exact(**dict(items))))
     from distcheck.closed_form import get
 
     return get(name).evaluate(**dict(items))
 
 
 def form(name: str, **inputs: int) -> int | Fraction:
-    """``distcheck.closed_form.get(name).evaluate(**inputs)``, cached on the inputs."""
+    """The value of catalogue form ``name`` (``distcheck.closed_form.get(name).evaluate(**inputs)``), exact,
+    cached on the inputs; computed without sympy for the forms of :data:`EXACT_FORMS`."""
     return _form_value(name, tuple(sorted(inputs.items())))
 
 

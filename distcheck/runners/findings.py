@@ -2,18 +2,19 @@
 
 The machinery (:class:`Finding`, :func:`label_findings`) is :mod:`distcheck.engine.findings`;
 each package's records live in its ``findings`` role module (``FINDINGS``), found by discovery
-(e.g. :mod:`distcheck.parallel.pp.findings`, torch's ``Schedule1F1B`` table).
+(e.g. :mod:`distcheck.parallel.pp.findings`, torch's ``Schedule1F1B`` table). A target that cannot be
+imported is :func:`not_loaded`'s skip, never a finding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from distcheck.engine.findings import Finding, known_findings
+from distcheck.engine.findings import Finding, is_import_failure, known_findings, not_loaded
 from distcheck.engine.findings import label_findings as _label
 from distcheck.report import CheckResult
 
-__all__ = ["KNOWN_FINDINGS", "Finding", "label_findings", "library_versions"]
+__all__ = ["KNOWN_FINDINGS", "Finding", "label_findings", "library_versions", "not_loaded", "is_import_failure"]
 
 #: every recorded finding of the parallelism packages (discovered)
 KNOWN_FINDINGS: tuple[Finding, ...] = known_findings()

@@ -5,8 +5,9 @@ needs none of them. Every module has ``DIST`` (the PyPI distribution), ``TITLE``
 ``CERTIFY``: the module-level targets it defines with the contract each is certified under,
 e.g. ``("ZERO2", "memory-estimator")``, so that ``distcheck certify
 distcheck.libs.targets.deepspeed:ZERO2 --contract memory-estimator`` certifies one and
-``distcheck libs`` certifies them all. A module may also have ``extra_rows()``: rows that
-are not a certification (an estimator that cannot be imported at all).
+``distcheck libs`` certifies them all. A module may also have ``extra_rows(*, required)``:
+rows that are not a certification (an estimator that cannot be imported at all: a skip naming
+what to install, a FAIL when ``required``; :func:`distcheck.engine.findings.not_loaded`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from types import ModuleType
 
 from distcheck.engine.contracts.targets import distribution_version
 
-__all__ = ["TARGETS", "target", "installed", "dist_version", "library"]
+__all__ = ["TARGETS", "target", "installed", "dist_version", "library", "ep_placement_row"]
 
 #: target name -> adapter module (distcheck.libs.targets.<module>)
 TARGETS = {
@@ -47,3 +48,31 @@ def installed(dist: str) -> bool:
 def library(dist: str) -> str:
     """``"deepspeed 0.19.8"``: the distribution and its installed version, as the rows name it."""
     return f"{dist} {dist_version(dist) or 'not installed'}"
+
+
+def ep_placement_row(check: str, backend: str, got, *, tp: int, data: int, ep: int, call: str):
+    """The row naming which expert-parallel placement a library's ep groups ``got`` follow.
+
+    ``got`` are the groups the library builds (``call``, shown in the detail) for one stage of ``tp * data``
+    ranks; they are compared, as sets of sets, with each named placement of
+    :func:`distcheck.layout.ep_placements` at the same degrees (chosen so that the placements differ). A pass
+    names the one it matches (``extra["conventions"]``) and the other, with both groups; a FAIL when it matches
+    none, or when the degrees do not tell the placements apart."""
+    from distcheck.core.results import FAIL, PASS, CheckResult
+    from distcheck.layout import ep_placements
+    from distcheck.parallel.layout.contracts import canonical
+
+    mine = {name: canonical(g) for name, g in ep_placements(tp=tp, data=data, ep=ep).items()}
+    theirs = canonical(got)
+    at = f"tp={tp}, {data} data-parallel ranks, ep={ep}"
+    listed = "; ".join(f"{name}: {g}" for name, g in mine.items())
+    matched = [name for name, g in mine.items() if g == theirs]
+    if len({tuple(map(tuple, g)) for g in mine.values()}) < len(mine):
+        verdict, detail = FAIL, f"at {at} the named placements coincide ({listed}): they cannot be told apart here"
+    elif len(matched) == 1:
+        others = "; ".join(f"not {name}, which gives {g}" for name, g in mine.items() if name != matched[0])
+        verdict, detail = PASS, f"{call} gives ep groups {theirs} at {at}: {matched[0]}; {others}"
+    else:
+        verdict, detail = FAIL, f"{call} gives ep groups {theirs} at {at}, none of the named placements ({listed})"
+    return CheckResult(check=check, backend=backend, verdict=verdict, detail=detail,
+                       extra={"conventions": matched} if verdict == PASS else {})

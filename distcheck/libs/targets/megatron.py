@@ -12,8 +12,9 @@ from the dp*cp ranks like distcheck's ``ep_placement="inside_dp"``),
 layout under other orders.
 
 The theoretical memory (``megatron/training/theoretical_memory_usage.py``) lives in the
-``megatron.training`` package of the Megatron-LM repository; :func:`extra_rows` reports
-whether it imports.
+``megatron.training`` package of the Megatron-LM repository, which the megatron-core wheel
+does not ship: :func:`extra_rows` gives its row, a skip naming what to install when it does
+not import (never a finding: :func:`distcheck.engine.findings.not_loaded`).
 
     distcheck certify distcheck.libs.targets.megatron:RANK_GENERATOR --contract rank-layout
     distcheck certify distcheck.libs.targets.megatron:BAD_INPUT --contract bad-input
@@ -25,7 +26,7 @@ import itertools
 
 from distcheck.core.vocab import Axis
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
-from distcheck.report import FAIL, CheckResult
+from distcheck.report import SKIP, CheckResult
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "RANK_GENERATOR", "BAD_INPUT", "extra_rows"]
 
@@ -119,17 +120,48 @@ BAD_INPUT = ProbeSet("megatron.rank_generator", DIST, "from megatron.core.parall
 CERTIFY = (("RANK_GENERATOR", "rank-layout"), ("BAD_INPUT", "bad-input"))
 
 
-def extra_rows() -> list[CheckResult]:
-    """``libs.megatron.theoretical_memory.import``: whether the theoretical-memory module imports (its
-    estimator takes Megatron-LM's argument namespace and has no adapter: either way the row FAILs)."""
+#: the module of Megatron's theoretical memory, and where it comes from (not the megatron-core wheel)
+THEORETICAL_MEMORY = "megatron.training.theoretical_memory_usage"
+MEGATRON_LM = "Megatron-LM from its repository (pip install git+https://github.com/NVIDIA/Megatron-LM)"
+
+
+def extra_rows(*, required: bool = False) -> list[CheckResult]:
+    """``libs.megatron.theoretical_memory.import``: Megatron's theoretical memory, which has no adapter.
+
+    When :data:`THEORETICAL_MEMORY` does not import (the megatron-core wheel has no ``megatron.training``)
+    the row is a skip naming what to install (:func:`distcheck.engine.findings.not_loaded`), even when
+    ``required``: ``--require-installed`` requires what the libs extra installs (megatron-core, which is
+    installed here), and no PyPI distribution of the extra ships this module. When it imports, a skip: its
+    estimator takes Megatron-LM's argument namespace and has no adapter, so nothing here is certified."""
+    from importlib import import_module
+
+    from distcheck.engine.findings import not_loaded
     from distcheck.libs.targets import library
 
+    check, backend, extra = "libs.megatron.theoretical_memory.import", library(DIST), {"contract": "memory-estimator"}
+    rows = [*ep_placement()]
     try:
-        import megatron.training.theoretical_memory_usage  # noqa: F401
+        import_module(THEORETICAL_MEMORY)
     except ImportError as exc:
-        detail = f"cannot import megatron.training.theoretical_memory_usage: {type(exc).__name__}: {exc}"
-    else:
-        detail = ("megatron.training.theoretical_memory_usage imports: its estimator (which takes Megatron-LM's "
-                  "argument namespace) has no adapter yet; see docs/LIBRARIES.md")
-    return [CheckResult(check="libs.megatron.theoretical_memory.import", backend=library(DIST), verdict=FAIL,
-                        detail=detail, extra={"contract": "memory-estimator"})]
+        return rows + [not_loaded(check, backend, THEORETICAL_MEMORY, exc, MEGATRON_LM, extra=extra)]
+    return rows + [CheckResult(check=check, backend=backend, verdict=SKIP, extra=extra,
+                               detail=(f"{THEORETICAL_MEMORY} imports, but its estimator (which takes Megatron-LM's "
+                                       "argument namespace) has no adapter: nothing is certified; see "
+                                       "docs/LIBRARIES.md"))]
+
+
+def ep_placement() -> list[CheckResult]:
+    """``libs.megatron.rank_generator.ep_placement``: the expert-parallel placement Megatron-core follows, named
+    (:func:`distcheck.libs.targets.ep_placement_row`), from the expert ``RankGenerator`` of a 4-rank world with
+    tp = etp = 2, ep = 2 (expert dp 1) under the default order."""
+    import warnings
+
+    from distcheck.libs.targets import ep_placement_row, library
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.parallel_state import RankGenerator
+    call = "RankGenerator(tp=2, ep=2, dp=1, pp=1, cp=1, order='tp-cp-ep-dp-pp').get_ranks('ep')"
+    got = RankGenerator(tp=2, ep=2, dp=1, pp=1, cp=1, order="tp-cp-ep-dp-pp").get_ranks("ep")
+    return [ep_placement_row("libs.megatron.rank_generator.ep_placement", library(DIST), got, tp=2, data=2, ep=2,
+                             call=call)]

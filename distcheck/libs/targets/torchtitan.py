@@ -18,7 +18,7 @@ from __future__ import annotations
 from distcheck.core.vocab import Axis
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 
-__all__ = ["DIST", "TITLE", "CERTIFY", "PARALLEL_DIMS", "BAD_INPUT"]
+__all__ = ["DIST", "TITLE", "CERTIFY", "PARALLEL_DIMS", "BAD_INPUT", "extra_rows"]
 
 DIST = "torchtitan"
 TITLE = "torchtitan ParallelDims"
@@ -110,3 +110,16 @@ BAD_INPUT = ProbeSet("torchtitan.parallel_dims", DIST, _PD_IMPORT, (
 
 #: the targets of this module and the contract each is certified under
 CERTIFY = (("PARALLEL_DIMS", "rank-layout"), ("BAD_INPUT", "bad-input"))
+
+
+def extra_rows(*, required: bool = False) -> list:
+    """``libs.torchtitan.parallel_dims.ep_placement``: the expert-parallel placement torchtitan follows, named
+    (:func:`distcheck.libs.targets.ep_placement_row`), from ``ParallelDims`` of a 4-rank world with
+    dp_shard = tp = ep = 2 built on the fake backend (``required`` is unused: the library is installed here)."""
+    from distcheck.libs.targets import ep_placement_row, library
+
+    cfg = {Axis.DP_REPLICATE.value: 1, Axis.DP_SHARD.value: 2, Axis.CP.value: 1, Axis.TP.value: 2, Axis.PP.value: 1,
+           Axis.EP.value: 2, "world_size": 4}
+    call = "ParallelDims(dp_replicate=1, dp_shard=2, cp=1, tp=2, pp=1, ep=2, world_size=4).build_mesh()['ep']"
+    return [ep_placement_row("libs.torchtitan.parallel_dims.ep_placement", library(DIST), _groups(cfg)[Axis.EP.value],
+                             tp=2, data=2, ep=2, call=call)]

@@ -64,6 +64,9 @@ __all__ = [
     "megatron_layout",
     "TorchtitanLayout",
     "torchtitan_layout",
+    "EP_PLACEMENT_MEGATRON",
+    "EP_PLACEMENT_TORCHTITAN",
+    "ep_placements",
 ]
 
 #: Megatron-core's default ``order`` of ``initialize_model_parallel`` (innermost first): "tp-cp-ep-dp-pp"
@@ -349,3 +352,29 @@ def torchtitan_layout(*, dp_replicate: int = 1, dp_shard: int = -1, cp: int = 1,
         raise ConfigError(Axis.EP, ep,
                           f"must divide dp_shard*cp*tp = {dp_shard}*{cp}*{tp} = {host} (the ranks ep borrows)")
     return TorchtitanLayout(dense, ep)
+
+
+# ----------------------------------------------------------------------------- expert-parallel placements
+
+#: Megatron-core's expert-parallel placement: the expert layout ``RankGenerator(tp=etp, ep, dp, pp, cp=1)`` under
+#: ``tp-cp-ep-dp-pp`` numbers rank = etp_rank + etp·(ep_rank + ep·(edp_rank + edp·pp_rank)), so an ep group is
+#: ranks etp apart: with etp = tp (its default) ep is cut from the dp·cp ranks and never holds two ranks of a tp group
+EP_PLACEMENT_MEGATRON = "ep strided by tp over the dp·cp ranks, outside tp (Megatron-core)"
+#: torchtitan's: the sparse mesh ``(pp, dp_replicate, efsdp, ep)`` unflattens the world with ep innermost, so an ep
+#: group is ep consecutive ranks of the tp·cp·dp_shard block, tp innermost: ep takes the tp ranks first
+EP_PLACEMENT_TORCHTITAN = "ep over consecutive tp·cp·dp_shard ranks, tp innermost (torchtitan)"
+
+
+def ep_placements(*, tp: int, data: int, ep: int) -> dict[str, list[list[int]]]:
+    """The ep groups of one stage of ``tp * data`` ranks (``data`` data-parallel ranks, no cp) under each named
+    expert-parallel placement: :data:`EP_PLACEMENT_MEGATRON` (:func:`megatron_layout`'s expert layout, etp = tp)
+    and :data:`EP_PLACEMENT_TORCHTITAN` (:func:`torchtitan_layout`, ``dp_shard = data``). The two differ whenever
+    tp > 1 and ep > 1 (tp = data = ep = 2: ``[[0, 2], [1, 3]]`` against ``[[0, 1], [2, 3]]``). Raises ConfigError
+    for a degree that is not a positive integer, or when ep does not divide ``data`` (Megatron) or ``tp * data``
+    (torchtitan)."""
+    for name, v in (("tp", tp), ("data", data), ("ep", ep)):
+        check_positive_int(name, v)
+    world = tp * data
+    megatron = megatron_layout(tp=tp, dp=data, ep=ep, world_size=world)
+    return {EP_PLACEMENT_MEGATRON: megatron.groups(Axis.EP, expert=True),
+            EP_PLACEMENT_TORCHTITAN: torchtitan_layout(dp_shard=data, tp=tp, ep=ep, world_size=world).groups(Axis.EP)}

@@ -20,9 +20,12 @@ mesh creates for dimension ``axis``. picotron's grid
 
 Expert parallelism has two placements (``ep_placement``):
 
-- ``"inside_dp"`` (default, as torchtitan borrows ep from the data-parallel
-  ranks): experts are sharded across the dp*cp ranks of one model replica
-  position; ``ep`` must divide ``dp*cp`` and the world size does not change.
+- ``"inside_dp"`` (default; Megatron-core's placement with expert tp = tp,
+  :data:`distcheck.layout.EP_PLACEMENT_MEGATRON`): experts are sharded across the
+  dp*cp ranks of one model replica position, outside tp; ``ep`` must divide
+  ``dp*cp`` and the world size does not change. torchtitan borrows ep from the
+  tp ranks too (:data:`distcheck.layout.EP_PLACEMENT_TORCHTITAN`,
+  :func:`distcheck.layout.torchtitan_layout`): a different placement as soon as tp > 1.
   ep is then not an axis of the mesh; its groups are described at :func:`groups`.
 - ``"outside"``: ep is its own mesh axis and ``world_size = tp*cp*pp*dp*ep``.
 
@@ -333,8 +336,9 @@ def groups(cfg: ParallelConfig, axis: str) -> list[list[int]]:
     ``axis="ep"`` with ``ep_placement="inside_dp"``: the dp*cp ranks that share
     every other index are ordered by ``(dp index, cp index)`` (dp outer) and
     cut into consecutive blocks of ``ep``; each block is one expert-parallel
-    group. This matches torchtitan's ``dp_shard_in_ep x cp`` split when
-    ``cp`` divides ``ep``. Raises ConfigError for an unknown axis, or when
+    group. This is Megatron-core's placement (expert tp = tp, default order), not
+    torchtitan's, which takes the tp ranks into ep first (:func:`distcheck.layout.ep_placements`).
+    Raises ConfigError for an unknown axis, or when
     ``world_size > MAX_RANKS`` (2**24; use ``cfg.num_groups(axis)`` and
     :func:`coords` / :func:`rank_of` for larger worlds).
     """
