@@ -267,3 +267,17 @@ def test_config_rows_always_name_the_target(local_target):
     assert [r.check for r in rows] == [f"{local_target} rank-layout.groups[exact]"]
     assert "nothing_can_fail" not in rows[0].extra
 
+
+
+def test_no_world_is_started_below_the_smallest(monkeypatch):
+    """At world size 1 the tensor-parallel contract starts no pool at all: the skips are written
+    without one (a world of one rank could only confirm what cannot fail)."""
+    import distcheck.runners.pool as pool_module
+    from distcheck.certify.engine import certify
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a pool was started below the contract's smallest world")
+
+    monkeypatch.setattr(pool_module, "RankPool", refuse)
+    cert = certify(f"{EXAMPLES}:RowParallelReduceToRank0", "row-parallel-linear", world_sizes=(1,), examples=5)
+    assert cert.world_sizes == [1] and {v.verdict for v in cert.verdicts} == {SKIP} and not cert.can_fail
