@@ -504,6 +504,9 @@ CONVENTION_CASES = [
      "comm.bytes_per_rank.all_reduce", '{ size_bytes = "1 GB", n = 8 }', "2.0", "GB", 2),  # default 1.75 GB
     ("with the ring factor (n-1)/n (nccl-tests)", "comm.bytes_per_rank_no_ring_factor.all_reduce",
      '{ size_bytes = "1 GB", n = 8 }', "1.75", "GB", Fraction(7, 4)),
+    # the ZeRO paper's 2 Psi elements (DDP) read on a ring of 8: 2 x 7/8 x 1e9 (a convention input, n)
+    ("ring factor (n-1)/n kept (nccl-tests): (n-1)/n of the paper's count per rank, on a ring of n",
+     "zero.comm_elements_per_rank.ddp", "{ params = 1e9, n = 8 }", "1.75e9", "elements", Fraction(175 * 10**7)),
     ("GB read as GiB (2^30 bytes)", "memory.train_state_bytes", "{ params = 6738149376 }", "100.41", "GB",
      Fraction(107810390016, 2**30)),
     ("GiB read as GB (1e9 bytes)", "memory.train_state_bytes", "{ params = 6738149376 }", "107.81", "GiB",

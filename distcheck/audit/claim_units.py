@@ -6,13 +6,16 @@ bytes per parameter, flags).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import BYTE_UNITS
 from distcheck.core.validate import check_type
 
-__all__ = ["KNOWN_UNITS_HELP", "is_known_unit", "unit_family", "unit_factor", "base_unit"]
+__all__ = ["KNOWN_UNITS_HELP", "is_known_unit", "unit_family", "unit_factor", "base_unit", "UnitBridge",
+           "UNIT_BRIDGES", "bridge_between", "bridged_factor", "factor_across"]
 
 # ----------------------------------------------------------------------------- units
 
@@ -131,3 +134,72 @@ def unit_factor(quantity_unit: str, claim_unit: str) -> Fraction:
     return c[1] / q[1]
 
 
+
+
+# ----------------------------------------------------------------------------- bridges between families
+
+
+@dataclass(frozen=True)
+class UnitBridge:
+    """A declared bridge between two unit families through one input of the claim: a value of
+    ``per`` ``to`` units per ``frm`` unit, so ``value_in_to = value_in_frm x per`` (and back,
+    ``value_in_frm = value_in_to / per``). ``frm`` and ``to`` are base units of their families."""
+
+    frm: str
+    to: str
+    per: str
+    description: str
+
+
+#: the declared bridges: an element count printed in bytes (and a byte count printed in elements)
+UNIT_BRIDGES: tuple[UnitBridge, ...] = (
+    UnitBridge("elements", "bytes", "bytes_per_element",
+               "elements x bytes_per_element = bytes (each communicated element takes bytes_per_element bytes, "
+               "2 for bf16)"),
+)
+
+
+def bridge_between(quantity_unit: str, claim_unit: str) -> UnitBridge | None:
+    """The declared bridge that lets a figure in ``claim_unit`` measure a quantity in
+    ``quantity_unit`` when the two are of different families (either direction), else None.
+    Raises ConfigError when an argument is not a str."""
+    check_type("quantity_unit", quantity_unit, str, "must be a unit name (a str)")
+    check_type("claim_unit", claim_unit, str, "must be a unit name (a str)")
+    q, c = unit_family(quantity_unit), unit_family(claim_unit)
+    if q is None or c is None:
+        return None
+    for b in UNIT_BRIDGES:
+        ends = {unit_family(b.frm), unit_family(b.to)}
+        if q != c and {q, c} == ends:
+            return b
+    return None
+
+
+def bridged_factor(quantity_unit: str, claim_unit: str, per: Fraction) -> Fraction:
+    """Factor f with ``value_in_claim_unit = value_in_quantity_unit / f`` across the declared bridge
+    between the two units' families, ``per`` being the value of the bridge's input (e.g. 2 bytes per
+    element: 10**9 elements are 2 GB, ``bridged_factor("elements", "GB", 2) == 10**9 / 2``). Raises
+    ConfigError when no bridge joins the two units or ``per`` is not a positive number."""
+    b = bridge_between(quantity_unit, claim_unit)
+    if b is None:
+        raise ConfigError("claim_unit", claim_unit, f"does not measure a quantity in {quantity_unit!r} "
+                          "(no declared bridge joins the two families)")
+    if isinstance(per, bool) or not isinstance(per, (int, Fraction)) or per <= 0:
+        raise ConfigError(b.per, per, "must be a positive number to convert between units")
+    if unit_family(quantity_unit) == unit_family(b.frm):
+        return unit_factor(quantity_unit, b.frm) * unit_factor(b.to, claim_unit) / Fraction(per)
+    return unit_factor(quantity_unit, b.to) * Fraction(per) * unit_factor(b.frm, claim_unit)
+
+
+def factor_across(quantity_unit: str, claim_unit: str, values: Mapping[str, int | Fraction]) -> Fraction:
+    """:func:`unit_factor`, or :func:`bridged_factor` across the declared bridge between the two
+    units' families at ``values[bridge.per]`` (the claim's input values). Raises ConfigError when
+    neither joins the units, or the bridge's input is not in ``values``."""
+    try:
+        return unit_factor(quantity_unit, claim_unit)
+    except ConfigError:
+        bridge = bridge_between(quantity_unit, claim_unit)
+        per = None if bridge is None else values.get(bridge.per)
+        if bridge is None or per is None:
+            raise
+        return bridged_factor(quantity_unit, claim_unit, Fraction(per))

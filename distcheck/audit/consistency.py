@@ -198,10 +198,11 @@ def _automatic(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, str]]
     for c, inputs in recomputed:
         if isinstance(c.claimed, tuple):
             continue
-        sig = (c.quantity, tuple(sorted({**_defaults(c.quantity), **inputs}.items())))
+        # a figure in bytes of a quantity in elements (a declared unit bridge) is compared with figures in bytes
+        sig = (c.quantity, qmod.unit_family(c.unit), tuple(sorted({**_defaults(c.quantity), **inputs}.items())))
         groups.setdefault(sig, []).append(c)
     out = []
-    for (qname, _), cs in groups.items():
+    for (qname, _, _), cs in groups.items():
         ids = tuple(c.id for c in cs)
         if len(cs) < 2 or frozenset(ids) in covered:
             continue

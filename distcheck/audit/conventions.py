@@ -26,7 +26,9 @@ total time); Korthikanti et al. 2022, "Reducing Activation Recomputation in Larg
 Transformer Models", Table 2; nccl-tests, doc/PERFORMANCE.md (collective volumes); Qi et al.
 2023, "Zero Bubble Pipeline Parallelism", Table 2 (B = the input-gradient pass) and DeepSeek-AI
 2024, "DeepSeek-V3 Technical Report", Table 2 (B = the full backward); the zero-bubble
-repository's README (zero bubble without a barrier between steps: optimizer post-validation).
+repository's README (zero bubble without a barrier between steps: optimizer post-validation);
+Rajbhandari et al. 2020 §7 with nccl-tests' ring factor (n-1)/n (the element counts 2 Psi and
+3 Psi read per rank on a ring of n: 2(n-1)/n Psi and 3(n-1)/n Psi).
 """
 
 from __future__ import annotations
@@ -307,6 +309,13 @@ def _build() -> tuple[tuple[str, Axis], ...]:
             "ring factor (n-1)/n dropped (the large-n limit; the ZeRO paper counts volumes this way)",
             f"zero.comm_bytes_per_rank_no_ring_factor.{k}",
             quantity=f"zero.comm_bytes_per_rank_no_ring_factor.{k}"),))))
+        # the paper's element count (2 Psi, 3 Psi) read with the ring factor: needs the claim's n
+        # (a convention input of zero.comm_elements_per_rank.*); a figure in elements crosses back from
+        # bytes through bytes_per_element (distcheck.audit.claim_units.UNIT_BRIDGES)
+        rows.append((f"zero.comm_elements_per_rank.{k}", Axis("ring factor (n-1)/n", (Variant(
+            "ring factor (n-1)/n kept (nccl-tests): (n-1)/n of the paper's count per rank, on a ring of n",
+            f"zero.comm_bytes_per_rank.{k} / bytes_per_element", quantity=f"zero.comm_bytes_per_rank.{k}",
+            needs=("n",)),))))
         rows.append((f"zero.comm_bytes_per_rank_no_ring_factor.{k}", Axis("ring factor (n-1)/n", (Variant(
             "with the ring factor (n-1)/n (nccl-tests)", f"zero.comm_bytes_per_rank.{k}",
             quantity=f"zero.comm_bytes_per_rank.{k}"),))))
@@ -387,9 +396,13 @@ def axes_for(quantity: str, unit: str, inputs: Mapping[str, object]) -> list[Axi
 
 def apply_variant(variant: Variant, quantity: str, values: dict, unit: str, *, model: str | None,
                   form_value: Callable[[str], int | Fraction], nominal: Callable[[str], int | Fraction | None],
-                  input_names: Callable[[str], dict[str, Fraction | None] | None]) -> tuple[str, dict, str] | None:
+                  input_names: Callable[[str], dict[str, Fraction | None] | None],
+                  optional: frozenset[str] = frozenset()) -> tuple[str, dict, str] | None:
     """Apply ``variant`` to (quantity, exact input values, unit); None when it does not
     apply (an input it sets is not an input of the quantity, or a value is missing).
+    ``optional`` names values the claim gave as convention inputs
+    (``Quantity.convention_inputs``): the quantity read keeps those it takes and drops the
+    others, where any other input it does not take makes the variant not apply.
 
     ``form_value(name)`` evaluates a closed form without inputs; ``nominal(model)``
     gives the nominal parameter count; ``input_names(quantity)`` lists the inputs
@@ -400,7 +413,7 @@ def apply_variant(variant: Variant, quantity: str, values: dict, unit: str, *, m
     if names is None:
         return None
     new = {k: v for k, v in values.items() if k in names}
-    if set(values) - set(names):
+    if set(values) - set(names) - optional:
         return None  # the replacement quantity does not take an input the claim gave
     for k, spec in variant.set.items():
         if k not in names:

@@ -320,7 +320,7 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
         raise _err("inputs must be a table, e.g. inputs = { params = 7e9 }", path, ln("inputs"), f"{base}.inputs")
     from distcheck.audit import layout_order
 
-    allowed = set(q.input_names) | ({"model"} if q.accepts_model else set())
+    allowed = set(q.input_names) | set(q.convention_input_names) | ({"model"} if q.accepts_model else set())
     if layout_order.accepts_order(qname):  # the mesh order, and the degrees it may need (distcheck.audit.layout_order)
         allowed |= {"order", *layout_order.extra_inputs(qname, q.input_names)}
     for name, v in inputs.items():
@@ -338,8 +338,11 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
     try:
         qmod.unit_factor(q.unit, unit)
     except ValueError:
-        raise _err(f"unit {unit!r} cannot measure {qname}, whose unit is {q.unit!r}", path, ln("unit"),
-                   f"{base}.unit") from None
+        # a declared bridge between the families (elements and bytes) through an input of the claim
+        bridge = qmod.bridge_between(q.unit, unit)
+        if bridge is None or q.input(bridge.per) is None:
+            raise _err(f"unit {unit!r} cannot measure {qname}, whose unit is {q.unit!r}", path, ln("unit"),
+                       f"{base}.unit") from None
 
     # claimed
     if "claimed" not in rc:

@@ -29,14 +29,32 @@ bytes (bytes, B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), dimensionless
 (fraction, ratio, x, %), counts (count, params, GPUs, ticks, tokens, ...; with
 an optional decimal scale ``K``/``M``/``B``/``T`` or binary ``Ki``/``Mi``/``Gi``
 prefix and a space, e.g. ``"M tokens"``, ``"B params"``), ``bytes_per_param``
-(also ``B/param``) and ``flag`` (0/1, false/true).
+(also ``B/param``) and ``flag`` (0/1, false/true). A declared bridge
+(:data:`distcheck.audit.claim_units.UNIT_BRIDGES`) lets a figure in bytes measure a
+quantity in elements, through the claim's ``bytes_per_element``.
+
+Convention inputs. Some quantities take inputs their own formula does not read, only
+their documented conventions and unit bridges (:attr:`Quantity.convention_inputs`,
+declared in :data:`CONVENTION_INPUTS`): the ZeRO paper's element counts
+``zero.comm_elements_per_rank.*`` (2 Psi, 3 Psi: no world size) also take ``n`` and
+``bytes_per_element``, so a figure with the ring factor 2(n-1)/n Psi (or that in bytes)
+is read under the ring-factor convention.
 """
 
 from __future__ import annotations
 
+import fnmatch
+from dataclasses import replace
 from fractions import Fraction
 
-from distcheck.audit.claim_units import KNOWN_UNITS_HELP, is_known_unit, unit_factor, unit_family
+from distcheck.audit.claim_units import (
+    KNOWN_UNITS_HELP,
+    bridge_between,
+    bridged_factor,
+    is_known_unit,
+    unit_factor,
+    unit_family,
+)
 from distcheck.audit.constraints import TRIM_ENDS_DIVISIBLE
 from distcheck.audit.presets import _DECODER_INPUTS, _PRESET_FIELDS, nominal_params, preset_names
 from distcheck.audit.quantity import Quantity, QuantityInput, _ev, _form_inputs, _from_form, _pick
@@ -62,6 +80,8 @@ __all__ = [
     "list_quantities",
     "unit_factor",
     "unit_family",
+    "bridge_between",
+    "bridged_factor",
     "is_known_unit",
     "KNOWN_UNITS_HELP",
     "preset_inputs",
@@ -333,6 +353,15 @@ def _ep_inside(v):
 
 
 
+#: (quantity name pattern, inputs only its conventions and unit bridges read): see Quantity.convention_inputs
+CONVENTION_INPUTS: tuple[tuple[str, tuple[QuantityInput, ...]], ...] = (
+    ("zero.comm_elements_per_rank.*", (
+        QuantityInput("n", "data-parallel ranks N_d (read only by the ring-factor convention (n-1)/n)", "GPUs"),
+        QuantityInput("bytes_per_element", "bytes of one communicated element, 2 for bf16 (read only for a "
+                      "figure printed in bytes and by the ring-factor convention)", "bytes", default=2),
+    )),
+)
+
 _QUANTITIES: dict[str, Quantity] | None = None
 
 
@@ -347,6 +376,9 @@ def quantities() -> dict[str, Quantity]:
             if q.name in table:
                 raise ValueError(f"audit quantity {q.name!r} shadows a closed form")
             table[q.name] = q
+        for pattern, extra in CONVENTION_INPUTS:
+            for name in fnmatch.filter(list(table), pattern):
+                table[name] = replace(table[name], convention_inputs=table[name].convention_inputs + extra)
         _QUANTITIES = dict(sorted(table.items()))
     return _QUANTITIES
 

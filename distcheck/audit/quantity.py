@@ -65,7 +65,11 @@ class Quantity:
     ``reason`` says why. ``array`` marks quantities whose value is a vector.
     ``constraints`` describe side conditions in words; ``requires`` are the executable ones
     (:class:`distcheck.audit.constraints.Constraint`): a claim whose inputs break one is
-    ``not-checkable``, naming it.
+    ``not-checkable``, naming it. ``convention_inputs`` are inputs ``compute`` does not take, read only
+    by the documented conventions of :mod:`distcheck.audit.conventions` (a variant that ``needs`` one)
+    and by the unit bridges of :mod:`distcheck.audit.claim_units` (e.g. the world size ``n`` a
+    ring-factor reading of an element count needs, and ``bytes_per_element`` for a figure in bytes):
+    a claim may give them, the default reading ignores them.
     """
 
     name: str
@@ -78,13 +82,19 @@ class Quantity:
     array: bool = False
     constraints: tuple[str, ...] = field(default=())
     requires: tuple[Constraint, ...] = field(default=())
+    convention_inputs: tuple[QuantityInput, ...] = field(default=())
 
     @property
     def input_names(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.inputs)
 
+    @property
+    def convention_input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.convention_inputs)
+
     def input(self, name: str) -> QuantityInput | None:
-        for i in self.inputs:
+        """The input (or convention input) called ``name``; None when the quantity has none."""
+        for i in self.inputs + self.convention_inputs:
             if i.name == name:
                 return i
         return None
@@ -109,6 +119,7 @@ class Quantity:
                  "description": "a preset of distcheck.params.PRESETS filling the architecture inputs / params"}]
                if self.accepts_model else [])
             + _layout_inputs(self.name, self.input_names),
+            "convention_inputs": [i.as_dict() for i in self.convention_inputs],
             "checkable": self.compute is not None,
             "reason": self.reason,
             "constraints": list(self.constraints),

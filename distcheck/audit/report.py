@@ -184,13 +184,18 @@ def render_quantity_list(fmt: str = "table") -> str:
     if fmt == "json":
         return json.dumps({"quantities": items, "conventions": describe_conventions()}, indent=2)
 
-    def inputs(q):
+    def listed(items):
         parts = []
-        for i in q["inputs"]:
+        for i in items:
             d = "" if i["default"] is None else f"={i['default']}"
             u = f" [{i['unit']}]" if i["unit"] else ""
             parts.append(f"{i['name']}{d}{u}")
-        return ", ".join(parts) or "-"
+        return ", ".join(parts)
+
+    def inputs(q):
+        # inputs only the conventions read (Quantity.convention_inputs) after the formula's own
+        extra = listed(q["convention_inputs"])
+        return (listed(q["inputs"]) or "-") + (f"; for conventions: {extra}" if extra else "")
 
     if fmt == "markdown":
         rows = ["| quantity | inputs | unit | source |", "|---|---|---|---|"]

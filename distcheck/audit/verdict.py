@@ -29,6 +29,7 @@ from typing import TypedDict, TypeGuard
 from distcheck.audit import conventions as conv
 from distcheck.audit import layout_order
 from distcheck.audit import quantities as qmod
+from distcheck.audit.claim_units import factor_across
 from distcheck.audit.consistency import CheckVerdict, check_key
 from distcheck.audit.constraints import broken
 from distcheck.audit.counts import is_whole_unit, uneven_split
@@ -120,8 +121,8 @@ class AuditResult:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _in_unit(value: Exact, quantity_unit: str, unit: str) -> Exact:
-    f = qmod.unit_factor(quantity_unit, unit)
+def _in_unit(value: Exact, quantity_unit: str, unit: str, around: InputValues | None = None) -> Exact:
+    f = factor_across(quantity_unit, unit, around or {})
     if isinstance(value, tuple):
         return tuple(Fraction(v) / f for v in value)
     return Fraction(value) / f
@@ -295,6 +296,9 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     except _Missing as m:
         return ClaimVerdict(c, NOT_CHECKABLE,
                             f"{c.quantity} needs {', '.join(m.names)}, which the claim does not give", q.unit)
+    # inputs only the conventions and unit bridges read (Quantity.convention_inputs), apart from the formula's
+    extra = {k: values.pop(k) for k in q.convention_input_names if k in values}
+    around = {i.name: Fraction(i.default) for i in q.convention_inputs if i.default is not None} | extra
     # a quantity's own constraints (distcheck.audit.constraints): outside them its formula does not apply
     full_values = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
     bad = broken(q.requires, full_values)
@@ -316,8 +320,8 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     except ConfigError as exc:
         raise AnswerKeyError(f"claim {c.id!r}: {exc}", path=key.path, line=_input_line(c, None),
                              field=f"claim[{c.index}] ({c.id}).inputs") from None
-    in_unit = _in_unit(value, q.unit, c.unit)
-    shown = {k: (str(v) if not isinstance(v, tuple) else "vector") for k, v in values.items()}
+    in_unit = _in_unit(value, q.unit, c.unit, around)
+    shown = {k: (str(v) if not isinstance(v, tuple) else "vector") for k, v in (values | extra).items()}
     if order is not None:
         shown["order"] = "-".join(a for a in layout_order.parse(order) if a != Axis.EP)
     base: _Recomputed = {"claim": c, "quantity_unit": q.unit, "computed": value, "computed_in_unit": in_unit,
@@ -332,7 +336,9 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         uneven = f"{q.name} counts whole {noun}: {uneven_split(q.name, full, Fraction(value))}"
     elif _matches(in_unit, c.claimed, c.step):
         return ClaimVerdict(verdict=HOLDS, explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}", **base)
-    steps = {} if set(values) - set(q.input_names) else input_steps(c, q)
+    # the printed precision of the formula's own inputs (a bridged figure is judged at the printed inputs)
+    steps = {} if set(values) - set(q.input_names) or qmod.bridge_between(q.unit, c.unit) else {
+        n: st for n, st in input_steps(c, q).items() if n in q.input_names}
     span = span_of_inputs(q, values, steps, c.unit, _value_in) if uneven is None else None
     rounded = ", ".join(f"{n} = {format_exact(values[n], 9)} +-{format_exact(steps[n] / 2, 3)}" for n in steps)
     if meets(span, c.claimed, c.step):
@@ -343,11 +349,11 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     default = f"default gives {_fmt(in_unit, c.unit)}" + (f" ({uneven})" if uneven else "") + (
         f" (in [{_fmt(span[0])}, {_fmt(span[1])}] within the printed precision of {rounded})" if span else "")
 
-    matches, closest = _search(c, q, values, model, steps)
+    matches, closest = _search(c, q, values, model, steps, extra)
     if not matches and order is None:  # a layout figure printed under another framework's order
         full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None} | values
         for name, alt in layout_order.alternatives(q.name, full):
-            alt_in = _in_unit(alt, q.unit, c.unit)
+            alt_in = _in_unit(alt, q.unit, c.unit, around)
             if _matches(alt_in, c.claimed, c.step):
                 matches.append((name, alt_in, c.unit))
     if len(matches) == 1:
@@ -373,7 +379,7 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     rel = ""
     if not isinstance(in_unit, tuple) and in_unit != 0:
         rel = f" ({float(diff / abs(in_unit)):.2%} of the recomputed value)"
-    which = _one_component(q, values, value, c)
+    which = _one_component(q, values, value, c, around)
     if span is not None:
         which += (f"; within the printed precision of its inputs ({rounded}) it lies in "
                   f"[{_fmt(span[0])}, {_fmt(span[1])}]")
@@ -383,7 +389,7 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         **base)
 
 
-def _one_component(q: qmod.Quantity, values: dict, value, c: Claim) -> str:
+def _one_component(q: qmod.Quantity, values: dict, value, c: Claim, around: InputValues) -> str:
     """Which single component (a flag of the quantity) the difference is, if exactly one (distcheck.audit.explain)."""
     flags = tuple(n for n in q.input_names if n in COMPONENT_FLAGS)
     if not flags or isinstance(value, tuple) or isinstance(c.claimed, tuple):
@@ -396,15 +402,19 @@ def _one_component(q: qmod.Quantity, values: dict, value, c: Claim) -> str:
             raise ConfigError(q.name, "a vector", "must be a number to compare with one component")
         return out
 
-    return one_component(flags, full, Fraction(value), c.claimed, c.step, qmod.unit_factor(q.unit, c.unit),
+    return one_component(flags, full, Fraction(value), c.claimed, c.step, factor_across(q.unit, c.unit, around),
                          recompute) or ""
 
 
-def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: dict[str, Fraction] | None = None):
+def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: dict[str, Fraction] | None = None,
+            extra: dict | None = None):
     """(reproducing [(names, value, unit)] at the fewest changes, closest (names, value, unit) or None).
 
-    ``value`` is in ``unit``: the claim's unit, or the unit a "GB read as GiB" variant reads it in."""
-    given = dict(values)
+    ``value`` is in ``unit``: the claim's unit, or the unit a "GB read as GiB" variant reads it in. ``extra``: the
+    claim's convention inputs (a variant's quantity takes those it has; all make variants that need them apply)."""
+    extra = extra or {}
+    around = {i.name: Fraction(i.default) for i in q.convention_inputs if i.default is not None} | extra
+    given = dict(values) | extra
     if model is not None:
         given["model"] = model
     axes = conv.axes_for(q.name, c.unit, given)
@@ -415,11 +425,12 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: 
         for chosen in itertools.combinations(axes, k):
             for variants in itertools.product(*(a.variants for a in chosen)):
                 ordered = sorted(variants, key=lambda v: v.quantity is None)
-                state: tuple[str, dict, str] | None = (q.name, {n: v for n, v in values.items()}, c.unit)
+                state: tuple[str, dict, str] | None = (q.name, {n: v for n, v in values.items()} | extra, c.unit)
                 for v in ordered:
                     assert state is not None  # the loop breaks on None
                     state = conv.apply_variant(v, *state, model=model, form_value=_form_value,
-                                               nominal=qmod.nominal_params, input_names=_input_names)
+                                               nominal=qmod.nominal_params, input_names=_input_names,
+                                               optional=frozenset(extra))
                     if state is None:
                         break
                 if state is None:
@@ -427,11 +438,11 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: 
                 qname, vals, unit = state
                 try:
                     alt_q = qmod.get_quantity(qname)
-                    if broken(alt_q.requires, {i.name: Fraction(i.default) for i in alt_q.inputs
-                                               if i.default is not None} | vals):
+                    alt_full = {i.name: Fraction(i.default) for i in alt_q.inputs if i.default is not None} | vals
+                    if broken(alt_q.requires, alt_full):
                         continue  # a reading outside its quantity's constraints reproduces nothing
                     value = _compute(alt_q, vals)
-                    value_in = _in_unit(value, alt_q.unit, unit)
+                    value_in = _in_unit(value, alt_q.unit, unit, around | alt_full)
                 except (ConfigError, ValueError, KeyError):
                     continue
                 if _not_whole(value, alt_q.unit):  # an uneven count reproduces no figure
@@ -443,7 +454,7 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: 
                     best, closest = d, (name, value_in, unit)
                 if _matches(value_in, c.claimed, c.step):
                     matches.append((name, value_in, unit))
-                elif steps:  # within the printed precision of the inputs a reading did not change
+                elif steps and qmod.bridge_between(alt_q.unit, unit) is None:  # printed precision (not bridged)
                     kept = {n: st for n, st in steps.items() if n in vals and vals[n] == values.get(n)}
                     if meets(span_of_inputs(alt_q, vals, kept, unit, _value_in), c.claimed, c.step):
                         matches.append((name, value_in, unit))
