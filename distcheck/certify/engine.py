@@ -226,6 +226,12 @@ def _example_test(run: _Run, world, contract: Contract, target, dtype: str, opti
     return test
 
 
+def _skips(contract: Contract, dtype: str, options: dict, ws: int, backend: str, reason: str) -> list[PropertyVerdict]:
+    """Every property of ``contract`` at world size ``ws`` a SKIP with ``reason``."""
+    return [PropertyVerdict(p.name, contract.statement(p.name, dtype, options), p.regime, dtype, ws, backend, SKIP,
+                            failure=reason) for p in contract.properties]
+
+
 def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict, run_settings, seed: int,
                    replay: str, batch: int = 1) -> list[PropertyVerdict]:
     ws, backend = world.world_size, world.backend
@@ -233,9 +239,7 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
     degenerate = contract.cannot_fail(ws, options)  # below its smallest world, no claim can fail: none is run
     strategy = None if degenerate else contract.cases_for(target, ws, dtype, options)
     if strategy is None:
-        reason = degenerate or contract.skip_reason(ws, dtype, options)
-        return [PropertyVerdict(p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, SKIP,
-                                failure=reason) for p in specs]
+        return _skips(contract, dtype, options, ws, backend, degenerate or contract.skip_reason(ws, dtype, options))
     verdicts: dict[str, PropertyVerdict] = {
         p: PropertyVerdict(p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, SKIP,
                            failure=reason)
@@ -401,10 +405,13 @@ def certify(target: Any, contract: str | Contract, *, pool=None, world=None, wor
                          distribution=distribution, version=version, batch=batch, code=code_identity(obj, ref))
     hung: PropertyVerdict | None = None  # the step that timed out: the rest of the target is skipped
     for w in worlds:
-        if hung is not None:  # not started: its steps would time out as well
+        degenerate = contract.cannot_fail(w.world_size, opts)
+        if hung is not None or degenerate is not None:  # not started: nothing there could fail, or it would hang
             cert.world_sizes.append(w.world_size)
             for dt in dts:
-                cert.verdicts += skipped_after_hang(contract, dt, opts, w.world_size, cert.backend, hung)
+                cert.verdicts += (skipped_after_hang(contract, dt, opts, w.world_size, cert.backend, hung)
+                                  if hung is not None else
+                                  _skips(contract, dt, opts, w.world_size, cert.backend, str(degenerate)))
             continue
         with w as live:
             cert.world_sizes.append(live.world_size)
