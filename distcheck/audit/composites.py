@@ -20,10 +20,10 @@ They exist so that the conventions of :mod:`distcheck.audit.conventions` can nam
   largest_layer_params`` (the largest layer gathered in fp32) plus ``int(18 x total_params / total_gpus)``,
   which DeepSpeed prints divided by 2**30 with the label "GB" (binary units: a "GB read as GiB" reading);
 * ``comm.busbw.all_reduce.in_network``: an all-reduce's bus bandwidth with the in-network (SHARP)
-  factor (n-1)/(n+1) instead of the ring's 2(n-1)/n. Its source is stated with the quantity: nccl-tests'
-  doc/PERFORMANCE.md derives 2(n-1)/n for algorithms built on point-to-point sends and receives and says
-  the derivation holds only for those; the copy read for this module gives no factor for in-network
-  reductions, so the (n-1)/(n+1) factor is recorded as the one attributed to that document, unconfirmed.
+  factor (n-1)/(n+1) instead of the ring's 2(n-1)/n. Source: nccl-tests, doc/PERFORMANCE.md, section
+  "Summary" of "Bandwidth", which lists "AllReduce (In-Network Reduction): (n-1)/(n+1)" beside the
+  point-to-point all-reduce's 2(n-1)/n (whose derivation, in its "AllReduce" section, covers send/receive
+  algorithms only).
 """
 
 from __future__ import annotations
@@ -99,9 +99,8 @@ def composites() -> list:
     ))
     out.append(Q(
         "comm.busbw.all_reduce.in_network", "bytes_per_second",
-        "in-network (SHARP) all-reduce bus-bandwidth factor (n-1)/(n+1), as attributed to nccl-tests "
-        "doc/PERFORMANCE.md (whose derivation of 2(n-1)/n covers point-to-point algorithms only; the copy read "
-        "gives no in-network factor, so the attribution is unconfirmed)",
+        "in-network (SHARP) all-reduce bus-bandwidth factor (n-1)/(n+1): nccl-tests doc/PERFORMANCE.md, "
+        "Bandwidth, Summary ('AllReduce (In-Network Reduction)')",
         "bus bandwidth of an in-network all-reduce: algbw x (n-1)/(n+1)",
         _form_inputs("comm.busbw.all_reduce"),
         lambda v: Fraction(v["size_bytes"]) / v["time_s"] * (v["n"] - 1) / (v["n"] + 1),
