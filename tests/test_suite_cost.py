@@ -1,7 +1,8 @@
 """What keeps the README's test command affordable on 2 cores, without dropping a test from CI.
 
 The ``nodes`` tests (several torchrun agents as the nodes of one world) are deselected by pyproject.toml's
-``addopts`` and run by a step of .ci/run of their own.
+``addopts`` and run by a step of .ci/run of their own; the package is built once per session (conftest.py's
+``built_dist``), not once per module that needs the wheel.
 """
 
 from __future__ import annotations
@@ -42,3 +43,12 @@ def test_nodes_tests_are_left_out_by_default_and_ci_runs_them():
     assert any(re.search(r"\s-m nodes(\s|$)", ln) for ln in runs), runs  # its -m replaces addopts' one
     assert "-m nodes" in (ROOT / "README.md").read_text().split("## Tests", 1)[1]
 
+
+def test_the_package_is_built_once_per_session():
+    builders = [p.name for p in sorted((ROOT / "tests").rglob("*.py"))
+                if re.search(r'"-m",\s*"build"', p.read_text())]
+    assert builders == ["conftest.py"], builders
+    source = (ROOT / "tests" / "conftest.py").read_text()
+    assert '@pytest.fixture(scope="session")\ndef built_dist(' in source
+    for name in ("test_packaging.py", "test_acceptance.py"):
+        assert "built_dist" in (ROOT / "tests" / name).read_text(), name
