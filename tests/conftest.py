@@ -93,3 +93,25 @@ def threaded2():
 def threaded4():
     with _pool(4, "threaded") as pool:
         yield pool
+
+
+# ---------------------------------------------------------------- the built distribution, shared by the session
+
+
+@pytest.fixture(scope="session")
+def built_dist(tmp_path_factory):
+    """``python -m build``: the sdist, then the wheel built from that sdist (as a release is), once per session.
+
+    Returns the folder holding both; tests/test_packaging.py reads them and tests/test_acceptance.py installs
+    the wheel, so the suite builds the package once rather than once per module.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(root)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out

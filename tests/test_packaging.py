@@ -19,13 +19,9 @@ GOLDEN = sorted((ROOT / "golden").glob("*.toml"))
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory) -> Path:
-    """``python -m build``: the sdist, then the wheel built from that sdist (as a release is)."""
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out
+def dist(built_dist) -> Path:
+    """The sdist and the wheel built from it, built once for the session (conftest.py's ``built_dist``)."""
+    return built_dist
 
 
 def _only(folder: Path, pattern: str) -> Path:

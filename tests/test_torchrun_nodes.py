@@ -150,6 +150,7 @@ def agents(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.nodes
 @pytest.mark.timeout(300)
 def test_two_torchrun_agents_run_one_world_and_rank_0_prints_the_table(agents):
     run = agents("--format", "json", "--timeout", "90")
@@ -171,6 +172,7 @@ def test_two_torchrun_agents_run_one_world_and_rank_0_prints_the_table(agents):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.nodes
 @pytest.mark.timeout(300)
 def test_a_node_killed_mid_run_fails_both_agents_and_leaves_no_process(agents):
     run = agents("--timeout", "30")
