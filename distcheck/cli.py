@@ -58,16 +58,20 @@ def _stage_list(stages: tuple[str, ...]):
 
 
 def _world_sizes(text: str) -> tuple[int, ...]:
+    """argparse type of ``--world-sizes``: the rules of :func:`distcheck.validate.check_world_sizes`
+    (the ones ``world-sizes`` of ``[tool.distcheck]`` is held to), on comma-separated integers."""
+    from distcheck.errors import ConfigError
+    from distcheck.validate import check_world_sizes
+
     items = [x.strip() for x in text.split(",")]
     try:
-        sizes = tuple(int(x) for x in items)
+        sizes = [int(x) for x in items]  # a value of more than 4300 digits is a ValueError too
     except ValueError:
         raise argparse.ArgumentTypeError(f"world sizes must be comma-separated integers, got {text!r}") from None
-    if any(n < 1 for n in sizes):
-        raise argparse.ArgumentTypeError(f"world sizes must be integers >= 1, got {text!r}")
-    if len(set(sizes)) != len(sizes):
-        raise argparse.ArgumentTypeError(f"world sizes must be distinct, got {text!r}")
-    return sizes
+    try:
+        return check_world_sizes("--world-sizes", sizes)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(f"world sizes {exc.rule}, got {text!r}") from None
 
 
 def _seed(text: str) -> int:
@@ -174,6 +178,12 @@ def _run_check(args) -> int:
         raise _UsageError(f"--golden-dir {args.golden_dir} is not a folder")
     if args.launcher == "local" and any(s.needs_world for s in stages):
         _check_worlds(args.backend, args.world_sizes)
+    if "golden" in {s.name for s in stages}:
+        _check_golden_keys(args.golden_dir)
+    if "certify" in {s.name for s in stages} and args.backend != "none" and (Path.cwd() / "pyproject.toml").is_file():
+        from distcheck.certify.config import check_entries, load_config
+
+        check_entries(load_config(Path.cwd() / "pyproject.toml").targets)  # a bad table is bad input: exit 2
     if args.report is not None:
         if args.launcher == "torchrun":
             raise _UsageError("--report is not supported with --launcher torchrun")
@@ -181,6 +191,23 @@ def _run_check(args) -> int:
 
         check_report_dir(args.report)
     return run_torchrun(args) if args.launcher == "torchrun" else run_local(args)
+
+
+def _check_golden_keys(folder: Path | None) -> None:
+    """Refuse, before anything starts, a golden folder holding a key that cannot be read or is not
+    a golden key (a named pipe, a file over 4 MiB, invalid TOML, a claim without ``expect``): an
+    AnswerKeyError naming the file (exit 2). A key that reads but does not reproduce is a FAIL row."""
+    from distcheck.errors import GoldenError
+    from distcheck.golden import golden_paths, load_golden
+
+    if folder is None:
+        return  # the shipped keys: checked by the test suite, their failure is a FAIL row
+    try:
+        paths = golden_paths(folder)
+    except GoldenError as exc:
+        raise _UsageError(f"--golden-dir: {exc}") from None
+    for path in paths:
+        load_golden(path)
 
 
 def _check_worlds(backend: str, world_sizes) -> None:

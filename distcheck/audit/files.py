@@ -12,16 +12,16 @@ and the limit; a path of the wrong type is a :class:`~distcheck.errors.ConfigErr
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 from distcheck.core.errors import AnswerKeyError, ConfigError
+from distcheck.core.files import MAX_INPUT_BYTES, FileRefused, read_regular_file
 from distcheck.core.validate import check_type
 
 __all__ = ["MAX_KEY_BYTES", "as_path", "path_text", "read_key_bytes"]
 
 #: the largest answer key read, in bytes (4 MiB; the largest shipped golden key is under 30 KB)
-MAX_KEY_BYTES = 4 * 2**20
+MAX_KEY_BYTES = MAX_INPUT_BYTES
 
 
 def as_path(field: str, value: object) -> Path:
@@ -40,39 +40,12 @@ def path_text(path: object) -> str:
     return str(os.fspath(path))  # type: ignore[call-overload]
 
 
-_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def read_key_bytes(p: Path) -> bytes:
-    """The bytes of the regular file ``p``, at most MAX_KEY_BYTES. Opened without blocking
-    (a named pipe with no writer would block ``open``) and checked with ``fstat`` before any
-    read, so a pipe, a device or a folder is refused at once; the read itself stops at
-    MAX_KEY_BYTES + 1 bytes, so a file that grows while it is read cannot exhaust memory."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    """The bytes of the regular file ``p``, at most MAX_KEY_BYTES, read by the one bounded reader
+    (:func:`distcheck.core.files.read_regular_file`: opened without blocking, checked with ``fstat``
+    before any read, the read stopped at MAX_KEY_BYTES + 1 bytes). Raises AnswerKeyError naming the file."""
     try:
-        fd = os.open(p, flags)
-    except OSError as exc:
-        raise AnswerKeyError(f"cannot read the answer key: {exc.strerror or exc}", path=str(p)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "not a regular file")
-            raise AnswerKeyError(f"is {kind}; an answer key must be a regular file", path=str(p))
-        if st.st_size > MAX_KEY_BYTES:
-            raise AnswerKeyError(f"is {st.st_size:,} bytes, over the answer-key limit of {MAX_KEY_BYTES:,} bytes "
-                                 "(4 MiB)", path=str(p))
-        chunks, size = [], 0
-        while size <= MAX_KEY_BYTES:
-            chunk = os.read(fd, min(MAX_KEY_BYTES + 1 - size, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise AnswerKeyError(f"cannot read the answer key: {exc.strerror or exc}", path=str(p)) from None
-    finally:
-        os.close(fd)
-    if size > MAX_KEY_BYTES:
-        raise AnswerKeyError(f"holds more than the answer-key limit of {MAX_KEY_BYTES:,} bytes (4 MiB)", path=str(p))
-    return b"".join(chunks)
+        return read_regular_file(p, what="an answer key", limit_name="the answer-key limit", limit=MAX_KEY_BYTES)
+    except FileRefused as exc:
+        reason = exc.reason.replace("cannot be read:", "cannot read the answer key:", 1)
+        raise AnswerKeyError(reason, path=str(p)) from None

@@ -21,11 +21,15 @@ import sys
 import time
 from pathlib import Path
 
+from distcheck.core.files import FileRefused, check_output_file
 from distcheck.errors import ConfigError
 
 __all__ = ["add_parser", "run", "render_contracts"]
 
 BACKENDS = ("gloo", "threaded", "nccl")
+#: the most examples one world step takes (``--batch``): Hypothesis draws a list of that many cases, and
+#: refuses lists much longer than this
+MAX_BATCH = 1024
 
 
 def _option(text: str) -> tuple[str, str]:
@@ -42,6 +46,13 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _batch(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_BATCH}, got {text!r}")
     return value
 
 
@@ -77,8 +88,9 @@ def add_parser(sub, *, world_sizes, seconds) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="gloo (CPU processes, default), threaded (in-process ranks) or nccl (one GPU per rank)")
     p.add_argument("--examples", type=_positive_int, default=None, help="Hypothesis examples per property")
-    p.add_argument("--batch", type=_positive_int, default=1,
-                   help="examples per world step (default 1; larger batches amortize the round trip)")
+    p.add_argument("--batch", type=_batch, default=1,
+                   help=f"examples per world step, 1 to {MAX_BATCH} (default 1; larger batches amortize the round "
+                        "trip)")
     p.add_argument("--seed", type=_seed, default=None,
                    help="Hypothesis seed (default: 0 under the derandomized ci profile, else drawn and recorded)")
     p.add_argument("--profile", choices=("dev", "ci", "thorough"), default=None,
@@ -141,7 +153,7 @@ def _jobs(args) -> tuple[list[_Job], str, int | None, float]:
         return [job], args.profile or "ci", args.seed, args.timeout or 120.0
     if args.contract is not None or cli_options:
         raise ConfigError("target", None, "is required with --contract or --option (MODULE:OBJECT)")
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, field="--config") if args.config is not None else load_config()
     if not cfg.targets:
         where = cfg.path or "pyproject.toml (none found)"
         raise ConfigError("target", None, f"is required: give MODULE:OBJECT --contract NAME, or list targets under "
@@ -150,6 +162,14 @@ def _jobs(args) -> tuple[list[_Job], str, int | None, float]:
                  args.dtypes or e.dtypes, args.examples or e.examples, e.options) for e in cfg.targets]
     seed = args.seed if args.seed is not None else cfg.seed
     return jobs, args.profile or cfg.profile, seed, args.timeout or cfg.timeout
+
+
+def _check_jobs(jobs: list[_Job], *, from_config: bool) -> None:
+    """Refuse, before anything runs, a contract, an option or a dtype that a job cannot take."""
+    from distcheck.certify.config import TargetEntry, check_entries
+
+    entries = [TargetEntry(target=j.target, contract=j.contract, dtypes=j.dtypes, options=j.options) for j in jobs]
+    check_entries(entries, "[[tool.distcheck.certify]]" if from_config else "command line")
 
 
 def _check_worlds(jobs: list[_Job]) -> None:
@@ -185,11 +205,16 @@ def run(args) -> int:
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise ConfigError("--certificate", path, f"names a folder that does not exist ({folder})")
+        try:  # a folder, a named pipe, a device or a symbolic link is refused before the work starts
+            check_output_file(path)
+        except FileRefused as exc:
+            raise ConfigError("--certificate", path, exc.reason) from None
     if getattr(args, "report", None) is not None:
         from distcheck.reportdoc import check_report_dir
 
         check_report_dir(args.report)  # bad input before anything runs
     jobs, profile, seed, timeout = _jobs(args)
+    _check_jobs(jobs, from_config=args.target is None)
     args.named_targets = args.target is None  # [tool.distcheck] targets: every row names its target
     if args.launcher == "torchrun":
         return _run_torchrun(args, jobs, profile, seed, timeout)

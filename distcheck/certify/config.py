@@ -13,22 +13,33 @@
 
 ``distcheck certify`` with no target runs every ``[[tool.distcheck.certify]]`` entry;
 :func:`config_rows` gives ``distcheck check`` the same runs as report rows. The file is read
-with :mod:`tomllib`; a key that is not known, or a value of the wrong type, is a ConfigError
-naming the file, the entry and the key.
+with :mod:`tomllib`, only when it is a regular file of at most 4 MiB
+(:func:`distcheck.core.files.read_regular_file`, the reader of answer keys too). Every value is
+checked with the helpers that check the command line's flags (:mod:`distcheck.validate`): a key
+that is not known, a value of the wrong type or out of range (``timeout = nan``, ``world-sizes = []``
+or with repeats, ``seed`` of 5,000 digits) is a ConfigError naming the file, the entry and the key.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distcheck.core.files import FileRefused, read_regular_file
 from distcheck.errors import ConfigError
+from distcheck.validate import (
+    check_choice,
+    check_nonnegative_int,
+    check_positive_int,
+    check_world_sizes,
+)
 
-__all__ = ["TargetEntry", "CertifyConfig", "load_config", "config_rows", "find_pyproject", "target_rows",
-           "importable_from_current_folder"]
+__all__ = ["TargetEntry", "CertifyConfig", "load_config", "check_entries", "config_rows", "find_pyproject",
+           "target_rows", "importable_from_current_folder"]
 
 _DEFAULT_KEYS = {"backend": str, "world-sizes": list, "examples": int, "profile": str, "seed": int,
                  "dtypes": list, "timeout": (int, float)}
@@ -80,24 +91,89 @@ def _check_keys(where: str, table: dict, known: dict) -> None:
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             kinds = kind if isinstance(kind, tuple) else (kind,)
             raise ConfigError(f"{where}.{key}", value, f"must be a {' or '.join(k.__name__ for k in kinds)}")
+        _check_value(f"{where}.{key}", key, value)
 
 
-def load_config(path: str | Path | None = None) -> CertifyConfig:
+def _check_value(field_name: str, key: str, value: Any) -> None:
+    """The rule of ``key``'s value: the one its command-line flag is held to."""
+    from distcheck.certify.cli import BACKENDS
+    from distcheck.engine.profiles import PROFILES
+    from distcheck.runners.backends import check_timeout
+
+    if key == "world-sizes":
+        check_world_sizes(field_name, value)
+    elif key == "examples":
+        check_positive_int(field_name, value)
+    elif key == "seed":
+        check_nonnegative_int(field_name, value)
+    elif key == "timeout":
+        check_timeout(field_name, value)
+    elif key == "backend":
+        check_choice(field_name, value, BACKENDS)
+    elif key == "profile":
+        check_choice(field_name, value, tuple(PROFILES))
+    elif key == "dtypes":
+        if not value or not all(isinstance(d, str) for d in value):
+            raise ConfigError(field_name, value, "must be a non-empty list of dtype names (float64, float32, bfloat16)")
+    elif key in ("target", "contract") and not value.strip():
+        raise ConfigError(field_name, value, "must not be empty")
+
+
+#: the most digits an integer may have (Python's own limit on reading one from text)
+_MAX_DIGITS = 4300
+_LONG_INT = re.compile(r"(?m)^[ \t]*([A-Za-z0-9_.\"'-]+)[ \t]*=[ \t]*[+-]?[0-9][0-9_]{" + str(_MAX_DIGITS) + ",}")
+
+
+class _Digits:
+    """An integer shown by its length alone (``<an integer of 5,000 digits>``)."""
+
+    def __init__(self, text: str):
+        self.n = sum(ch.isdigit() for ch in text)
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.n:,} digits>"
+
+
+def _parse_toml(path: Path, text: str, field_name: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(field_name, str(path), f"is not valid TOML: {exc}") from None
+    except ValueError as exc:  # an integer longer than Python reads from text (tomllib does not wrap it)
+        hit = _LONG_INT.search(text)
+        if hit is None:
+            raise ConfigError(field_name, str(path), f"is not valid TOML: {exc}") from None
+        line = text.count("\n", 0, hit.start()) + 1
+        number = text[hit.end(1):hit.end()].split("=", 1)[1]
+        raise ConfigError(f"{path}:{line}: {hit.group(1).strip(chr(34) + chr(39))}", _Digits(number),
+                          f"must be an integer of at most {_MAX_DIGITS} digits") from None
+
+
+def load_config(path: str | Path | None = None, *, field: str = "config") -> CertifyConfig:
     """Read ``[tool.distcheck]`` from ``path`` (default: :func:`find_pyproject`).
 
     Returns a config with no targets when there is no file or no table.
-    Raises ConfigError for unreadable TOML, unknown keys or wrongly typed values.
+    Raises ConfigError naming ``field`` (the flag that named the file: ``--config``) for a path that
+    is not a regular file of at most 4 MiB (a folder, a named pipe, ``/dev/zero``, a dangling link),
+    for text that is not UTF-8 or not TOML, and naming the key for an unknown key or a wrongly typed
+    or out-of-range value (the rules of the matching flags).
     """
     path = Path(path) if path is not None else find_pyproject()
     if path is None:
         return CertifyConfig(path=None, targets=[])
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", str(path), f"is not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError("config", str(path), f"cannot be read: {exc.strerror or exc}") from None
-    table: Any = data.get("tool", {}).get("distcheck", {})
+        raw = read_regular_file(path, what="a config file", limit_name="the config-file limit")
+    except FileRefused as exc:
+        raise ConfigError(field, str(path), exc.reason) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(field, str(path), f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    data = _parse_toml(path, text, field)
+    tool: Any = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: tool", tool, "must be a table")
+    table: Any = tool.get("distcheck", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: tool.distcheck", table, "must be a table")
     where = f"{path}: [tool.distcheck]"
@@ -122,6 +198,23 @@ def load_config(path: str | Path | None = None) -> CertifyConfig:
                          timeout=float(table.get("timeout", 120.0)))
 
 
+def check_entries(entries: list[TargetEntry], where: str = "[[tool.distcheck.certify]]") -> None:
+    """Check, before anything runs, what each entry names: a registered contract, options that
+    contract declares with values in their range, dtypes it accepts. Raises UnknownQuantityError
+    (a contract or an option that does not exist, with close matches) or ConfigError naming the
+    entry (``[[tool.distcheck.certify]] #2: option max_stages=1000000 must be <= 32``)."""
+    from distcheck.engine.contracts.contract import check_dtypes, get_contract
+
+    for i, entry in enumerate(entries):
+        contract = get_contract(entry.contract)
+        try:
+            contract.parse_options(entry.options)
+            check_dtypes(entry.dtypes, contract)
+        except ConfigError as exc:
+            head = f"{where} #{i + 1}: " if len(entries) > 1 or where != "command line" else ""
+            raise ConfigError(f"{head}{exc.field}", exc.value, exc.rule) from None
+
+
 def config_rows(path: str | Path | None = None, *, profile: str | None = None, seed: int | None = None,
                 backend: str | None = None, world_sizes: list[int] | None = None) -> list:
     """Certify every target of ``[tool.distcheck]`` and return one report row per verdict
@@ -136,6 +229,7 @@ def config_rows(path: str | Path | None = None, *, profile: str | None = None, s
 
     cfg = load_config(path)
     importable_from_current_folder()
+    check_entries(cfg.targets)
     rows: list = []
     for entry in cfg.targets:
         cert = certify(entry.target, entry.contract, world_sizes=world_sizes or entry.world_sizes,

@@ -10,7 +10,7 @@ from distcheck.core.errors import ConfigError
 
 __all__ = [
     "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
-    "BYTE_UNITS", "bytes_to", "to_bytes", "parse_bytes", "format_bytes",
+    "BYTE_UNITS", "MAX_SIZE_DIGITS", "bytes_to", "to_bytes", "parse_bytes", "format_bytes",
 ]
 
 KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
@@ -55,6 +55,11 @@ def to_bytes(value, unit: str):
     return int(out) if out.denominator == 1 else out
 
 
+#: the most digits the number of a size may have (integer and fractional parts together): a byte count of
+#: 40 digits is 10**22 times all the memory ever built; longer text is a typo (and Python refuses to read
+#: an integer of more than 4300 digits)
+MAX_SIZE_DIGITS = 40
+
 _QUANTITY = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?|\.[0-9]+)\s*([A-Za-z]+)\s*$")
 
 
@@ -68,7 +73,8 @@ def parse_bytes(text: str):
     ``"0.1 GB"`` is exactly 100,000,000 bytes. Returns an int, or a Fraction
     when the product is not a whole number of bytes.
 
-    Raises ConfigError naming the text and the rule when it does not parse.
+    Raises ConfigError naming the text and the rule when it does not parse, or when its number has
+    more than :data:`MAX_SIZE_DIGITS` digits.
     """
     if not isinstance(text, str):
         raise ConfigError("size", text, "must be a string like '80 GB' or '80 GiB'")
@@ -78,6 +84,10 @@ def parse_bytes(text: str):
             raise ConfigError("size", text, "must not be negative (a number of bytes with its unit, like '80 GB')")
         raise ConfigError("size", text, "must be a number followed by a unit, like '80 GB' or '80 GiB'")
     number, unit = match.groups()
+    digits = sum(ch.isdigit() for ch in number)
+    if digits > MAX_SIZE_DIGITS:
+        raise ConfigError("size", f"<a number of {digits:,} digits> {unit}",
+                          f"must have at most {MAX_SIZE_DIGITS} digits (a size needs far fewer)")
     return to_bytes(Fraction(number.replace("_", "").replace(",", "")), unit)
 
 

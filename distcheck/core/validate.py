@@ -59,6 +59,8 @@ __all__ = [
     "as_array",
     "as_arrays",
     "as_int_list",
+    "check_world_sizes",
+    "check_printable",
 ]
 
 #: the most ranks a per-rank enumeration builds (layout groups/grids, ZeRO shards)
@@ -333,3 +335,30 @@ def as_int_list(field: str, values: Any, *, min_value: int = 1, min_len: int = 1
         raise ConfigError(field, _short(values),
                           "must be non-empty" if min_len == 1 else f"must hold at least {min_len} integers")
     return [check_int(f"{field}[{i}]", v, min_value=min_value) for i, v in enumerate(values)]
+
+
+def check_world_sizes(field: str, values: Any) -> tuple[int, ...]:
+    """World sizes (``--world-sizes``, ``world-sizes = [...]``) as a tuple of ints: a non-empty list of
+    integers >= 1, none repeated. Raises ConfigError naming ``field`` with the rule the flag states:
+    ``must not be empty``, ``must be integers >= 1``, ``must be distinct``."""
+    if isinstance(values, (str, bytes, dict)) or not isinstance(values, Sequence):
+        raise ConfigError(field, _short(values), "must be a list of integers >= 1")
+    if not values:
+        raise ConfigError(field, list(values), "must not be empty")
+    sizes = tuple(check_int(field, v, min_value=1, rule="must be integers >= 1") for v in values)
+    if len(set(sizes)) != len(sizes):
+        raise ConfigError(field, list(sizes), "must be distinct")
+    return sizes
+
+
+def check_printable(field: str, value: Any) -> str:
+    """``value`` if it is a ``str`` with no control or format character (``\\n``, ESC, a zero-width
+    space: Unicode categories Cc, Cf, Cs, Co, Cn), else ConfigError. For names a user types (a model
+    preset), which are echoed to the terminal."""
+    import unicodedata
+
+    check_type(field, value, str, "must be a string")
+    bad = next((ch for ch in value if unicodedata.category(ch).startswith("C")), None)
+    if bad is not None:
+        raise ConfigError(field, value, f"must not hold control characters (holds {bad!r})")
+    return value

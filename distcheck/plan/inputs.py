@@ -16,7 +16,7 @@ from distcheck.core.validate import MAX_RANKS, check_choice, check_nonnegative_i
 from distcheck.core.vocab import Axis, Schedule
 
 __all__ = ["RECOMPUTE", "SCHEDULES", "ZERO_STAGES", "COMPONENTS", "COMM_AXES", "LESSON_STEPS", "ACTIVATION_BYTES",
-           "Hardware", "Workload", "Layout"]
+           "MAX_GPU_BYTES", "Hardware", "Workload", "Layout"]
 
 RECOMPUTE = ("none", "selective", "full")
 #: pipeline schedules the planner sizes (the closed forms of :mod:`distcheck.forms.pipeline`)
@@ -41,16 +41,24 @@ def _exact(q: Fraction) -> int | Fraction:
     return int(q) if q.denominator == 1 else q
 
 
+#: the most memory one GPU may have, in bytes: 2**50 (1 PiB), over 5,000 times today's largest GPUs (a larger
+#: figure is a typo, and its plan would print dozens of digits)
+MAX_GPU_BYTES = 2**50
+
+
 def _bytes(field_name: str, value: object, *, allow_zero: bool = False) -> int | Fraction:
     if isinstance(value, str):
         try:
             value = parse_bytes(value)
         except ConfigError as exc:
-            raise ConfigError(field_name, value, exc.rule) from None
+            raise ConfigError(field_name, exc.value, exc.rule) from None  # exc.value: a short form of a long text
     if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
         raise ConfigError(field_name, value, "must be a number of bytes (int or Fraction) or a size like '80 GB'")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(field_name, value, "must be >= 0 bytes" if allow_zero else "must be > 0 bytes")
+    if value > MAX_GPU_BYTES:
+        raise ConfigError(field_name, value, f"must be <= {MAX_GPU_BYTES:,} bytes (2**50 = 1 PiB, the most one GPU "
+                                             "may have here)")
     return value
 
 
@@ -62,7 +70,7 @@ class Hardware:
         gpus: GPUs in the run (1 .. 2**24); a whole number of nodes, or fewer
             GPUs than one node holds.
         gpu_memory: bytes of one GPU: an int or Fraction, or ``"80 GB"`` /
-            ``"80 GiB"`` (GB = 1e9 bytes, GiB = 2**30).
+            ``"80 GiB"`` (GB = 1e9 bytes, GiB = 2**30); at most :data:`MAX_GPU_BYTES` (1 PiB).
         gpus_per_node: GPUs per server (default 8); tensor-parallel groups stay
             inside one.
         reserve: bytes of each GPU kept back (CUDA context, communication

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from distcheck import params as params_ref
 from distcheck.core.errors import ConfigError
-from distcheck.core.validate import check_int
+from distcheck.core.validate import check_int, check_printable
 
 __all__ = ["ModelSpec", "resolve_model", "preset_names", "SHAPE_FIELDS"]
 
@@ -52,6 +52,7 @@ def _squash(name: str) -> str:
 
 
 def _preset(name: str) -> tuple[str, params_ref.TransformerConfig]:
+    check_printable("model", name)  # "llama-3-8b\n" must not pass for llama-3-8b once squashed
     if name in params_ref.PRESETS:
         return name, params_ref.PRESETS[name]
     # "llama3-70b" and "Llama-3-70B" name the preset "llama-3-70b": compare without punctuation or case

@@ -40,7 +40,7 @@ from distcheck.validate import check_callable, check_type
 if TYPE_CHECKING:
     from distcheck.runners.context import RankContext
 
-__all__ = ["FINAL_EXCHANGE_TIMEOUT_S", "TorchrunWorld", "launched_by_torchrun"]
+__all__ = ["FINAL_EXCHANGE_TIMEOUT_S", "RESOLVE_TIMEOUT_S", "TorchrunWorld", "check_master", "launched_by_torchrun"]
 
 #: how long (seconds) ranks other than 0 wait in :meth:`TorchrunWorld.rank0_broadcaster`'s exchange
 #: (``distcheck check``: rank 0's pure stages and its exit code); if rank 0 dies first, torchrun
@@ -64,11 +64,63 @@ def _env_int(env: Mapping[str, str], name: str) -> int:
     if not isinstance(raw, str):
         raise ConfigError(name, raw, "must be a string of decimal digits (an environment value)")
     text = raw.strip()
+    if len(text) > _MAX_ENV_DIGITS:  # never read: Python refuses integers of more than 4300 digits
+        raise ConfigError(name, f"<{len(text):,} characters>",
+                          f"must be an integer >= 0 of at most {_MAX_ENV_DIGITS} decimal digits")
     if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
         raise ConfigError(name, int(text), "must be >= 0")
     if not (text.isascii() and text.isdigit()):
         raise ConfigError(name, raw, "must be an integer >= 0 written in decimal digits")
     return int(text)
+
+
+#: the most digits a rank, world size or port read from the environment may have (2**63 has 19)
+_MAX_ENV_DIGITS = 18
+#: seconds :func:`check_master` waits for ``MASTER_ADDR`` to resolve (torch's own store retries for far longer)
+RESOLVE_TIMEOUT_S = 5.0
+
+
+def check_master(env: Mapping[str, str], *, required: bool, resolve_timeout_s: float = RESOLVE_TIMEOUT_S) -> None:
+    """Check the rendezvous address of an ``env://`` launch: ``MASTER_PORT`` an integer from 1 to 65535,
+    ``MASTER_ADDR`` a host name or address that resolves within ``resolve_timeout_s`` seconds.
+
+    With ``required`` a missing variable is refused too (the process group is about to be created
+    from them); without, only those present are checked. Raises ConfigError naming the variable."""
+    import socket
+    import threading
+
+    port_text = env.get("MASTER_PORT")
+    if port_text is None:
+        if required:
+            raise ConfigError("MASTER_PORT", None, "must be set in the environment (launch with torchrun)")
+    else:
+        port = _env_int(env, "MASTER_PORT")
+        if not 1 <= port <= 65535:
+            raise ConfigError("MASTER_PORT", port, "must be a TCP port from 1 to 65535")
+    host = env.get("MASTER_ADDR")
+    if host is None:
+        if required:
+            raise ConfigError("MASTER_ADDR", None, "must be set in the environment (launch with torchrun)")
+        return
+    if not isinstance(host, str) or not host.strip() or len(host) > 253:
+        raise ConfigError("MASTER_ADDR", host if isinstance(host, str) and len(host) <= 253 else "<long text>",
+                          "must be a host name or an IP address")
+    outcome: dict[str, Any] = {}
+
+    def resolve() -> None:
+        try:
+            socket.getaddrinfo(host.strip(), None)
+            outcome["ok"] = True
+        except (OSError, UnicodeError) as exc:
+            outcome["error"] = str(exc)
+
+    thread = threading.Thread(target=resolve, name="distcheck-resolve-master", daemon=True)
+    thread.start()
+    thread.join(resolve_timeout_s)
+    if "error" in outcome:
+        raise ConfigError("MASTER_ADDR", host, f"does not resolve ({outcome['error']})")
+    if "ok" not in outcome:
+        raise ConfigError("MASTER_ADDR", host, f"did not resolve within {resolve_timeout_s:g} s")
 
 
 class TorchrunWorld:
@@ -83,7 +135,9 @@ class TorchrunWorld:
 
     Raises:
         ConfigError: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` missing or not decimal
-            digits, ``RANK >= WORLD_SIZE``, or a bad ``backend``, ``timeout_s`` or ``environ``.
+            digits (at most 18), ``RANK >= WORLD_SIZE``, ``MASTER_PORT`` not a port or
+            ``MASTER_ADDR`` that does not resolve within :data:`RESOLVE_TIMEOUT_S` seconds
+            (:func:`check_master`), or a bad ``backend``, ``timeout_s`` or ``environ``.
     """
 
     def __init__(self, backend: str | None = None, timeout_s: float = 600.0,
@@ -97,6 +151,7 @@ class TorchrunWorld:
             raise ConfigError("WORLD_SIZE", self.world_size, "must be >= 1")
         if self.rank >= self.world_size:
             raise ConfigError("RANK", self.rank, f"must be < WORLD_SIZE={self.world_size}")
+        check_master(env, required=False)  # before any work: a bad port or host fails now, in one line
         if backend is not None:
             check_choice("backend", backend, ("gloo", "nccl"))
         self._backend = backend
@@ -137,6 +192,7 @@ class TorchrunWorld:
         else:
             device = torch.device("cpu")
         if not dist.is_initialized():
+            check_master(os.environ, required=True)  # what env:// reads
             dist.init_process_group(self.backend, init_method="env://", rank=self.rank, world_size=self.world_size,
                                     timeout=datetime.timedelta(seconds=self.timeout_s), **extra)
             self._owns_group = True

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from distcheck.core.errors import ConfigError, UnknownQuantityError
+from distcheck.core.validate import check_int
 
 __all__ = [
     "DTYPES",
@@ -82,7 +83,9 @@ class Option:
     """A contract option (``--option NAME=VALUE`` on the command line, ``options = {...}`` in TOML).
 
     Attributes: ``name``; ``default``; ``kind`` (``bool``, ``int``, ``str`` or ``dict``); ``doc``;
-    ``choices`` (allowed values, or None for any value of the kind).
+    ``choices`` (allowed values, or None for any value of the kind); for an ``int`` option its range,
+    ``min_value`` .. ``max_value`` (both ends inclusive), which every ``int`` option declares (a value
+    outside it is bad input: a ConfigError naming the option, before anything runs).
     """
 
     name: str
@@ -90,6 +93,8 @@ class Option:
     kind: type
     doc: str
     choices: tuple | None = None
+    min_value: int | None = None
+    max_value: int | None = None
 
 
 @dataclass(frozen=True)
@@ -294,6 +299,8 @@ def parse_option_value(option: Option, value: Any) -> Any:
                 raise ConfigError(field_name, value, f"must be a JSON object ({exc.msg})") from None
     if option.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(field_name, value, "must be an integer")
+    if option.kind is int:
+        check_int(field_name, value, min_value=option.min_value, max_value=option.max_value)
     if option.kind is not int and not isinstance(value, option.kind):
         raise ConfigError(field_name, value, f"must be a {option.kind.__name__}")
     if option.choices is not None and value not in option.choices:

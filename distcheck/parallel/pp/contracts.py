@@ -43,6 +43,11 @@ from distcheck.engine.contracts.targets import make_target, resolve
 __all__ = ["PipelineTable", "PipelineSchedule"]
 
 _SCHEDULES = names(Schedule)
+#: the largest ``max_stages`` of ``pipeline-table``: every p in 1..max_stages and every m up to 4p + 4 is
+#: enumerated before drawing, and one case simulates p * m * v actions; 32 stages keeps both to milliseconds
+MAX_STAGES = 32
+#: the largest ``v`` (stages per rank) either contract takes
+MAX_V = 16
 _COMMON = (
     PropertySpec("dependencies", "the table replays: every action once, every dependency met (W after its I), "
                                  "no deadlock, every stage on its rank", "exact"),
@@ -53,7 +58,7 @@ _COMMON = (
 _OPTIONS = (
     Option("schedule", "", str, "the simulator's schedule to compare with (torch's own classes know theirs)",
            choices=("",) + _SCHEDULES),
-    Option("v", 0, int, "stages per rank (0: the schedule's own)"),
+    Option("v", 0, int, "stages per rank (0: the schedule's own)", min_value=0, max_value=MAX_V),
 )
 
 
@@ -149,7 +154,7 @@ class PipelineTable(Contract):
     parallelism = "pp"
     summary = "an action table (a function (p, m) -> table, or a torch schedule class) against the simulator"
     properties = _COMMON
-    options = _OPTIONS + (Option("max_stages", 4, int, "the largest p drawn"),)
+    options = _OPTIONS + (Option("max_stages", 4, int, "the largest p drawn", min_value=1, max_value=MAX_STAGES),)
     dtypes = ("float64",)
     needs_world = False
 

@@ -205,7 +205,8 @@ class VocabParallelCrossEntropy(Contract):
         Option("reduction", "none", str, "the loss per token (none, Megatron's and fairscale's) or reduced over "
                                          "the tokens (mean over those not ignored, sum)", ref.REDUCTIONS),
         Option("ignore_index", None, int, "a target id whose tokens have loss 0 and gradient 0 (torch's convention, "
-                                          "-100; none by default: Megatron and fairscale have none)"),
+                                          "-100; none by default: Megatron and fairscale have none)",
+               min_value=-(2**63), max_value=2**63 - 1),  # a torch int64 target id
         Option("kwargs", {}, dict, "keyword arguments of a module class's constructor"),
     )
 

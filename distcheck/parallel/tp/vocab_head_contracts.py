@@ -109,7 +109,8 @@ class VocabParallelLMHeadLoss(Contract):
                                         "require it)"),
         Option("reduction", "none", str, "the loss per token (none) or reduced over the tokens (mean, sum)",
                ref.REDUCTIONS),
-        Option("ignore_index", None, int, "a target id whose tokens have loss 0 and gradient 0 (torch: -100)"),
+        Option("ignore_index", None, int, "a target id whose tokens have loss 0 and gradient 0 (torch: -100)",
+               min_value=-(2**63), max_value=2**63 - 1),  # a torch int64 target id
         Option("kwargs", {}, dict, "keyword arguments of a module class's constructor"),
     )
 
