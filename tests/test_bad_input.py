@@ -163,6 +163,7 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("certify --backend", [*CERT, "--backend", "mpi"], "--backend", False),
     ("certify --examples", [*CERT, "--examples", "0"], "--examples", False),
     ("certify --batch", [*CERT, "--batch", "1000000000000"], "--batch", False),
+    ("certify --report", [*CERT, "--report", "{file}"], "plain.txt", False),
     ("certify --seed", [*CERT, "--seed", "-1"], "--seed", False),
     ("certify --profile", [*CERT, "--profile", "fast"], "--profile", False),
     ("certify --dtypes", [*CERT, "--dtypes", "float8"], "dtypes", False),
@@ -208,6 +209,7 @@ NO_VALUE = {
     "--sequence-parallel": "a switch (and --no-sequence-parallel); takes no value",
     "--list-contracts": "a switch: lists the contracts; takes no value",
     "--require-installed": "a switch: a missing library fails instead of skipping; takes no value",
+    "--strict": "a switch: audit fails unless every claim is decided (tests/test_cli.py); takes no value",
 }
 
 
