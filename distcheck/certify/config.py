@@ -96,9 +96,8 @@ def _check_keys(where: str, table: dict, known: dict) -> None:
 
 def _check_value(field_name: str, key: str, value: Any) -> None:
     """The rule of ``key``'s value: the one its command-line flag is held to."""
-    from distcheck.certify.cli import BACKENDS
     from distcheck.engine.profiles import PROFILES
-    from distcheck.runners.backends import check_timeout
+    from distcheck.runners.backends import BACKENDS, check_timeout
 
     if key == "world-sizes":
         check_world_sizes(field_name, value)
