@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import pickle
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -19,10 +18,7 @@ from distcheck.certify.engine import LocalWorld, certify, reproduce_command
 from distcheck.engine.contracts import bounds as tb
 from distcheck.engine.contracts.checks import agree, compare, compare_collectives
 from distcheck.engine.contracts.contract import (
-    Contract,
     Option,
-    Outcome,
-    PropertySpec,
     contracts,
     get_contract,
     parse_option_value,
@@ -31,6 +27,7 @@ from distcheck.engine.contracts.errors import CertificationFailed, ProtocolError
 from distcheck.engine.contracts.layer import split_bounds
 from distcheck.engine.contracts.targets import import_target, make_target, reference_of
 from distcheck.errors import ConfigError, RankFailure, UnknownQuantityError
+from tests.addition_contract import AdditionContract, add_without_carry, good_add
 
 TP_CONTRACTS = ["column-parallel-linear", "row-parallel-linear", "tensor-parallel-attention", "tensor-parallel-mlp"]
 
@@ -267,58 +264,10 @@ def test_a_target_outside_the_protocol_is_refused_before_anything_runs():
 # ----------------------------------------------------------------------------- the engine, in process
 
 
-@dataclass(frozen=True)
-class _Pair:
-    a: int
-    b: int
-
-
-def good_add(a, b):
-    return a + b
-
-
-def add_without_carry(a, b):  # wrong once a sum reaches 16
-    return (a + b) % 16
-
-
 def crashes_on_seven(a, b):
     if 7 in (a, b):
         raise ValueError("seven")
     return a + b
-
-
-class AdditionContract(Contract):
-    """A world-free contract (as memory estimators and rank layouts will be): ``f(a, b) == a + b``,
-    and ``f`` is symmetric."""
-
-    name = "test-addition"
-    min_world_size = 1
-    min_world_reason = "runs in this process: the sums are drawn, whatever the world"
-    parallelism = "test"
-    summary = "adds"
-    needs_world = False
-    dtypes = ("float64",)
-    properties = (PropertySpec("sum", "f(a, b) == a + b", "exact"),
-                  PropertySpec("symmetric", "f(a, b) == f(b, a)", "exact"))
-
-    def resolve(self, obj, ref, options):
-        if not callable(obj):
-            raise ProtocolError("target", repr(obj), "must be callable")
-        return make_target(obj, ref, "function"), options
-
-    def cases(self, world_size, dtype, options):
-        return st.builds(_Pair, st.integers(0, 20), st.integers(0, 20))
-
-    def run_rank(self, ctx, target, case, dtype, options):
-        from distcheck.engine.contracts.targets import resolve
-
-        f = resolve(target)
-        return f(case.a, case.b), f(case.b, case.a)
-
-    def check(self, case, results, world_size, dtype, options):
-        got, swapped = results[0]
-        return {"sum": Outcome(got == case.a + case.b, message=f"f({case.a}, {case.b}) = {got}"),
-                "symmetric": Outcome(got == swapped, message=f"{got} != {swapped}")}
 
 
 def test_engine_passes_counts_and_records_every_property():
@@ -332,7 +281,7 @@ def test_engine_shrinks_one_property_and_reruns_the_others():
     cert = certify(add_without_carry, AdditionContract(), examples=50, seed=3)
     by = {v.property: v for v in cert.verdicts}
     assert by["sum"].verdict == "FAIL" and by["symmetric"].verdict == "pass"
-    assert by["sum"].counterexample in ("_Pair(a=0, b=16)", "_Pair(a=16, b=0)")  # shrunk to the first wrong sum
+    assert by["sum"].counterexample in ("Pair(a=0, b=16)", "Pair(a=16, b=0)")  # shrunk to the first wrong sum
     assert by["sum"].failure == "f(0, 16) = 0" or by["sum"].failure == "f(16, 0) = 0"
     assert by["sum"].examples > by["sum"].examples_until_failure  # shrinking replays counted
     assert by["symmetric"].examples == 50  # re-run from the start after the failure
@@ -345,7 +294,7 @@ def test_batches_count_every_example_and_report_the_failing_case():
     assert cert.ok and {v.examples for v in cert.verdicts} == {40}  # 5 lists of 8
     bad = certify(add_without_carry, AdditionContract(), examples=48, seed=3, batch=8)
     v = {v.property: v for v in bad.verdicts}["sum"]
-    assert v.verdict == "FAIL" and v.counterexample in ("_Pair(a=0, b=16)", "_Pair(a=16, b=0)")
+    assert v.verdict == "FAIL" and v.counterexample in ("Pair(a=0, b=16)", "Pair(a=16, b=0)")
     assert v.reproduce.endswith("--dtypes float64") and "--batch 8" in v.reproduce
 
 
@@ -370,7 +319,7 @@ def test_a_crash_fails_every_property_with_one_shrunk_case():
     cert = certify(good_add, AdditionContract(), world=Crashing(), examples=60, seed=5)
     assert [v.verdict for v in cert.verdicts] == ["FAIL", "FAIL"]
     assert {v.failure for v in cert.verdicts} == {"rank 0 raised ValueError: seven"}
-    assert {v.counterexample for v in cert.verdicts} <= {"_Pair(a=0, b=7)", "_Pair(a=7, b=0)"}
+    assert {v.counterexample for v in cert.verdicts} <= {"Pair(a=0, b=7)", "Pair(a=7, b=0)"}
 
 
 def test_same_seed_same_verdicts_and_counterexamples():

@@ -7,16 +7,14 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import strategies as st
 
 from distcheck.certify.engine import HUNG_REASON, certify
-from distcheck.engine.contracts.contract import Contract, Outcome, PropertySpec
-from distcheck.engine.contracts.targets import make_target
 from distcheck.errors import WorldTimeout
+from tests.addition_contract import AdditionContract, Pair
+from tests.addition_contract import good_add as add
 
 ROOT = Path(__file__).resolve().parent.parent
 HANGING = "examples.hanging_layers:RowParallelSleeps"
@@ -33,40 +31,12 @@ def _sleep_line() -> str:
 # ----------------------------------------------------------------------------- in process (a world that times out)
 
 
-@dataclass(frozen=True)
-class _Pair:
-    a: int
-    b: int
-
-
-def add(a, b):
-    return a + b
-
-
-class TwoPropertyContract(Contract):
-    """``f(a, b) == a + b`` and symmetry, in two dtypes, on any world."""
+class TwoPropertyContract(AdditionContract):
+    """The addition contract in two dtypes, on a world (the fake ones below, whose steps time out)."""
 
     name = "test-hang"
-    parallelism = "test"
-    summary = "adds"
+    needs_world = True
     dtypes = ("float64", "float32")
-    min_world_size = 1
-    min_world_reason = "a sum computed on one process can be wrong"
-    properties = (PropertySpec("sum", "f(a, b) == a + b", "exact"),
-                  PropertySpec("symmetric", "f(a, b) == f(b, a)", "exact"))
-
-    def resolve(self, obj, ref, options):
-        return make_target(obj, ref, "function"), options
-
-    def cases(self, world_size, dtype, options):
-        return st.builds(_Pair, st.integers(0, 20), st.integers(0, 20))
-
-    def run_rank(self, ctx, target, case, dtype, options):
-        return case.a + case.b, case.b + case.a
-
-    def check(self, case, results, world_size, dtype, options):
-        got, swapped = results[0]
-        return {"sum": Outcome(got == case.a + case.b), "symmetric": Outcome(got == swapped)}
 
 
 class HangsOnSeven:
@@ -107,7 +77,7 @@ def test_a_timeout_fails_one_property_with_the_stacks_and_skips_the_rest():
 def test_verdicts_before_the_hang_are_kept():
     class HangsInFloat32(HangsOnSeven):
         def run(self, fn, contract, target, case, dtype, options):
-            return super().run(fn, contract, target, _Pair(7, 7) if dtype == "float32" else case, dtype,
+            return super().run(fn, contract, target, Pair(7, 7) if dtype == "float32" else case, dtype,
                                options)
 
     world = HangsInFloat32()
@@ -124,7 +94,7 @@ def test_a_hang_while_shrinking_a_failure_fails_that_property_and_keeps_the_fail
 
         def run(self, fn, contract, target, case, *rest):
             if self.failed:
-                return super().run(fn, contract, target, _Pair(7, 7), *rest)
+                return super().run(fn, contract, target, Pair(7, 7), *rest)
             if case.a + case.b >= 16:
                 self.failed = True
                 return [((case.a + case.b) % 16, case.b + case.a)] * 2
@@ -135,7 +105,7 @@ def test_a_hang_while_shrinking_a_failure_fails_that_property_and_keeps_the_fail
     assert world.failed and world.timeouts == 1
     by = {v.property: v for v in cert.verdicts}
     assert by["sum"].verdict == "FAIL" and by["sum"].hung
-    assert "before that, it had failed on _Pair(" in by["sum"].failure
+    assert "before that, it had failed on Pair(" in by["sum"].failure
     assert by["symmetric"].verdict == "skip" and by["symmetric"].failure.startswith(HUNG_REASON)
 
 

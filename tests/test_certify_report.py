@@ -7,19 +7,17 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certificate
 from distcheck.certify.engine import HUNG_REASON, certify
 from distcheck.certify.report import write_certify_report
-from distcheck.engine.contracts.contract import Contract, Outcome, PropertySpec
-from distcheck.engine.contracts.targets import make_target
 from distcheck.errors import WorldTimeout
+from tests.addition_contract import AdditionContract, add_without_carry
+from tests.addition_contract import good_add as add
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,49 +97,11 @@ def md_tables(path: Path) -> list[tuple[str, list[dict[str, str]]]]:
 # ----------------------------------------------------------------------------- in process
 
 
-@dataclass(frozen=True)
-class _Pair:
-    a: int
-    b: int
-
-
-def add_without_carry(a, b):
-    return (a + b) % 16
-
-
-def add(a, b):
-    return a + b
-
-
-class CarryContract(Contract):
-    """World-free, two dtypes: ``f(a, b) == a + b`` (fails for sums from 16) and symmetry."""
+class CarryContract(AdditionContract):
+    """The addition contract in two dtypes: ``f(a, b) == a + b`` (fails for sums from 16) and symmetry."""
 
     name = "test-report-add"
-    parallelism = "test"
-    summary = "adds"
-    needs_world = False
     dtypes = ("float64", "float32")
-    min_world_size = 1
-    min_world_reason = "a sum computed on one process can be wrong"
-    properties = (PropertySpec("sum", "f(a, b) == a + b", "exact"),
-                  PropertySpec("symmetric", "f(a, b) == f(b, a)", "exact"))
-
-    def resolve(self, obj, ref, options):
-        return make_target(obj, ref, "function"), options
-
-    def cases(self, world_size, dtype, options):
-        return st.builds(_Pair, st.integers(0, 20), st.integers(0, 20))
-
-    def run_rank(self, ctx, target, case, dtype, options):
-        from distcheck.engine.contracts.targets import resolve
-
-        f = resolve(target)
-        return f(case.a, case.b), f(case.b, case.a)
-
-    def check(self, case, results, world_size, dtype, options):
-        got, swapped = results[0]
-        return {"sum": Outcome(got == case.a + case.b, message=f"f({case.a}, {case.b}) = {got}"),
-                "symmetric": Outcome(got == swapped)}
 
 
 def test_the_report_opens_with_the_targets_and_groups_failures_per_property(tmp_path):
