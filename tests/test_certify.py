@@ -322,6 +322,32 @@ def test_a_crash_fails_every_property_with_one_shrunk_case():
     assert {v.counterexample for v in cert.verdicts} <= {"Pair(a=0, b=7)", "Pair(a=7, b=0)"}
 
 
+def _raised(kind: str, line: int) -> RankFailure:
+    return RankFailure(0, f'Traceback (most recent call last):\n  File "layer.py", line {line}, in forward\n'
+                          f"{kind}: from line {line}\n")
+
+
+def test_shrinking_keeps_to_the_crash_it_found_and_names_any_other():
+    # a >= 10 raises at one place; 0 < a < 10 with b == 0 at another. The first failure is a KeyError;
+    # shrinking a towards 0 meets the ValueError, which must not replace it (Hypothesis tells failures
+    # apart by type and place in the same way), and is named in the message rather than hidden.
+    class TwoBugs:
+        world_size, backend = 1, "fake"
+
+        def run(self, fn, contract, target, case, *rest):
+            if case.a >= 10:
+                raise _raised("KeyError", 10)
+            if case.b == 0 and case.a > 0:
+                raise _raised("ValueError", 20)
+            return [fn(None, contract, target, case, *rest)]
+
+    cert = certify(good_add, AdditionContract(), world=TwoBugs(), examples=60, seed=5)
+    v = cert.verdicts[0]
+    assert v.verdict == "FAIL" and v.counterexample == "Pair(a=10, b=0)", v.describe("test-addition")
+    assert v.failure.startswith("rank 0 raised KeyError: from line 10 (while shrinking, another failure on Pair(")
+    assert "ValueError: from line 20" in v.failure
+
+
 def test_same_seed_same_verdicts_and_counterexamples():
     first = certify(add_without_carry, AdditionContract(), examples=40, seed=11, profile="dev")
     again = certify(add_without_carry, AdditionContract(), examples=40, seed=11, profile="dev")

@@ -18,6 +18,7 @@ A step that times out fails the target once, with the stuck ranks' stacks (:mod:
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,23 @@ class _Crash:
     ranks: tuple[int, ...]
     hung: bool = False
     stacks: dict[int, str] = field(default_factory=dict)
+    origin: str = ""  # where it was raised (see _origin): shrinking keeps to crashes of one origin
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+
+
+def _origin(text: str) -> str:
+    """A crash's origin, as Hypothesis tells failures apart: the exception type and the innermost frame
+    (``"AssertionError at layer.py:307"``); the exception line alone when the text has no frame."""
+    from distcheck.engine.drivers import exception_line
+
+    kind = exception_line(text).split(":", 1)[0]
+    frames = [m for m in map(_FRAME.match, text.splitlines()) if m]
+    if not frames:
+        return kind
+    path, line = frames[-1].groups()
+    return f"{kind} at {path.rsplit('/', 1)[-1]}:{line}"
 
 
 def _crash(exc: DistributedError) -> _Crash:
@@ -91,7 +109,8 @@ def _crash(exc: DistributedError) -> _Crash:
     if isinstance(exc, RankFailure):
         failures = getattr(exc, "failures", None) or {exc.rank: exc.traceback_text}
         lines = [f"rank {r} raised {exception_line(text)}" for r, text in sorted(failures.items())]
-        return _Crash("; ".join(lines), tuple(sorted(failures)))
+        origin = "; ".join(sorted({_origin(text) for text in failures.values()}))
+        return _Crash("; ".join(lines), tuple(sorted(failures)), origin=origin)
     if isinstance(exc, WorldTimeout):
         first = str(exc).splitlines()[0] if str(exc) else "timed out"
         return _Crash(f"the world timed out: {first}", tuple(exc.ranks), hung=True, stacks=dict(exc.stacks))
@@ -174,7 +193,8 @@ class _Stats:
 class _Run:
     remaining: list[str]
     calls: int = 0
-    target: tuple | None = None  # ("crash",) or ("property", name)
+    target: tuple | None = None  # ("crash", origin) or ("property", name)
+    other: tuple | None = None  # (case, message): the first failure of another origin seen while shrinking
     first_failure: int | None = None
     last: tuple | None = None  # (case, message, ranks, outcome)
     abort: BaseException | None = None
@@ -206,7 +226,10 @@ def _example_test(run: _Run, world, contract: Contract, target, dtype: str, opti
                 run.hung = (cases[0] if len(cases) == 1 else cases, outcomes)
                 raise Hung()
             if run.target is None:
-                run.target, run.first_failure = ("crash",), run.calls
+                run.target, run.first_failure = ("crash", outcomes.origin), run.calls
+            elif run.target != ("crash", outcomes.origin):  # another failure: not the one being shrunk
+                run.other = run.other or (cases[0] if len(cases) == 1 else cases, outcomes.message)
+                return
             shown = cases[0] if len(cases) == 1 else cases
             run.last = (shown, outcomes.message, outcomes.ranks, None)  # a crash fails every property
             raise AssertionError(outcomes.message)
@@ -266,9 +289,11 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
             if not isinstance(exc, Exception) or run.last is None:
                 raise
             case, message, ranks, outcome = run.last
-            failed = run.remaining if run.target in (None, ("crash",)) else [run.target[1]]
+            failed = run.remaining if run.target is None or run.target[0] == "crash" else [run.target[1]]
             if not isinstance(exc, AssertionError):  # e.g. Hypothesis' Flaky: the failure did not replay
                 message = f"{message} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            if run.other is not None:  # never hidden: a different failure met while shrinking this one
+                message += f" (while shrinking, another failure on {run.other[0]!r}: {run.other[1]})"
             for p in failed:
                 verdicts[p] = PropertyVerdict(
                     p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, FAIL,
