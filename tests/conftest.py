@@ -105,13 +105,24 @@ def built_dist(tmp_path_factory):
     Returns the folder holding both; tests/test_packaging.py reads them and tests/test_acceptance.py installs
     the wheel, so the suite builds the package once rather than once per module.
     """
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
+    from filelock import FileLock
+
     root = Path(__file__).resolve().parent.parent
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(root)],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # under pytest-xdist every worker has its own base temp folder below one shared parent: the first
+    # worker to ask builds there, under a lock, and the others find the result (pytest-xdist's own recipe)
+    shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else None
+    out = (shared / "dist") if shared is not None else tmp_path_factory.mktemp("dist")
+    with FileLock(str(out) + ".lock"):
+        done = out.parent / (out.name + ".built")  # beside the folder: tests list what is inside it
+        if not done.exists():
+            out.mkdir(exist_ok=True)
+            proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(root)],
+                                  capture_output=True, text=True, timeout=600, check=False)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            done.write_text("")
     return out

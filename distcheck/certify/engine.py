@@ -18,7 +18,6 @@ A step that times out fails the target once, with the stuck ranks' stacks (:mod:
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -84,32 +83,18 @@ class _Crash:
     ranks: tuple[int, ...]
     hung: bool = False
     stacks: dict[int, str] = field(default_factory=dict)
-    origin: str = ""  # where it was raised (see _origin): shrinking keeps to crashes of one origin
+    origin: str = ""  # where it was raised (drivers.exception_origin): shrinking keeps to one origin
 
 
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
-
-
-def _origin(text: str) -> str:
-    """A crash's origin, as Hypothesis tells failures apart: the exception type and the innermost frame
-    (``"AssertionError at layer.py:307"``); the exception line alone when the text has no frame."""
-    from distcheck.engine.drivers import exception_line
-
-    kind = exception_line(text).split(":", 1)[0]
-    frames = [m for m in map(_FRAME.match, text.splitlines()) if m]
-    if not frames:
-        return kind
-    path, line = frames[-1].groups()
-    return f"{kind} at {path.rsplit('/', 1)[-1]}:{line}"
 
 
 def _crash(exc: DistributedError) -> _Crash:
-    from distcheck.engine.drivers import exception_line
+    from distcheck.engine.drivers import exception_line, exception_origin
 
     if isinstance(exc, RankFailure):
         failures = getattr(exc, "failures", None) or {exc.rank: exc.traceback_text}
         lines = [f"rank {r} raised {exception_line(text)}" for r, text in sorted(failures.items())]
-        origin = "; ".join(sorted({_origin(text) for text in failures.values()}))
+        origin = "; ".join(sorted({exception_origin(text) for text in failures.values()}))
         return _Crash("; ".join(lines), tuple(sorted(failures)), origin=origin)
     if isinstance(exc, WorldTimeout):
         first = str(exc).splitlines()[0] if str(exc) else "timed out"

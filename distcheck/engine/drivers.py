@@ -63,6 +63,20 @@ def exception_line(text: str) -> str:
     return lines[0].strip() if lines else ""
 
 
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+
+
+def exception_origin(text: str) -> str:
+    """A crash's origin, as Hypothesis tells failures apart: the exception type and the innermost frame
+    (``"AssertionError at layer.py:307"``); the exception line alone when the text has no frame."""
+    kind = exception_line(text).split(":", 1)[0]
+    frames = [m for m in map(_FRAME.match, text.splitlines()) if m]
+    if not frames:
+        return kind
+    path, line = frames[-1].groups()
+    return f"{kind} at {path.rsplit('/', 1)[-1]}:{line}"
+
+
 def describe_failure(exc: BaseException, limit: int = FAILURE_DETAIL_CHARS) -> str:
     """A one-line detail for a failed world step, at most ``limit`` characters.
 
