@@ -198,7 +198,7 @@ def _example_test(run: _Run, world, contract: Contract, target, dtype: str, opti
             raise run.abort
         try:
             outcomes = run_examples(world, contract, target, cases, dtype, options)
-        except Exception as exc:  # noqa: BLE001 - protocol errors and distcheck's own defects stop the run
+        except Exception as exc:  # protocol errors and distcheck's own defects stop the run
             run.abort = exc
             raise
         if isinstance(outcomes, _Crash):
@@ -256,7 +256,7 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
         try:
             with without_local_constants():
                 runner()
-        except BaseException as exc:  # noqa: BLE001 - sorted out below
+        except BaseException as exc:  # sorted out below
             if run.hung is not None:
                 seconds = time.perf_counter() - started
                 verdicts.update(_hung(run, contract, dtype, options, ws, backend, replay, seconds))
