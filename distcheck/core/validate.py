@@ -93,7 +93,8 @@ def _same(value: object, choice: object) -> bool:
     """``value`` is ``choice``'s type and equal to it (``True`` is not ``1``; an array equals nothing)."""
     try:
         return type(value) is type(choice) and bool(value == choice)
-    except Exception:  # e.g. numpy's "truth value of an array is ambiguous"
+    except Exception:  # noqa: BLE001 - any user object: an __eq__ or __bool__ that raises (numpy's "truth value
+        # of an array is ambiguous") means not equal
         return False
 
 
