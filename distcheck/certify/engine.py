@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -37,6 +37,9 @@ from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import distribution_version, import_target, package_version, reference_of
 from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
+
+if TYPE_CHECKING:
+    from distcheck.runners.pool import RankPool
 
 __all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
            "rank_entry_batch", "HUNG_REASON"]
@@ -463,16 +466,19 @@ def _worlds(contract: Contract, pool, world, world_sizes, backend: str, timeout_
 
 
 class _LazyPool:
-    def __init__(self, cls, ws, backend, timeout_s):
+    """A RankPool of ``ws`` ranks started on ``__enter__`` and closed on ``__exit__``."""
+
+    def __init__(self, cls: type[RankPool], ws: int, backend: str, timeout_s: float):
         self.args = (cls, ws, backend, timeout_s)
         self.world_size = ws
-        self.pool = None
+        self.pool: RankPool | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> RankPool:
         cls, ws, backend, timeout_s = self.args
         self.pool = cls(ws, backend=backend, timeout_s=timeout_s)
         return self.pool.__enter__()
 
-    def __exit__(self, *exc):
-        self.pool.close()
+    def __exit__(self, *exc: object) -> Literal[False]:
+        if self.pool is not None:
+            self.pool.close()
         return False
