@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,6 +35,7 @@ from distcheck.certify.local_constants import without_local_constants
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import distribution_version, import_target, package_version, reference_of
+from distcheck.engine.world import RankContext, World
 from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
 
@@ -59,7 +60,7 @@ class LocalWorld:
     def __init__(self):
         self._ctx = SimpleNamespace(rank=0, world_size=1, backend="local", device="cpu", local_rank=0, scratch={})
 
-    def run(self, fn, *args, timeout_s=None):
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         try:
             return [fn(self._ctx, *args)]
         except Exception as exc:
@@ -68,12 +69,12 @@ class LocalWorld:
             raise RankFailure(0, "".join(traceback.format_exception(exc))) from exc
 
 
-def rank_entry(ctx, contract: Contract, target, case, dtype: str, options: dict):
+def rank_entry(ctx: RankContext, contract: Contract, target: Any, case: Any, dtype: str, options: dict) -> Any:
     """What every rank runs for one example (a module-level function, so it pickles)."""
     return contract.run_rank(ctx, target, case, dtype, options)
 
 
-def rank_entry_batch(ctx, contract: Contract, target, cases: list, dtype: str, options: dict) -> list:
+def rank_entry_batch(ctx: RankContext, contract: Contract, target: Any, cases: list, dtype: str, options: dict) -> list:
     """What every rank runs for a batch of examples in one world step."""
     return [contract.run_rank(ctx, target, case, dtype, options) for case in cases]
 
@@ -115,7 +116,8 @@ def _protocol_error(exc: DistributedError, ref: str) -> ProtocolError | None:
     return None
 
 
-def run_example(world, contract: Contract, target, case, dtype: str, options: dict) -> dict[str, Outcome] | _Crash:
+def run_example(world: World, contract: Contract, target: Any, case: Any, dtype: str,
+                options: dict) -> dict[str, Outcome] | _Crash:
     """One example on every rank of ``world``: the contract's outcomes, or a :class:`_Crash`.
 
     Raises ProtocolError when a rank found that the target does not follow the protocol.
@@ -124,7 +126,7 @@ def run_example(world, contract: Contract, target, case, dtype: str, options: di
     return outcomes if isinstance(outcomes, _Crash) else outcomes[0]
 
 
-def run_examples(world, contract: Contract, target, cases: list, dtype: str,
+def run_examples(world: World, contract: Contract, target: Any, cases: list, dtype: str,
                  options: dict) -> list[dict[str, Outcome]] | _Crash:
     """Several examples in one world step (each rank runs them in order): one outcome dict per case,
     or a :class:`_Crash` when a rank failed on any of them."""
@@ -350,7 +352,8 @@ def default_seed(profile: str) -> int:
     return 0 if get_profile(profile).derandomize else random.getrandbits(32)
 
 
-def certify(target: Any, contract: str | Contract, *, pool=None, world=None, world_sizes: Sequence[int] | None = None,
+def certify(target: Any, contract: str | Contract, *, pool: World | None = None, world: World | None = None,
+            world_sizes: Sequence[int] | None = None,
             backend: str = "gloo", examples: int | None = None, seed: int | None = None, profile: str = "ci",
             dtypes: Sequence[str] | str | None = None, options: dict | None = None, timeout_s: float = 60.0,
             launcher: str = "local", batch: int = 1) -> Certification:

@@ -309,7 +309,8 @@ def _finite(x: Any) -> bool:
         return False
 
 
-def as_arrays(field: str, values: Any, *, min_len: int = 1, max_len: int | None = None, **array_kw) -> list[np.ndarray]:
+def as_arrays(field: str, values: Any, *, min_len: int = 1, max_len: int | None = None,
+              **array_kw: Any) -> list[np.ndarray]:
     """A non-string sequence of arrays, each checked by :func:`as_array` as ``field[i]``;
     at least ``min_len`` and at most ``max_len`` of them."""
     if isinstance(values, (str, bytes, dict, np.ndarray)) or not isinstance(values, Sequence):

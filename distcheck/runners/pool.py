@@ -219,7 +219,7 @@ class RankPool:
 
     # ------------------------------------------------------------ running
 
-    def run(self, fn: Callable, *args, timeout_s: float | None = None) -> list:
+    def run(self, fn: Callable, *args: Any, timeout_s: float | None = None) -> list:
         """Call ``fn(ctx, *args)`` on every rank; return ``[result of rank 0, ...]``.
 
         ``fn`` must be picklable (a module-level function) and so must ``args`` and
