@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-spawn", action="store_true", help="skip the (slow) spawn baseline")
     args = parser.parse_args(argv)
 
-    import torch  # noqa: F401 - loaded once, before any timing
+    import torch  # loaded once, before any timing
     import torch._dynamo  # noqa: F401
     from rich.console import Console
     from rich.table import Table

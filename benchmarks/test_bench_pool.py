@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench_pool  # noqa: E402 - rank functions live there (forked children find them by module name)
+import bench_pool  # rank functions live there (forked children find them by module name)
 
 pytest.importorskip("pytest_benchmark")
 

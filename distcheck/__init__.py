@@ -6,6 +6,6 @@ without torch; only :mod:`distcheck.runners` imports torch, lazily.
 
 __version__ = "0.1.0"
 
-from distcheck.core.errors import ConfigError, DistcheckError  # noqa: E402
+from distcheck.core.errors import ConfigError, DistcheckError
 
 __all__ = ["__version__", "ConfigError", "DistcheckError"]

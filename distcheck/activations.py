@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.activations.reference`."""
 
 from distcheck.parallel.activations.reference import *  # noqa: F403
-from distcheck.parallel.activations.reference import __all__ as __all__  # noqa: F401
+from distcheck.parallel.activations.reference import __all__ as __all__

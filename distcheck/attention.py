@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.tp.attention`."""
 
 from distcheck.parallel.tp.attention import *  # noqa: F403
-from distcheck.parallel.tp.attention import __all__ as __all__  # noqa: F401
+from distcheck.parallel.tp.attention import __all__ as __all__

@@ -39,7 +39,7 @@ BACKENDS = ("gloo", "threaded", "nccl", "none")
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one clear line and exit code 2."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str):  # argparse API
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 

@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.comm.reference` (which re-exports :mod:`distcheck.parallel.comm.volume`)."""
 
 from distcheck.parallel.comm.reference import *  # noqa: F403
-from distcheck.parallel.comm.reference import __all__ as __all__  # noqa: F401
+from distcheck.parallel.comm.reference import __all__ as __all__

@@ -2,4 +2,4 @@
 inputs make it exact, else a bound derived from the operation)."""
 
 from distcheck.core.exactness import *  # noqa: F403
-from distcheck.core.exactness import __all__ as __all__  # noqa: F401
+from distcheck.core.exactness import __all__ as __all__

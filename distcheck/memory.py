@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.memory.reference`."""
 
 from distcheck.parallel.memory.reference import *  # noqa: F403
-from distcheck.parallel.memory.reference import __all__ as __all__  # noqa: F401
+from distcheck.parallel.memory.reference import __all__ as __all__

@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.params.reference`."""
 
 from distcheck.parallel.params.reference import *  # noqa: F403
-from distcheck.parallel.params.reference import __all__ as __all__  # noqa: F401
+from distcheck.parallel.params.reference import __all__ as __all__

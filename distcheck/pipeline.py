@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.pp.reference` (with its actions and timeline)."""
 
 from distcheck.parallel.pp.reference import *  # noqa: F403
-from distcheck.parallel.pp.reference import __all__ as __all__  # noqa: F401
+from distcheck.parallel.pp.reference import __all__ as __all__

@@ -4,4 +4,4 @@ Importing it imports neither Hypothesis, torch, sympy nor numpy (the pytest plug
 when pytest starts)."""
 
 from distcheck.engine.profiles import *  # noqa: F403
-from distcheck.engine.profiles import __all__ as __all__  # noqa: F401
+from distcheck.engine.profiles import __all__ as __all__

@@ -2,4 +2,4 @@
 sharded layer norm): public path of :mod:`distcheck.parallel.tp.reference`."""
 
 from distcheck.parallel.tp.reference import *  # noqa: F403
-from distcheck.parallel.tp.reference import __all__ as __all__  # noqa: F401
+from distcheck.parallel.tp.reference import __all__ as __all__

@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.zero.reference`."""
 
 from distcheck.parallel.zero.reference import *  # noqa: F403
-from distcheck.parallel.zero.reference import __all__ as __all__  # noqa: F401
+from distcheck.parallel.zero.reference import __all__ as __all__

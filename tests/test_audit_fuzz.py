@@ -65,9 +65,9 @@ structures = st.fixed_dictionaries(
 # so that the guard below sees only what parsing and auditing a key does.
 audit_key(parse_key(GOOD, "warm-up.toml"))
 # the modules the audit imports lazily (presets; the numpy references its worked examples reuse)
-import distcheck.dp  # noqa: E402,F401
-import distcheck.layout  # noqa: E402,F401  (layout orders: distcheck.audit.layout_order)
-import distcheck.params  # noqa: E402,F401
+import distcheck.dp  # noqa: E402
+import distcheck.layout  # noqa: E402 (layout orders: distcheck.audit.layout_order)
+import distcheck.params  # noqa: E402
 import distcheck.tp  # noqa: E402,F401
 
 

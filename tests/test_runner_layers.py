@@ -105,7 +105,7 @@ def _traceback_of(exc: BaseException) -> str:
 
     try:
         raise exc
-    except BaseException:
+    except type(exc):
         return traceback.format_exc()
 
 

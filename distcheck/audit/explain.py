@@ -42,7 +42,8 @@ def one_component(flags: tuple[str, ...], values: Mapping[str, Fraction], value:
         flipped[flag] = 1 - Fraction(values.get(flag, 0))
         try:
             other = Fraction(compute(flipped))
-        except Exception:  # an inconsistent flip (e.g. norm biases without norm weights): not an explanation
+        except (ArithmeticError, ValueError, TypeError):  # ConfigError included (a ValueError): an inconsistent
+            # flip (e.g. norm biases without norm weights) is not an explanation
             continue
         diff = other - value
         if diff != 0 and abs(other / factor - claimed) <= step / 2:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distcheck.audit.numbers import format_exact
 from distcheck.audit.verdict import AuditResult, ClaimVerdict
 from distcheck.core.validate import check_choice, check_type
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["render_table", "to_markdown", "to_json", "to_dict", "render", "render_quantity_list"]
 
@@ -52,7 +55,7 @@ def _summary(r: AuditResult) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(r.counts().items())) or "no claims"
 
 
-def render_table(results, console=None) -> str:
+def render_table(results: AuditResult | Sequence[AuditResult], console: Console | None = None) -> str:
     """Print one rich table per key (claim, quantity, printed, recomputed, verdict, explanation)
     and its consistency checks; return the text printed."""
     from rich.console import Console
@@ -91,7 +94,7 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(results) -> str:
+def to_markdown(results: AuditResult | Sequence[AuditResult]) -> str:
     """A Markdown report: one section per key, a claims table and a consistency table."""
     out: list[str] = []
     for r in _list(results):
@@ -157,12 +160,12 @@ def to_dict(result: AuditResult) -> dict:
     }
 
 
-def to_json(results) -> str:
+def to_json(results: AuditResult | Sequence[AuditResult]) -> str:
     """JSON text: a list with one object per key (see :func:`to_dict`)."""
     return json.dumps([to_dict(r) for r in _list(results)], indent=2)
 
 
-def render(results: Iterable[AuditResult] | AuditResult, fmt: str = "table") -> str:
+def render(results: AuditResult | Sequence[AuditResult], fmt: str = "table") -> str:
     """The report as text in ``fmt``: "table", "markdown" or "json". Raises ConfigError for
     another ``fmt`` or ``results`` that are not AuditResults."""
     check_choice("fmt", fmt, FORMATS)

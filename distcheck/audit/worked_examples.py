@@ -8,6 +8,7 @@ its exercises.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -28,14 +29,14 @@ def _split_sizes(n: int, parts: int) -> list[int]:
     return list(_tp().split_sizes(n, parts))
 
 
-def matrix_of(values, name: str) -> list[list[Fraction]]:
+def matrix_of(values: Mapping[str, Any], name: str) -> list[list[Fraction]]:
     rows = values[name]
     if not rows or any(len(r) != len(rows[0]) for r in rows) or not rows[0]:
         raise ConfigError(name, [list(map(str, r)) for r in rows], "must be a non-empty rectangular matrix")
     return [list(r) for r in rows]
 
 
-def vector_of(values, name: str) -> list[Fraction]:
+def vector_of(values: Mapping[str, Any], name: str) -> list[Fraction]:
     v = values[name]
     if not v or any(isinstance(x, tuple) for x in v):
         raise ConfigError(name, v, "must be a non-empty vector of numbers")
@@ -68,14 +69,14 @@ def _shard(values, n: int) -> tuple[int, int]:
     return tp, shard
 
 
-def column_shard(values):
+def column_shard(values: Mapping[str, Any]) -> tuple[Fraction, ...]:
     x, w = vector_of(values, "x"), matrix_of(values, "w")
     vecmat(x, w)  # the shapes must agree
     tp, shard = _shard(values, len(w[0]))
     return _fractions(_tp().column_parallel_parts(_exact(x), _exact(w), tp)[shard])
 
 
-def row_partial(values):
+def row_partial(values: Mapping[str, Any]) -> tuple[Fraction, ...]:
     x, w = vector_of(values, "x"), matrix_of(values, "w")
     vecmat(x, w)
     tp, shard = _shard(values, len(w))
@@ -86,7 +87,7 @@ def _relu(v):
     return tuple(max(Fraction(0), a) for a in v)
 
 
-def swapped_mlp_matches(values):
+def swapped_mlp_matches(values: Mapping[str, Any]) -> int:
     """1 if relu(x W1) W2 equals the swapped split (row-split W1, column-split W2, no all-reduce
     before the activation) on this input, else 0."""
     x, w1, w2 = vector_of(values, "x"), matrix_of(values, "w1"), matrix_of(values, "w2")
@@ -104,7 +105,7 @@ def swapped_mlp_matches(values):
     return 1 if tuple(out) == full else 0
 
 
-def sliced_activation_matches(values):
+def sliced_activation_matches(values: Mapping[str, Any]) -> int:
     """1 if applying the activation to each column shard of ``h`` and concatenating equals applying
     it to the whole of ``h``, else 0 (exact).
 

@@ -19,6 +19,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from distcheck.core.files import FileRefused, check_output_file
@@ -66,7 +67,8 @@ def _seed(text: str) -> int:
     return value
 
 
-def add_parser(sub, *, world_sizes, seconds) -> argparse.ArgumentParser:
+def add_parser(sub: argparse._SubParsersAction, *, world_sizes: Callable[[str], object],
+               seconds: Callable[[str], float]) -> argparse.ArgumentParser:
     """Add the ``certify`` subcommand to ``sub`` (argparse subparsers); ``world_sizes`` and
     ``seconds`` are the argument types ``distcheck check`` uses for the same flags."""
     p = sub.add_parser(
@@ -191,7 +193,7 @@ def _check_worlds(jobs: list[_Job]) -> None:
                 raise ConfigError("--backend", job.backend, f"cannot run here: {exc}") from None
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``distcheck certify`` from parsed arguments; return the exit code (see the module doc)."""
     if args.list_contracts:
         sys.stdout.write(render_contracts())

@@ -27,7 +27,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distcheck.core.files import FileRefused, read_regular_file
 from distcheck.errors import ConfigError
@@ -37,6 +37,10 @@ from distcheck.validate import (
     check_positive_int,
     check_world_sizes,
 )
+
+if TYPE_CHECKING:
+    from distcheck.certify.certificate import Certification
+    from distcheck.report import CheckResult
 
 __all__ = ["TargetEntry", "CertifyConfig", "load_config", "check_entries", "config_rows", "find_pyproject",
            "target_rows", "importable_from_current_folder"]
@@ -239,7 +243,7 @@ def config_rows(path: str | Path | None = None, *, profile: str | None = None, s
     return rows
 
 
-def target_rows(cert) -> list:
+def target_rows(cert: Certification) -> list[CheckResult]:
     """The rows of ``cert`` (a :class:`~distcheck.certify.certificate.Certification` of a
     ``[tool.distcheck]`` target), each check named ``target contract.property[dtype]``; when no
     property could fail, each row's ``extra["nothing_can_fail"]`` says why."""

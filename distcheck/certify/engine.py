@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -35,8 +35,12 @@ from distcheck.certify.local_constants import without_local_constants
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import distribution_version, import_target, package_version, reference_of
+from distcheck.engine.world import RankContext, World
 from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
+
+if TYPE_CHECKING:
+    from distcheck.runners.pool import RankPool
 
 __all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
            "rank_entry_batch", "HUNG_REASON"]
@@ -56,7 +60,7 @@ class LocalWorld:
     def __init__(self):
         self._ctx = SimpleNamespace(rank=0, world_size=1, backend="local", device="cpu", local_rank=0, scratch={})
 
-    def run(self, fn, *args, timeout_s=None):
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         try:
             return [fn(self._ctx, *args)]
         except Exception as exc:
@@ -65,12 +69,12 @@ class LocalWorld:
             raise RankFailure(0, "".join(traceback.format_exception(exc))) from exc
 
 
-def rank_entry(ctx, contract: Contract, target, case, dtype: str, options: dict):
+def rank_entry(ctx: RankContext, contract: Contract, target: Any, case: Any, dtype: str, options: dict) -> Any:
     """What every rank runs for one example (a module-level function, so it pickles)."""
     return contract.run_rank(ctx, target, case, dtype, options)
 
 
-def rank_entry_batch(ctx, contract: Contract, target, cases: list, dtype: str, options: dict) -> list:
+def rank_entry_batch(ctx: RankContext, contract: Contract, target: Any, cases: list, dtype: str, options: dict) -> list:
     """What every rank runs for a batch of examples in one world step."""
     return [contract.run_rank(ctx, target, case, dtype, options) for case in cases]
 
@@ -116,7 +120,8 @@ def _protocol_error(exc: DistributedError, ref: str) -> ProtocolError | None:
     return None
 
 
-def run_example(world, contract: Contract, target, case, dtype: str, options: dict) -> dict[str, Outcome] | _Crash:
+def run_example(world: World, contract: Contract, target: Any, case: Any, dtype: str,
+                options: dict) -> dict[str, Outcome] | _Crash:
     """One example on every rank of ``world``: the contract's outcomes, or a :class:`_Crash`.
 
     Raises ProtocolError when a rank found that the target does not follow the protocol.
@@ -125,7 +130,7 @@ def run_example(world, contract: Contract, target, case, dtype: str, options: di
     return outcomes if isinstance(outcomes, _Crash) else outcomes[0]
 
 
-def run_examples(world, contract: Contract, target, cases: list, dtype: str,
+def run_examples(world: World, contract: Contract, target: Any, cases: list, dtype: str,
                  options: dict) -> list[dict[str, Outcome]] | _Crash:
     """Several examples in one world step (each rank runs them in order): one outcome dict per case,
     or a :class:`_Crash` when a rank failed on any of them."""
@@ -203,7 +208,7 @@ def _example_test(run: _Run, world, contract: Contract, target, dtype: str, opti
             raise run.abort
         try:
             outcomes = run_examples(world, contract, target, cases, dtype, options)
-        except Exception as exc:  # noqa: BLE001 - protocol errors and distcheck's own defects stop the run
+        except Exception as exc:  # protocol errors and distcheck's own defects stop the run
             run.abort = exc
             raise
         if isinstance(outcomes, _Crash):
@@ -264,7 +269,7 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
         try:
             with without_local_constants():
                 runner()
-        except BaseException as exc:  # noqa: BLE001 - sorted out below
+        except BaseException as exc:  # sorted out below
             if run.hung is not None:
                 seconds = time.perf_counter() - started
                 verdicts.update(_hung(run, contract, dtype, options, ws, backend, replay, seconds))
@@ -357,7 +362,8 @@ def default_seed(profile: str) -> int:
     return 0 if get_profile(profile).derandomize else random.getrandbits(32)
 
 
-def certify(target: Any, contract: str | Contract, *, pool=None, world=None, world_sizes: Sequence[int] | None = None,
+def certify(target: Any, contract: str | Contract, *, pool: World | None = None, world: World | None = None,
+            world_sizes: Sequence[int] | None = None,
             backend: str = "gloo", examples: int | None = None, seed: int | None = None, profile: str = "ci",
             dtypes: Sequence[str] | str | None = None, options: dict | None = None, timeout_s: float = 60.0,
             launcher: str = "local", batch: int = 1) -> Certification:
@@ -473,16 +479,19 @@ def _worlds(contract: Contract, pool, world, world_sizes, backend: str, timeout_
 
 
 class _LazyPool:
-    def __init__(self, cls, ws, backend, timeout_s):
+    """A RankPool of ``ws`` ranks started on ``__enter__`` and closed on ``__exit__``."""
+
+    def __init__(self, cls: type[RankPool], ws: int, backend: str, timeout_s: float):
         self.args = (cls, ws, backend, timeout_s)
         self.world_size = ws
-        self.pool = None
+        self.pool: RankPool | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> RankPool:
         cls, ws, backend, timeout_s = self.args
         self.pool = cls(ws, backend=backend, timeout_s=timeout_s)
         return self.pool.__enter__()
 
-    def __exit__(self, *exc):
-        self.pool.close()
+    def __exit__(self, *exc: object) -> Literal[False]:
+        if self.pool is not None:
+            self.pool.close()
         return False

@@ -19,7 +19,7 @@ __all__ = ["HUNG_REASON", "Hung", "hung_verdicts", "skipped_after_hang"]
 HUNG_REASON = "a previous property hung"
 
 
-class Hung(BaseException):  # noqa: N818 - not an error: it stops Hypothesis, which catches Exception
+class Hung(BaseException):  # not an error: it stops Hypothesis, which catches Exception
     """Raised at the first world step that timed out, so that Hypothesis neither replays nor shrinks it."""
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
+from typing import Any
 
+from distcheck.engine.world import World
 from distcheck.errors import DistributedError, RankFailure
 
 __all__ = ["LeaderWorld", "follow"]
@@ -26,13 +28,13 @@ __all__ = ["LeaderWorld", "follow"]
 class LeaderWorld:
     """Rank 0's view of a torchrun world: ``run`` sends the step to the followers, then takes part in it."""
 
-    def __init__(self, world, side_group):
+    def __init__(self, world: World, side_group: Any):
         self.world = world
         self.side = side_group
         self.world_size = world.world_size
         self.backend = world.backend
 
-    def run(self, fn: Callable, *args, timeout_s: float | None = None) -> list:
+    def run(self, fn: Callable, *args: Any, timeout_s: float | None = None) -> list:
         import torch.distributed as dist
 
         dist.broadcast_object_list([("run", fn, args)], src=0, group=self.side)
@@ -45,7 +47,7 @@ class LeaderWorld:
         dist.broadcast_object_list([("stop", code, ())], src=0, group=self.side)
 
 
-def follow(world, side_group) -> int:
+def follow(world: World, side_group: Any) -> int:
     """A follower's loop: run every step rank 0 sends; return the exit code rank 0 sends at the end.
 
     A step that fails on some rank raises the same RankFailure on every rank; the follower

@@ -31,8 +31,13 @@ Fixtures:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from distcheck.runners.pool import RankPool
 
 __all__ = ["MARKER", "add_options", "configure", "generate_tests", "distcheck_pools", "distcheck_world",
            "world_size", "rank_pool", "distcheck_certify"]
@@ -54,7 +59,7 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def add_options(group) -> None:
+def add_options(group: pytest.OptionGroup) -> None:
     """Add the ``--distcheck-*`` pool and certification options to the plugin's option group."""
     group.addoption("--distcheck-world-sizes", default="2", metavar="N[,N...]",
                     help="world sizes of tests using rank_pool/world_size without a world_size marker (default 2)")
@@ -68,13 +73,13 @@ def add_options(group) -> None:
                     help="timeout of one step on a rank pool (default 120)")
 
 
-def configure(config) -> None:
+def configure(config: pytest.Config) -> None:
     """Register the ``world_size`` marker and check the option values."""
     config.addinivalue_line("markers", _MARKER_HELP)
     _sizes(config.getoption("--distcheck-world-sizes", default="2"))
 
 
-def generate_tests(metafunc) -> None:
+def generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize tests that use ``rank_pool``/``world_size`` over (world size, backend)."""
     marker = metafunc.definition.get_closest_marker(MARKER)
     # only tests whose fixtures reach this plugin's (a suite's own `world_size` fixture or a
@@ -112,9 +117,9 @@ class _Pools:
 
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
-        self.pools: dict = {}
+        self.pools: dict[tuple[int, str], RankPool] = {}
 
-    def get(self, world_size: int, backend: str):
+    def get(self, world_size: int, backend: str) -> RankPool:
         key = (world_size, backend)
         if key not in self.pools:
             from distcheck.errors import BackendUnavailable
@@ -134,7 +139,7 @@ class _Pools:
 
 
 @pytest.fixture(scope="session")
-def distcheck_pools(request):
+def distcheck_pools(request: pytest.FixtureRequest) -> Iterator[_Pools]:
     """The session's rank pools (see :class:`_Pools`)."""
     pools = _Pools(request.config.getoption("--distcheck-timeout", default=120.0))
     yield pools
@@ -142,25 +147,25 @@ def distcheck_pools(request):
 
 
 @pytest.fixture(scope="session")
-def distcheck_world(request):
+def distcheck_world(request: pytest.FixtureRequest) -> tuple[int, str]:
     """``(world_size, backend)`` of the test (parametrized by the marker or the options)."""
     return request.param
 
 
 @pytest.fixture(scope="session")
-def world_size(distcheck_world) -> int:
+def world_size(distcheck_world: tuple[int, str]) -> int:
     """The test's world size."""
     return distcheck_world[0]
 
 
 @pytest.fixture(scope="session")
-def rank_pool(distcheck_world, distcheck_pools):
+def rank_pool(distcheck_world: tuple[int, str], distcheck_pools: _Pools) -> RankPool:
     """A started RankPool of the test's world size and backend, shared for the whole session."""
     return distcheck_pools.get(*distcheck_world)
 
 
 @pytest.fixture
-def distcheck_certify(rank_pool, request):
+def distcheck_certify(rank_pool: RankPool, request: pytest.FixtureRequest) -> Callable[..., Any]:
     """``certify(target, contract, **kwargs)`` on ``rank_pool`` with the command line's examples and seed."""
     from distcheck.certify.engine import certify
 

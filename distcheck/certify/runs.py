@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from distcheck.certify.certificate import Certification
 from distcheck.engine.contracts.contract import ContractRun
+from distcheck.engine.world import World
 from distcheck.report import PASS, SKIP, CheckResult
 
 __all__ = ["contract_rows", "certification_rows", "unavailable_rows"]
 
 
-def certification_rows(run: ContractRun, cert) -> list[CheckResult]:
+def certification_rows(run: ContractRun, cert: Certification) -> list[CheckResult]:
     """The rows of one :class:`~distcheck.certify.certificate.Certification` of ``run``."""
     rows = []
     several = len(cert.dtypes) > 1
@@ -39,7 +41,7 @@ def certification_rows(run: ContractRun, cert) -> list[CheckResult]:
     return rows
 
 
-def contract_rows(world, runs: Sequence[ContractRun], *, profile: str | None = None, seed: int | None = None,
+def contract_rows(world: World, runs: Sequence[ContractRun], *, profile: str | None = None, seed: int | None = None,
                   examples: int | None = None, timeout_s: float = 120.0) -> list[CheckResult]:
     """Certify every run on ``world`` (borrowed, not closed); one row per property (and dtype).
 

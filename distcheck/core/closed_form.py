@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import sympy as sp
 
@@ -60,7 +61,7 @@ class Input:
             return sp.Symbol(self.name, positive=True)
         return sp.Symbol(self.name, nonnegative=True)
 
-    def validate(self, value) -> Fraction:
+    def validate(self, value: Any) -> Fraction:
         """Return ``value`` as an exact Fraction, or raise ConfigError naming this input.
 
         Accepts int, Fraction, Decimal and finite floats (taken at their exact binary
@@ -143,7 +144,7 @@ class ClosedForm:
                 raise ConfigError(i.name, None, f"is required by {self.name}")
         return out
 
-    def evaluate(self, **values) -> int | Fraction:
+    def evaluate(self, **values: Any) -> int | Fraction:
         """Substitute exact values and return an exact ``int`` or ``Fraction``.
 
         Raises ConfigError for a missing, unknown or out-of-domain input.

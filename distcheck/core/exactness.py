@@ -242,7 +242,7 @@ def _max_error(expected: np.ndarray, got: np.ndarray) -> Fraction:
     return max(abs(e - g) for e, g in zip(expected.reshape(-1), got.reshape(-1), strict=True))
 
 
-def _check_shapes(what: str, expected: np.ndarray, got: np.ndarray, e_raw, g_raw) -> None:
+def _check_shapes(what: str, expected: np.ndarray, got: np.ndarray, e_raw: object, g_raw: object) -> None:
     if expected.shape != got.shape:
         raise PropertyFailure(f"{what}: shape {got.shape} differs from expected {expected.shape}",
                               expected=e_raw, got=g_raw)

@@ -4,6 +4,7 @@ GiB = 2**30 bytes (binary, as nvidia-smi and torch.cuda report)."""
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from fractions import Fraction
 
 from distcheck.core.errors import ConfigError
@@ -31,7 +32,7 @@ def _unit(unit: str) -> int:
         raise ConfigError("unit", unit, f"must be one of {', '.join(BYTE_UNITS)}") from None
 
 
-def bytes_to(n_bytes, unit: str):
+def bytes_to(n_bytes: int | float | Fraction | Decimal, unit: str) -> int | Fraction:
     """Convert a byte count to ``unit`` (exact: returns a Fraction when not integral).
 
     ``unit`` is a key of :data:`BYTE_UNITS`: decimal ``KB/MB/GB/TB`` (powers of
@@ -45,7 +46,7 @@ def bytes_to(n_bytes, unit: str):
     return int(value) if value.denominator == 1 else value
 
 
-def to_bytes(value, unit: str):
+def to_bytes(value: int | float | Fraction | Decimal, unit: str) -> int | Fraction:
     """Convert ``value`` in ``unit`` to bytes (exact): ``to_bytes(80, "GiB") == 85_899_345_920``.
 
     Returns an int, or a Fraction when the result is not a whole number of
@@ -63,7 +64,7 @@ MAX_SIZE_DIGITS = 40
 _QUANTITY = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?|\.[0-9]+)\s*([A-Za-z]+)\s*$")
 
 
-def parse_bytes(text: str):
+def parse_bytes(text: str) -> int | Fraction:
     """Bytes in a size written with its unit, exactly: ``"80 GB"`` -> 80_000_000_000,
     ``"80 GiB"`` -> 85_899_345_920, ``"1.5 KiB"`` -> 1536.
 
@@ -91,7 +92,7 @@ def parse_bytes(text: str):
     return to_bytes(Fraction(number.replace("_", "").replace(",", "")), unit)
 
 
-def format_bytes(n_bytes, unit: str = "GB", digits: int = 2) -> str:
+def format_bytes(n_bytes: int | float | Fraction | Decimal, unit: str = "GB", digits: int = 2) -> str:
     """``n_bytes`` in ``unit``, rounded half-even to ``digits`` decimals, with the unit named.
 
     >>> format_bytes(107_810_390_016)

@@ -93,7 +93,8 @@ def _same(value: object, choice: object) -> bool:
     """``value`` is ``choice``'s type and equal to it (``True`` is not ``1``; an array equals nothing)."""
     try:
         return type(value) is type(choice) and bool(value == choice)
-    except Exception:  # e.g. numpy's "truth value of an array is ambiguous"
+    except Exception:  # noqa: BLE001 - any user object: an __eq__ or __bool__ that raises (numpy's "truth value
+        # of an array is ambiguous") means not equal
         return False
 
 
@@ -308,7 +309,8 @@ def _finite(x: Any) -> bool:
         return False
 
 
-def as_arrays(field: str, values: Any, *, min_len: int = 1, max_len: int | None = None, **array_kw) -> list[np.ndarray]:
+def as_arrays(field: str, values: Any, *, min_len: int = 1, max_len: int | None = None,
+              **array_kw: Any) -> list[np.ndarray]:
     """A non-string sequence of arrays, each checked by :func:`as_array` as ``field[i]``;
     at least ``min_len`` and at most ``max_len`` of them."""
     if isinstance(values, (str, bytes, dict, np.ndarray)) or not isinstance(values, Sequence):

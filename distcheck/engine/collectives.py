@@ -136,7 +136,7 @@ def _install_threaded_hooks() -> None:
             _THREADED_HOOKS["installed"] = True
 
 
-def ByteCounter():  # noqa: N802 - a factory: torch is imported lazily
+def ByteCounter():  # a factory: torch is imported lazily
     """A ``TorchDispatchMode`` that records the collectives run under it.
 
     Use inside a rank::

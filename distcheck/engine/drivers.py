@@ -27,7 +27,7 @@ FAILURE_DETAIL_CHARS = 400
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure|Timeout|Warning|Unavailable))(:.*)?$")
 
 
-def is_world(obj) -> bool:
+def is_world(obj: object) -> bool:
     """True for a started or unstarted world object: ``.run``, ``.world_size`` and ``.backend``."""
     return callable(getattr(obj, "run", None)) and hasattr(obj, "world_size") and hasattr(obj, "backend")
 

@@ -64,7 +64,7 @@ def call_impl(what: str, fn: Callable, *args, **kwargs):
     """
     try:
         return fn(*args, **kwargs)
-    except Exception as e:  # noqa: BLE001 - any crash on a valid input fails the property
+    except Exception as e:  # any crash on a valid input fails the property
         raise ImplementationError(f"implementation {what} raised {type(e).__name__}: {e}", "raised",
                                   type(e).__name__) from e
 

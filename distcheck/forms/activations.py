@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.activations.forms`."""
 
 from distcheck.parallel.activations.forms import *  # noqa: F403
-from distcheck.parallel.activations.forms import __all__ as __all__  # noqa: F401
+from distcheck.parallel.activations.forms import __all__ as __all__

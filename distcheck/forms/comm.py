@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.comm.forms`."""
 
 from distcheck.parallel.comm.forms import *  # noqa: F403
-from distcheck.parallel.comm.forms import __all__ as __all__  # noqa: F401
+from distcheck.parallel.comm.forms import __all__ as __all__

@@ -2,4 +2,4 @@
 error): public path of :mod:`distcheck.parallel.dp.forms`."""
 
 from distcheck.parallel.dp.forms import *  # noqa: F403
-from distcheck.parallel.dp.forms import __all__ as __all__  # noqa: F401
+from distcheck.parallel.dp.forms import __all__ as __all__

@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.layout.forms`."""
 
 from distcheck.parallel.layout.forms import *  # noqa: F403
-from distcheck.parallel.layout.forms import __all__ as __all__  # noqa: F401
+from distcheck.parallel.layout.forms import __all__ as __all__

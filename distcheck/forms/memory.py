@@ -2,4 +2,4 @@
 public path of :mod:`distcheck.parallel.memory.forms`."""
 
 from distcheck.parallel.memory.forms import *  # noqa: F403
-from distcheck.parallel.memory.forms import __all__ as __all__  # noqa: F401
+from distcheck.parallel.memory.forms import __all__ as __all__

@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.params.forms`."""
 
 from distcheck.parallel.params.forms import *  # noqa: F403
-from distcheck.parallel.params.forms import __all__ as __all__  # noqa: F401
+from distcheck.parallel.params.forms import __all__ as __all__

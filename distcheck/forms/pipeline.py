@@ -2,4 +2,4 @@
 :mod:`distcheck.parallel.pp.forms`."""
 
 from distcheck.parallel.pp.forms import *  # noqa: F403
-from distcheck.parallel.pp.forms import __all__ as __all__  # noqa: F401
+from distcheck.parallel.pp.forms import __all__ as __all__

@@ -2,4 +2,4 @@
 path of :mod:`distcheck.parallel.zero.forms`."""
 
 from distcheck.parallel.zero.forms import *  # noqa: F403
-from distcheck.parallel.zero.forms import __all__ as __all__  # noqa: F401
+from distcheck.parallel.zero.forms import __all__ as __all__

@@ -45,7 +45,7 @@ def _figure_option(parser: argparse.ArgumentParser, what: str) -> None:
                         help=f"write {what} to this file (PNG or SVG; needs matplotlib: pip install 'distcheck[plot]')")
 
 
-def add_plan_parser(sub) -> argparse.ArgumentParser:
+def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``plan`` (with ``memory``, ``pipeline`` and ``layout``) to the subparsers ``sub``."""
     plan = sub.add_parser(
         "plan", help="plan a run: which layout fits, its bubble and communication; schedule and mesh figures",
@@ -142,7 +142,7 @@ def add_plan_parser(sub) -> argparse.ArgumentParser:
     return plan
 
 
-def run_plan(args) -> int:
+def run_plan(args: argparse.Namespace) -> int:
     """Run ``distcheck plan WHAT``; returns the exit code (errors propagate as ConfigError)."""
     if args.plan_command == "memory":
         from distcheck.plan.cli_memory import run_memory

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import TypedDict
 
@@ -28,7 +29,7 @@ def _fmt_group(group: list[int]) -> str:
     return "[" + ",".join(map(str, group[:3])) + f",…,{group[-1]}] ({len(group)} ranks)"
 
 
-def run_layout(args) -> int:
+def run_layout(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from distcheck import layout as layout_ref

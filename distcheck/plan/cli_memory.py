@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from fractions import Fraction
 
@@ -135,7 +136,7 @@ def _memory_figures(model, hardware, workload, chosen, fmt_caption: str):
     return figs
 
 
-def run_memory(args) -> int:
+def run_memory(args: argparse.Namespace) -> int:
     from distcheck.core.errors import ConfigError
     from distcheck.plan import conventions, estimate, plan
     from distcheck.plan.planner import gb

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from fractions import Fraction
 
@@ -58,7 +59,7 @@ def _closed_form_rows(t, schedule: str, p: int, m: int, v: int, t_f: int, t_b: i
     return rows
 
 
-def run_pipeline(args) -> int:
+def run_pipeline(args: argparse.Namespace) -> int:
     from distcheck import pipeline
     from distcheck.report import exit_code
 

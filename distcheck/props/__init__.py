@@ -35,7 +35,7 @@ from distcheck.engine.catalogue import form_value
 from distcheck.engine.mutants import mutant_summary
 
 # _REGISTRY: the registry itself (name -> Property), for a test that swaps one property
-from distcheck.engine.registry import _REGISTRY as _REGISTRY  # noqa: F401
+from distcheck.engine.registry import _REGISTRY as _REGISTRY
 from distcheck.engine.registry import Property, get, properties, register, suites, with_edge_cases
 from distcheck.engine.run import run_all
 from distcheck.engine.runner import (

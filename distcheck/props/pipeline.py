@@ -1,4 +1,4 @@
 """Pipeline properties: public path of :mod:`distcheck.parallel.pp.properties`."""
 
 from distcheck.parallel.pp.properties import *  # noqa: F403
-from distcheck.parallel.pp.properties import __all__ as __all__  # noqa: F401
+from distcheck.parallel.pp.properties import __all__ as __all__

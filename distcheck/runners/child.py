@@ -205,7 +205,7 @@ def child_main(conn: Any, spec: dict[str, Any]) -> None:
     """
     guard_pid = become_child(spec["parent_pid"], spec.get("folder"))
     try:
-        dump = open(spec["dump_path"], "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        dump = open(spec["dump_path"], "a", buffering=1)  # lives as long as the process
         faulthandler.enable(file=dump, all_threads=True)
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True, chain=False)
         os.environ.update(spec.get("env") or {})

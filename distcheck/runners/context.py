@@ -2,4 +2,4 @@
 :mod:`distcheck.engine.world` (the engine layer, where the packages' checks can name them)."""
 
 from distcheck.engine.world import *  # noqa: F403
-from distcheck.engine.world import __all__ as __all__  # noqa: F401
+from distcheck.engine.world import __all__ as __all__

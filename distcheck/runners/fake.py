@@ -2,4 +2,4 @@
 (the engine layer: it starts nothing, so the packages' world-free checks use it directly)."""
 
 from distcheck.engine.fake import *  # noqa: F403
-from distcheck.engine.fake import __all__ as __all__  # noqa: F401
+from distcheck.engine.fake import __all__ as __all__

@@ -15,7 +15,7 @@ rest of the machinery lives beside it (details in docs/RUNNERS.md):
   :mod:`~distcheck.runners.protocol`; the threaded backend's host is
   :mod:`~distcheck.runners.threaded_host`;
 * :mod:`~distcheck.runners.workers`: the parent's handles on its children (kill by
-  process group, exit codes, stack dumps);
+  process group, exit codes, their answers to a step, stack dumps);
 * :mod:`~distcheck.runners.folders` and :mod:`~distcheck.runners.procfs`: the pool's
   temporary folder, its owner marker, and the sweep of dead owners' folders.
 
@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing as mp
-import multiprocessing.connection as mpc
 import os
 import pickle
 import threading
@@ -82,15 +81,12 @@ from distcheck.runners.backends import (
 from distcheck.runners.child import child_main
 from distcheck.runners.folders import make_pool_folder, sweep_stale_folders
 from distcheck.runners.folders import owner_line as _owner_line  # noqa: F401 - the marker format, kept importable here
-from distcheck.runners.protocol import FAILURE_GRACE_S
 from distcheck.runners.workers import (
+    Replies,
     Worker,
     World,
     cleanup,
-    describe_exit,
     dump_stacks,
-    exit_code,
-    read_from,
 )
 from distcheck.validate import check_callable, check_type
 
@@ -223,7 +219,7 @@ class RankPool:
 
     # ------------------------------------------------------------ running
 
-    def run(self, fn: Callable, *args, timeout_s: float | None = None) -> list:
+    def run(self, fn: Callable, *args: Any, timeout_s: float | None = None) -> list:
         """Call ``fn(ctx, *args)`` on every rank; return ``[result of rank 0, ...]``.
 
         ``fn`` must be picklable (a module-level function) and so must ``args`` and
@@ -351,120 +347,70 @@ class RankPool:
     def _hard_limit(self, timeout: float) -> float:
         return timeout + (THREADED_HARD_MARGIN_S if self.backend == "threaded" else 0.0)
 
-    def _collect(self, seq, timeout: float, startup: bool = False, deadline: float | None = None) -> dict[int, tuple]:
+    def _collect(self, seq: object, timeout: float, startup: bool = False,
+                 deadline: float | None = None) -> dict[int, tuple]:
         """Wait for every worker's reply to ``seq``; return rank -> (kind, payload, exc).
 
         ``deadline`` (``time.monotonic()`` seconds) defaults to now plus the step's hard limit.
+        Raises RankFailure (a rank raised or died) or WorldTimeout (stuck ranks), tearing a broken
+        world down first.
         """
-        workers = self._world.workers
-        by_obj: dict[Any, Worker] = {}
-        for w in workers:
-            by_obj[w.conn] = w
-            by_obj[w.proc.sentinel] = w
-        pending = set(range(len(workers)))
-        index = {id(w): i for i, w in enumerate(workers)}
-        replies: dict[int, tuple] = {}
-        deaths: dict[int, str] = {}
-        first_failure: float | None = None
         if deadline is None:
             deadline = time.monotonic() + self._hard_limit(timeout)
-        while pending:
-            limit = deadline if first_failure is None else min(deadline, first_failure + FAILURE_GRACE_S)
-            wait_s = limit - time.monotonic()
-            if wait_s <= 0:
-                break
-            objs = [workers[i].conn for i in pending] + [workers[i].proc.sentinel for i in pending]
-            ready = mpc.wait(objs, timeout=wait_s)
-            for obj in ready:
-                w = by_obj[obj]
-                i = index[id(w)]
-                if i not in pending:
-                    continue
-                msg = None
-                try:
-                    if w.conn.poll():
-                        msg = pickle.loads(w.conn.recv_bytes())
-                except (EOFError, OSError):
-                    msg = None
-                if msg is None:
-                    if obj is w.conn and exit_code(w.proc, 0.0) is None:
-                        continue  # spurious wake-up
-                    code = exit_code(w.proc, 1.0)  # not reaped: kill() still reaches its group
-                    who = f"rank {w.ranks[0]}" if len(w.ranks) == 1 else \
-                        f"the threaded host of ranks {w.ranks[0]}..{w.ranks[-1]}"
-                    text = (f"{who} {describe_exit(code)} "
-                            f"(no Python exception: the process ended abruptly, e.g. os._exit or a crash)\n")
-                    dumped = read_from(w.dump_path, w.dump_offset)
-                    if dumped.strip():
-                        text += "faulthandler output:\n" + dumped
-                    for r in w.ranks:
-                        deaths[r] = text
-                    pending.discard(i)
-                    first_failure = first_failure or time.monotonic()
-                    continue
-                tag, items = msg
-                if startup and tag == "ready":
-                    pending.discard(i)
-                    continue
-                if startup and tag in ("fail", "startup_timeout"):
-                    for r, kind, payload, exc in items:
-                        replies[r] = (kind, payload, exc)
-                    pending.discard(i)
-                    first_failure = first_failure or time.monotonic()
-                    continue
-                if tag != seq:
-                    continue  # a late answer to an earlier, abandoned step
-                for r, kind, payload, exc in items:
-                    replies[r] = (kind, payload, exc)
-                    if kind != "ok":
-                        first_failure = first_failure or time.monotonic()
-                pending.discard(i)
-
-        what = "start-up" if startup else "step"
-        stuck_workers = [workers[i] for i in sorted(pending)]
-        errors = {r: v for r, v in replies.items() if v[0] == "err"}
-        timeouts = {r: v[1] for r, v in replies.items() if v[0] == "timeout"}
-        broken = bool(deaths or stuck_workers or timeouts or any(v[0] == "stopped" for v in replies.values()))
-        if deaths or errors:
-            failures = {r: t for r, t in deaths.items()}
-            for r, (_, tb, _) in errors.items():
-                failures.setdefault(r, tb)
-            lead = min(deaths) if deaths else min(errors)
-            text = failures[lead]
-            others = sorted(set(failures) - {lead})
-            stuck = sorted(r for w in stuck_workers for r in w.ranks) + sorted(timeouts)
-            stuck += sorted(r for r, v in replies.items() if v[0] == "stopped")
-            if others:
-                text += f"\n(also failed: ranks {others})"
-            if stuck:
-                text += f"\n(ranks {stuck} had not finished and were stopped)"
-            err = RankFailure(lead, text, failures)
-            cause = None
-            if lead in errors and errors[lead][2] is not None:
-                try:
-                    cause = pickle.loads(errors[lead][2])
-                except Exception:  # noqa: BLE001 - cannot be unpickled here: the text says it all
-                    cause = None
-            if broken:
-                self._world.kill()
-            if startup:
-                self._world.kill()
-            raise err from cause
+        got = Replies(self._world.workers, seq, startup)
+        got.wait(deadline)
+        stuck_workers = [got.workers[i] for i in sorted(got.pending)]
+        errors = {r: v for r, v in got.replies.items() if v[0] == "err"}
+        timeouts = {r: v[1] for r, v in got.replies.items() if v[0] == "timeout"}
+        stopped = sorted(r for r, v in got.replies.items() if v[0] == "stopped")
+        broken = bool(got.deaths or stuck_workers or timeouts or stopped)
+        if got.deaths or errors:
+            stuck = sorted(r for w in stuck_workers for r in w.ranks) + sorted(timeouts) + stopped
+            self._raise_rank_failure(got.deaths, errors, stuck, kill=broken or startup)
         if stuck_workers or timeouts:
-            stacks = dict(timeouts)
-            stacks.update(dump_stacks(stuck_workers))
-            self._world.kill()
-            ranks = sorted(stacks)
-            body = "\n".join(f"--- rank {r} ---\n{stacks[r]}" for r in ranks)
-            state = "did not come up" if startup else "stuck"
-            raise WorldTimeout(
-                f"{what} did not finish within timeout_s={timeout:g} on backend {self.backend!r}: "
-                f"ranks {ranks} {state} (world torn down; the next run starts a fresh one)\n{body}",
-                ranks=ranks, stacks=stacks, timeout_s=timeout,
-            )
+            self._raise_timeout(stuck_workers, timeouts, timeout, startup)
         if broken:  # pragma: no cover - defensive: "stopped" without an error
             self._world.kill()
-        return replies
+        return got.replies
+
+    def _raise_rank_failure(self, deaths: dict[int, str], errors: dict[int, tuple], stuck: list[int],
+                            kill: bool) -> None:
+        """Raise RankFailure for the lowest rank that died, else the first that raised (its exception chained)."""
+        failures = dict(deaths)
+        for r, (_, tb, _) in errors.items():
+            failures.setdefault(r, tb)
+        lead = min(deaths) if deaths else min(errors)
+        text = failures[lead]
+        others = sorted(set(failures) - {lead})
+        if others:
+            text += f"\n(also failed: ranks {others})"
+        if stuck:
+            text += f"\n(ranks {stuck} had not finished and were stopped)"
+        err = RankFailure(lead, text, failures)
+        cause = None
+        if lead in errors and errors[lead][2] is not None:
+            try:
+                cause = pickle.loads(errors[lead][2])
+            except Exception:  # noqa: BLE001 - cannot be unpickled here: the text says it all
+                cause = None
+        if kill:
+            self._world.kill()
+        raise err from cause
+
+    def _raise_timeout(self, stuck_workers: list[Worker], timeouts: dict[int, str], timeout: float,
+                       startup: bool) -> None:
+        """Raise WorldTimeout with the stacks of the stuck ranks, after tearing the world down."""
+        stacks = dict(timeouts)
+        stacks.update(dump_stacks(stuck_workers))
+        self._world.kill()
+        ranks = sorted(stacks)
+        body = "\n".join(f"--- rank {r} ---\n{stacks[r]}" for r in ranks)
+        what, state = ("start-up", "did not come up") if startup else ("step", "stuck")
+        raise WorldTimeout(
+            f"{what} did not finish within timeout_s={timeout:g} on backend {self.backend!r}: "
+            f"ranks {ranks} {state} (world torn down; the next run starts a fresh one)\n{body}",
+            ranks=ranks, stacks=stacks, timeout_s=timeout,
+        )
 
 
 def _check_module_names(field: str, names: Any) -> tuple[str, ...]:

@@ -4,8 +4,9 @@ A :class:`World` is what a :class:`~distcheck.runners.pool.RankPool` holds while
 ranks are up: one :class:`Worker` per child (a rank process, or the threaded host of
 every rank) and the pool's temporary folder. This module kills children by process
 group before reaping them (until a child is reaped, its group id cannot belong to
-anyone else), reads a dead child's exit code without reaping it, and collects the
-Python stacks of stuck children from their faulthandler files.
+anyone else), reads a dead child's exit code without reaping it, gathers the children's
+answers to a step (:class:`Replies`), and collects the Python stacks of stuck children from
+their faulthandler files.
 """
 
 from __future__ import annotations
@@ -13,20 +14,23 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.connection as mpc
 import os
+import pickle
 import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from distcheck.runners.protocol import SHUTDOWN
+from distcheck.runners.protocol import FAILURE_GRACE_S, SHUTDOWN
 
 __all__ = [
     "CLOSE_WAIT_S",
+    "Replies",
     "STACK_DUMP_WAIT_S",
     "Worker",
     "World",
     "cleanup",
+    "death_text",
     "describe_exit",
     "dump_stacks",
     "exit_code",
@@ -142,6 +146,20 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def death_text(w: Worker) -> str:
+    """What to report for a child that ended without answering: its exit, and what faulthandler wrote.
+
+    Waits up to 1 s for the exit code, without reaping the child (kill() still reaches its group).
+    """
+    code = exit_code(w.proc, 1.0)
+    who = f"rank {w.ranks[0]}" if len(w.ranks) == 1 else f"the threaded host of ranks {w.ranks[0]}..{w.ranks[-1]}"
+    text = f"{who} {describe_exit(code)} (no Python exception: the process ended abruptly, e.g. os._exit or a crash)\n"
+    dumped = read_from(w.dump_path, w.dump_offset)
+    if dumped.strip():
+        text += "faulthandler output:\n" + dumped
+    return text
+
+
 def read_from(path: str, offset: int) -> str:
     """The text of ``path`` from byte ``offset`` on; ``""`` where unreadable."""
     try:
@@ -186,3 +204,74 @@ def dump_stacks(workers: list[Worker]) -> dict[int, str]:
         for r in w.ranks:
             stacks[r] = text
     return stacks
+
+
+class Replies:
+    """The answers of a world's workers to one step ``seq`` (or to start-up), gathered as they arrive.
+
+    ``replies``: rank -> (kind, payload, exc); ``deaths``: rank -> text of a child that ended without
+    answering; ``pending``: indices of the workers not heard from.
+    """
+
+    def __init__(self, workers: list[Worker], seq: object, startup: bool):
+        self.workers, self.seq, self.startup = workers, seq, startup
+        self.pending = set(range(len(workers)))
+        self.replies: dict[int, tuple] = {}
+        self.deaths: dict[int, str] = {}
+        self.first_failure: float | None = None
+
+    def wait(self, deadline: float) -> None:
+        """Take answers until every worker is heard from, ``deadline`` passes, or the grace after a failure ends."""
+        index: dict[Any, int] = {}
+        for i, w in enumerate(self.workers):
+            index[w.conn] = i
+            index[w.proc.sentinel] = i
+        while self.pending:
+            limit = deadline if self.first_failure is None else min(deadline, self.first_failure + FAILURE_GRACE_S)
+            wait_s = limit - time.monotonic()
+            if wait_s <= 0:
+                return
+            objs = [self.workers[i].conn for i in self.pending] + [self.workers[i].proc.sentinel for i in self.pending]
+            for obj in mpc.wait(objs, timeout=wait_s):
+                i = index[obj]
+                if i in self.pending:
+                    self._take(i, obj)
+
+    def _failed(self) -> None:
+        self.first_failure = self.first_failure or time.monotonic()
+
+    def _take(self, i: int, obj: object) -> None:
+        """Handle worker ``i`` becoming ready through ``obj`` (its pipe or its process sentinel)."""
+        w = self.workers[i]
+        msg = None
+        try:
+            if w.conn.poll():
+                msg = pickle.loads(w.conn.recv_bytes())
+        except (EOFError, OSError):
+            msg = None
+        if msg is None:
+            if obj is w.conn and exit_code(w.proc, 0.0) is None:
+                return  # spurious wake-up
+            text = death_text(w)
+            for r in w.ranks:
+                self.deaths[r] = text
+            self.pending.discard(i)
+            self._failed()
+            return
+        tag, items = msg
+        if self.startup and tag == "ready":
+            self.pending.discard(i)
+        elif self.startup and tag in ("fail", "startup_timeout"):
+            self._record(items)
+            self.pending.discard(i)
+            self._failed()
+        elif tag == self.seq:  # else a late answer to an earlier, abandoned step
+            if self._record(items):
+                self._failed()
+            self.pending.discard(i)
+
+    def _record(self, items: list[tuple]) -> bool:
+        """Store ``(rank, kind, payload, exc)`` items; True if any is not ``"ok"``."""
+        for r, kind, payload, exc in items:
+            self.replies[r] = (kind, payload, exc)
+        return any(kind != "ok" for _, kind, _, _ in items)

@@ -69,12 +69,12 @@ class LocalWorlds:
 
 
 @contextmanager
-def _pool_for(world_size: int, backend: str, timeout_s: float):
+def _pool_for(world_size: int, backend: str, timeout_s: float) -> Iterator[RankPool]:
     with RankPool(world_size=world_size, backend=backend, timeout_s=timeout_s) as pool:
         yield pool
 
 
-def iter_pools(pool_or_world_sizes, backend: str = "gloo",
+def iter_pools(pool_or_world_sizes: Any, backend: str = "gloo",
                timeout_s: float = 60.0) -> Iterator[tuple[Any, int, str, str | None]]:
     """Yield ``(world, world_size, backend, skip_reason)`` for each world to check.
 

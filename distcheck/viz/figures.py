@@ -230,7 +230,8 @@ def layout_diagram(cfg):
 
     if not isinstance(cfg, layout.ParallelConfig):
         raise ConfigError("cfg", cfg, "must be a ParallelConfig")
-    world, g = cfg.world_size, cfg.gpus_per_node
+    world, g, order = cfg.world_size, cfg.gpus_per_node, cfg.order
+    assert world is not None and isinstance(order, tuple), "ParallelConfig.__post_init__ sets both"
     if world > MAX_DIAGRAM_RANKS:
         raise ConfigError("world_size", world, f"must be <= {MAX_DIAGRAM_RANKS} to draw every rank "
                                                "(distcheck plan layout prints the groups of any size)")
@@ -272,8 +273,8 @@ def layout_diagram(cfg):
         ax.set_xlabel("GPU in node", fontsize=7)
     for k in range(len(axes_shown), panels.shape[0] * panels.shape[1]):
         panels[k // 2][k % 2].set_visible(False)
-    degrees = " × ".join(f"{a} {cfg.degree(a)}" for a in cfg.order if cfg.degree(a) > 1) or "1 rank"
-    fig.suptitle(f"{degrees} = {world} ranks, {g} GPUs per node, order {'-'.join(cfg.order)} (innermost first)",
+    degrees = " × ".join(f"{a} {cfg.degree(a)}" for a in order if cfg.degree(a) > 1) or "1 rank"
+    fig.suptitle(f"{degrees} = {world} ranks, {g} GPUs per node, order {'-'.join(order)} (innermost first)",
                  fontsize=10)
     return fig
 

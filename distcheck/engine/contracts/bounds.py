@@ -68,7 +68,7 @@ class Tracked:
     e: np.ndarray
 
     @property
-    def T(self) -> Tracked:  # noqa: N802 - numpy's name
+    def T(self) -> Tracked:  # numpy's name
         return Tracked(np.swapaxes(self.v, -1, -2), np.swapaxes(self.e, -1, -2))
 
     def __getitem__(self, idx) -> Tracked:

@@ -200,11 +200,11 @@ def _torch_modules():
     return MLP, Attention
 
 
-def _MLP(*args):  # noqa: N802 - builds the class lazily (torch)
+def _MLP(*args):  # builds the class lazily (torch)
     return _torch_modules()[0](*args)
 
 
-def _Attention(*args):  # noqa: N802
+def _Attention(*args):
     return _torch_modules()[1](*args)
 
 

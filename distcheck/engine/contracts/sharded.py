@@ -12,6 +12,7 @@ are split), the reference (exact, or with ``bounds``) and the expected collectiv
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -110,7 +111,7 @@ class ShardedLayerContract(Contract):
             import inspect
 
             try:
-                params = inspect.signature(obj).parameters
+                params: Mapping[str, inspect.Parameter] = inspect.signature(obj).parameters
             except ValueError:
                 params = {}
             takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())

@@ -32,7 +32,7 @@ def _zero_modules():
 
     if "deepspeed.runtime.zero.stage3" not in sys.modules:
         with contextlib.redirect_stdout(io.StringIO()):
-            import deepspeed.runtime.zero.stage3  # noqa: F401
+            import deepspeed.runtime.zero.stage3
             import deepspeed.runtime.zero.stage_1_and_2  # noqa: F401
         logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
     return sys.modules["deepspeed.runtime.zero.stage_1_and_2"], sys.modules["deepspeed.runtime.zero.stage3"]

@@ -46,6 +46,7 @@ is then **bitwise** (bound 0). float64 only (the bound is derived for ``u = 2**-
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -235,7 +236,7 @@ class DataParallelReducer(Contract):
             return make_target(obj, ref, "ddp"), options
         if callable(obj) and not isinstance(obj, type):
             try:
-                params = inspect.signature(obj).parameters
+                params: Mapping[str, inspect.Parameter] = inspect.signature(obj).parameters
             except ValueError:
                 params = {}
             if "bucket" in params:

@@ -56,14 +56,14 @@ def build_model(case, device):
             m.weight.copy_(torch.from_numpy(p["w"]).reshape(1, case.d))
         return m.to(device)
     hidden, out = p["W1"].shape[1], p["W2"].shape[1]
-    m = torch.nn.Sequential(torch.nn.Linear(case.d, hidden, dtype=torch.float64), torch.nn.ReLU(),
-                            torch.nn.Linear(hidden, out, dtype=torch.float64))
+    first = torch.nn.Linear(case.d, hidden, dtype=torch.float64)
+    second = torch.nn.Linear(hidden, out, dtype=torch.float64)
     with torch.no_grad():
-        m[0].weight.copy_(torch.from_numpy(p["W1"].T))
-        m[0].bias.copy_(torch.from_numpy(p["b1"]))
-        m[2].weight.copy_(torch.from_numpy(p["W2"].T))
-        m[2].bias.copy_(torch.from_numpy(p["b2"]))
-    return m.to(device)
+        first.weight.copy_(torch.from_numpy(p["W1"].T))
+        first.bias.copy_(torch.from_numpy(p["b1"]))
+        second.weight.copy_(torch.from_numpy(p["W2"].T))
+        second.bias.copy_(torch.from_numpy(p["b2"]))
+    return torch.nn.Sequential(first, torch.nn.ReLU(), second).to(device)
 
 
 def model_grads(case, m) -> dict:

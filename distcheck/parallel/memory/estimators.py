@@ -29,9 +29,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_callable, check_int, check_type
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 __all__ = [
     "StateConvention",
@@ -164,7 +168,7 @@ class Estimator:
     distribution: str | None
     stage: int
     bytes_per_gpu: Callable[[int, int, Options], object]
-    options: Callable[[int], object] | None = None
+    options: Callable[[int], SearchStrategy[Options]] | None = None
     fit_options: Options = field(default_factory=dict)
     components: Callable[[int, int, Options], Mapping[str, object]] | None = None
     printed: Callable[[int, int, Options], str] | None = None

@@ -36,6 +36,16 @@ __all__ = ["row_then_column_mlp", "layer_norm_per_shard", "row_parallel_bias_eve
            "column_parallel_bias_unsharded", "swiglu_silu_on_up", "attention_first_kv_heads"]
 
 
+def _all_reduced(parts: list[np.ndarray], log: list | None) -> np.ndarray:
+    """The ranks' partials summed in rank order (an all-reduce), logged as one all-reduce when ``log`` is given."""
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    if log is not None:
+        log.append((Collective.ALL_REDUCE, total.shape))
+    return total
+
+
 def _bounds(n: int, tp: int) -> list[tuple[int, int]]:
     edges = np.cumsum([0] + [len(c) for c in np.array_split(np.arange(n), tp)])
     return list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
@@ -69,15 +79,11 @@ def layer_norm_per_shard(x_shards, eps=1.0):
 def row_parallel_bias_every_rank(x, W, tp, b=None, *, log=None):
     """Row-parallel linear where every rank adds the bias to its partial before the all-reduce."""
     x, W = np.asarray(x), np.asarray(W)
-    out = None
+    parts = []
     for lo, hi in _bounds(W.shape[0], tp):
         part = x[..., lo:hi] @ W[lo:hi, :]
-        if b is not None:
-            part = part + b
-        out = part if out is None else out + part
-    if log is not None:
-        log.append((Collective.ALL_REDUCE, out.shape))
-    return out
+        parts.append(part if b is None else part + b)
+    return _all_reduced(parts, log)
 
 
 @mutant("tp.row.even_split_only", "tp.row.exact")
@@ -104,16 +110,13 @@ def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
     """Fused [gate | up] weight column-split as one matrix: rank r takes a contiguous block of
     the fused columns and splits it in half, pairing gate and up of different units."""
     x, W_fused, W_down = np.asarray(x), np.asarray(W_fused), np.asarray(W_down)
-    total = None
+    parts = []
     for (lo, hi), (dlo, _dhi) in zip(_bounds(W_fused.shape[1], tp), _bounds(W_down.shape[0], tp), strict=True):
         gu = x @ W_fused[:, lo:hi]
         half = gu.shape[-1] // 2
         h = gu[..., :half] / (1 + np.exp(-gu[..., :half])) * gu[..., half:2 * half]
-        part = h @ W_down[dlo:dlo + h.shape[-1], :]
-        total = part if total is None else total + part
-    if log is not None:
-        log.append((Collective.ALL_REDUCE, total.shape))
-    return total
+        parts.append(h @ W_down[dlo:dlo + h.shape[-1], :])
+    return _all_reduced(parts, log)
 
 
 @mutant("tp.column.bias_unsharded", "tp.column.exact")
@@ -132,14 +135,11 @@ def column_parallel_bias_unsharded(x, W, tp, b=None):
 def swiglu_silu_on_up(x, W_gate, W_up, W_down, tp, *, log=None):
     """TP SwiGLU with the gate and up projections swapped: silu(x W_up) * (x W_gate)."""
     x, W_gate, W_up, W_down = (np.asarray(a) for a in (x, W_gate, W_up, W_down))
-    total = None
+    parts = []
     for lo, hi in _bounds(W_gate.shape[1], tp):
         u, g = x @ W_up[:, lo:hi], x @ W_gate[:, lo:hi]
-        part = (u / (1 + np.exp(-u)) * g) @ W_down[lo:hi, :]
-        total = part if total is None else total + part
-    if log is not None:
-        log.append((Collective.ALL_REDUCE, total.shape))
-    return total
+        parts.append((u / (1 + np.exp(-u)) * g) @ W_down[lo:hi, :])
+    return _all_reduced(parts, log)
 
 
 @mutant("tp.attention.first_kv_heads", "tp.attention.bounded")
@@ -150,13 +150,10 @@ def attention_first_kv_heads(x, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, tp, cau
 
     x, Wq, Wk, Wv, Wo = (np.asarray(a) for a in (x, Wq, Wk, Wv, Wo))
     hd = Wq.shape[1] // num_heads
-    total = None
+    parts = []
     for q_heads, kv_heads in tp_head_ranges(tp, num_heads, num_kv_heads):
         qc = slice(q_heads.start * hd, q_heads.stop * hd)
         kc = slice(0, len(kv_heads) * hd)
         local = attention_heads(x, Wq[:, qc], Wk[:, kc], Wv[:, kc], len(q_heads), len(kv_heads), causal)
-        part = local @ Wo[qc, :]
-        total = part if total is None else total + part
-    if log is not None:
-        log.append((Collective.ALL_REDUCE, total.shape))
-    return total
+        parts.append(local @ Wo[qc, :])
+    return _all_reduced(parts, log)

@@ -287,12 +287,13 @@ def _run_torch_recipe(ctx, loss_parallel, case, x, t, g, dt, options):
             logits = head(x)
             loss = F.cross_entropy(logits.flatten(0, 1), t.reshape(tokens), reduction=options["reduction"],
                                    ignore_index=-100 if ignore is None else ignore)
+        if not isinstance(loss, DTensor):  # loss_parallel() keeps the loss of sharded logits a DTensor
+            raise TypeError(f"F.cross_entropy under loss_parallel() returned a {type(loss).__name__}, not a DTensor")
         grad = DTensor.from_local(g.reshape(tokens) if options["reduction"] == "none" else g, mesh, loss.placements,
                                   run_check=False)
         with ByteCounter() as backward:
             torch.autograd.backward(loss, grad)
-    out = loss.to_local() if hasattr(loss, "to_local") else loss
-    return out.reshape(g.shape), head.weight, forward, backward
+    return loss.to_local().reshape(g.shape), head.weight, forward, backward
 
 
 def _tracked_head(case: HeadCase, ce: CECase, u: float, reduction: str, ignore) -> dict:

@@ -43,6 +43,7 @@ for Adam. float64 only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise
@@ -219,7 +220,7 @@ class ShardedOptimizerStep(Contract):
             return make_target(obj, ref, "optimizer"), options
         if callable(obj) and not isinstance(obj, type):
             try:
-                params = inspect.signature(obj).parameters
+                params: Mapping[str, inspect.Parameter] = inspect.signature(obj).parameters
             except ValueError:
                 params = {}
             if "reshard_after_forward" in params:
