@@ -224,14 +224,14 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
 #
 # Every form the planner evaluates has an exact sympy-free evaluator below, keyed by its catalogue name and
 # taking the same inputs: the project's exact references where there is one (nccl-tests' factors,
-# :func:`distcheck.parallel.comm.volume.volume`; Table 2, :func:`distcheck.activations.table2_bytes_per_layer`),
+# :func:`distcheck.parallel.comm.ideal.volume`; Table 2, :func:`distcheck.activations.table2_bytes_per_layer`),
 # else the form's own expression in Fractions. Loading sympy and the catalogue takes seconds of CPU, the whole
 # plan well under one; tests/plan/test_plan_forms_exact.py holds each evaluator equal to the catalogue's form on
 # drawn inputs. A name without an evaluator is evaluated by the catalogue.
 
 
 def _volume(collective: str, size_bytes, n) -> Fraction:
-    from distcheck.parallel.comm.volume import volume
+    from distcheck.parallel.comm.ideal import volume
 
     return volume(collective, Fraction(size_bytes), int(n))
 

@@ -41,6 +41,7 @@ __all__ = [
     "megatron_bytes_per_layer",
 ]
 
+#: the recomputation settings: none, selective (attention only) or full (Korthikanti et al. 2022, §5)
 RECOMPUTE = ("none", "selective", "full")
 
 

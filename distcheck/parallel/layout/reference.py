@@ -77,6 +77,7 @@ __all__ = [
 AXES = tuple(axis.value for axis in (*LAYOUT_ORDER, Axis.EP))
 #: Llama 3's order, innermost first (Dubey et al. 2024, §3.3.2)
 DEFAULT_ORDER = tuple(axis.value for axis in LAYOUT_ORDER)
+#: where the ep ranks come from: carved out of dp x cp ("inside_dp"), or an axis of their own ("outside")
 EP_PLACEMENTS = ("inside_dp", "outside")
 
 

@@ -108,7 +108,7 @@ def _check_shards(what, got, tp):
 def attention_bounded(case, *, impl=None, require_log: bool = True) -> None:
     """The sequence-parallel attention block within gamma_{H e + 1} (|heads||Wo| + |x|) of the exact
     single-device result; one all-gather and one reduce-scatter per forward."""
-    from distcheck.parallel.tp.attention import attention_heads
+    from distcheck.parallel.tp.heads import attention_heads
 
     impl = impl or _ref("sp_attention_block")
     got, log = _call_logged("sp_attention_block", impl, _shards(case.x, case.tp), case.ln_weight, case.ln_bias,

@@ -41,7 +41,7 @@ import numpy as np
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import as_array, as_arrays, check_float, check_positive_int, check_type
 from distcheck.core.vocab import Collective
-from distcheck.parallel.tp.attention import attention, tp_attention_parts
+from distcheck.parallel.tp.heads import attention, tp_attention_parts
 from distcheck.parallel.tp.reference import column_parallel_parts, mlp, row_parallel_parts, split_bounds, split_sizes
 from distcheck.parallel.tp.reference import layer_norm as plain_layer_norm
 

@@ -187,7 +187,7 @@ def layer_norm_sharded_hidden(case, *, impl=sharded_layer_norm) -> None:
 def attention_bounded(case, *, impl=None, require_log: bool = True) -> None:
     """Attention split by heads (GQA groups kept whole) within gamma_{H e} |heads||Wo| of the
     exact product of the single-device head outputs with Wo; one all-reduce per forward."""
-    from distcheck.parallel.tp import attention as att
+    from distcheck.parallel.tp import heads as att
 
     impl = impl or att.tp_attention
     got, log = _call_logged("tp_attention", impl, case.x, case.Wq, case.Wk, case.Wv, case.Wo, case.num_heads,

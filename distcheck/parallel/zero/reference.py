@@ -73,6 +73,7 @@ __all__ = [
     "comm_elements_per_rank",
 ]
 
+#: the partitioning schemes of :func:`partition`: flat shards, FSDP2 (dim-0 rows, padded), ZeRO-Redundancy
 SCHEMES = ("flat", "fsdp2", "zero_redundancy")
 
 Shape = tuple[int, ...]
