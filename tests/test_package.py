@@ -89,7 +89,7 @@ def test_closed_form_inputs_reject_bools_strings_and_out_of_domain_values(value,
     from distcheck.closed_form import get
 
     with pytest.raises(ConfigError) as info:
-        get("pipeline.bubble_fraction.gpipe").evaluate(p=4, m=value)
+        get("pp.bubble_fraction.gpipe").evaluate(p=4, m=value)
     assert str(info.value) == message
 
 
@@ -99,7 +99,7 @@ def test_closed_form_takes_integral_floats_at_their_exact_value():
     from distcheck.closed_form import get
 
     assert get("zero.bytes_per_gpu.stage3").evaluate(params=7.5e9, dp=64) == 1_875_000_000
-    assert get("pipeline.bubble_fraction.gpipe").evaluate(p=4, m=Fraction(16)) == Fraction(3, 19)
+    assert get("pp.bubble_fraction.gpipe").evaluate(p=4, m=Fraction(16)) == Fraction(3, 19)
 
 
 def test_config_error_shows_fractions_as_a_user_writes_them():

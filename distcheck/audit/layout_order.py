@@ -22,7 +22,7 @@ from typing import Any
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.vocab import LAYOUT_ORDER, Axis
-from distcheck.layout import MEGATRON_DEFAULT_ORDER
+from distcheck.parallel.layout import MEGATRON_DEFAULT_ORDER
 
 __all__ = ["DEFAULT", "ORDERED", "DEGREES", "ALTERNATIVE_ORDERS", "accepts_order", "extra_inputs", "listed_inputs",
            "parse", "compute", "alternatives"]
@@ -64,7 +64,7 @@ def listed_inputs(quantity: str, input_names: tuple[str, ...]) -> list[dict]:
 def parse(text: object) -> tuple[str, ...]:
     """An order string as a tuple, innermost first; ConfigError for anything else (not a string,
     an unknown or repeated axis)."""
-    from distcheck.layout import AXES, parse_order
+    from distcheck.parallel.layout import AXES, parse_order
 
     if not isinstance(text, str):
         raise ConfigError("order", text, "must be a string of axes innermost first, e.g. 'tp-cp-ep-dp-pp'")
@@ -147,7 +147,7 @@ def compute(quantity: str, values: Mapping[str, Fraction], order: str) -> Fracti
             return Fraction(q)
         return Fraction(q % _degree(v, axis, order, f"an axis lies outside {axis}"))
     if quantity == "layout.tp_groups_node_local":
-        from distcheck.layout import ParallelConfig, groups_node_local
+        from distcheck.parallel.layout import ParallelConfig, groups_node_local
 
         inner = axes[:axes.index(Axis.TP)]
         # keyword arguments of ParallelConfig: degrees by axis name

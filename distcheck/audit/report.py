@@ -72,7 +72,7 @@ def render_table(results, console=None) -> str:
         for v in r.claims:
             st = _STYLE.get(v.verdict, "")
             table.add_row(escape(v.claim.id), v.claim.quantity, escape(f"{v.claim.claimed_text} {v.claim.unit}"),
-                          escape(_value(v)), f"[{st}]{v.verdict}[/]", escape(v.explanation))
+                          escape(_value(v)), f"[{st}]{v.verdict}[/]", escape(_explanation(v)))
         console.print(table)
         if r.checks:
             ct = Table(title=f"consistency ({r.path})")
@@ -106,7 +106,7 @@ def to_markdown(results) -> str:
         for v in r.claims:
             out.append("| " + " | ".join(_md_escape(x) for x in (
                 f"`{v.claim.id}`", f"`{v.claim.quantity}`", f"{v.claim.claimed_text} {v.claim.unit}", _value(v),
-                f"**{v.verdict}**", v.explanation)) + " |")
+                f"**{v.verdict}**", _explanation(v))) + " |")
         if r.checks:
             out.append("")
             out.append("| check | kind | claims | verdict | explanation |")
@@ -116,6 +116,11 @@ def to_markdown(results) -> str:
                     f"`{c.id}`", c.kind, ", ".join(c.claims), f"**{c.verdict}**", c.explanation)) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def _explanation(v) -> str:
+    """A claim's explanation, with the note on an old quantity name the key used (Claim.alias_note)."""
+    return f"{v.explanation}; {v.claim.alias_note}" if v.claim.alias else v.explanation
 
 
 def _exact(x):
@@ -145,7 +150,8 @@ def to_dict(result: AuditResult) -> dict:
                 "computed_in_unit": _exact(v.computed_in_unit), "verdict": v.verdict, "convention": v.convention,
                 "alternatives": [{"convention": a["convention"], "value": _exact(a["value"]),
                                   "unit": a.get("unit", v.claim.unit)} for a in v.alternatives],
-                "explanation": v.explanation, "expect": v.claim.expect, "note": v.claim.note,
+                "explanation": _explanation(v), "expect": v.claim.expect, "note": v.claim.note,
+                "alias": v.claim.alias or None,
             }
             for v in result.claims
         ],

@@ -96,7 +96,7 @@ class ClosedForm:
 
     Attributes:
         name: dotted catalogue name, ``"<strategy>.<quantity>[.<variant>]"``,
-            e.g. ``"pipeline.bubble_fraction.gpipe"``.
+            e.g. ``"pp.bubble_fraction.gpipe"``.
         expr: sympy expression in the symbols of ``inputs``.
         inputs: the named inputs, in a stable order.
         unit: unit of the result: ``"bytes"``, ``"bytes_per_param"``, ``"ticks"``,
@@ -116,7 +116,7 @@ class ClosedForm:
     constraints: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        check_type("name", self.name, str, "must be a str, e.g. 'pipeline.bubble_fraction.gpipe'")
+        check_type("name", self.name, str, "must be a str, e.g. 'pp.bubble_fraction.gpipe'")
         check_type("expr", self.expr, sp.Basic, "must be a sympy expression")
         check_type("inputs", self.inputs, tuple, "must be a tuple of Input")
         for i in self.inputs:

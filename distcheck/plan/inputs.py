@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck import memory as memory_ref
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import parse_bytes
 from distcheck.core.validate import MAX_RANKS, check_choice, check_nonnegative_int, check_positive_int
 from distcheck.core.vocab import Axis, Schedule
+from distcheck.parallel import memory as memory_ref
 
 __all__ = ["RECOMPUTE", "SCHEDULES", "ZERO_STAGES", "COMPONENTS", "COMM_AXES", "LESSON_STEPS", "ACTIVATION_BYTES",
            "MAX_GPU_BYTES", "Hardware", "Workload", "Layout"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck import params as params_ref
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_int, check_printable
+from distcheck.parallel import params as params_ref
 
 __all__ = ["ModelSpec", "resolve_model", "preset_names", "SHAPE_FIELDS"]
 

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck import layout as layout_ref
-from distcheck import memory as memory_ref
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import format_bytes
+from distcheck.parallel import layout as layout_ref
+from distcheck.parallel import memory as memory_ref
 from distcheck.plan.estimate import (
     LESSON_STEPS,
     Estimate,

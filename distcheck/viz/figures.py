@@ -226,7 +226,7 @@ def layout_diagram(cfg):
     """
     from matplotlib.patches import Rectangle
 
-    from distcheck import layout
+    from distcheck.parallel import layout
 
     if not isinstance(cfg, layout.ParallelConfig):
         raise ConfigError("cfg", cfg, "must be a ParallelConfig")

@@ -59,7 +59,7 @@ def ep_placement_row(check: str, backend: str, got, *, tp: int, data: int, ep: i
     names the one it matches (``extra["conventions"]``) and the other, with both groups; a FAIL when it matches
     none, or when the degrees do not tell the placements apart."""
     from distcheck.core.results import FAIL, PASS, CheckResult
-    from distcheck.layout import ep_placements
+    from distcheck.parallel.layout import ep_placements
     from distcheck.parallel.layout.contracts import canonical
 
     mine = {name: canonical(g) for name, g in ep_placements(tp=tp, data=data, ep=ep).items()}

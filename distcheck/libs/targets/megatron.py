@@ -83,7 +83,7 @@ def _groups(cfg: dict) -> dict:
 
 
 def _reference(cfg: dict) -> dict:
-    from distcheck.layout import MEGATRON_DEFAULT_ORDER, ParallelConfig, groups, megatron_layout
+    from distcheck.parallel.layout import MEGATRON_DEFAULT_ORDER, ParallelConfig, groups, megatron_layout
 
     tp, cp, dp, pp, ep, etp, order = _degrees(cfg)
     mine = megatron_layout(tp=tp, cp=cp, pp=pp, ep=ep, etp=etp, dp=dp, order=order)

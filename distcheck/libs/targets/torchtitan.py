@@ -72,13 +72,13 @@ def _groups(cfg: dict) -> dict:
 
 
 def _order(cfg: dict) -> str:
-    from distcheck.layout import TORCHTITAN_DENSE_ORDER
+    from distcheck.parallel.layout import TORCHTITAN_DENSE_ORDER
 
     return f"{TORCHTITAN_DENSE_ORDER} (ep borrowed from tp-cp-dp_shard)"
 
 
 def _reference(cfg: dict) -> dict:
-    from distcheck.layout import ParallelConfig, TorchtitanLayout, derive_degree, groups, torchtitan_layout
+    from distcheck.parallel.layout import ParallelConfig, TorchtitanLayout, derive_degree, groups, torchtitan_layout
 
     kw = {k: v for k, v in cfg.items() if k != "world_size"}
     mine = torchtitan_layout(**kw, world_size=cfg["world_size"])

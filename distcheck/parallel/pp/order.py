@@ -150,8 +150,8 @@ def compile_order(order, num_stages: int, num_microbatches: int, routes=None) ->
                                                        "overlapped pairs; see from_torch_actions)")
             if total + len(acts) > MAX_ACTIONS:
                 raise ConfigError("order", f"<more than {MAX_ACTIONS} actions>",
-                                  f"must hold at most pipeline.MAX_ACTIONS = {MAX_ACTIONS} actions; "
-                                  "for large sizes use the closed forms pipeline.* (distcheck.closed_form.get)")
+                                  f"must hold at most pp.MAX_ACTIONS = {MAX_ACTIONS} actions; "
+                                  "for large sizes use the closed forms pp.* (distcheck.closed_form.get)")
         total += len(acts)
         rows[rank] = (acts, flags)
     p = max(rows) + 1
@@ -189,8 +189,8 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
     S, M, N = order.num_stages, order.num_microbatches, order.num_actions
     if S * M > MAX_ACTIONS:
         raise ConfigError("num_microbatches", M, f"gives num_stages*num_microbatches = {S * M} (stage, micro-batch) "
-                          f"pairs, more than pipeline.MAX_ACTIONS = {MAX_ACTIONS}; for large sizes use the closed "
-                          "forms pipeline.* (distcheck.closed_form.get)")
+                          f"pairs, more than pp.MAX_ACTIONS = {MAX_ACTIONS}; for large sizes use the closed "
+                          "forms pp.* (distcheck.closed_form.get)")
     kind, mb, st = order.kind, order.microbatch, order.stage
     first, last = _route(order)
     if first.shape != (M,) or last.shape != (M,) or (first < 0).any() or (last >= S).any() or (first > last).any():

@@ -3,7 +3,7 @@
 This is the simulator as first written (list scheduling: each rank's next action runs once
 its dependencies have run, at ``max(rank free, dependencies done)``), kept as the independent
 oracle of the array engine of :mod:`distcheck.parallel.pp.simulator`: the property
-``pipeline.engine.matches_plain_replay`` checks that both give the same spans, figures, tick
+``pp.engine.matches_plain_replay`` checks that both give the same spans, figures, tick
 grid and deadlocks. It is slow (microseconds per action) and assumes a valid order (the
 checks are the engine's): use :func:`distcheck.pipeline.replay`.
 

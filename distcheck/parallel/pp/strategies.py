@@ -30,7 +30,7 @@ _ALL = names(Schedule)
 
 @dataclass(frozen=True)
 class PipelineParams:
-    """Inputs of :func:`distcheck.pipeline.simulate` and the ``pipeline.*`` closed forms."""
+    """Inputs of :func:`distcheck.pipeline.simulate` and the ``pp.*`` closed forms."""
 
     schedule: str
     p: int
