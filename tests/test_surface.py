@@ -156,3 +156,120 @@ def test_a_name_a_package_does_not_serve_is_an_attribute_error():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert FACES["pp"].simulate("gpipe", p=2, m=2).step_ticks == 9
+
+
+# ----------------------------------------------------------------------------- findable definitions
+
+
+def test_every_closed_form_records_where_it_is_defined_and_spells_its_name_there():
+    from distcheck.closed_form import catalogue
+
+    unfindable = []
+    for name, form in catalogue().items():
+        path, _, line = form.where.rpartition(":")
+        text = Path(form.file).read_text().splitlines()
+        pattern = re.compile(rf"(?<![\w.]){re.escape(name)}(?![\w.])")
+        if not (form.module.startswith("distcheck.parallel.") and pattern.search(text[int(line) - 1])):
+            unfindable.append(f"{name}: {form.where}")
+    assert unfindable == []
+
+
+def test_one_grep_of_the_listed_name_finds_the_bubble_formula(capsys):
+    from distcheck.cli import main
+
+    assert main(["audit", "--list", "--format", "markdown"]) == 0
+    row = next(r for r in capsys.readouterr().out.splitlines() if r.startswith("| `pp.bubble_fraction.gpipe`"))
+    where = row.rstrip(" |").rsplit("| ", 1)[-1]
+    assert where.startswith("distcheck/parallel/pp/forms.py:")
+    root = Path(__file__).resolve().parent.parent
+    grep = subprocess.run(["grep", "-rn", '"pp.bubble_fraction.gpipe"', "distcheck"], cwd=root,
+                          capture_output=True, text=True).stdout.splitlines()
+    assert any(g.startswith(where + ":") for g in grep), grep  # the grep finds the line --list names
+    assert main(["audit", "--where", "pp.bubble_fraction.gpipe"]) == 0
+    assert capsys.readouterr().out.strip() == where
+    assert main(["audit", "--where", "pipeline.bubble_fraction.gpipe"]) == 0  # the old name, as an alias
+    assert capsys.readouterr().out.strip() == where
+
+
+# ----------------------------------------------------------------------------- the old paths, for one release
+
+
+@pytest.mark.parametrize(("old", "name", "new"), [
+    ("distcheck.tp", "column_parallel", "use distcheck.parallel.tp.column_parallel"),
+    ("distcheck.tp", "gamma", "use distcheck.parallel.dp.gamma"),
+    ("distcheck.attention", "tp_attention", "use distcheck.parallel.tp.tp_attention"),
+    ("distcheck.pipeline", "simulate", "use distcheck.parallel.pp.simulate"),
+    ("distcheck.layout", "ParallelConfig", "use distcheck.parallel.layout.ParallelConfig"),
+    ("distcheck.dp", "accumulate_grads", "use distcheck.parallel.dp.accumulate_grads"),
+    ("distcheck.memory", "train_state_bytes", "use distcheck.parallel.memory.train_state_bytes"),
+    ("distcheck.params", "PRESETS", "use distcheck.parallel.params.PRESETS"),
+    ("distcheck.zero", "partition", "use distcheck.parallel.zero.partition"),
+    ("distcheck.comm", "volume", "use distcheck.parallel.comm.volume"),
+    ("distcheck.activations", "bytes_per_layer", "use distcheck.parallel.activations.bytes_per_layer"),
+    ("distcheck.forms.tp", "OUTPUT_COLS_PER_SHARD", "use distcheck.closed_form.get('tp.column.output_cols_per_shard')"),
+    ("distcheck.forms.pipeline", "FORMS", "use distcheck.closed_form.get('pp.<name>')"),
+    ("distcheck.forms.attention", "HEADS_PER_RANK", "use distcheck.closed_form.get('attention.heads_per_rank')"),
+    ("distcheck.props.tp", "row_exact", "use distcheck.props.get('tp.row.exact').check"),
+    ("distcheck.props.pipeline", "stash_formula_matches_simulator", "use distcheck.props.get('pp.stash.formula')"),
+    ("distcheck.props.accumulation", "tokens_split_invariant",
+     "use distcheck.props.get('accumulation.tokens.split_invariant').check"),
+    ("distcheck.props.dp", "weighted_combine", "use distcheck.parallel.dp.properties.weighted_combine (internal)"),
+    ("distcheck.props.proofs", "PROOFS", "use distcheck.props.PROOFS"),
+])
+def test_an_old_path_still_works_and_warns_naming_the_new_one(old, name, new):
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=re.escape(f"{old}.{name} is deprecated")) as record:
+        value = getattr(module, name)
+    assert new in str(record[0].message)
+    if new.startswith("use distcheck.parallel.") and not new.endswith("(internal)"):
+        assert value is getattr(importlib.import_module(new[4:].rpartition(".")[0]), name)
+    with pytest.raises(AttributeError, match="deprecated module"):
+        module.no_such_name  # noqa: B018
+
+
+def test_the_readme_import_still_works_and_warns():
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            "from distcheck import tp\n"
+            "try:\n    tp.row_parallel\nexcept DeprecationWarning as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "distcheck.tp.row_parallel is deprecated" in out and "distcheck.parallel.tp.row_parallel" in out
+
+
+# ----------------------------------------------------------------------------- one name per parallelism
+
+_OLD_KEY = """
+[meta]
+title = "an answer key written before pipeline parallelism was called pp"
+source = "test"
+
+[[claim]]
+id = "bubble"
+quantity = "pipeline.bubble_fraction.gpipe"
+inputs = { p = 4, m = 4 }
+claimed = 0.4286
+unit = "fraction"
+"""
+
+
+def test_an_old_quantity_name_is_read_as_its_alias_and_the_report_says_so():
+    from distcheck.audit import audit_key, parse_key, render
+
+    result = audit_key(parse_key(_OLD_KEY, "old.toml"))
+    (v,) = result.claims
+    assert v.claim.quantity == "pp.bubble_fraction.gpipe" and v.claim.alias == "pipeline.bubble_fraction.gpipe"
+    assert v.verdict == "holds"
+    for fmt in ("markdown", "json"):
+        text = render(result, fmt)
+        assert "the key names pipeline.bubble_fraction.gpipe, the old name of pp.bubble_fraction.gpipe" in text
+    current = audit_key(parse_key(_OLD_KEY.replace("pipeline.", "pp."), "new.toml"))
+    assert current.claims[0].claim.alias == "" and "old name" not in render(current, "markdown")
+
+
+def test_no_pipeline_name_is_left_in_the_catalogues():
+    from distcheck.closed_form import catalogue
+    from distcheck.mutants import MUTANTS
+    from distcheck.props import PROOFS, properties, suites
+
+    names = [*catalogue(), *(p.name for p in properties()), *MUTANTS, *PROOFS]
+    assert [n for n in names if "pipeline" in n.split(".")] == []
+    assert "pp" in suites() and "pipeline" not in suites()

@@ -204,9 +204,10 @@ def render_quantity_list(fmt: str = "table") -> str:
         return (listed(q["inputs"]) or "-") + (f"; for conventions: {extra}" if extra else "")
 
     if fmt == "markdown":
-        rows = ["| quantity | inputs | unit | source |", "|---|---|---|---|"]
+        rows = ["| quantity | inputs | unit | source | defined at |", "|---|---|---|---|---|"]
         for q in items:
-            rows.append(f"| `{q['name']}` | {_md_escape(inputs(q))} | {q['unit']} | {_md_escape(q['source'])} |")
+            rows.append(f"| `{q['name']}` | {_md_escape(inputs(q))} | {q['unit']} | {_md_escape(q['source'])} | "
+                        f"{q['where'] or '-'} |")
         return "\n".join(rows) + "\n"
     from rich.console import Console
     from rich.markup import escape
@@ -215,9 +216,9 @@ def render_quantity_list(fmt: str = "table") -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=200, force_terminal=False, color_system=None)
     t = Table(title="auditable quantities (distcheck audit --list)")
-    for col in ("quantity", "inputs", "unit", "source"):
+    for col in ("quantity", "inputs", "unit", "source", "defined at"):
         t.add_column(col, overflow="fold")
     for q in items:
-        t.add_row(q["name"], escape(inputs(q)), q["unit"], escape(q["source"]))
+        t.add_row(q["name"], escape(inputs(q)), q["unit"], escape(q["source"]), q["where"] or "-")
     console.print(t)
     return buf.getvalue()

@@ -65,6 +65,9 @@ _FORMS = {
 BYTES_PER_RANK: dict[Collective, ClosedForm] = {}
 for _name, (_expr, _desc, _cons) in _FORMS.items():
     BYTES_PER_RANK[_name] = register(ClosedForm(
+        # builds:
+        #   comm.bytes_per_rank.all_gather, comm.bytes_per_rank.all_reduce, comm.bytes_per_rank.all_to_all,
+        #   comm.bytes_per_rank.broadcast, comm.bytes_per_rank.reduce_scatter
         name=f"comm.bytes_per_rank.{_name}",
         expr=sp.sympify(_expr),
         inputs=(_S, _n),
@@ -101,6 +104,9 @@ BUSBW_FACTORS: dict[str, sp.Expr] = {
 
 BUSBW: dict[str, ClosedForm] = {
     op: register(ClosedForm(
+        # builds:
+        #   comm.busbw.all_gather, comm.busbw.all_reduce, comm.busbw.all_to_all, comm.busbw.broadcast,
+        #   comm.busbw.reduce, comm.busbw.reduce_scatter
         name=f"comm.busbw.{op}",
         expr=_S_measured.symbol / t * factor,
         inputs=(_S_measured, _t, _n),

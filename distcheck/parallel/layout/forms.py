@@ -123,6 +123,7 @@ for _a, _inner in _INNER.items():
     _q = sp.floor(_rank / _stride[_a])
     _outer = _a == "dp"  # outermost: no modulo, since rank < world_size
     COORDINATE[_a] = register(ClosedForm(
+        # builds layout.coordinate.cp, layout.coordinate.dp, layout.coordinate.pp, layout.coordinate.tp
         name=f"layout.coordinate.{_a}",
         expr=_q if _outer else sp.Mod(_q, _deg_in[_a].symbol),
         inputs=(_rank_in,) + tuple(_deg_in[b] for b in _inner) + (() if _outer else (_deg_in[_a],)),

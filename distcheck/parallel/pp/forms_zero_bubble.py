@@ -79,19 +79,26 @@ def _form(name, expr, inputs, unit, source, description, constraints=()) -> Clos
 def _trio(schedule: str, bubble, work, inputs, source, constraints, what: str, steady=None) -> tuple[ClosedForm, ...]:
     """bubble_ticks, bubble_fraction and bubble_ratio of one schedule (and their .steady forms)."""
     out = [
+        # builds pp.bubble_ticks.interleaved_zb, pp.bubble_ticks.zb_h1, pp.bubble_ticks.zb_h2, pp.bubble_ticks.zb_v
         _form(f"pp.bubble_ticks.{schedule}", bubble, inputs, "ticks", source + _SIM,
               f"idle ticks per rank of one {what} step (the rank that idles most), with a barrier between steps",
               constraints),
+        # builds:
+        #   pp.bubble_fraction.interleaved_zb, pp.bubble_fraction.zb_h1, pp.bubble_fraction.zb_h2,
+        #   pp.bubble_fraction.zb_v
         _form(f"pp.bubble_fraction.{schedule}", bubble / (bubble + work), inputs, "fraction", source + _SIM,
               f"idle / total time of one {what} step, all ranks, with a barrier between steps", constraints),
+        # builds pp.bubble_ratio.interleaved_zb, pp.bubble_ratio.zb_h1, pp.bubble_ratio.zb_h2, pp.bubble_ratio.zb_v
         _form(f"pp.bubble_ratio.{schedule}", bubble / work, inputs, "fraction", source + _SIM,
               f"idle / ideal time of one {what} step, all ranks, with a barrier between steps", constraints),
     ]
     if steady is not None:
         out += [
+            # builds pp.bubble_ticks.zb_h2.steady, pp.bubble_ticks.zb_v.steady
             _form(f"pp.bubble_ticks.{schedule}.steady", steady, inputs, "ticks", source + _SIM,
                   f"idle ticks inside each {what} rank's own window (steps overlap: no optimizer barrier)",
                   constraints),
+            # builds pp.bubble_ratio.zb_h2.steady, pp.bubble_ratio.zb_v.steady
             _form(f"pp.bubble_ratio.{schedule}.steady", steady / work, inputs, "fraction", source + _SIM,
                   f"idle / ideal time of {what} without a barrier between steps: the idle ticks inside the window of "
                   "the rank that idles most, over one rank's work",
