@@ -11,8 +11,9 @@ those inside functions too: a lazy import is still a dependency. Layers, low to 
 - engine: ``distcheck.engine`` (registry, runner, mutants, proofs, discovery, profiles);
 - parallel: ``distcheck.parallel.<name>``, one package per parallelism; a package imports
   another only through that package's ``reference`` module;
-- public: the re-export modules that keep the public names (``distcheck.tp``, ``distcheck.props``,
-  ``distcheck.strategies``, ...), above the packages they gather;
+- public: the catalogues generated from the packages (``distcheck.closed_form``, ``distcheck.strategies``,
+  ``distcheck.mutants``), the property registry ``distcheck.props``, and the deprecated old paths
+  (``distcheck.tp``, ``distcheck.forms``, ``distcheck.props.<suite>``), above the packages they gather;
 - services: the world machinery (``runners``), the audit and goldens, plan, figures, reports;
 - stages: the one orchestration of ``distcheck check``;
 - entry: the command line and the pytest plugin.

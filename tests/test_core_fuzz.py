@@ -136,7 +136,8 @@ def test_bitwise_equality_of_dicts_of_arrays_is_a_config_error():
 
 def test_count_params_of_a_dict_names_the_config_class():
     with pytest.raises(ConfigError,
-                       match=r"cfg=\{'hidden_size': 8\} must be a TransformerConfig \(see distcheck.params.PRESETS\)"):
+                       match=r"cfg=\{'hidden_size': 8\} must be a TransformerConfig "
+                             r"\(see distcheck.parallel.params.PRESETS\)"):
         params.count_params({"hidden_size": 8})
     for fn in (params.param_tensors, params.component_counts):
         with pytest.raises(ConfigError, match="must be a TransformerConfig"):

@@ -17,7 +17,7 @@ this module adds:
 
 Model presets. A quantity with a ``params`` input, or with architecture inputs
 (``hidden_size``, ``num_layers``, ``h``, ``a``, ...), also accepts
-``model = "<preset>"`` naming an entry of :data:`distcheck.params.PRESETS`; the
+``model = "<preset>"`` naming an entry of :data:`distcheck.parallel.params.PRESETS`; the
 preset fills every architecture input the quantity has, and ``params`` is the
 exact total of ``params.decoder_only`` for that preset (e.g. ``llama-3-70b`` is
 70,553,706,496). An input given explicitly wins over the preset. The *nominal*

@@ -6,7 +6,7 @@ closed forms under the conventions named below. :data:`CONVENTIONS` holds the
 same text the command line prints, so a reader of a plan sees what was assumed.
 
 Training state per GPU (weights, gradients, optimizer state)
-    ``bytes_per_param`` convention of :data:`distcheck.memory.CONVENTIONS`
+    ``bytes_per_param`` convention of :data:`distcheck.parallel.memory.CONVENTIONS`
     (default ``mixed_adamw``: 2 + 2 + 12 = 16 bytes per parameter; the
     lesson "Scaling and distributed training", section 1, and the ZeRO paper,
     Rajbhandari et al. 2020, section 3.1). Tensor and pipeline parallelism
@@ -26,7 +26,7 @@ Activations per GPU
     ``s = seq_len / cp``, ``b`` = micro-batch size, ``h`` = hidden size,
     ``a`` = heads, ``t = tp``. Table 2 has no row for full recompute with
     sequence parallelism; there the layer input alone, split by t, is kept
-    (``distcheck.activations.bytes_per_layer(..., sequence_parallel=True,
+    (``distcheck.parallel.activations.bytes_per_layer(..., sequence_parallel=True,
     recompute="full")`` = ``2 s b h / t``). Table 2's layer is GPT's
     (multi-head attention, a two-matrix MLP of width 4h): for SwiGLU or
     grouped-query models it is an estimate. A stage holds ``num_layers / pp``
@@ -205,7 +205,7 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
 
     Rules: those of :func:`check_model_rules`; ``tp * cp * pp * dp == gpus``;
     each tensor-parallel group inside one node
-    (:func:`distcheck.layout.tp_groups_node_local`, default order tp, cp, pp,
+    (:func:`distcheck.parallel.layout.tp_groups_node_local`, default order tp, cp, pp,
     dp innermost first).
     """
     check_model_rules(model, workload, layout.tp, layout.pp, layout.cp)
@@ -224,7 +224,7 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
 #
 # Every form the planner evaluates has an exact sympy-free evaluator below, keyed by its catalogue name and
 # taking the same inputs: the project's exact references where there is one (nccl-tests' factors,
-# :func:`distcheck.parallel.comm.ideal.volume`; Table 2, :func:`distcheck.activations.table2_bytes_per_layer`),
+# :func:`distcheck.parallel.comm.ideal.volume`; Table 2, :func:`distcheck.parallel.activations.table2_bytes_per_layer`),
 # else the form's own expression in Fractions. Loading sympy and the catalogue takes seconds of CPU, the whole
 # plan well under one; tests/plan/test_plan_forms_exact.py holds each evaluator equal to the catalogue's form on
 # drawn inputs. A name without an evaluator is evaluated by the catalogue.

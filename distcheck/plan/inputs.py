@@ -19,7 +19,7 @@ __all__ = ["RECOMPUTE", "SCHEDULES", "ZERO_STAGES", "COMPONENTS", "COMM_AXES", "
            "MAX_GPU_BYTES", "Hardware", "Workload", "Layout"]
 
 RECOMPUTE = ("none", "selective", "full")
-#: pipeline schedules the planner sizes (the closed forms of :mod:`distcheck.forms.pipeline`)
+#: pipeline schedules the planner sizes (the closed forms of :mod:`distcheck.parallel.pp.forms`)
 SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.GPIPE.value)
 ZERO_STAGES = (0, 1, 2, 3)
 #: the parts of a GPU's memory, bottom to top in the charts
@@ -125,7 +125,7 @@ class Workload:
         recompute: ``"none"``, ``"selective"`` or ``"full"`` (Korthikanti et al. 2022).
         sequence_parallel: split the non-tensor-parallel activations by tp too
             (default True; it changes nothing at tp = 1).
-        bytes_per_param: a convention of :data:`distcheck.memory.CONVENTIONS`.
+        bytes_per_param: a convention of :data:`distcheck.parallel.memory.CONVENTIONS`.
         schedule: ``"1f1b"`` (default) or ``"gpipe"``.
 
     Raises ConfigError naming the field.

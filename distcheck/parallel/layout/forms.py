@@ -10,7 +10,7 @@ others, as torchtitan's ``data_parallel_shard_degree = -1`` and a planner's
 from coordinates), ``layout.coordinate.{tp,cp,pp,dp}`` (coordinates from the
 rank) and ``layout.tp_groups_node_local`` (1 when every TP group is inside one
 node). The numpy reference is
-:mod:`distcheck.layout`; this module does not import it.
+:mod:`distcheck.parallel.layout`; this module does not import it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Closed forms of pipeline-parallel schedules: step time, busy time, bubble, activation stash.
 
-Conventions (shared with the simulator :mod:`distcheck.pipeline`, which this
+Conventions (shared with the simulator :mod:`distcheck.parallel.pp`, which this
 module does not import): ``p`` ranks (stages), ``m`` micro-batches, ``v`` model
 chunks per rank (interleaved only), ``t_f``/``t_b`` the ticks of one forward /
 one backward of one stage -- of one *chunk* for the interleaved schedule, so a

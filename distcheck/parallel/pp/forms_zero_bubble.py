@@ -60,7 +60,7 @@ _QI_README = "the zero-bubble repository's README (sail-sg/zero-bubble-pipeline-
 _DS = ("DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report' (arXiv:2412.19437), §3.2.1, Table 2; the DualPipe "
        "repository's README (deepseek-ai/DualPipe)")
 _TORCH = "torch.distributed.pipelining's ScheduleInterleavedZeroBubble"
-_SIM = "; exact per the simulator (distcheck.pipeline)"
+_SIM = "; exact per the simulator (distcheck.parallel.pp)"
 _EQUAL = "t_f == t_i == t_w == t (the papers' equal-cost assumption)"
 _DUAL = "2t <= t_fb <= 3t"
 _SPLIT = (_P, _M, _TF, _TI, _TW)

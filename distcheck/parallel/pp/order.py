@@ -16,7 +16,7 @@ Dependencies (for one micro-batch ``j`` on its route): ``F`` of stage ``s`` need
 ``s - 1``; the backward (``B`` or ``I``) of ``s`` needs ``F`` of ``s`` and the backward of
 ``s + 1`` (the last stage of the route needs only its own ``F``: the loss is computed at its
 end); ``W`` of ``s`` needs ``I`` of ``s``. :func:`check_order` refuses an order that breaks
-the rules of :func:`distcheck.pipeline.replay` with the same ConfigError messages, and
+the rules of :func:`distcheck.parallel.pp.replay` with the same ConfigError messages, and
 :func:`dependencies` lists, for every action, the (at most two) actions it waits for.
 """
 
@@ -184,7 +184,7 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
     ``s * M + j`` the index of its ``F``, of its backward (``B``, or ``I`` when split), of its
     ``I`` and of its ``W`` (-1 where absent), and the rank of every stage (-1 for a stage no
     action uses).
-    Raises ConfigError with the messages of :func:`distcheck.pipeline.replay`.
+    Raises ConfigError with the messages of :func:`distcheck.parallel.pp.replay`.
     """
     S, M, N = order.num_stages, order.num_microbatches, order.num_actions
     if S * M > MAX_ACTIONS:

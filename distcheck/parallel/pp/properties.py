@@ -1,7 +1,7 @@
 """Pipeline properties: the tick simulator against the closed forms, for every schedule.
 
 Everything is exact (integer ticks, Fraction bubbles). Implementation slots:
-``simulate(schedule, p, m, v, t_f, t_b) -> Timeline`` (:func:`distcheck.pipeline.simulate`)
+``simulate(schedule, p, m, v, t_f, t_b) -> Timeline`` (:func:`distcheck.parallel.pp.simulate`)
 ``bubble_fraction(schedule, p, m, v) -> Fraction`` (the catalogue's
 ``pp.bubble_fraction.<schedule>``) and ``peak_in_flight(schedule, p, m, v) -> int``
 (``pp.peak_in_flight.<schedule>``).

@@ -3,7 +3,7 @@
 
 Everything is exact (integer ticks, Fraction bubbles).
 
-* ``pp.engine.matches_plain_replay``: :func:`distcheck.pipeline.replay` (the array
+* ``pp.engine.matches_plain_replay``: :func:`distcheck.parallel.pp.replay` (the array
   engine, any implementation with its signature) gives the spans, figures and tick grid of
   the plain one-action-at-a-time replay (:mod:`distcheck.parallel.pp.plain`) on every named
   schedule's order, perturbed by swaps inside ranks and with backwards split, and the same

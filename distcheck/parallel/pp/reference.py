@@ -1,5 +1,5 @@
 """Simulator of pipeline-parallel schedules (the reference side of ``pp.*``): public path
-:mod:`distcheck.pipeline`.
+:mod:`distcheck.parallel.pp`.
 
 Model. ``p`` ranks (pipeline stages) process ``m`` micro-batches. Every action costs a whole
 number of ticks: a forward ``t_f`` (default 1), a full backward ``t_b`` (default 2), and, for

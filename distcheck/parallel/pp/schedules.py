@@ -22,7 +22,7 @@ Megatron-LM's and torch's) or "v" (rank ``r`` holds stages ``r`` and ``2p - 1 - 
 The split schedules (:data:`SPLIT_BACKWARD`) run the backward as ``I`` then ``W``;
 DualPipe and DualPipeV also run overlapped forward + full backward pairs.
 
-Costs (:func:`simulate`, the convention of :func:`distcheck.pipeline.replay`): ``t_f`` one
+Costs (:func:`simulate`, the convention of :func:`distcheck.parallel.pp.replay`): ``t_f`` one
 forward of one stage, ``t_b`` one FULL backward, ``t_i``/``t_w`` its input- and
 weight-gradient parts (default ``t_b / 2`` each: the zero-bubble papers' ``T_F = T_B = T_W``
 at the defaults 1 and 2), ``t_fb`` an overlapped pair (default ``t_f + t_b``: no gain).

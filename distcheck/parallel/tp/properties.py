@@ -14,7 +14,7 @@ Exactness regimes (:mod:`distcheck.exactness`):
   product is within gamma_k * sum|h_j W_j| (Higham eq. (3.5)).
 
 Implementation slots (``impl``) have the signatures of the references in
-:mod:`distcheck.tp` / :mod:`distcheck.attention`, listed per property. The
+:mod:`distcheck.parallel.tp` / :mod:`distcheck.parallel.tp`, listed per property. The
 properties that state a number of collectives (``tp.row.exact``, ``tp.mlp.exact``,
 ``tp.swiglu.bounded``, ``tp.attention.bounded``) require it: the implementation
 takes ``log=`` (a list) and appends ``("all_reduce", shape)`` per all-reduce, and
@@ -26,7 +26,7 @@ implementation without ``log`` fails with an ImplementationError (kind
 checks the numbers only.
 
 ``tp.layer_norm.sharded_hidden``'s default implementation is
-:func:`distcheck.tp.sharded_layer_norm`, next to ``layer_norm`` in the reference.
+:func:`distcheck.parallel.tp.sharded_layer_norm`, next to ``layer_norm`` in the reference.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _check_allreduces(log: list | None, form: str, tp: int, what: str, require_l
       (kind ``"contract"``): the count cannot be checked, and a property never passes a
       claim it did not check. ``require_log=False`` checks the numbers only.
 
-    Entries are ``("all_reduce", shape)``, as :mod:`distcheck.tp` appends them; other
+    Entries are ``("all_reduce", shape)``, as :mod:`distcheck.parallel.tp` appends them; other
     entries are ignored.
     """
     from distcheck.engine.catalogue import get
