@@ -32,6 +32,7 @@ property evaluates its closed forms in about a millisecond.
 """
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from distcheck.engine.catalogue import form_value
@@ -90,7 +91,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _property_path(internal: str):
+def _property_path(internal: str) -> Callable[[str], tuple[str, Any] | None]:
     """The new home of a property function of the deprecated ``distcheck.props.<suite>``: the property it is
     the function of, by its registered name (``distcheck.props.get('tp.row.exact').check``)."""
 
