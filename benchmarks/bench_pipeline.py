@@ -25,9 +25,9 @@ import time
 
 import numpy as np
 
+from distcheck.parallel.pp import SCHEDULES
 from distcheck.parallel.pp.plain import plain_replay
 from distcheck.parallel.pp.schedules import FIXED_V, order_arrays, simulate
-from distcheck.pipeline import SCHEDULES
 
 SIZES = ((8, 128), (16, 256), (32, 512), (64, 512), (64, 1024))
 TARGET_S = 0.2

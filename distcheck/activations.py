@@ -1,5 +1,8 @@
-"""Activation memory per transformer layer, tensor by tensor (Korthikanti et al. 2022): public path of
-:mod:`distcheck.parallel.activations.reference`."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.activations` (this module goes in the next release).
 
-from distcheck.parallel.activations.reference import *  # noqa: F403
-from distcheck.parallel.activations.reference import __all__ as __all__
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
+
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.activations"), "distcheck.parallel.activations")

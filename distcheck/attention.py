@@ -1,5 +1,8 @@
-"""Attention split by heads (GQA groups kept whole) under tensor parallelism: public path of
-:mod:`distcheck.parallel.tp.attention`."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.tp` (this module goes in the next release).
 
-from distcheck.parallel.tp.attention import *  # noqa: F403
-from distcheck.parallel.tp.attention import __all__ as __all__
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
+
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.tp"), "distcheck.parallel.tp")

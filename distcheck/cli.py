@@ -145,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="answer keys to audit: a file, or the name of a key shipped with distcheck "
                             "(e.g. chapter; see --list-keys)")
     audit.add_argument("--list", action="store_true", help="list the quantities a key may name, with inputs and units")
+    audit.add_argument("--where", default=None, metavar="NAME",
+                       help="print where the closed form NAME is defined, as path:line (names: --list)")
     audit.add_argument("--list-keys", action="store_true",
                        help="list the answer keys shipped with distcheck (the golden figures), by name")
     audit.add_argument("--format", choices=("table", "markdown", "json"), default=None,
@@ -237,6 +239,11 @@ def _run_audit(args) -> int:
         args.format = {".json": "json", ".md": "markdown", ".markdown": "markdown"}.get(suffix, "table")
     if args.list and args.list_keys:
         raise _UsageError("--list and --list-keys cannot be combined")
+    if args.where is not None:
+        if args.list or args.list_keys or args.keys:
+            raise _UsageError("--where takes no KEY.toml, --list or --list-keys")
+        _emit(_where(args.where) + "\n", args.output)
+        return EXIT_OK
     if args.list or args.list_keys:
         if args.keys:
             raise _UsageError(f"{'--list' if args.list else '--list-keys'} takes no KEY.toml")
@@ -259,6 +266,22 @@ def _run_audit(args) -> int:
 
         write_audit_report(args.report, results)
     return max(audit.audit_exit_code(r, strict=args.strict) for r in results)
+
+
+def _where(name: str) -> str:
+    """``path:line`` of the closed form ``name`` (an old name, ``pipeline.*``, read as its new one); a name that
+    is no closed form is bad input (ConfigError naming --where, the value and the rule, with close matches)."""
+    from distcheck.audit.quantities import renamed
+    from distcheck.closed_form import catalogue
+    from distcheck.errors import ConfigError, UnknownQuantityError
+
+    forms = catalogue()
+    try:
+        return forms[renamed(name) or name].where
+    except KeyError:
+        hint = str(UnknownQuantityError(name, list(forms))).partition("; ")[2]  # "did you mean ...?", if any
+        raise ConfigError("--where", name, "must name a closed form (see `distcheck audit --list`)"
+                          + (f"; {hint}" if hint else "")) from None
 
 
 def _render_key_list(fmt: str) -> str:

@@ -1,5 +1,8 @@
-"""Simulated collectives and the bytes each rank sends (nccl-tests conventions): public path of
-:mod:`distcheck.parallel.comm.reference` (which re-exports :mod:`distcheck.parallel.comm.volume`)."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.comm` (this module goes in the next release).
 
-from distcheck.parallel.comm.reference import *  # noqa: F403
-from distcheck.parallel.comm.reference import __all__ as __all__
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
+
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.comm"), "distcheck.parallel.comm")

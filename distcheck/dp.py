@@ -1,9 +1,8 @@
-"""Data parallelism and gradient accumulation (numpy references): public path of
-:mod:`distcheck.parallel.dp.reference` and :mod:`distcheck.parallel.dp.accumulation`."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.dp` (this module goes in the next release).
 
-from distcheck.parallel.dp import accumulation as _accumulation
-from distcheck.parallel.dp import reference as _reference
-from distcheck.parallel.dp.accumulation import *  # noqa: F403
-from distcheck.parallel.dp.reference import *  # noqa: F403
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
 
-__all__ = [*_reference.__all__, *_accumulation.__all__]
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.dp"), "distcheck.parallel.dp")

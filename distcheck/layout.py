@@ -1,11 +1,8 @@
-"""3D parallel layouts (ParallelConfig, coordinates, rank groups, node locality) and layouts over any
-named axes (foreign order strings, HSDP's split dp, borrowed ep, Megatron-core's and torchtitan's
-layouts): public path of :mod:`distcheck.parallel.layout.reference` and
-:mod:`distcheck.parallel.layout.mesh`."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.layout` (this module goes in the next release).
 
-from distcheck.parallel.layout.mesh import *  # noqa: F403
-from distcheck.parallel.layout.mesh import __all__ as _mesh_all
-from distcheck.parallel.layout.reference import *  # noqa: F403
-from distcheck.parallel.layout.reference import __all__ as _reference_all
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
 
-__all__ = [*_reference_all, *_mesh_all]
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.layout"), "distcheck.parallel.layout")

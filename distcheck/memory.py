@@ -1,5 +1,8 @@
-"""Training-state memory per GPU (bytes per parameter, TP/PP splits, GPU counts): public path of
-:mod:`distcheck.parallel.memory.reference`."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.memory` (this module goes in the next release).
 
-from distcheck.parallel.memory.reference import *  # noqa: F403
-from distcheck.parallel.memory.reference import __all__ as __all__
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
+
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.memory"), "distcheck.parallel.memory")

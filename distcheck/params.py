@@ -1,5 +1,8 @@
-"""Parameter counts of decoder-only transformers, tensor by tensor: public path of
-:mod:`distcheck.parallel.params.reference`."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.params` (this module goes in the next release).
 
-from distcheck.parallel.params.reference import *  # noqa: F403
-from distcheck.parallel.params.reference import __all__ as __all__
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
+
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.params"), "distcheck.parallel.params")

@@ -1,5 +1,8 @@
-"""Tick-level simulator of pipeline-parallel schedules: public path of
-:mod:`distcheck.parallel.pp.reference` (with its actions and timeline)."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.pp` (this module goes in the next release).
 
-from distcheck.parallel.pp.reference import *  # noqa: F403
-from distcheck.parallel.pp.reference import __all__ as __all__
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
+
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.pp"), "distcheck.parallel.pp")

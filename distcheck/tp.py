@@ -1,5 +1,8 @@
-"""Tensor parallelism, numpy references (column/row-parallel linear, Megatron MLP, SwiGLU, layer norm,
-sharded layer norm): public path of :mod:`distcheck.parallel.tp.reference`."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.tp` (this module goes in the next release).
 
-from distcheck.parallel.tp.reference import *  # noqa: F403
-from distcheck.parallel.tp.reference import __all__ as __all__
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
+
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.tp"), "distcheck.parallel.tp")

@@ -1,5 +1,8 @@
-"""ZeRO stages 0-3 and FSDP: shards per rank, bytes per GPU, communication: public path of
-:mod:`distcheck.parallel.zero.reference`."""
+"""Deprecated: the public path is :mod:`distcheck.parallel.zero` (this module goes in the next release).
 
-from distcheck.parallel.zero.reference import *  # noqa: F403
-from distcheck.parallel.zero.reference import __all__ as __all__
+Every name it served still resolves, with a DeprecationWarning naming its new path.
+"""
+
+from distcheck.core.face import moved, to_face
+
+__getattr__ = moved(__name__, to_face("distcheck.parallel.zero"), "distcheck.parallel.zero")

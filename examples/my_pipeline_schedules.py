@@ -12,7 +12,7 @@ the order in which each rank runs its forwards (F), backwards (B) or split backw
         --contract pipeline-table --option schedule=zb_h1
 """
 
-from distcheck.pipeline import Action
+from distcheck.parallel.pp import Action
 
 
 def one_f_one_b(p, m):

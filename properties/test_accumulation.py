@@ -6,7 +6,7 @@ import pytest
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
 from distcheck.mutants import mean_of_means
-from distcheck.props import accumulation as A
+from distcheck.parallel.dp import properties as A
 from distcheck.props import properties, run_property
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from distcheck import strategies as ds
-from distcheck.props import comm as C
+from distcheck.parallel.comm import properties as C
 from distcheck.props import properties, run_property
 
 

@@ -6,7 +6,7 @@ from hypothesis import given
 
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
-from distcheck.props import dp as P
+from distcheck.parallel.dp import properties as P
 from distcheck.props import properties, run_property
 
 

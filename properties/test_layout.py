@@ -4,7 +4,7 @@ import pytest
 
 from distcheck.errors import PropertyFailure
 from distcheck.mutants import groups_tp_outermost
-from distcheck.props import layout as LA
+from distcheck.parallel.layout import properties as LA
 from distcheck.props import properties, run_property
 
 
@@ -15,7 +15,7 @@ def test_property_holds(prop, distcheck_profile, distcheck_seed):
 
 
 def test_tp8_on_8_gpu_nodes():
-    from distcheck.layout import ParallelConfig
+    from distcheck.parallel.layout import ParallelConfig
 
     cfg = ParallelConfig(tp=8, pp=2, dp=2)
     LA.tp_node_local(cfg)

@@ -21,11 +21,11 @@ NAMED_IN_ISSUE = {
     "a tied embedding counted twice": "params.tied_counted_twice",
     "a tied embedding subtracted twice": "params.tied_subtracted_twice",
     "a mesh axis order that puts TP groups across nodes": "layout.tp_outermost",
-    "(p-1)/m labelled as a fraction of total time": "pipeline.ratio_as_fraction",
+    "(p-1)/m labelled as a fraction of total time": "pp.ratio_as_fraction",
     "ZeRO stage 2 that forgets to shard gradients": "zero.stage2_unsharded_grads",
 }
 #: mistakes that only show on the strategies' edge cases
-EDGE_CASES = {"tp.row.even_split_only", "pipeline.stash_ignores_m", "zero.floor_partition"}
+EDGE_CASES = {"tp.row.even_split_only", "pp.stash_ignores_m", "zero.floor_partition"}
 #: right numbers, wrong collective record: killed by the count a property states
 COUNTS = {"tp.row.unlogged_allreduce"}
 
@@ -95,7 +95,7 @@ def test_pinned_shrunk_counterexamples(generated_kills):
     kills = generated_kills
     # the smallest cases showing each mistake (ci runs with seed 0, so these are stable)
     assert kills["tp.layer_norm.per_shard"].extra["counterexample"] == "NormCase(tp=2, x=[[0.0, 1.0]])"
-    assert kills["pipeline.ratio_as_fraction"].extra["counterexample"] == \
+    assert kills["pp.ratio_as_fraction"].extra["counterexample"] == \
         "PipelineParams(schedule='gpipe', p=2, m=1, v=1, t_f=1, t_b=1)"
     assert kills["zero.floor_partition"].extra["counterexample"] == "ZeroCase(params=1, dp=2, k=12)"
     # two shards of 2 and 1 examples, one feature, entries 0 or 1: Hypothesis versions differ in which of
@@ -112,7 +112,7 @@ def test_edge_case_mutants_are_killed_on_their_edge_by_the_generated_search_too(
     tp = int(re.search(r"tp=(\d+)", row).group(1))
     k = len(re.search(r"x=\[\[([^\]]*)\]", row).group(1).split(","))
     assert k % tp != 0  # tp does not divide in_features
-    stash = kills["pipeline.stash_ignores_m"].extra["counterexample"]
+    stash = kills["pp.stash_ignores_m"].extra["counterexample"]
     p, m = (int(re.search(rf"{a}=(\d+)", stash).group(1)) for a in ("p", "m"))
     assert m < p
     zero = kills["zero.floor_partition"].extra["counterexample"]
@@ -125,7 +125,7 @@ def test_row_then_column_is_killed_on_its_claim_numbers_and_count():
     from distcheck import strategies as ds
     from distcheck.errors import PropertyFailure
     from distcheck.mutants import row_then_column_mlp
-    from distcheck.props import tp as T
+    from distcheck.parallel.tp import properties as T
 
     case = ds.MLPCase(x=np.array([[1.0, -1.0]]), W_up=np.array([[1.0, 0.0], [1.0, 0.0]]),
                       W_down=np.array([[1.0, 1.0], [0.0, 0.0]]), tp=2)
@@ -145,9 +145,9 @@ def test_unlogged_allreduce_is_killed_on_the_count(kills):
 
 def test_a_correct_implementation_survives():
     # the reference itself, registered as a "mutant", must NOT be killed: the check can fail
-    from distcheck.props.pipeline import bubble_fraction_formula
+    from distcheck.parallel.pp.properties import bubble_fraction_formula
 
-    fake = Mutant("reference", bubble_fraction_formula, "pipeline.bubble_fraction.formula", "not wrong")
+    fake = Mutant("reference", bubble_fraction_formula, "pp.bubble_fraction.formula", "not wrong")
     result = kill_mutant(fake, "ci")
     assert result.verdict == "FAIL" and "SURVIVED" in result.detail
     assert result.extra["outcome"] == "survived" and result.examples == 6 + 40  # its 6 edge cases, then 40 examples
@@ -302,20 +302,20 @@ def test_with_edge_cases_runs_a_propertys_edge_cases_first_in_order():
     seen = []
 
     @settings(phases=[Phase.explicit], database=None)
-    @with_edge_cases("pipeline.stash.formula")
+    @with_edge_cases("pp.stash.formula")
     @given(ds.pipeline_params())
     def record(pp):
         seen.append(pp)
 
     record()
-    assert seen == list(get("pipeline.stash.formula").edge_cases())
+    assert seen == list(get("pp.stash.formula").edge_cases())
     assert ds.PipelineParams("1f1b", 2, 1, 1, 1, 2) in seen  # m < p
 
     from distcheck.mutants import stash_ignores_few_microbatches
-    from distcheck.props.pipeline import stash_formula_matches_simulator
+    from distcheck.parallel.pp.properties import stash_formula_matches_simulator
 
     @settings(phases=[Phase.explicit], database=None)
-    @with_edge_cases("pipeline.stash.formula")
+    @with_edge_cases("pp.stash.formula")
     @given(ds.pipeline_params())
     def users_test(pp):
         stash_formula_matches_simulator(pp, impl=stash_ignores_few_microbatches)

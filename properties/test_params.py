@@ -4,7 +4,7 @@ import pytest
 
 from distcheck.errors import PropertyFailure
 from distcheck.mutants import count_params_ignoring_kv_heads
-from distcheck.props import params as PA
+from distcheck.parallel.params import properties as PA
 from distcheck.props import properties, run_property
 
 
@@ -15,7 +15,7 @@ def test_property_holds(prop, distcheck_profile, distcheck_seed):
 
 
 def test_lesson_70b_style_and_kv_mutant():
-    from distcheck.params import PRESETS
+    from distcheck.parallel.params import PRESETS
 
     cfg = PRESETS["lesson-70b-style"]
     PA.total_matches_closed_form(cfg)

@@ -7,11 +7,11 @@ import pytest
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
 from distcheck.mutants import bubble_ratio_as_fraction
-from distcheck.props import pipeline as PL
+from distcheck.parallel.pp import properties as PL
 from distcheck.props import properties, run_property
 
 
-@pytest.mark.parametrize("prop", properties("pipeline"), ids=lambda p: p.name)
+@pytest.mark.parametrize("prop", properties("pp"), ids=lambda p: p.name)
 def test_property_holds(prop, distcheck_profile, distcheck_seed):
     result = run_property(prop, distcheck_profile, seed=distcheck_seed)
     assert result.verdict == "pass", result.detail

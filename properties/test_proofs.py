@@ -1,9 +1,9 @@
-"""sympy proofs (distcheck.props.proofs), plus the GPipe derivation spelled out here."""
+"""sympy proofs (distcheck.props.prove, distcheck.props.PROOFS), plus the GPipe derivation spelled out here."""
 
 import pytest
 import sympy as sp
 
-from distcheck.props.proofs import PROOFS, prove
+from distcheck.props import PROOFS, prove
 
 
 @pytest.mark.parametrize("name", sorted(PROOFS))
@@ -23,13 +23,13 @@ def test_gpipe_bubble_simplifies():
 
 
 def test_a_false_identity_is_not_proved(monkeypatch):
-    import distcheck.props.proofs as pr
+    from distcheck.engine import proofs as pr
 
     monkeypatch.setitem(pr.PROOFS, "proof.bogus", lambda: (sp.simplify(sp.Symbol("p") - 1) == 0, "p - 1"))
     assert prove("proof.bogus").verdict == "FAIL"
 
 
-@pytest.mark.parametrize("name", ["pipeline.bubble_fraction.gpipe", "pipeline.bubble_ratio.interleaved",
+@pytest.mark.parametrize("name", ["pp.bubble_fraction.gpipe", "pp.bubble_ratio.interleaved",
                                   "zero.bytes_per_gpu.stage3", "zero.comm_elements_per_rank.stage3",
                                   "params.decoder_only"])
 def test_proof_symbols_are_positive_integers(name):
@@ -47,8 +47,8 @@ def test_proof_symbols_are_positive_integers(name):
 def test_the_four_named_identities_are_proved():
     # issue 3 names four: 1 - busy/total = (p-1)/(m+p-1), fraction = x/(1+x),
     # ZeRO stages = baseline at N = 1, bubble -> 0 as m -> oo
-    for name in ("proof.pipeline.gpipe_bubble", "proof.pipeline.conventions", "proof.zero.baseline_at_one",
-                 "proof.pipeline.bubble_vanishes"):
+    for name in ("proof.pp.gpipe_bubble", "proof.pp.conventions", "proof.zero.baseline_at_one",
+                 "proof.pp.bubble_vanishes"):
         result = prove(name)
         assert result.verdict == "pass", (name, result.detail)
-    assert prove("proof.pipeline.gpipe_bubble").detail == "1 - busy/total = (p - 1)/(m + p - 1)"
+    assert prove("proof.pp.gpipe_bubble").detail == "1 - busy/total = (p - 1)/(m + p - 1)"

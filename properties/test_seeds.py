@@ -110,7 +110,7 @@ def test_a_dev_run_replays_with_its_seed():
     from distcheck.props import run_suite
 
     def run() -> list[dict]:
-        names = ["dp.any_shards.bounded", "pipeline.stash.formula", "tp.row.exact"]
+        names = ["dp.any_shards.bounded", "pp.stash.formula", "tp.row.exact"]
         return [_row(r) for r in run_suite(names=names, profile="dev", seed=99) + kill_mutants("dev", seed=99)]
 
     first = run()

@@ -6,8 +6,8 @@ import pytest
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
 from distcheck.mutants import row_parallel_bias_every_rank
+from distcheck.parallel.tp import properties as T
 from distcheck.props import properties, run_property
-from distcheck.props import tp as T
 
 
 @pytest.mark.parametrize("prop", properties("tp"), ids=lambda p: p.name)

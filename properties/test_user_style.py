@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from distcheck import strategies as ds
 from distcheck.errors import ImplementationError, PropertyFailure
-from distcheck.props import accumulation as acc_props
-from distcheck.props import dp as dp_props
+from distcheck.parallel.dp import properties as acc_props
+from distcheck.parallel.dp import properties as dp_props
+from distcheck.parallel.tp import properties as tp_props
 from distcheck.props import run_property
-from distcheck.props import tp as tp_props
 
 FEW = settings(max_examples=25, deadline=None, database=None)
 
@@ -206,7 +206,7 @@ def test_my_accumulation_is_split_invariant(case):
 @given(ds.parallel_configs(max_world_size=64), st.integers(0, 63))
 def test_my_rank_to_coords(cfg, rank):
     # the user's own (tp innermost) coordinate map, checked against distcheck's layout
-    from distcheck.layout import coords
+    from distcheck.parallel.layout import coords
 
     rank %= cfg.world_size
     mine = {"tp": rank % cfg.tp, "cp": rank // cfg.tp % cfg.cp,

@@ -5,8 +5,8 @@ import pytest
 from distcheck import strategies as ds
 from distcheck.errors import PropertyFailure
 from distcheck.mutants import zero_stage2_unsharded_grads
+from distcheck.parallel.zero import properties as Z
 from distcheck.props import properties, run_property
-from distcheck.props import zero as Z
 
 
 @pytest.mark.parametrize("prop", properties("zero"), ids=lambda p: p.name)

@@ -7,7 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from distcheck.activations import (
+from distcheck.errors import ConfigError
+from distcheck.parallel.activations import (
     LAYER_TENSORS,
     TABLE2_SETTINGS,
     bytes_per_layer,
@@ -15,8 +16,7 @@ from distcheck.activations import (
     stored_tensor_bytes,
     table2_bytes_per_layer,
 )
-from distcheck.errors import ConfigError
-from distcheck.forms import activations as F
+from distcheck.parallel.activations import forms as F
 
 GRID = list(itertools.product([1, 3, 16, 2048], [1, 2], [8, 12, 4096], [1, 3, 32], [1, 2, 3, 8]))
 

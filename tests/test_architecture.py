@@ -11,8 +11,9 @@ those inside functions too: a lazy import is still a dependency. Layers, low to 
 - engine: ``distcheck.engine`` (registry, runner, mutants, proofs, discovery, profiles);
 - parallel: ``distcheck.parallel.<name>``, one package per parallelism; a package imports
   another only through that package's ``reference`` module;
-- public: the re-export modules that keep the public names (``distcheck.tp``, ``distcheck.props``,
-  ``distcheck.strategies``, ...), above the packages they gather;
+- public: the catalogues generated from the packages (``distcheck.closed_form``, ``distcheck.strategies``,
+  ``distcheck.mutants``), the property registry ``distcheck.props``, and the deprecated old paths
+  (``distcheck.tp``, ``distcheck.forms``, ``distcheck.props.<suite>``), above the packages they gather;
 - services: the world machinery (``runners``), the audit and goldens, plan, figures, reports;
 - stages: the one orchestration of ``distcheck check``;
 - entry: the command line and the pytest plugin.
@@ -211,7 +212,7 @@ def _role(module: str) -> str | None:
 
 def _reference_modules() -> set[str]:
     """The reference modules of the packages: ``reference`` itself, and every module a reference is split
-    into by topic (``tp/attention.py``, ``dp/accumulation.py``): a module of no role that imports nothing
+    into by topic (``tp/heads.py``, ``dp/accumulation.py``): a module of no role that imports nothing
     but the core and other reference modules (the ARCHITECTURE table's import rule for references)."""
     parallel = {m for m in GRAPH if m.startswith("distcheck.parallel.") and len(m.split(".")) > 3}
     found = {m for m in parallel if m.split(".")[3] == "reference"}
@@ -227,7 +228,7 @@ def _reference_modules() -> set[str]:
 
 def test_parallel_packages_import_each_other_only_through_their_references():
     references = _reference_modules()
-    assert {"distcheck.parallel.tp.reference", "distcheck.parallel.tp.attention"} <= references
+    assert {"distcheck.parallel.tp.reference", "distcheck.parallel.tp.heads"} <= references
     assert "distcheck.parallel.tp.contracts" not in references and "distcheck.parallel.tp.forms" not in references
     crossing = []
     for m, targets in GRAPH.items():

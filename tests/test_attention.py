@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from distcheck import attention as A
 from distcheck.errors import ConfigError
-from distcheck.forms import attention as attn_forms
-from distcheck.forms import tp as tp_forms
-from distcheck.tp import gamma, row_parallel_error_bound
+from distcheck.parallel import tp as A
+from distcheck.parallel.dp import gamma
+from distcheck.parallel.tp import forms as attn_forms
+from distcheck.parallel.tp import forms as tp_forms
+from distcheck.parallel.tp import row_parallel_error_bound
 
 
 def _expect_config_error(exc_info, field, value, rule_part):

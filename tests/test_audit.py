@@ -108,9 +108,9 @@ def test_a_stated_rounding_must_divide_the_figure():
 def test_half_step_boundary_is_inclusive_and_exact():
     # 3/8 = 0.375: printed 0.38 (+-0.005) holds exactly at the boundary; 0.37 too; 0.36 does not
     for printed, verdict in (("0.38", "holds"), ("0.37", "holds")):
-        c = claim("a", "pipeline.bubble_ratio.gpipe", "{ p = 4, m = 8 }", printed, "fraction")
+        c = claim("a", "pp.bubble_ratio.gpipe", "{ p = 4, m = 8 }", printed, "fraction")
         assert one(key(c)).verdict == verdict
-    c = claim("a", "pipeline.bubble_ratio.gpipe", "{ p = 4, m = 8 }", "0.36", "fraction")
+    c = claim("a", "pp.bubble_ratio.gpipe", "{ p = 4, m = 8 }", "0.36", "fraction")
     assert one(key(c)).verdict != "holds"
 
 
@@ -160,7 +160,7 @@ def test_holds():
 
 
 def test_wrong_reports_the_recomputed_value_and_the_closest_alternative():
-    v = one(key(claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "50", "%")))
+    v = one(key(claim("a", "pp.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "50", "%")))
     assert v.verdict == "wrong"
     assert v.computed == Fraction(3, 7)
     assert "42.857" in v.explanation
@@ -175,7 +175,7 @@ def test_not_checkable_for_a_random_draw_and_a_reported_fact():
 
 
 def test_not_checkable_when_a_required_input_is_missing():
-    v = one(key(claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4 }", "9", "%")))
+    v = one(key(claim("a", "pp.bubble_fraction.gpipe", "{ p = 4 }", "9", "%")))
     assert v.verdict == "not-checkable" and "needs m" in v.explanation
 
 
@@ -213,9 +213,9 @@ def test_convention_gb_vs_gib():
 
 
 def test_convention_bubble_total_vs_ideal():
-    v = one(key(claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 16 }", "18.75", "%")))
+    v = one(key(claim("a", "pp.bubble_fraction.gpipe", "{ p = 4, m = 16 }", "18.75", "%")))
     assert v.verdict == "holds-under-another-convention" and "ideal" in v.convention
-    v = one(key(claim("a", "pipeline.bubble_ratio.1f1b", "{ p = 4, m = 16 }", "15.8", "%")))
+    v = one(key(claim("a", "pp.bubble_ratio.1f1b", "{ p = 4, m = 16 }", "15.8", "%")))
     assert v.verdict == "holds-under-another-convention" and "total" in v.convention
 
 
@@ -296,8 +296,8 @@ def test_product_check_for_a_layout_and_equal_check_across_units():
               '\n[[check]]\nid = "e"\nkind = "equal"\nparts = ["b1", "b2"]\n')
     text = key(
         claim("g", "layout.world_size", "{ tp = 8, pp = 16, dp = 128 }", '"16,384"', "GPUs"),
-        claim("b1", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "42.9", "%"),
-        claim("b2", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", '"3/7"', "fraction"),
+        claim("b1", "pp.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "42.9", "%"),
+        claim("b2", "pp.bubble_fraction.gpipe", "{ p = 4, m = 4 }", '"3/7"', "fraction"),
         checks=checks,
     )
     by = {c.id: c for c in audit_text(text).checks}
@@ -368,7 +368,7 @@ def test_closed_form_constraints_surface_as_answer_key_errors():
 
 
 def test_a_declared_constraint_makes_the_claim_not_checkable_naming_it():
-    c = claim("a", "pipeline.layers_per_stage.trim_ends", "{ num_layers = 126, p = 5 }", 8, "layers")
+    c = claim("a", "pp.layers_per_stage.trim_ends", "{ num_layers = 126, p = 5 }", 8, "layers")
     (v,) = audit_text(key(c)).claims
     assert v.verdict == "not-checkable" and "p divides num_layers + 2 trimmed" in v.explanation
     assert "num_layers=126, p=5, trimmed=1" in v.explanation
@@ -394,8 +394,8 @@ def test_audit_file_reads_from_disk(tmp_path):
 
 def test_reports_in_three_formats():
     text = key(
-        claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "42.9", "%"),
-        claim("b", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 16 }", "18.75", "%"),
+        claim("a", "pp.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "42.9", "%"),
+        claim("b", "pp.bubble_fraction.gpipe", "{ p = 4, m = 16 }", "18.75", "%"),
     )
     r = audit_text(text)
     data = json.loads(render(r, "json"))
@@ -479,13 +479,13 @@ CONVENTION_CASES = [
      "layout.world_size.ep_outside_dp", "{ tp = 8, pp = 4, dp = 8, ep = 4 }", 256, "GPUs", 256),
     ("layer-input checkpoints only (no recompute working set)", "activations.checkpointed_peak_bytes",
      "{ s = 2048, b = 1, h = 4096, num_layers = 32 }", 536870912, "bytes", 536870912),  # 32 x 2sbh
-    ("backward costs as much as forward (t_b = t_f)", "pipeline.step_ticks.gpipe", "{ p = 4, m = 4 }",
+    ("backward costs as much as forward (t_b = t_f)", "pp.step_ticks.gpipe", "{ p = 4, m = 4 }",
      14, "ticks", 14),  # 2 (m + p - 1) instead of 3 (m + p - 1) = 21
     ("nominal parameter count from the model name", "memory.weights_bytes", '{ model = "llama-3-70b" }',
      140, "GB", 140),
-    ("bubble relative to ideal (useful) time", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 16 }",
+    ("bubble relative to ideal (useful) time", "pp.bubble_fraction.gpipe", "{ p = 4, m = 16 }",
      "18.75", "%", Fraction(75, 4)),
-    ("bubble relative to total time", "pipeline.bubble_ratio.gpipe", "{ p = 4, m = 16 }", '"3/19"', "fraction",
+    ("bubble relative to total time", "pp.bubble_ratio.gpipe", "{ p = 4, m = 16 }", '"3/19"', "fraction",
      Fraction(3, 19)),
     # Korthikanti et al. Table 2 on GPT-3 175B (s 2048, h 12288, a 96, t 8): each row from another row's quantity
     ("no parallelism, everything stored", "activations.bytes_per_layer.tp", _K, 2868903936, "bytes", 2868903936),
@@ -540,12 +540,12 @@ CONVENTION_CASES = [
     ("MiB/s read as MB/s (1e6 bytes/s)", "comm.algbw", "{ size_bytes = 1048576, time_s = 1 }", "1.05", "MiB/s",
      Fraction(1048576, 10**6)),
     # the reading of a printed B, and the barrier between pipeline steps (docs/PIPELINES.md)
-    ("B is the full backward (input and weight gradients: DeepSeek-V3 Table 2)", "pipeline.bubble_ticks.zb_h1.b_input",
+    ("B is the full backward (input and weight gradients: DeepSeek-V3 Table 2)", "pp.bubble_ticks.zb_h1.b_input",
      "{ p = 8, t_f = 1, b = 2, t_w = 1 }", 7, "ticks", 7),  # default 7 max(1 + 2 - 1, 1, 2) = 14
-    ("B is the input-gradient pass only (Qi et al. 2023, T_B)", "pipeline.bubble_ticks.1f1b.b_full",
+    ("B is the input-gradient pass only (Qi et al. 2023, T_B)", "pp.bubble_ticks.1f1b.b_full",
      "{ p = 4, t_f = 1, b = 1, t_w = 1 }", 9, "ticks", 9),  # default 3 (1 + 1) = 6
     ("no barrier between steps: the idle ticks inside each rank's own window (steps overlap)",
-     "pipeline.bubble_ratio.zb_v", "{ p = 4, m = 8, t = 1 }", 0, "fraction", 0),  # default 3/48
+     "pp.bubble_ratio.zb_v", "{ p = 4, m = 8, t = 1 }", 0, "fraction", 0),  # default 3/48
 ]
 
 
@@ -667,7 +667,7 @@ def test_cli_bad_key_prints_one_line_and_exits_2(tmp_path):
 def test_cli_exits_1_on_a_wrong_claim_and_writes_json(tmp_path):
     (tmp_path / "k.toml").write_text(key(
         claim("ok", "layout.world_size", "{ tp = 8, pp = 16, dp = 128 }", '"16,384"', "GPUs"),
-        claim("bad", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "50", "%")))
+        claim("bad", "pp.bubble_fraction.gpipe", "{ p = 4, m = 4 }", "50", "%")))
     proc = _cli("k.toml", "--format", "json", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)

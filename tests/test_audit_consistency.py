@@ -255,8 +255,8 @@ def test_a_key_with_rounding_stated_still_cannot_make_whole_gpus_add_up():
 
 
 def test_an_equal_check_meeting_at_a_tie_says_so():
-    text = (claim("a", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 4 }", 4, "%", "rounding = 1\n")
-            + claim("b", "pipeline.bubble_fraction.gpipe", "{ p = 4, m = 5 }", 5, "%", "rounding = 1\n")
+    text = (claim("a", "pp.bubble_fraction.gpipe", "{ p = 4, m = 4 }", 4, "%", "rounding = 1\n")
+            + claim("b", "pp.bubble_fraction.gpipe", "{ p = 4, m = 5 }", 5, "%", "rounding = 1\n")
             + check("e", "equal", '["a", "b"]'))
     by = key_checks(text)
     assert by["e"].verdict == "contradiction"

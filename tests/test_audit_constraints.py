@@ -30,17 +30,17 @@ def _verdict(quantity: str, inputs: str, claimed: str, unit: str = "fraction"):
 def test_interleaved_at_m6_p4_is_not_checkable_with_the_constraint_named():
     """m = 6 over p = 4: the interleaved formula gives (1/v)(p-1)/m ... = 1/5, which "held" for a figure of 1/5,
     but Megatron-LM's interleaved schedule refuses m not divisible by p: no schedule has that bubble."""
-    v = _verdict("pipeline.bubble_fraction.interleaved", "{ p = 4, m = 6, v = 2 }", '"1/5"')
+    v = _verdict("pp.bubble_fraction.interleaved", "{ p = 4, m = 6, v = 2 }", '"1/5"')
     assert v.verdict == "not-checkable" and v.computed is None
     assert "m % p == 0" in v.explanation and "Megatron-LM" in v.explanation and "m=6, p=4" in v.explanation
     # inside the constraint the same quantity is judged as before
-    assert _verdict("pipeline.bubble_fraction.interleaved", "{ p = 4, m = 8, v = 2 }", '"3/19"').verdict == "holds"
+    assert _verdict("pp.bubble_fraction.interleaved", "{ p = 4, m = 8, v = 2 }", '"3/19"').verdict == "holds"
 
 
 @pytest.mark.parametrize("quantity, inputs, named", [
-    ("pipeline.step_ticks.interleaved", "{ p = 4, m = 6, v = 2 }", "m % p == 0"),
-    ("pipeline.idle_ticks.interleaved", "{ p = 4, m = 8, v = 1 }", "v >= 2"),
-    ("pipeline.bubble_ticks.interleaved_zb", "{ p = 4, m = 2, v = 2 }", "m >= p"),
+    ("pp.step_ticks.interleaved", "{ p = 4, m = 6, v = 2 }", "m % p == 0"),
+    ("pp.idle_ticks.interleaved", "{ p = 4, m = 8, v = 1 }", "v >= 2"),
+    ("pp.bubble_ticks.interleaved_zb", "{ p = 4, m = 2, v = 2 }", "m >= p"),
 ])
 def test_every_interleaved_quantity_declares_its_constraints(quantity, inputs, named):
     unit = get_quantity(quantity).unit
@@ -50,12 +50,12 @@ def test_every_interleaved_quantity_declares_its_constraints(quantity, inputs, n
 
 def test_constraints_are_listed_with_their_quantity():
     listed = {q["name"]: q for q in list_quantities()}
-    req = listed["pipeline.bubble_fraction.interleaved"]["requires"]
+    req = listed["pp.bubble_fraction.interleaved"]["requires"]
     assert [r["constraint"] for r in req] == [
         "v >= 2 (an interleaved schedule places at least two model chunks on each rank)",
         INTERLEAVED_M_DIVISIBLE_BY_P.text]
     assert all(r["source"] for q in listed.values() for r in q["requires"])
-    assert listed["pipeline.bubble_fraction.gpipe"]["requires"] == []
+    assert listed["pp.bubble_fraction.gpipe"]["requires"] == []
 
 
 def test_any_quantity_can_declare_a_constraint():
@@ -64,6 +64,6 @@ def test_any_quantity_can_declare_a_constraint():
                  lambda v: v["n"] / 2, requires=(even,))
     assert broken(q.requires, {"n": F(3)}) == [even] and broken(q.requires, {"n": F(4)}) == []
     assert broken(q.requires, {}) == []  # a missing input is not tested here: the claim needs it anyway
-    assert declared_for("pipeline.step_ticks.1f1b", ("p", "m")) == ()
+    assert declared_for("pp.step_ticks.1f1b", ("p", "m")) == ()
     with pytest.raises(ConfigError, match="name=1 must be a quantity name"):
         declared_for(1, ())  # type: ignore[arg-type]

@@ -23,9 +23,9 @@ def verdict(quantity: str, inputs: str, claimed, unit: str, extra: str = ""):
 
 @pytest.mark.parametrize("quantity, inputs, claimed, unit, extra, split", [
     # 80/3 = 26.67 layers per stage: "27" to the nearest layer used to hold
-    ("pipeline.layers_per_stage.even", "{ num_layers = 80, p = 3 }", 27, "layers", "rounding = 1\n",
+    ("pp.layers_per_stage.even", "{ num_layers = 80, p = 3 }", 27, "layers", "rounding = 1\n",
      "num_layers=80 over p=3 is uneven: 27 + 27 + 26"),
-    ("pipeline.layers_per_stage.even", "{ num_layers = 80, p = 3 }", '"~27"', "layers", "",
+    ("pp.layers_per_stage.even", "{ num_layers = 80, p = 3 }", '"~27"', "layers", "",
      "num_layers=80 over p=3 is uneven: 27 + 27 + 26"),
     ("attention.heads_per_rank", "{ num_heads = 100, tp = 16 }", '"~6"', "heads", "",
      "num_heads=100 over tp=16 is uneven: 4 x 7 + 12 x 6"),
@@ -43,7 +43,7 @@ def test_a_count_computed_as_a_fraction_is_wrong_and_names_the_split(quantity, i
 
 
 def test_an_even_split_holds():
-    v = verdict("pipeline.layers_per_stage.even", "{ num_layers = 80, p = 4 }", 20, "layers")
+    v = verdict("pp.layers_per_stage.even", "{ num_layers = 80, p = 4 }", 20, "layers")
     assert (v.verdict, v.computed) == ("holds", 20)
 
 
@@ -57,10 +57,10 @@ def test_a_convention_giving_an_uneven_count_reproduces_nothing(monkeypatch):
     # a documented variant that changed p to 3 would give 80/3 ~ 27: it must not make "27" hold
     axis = conv.Axis("stages", (conv.Variant("three stages", "p = 3", set={"p": Fraction(3)}),))
     monkeypatch.setattr(conv, "axes_for", lambda quantity, unit, inputs: [axis])
-    v = verdict("pipeline.layers_per_stage.even", "{ num_layers = 80, p = 4 }", 27, "layers", "rounding = 1\n")
+    v = verdict("pp.layers_per_stage.even", "{ num_layers = 80, p = 4 }", 27, "layers", "rounding = 1\n")
     assert v.verdict == "wrong" and "three stages" not in v.explanation
     # the same variant reproducing a whole count does
-    v = verdict("pipeline.layers_per_stage.even", "{ num_layers = 81, p = 4 }", 27, "layers")
+    v = verdict("pp.layers_per_stage.even", "{ num_layers = 81, p = 4 }", 27, "layers")
     assert (v.verdict, v.convention) == ("holds-under-another-convention", "three stages")
 
 

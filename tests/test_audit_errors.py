@@ -24,8 +24,8 @@ BAD_CALLS = [
     # (call, the message it must start with)
     (lambda: closed_form.get(123), "name=123 must be a str naming a closed form"),
     (lambda: closed_form.get(None), "name=None must be a str"),
-    (lambda: closed_form.get(["pipeline.bubble_fraction.gpipe"]), "name=['pipeline.bubble_fraction.gpipe'] must be"),
-    (lambda: closed_form.register("pipeline.bubble_fraction.gpipe"), "form='pipeline.bubble_fraction.gpipe' must be a"),
+    (lambda: closed_form.get(["pp.bubble_fraction.gpipe"]), "name=['pp.bubble_fraction.gpipe'] must be"),
+    (lambda: closed_form.register("pp.bubble_fraction.gpipe"), "form='pp.bubble_fraction.gpipe' must be a"),
     (lambda: closed_form.Input("p", "stages", kind="postive_integer"), "kind='postive_integer' must be one of"),
     (lambda: closed_form.Input(3, "stages"), "name=3 must be a str"),
     (lambda: closed_form.ClosedForm("f", "p + 1", (), "count", "s", "d"), "expr='p + 1' must be a sympy expression"),
@@ -86,8 +86,8 @@ def test_a_wrong_type_is_a_config_error_naming_the_argument(call, message):
 
 
 def test_unknown_names_are_still_unknown_quantity_errors():
-    with pytest.raises(UnknownQuantityError, match="did you mean pipeline.bubble_fraction.gpipe"):
-        closed_form.get("pipeline.bubble_fraction.gpipee")
+    with pytest.raises(UnknownQuantityError, match="did you mean pp.bubble_fraction.gpipe"):
+        closed_form.get("pp.bubble_fraction.gpipee")
     with pytest.raises(UnknownQuantityError, match="did you mean memory.train_state_bytes"):
         quantities.get_quantity("memory.train_stat_bytes")
 

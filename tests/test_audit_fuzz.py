@@ -30,7 +30,7 @@ unit = "GB"
 
 [[claim]]
 id = "b"
-quantity = "pipeline.bubble_fraction.gpipe"
+quantity = "pp.bubble_fraction.gpipe"
 inputs = { p = 4, m = 16 }
 claimed = "3/19"
 unit = "fraction"
@@ -65,10 +65,11 @@ structures = st.fixed_dictionaries(
 # so that the guard below sees only what parsing and auditing a key does.
 audit_key(parse_key(GOOD, "warm-up.toml"))
 # the modules the audit imports lazily (presets; the numpy references its worked examples reuse)
-import distcheck.dp  # noqa: E402
-import distcheck.layout  # noqa: E402 (layout orders: distcheck.audit.layout_order)
-import distcheck.params  # noqa: E402
-import distcheck.tp  # noqa: E402,F401
+import distcheck.parallel.dp.reference  # noqa: E402
+import distcheck.parallel.layout.mesh  # noqa: E402  (layout orders: distcheck.audit.layout_order)
+import distcheck.parallel.layout.reference  # noqa: E402
+import distcheck.parallel.params.reference  # noqa: E402
+import distcheck.parallel.tp.reference  # noqa: E402,F401
 
 
 class _NoEval:

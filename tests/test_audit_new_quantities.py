@@ -243,11 +243,11 @@ def test_a_rank_printed_under_megatrons_order_without_saying_so_is_named():
 
 
 def test_a_pipeline_step_is_checked_against_its_work_and_bubble():
-    r = _audit(_c("s", "pipeline.step_ticks.gpipe", "{ p = 4, m = 4 }", 21, "ticks"),
-               _c("b", "pipeline.busy_ticks", "{ p = 4, m = 4 }", 12, "ticks"),
-               _c("i", "pipeline.idle_ticks.gpipe", "{ p = 4, m = 4 }", 9, "ticks"))
+    r = _audit(_c("s", "pp.step_ticks.gpipe", "{ p = 4, m = 4 }", 21, "ticks"),
+               _c("b", "pp.busy_ticks", "{ p = 4, m = 4 }", 12, "ticks"),
+               _c("i", "pp.idle_ticks.gpipe", "{ p = 4, m = 4 }", 9, "ticks"))
     assert {k.id: k.verdict for k in r.checks if k.id.startswith("auto:")} == {"auto:sum:b+i=s": "consistent"}
-    r = _audit(_c("s", "pipeline.step_ticks.gpipe", "{ p = 4, m = 4 }", 21, "ticks"),
-               _c("b", "pipeline.busy_ticks", "{ p = 4, m = 4 }", 12, "ticks"),
-               _c("i", "pipeline.idle_ticks.gpipe", "{ p = 4, m = 4 }", 6, "ticks"))  # (p-1) t_f only
+    r = _audit(_c("s", "pp.step_ticks.gpipe", "{ p = 4, m = 4 }", 21, "ticks"),
+               _c("b", "pp.busy_ticks", "{ p = 4, m = 4 }", 12, "ticks"),
+               _c("i", "pp.idle_ticks.gpipe", "{ p = 4, m = 4 }", 6, "ticks"))  # (p-1) t_f only
     assert {k.id: k.verdict for k in r.checks if k.id.startswith("auto:")} == {"auto:sum:b+i=s": "contradiction"}

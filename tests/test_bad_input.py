@@ -103,6 +103,8 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("audit --format", ["audit", "chapter", "--format", "xml"], "--format", False),
     ("audit --output", ["audit", "chapter", "--output", "{dir}"], "--output", False),
     ("audit --report", ["audit", "chapter", "--report", "{file}"], "plain.txt", False),
+    ("audit --where", ["audit", "--where", "pp.bubble_fractoin.gpipe"], "--where='pp.bubble_fractoin.gpipe' must "
+                                                                         "name a closed form", False),
     # ---- plan memory
     ("plan memory --model", [*MEMORY[:2], "--gpus", "8", "--model", "llama-3-8b\n"], "model", False),
     ("plan memory --model", [*MEMORY[:2], "--gpus", "8", "--model", "llama-3-8b\x1b[2J"], "model", False),

@@ -169,7 +169,7 @@ def test_agree_and_collectives():
 
 
 def test_tracked_attention_matches_the_reference_and_bounds_a_float32_run():
-    from distcheck import attention
+    from distcheck.parallel import tp as attention
     from distcheck.parallel.tp.contracts import TPCase, _tracked_attention
 
     rng = np.random.default_rng(0)

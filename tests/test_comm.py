@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck import comm
 from distcheck.errors import ConfigError, PropertyFailure
-from distcheck.forms.comm import BYTES_PER_RANK
+from distcheck.parallel import comm
+from distcheck.parallel.comm.forms import BYTES_PER_RANK
 
 RING = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 

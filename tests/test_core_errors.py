@@ -17,9 +17,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from distcheck import comm, dp, layout, memory, pipeline, tp, units
+from distcheck import units
 from distcheck.core import errors
 from distcheck.errors import ConfigError
+from distcheck.parallel import comm, dp, layout, memory, tp
+from distcheck.parallel import pp as pipeline
 
 ONE = np.ones
 

@@ -18,8 +18,10 @@ from itertools import product
 import numpy as np
 import pytest
 
-from distcheck import activations, attention, comm, dp, layout, memory, params, pipeline, tp, zero
 from distcheck.closed_form import catalogue
+from distcheck.parallel import activations, comm, dp, layout, memory, params, tp, zero
+from distcheck.parallel import pp as pipeline
+from distcheck.parallel import tp as attention
 
 F = Fraction
 
@@ -145,12 +147,12 @@ def _pipeline_checks():
         base = dict(p=p, m=m, t_f=tf, t_b=tb)
         inp = dict(base, v=v) if sched == "interleaved" else base
         assert len(set(tl.busy_ticks)) == 1 and len(set(tl.idle_ticks)) == 1  # every rank alike
-        yield f"pipeline.step_ticks.{sched}", inp, tl.step_ticks
-        yield "pipeline.busy_ticks", dict(base, v=v), tl.busy_ticks[0]
-        yield f"pipeline.idle_ticks.{sched}", inp, tl.idle_ticks[0]
-        yield f"pipeline.bubble_fraction.{sched}", inp, tl.bubble_fraction
-        yield f"pipeline.bubble_ratio.{sched}", inp, tl.bubble_ratio
-        yield f"pipeline.peak_in_flight.{sched}", inp, max(tl.peak_in_flight)
+        yield f"pp.step_ticks.{sched}", inp, tl.step_ticks
+        yield "pp.busy_ticks", dict(base, v=v), tl.busy_ticks[0]
+        yield f"pp.idle_ticks.{sched}", inp, tl.idle_ticks[0]
+        yield f"pp.bubble_fraction.{sched}", inp, tl.bubble_fraction
+        yield f"pp.bubble_ratio.{sched}", inp, tl.bubble_ratio
+        yield f"pp.peak_in_flight.{sched}", inp, max(tl.peak_in_flight)
 
 
 def _looped_bfs_checks():
@@ -158,11 +160,11 @@ def _looped_bfs_checks():
         tl = pipeline.simulate("looped_bfs", p, m, v, t_f=tf, t_b=tb)
         inp = dict(p=p, m=m, v=v, t_f=tf, t_b=tb)
         assert len(set(tl.idle_ticks)) == 1  # every rank alike
-        yield "pipeline.step_ticks.looped_bfs", inp, tl.step_ticks
-        yield "pipeline.idle_ticks.looped_bfs", inp, tl.idle_ticks[0]
-        yield "pipeline.bubble_fraction.looped_bfs", inp, tl.bubble_fraction
-        yield "pipeline.bubble_ratio.looped_bfs", inp, tl.bubble_ratio
-        yield "pipeline.peak_in_flight.looped_bfs", inp, max(tl.peak_in_flight)
+        yield "pp.step_ticks.looped_bfs", inp, tl.step_ticks
+        yield "pp.idle_ticks.looped_bfs", inp, tl.idle_ticks[0]
+        yield "pp.bubble_fraction.looped_bfs", inp, tl.bubble_fraction
+        yield "pp.bubble_ratio.looped_bfs", inp, tl.bubble_ratio
+        yield "pp.peak_in_flight.looped_bfs", inp, max(tl.peak_in_flight)
 
 
 def _zero_bubble_checks():
@@ -170,66 +172,66 @@ def _zero_bubble_checks():
     sim = pipeline.simulate
     for p, m, f, i, w in ((4, 8, 1, 1, 1), (3, 9, 2, 1, 1), (5, 12, 1, 3, 2), (2, 4, 1, 1, 3), (4, 8, 3, 1, 2)):
         t1 = sim("1f1b", p, m, t_f=f, t_b=i + w)
-        yield "pipeline.bubble_ticks.1f1b", dict(p=p, t_f=f, t_i=i, t_w=w), t1.idle_ticks[0]
-        yield "pipeline.bubble_ticks.1f1b.b_input", dict(p=p, t_f=f, b=i, t_w=w), t1.idle_ticks[0]
-        yield "pipeline.bubble_ticks.1f1b.b_full", dict(p=p, t_f=f, b=i + w, t_w=w), t1.idle_ticks[0]
+        yield "pp.bubble_ticks.1f1b", dict(p=p, t_f=f, t_i=i, t_w=w), t1.idle_ticks[0]
+        yield "pp.bubble_ticks.1f1b.b_input", dict(p=p, t_f=f, b=i, t_w=w), t1.idle_ticks[0]
+        yield "pp.bubble_ticks.1f1b.b_full", dict(p=p, t_f=f, b=i + w, t_w=w), t1.idle_ticks[0]
         vals = dict(p=p, m=m, t_f=f, t_i=i, t_w=w)
         for s in ("zb_h1", "zb_h2"):
             t = sim(s, p, m, t_f=f, t_i=i, t_w=w)
-            yield f"pipeline.bubble_ticks.{s}", vals, max(t.idle_ticks)
-            yield f"pipeline.bubble_fraction.{s}", vals, t.bubble_fraction
-            yield f"pipeline.bubble_ratio.{s}", vals, t.bubble_ratio
-            yield f"pipeline.peak_in_flight.{s}", dict(p=p, m=m), max(t.peak_in_flight)
+            yield f"pp.bubble_ticks.{s}", vals, max(t.idle_ticks)
+            yield f"pp.bubble_fraction.{s}", vals, t.bubble_fraction
+            yield f"pp.bubble_ratio.{s}", vals, t.bubble_ratio
+            yield f"pp.peak_in_flight.{s}", dict(p=p, m=m), max(t.peak_in_flight)
         h1, h2 = sim("zb_h1", p, m, t_f=f, t_i=i, t_w=w), sim("zb_h2", p, m, t_f=f, t_i=i, t_w=w)
-        yield "pipeline.bubble_ticks.zb_h1.b_input", dict(p=p, t_f=f, b=i, t_w=w), max(h1.idle_ticks)
-        yield "pipeline.bubble_ticks.zb_h1.b_full", dict(p=p, t_f=f, b=i + w, t_w=w), max(h1.idle_ticks)
-        yield "pipeline.bubble_ticks.zb_h2.steady", vals, max(h2.window_idle_ticks)
-        yield "pipeline.bubble_ratio.zb_h2.steady", vals, Fraction(max(h2.window_idle_ticks), h2.busy_ticks[0])
-        yield "pipeline.bubble_ticks.zb_h2.steady.b_input", dict(p=p, t_f=f, b=i, t_w=w), max(h2.window_idle_ticks)
-        yield "pipeline.bubble_ticks.zb_h2.steady.b_full", dict(p=p, t_f=f, b=i + w, t_w=w), max(h2.window_idle_ticks)
+        yield "pp.bubble_ticks.zb_h1.b_input", dict(p=p, t_f=f, b=i, t_w=w), max(h1.idle_ticks)
+        yield "pp.bubble_ticks.zb_h1.b_full", dict(p=p, t_f=f, b=i + w, t_w=w), max(h1.idle_ticks)
+        yield "pp.bubble_ticks.zb_h2.steady", vals, max(h2.window_idle_ticks)
+        yield "pp.bubble_ratio.zb_h2.steady", vals, Fraction(max(h2.window_idle_ticks), h2.busy_ticks[0])
+        yield "pp.bubble_ticks.zb_h2.steady.b_input", dict(p=p, t_f=f, b=i, t_w=w), max(h2.window_idle_ticks)
+        yield "pp.bubble_ticks.zb_h2.steady.b_full", dict(p=p, t_f=f, b=i + w, t_w=w), max(h2.window_idle_ticks)
         if w <= min(f, i):  # the published forms' regime
-            yield "pipeline.bubble_ticks.zb_h1.published", dict(p=p, t_f=f, t_i=i, t_w=w), max(h1.idle_ticks)
+            yield "pp.bubble_ticks.zb_h1.published", dict(p=p, t_f=f, t_i=i, t_w=w), max(h1.idle_ticks)
         if w <= f and 2 * w <= f + i:
-            yield "pipeline.bubble_ticks.zb_h2.published", dict(p=p, t_f=f, t_i=i, t_w=w), max(h2.window_idle_ticks)
+            yield "pp.bubble_ticks.zb_h2.published", dict(p=p, t_f=f, t_i=i, t_w=w), max(h2.window_idle_ticks)
         for v in (1, 2, 3):
             if m % max(1, m // p) == 0:
                 t = sim("interleaved_zb", p, m, v, t_f=f, t_i=i, t_w=w)
                 iv = dict(vals, v=v)
-                yield "pipeline.bubble_ticks.interleaved_zb", iv, max(t.idle_ticks)
-                yield "pipeline.bubble_fraction.interleaved_zb", iv, t.bubble_fraction
-                yield "pipeline.bubble_ratio.interleaved_zb", iv, t.bubble_ratio
-                yield "pipeline.peak_in_flight.interleaved_zb", dict(p=p, m=m, v=v), max(t.peak_in_flight)
+                yield "pp.bubble_ticks.interleaved_zb", iv, max(t.idle_ticks)
+                yield "pp.bubble_fraction.interleaved_zb", iv, t.bubble_fraction
+                yield "pp.bubble_ratio.interleaved_zb", iv, t.bubble_ratio
+                yield "pp.peak_in_flight.interleaved_zb", dict(p=p, m=m, v=v), max(t.peak_in_flight)
     for p, m, tt, fb in ((4, 8, 1, 3), (3, 8, 2, 5), (4, 10, 1, 2), (2, 4, 1, 3), (6, 12, 1, 3)):
         t = sim("zb_v", p, m, t_f=tt, t_i=tt, t_w=tt)
-        yield "pipeline.bubble_ticks.zb_v", dict(p=p, m=m, t=tt), max(t.idle_ticks)
-        yield "pipeline.bubble_ticks.zb_v.steady", dict(p=p, m=m, t=tt), max(t.window_idle_ticks)
-        yield "pipeline.bubble_ratio.zb_v.steady", dict(p=p, m=m, t=tt), Fraction(max(t.window_idle_ticks),
+        yield "pp.bubble_ticks.zb_v", dict(p=p, m=m, t=tt), max(t.idle_ticks)
+        yield "pp.bubble_ticks.zb_v.steady", dict(p=p, m=m, t=tt), max(t.window_idle_ticks)
+        yield "pp.bubble_ratio.zb_v.steady", dict(p=p, m=m, t=tt), Fraction(max(t.window_idle_ticks),
                                                                                   t.busy_ticks[0])
-        yield "pipeline.bubble_fraction.zb_v", dict(p=p, m=m, t=tt), t.bubble_fraction
-        yield "pipeline.bubble_ratio.zb_v", dict(p=p, m=m, t=tt), t.bubble_ratio
-        yield "pipeline.peak_in_flight.zb_v", dict(p=p, m=m), max(t.peak_in_flight)
+        yield "pp.bubble_fraction.zb_v", dict(p=p, m=m, t=tt), t.bubble_fraction
+        yield "pp.bubble_ratio.zb_v", dict(p=p, m=m, t=tt), t.bubble_ratio
+        yield "pp.peak_in_flight.zb_v", dict(p=p, m=m), max(t.peak_in_flight)
         t = sim("dualpipev", p, m, t_f=tt, t_i=tt, t_w=tt, t_fb=fb)
-        yield "pipeline.bubble_ticks.dualpipev", dict(p=p, m=m, t=tt, t_fb=fb), max(t.idle_ticks)
-        yield "pipeline.bubble_ticks.dualpipe.published", dict(pp=2 * p, t_fb=fb, b=2 * tt, t_w=tt), max(t.idle_ticks)
-        yield "pipeline.peak_in_flight.dualpipev", dict(p=p, m=m), max(t.peak_in_flight)
+        yield "pp.bubble_ticks.dualpipev", dict(p=p, m=m, t=tt, t_fb=fb), max(t.idle_ticks)
+        yield "pp.bubble_ticks.dualpipe.published", dict(pp=2 * p, t_fb=fb, b=2 * tt, t_w=tt), max(t.idle_ticks)
+        yield "pp.peak_in_flight.dualpipev", dict(p=p, m=m), max(t.peak_in_flight)
         forwards = int((t.order.kind == 0).sum())
-        yield "pipeline.parameter_copies.dualpipev", dict(p=p), t.num_stages * m // forwards
-        yield "pipeline.params_per_device.dualpipev", dict(p=p), t.num_stages // t.num_ranks
+        yield "pp.parameter_copies.dualpipev", dict(p=p), t.num_stages * m // forwards
+        yield "pp.params_per_device.dualpipev", dict(p=p), t.num_stages // t.num_ranks
         t1 = sim("zb_h1", p, m)
-        yield "pipeline.parameter_copies.zb_h1", dict(p=p), t1.num_stages * m // int((t1.order.kind == 0).sum())
+        yield "pp.parameter_copies.zb_h1", dict(p=p), t1.num_stages * m // int((t1.order.kind == 0).sum())
         if fb == 3 * tt:
-            yield "pipeline.bubble_fraction.dualpipev", dict(p=p, m=m), t.bubble_fraction
-            yield "pipeline.bubble_ratio.dualpipev", dict(p=p, m=m), t.bubble_ratio
+            yield "pp.bubble_fraction.dualpipev", dict(p=p, m=m), t.bubble_fraction
+            yield "pp.bubble_ratio.dualpipev", dict(p=p, m=m), t.bubble_ratio
         if p % 2 == 0:
             t = sim("dualpipe", p, m, t_f=tt, t_i=tt, t_w=tt, t_fb=fb)
-            yield "pipeline.bubble_ticks.dualpipe", dict(p=p, m=m, t=tt, t_fb=fb), max(t.idle_ticks)
-            yield "pipeline.peak_in_flight.dualpipe", dict(p=p, m=m), max(t.peak_in_flight)
+            yield "pp.bubble_ticks.dualpipe", dict(p=p, m=m, t=tt, t_fb=fb), max(t.idle_ticks)
+            yield "pp.peak_in_flight.dualpipe", dict(p=p, m=m), max(t.peak_in_flight)
             forwards = int((t.order.kind == 0).sum())
-            yield "pipeline.parameter_copies.dualpipe", dict(p=p), t.num_stages * m // forwards
-            yield "pipeline.params_per_device.dualpipe", dict(p=p), t.num_stages // t.num_ranks
+            yield "pp.parameter_copies.dualpipe", dict(p=p), t.num_stages * m // forwards
+            yield "pp.params_per_device.dualpipe", dict(p=p), t.num_stages // t.num_ranks
             if fb == 3 * tt:
-                yield "pipeline.bubble_fraction.dualpipe", dict(p=p, m=m), t.bubble_fraction
-                yield "pipeline.bubble_ratio.dualpipe", dict(p=p, m=m), t.bubble_ratio
+                yield "pp.bubble_fraction.dualpipe", dict(p=p, m=m), t.bubble_fraction
+                yield "pp.bubble_ratio.dualpipe", dict(p=p, m=m), t.bubble_ratio
 
 
 # ----------------------------------------------------------------------------- memory / zero / activations
@@ -378,7 +380,7 @@ def _bandwidth_checks():
     """nccl-tests' algorithm and bus bandwidth from the simulated collectives (what the busiest rank sends, over
     the time); ZeRO bytes per rank from distcheck.zero's enumeration with the ring factor; degrees derived from
     the world size by distcheck.layout.derive_degree."""
-    from distcheck.layout import derive_degree
+    from distcheck.parallel.layout import derive_degree
 
     for coll in comm.COLLECTIVES:
         for n, count, t in product((2, 3, 4, 8), (24, 48), (Fraction(1, 100), Fraction(3))):

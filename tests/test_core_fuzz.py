@@ -22,24 +22,13 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
 
-from distcheck import (
-    activations,
-    attention,
-    comm,
-    dp,
-    exactness,
-    layout,
-    memory,
-    params,
-    pipeline,
-    strategies,
-    tp,
-    zero,
-)
+from distcheck import exactness, strategies
 from distcheck.errors import ConfigError, PropertyFailure
-from distcheck.layout import ParallelConfig
-from distcheck.params import PRESETS
-from distcheck.pipeline import Action
+from distcheck.parallel import activations, comm, dp, layout, memory, params, tp, zero
+from distcheck.parallel import pp as pipeline
+from distcheck.parallel.layout import ParallelConfig
+from distcheck.parallel.params import PRESETS
+from distcheck.parallel.pp import Action
 
 #: result containers (no validation of their own) and type aliases are not entry points
 _NOT_ENTRY_POINTS = {"Schedule", "Span", "Timeline", "CommResult", "RankBytes", "ZeroPartition",
@@ -79,11 +68,11 @@ JUNK = st.deferred(lambda: st.one_of(
     st.tuples(st.integers(-1, 5), st.integers(-1, 5)),
 ))
 
-MODULES = [dp, tp, attention, pipeline, memory, zero, activations, params, layout, comm, exactness, strategies]
+MODULES = [dp, tp, pipeline, memory, zero, activations, params, layout, comm, exactness, strategies]
 #: beyond ConfigError, the outcomes that are answers, not crashes
 ALLOWED = {
     "exactness": (PropertyFailure,),  # the assert_* helpers fail this way; non-finite values too
-    "pipeline": (pipeline.DeadlockError,),  # a junk order that can never finish is a deadlock, by contract
+    "pp": (pipeline.DeadlockError,),  # a junk order that can never finish is a deadlock, by contract
     "strategies": (InvalidArgument,),  # Hypothesis' convention for a bad strategy argument (validated eagerly)
 }
 
@@ -147,7 +136,8 @@ def test_bitwise_equality_of_dicts_of_arrays_is_a_config_error():
 
 def test_count_params_of_a_dict_names_the_config_class():
     with pytest.raises(ConfigError,
-                       match=r"cfg=\{'hidden_size': 8\} must be a TransformerConfig \(see distcheck.params.PRESETS\)"):
+                       match=r"cfg=\{'hidden_size': 8\} must be a TransformerConfig "
+                             r"\(see distcheck.parallel.params.PRESETS\)"):
         params.count_params({"hidden_size": 8})
     for fn in (params.param_tensors, params.component_counts):
         with pytest.raises(ConfigError, match="must be a TransformerConfig"):
@@ -193,8 +183,8 @@ def test_pipeline_simulate_refuses_a_billion_microbatches_and_points_to_the_clos
     with pytest.raises(ConfigError) as e:
         pipeline.simulate("gpipe", p=4, m=10**9)
     assert e.value.field == "m" and e.value.value == 10**9
-    assert "pipeline.MAX_ACTIONS = 10000000" in e.value.rule
-    assert "distcheck.closed_form.get('pipeline.step_ticks.gpipe').evaluate(p=4, m=1000000000)" in e.value.rule
+    assert "pp.MAX_ACTIONS = 10000000" in e.value.rule
+    assert "distcheck.closed_form.get('pp.step_ticks.gpipe').evaluate(p=4, m=1000000000)" in e.value.rule
     with pytest.raises(ConfigError, match=r"v=2"):
         pipeline.schedule_order("interleaved", 4, 4 * 10**6, 2)
     # a long timeline (huge tick costs) has its figures; only its tick grid is refused, when asked for

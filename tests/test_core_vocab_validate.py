@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 from hypothesis.errors import InvalidArgument
 
-from distcheck import comm, layout, params, pipeline, tp, zero
 from distcheck import strategies as ds
 from distcheck.core import validate
 from distcheck.core.errors import ConfigError, IntervalError
 from distcheck.core.vocab import LAYOUT_ORDER, Axis, Collective, Schedule, Verdict, names
+from distcheck.parallel import comm, layout, params, tp, zero
+from distcheck.parallel import pp as pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +54,7 @@ def test_the_modules_take_their_names_from_the_vocabulary():
     from distcheck.closed_form import catalogue
 
     forms = catalogue()
-    assert all(f"pipeline.bubble_fraction.{s}" in forms for s in Schedule)
+    assert all(f"pp.bubble_fraction.{s}" in forms for s in Schedule)
     assert all(f"comm.bytes_per_rank.{c}" in forms for c in Collective)
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distcheck import dp
 from distcheck.certify import get_contract
 from distcheck.errors import ConfigError
+from distcheck.parallel import dp
 from distcheck.parallel.dp.contracts import DDPCase, _relu_mlp_grad_sum, reducer_reference
 from distcheck.report import FAIL, PASS, SKIP
 

@@ -55,8 +55,9 @@ def test_every_package_says_what_it_covers_and_its_sources():
     import importlib
 
     for name in discovery.packages():
-        doc = importlib.import_module(f"distcheck.parallel.{name}").__doc__ or ""
-        assert "Source" in doc and "Public path" in doc, name
+        package = importlib.import_module(f"distcheck.parallel.{name}")
+        doc = package.__doc__ or ""
+        assert "Source" in doc and "Public API" in doc and package.__all__, name  # its face: tests/test_surface.py
 
 
 def test_a_mutant_is_served_and_pickled_under_its_public_path():

@@ -172,7 +172,7 @@ def test_bitwise_equal_requires_the_same_dtype():
 
 
 def test_a_float32_layer_fails_a_bitwise_property_against_the_float64_reference():
-    from distcheck.props import tp as tp_props
+    from distcheck.parallel.tp import properties as tp_props
     from distcheck.strategies import LinearCase
 
     def float32_row_parallel(x, W, tp, b=None):

@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError
-from distcheck.forms import layout as forms
-from distcheck.layout import (
+from distcheck.parallel.layout import (
     EXAMPLES,
     ParallelConfig,
     coords,
@@ -25,6 +24,7 @@ from distcheck.layout import (
     rank_of,
     tp_groups_node_local,
 )
+from distcheck.parallel.layout import forms as forms
 
 # ---------------------------------------------------------------- hand cases
 

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from distcheck.certify import certify
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.errors import ConfigError
-from distcheck.layout import ParallelConfig, groups
 from distcheck.libs import run_libs
 from distcheck.libs.findings import LIB_FINDINGS, label
 from distcheck.libs.table import summary_rows, to_markdown
+from distcheck.parallel.layout import ParallelConfig, groups
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet, canonical
 from distcheck.parallel.memory.estimators import (
     STATE_CONVENTIONS,
@@ -556,8 +556,8 @@ def test_an_import_failure_is_a_skip_never_a_finding(monkeypatch):
 
 
 def test_the_ep_placement_row_names_megatrons_or_torchtitans_convention():
-    from distcheck.layout import EP_PLACEMENT_MEGATRON, EP_PLACEMENT_TORCHTITAN, ep_placements
     from distcheck.libs.targets import ep_placement_row
+    from distcheck.parallel.layout import EP_PLACEMENT_MEGATRON, EP_PLACEMENT_TORCHTITAN, ep_placements
 
     assert ep_placements(tp=2, data=2, ep=2) == {EP_PLACEMENT_MEGATRON: [[0, 2], [1, 3]],
                                                  EP_PLACEMENT_TORCHTITAN: [[0, 1], [2, 3]]}

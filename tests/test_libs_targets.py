@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from distcheck.layout import EP_PLACEMENT_MEGATRON, EP_PLACEMENT_TORCHTITAN
 from distcheck.libs import run_libs
+from distcheck.parallel.layout import EP_PLACEMENT_MEGATRON, EP_PLACEMENT_TORCHTITAN
 from distcheck.report import FAIL, FINDING, PASS, SKIP
 
 pytestmark = pytest.mark.libs

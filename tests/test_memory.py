@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError
-from distcheck.forms import memory as F
-from distcheck.memory import (
+from distcheck.parallel.memory import (
     CONVENTIONS,
     BytesPerParam,
     bytes_per_param,
@@ -22,6 +21,7 @@ from distcheck.memory import (
     train_state_bytes,
     weights_bytes,
 )
+from distcheck.parallel.memory import forms as F
 from distcheck.units import GB, bytes_to
 
 P7 = 6_738_149_376      # lesson 7B-style

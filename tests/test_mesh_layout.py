@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError
-from distcheck.layout import (
+from distcheck.parallel.layout import (
     AxisLayout,
     ParallelConfig,
     derive_degree,

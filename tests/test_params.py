@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError
-from distcheck.forms import params as F
-from distcheck.params import PRESETS, TransformerConfig, component_counts, count_params, param_tensors
+from distcheck.parallel.params import PRESETS, TransformerConfig, component_counts, count_params, param_tensors
+from distcheck.parallel.params import forms as F
 
 EXPECTED = {
     "lesson-7b-style": 6_738_149_376,

@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError
-from distcheck.forms.pipeline import FORMS
-from distcheck.pipeline import (
+from distcheck.parallel.pp import (
     Action,
     DeadlockError,
     from_torch_actions,
@@ -22,6 +21,7 @@ from distcheck.pipeline import (
     schedule_order,
     simulate,
 )
+from distcheck.parallel.pp.forms import FORMS
 
 F = {f.name: f for f in FORMS}
 COSTS = [(1, 2), (1, 1), (2, 1), (1, 3), (3, 2), (2, 5)]
@@ -53,8 +53,8 @@ def test_lesson_gpipe_figures(p, m, step, fraction, percent):
     assert t.bubble_fraction == fraction
     assert pct(t.bubble_fraction) == percent
     assert t.bubble_ratio == Fraction(p - 1, m)
-    assert F["pipeline.step_ticks.gpipe"].evaluate(p=p, m=m) == step
-    assert F["pipeline.bubble_fraction.gpipe"].evaluate(p=p, m=m) == fraction
+    assert F["pp.step_ticks.gpipe"].evaluate(p=p, m=m) == step
+    assert F["pp.bubble_fraction.gpipe"].evaluate(p=p, m=m) == fraction
 
 
 def test_lesson_p16_m4_is_79_percent():
@@ -91,13 +91,13 @@ def _check_against_forms(schedule, p, m, v, t_f, t_b):
     kw = dict(p=p, m=m, t_f=t_f, t_b=t_b)
     if schedule == "interleaved":
         kw["v"] = v
-    assert t.step_ticks == F[f"pipeline.step_ticks.{schedule}"].evaluate(**kw), (schedule, p, m, v, t_f, t_b)
-    busy = F["pipeline.busy_ticks"].evaluate(p=p, m=m, v=v, t_f=t_f, t_b=t_b)
+    assert t.step_ticks == F[f"pp.step_ticks.{schedule}"].evaluate(**kw), (schedule, p, m, v, t_f, t_b)
+    busy = F["pp.busy_ticks"].evaluate(p=p, m=m, v=v, t_f=t_f, t_b=t_b)
     assert t.busy_ticks == (busy,) * p
-    assert t.bubble_fraction == F[f"pipeline.bubble_fraction.{schedule}"].evaluate(**kw)
-    assert t.bubble_ratio == F[f"pipeline.bubble_ratio.{schedule}"].evaluate(**kw)
+    assert t.bubble_fraction == F[f"pp.bubble_fraction.{schedule}"].evaluate(**kw)
+    assert t.bubble_ratio == F[f"pp.bubble_ratio.{schedule}"].evaluate(**kw)
     assert t.bubble_fraction == t.bubble_ratio / (1 + t.bubble_ratio)
-    peak = F[f"pipeline.peak_in_flight.{schedule}"].evaluate(**kw)
+    peak = F[f"pp.peak_in_flight.{schedule}"].evaluate(**kw)
     assert t.peak_in_flight[0] == max(t.peak_in_flight) == peak
     return t
 
@@ -348,16 +348,16 @@ def test_action_validation():
 
 
 def test_closed_form_inputs_and_constraints():
-    assert F["pipeline.peak_in_flight.1f1b"].evaluate(p=8, m=3) == 3
-    assert F["pipeline.busy_ticks"].evaluate(p=4, m=4) == 12  # v = 1, t_f = 1, t_b = 2 by default
-    assert "m % p == 0" in " ".join(F["pipeline.bubble_ratio.interleaved"].constraints)
-    with pytest.raises(ConfigError, match=re.escape("v=2 is not an input of pipeline.step_ticks.gpipe")):
-        F["pipeline.step_ticks.gpipe"].evaluate(p=4, m=4, v=2)
+    assert F["pp.peak_in_flight.1f1b"].evaluate(p=8, m=3) == 3
+    assert F["pp.busy_ticks"].evaluate(p=4, m=4) == 12  # v = 1, t_f = 1, t_b = 2 by default
+    assert "m % p == 0" in " ".join(F["pp.bubble_ratio.interleaved"].constraints)
+    with pytest.raises(ConfigError, match=re.escape("v=2 is not an input of pp.step_ticks.gpipe")):
+        F["pp.step_ticks.gpipe"].evaluate(p=4, m=4, v=2)
     names = {
-        "pipeline.step_ticks.gpipe", "pipeline.step_ticks.1f1b", "pipeline.step_ticks.interleaved",
-        "pipeline.busy_ticks",
-        "pipeline.bubble_fraction.gpipe", "pipeline.bubble_fraction.1f1b", "pipeline.bubble_fraction.interleaved",
-        "pipeline.bubble_ratio.gpipe", "pipeline.bubble_ratio.1f1b", "pipeline.bubble_ratio.interleaved",
-        "pipeline.peak_in_flight.gpipe", "pipeline.peak_in_flight.1f1b",
+        "pp.step_ticks.gpipe", "pp.step_ticks.1f1b", "pp.step_ticks.interleaved",
+        "pp.busy_ticks",
+        "pp.bubble_fraction.gpipe", "pp.bubble_fraction.1f1b", "pp.bubble_fraction.interleaved",
+        "pp.bubble_ratio.gpipe", "pp.bubble_ratio.1f1b", "pp.bubble_ratio.interleaved",
+        "pp.peak_in_flight.gpipe", "pp.peak_in_flight.1f1b",
     }
     assert names <= set(F)

@@ -104,7 +104,7 @@ def test_a_table_compared_with_the_wrong_schedule_fails(monkeypatch):
 
 
 def test_dualpipev_table_keeps_its_overlapped_pairs():
-    from distcheck.pipeline import from_torch_actions
+    from distcheck.parallel.pp import from_torch_actions
 
     order = from_torch_actions(tables.torch_table("ScheduleDualPipeV", 2, 4), pairs=True)
     pairs = [u for row in order.values() for u in row if isinstance(u, tuple)]

@@ -9,7 +9,7 @@ import pytest
 
 from distcheck.closed_form import get
 from distcheck.errors import ConfigError
-from distcheck.pipeline import Action, DeadlockError, replay, schedule_order, simulate
+from distcheck.parallel.pp import Action, DeadlockError, replay, schedule_order, simulate
 
 
 def test_zb_h1_pinned():
@@ -37,27 +37,27 @@ def test_dualpipe_pinned_with_its_pairs():
 
 def test_published_formulas_outside_their_regime_smallest_cases():
     # Qi et al. Table 2, ZB-H1 (p-1)(T_F+T_B-T_W): 0 for p = 2, T_F = T_B = 1, T_W = 2; the order idles 1 tick a rank
-    assert get("pipeline.bubble_ticks.zb_h1.published").evaluate(p=2, t_f=1, t_i=1, t_w=2) == 0
+    assert get("pp.bubble_ticks.zb_h1.published").evaluate(p=2, t_f=1, t_i=1, t_w=2) == 0
     assert simulate("zb_h1", 2, 2, t_f=1, t_i=1, t_w=2).idle_ticks == (1, 1)
     # ZB-H2 (p-1)(T_F+T_B-2T_W) is the steady bubble: with a barrier p = 2, m = 3 idles 1 tick a rank
     t = simulate("zb_h2", 2, 3)
-    assert get("pipeline.bubble_ticks.zb_h2.published").evaluate(p=2, t_f=1, t_i=1, t_w=1) == 0
+    assert get("pp.bubble_ticks.zb_h2.published").evaluate(p=2, t_f=1, t_i=1, t_w=1) == 0
     assert (t.idle_ticks, t.window_idle_ticks) == ((1, 1), (0, 0))
     # DeepSeek-V3 Table 2, DualPipe(V) (PP/2-1)(F&B+B-3W): DualPipeV PP = 4, m = 4, F = I = 1, W = 2, F&B = 4:
     # formula 1, simulated 2
-    assert get("pipeline.bubble_ticks.dualpipe.published").evaluate(pp=4, t_fb=4, b=3, t_w=2) == 1
+    assert get("pp.bubble_ticks.dualpipe.published").evaluate(pp=4, t_fb=4, b=3, t_w=2) == 1
     assert max(simulate("dualpipev", 2, 4, t_f=1, t_i=1, t_w=2, t_fb=4).idle_ticks) == 2
     # DualPipe with a pair faster than F + I (F&B = 1): formula 0, simulated 2
-    assert get("pipeline.bubble_ticks.dualpipe.published").evaluate(pp=4, t_fb=1, b=2, t_w=1) == 0
+    assert get("pp.bubble_ticks.dualpipe.published").evaluate(pp=4, t_fb=1, b=2, t_w=1) == 0
     assert max(simulate("dualpipe", 4, 8, t_fb=1).idle_ticks) == 2
 
 
 def test_the_same_zb1p_text_names_two_schedules():
     # DeepSeek's ZB1P (PP-1)(F+B-2W) with its full B is Qi et al.'s ZB-H1; read with an input-gradient B it is
     # Qi et al.'s ZB-H2 expression: at p = 4, F = 1, W = 1, B = 2 the two readings give 3 and 0 ticks
-    full = get("pipeline.bubble_ticks.zb_h1.b_full").evaluate(p=4, t_f=1, b=2, t_w=1)
+    full = get("pp.bubble_ticks.zb_h1.b_full").evaluate(p=4, t_f=1, b=2, t_w=1)
     assert full == max(simulate("zb_h1", 4, 8, t_f=1, t_i=1, t_w=1).idle_ticks) == 3
-    as_h2 = get("pipeline.bubble_ticks.zb_h2.published").evaluate(p=4, t_f=1, t_i=2, t_w=1)
+    as_h2 = get("pp.bubble_ticks.zb_h2.published").evaluate(p=4, t_f=1, t_i=2, t_w=1)
     assert as_h2 == max(simulate("zb_h2", 4, 8, t_f=1, t_i=2, t_w=1).window_idle_ticks) == 3 * (1 + 2 - 2)
 
 
@@ -76,10 +76,10 @@ def test_the_audit_names_the_reading_of_b():
 
 
 def test_forms_carry_their_regimes():
-    assert "m >= p" in get("pipeline.bubble_ticks.zb_h1").constraints
-    assert any("2t <= t_fb <= 3t" in c for c in get("pipeline.bubble_ticks.dualpipev").constraints)
-    assert get("pipeline.bubble_fraction.zb_v").evaluate(p=4, m=8) == Fraction(3, 51)
-    assert get("pipeline.parameter_copies.dualpipe").evaluate(p=4) == 2
+    assert "m >= p" in get("pp.bubble_ticks.zb_h1").constraints
+    assert any("2t <= t_fb <= 3t" in c for c in get("pp.bubble_ticks.dualpipev").constraints)
+    assert get("pp.bubble_fraction.zb_v").evaluate(p=4, m=8) == Fraction(3, 51)
+    assert get("pp.parameter_copies.dualpipe").evaluate(p=4) == 2
 
 
 @pytest.mark.parametrize("schedule, p, m, match", [
@@ -121,7 +121,7 @@ def test_large_run_without_grid():
 
 
 def test_both_engines_agree_on_every_schedule():
-    from distcheck.pipeline import SCHEDULES
+    from distcheck.parallel.pp import SCHEDULES
 
     for s in SCHEDULES:
         a = simulate(s, 4, 8, t_f=2, engine="sweeps")

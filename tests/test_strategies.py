@@ -107,7 +107,7 @@ def test_unequal_power_of_two_shards(sizes):
 @settings(max_examples=40, database=None, deadline=None)
 @given(ds.pipeline_params())
 def test_pipeline_params_respect_schedule_constraints(pp):
-    from distcheck.pipeline import simulate
+    from distcheck.parallel.pp import simulate
 
     if pp.schedule == "interleaved":
         assert pp.v >= 2 and pp.m % pp.p == 0
@@ -119,7 +119,7 @@ def test_pipeline_params_respect_schedule_constraints(pp):
 @settings(max_examples=60, database=None, deadline=None)
 @given(ds.invalid_parallel_configs())
 def test_invalid_parallel_configs_are_rejected_naming_the_field(bad):
-    from distcheck.layout import ParallelConfig
+    from distcheck.parallel.layout import ParallelConfig
 
     with pytest.raises(ConfigError) as e:
         ParallelConfig(**bad.kwargs)

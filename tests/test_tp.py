@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck import tp
 from distcheck.errors import ConfigError
-from distcheck.forms import tp as tp_forms
+from distcheck.parallel import tp
+from distcheck.parallel.tp import forms as tp_forms
 
 LESSON_X = np.array([1.0, 2.0])
 LESSON_W = np.array([[1.0, 0.0, 2.0, 1.0], [0.0, 1.0, 1.0, 3.0]])

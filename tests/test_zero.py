@@ -10,9 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError
-from distcheck.forms import zero as F
-from distcheck.units import GB, bytes_to
-from distcheck.zero import (
+from distcheck.parallel.zero import (
     comm_elements_per_rank,
     fsdp2_shard_elements,
     fsdp2_shard_rows,
@@ -22,6 +20,8 @@ from distcheck.zero import (
     zero_redundancy_assignment,
     zero_redundancy_shard_elements,
 )
+from distcheck.parallel.zero import forms as F
+from distcheck.units import GB, bytes_to
 
 PSI, N = 7_500_000_000, 64
 PAPER_GB = {0: Fraction(120), 1: Fraction(3140625, 100000), 2: Fraction(16640625, 1000000), 3: Fraction(1875, 1000)}

@@ -7,7 +7,7 @@ whose own ``constraints`` are descriptive text, get theirs from :data:`DECLARED`
 
 A claim whose inputs (defaults filled) break a constraint of its quantity is ``not-checkable``,
 with the constraint named: the formula describes no schedule, layout or model with those inputs,
-so no figure can be judged against it (``pipeline.bubble_fraction.interleaved`` at m = 6, p = 4:
+so no figure can be judged against it (``pp.bubble_fraction.interleaved`` at m = 6, p = 4:
 Megatron-LM's interleaved schedule refuses a number of micro-batches that the pipeline size does
 not divide). An alternative reading (:mod:`distcheck.audit.conventions`) whose quantity's
 constraints fail reproduces no figure.
@@ -71,8 +71,8 @@ TRIM_ENDS_DIVISIBLE = Constraint(
 
 #: (closed-form name pattern, its constraints): the executable constraints of catalogue quantities
 DECLARED: tuple[tuple[str, tuple[Constraint, ...]], ...] = (
-    ("pipeline.*.interleaved", (INTERLEAVED_V_AT_LEAST_2, INTERLEAVED_M_DIVISIBLE_BY_P)),
-    ("pipeline.*.interleaved_zb", (ZB_M_AT_LEAST_P, ZB_INTERLEAVED_ROUNDS)),
+    ("pp.*.interleaved", (INTERLEAVED_V_AT_LEAST_2, INTERLEAVED_M_DIVISIBLE_BY_P)),
+    ("pp.*.interleaved_zb", (ZB_M_AT_LEAST_P, ZB_INTERLEAVED_ROUNDS)),
 )
 
 

@@ -192,11 +192,11 @@ _ACT_SHARDED_TP_PP = Axis("activations replicated or sharded", (
 def _bubble_axis(schedule: str, to: str) -> Axis:
     if to == "ratio":
         return Axis("bubble relative to total or to ideal time", (Variant(
-            "bubble relative to ideal (useful) time", f"pipeline.bubble_ratio.{schedule}: idle / ideal, (p-1)/m",
-            quantity=f"pipeline.bubble_ratio.{schedule}"),))
+            "bubble relative to ideal (useful) time", f"pp.bubble_ratio.{schedule}: idle / ideal, (p-1)/m",
+            quantity=f"pp.bubble_ratio.{schedule}"),))
     return Axis("bubble relative to total or to ideal time", (Variant(
-        "bubble relative to total time", f"pipeline.bubble_fraction.{schedule}: idle / total, (p-1)/(m+p-1)",
-        quantity=f"pipeline.bubble_fraction.{schedule}"),))
+        "bubble relative to total time", f"pp.bubble_fraction.{schedule}: idle / total, (p-1)/(m+p-1)",
+        quantity=f"pp.bubble_fraction.{schedule}"),))
 
 
 _ACT_ROWS = ("none", "tp", "tp_sp", "tp_selective", "tp_sp_selective", "full_recompute")
@@ -286,8 +286,8 @@ def _build() -> tuple[tuple[str, Axis], ...]:
         ("activations.checkpointed_peak_bytes", Axis("what a checkpointed model stores", (Variant(
             "layer-input checkpoints only (no recompute working set)", "activations.total_bytes.full_recompute",
             quantity="activations.total_bytes.full_recompute"),))),
-        ("pipeline.step_ticks.*", _BACKWARD),
-        ("pipeline.busy_ticks", _BACKWARD),
+        ("pp.step_ticks.*", _BACKWARD),
+        ("pp.busy_ticks", _BACKWARD),
         ("*", _PARAM_COUNT),
         ("zero.bytes_per_gpu.stage3_with_gather", Axis("which ZeRO-3 estimate", (Variant(
             "DeepSpeed's ZeRO-3 estimator: int(18 Psi / N) + 4 x largest_layer_params (the largest layer gathered "
@@ -320,14 +320,14 @@ def _build() -> tuple[tuple[str, Axis], ...]:
             "with the ring factor (n-1)/n (nccl-tests)", f"zero.comm_bytes_per_rank.{k}",
             quantity=f"zero.comm_bytes_per_rank.{k}"),))))
     for sched in Schedule:
-        rows.append((f"pipeline.bubble_fraction.{sched}", _bubble_axis(sched, "ratio")))
-        rows.append((f"pipeline.bubble_ratio.{sched}", _bubble_axis(sched, "fraction")))
-    for prefix in ("pipeline.bubble_ticks.1f1b", "pipeline.bubble_ticks.zb_h1", "pipeline.bubble_ticks.zb_h2.steady"):
+        rows.append((f"pp.bubble_fraction.{sched}", _bubble_axis(sched, "ratio")))
+        rows.append((f"pp.bubble_ratio.{sched}", _bubble_axis(sched, "fraction")))
+    for prefix in ("pp.bubble_ticks.1f1b", "pp.bubble_ticks.zb_h1", "pp.bubble_ticks.zb_h2.steady"):
         for own in ("b_input", "b_full"):
             rows.append((f"{prefix}.{own}", _b_axis(prefix, own)))
     for sched in (Schedule.ZB_H2, Schedule.ZB_V):
         for kind in ("bubble_ticks", "bubble_ratio"):
-            rows.append((f"pipeline.{kind}.{sched}", _steady_axis(f"pipeline.{kind}.{sched}")))
+            rows.append((f"pp.{kind}.{sched}", _steady_axis(f"pp.{kind}.{sched}")))
     for r in _ACT_ROWS:
         rows.append((f"activations.bytes_per_layer.{r}", _act_axis("activations.bytes_per_layer", r)))
         rows.append((f"activations.total_bytes.{r}", _act_axis("activations.total_bytes", r)))

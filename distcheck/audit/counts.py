@@ -34,7 +34,7 @@ FRACTIONAL_COUNT_NOUNS = frozenset({"elements", "ticks"})
 
 #: composites that share a whole count out: quantity -> (inputs multiplied into the count, inputs it is shared over)
 _SHARES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "pipeline.layers_per_stage.even": (("num_layers",), ("p",)),
+    "pp.layers_per_stage.even": (("num_layers",), ("p",)),
     "layout.nodes_per_replica": (("tp", "pp"), ("gpus_per_node",)),
 }
 

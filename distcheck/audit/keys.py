@@ -116,6 +116,16 @@ class Claim:
     index: int = 0
     line: int | None = None
     lines: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the old name the key wrote for ``quantity`` (``pipeline.bubble_fraction.gpipe`` for ``pp.bubble_fraction.gpipe``;
+    #: :data:`distcheck.audit.quantities.RENAMED_PREFIXES`), "" when it wrote the current name
+    alias: str = ""
+
+    @property
+    def alias_note(self) -> str:
+        """The report's note on an old quantity name ("" when the key wrote the current one)."""
+        if not self.alias:
+            return ""
+        return f"the key names {self.alias}, the old name of {self.quantity} (read as an alias; rename it)"
 
 
 @dataclass(frozen=True)
@@ -309,6 +319,7 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
     cid, base, ln = _table_head(rc, "claim", i, cl, _CLAIM_FIELDS, path, ids)
 
     qname = _check_str(rc, "quantity", path, ln("quantity"), f"{base}.quantity", required=True)
+    alias, qname = (qname, qmod.renamed(qname)) if qmod.renamed(qname) else ("", qname)  # an old name, read as its new
     try:
         q = qmod.get_quantity(qname)
     except UnknownQuantityError as exc:
@@ -380,7 +391,7 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
             raise _err(f"expect must be one of {', '.join(VERDICTS)}, got {expect!r}", path, ln("expect"),
                        f"{base}.expect")
     return Claim(cid, qname, dict(inputs), claimed, ctext, unit, step, step_inferred, note, section, expect,
-                 i, header, dict(cl))
+                 i, header, dict(cl), alias)
 
 
 

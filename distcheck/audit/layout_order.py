@@ -6,10 +6,10 @@ under another order (Megatron-core's ``tp-cp-ep-dp-pp``, ``tp-dp-pp``, dp innerm
 must be audited under that order, or it gets a confident verdict about the wrong layout.
 So a claim on any ``layout.*`` quantity may give ``order = "tp-cp-ep-dp-pp"`` among its
 inputs (innermost first; tp, cp, pp, dp, ep, each at most once; ep, carved from the
-data-parallel ranks, is dropped as in :class:`distcheck.layout.ParallelConfig`). For the
+data-parallel ranks, is dropped as in :class:`distcheck.parallel.layout.ParallelConfig`). For the
 order-dependent quantities the order changes the value, and their degrees tp, cp, pp and
 dp may all be given (an axis's degree is needed when another axis lies outside it); the
-value is then computed by the reference, :mod:`distcheck.layout`, under that order. For
+value is then computed by the reference, :mod:`distcheck.parallel.layout`, under that order. For
 the others (world size, group counts, fractions) the order is checked and changes nothing.
 Without ``order`` a claim is read under the default order.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.vocab import LAYOUT_ORDER, Axis
-from distcheck.layout import MEGATRON_DEFAULT_ORDER
+from distcheck.parallel.layout import MEGATRON_DEFAULT_ORDER
 
 __all__ = ["DEFAULT", "ORDERED", "DEGREES", "ALTERNATIVE_ORDERS", "accepts_order", "extra_inputs", "listed_inputs",
            "parse", "compute", "alternatives"]
@@ -64,7 +64,7 @@ def listed_inputs(quantity: str, input_names: tuple[str, ...]) -> list[dict]:
 def parse(text: object) -> tuple[str, ...]:
     """An order string as a tuple, innermost first; ConfigError for anything else (not a string,
     an unknown or repeated axis)."""
-    from distcheck.layout import AXES, parse_order
+    from distcheck.parallel.layout import AXES, parse_order
 
     if not isinstance(text, str):
         raise ConfigError("order", text, "must be a string of axes innermost first, e.g. 'tp-cp-ep-dp-pp'")
@@ -117,12 +117,12 @@ def _degree(values: Mapping[str, Fraction], axis: str, order: str, why: str) -> 
 def compute(quantity: str, values: Mapping[str, Fraction], order: str) -> Fraction:
     """The value of an order-dependent quantity under ``order`` (exact): the strides of the order
     (rank = sum of index x stride, stride = product of the degrees inside; as
-    :func:`distcheck.layout.coords`), and :func:`distcheck.layout.groups_node_local` for node
+    :func:`distcheck.parallel.layout.coords`), and :func:`distcheck.parallel.layout.groups_node_local` for node
     locality. Raises ConfigError naming a degree the order needs that the claim does not give, or an
     index out of range."""
     axes = _axes(order)
     v = dict(values)
-    for a in DEGREES:  # as distcheck.layout.ParallelConfig: an axis of degree > 1 may not be left out
+    for a in DEGREES:  # as distcheck.parallel.layout.ParallelConfig: an axis of degree > 1 may not be left out
         if a not in parse(order) and int(v.get(a, 1)) > 1:
             raise ConfigError("order", order, f"must list {a!r} ({a}={int(v[a])} > 1)")
     if quantity == "layout.rank":
@@ -147,7 +147,7 @@ def compute(quantity: str, values: Mapping[str, Fraction], order: str) -> Fracti
             return Fraction(q)
         return Fraction(q % _degree(v, axis, order, f"an axis lies outside {axis}"))
     if quantity == "layout.tp_groups_node_local":
-        from distcheck.layout import ParallelConfig, groups_node_local
+        from distcheck.parallel.layout import ParallelConfig, groups_node_local
 
         inner = axes[:axes.index(Axis.TP)]
         # keyword arguments of ParallelConfig: degrees by axis name

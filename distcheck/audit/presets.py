@@ -31,7 +31,7 @@ _DECODER_INPUTS = ("hidden_size", "num_layers", "ffn_hidden_size", "num_heads", 
 
 
 def preset_names() -> list[str]:
-    """The names of :data:`distcheck.params.PRESETS`, sorted."""
+    """The names of :data:`distcheck.parallel.params.PRESETS`, sorted."""
     from distcheck.parallel.params.reference import PRESETS
 
     return sorted(PRESETS)

@@ -17,7 +17,7 @@ this module adds:
 
 Model presets. A quantity with a ``params`` input, or with architecture inputs
 (``hidden_size``, ``num_layers``, ``h``, ``a``, ...), also accepts
-``model = "<preset>"`` naming an entry of :data:`distcheck.params.PRESETS`; the
+``model = "<preset>"`` naming an entry of :data:`distcheck.parallel.params.PRESETS`; the
 preset fills every architecture input the quantity has, and ``params`` is the
 exact total of ``params.decoder_only`` for that preset (e.g. ``llama-3-70b`` is
 70,553,706,496). An input given explicitly wins over the preset. The *nominal*
@@ -70,13 +70,15 @@ from distcheck.audit.worked_examples import (
 from distcheck.closed_form import catalogue
 from distcheck.core.errors import ConfigError, UnknownQuantityError
 from distcheck.core.validate import check_type
-from distcheck.core.vocab import Collective
+from distcheck.core.vocab import Axis, Collective
 
 __all__ = [
     "QuantityInput",
     "Quantity",
     "quantities",
     "get_quantity",
+    "renamed",
+    "RENAMED_PREFIXES",
     "list_quantities",
     "unit_factor",
     "unit_family",
@@ -215,14 +217,14 @@ def _composites() -> list[Quantity]:
         lambda v: Fraction(v["tp"] * v["pp"]) / v["gpus_per_node"],
     ))
     out.append(Q(
-        "pipeline.layers_per_stage.even", "layers", "even split of layers over pipeline stages",
+        "pp.layers_per_stage.even", "layers", "even split of layers over pipeline stages",
         "layers per stage when num_layers is split evenly over p stages: num_layers / p "
         "(not an integer when p does not divide it)",
         (Inp("num_layers", "transformer layers", "layers"), Inp("p", "pipeline stages", "stages")),
         lambda v: Fraction(v["num_layers"]) / v["p"],
     ))
     out.append(Q(
-        "pipeline.layers_per_stage.trim_ends", "layers",
+        "pp.layers_per_stage.trim_ends", "layers",
         "Llama 3 (Dubey et al. 2024) section 3.3.2: one layer removed from the first and the last stage",
         "layers of each middle stage when the first and last stages hold `trimmed` fewer: (num_layers + 2 trimmed) / p",
         (Inp("num_layers", "transformer layers", "layers"), Inp("p", "pipeline stages", "stages"),
@@ -230,7 +232,7 @@ def _composites() -> list[Quantity]:
         _trim_ends, constraints=("p divides num_layers + 2 trimmed",), requires=(TRIM_ENDS_DIVISIBLE,),
     ))
     out.append(Q(
-        "pipeline.total_layers.trim_ends", "layers",
+        "pp.total_layers.trim_ends", "layers",
         "Llama 3 (Dubey et al. 2024) section 3.3.2: one layer removed from the first and the last stage",
         "layers of a pipeline of p stages whose middle stages hold layers_per_stage and whose two end stages hold "
         "`trimmed` fewer: p x layers_per_stage - 2 trimmed",
@@ -383,6 +385,21 @@ def quantities() -> dict[str, Quantity]:
     return _QUANTITIES
 
 
+#: old name -> new name, by prefix: quantities renamed to the one name of their parallelism
+#: (:class:`distcheck.core.vocab.Axis`: pipeline parallelism is ``pp``). An answer key naming an old name still
+#: loads, for one release; the report says which name it read (:attr:`distcheck.audit.keys.Claim.alias`).
+RENAMED_PREFIXES: dict[str, str] = {"pipeline.": f"{Axis.PP}."}
+
+
+def renamed(name: str) -> str | None:
+    """The current name of ``name`` when ``name`` is the old name of a quantity (``pipeline.bubble_fraction.gpipe``
+    -> ``pp.bubble_fraction.gpipe``), else None."""
+    for old, new in RENAMED_PREFIXES.items():
+        if name.startswith(old) and new + name[len(old):] in quantities():
+            return new + name[len(old):]
+    return None
+
+
 def get_quantity(name: str) -> Quantity:
     """The quantity called ``name``; raises ConfigError when ``name`` is not a str and
     UnknownQuantityError (a KeyError, with close matches) when no quantity has that name."""
@@ -402,7 +419,7 @@ def preset_inputs(model: str, quantity: Quantity) -> dict[str, Fraction]:
     """The inputs of ``quantity`` a preset fills (exact). ``params`` is the total of
     ``params.decoder_only`` for the preset. Raises ConfigError for an unknown preset or a
     ``quantity`` that is not a Quantity."""
-    from distcheck.params import PRESETS
+    from distcheck.parallel.params import PRESETS
 
     check_type("model", model, str, "must be a preset name (a str)")
     check_type("quantity", quantity, Quantity, "must be a Quantity (see get_quantity)")

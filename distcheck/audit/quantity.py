@@ -69,7 +69,9 @@ class Quantity:
     by the documented conventions of :mod:`distcheck.audit.conventions` (a variant that ``needs`` one)
     and by the unit bridges of :mod:`distcheck.audit.claim_units` (e.g. the world size ``n`` a
     ring-factor reading of an element count needs, and ``bytes_per_element`` for a figure in bytes):
-    a claim may give them, the default reading ignores them.
+    a claim may give them, the default reading ignores them. ``where`` is ``"path:line"`` of the closed
+    form's definition (:attr:`distcheck.core.closed_form.ClosedForm.where`), "" for the audit's own
+    quantities (defined in :mod:`distcheck.audit.quantities` and :mod:`distcheck.audit.composites`).
     """
 
     name: str
@@ -83,6 +85,7 @@ class Quantity:
     constraints: tuple[str, ...] = field(default=())
     requires: tuple[Constraint, ...] = field(default=())
     convention_inputs: tuple[QuantityInput, ...] = field(default=())
+    where: str = ""
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -116,7 +119,8 @@ class Quantity:
             "description": self.description,
             "inputs": [i.as_dict() for i in self.inputs]
             + ([{"name": "model", "unit": "", "kind": "preset", "default": None,
-                 "description": "a preset of distcheck.params.PRESETS filling the architecture inputs / params"}]
+                 "description": "a preset of distcheck.parallel.params.PRESETS filling the architecture inputs / "
+                                "params"}]
                if self.accepts_model else [])
             + _layout_inputs(self.name, self.input_names),
             "convention_inputs": [i.as_dict() for i in self.convention_inputs],
@@ -124,6 +128,7 @@ class Quantity:
             "reason": self.reason,
             "constraints": list(self.constraints),
             "requires": [c.as_dict() for c in self.requires],
+            "where": self.where,
         }
 
 
@@ -141,7 +146,7 @@ def _from_form(form: ClosedForm) -> Quantity:
         name=form.name, unit=form.unit, source=form.source, description=form.description,
         inputs=tuple(QuantityInput(i.name, i.description, i.unit, i.kind, i.default) for i in form.inputs),
         compute=compute, constraints=tuple(form.constraints),
-        requires=declared_for(form.name, tuple(i.name for i in form.inputs)),
+        requires=declared_for(form.name, tuple(i.name for i in form.inputs)), where=form.where,
     )
 
 

@@ -13,7 +13,7 @@ printed figures against each other as if a ``[[check]]`` had been written (the s
   + A (same params, dp, k): a ZeRO table built on another table's rows;
 * ``zero.bytes_per_gpu.stage0`` = ``memory.train_state_bytes`` (same params, ``bytes_per_param =
   4 + k``, tp = pp = 1): ZeRO's baseline is the whole training state;
-* ``pipeline.step_ticks.<schedule>`` = ``pipeline.busy_ticks`` + ``pipeline.idle_ticks.<schedule>``
+* ``pp.step_ticks.<schedule>`` = ``pp.busy_ticks`` + ``pp.idle_ticks.<schedule>``
   (same p, m, t_f, t_b, and v): a schedule's step is its work plus its bubble.
 
 Each becomes a :class:`~distcheck.audit.consistency.CheckVerdict` with ``automatic=True`` and an id
@@ -92,11 +92,11 @@ def relation_checks(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, 
                 if act is not None and _same(v, w, ("params", "dp", "k")):
                     found.append(("sum", total.id, (zero.id, act)))
     for sched in Schedule:
-        for total, v in by_q.get(f"pipeline.step_ticks.{sched}", []):
+        for total, v in by_q.get(f"pp.step_ticks.{sched}", []):
             shared = ("p", "m", "t_f", "t_b") + (("v",) if sched == Schedule.INTERLEAVED else ())
-            busy = [c for c, w in by_q.get("pipeline.busy_ticks", [])
+            busy = [c for c, w in by_q.get("pp.busy_ticks", [])
                     if _same(v, w, shared) and (sched == Schedule.INTERLEAVED or w.get("v", 1) == 1)]
-            idle = [c for c, w in by_q.get(f"pipeline.idle_ticks.{sched}", []) if _same(v, w, shared)]
+            idle = [c for c, w in by_q.get(f"pp.idle_ticks.{sched}", []) if _same(v, w, shared)]
             if len(busy) == 1 and len(idle) == 1:
                 found.append(("sum", total.id, (busy[0].id, idle[0].id)))
     for zero, v in by_q.get("zero.bytes_per_gpu.stage0", []):

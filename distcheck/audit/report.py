@@ -75,7 +75,7 @@ def render_table(results: AuditResult | Sequence[AuditResult], console: Console 
         for v in r.claims:
             st = _STYLE.get(v.verdict, "")
             table.add_row(escape(v.claim.id), v.claim.quantity, escape(f"{v.claim.claimed_text} {v.claim.unit}"),
-                          escape(_value(v)), f"[{st}]{v.verdict}[/]", escape(v.explanation))
+                          escape(_value(v)), f"[{st}]{v.verdict}[/]", escape(_explanation(v)))
         console.print(table)
         if r.checks:
             ct = Table(title=f"consistency ({r.path})")
@@ -109,7 +109,7 @@ def to_markdown(results: AuditResult | Sequence[AuditResult]) -> str:
         for v in r.claims:
             out.append("| " + " | ".join(_md_escape(x) for x in (
                 f"`{v.claim.id}`", f"`{v.claim.quantity}`", f"{v.claim.claimed_text} {v.claim.unit}", _value(v),
-                f"**{v.verdict}**", v.explanation)) + " |")
+                f"**{v.verdict}**", _explanation(v))) + " |")
         if r.checks:
             out.append("")
             out.append("| check | kind | claims | verdict | explanation |")
@@ -119,6 +119,11 @@ def to_markdown(results: AuditResult | Sequence[AuditResult]) -> str:
                     f"`{c.id}`", c.kind, ", ".join(c.claims), f"**{c.verdict}**", c.explanation)) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def _explanation(v) -> str:
+    """A claim's explanation, with the note on an old quantity name the key used (Claim.alias_note)."""
+    return f"{v.explanation}; {v.claim.alias_note}" if v.claim.alias else v.explanation
 
 
 def _exact(x):
@@ -148,7 +153,8 @@ def to_dict(result: AuditResult) -> dict:
                 "computed_in_unit": _exact(v.computed_in_unit), "verdict": v.verdict, "convention": v.convention,
                 "alternatives": [{"convention": a["convention"], "value": _exact(a["value"]),
                                   "unit": a.get("unit", v.claim.unit)} for a in v.alternatives],
-                "explanation": v.explanation, "expect": v.claim.expect, "note": v.claim.note,
+                "explanation": _explanation(v), "expect": v.claim.expect, "note": v.claim.note,
+                "alias": v.claim.alias or None,
             }
             for v in result.claims
         ],
@@ -201,9 +207,10 @@ def render_quantity_list(fmt: str = "table") -> str:
         return (listed(q["inputs"]) or "-") + (f"; for conventions: {extra}" if extra else "")
 
     if fmt == "markdown":
-        rows = ["| quantity | inputs | unit | source |", "|---|---|---|---|"]
+        rows = ["| quantity | inputs | unit | source | defined at |", "|---|---|---|---|---|"]
         for q in items:
-            rows.append(f"| `{q['name']}` | {_md_escape(inputs(q))} | {q['unit']} | {_md_escape(q['source'])} |")
+            rows.append(f"| `{q['name']}` | {_md_escape(inputs(q))} | {q['unit']} | {_md_escape(q['source'])} | "
+                        f"{q['where'] or '-'} |")
         return "\n".join(rows) + "\n"
     from rich.console import Console
     from rich.markup import escape
@@ -212,9 +219,9 @@ def render_quantity_list(fmt: str = "table") -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=200, force_terminal=False, color_system=None)
     t = Table(title="auditable quantities (distcheck audit --list)")
-    for col in ("quantity", "inputs", "unit", "source"):
+    for col in ("quantity", "inputs", "unit", "source", "defined at"):
         t.add_column(col, overflow="fold")
     for q in items:
-        t.add_row(q["name"], escape(inputs(q)), q["unit"], escape(q["source"]))
+        t.add_row(q["name"], escape(inputs(q)), q["unit"], escape(q["source"]), q["where"] or "-")
     console.print(t)
     return buf.getvalue()

@@ -1,5 +1,5 @@
 """The lesson's tensor-parallel worked example in exact arithmetic: the numpy references of
-:mod:`distcheck.tp` (split sizes, column and row shards) run on object arrays of Fractions, so
+:mod:`distcheck.parallel.tp` (split sizes, column and row shards) run on object arrays of Fractions, so
 every sum is exact. The tensor-parallel reference (and numpy) is imported only when a worked
 example is computed. Sources: the lesson "Scaling and distributed training" (adapted in part
 from *AI Engineering from Scratch*), section 3, "Tensor parallelism: columns and rows", and
@@ -25,7 +25,7 @@ def _tp():
 
 
 def _split_sizes(n: int, parts: int) -> list[int]:
-    """numpy.array_split sizes: the reference's :func:`distcheck.tp.split_sizes`."""
+    """numpy.array_split sizes: the reference's :func:`distcheck.parallel.tp.split_sizes`."""
     return list(_tp().split_sizes(n, parts))
 
 
@@ -113,8 +113,8 @@ def sliced_activation_matches(values: Mapping[str, Any]) -> int:
     without affine weights, ``(h - mean(h)) / sqrt(var(h) + eps)`` (population variance, as
     torch.nn.functional.layer_norm). Its values are irrational in general, so they are compared
     exactly as pairs (u, A) meaning u / sqrt(A): equal iff u and w have the same sign and
-    u^2 B = w^2 A. The shards are the reference's (:func:`distcheck.tp.split_bounds` of
-    :func:`distcheck.tp.split_sizes`). Raises ConfigError when a shard's variance plus eps is 0.
+    u^2 B = w^2 A. The shards are the reference's (:func:`distcheck.parallel.tp.split_bounds` of
+    :func:`distcheck.parallel.tp.split_sizes`). Raises ConfigError when a shard's variance plus eps is 0.
     """
     h = vector_of(values, "h")
     tp = int(values["tp"])

@@ -13,9 +13,14 @@ forms. The catalogue, which finds and imports those modules first, is
 
 from __future__ import annotations
 
+import linecache
+import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import sympy as sp
@@ -97,7 +102,7 @@ class ClosedForm:
 
     Attributes:
         name: dotted catalogue name, ``"<strategy>.<quantity>[.<variant>]"``,
-            e.g. ``"pipeline.bubble_fraction.gpipe"``.
+            e.g. ``"pp.bubble_fraction.gpipe"``.
         expr: sympy expression in the symbols of ``inputs``.
         inputs: the named inputs, in a stable order.
         unit: unit of the result: ``"bytes"``, ``"bytes_per_param"``, ``"ticks"``,
@@ -106,6 +111,10 @@ class ClosedForm:
         source: paper and equation, or lesson and section.
         description: one line saying what the quantity is, with its convention.
         constraints: human-readable side conditions (e.g. "m % p == 0").
+        module, file, line: where the form is defined, captured when it is built: the module of the
+            first caller outside this one, its source file, and the line of that file that spells the
+            form's name (the line a grep of the name finds), else the line of the call.
+            :attr:`where` is ``"path:line"``, the path relative to the checkout (or site-packages).
     """
 
     name: str
@@ -115,15 +124,35 @@ class ClosedForm:
     source: str
     description: str
     constraints: tuple[str, ...] = field(default=())
+    module: str = field(default="", compare=False)
+    file: str = field(default="", compare=False, repr=False)
+    line: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
-        check_type("name", self.name, str, "must be a str, e.g. 'pipeline.bubble_fraction.gpipe'")
+        check_type("name", self.name, str, "must be a str, e.g. 'pp.bubble_fraction.gpipe'")
         check_type("expr", self.expr, sp.Basic, "must be a sympy expression")
         check_type("inputs", self.inputs, tuple, "must be a tuple of Input")
         for i in self.inputs:
             check_type(f"{self.name} input", i, Input, "must be an Input")
         for f in ("unit", "source", "description"):
             check_type(f, getattr(self, f), str, "must be a str")
+        if not self.module:
+            module, file, line = _definition(self.name)
+            object.__setattr__(self, "module", module)
+            object.__setattr__(self, "file", file)
+            object.__setattr__(self, "line", line)
+
+    @property
+    def where(self) -> str:
+        """``"path:line"`` of the definition (``distcheck/parallel/pp/forms.py:121``): the path relative to the
+        folder holding the ``distcheck`` package, so that it opens from a checkout's root."""
+        root = Path(__file__).resolve().parent.parent.parent
+        path = Path(self.file)
+        try:
+            path = path.resolve().relative_to(root)
+        except ValueError:
+            pass
+        return f"{path}:{self.line}"
 
     @property
     def symbols(self) -> dict[str, sp.Symbol]:
@@ -165,6 +194,25 @@ class ClosedForm:
 
     def __str__(self) -> str:
         return f"{self.name} = {self.expr}  [{self.unit}]  ({self.source})"
+
+
+def _definition(name: str) -> tuple[str, str, int]:
+    """(module, file, line) of the code building the form called ``name``: the first frame outside this module
+    (and outside the dataclass' generated ``__init__``); the line is the first of that file that spells
+    ``name`` as a string literal, else the first comment naming it (the forms a loop builds), else the
+    frame's own line."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename in (__file__, "<string>")):
+        frame = frame.f_back
+    if frame is None:  # pragma: no cover - built from nowhere
+        return "", "", 0
+    file = frame.f_code.co_filename
+    lines = linecache.getlines(file)
+    literal = re.compile(rf"[\"']{re.escape(name)}[\"']")
+    comment = re.compile(rf"#.*(?<![\w.]){re.escape(name)}(?![\w.])")
+    line = next((i for i, text in enumerate(lines, 1) if literal.search(text)), None)
+    line = line or next((i for i, text in enumerate(lines, 1) if comment.search(text)), frame.f_lineno)
+    return str(frame.f_globals.get("__name__", "")), file, line
 
 
 _REGISTRY: dict[str, ClosedForm] = {}

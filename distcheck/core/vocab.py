@@ -27,7 +27,7 @@ class _Name(StrEnum):
 
 
 class Schedule(_Name):
-    """Pipeline schedules the simulator runs (:mod:`distcheck.pipeline`).
+    """Pipeline schedules the simulator runs (:mod:`distcheck.parallel.pp`).
 
     - ``gpipe``: all forwards, then all backwards (Huang et al. 2019, "GPipe");
     - ``1f1b``: PipeDream-Flush, one forward one backward in the steady state
@@ -71,12 +71,12 @@ class Collective(_Name):
 
 class Axis(_Name):
     """Axes of a parallel layout (a device mesh): tensor, context, pipeline, data and expert
-    parallelism. The first five members are the axes of :class:`distcheck.layout.ParallelConfig`
+    parallelism. The first five members are the axes of :class:`distcheck.parallel.layout.ParallelConfig`
     in Llama 3's layout order, innermost first, with ``ep`` after them (it is carved out of
     dp x cp; "The Llama 3 Herd of Models", §3.3.2). The last two split dp in two, as hybrid
     sharded data parallelism (HSDP) does and torchtitan's ``ParallelDims`` names them:
     ``dp_replicate`` (replicas) and ``dp_shard`` (ranks one replica is sharded over); they are
-    axes of :class:`distcheck.layout.AxisLayout`, not of ``ParallelConfig``.
+    axes of :class:`distcheck.parallel.layout.AxisLayout`, not of ``ParallelConfig``.
     """
 
     TP = "tp"

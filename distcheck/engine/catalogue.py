@@ -34,7 +34,7 @@ def get(name: str) -> ClosedForm:
 
     Raises ConfigError when ``name`` is not a str, UnknownQuantityError (a KeyError,
     with close matches) when no closed form has that name."""
-    check_type("name", name, str, "must be a str naming a closed form, e.g. 'pipeline.bubble_fraction.gpipe'")
+    check_type("name", name, str, "must be a str naming a closed form, e.g. 'pp.bubble_fraction.gpipe'")
     forms = catalogue()
     try:
         return forms[name]

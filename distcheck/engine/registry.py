@@ -7,8 +7,8 @@ implementation under test; ``None`` means the reference. Each parallelism packag
 edge cases; :func:`properties` and :func:`get` import every such module first
 (:mod:`distcheck.engine.discovery`).
 
-A property's suite is the first part of its name (``"pipeline"`` for
-``"pipeline.stash.formula"``); the suites are whatever the registered names start with
+A property's suite is the first part of its name (``"pp"`` for
+``"pp.stash.formula"``); the suites are whatever the registered names start with
 (:func:`suites`), not a list kept by hand.
 """
 

@@ -1,5 +1,9 @@
-"""Closed forms of 3D layouts (world size, group counts, coordinates): public path of
-:mod:`distcheck.parallel.layout.forms`."""
+"""Deprecated (goes in the next release): a closed form is reached by its name, ``distcheck.closed_form.get(NAME)``.
 
-from distcheck.parallel.layout.forms import *  # noqa: F403
-from distcheck.parallel.layout.forms import __all__ as __all__
+Every name this module served still resolves, with a DeprecationWarning naming its lookup.
+"""
+
+from distcheck.core.face import moved
+from distcheck.forms import _form_path
+
+__getattr__ = moved(__name__, _form_path("distcheck.parallel.layout.forms"), "distcheck.closed_form.get(NAME)")

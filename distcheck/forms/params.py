@@ -1,5 +1,9 @@
-"""Closed forms of parameter counts (``params.decoder_only`` and its components): public path of
-:mod:`distcheck.parallel.params.forms`."""
+"""Deprecated (goes in the next release): a closed form is reached by its name, ``distcheck.closed_form.get(NAME)``.
 
-from distcheck.parallel.params.forms import *  # noqa: F403
-from distcheck.parallel.params.forms import __all__ as __all__
+Every name this module served still resolves, with a DeprecationWarning naming its lookup.
+"""
+
+from distcheck.core.face import moved
+from distcheck.forms import _form_path
+
+__getattr__ = moved(__name__, _form_path("distcheck.parallel.params.forms"), "distcheck.closed_form.get(NAME)")

@@ -32,7 +32,7 @@ def _fmt_group(group: list[int]) -> str:
 def run_layout(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
-    from distcheck import layout as layout_ref
+    from distcheck.parallel import layout as layout_ref
     from distcheck.reportdoc import Table
 
     _check_outputs(args)

@@ -122,8 +122,8 @@ def _inputs_json(model, hardware, workload) -> dict:
 
 def _memory_figures(model, hardware, workload, chosen, fmt_caption: str):
     """The memory chart and, for up to 64 ranks, the chosen layout's diagram, as (Figure, caption, name)."""
-    from distcheck import layout as layout_ref
     from distcheck import viz
+    from distcheck.parallel import layout as layout_ref
     from distcheck.plan.charts import memory_chart_data
 
     chart = memory_chart_data(model, hardware, workload, chosen)

@@ -46,7 +46,7 @@ def _closed_form_rows(t, schedule: str, p: int, m: int, v: int, t_f: int, t_b: i
         why = regime(schedule, p=p, m=m, t_f=t_f, t_i=t_b // 2, t_w=t_b // 2, t_fb=t_f + t_b)
     rows = []
     for quantity, value in got.items():
-        name = f"pipeline.{quantity}.{schedule}"
+        name = f"pp.{quantity}.{schedule}"
         if why:
             rows.append(CheckResult(check=name, backend="simulator", verdict=SKIP, examples=0,
                                     detail=f"outside the form's regime: {why}"))
@@ -60,7 +60,7 @@ def _closed_form_rows(t, schedule: str, p: int, m: int, v: int, t_f: int, t_b: i
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
-    from distcheck import pipeline
+    from distcheck.parallel import pp as pipeline
     from distcheck.report import exit_code
 
     _check_outputs(args)
@@ -109,8 +109,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
 def _torch_part(args, v: int) -> dict:
     """Replay torch's schedule table; a CheckResult row compares it with the simulator."""
-    from distcheck import pipeline
     from distcheck.core.errors import ConfigError
+    from distcheck.parallel import pp as pipeline
     from distcheck.progress import Progress
     from distcheck.report import FAIL, PASS, SKIP, CheckResult
 

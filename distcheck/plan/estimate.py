@@ -6,7 +6,7 @@ closed forms under the conventions named below. :data:`CONVENTIONS` holds the
 same text the command line prints, so a reader of a plan sees what was assumed.
 
 Training state per GPU (weights, gradients, optimizer state)
-    ``bytes_per_param`` convention of :data:`distcheck.memory.CONVENTIONS`
+    ``bytes_per_param`` convention of :data:`distcheck.parallel.memory.CONVENTIONS`
     (default ``mixed_adamw``: 2 + 2 + 12 = 16 bytes per parameter; the
     lesson "Scaling and distributed training", section 1, and the ZeRO paper,
     Rajbhandari et al. 2020, section 3.1). Tensor and pipeline parallelism
@@ -26,17 +26,17 @@ Activations per GPU
     ``s = seq_len / cp``, ``b`` = micro-batch size, ``h`` = hidden size,
     ``a`` = heads, ``t = tp``. Table 2 has no row for full recompute with
     sequence parallelism; there the layer input alone, split by t, is kept
-    (``distcheck.activations.bytes_per_layer(..., sequence_parallel=True,
+    (``distcheck.parallel.activations.bytes_per_layer(..., sequence_parallel=True,
     recompute="full")`` = ``2 s b h / t``). Table 2's layer is GPT's
     (multi-head attention, a two-matrix MLP of width 4h): for SwiGLU or
     grouped-query models it is an estimate. A stage holds ``num_layers / pp``
-    layers for each micro-batch in flight: ``pipeline.peak_in_flight.<schedule>``
+    layers for each micro-batch in flight: ``pp.peak_in_flight.<schedule>``
     (1F1B: ``min(pp, m)``, so the first stage holds a whole model's layers,
     as in Korthikanti et al. 2022 section 4.2.3; GPipe: ``m``). Embedding,
     logits and temporary buffers are not counted.
 
 Pipeline bubble
-    ``pipeline.bubble_fraction.<schedule>`` (idle / total time; GPipe and 1F1B:
+    ``pp.bubble_fraction.<schedule>`` (idle / total time; GPipe and 1F1B:
     ``(pp - 1) / (m + pp - 1)``; Huang et al. 2019, Narayanan et al. 2021
     section 2.2).
 
@@ -72,9 +72,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from distcheck import layout as layout_ref
 from distcheck.core.errors import ConfigError
 from distcheck.core.vocab import Collective
+from distcheck.parallel import layout as layout_ref
 from distcheck.plan.inputs import (
     ACTIVATION_BYTES,
     COMM_AXES,
@@ -205,7 +205,7 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
 
     Rules: those of :func:`check_model_rules`; ``tp * cp * pp * dp == gpus``;
     each tensor-parallel group inside one node
-    (:func:`distcheck.layout.tp_groups_node_local`, default order tp, cp, pp,
+    (:func:`distcheck.parallel.layout.tp_groups_node_local`, default order tp, cp, pp,
     dp innermost first).
     """
     check_model_rules(model, workload, layout.tp, layout.pp, layout.cp)
@@ -224,14 +224,14 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
 #
 # Every form the planner evaluates has an exact sympy-free evaluator below, keyed by its catalogue name and
 # taking the same inputs: the project's exact references where there is one (nccl-tests' factors,
-# :func:`distcheck.parallel.comm.volume.volume`; Table 2, :func:`distcheck.activations.table2_bytes_per_layer`),
+# :func:`distcheck.parallel.comm.ideal.volume`; Table 2, :func:`distcheck.parallel.activations.table2_bytes_per_layer`),
 # else the form's own expression in Fractions. Loading sympy and the catalogue takes seconds of CPU, the whole
 # plan well under one; tests/plan/test_plan_forms_exact.py holds each evaluator equal to the catalogue's form on
 # drawn inputs. A name without an evaluator is evaluated by the catalogue.
 
 
 def _volume(collective: str, size_bytes, n) -> Fraction:
-    from distcheck.parallel.comm.volume import volume
+    from distcheck.parallel.comm.ideal import volume
 
     return volume(collective, Fraction(size_bytes), int(n))
 
@@ -257,10 +257,10 @@ EXACT_FORMS: dict[str, Callable[..., int | Fraction]] = {
     **{f"activations.bytes_per_layer.{row}": functools.partial(_table2, row)
        for row in ("tp", "tp_sp", "tp_selective", "tp_sp_selective", "full_recompute")},
     "tp.comm_bytes_per_layer": _tp_comm_bytes,
-    "pipeline.bubble_fraction.gpipe": _bubble_fraction,
-    "pipeline.bubble_fraction.1f1b": _bubble_fraction,
-    "pipeline.peak_in_flight.gpipe": lambda p, m, t_f=1, t_b=2: m,
-    "pipeline.peak_in_flight.1f1b": lambda p, m, t_f=1, t_b=2: min(p, m),
+    "pp.bubble_fraction.gpipe": _bubble_fraction,
+    "pp.bubble_fraction.1f1b": _bubble_fraction,
+    "pp.peak_in_flight.gpipe": lambda p, m, t_f=1, t_b=2: m,
+    "pp.peak_in_flight.1f1b": lambda p, m, t_f=1, t_b=2: min(p, m),
 }
 
 
@@ -307,7 +307,7 @@ def activation_bytes_per_layer(model: ModelSpec, workload: Workload, tp: int, cp
     s, b, h, a = workload.seq_len // cp, workload.micro_batch_size, shape.hidden_size, shape.num_heads
     row = _TABLE2_ROW.get((workload.recompute, workload.sequence_parallel))
     if row is None:  # full recompute with sequence parallelism: the layer input split by t (no Table 2 row)
-        from distcheck import activations
+        from distcheck.parallel import activations
 
         return activations.bytes_per_layer(s, b, h, a, tp, sequence_parallel=True, recompute="full")
     return form(f"activations.bytes_per_layer.{row}", s=s, b=b, h=h, a=a, t=tp)
@@ -367,7 +367,7 @@ def estimate(model: ModelSpec, hardware: Hardware, workload: Workload, layout: L
         return _exact(total / n if layout.zero >= from_stage else total)
 
     m = workload.num_microbatches
-    in_flight = form(f"pipeline.peak_in_flight.{workload.schedule}", p=layout.pp, m=m)
+    in_flight = form(f"pp.peak_in_flight.{workload.schedule}", p=layout.pp, m=m)
     if model.config is None:
         per_layer = acts = layers = None
     else:
@@ -385,7 +385,7 @@ def estimate(model: ModelSpec, hardware: Hardware, workload: Workload, layout: L
         activations_per_layer=per_layer,
         layers_per_stage=layers,
         in_flight=int(in_flight),
-        bubble_fraction=form(f"pipeline.bubble_fraction.{workload.schedule}", p=layout.pp, m=m),
+        bubble_fraction=form(f"pp.bubble_fraction.{workload.schedule}", p=layout.pp, m=m),
         comm=_comm(model, workload, layout, psi),
     )
 
@@ -403,11 +403,11 @@ def conventions(model: ModelSpec, workload: Workload) -> list[str]:
         lines.append(
             f"activations: Korthikanti et al. 2022 Table 2, row {row} (recompute {workload.recompute}, sequence "
             f"parallel {'on' if workload.sequence_parallel else 'off'}), s = seq_len / cp, GPT layer (4h MLP) as an "
-            f"estimate for this model; × layers per stage × pipeline.peak_in_flight.{workload.schedule}")
+            f"estimate for this model; × layers per stage × pp.peak_in_flight.{workload.schedule}")
     else:
         lines.append("activations: not counted (a raw parameter count has no shape; give --model or the shape)")
     lines += [
-        f"bubble: pipeline.bubble_fraction.{workload.schedule} (idle / total) at m = {workload.num_microbatches}",
+        f"bubble: pp.bubble_fraction.{workload.schedule} (idle / total) at m = {workload.num_microbatches}",
         "communication: bytes each GPU sends per step, ring collectives (comm.bytes_per_rank.*); tp: "
         "tp.comm_bytes_per_layer; pp: b·s·h per micro-batch each way (/ tp with sequence parallel); cp: all-gather "
         "of K, V and reduce-scatter of their gradients; dp: all-reduce (ZeRO-0), reduce-scatter + all-gather "

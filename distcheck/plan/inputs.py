@@ -9,17 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck import memory as memory_ref
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import parse_bytes
 from distcheck.core.validate import MAX_RANKS, check_choice, check_nonnegative_int, check_positive_int
 from distcheck.core.vocab import Axis, Schedule
+from distcheck.parallel import memory as memory_ref
 
 __all__ = ["RECOMPUTE", "SCHEDULES", "ZERO_STAGES", "COMPONENTS", "COMM_AXES", "LESSON_STEPS", "ACTIVATION_BYTES",
            "MAX_GPU_BYTES", "Hardware", "Workload", "Layout"]
 
 RECOMPUTE = ("none", "selective", "full")
-#: pipeline schedules the planner sizes (the closed forms of :mod:`distcheck.forms.pipeline`)
+#: pipeline schedules the planner sizes (the closed forms of :mod:`distcheck.parallel.pp.forms`)
 SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.GPIPE.value)
 ZERO_STAGES = (0, 1, 2, 3)
 #: the parts of a GPU's memory, bottom to top in the charts
@@ -125,7 +125,7 @@ class Workload:
         recompute: ``"none"``, ``"selective"`` or ``"full"`` (Korthikanti et al. 2022).
         sequence_parallel: split the non-tensor-parallel activations by tp too
             (default True; it changes nothing at tp = 1).
-        bytes_per_param: a convention of :data:`distcheck.memory.CONVENTIONS`.
+        bytes_per_param: a convention of :data:`distcheck.parallel.memory.CONVENTIONS`.
         schedule: ``"1f1b"`` (default) or ``"gpipe"``.
 
     Raises ConfigError naming the field.

@@ -1,7 +1,7 @@
-"""The model a plan sizes: a preset of :data:`distcheck.params.PRESETS`, an explicit shape, or a raw count.
+"""The model a plan sizes: a preset of :data:`distcheck.parallel.params.PRESETS`, an explicit shape, or a raw count.
 
 A :class:`ModelSpec` carries the parameter count P and, when known, the
-:class:`~distcheck.params.TransformerConfig` it came from. The shape is what
+:class:`~distcheck.parallel.params.TransformerConfig` it came from. The shape is what
 activation memory, tensor-parallel divisibility and communication need; a raw
 count (the lesson's 13B-style exercise gives only ``13e9`` parameters) sizes the
 training state alone.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck import params as params_ref
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_int, check_printable
+from distcheck.parallel import params as params_ref
 
 __all__ = ["ModelSpec", "resolve_model", "preset_names", "SHAPE_FIELDS"]
 
@@ -29,7 +29,7 @@ class ModelSpec:
     Attributes:
         name: the preset name, ``"custom"`` for an explicit shape, or ``"<P> params"``.
         params: the parameter count P (int >= 1), counted tensor by tensor
-            (:func:`distcheck.params.count_params`) when ``config`` is known.
+            (:func:`distcheck.parallel.params.count_params`) when ``config`` is known.
         config: the shape, or None when only P was given.
     """
 
@@ -43,7 +43,7 @@ class ModelSpec:
 
 
 def preset_names() -> list[str]:
-    """The names of :data:`distcheck.params.PRESETS`, sorted."""
+    """The names of :data:`distcheck.parallel.params.PRESETS`, sorted."""
     return sorted(params_ref.PRESETS)
 
 
@@ -87,11 +87,11 @@ def resolve_model(model: str | None = None, *, params: int | str | None = None, 
 
     Exactly one of the three must be given:
 
-    * ``model``: a key of :data:`distcheck.params.PRESETS`; case and punctuation
+    * ``model``: a key of :data:`distcheck.parallel.params.PRESETS`; case and punctuation
       are ignored, so ``"llama3-70b"`` names ``"llama-3-70b"``;
     * the shape: every field of :data:`SHAPE_FIELDS` (``num_kv_heads`` optional,
       default ``num_heads``), a SwiGLU decoder with RMS norms
-      (:class:`distcheck.params.TransformerConfig`'s defaults);
+      (:class:`distcheck.parallel.params.TransformerConfig`'s defaults);
     * ``params``: a parameter count (int, or a string like ``"13e9"``); no shape,
       so no activations.
 

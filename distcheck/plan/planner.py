@@ -17,7 +17,7 @@ micro-batch, 1.5x DDP's bytes at m = 1 and more with more micro-batches); then
 the fewest GPUs per model replica (``tp * pp * cp``: more data parallelism);
 then the smaller bubble; then the larger tp (tensor parallelism stays inside
 a node, so a split with fewer pipeline stages is preferred, as
-:func:`distcheck.memory.min_tp_pp` breaks ties); then the lower ZeRO stage;
+:func:`distcheck.parallel.memory.min_tp_pp` breaks ties); then the lower ZeRO stage;
 then less communication; then fewer bytes.
 """
 
@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from distcheck import layout as layout_ref
-from distcheck import memory as memory_ref
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import format_bytes
+from distcheck.parallel import layout as layout_ref
+from distcheck.parallel import memory as memory_ref
 from distcheck.plan.estimate import (
     LESSON_STEPS,
     Estimate,
@@ -157,7 +157,7 @@ def smallest_tp_pp_before_activations(estimates: list[Estimate]) -> tuple[int, i
     """The smallest ``tp * pp`` among ZeRO-0 layouts without cp whose state fits (ties: the largest tp).
 
     This is the lesson's exercise ("the smallest TP × PP split ... that fits 80 GB
-    before activations"); it matches :func:`distcheck.memory.min_tp_pp` restricted
+    before activations"); it matches :func:`distcheck.parallel.memory.min_tp_pp` restricted
     to the splits the GPU count allows.
     """
     best = None
@@ -226,7 +226,7 @@ def plan(model: ModelSpec, hardware: Hardware, workload: Workload, *,
         ConfigError: when no layout exists for the GPU count and model, or when
         the model cannot fit at all: even its training state, fully sharded
         over every GPU, exceeds a GPU's usable memory (the message gives the
-        fewest GPUs that could hold it, ``distcheck.memory.min_gpus``).
+        fewest GPUs that could hold it, ``distcheck.parallel.memory.min_gpus``).
     """
     layouts = valid_layouts(model, hardware, workload)
     if not layouts:
@@ -257,6 +257,6 @@ def plan(model: ModelSpec, hardware: Hardware, workload: Workload, *,
 
 
 def layout_groups(tp: int, pp: int, dp: int, cp: int, gpus_per_node: int) -> dict[str, list[list[int]]]:
-    """The rank groups of each axis of degree > 1 (:func:`distcheck.layout.groups`, default order)."""
+    """The rank groups of each axis of degree > 1 (:func:`distcheck.parallel.layout.groups`, default order)."""
     cfg = layout_ref.ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, gpus_per_node=gpus_per_node)
     return {axis: layout_ref.groups(cfg, axis) for axis in ("tp", "cp", "pp", "dp") if cfg.degree(axis) > 1}

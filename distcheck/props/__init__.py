@@ -16,13 +16,13 @@ reason, the shrunk counterexample and how to reproduce it (the seed, and the
 ``@reproduce_failure`` blob).
 
 Where things live: the engine is :mod:`distcheck.engine` (registry, runner, mutants,
-proofs); each suite's properties are in its parallelism package,
-``distcheck/parallel/<name>/properties.py``, found by discovery. This package re-exports
-the engine's API, and its modules ``distcheck.props.<suite>`` (dp, accumulation, tp,
-pipeline, zero, params, layout, comm, proofs) re-export those suites' property functions
-under the names they have always had: ``from distcheck.props import tp as tp_props``. A
-suite added later is reached as ``distcheck.parallel.<name>.properties``; its properties
-are registered, run and listed here without any edit.
+proofs); each suite's properties are in its parallelism package (``distcheck/parallel/<name>/``,
+internal modules), found by discovery. This module is their public path: a property is reached by
+its registered name, ``get("tp.row.exact").check(case, impl=my_layer)`` (names are unique; function
+names are not: ``mlp_exact`` is a tp and an sp property), and the proofs by :func:`prove`,
+:func:`prove_all` and :data:`PROOFS`. The suite modules ``distcheck.props.<suite>`` (dp,
+accumulation, tp, pipeline, zero, params, layout, comm, proofs) are deprecated: each name still
+resolves, with a DeprecationWarning naming its path here.
 
 Importing this package loads the closed-form catalogue (sympy and every package's forms,
 about a second). The cost is paid once, at import (test collection), not inside the first
@@ -31,8 +31,13 @@ deadline (DeadlineExceeded, then FlakyFailure when the replay is fast). After th
 property evaluates its closed forms in about a millisecond.
 """
 
+import importlib
+from collections.abc import Callable
+from typing import Any
+
 from distcheck.engine.catalogue import form_value
 from distcheck.engine.mutants import mutant_summary
+from distcheck.engine.proofs import prove, prove_all
 
 # _REGISTRY: the registry itself (name -> Property), for a test that swaps one property
 from distcheck.engine.registry import _REGISTRY as _REGISTRY
@@ -69,4 +74,35 @@ __all__ = [
     "form_value",
     "REASON_CHARS",
     "DETAIL_CHARS",
+    "prove",
+    "prove_all",
+    "PROOFS",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """:data:`PROOFS`: every registered proof by name (``name -> function``), every package's proofs loaded
+    on first access."""
+    if name == "PROOFS":
+        from distcheck.engine import proofs
+
+        proofs.load()
+        return proofs.PROOFS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _property_path(internal: str) -> Callable[[str], tuple[str, Any] | None]:
+    """The new home of a property function of the deprecated ``distcheck.props.<suite>``: the property it is
+    the function of, by its registered name (``distcheck.props.get('tp.row.exact').check``)."""
+
+    def where(name: str) -> tuple[str, Any] | None:
+        module = importlib.import_module(internal)
+        if name not in getattr(module, "__all__", ()):
+            return None
+        value = getattr(module, name)
+        for prop in properties():
+            if prop.function is value:
+                return f"distcheck.props.get({prop.name!r}).check", value
+        return f"{internal}.{name} (internal)", value
+
+    return where

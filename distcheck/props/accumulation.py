@@ -1,5 +1,9 @@
-"""Gradient-accumulation properties (``accumulation.*``): public path of :mod:`distcheck.parallel.dp.properties`."""
+"""Deprecated (goes in the next release): a property is reached by its name, ``distcheck.props.get(NAME)``.
 
-from distcheck.parallel.dp.properties import accumulate, examples_split_invariant, tokens_split_invariant
+Every property function this module served still resolves, with a DeprecationWarning naming its path.
+"""
 
-__all__ = ["accumulate", "tokens_split_invariant", "examples_split_invariant"]
+from distcheck.core.face import moved
+from distcheck.props import _property_path
+
+__getattr__ = moved(__name__, _property_path("distcheck.parallel.dp.properties"), "distcheck.props.get(NAME)")

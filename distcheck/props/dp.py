@@ -1,15 +1,9 @@
-"""Data-parallel properties (``dp.*``): public path of :mod:`distcheck.parallel.dp.properties`."""
+"""Deprecated (goes in the next release): a property is reached by its name, ``distcheck.props.get(NAME)``.
 
-from distcheck.parallel.dp.properties import (
-    any_shards_bounded,
-    equal_shards_bitwise,
-    plain_combine,
-    plain_mean_bias,
-    unequal_shards_weighted,
-    weighted_combine,
-)
+Every property function this module served still resolves, with a DeprecationWarning naming its path.
+"""
 
-__all__ = [
-    "weighted_combine", "plain_combine", "equal_shards_bitwise", "unequal_shards_weighted", "plain_mean_bias",
-    "any_shards_bounded",
-]
+from distcheck.core.face import moved
+from distcheck.props import _property_path
+
+__getattr__ = moved(__name__, _property_path("distcheck.parallel.dp.properties"), "distcheck.props.get(NAME)")

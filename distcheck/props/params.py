@@ -1,4 +1,9 @@
-"""Parameter-count properties: public path of :mod:`distcheck.parallel.params.properties`."""
+"""Deprecated (goes in the next release): a property is reached by its name, ``distcheck.props.get(NAME)``.
 
-from distcheck.parallel.params.properties import *  # noqa: F403
-from distcheck.parallel.params.properties import __all__ as __all__
+Every property function this module served still resolves, with a DeprecationWarning naming its path.
+"""
+
+from distcheck.core.face import moved
+from distcheck.props import _property_path
+
+__getattr__ = moved(__name__, _property_path("distcheck.parallel.params.properties"), "distcheck.props.get(NAME)")

@@ -1,13 +1,18 @@
-"""Symbolic proofs (sympy) of identities between closed forms: public path of the proof engine.
+"""Deprecated (goes in the next release): the proofs are :func:`distcheck.props.prove`,
+:func:`distcheck.props.prove_all` and :data:`distcheck.props.PROOFS`.
 
-Each parallelism package registers its proofs in its ``proofs`` module
-(``distcheck/parallel/<name>/proofs.py``) with :func:`distcheck.engine.proofs.proof`;
-:data:`PROOFS` holds every one, found by discovery, and :func:`prove_all` returns one
-:class:`distcheck.report.CheckResult` row per proof (backend ``"sympy"``).
+Every name this module served still resolves, with a DeprecationWarning naming its path.
 """
 
-from distcheck.engine.proofs import PROOFS, load, prove, prove_all
+from typing import Any
 
-__all__ = ["PROOFS", "prove", "prove_all"]
+from distcheck.core.face import moved
 
-load()  # every package's proofs, so that PROOFS is whole when imported from here
+
+def _where(name: str) -> tuple[str, Any] | None:
+    import distcheck.props as props
+
+    return (f"distcheck.props.{name}", getattr(props, name)) if name in ("PROOFS", "prove", "prove_all") else None
+
+
+__getattr__ = moved(__name__, _where, "distcheck.props")

@@ -2,12 +2,12 @@
 
 * :func:`pipeline_gantt`: a pipeline schedule, stages x ticks, one cell per
   forward, backward, weight-gradient or idle tick, micro-batch labels, the
-  bubble in the title (from a :class:`distcheck.pipeline.Timeline`);
+  bubble in the title (from a :class:`distcheck.parallel.pp.Timeline`);
 * :func:`memory_bars`: memory per GPU as stacked bars (weights, gradients,
   optimizer state, activations) with the GPU's capacity line;
 * :func:`layout_diagram`: the rank groups of a small mesh (up to
   :data:`MAX_DIAGRAM_RANKS` ranks), one panel per parallel axis, node
-  boundaries drawn (from :func:`distcheck.layout.groups`);
+  boundaries drawn (from :func:`distcheck.parallel.layout.groups`);
 * :func:`save_figure`: write a figure to ``.png`` or ``.svg``, atomically.
 
 Each drawn cell carries a ``gid`` (``idle-r0-t3``, ``weights-2``,

@@ -68,7 +68,7 @@ def pipeline_gantt(timeline, *, name: str = "", labels: bool | None = None):
     step in ticks and the bubble as a fraction of the step and of the ideal time.
 
     Args:
-        timeline: a :class:`distcheck.pipeline.Timeline`.
+        timeline: a :class:`distcheck.parallel.pp.Timeline`.
         name: the schedule's name for the title (e.g. ``"1f1b"``).
         labels: draw micro-batch labels; default when the step has at most 120 ticks.
 
@@ -212,12 +212,12 @@ def memory_bars(bars: Sequence[tuple[str, Mapping[str, int | Fraction | None]]],
 
 
 def layout_diagram(cfg):
-    """The rank groups of each parallel axis of a :class:`distcheck.layout.ParallelConfig`.
+    """The rank groups of each parallel axis of a :class:`distcheck.parallel.layout.ParallelConfig`.
 
     One panel per axis of degree > 1 (tp, cp, pp, dp, in that order; one panel
     for a single rank). Ranks sit in a grid of nodes (rows) by GPUs of a node
     (columns), ``node = rank // gpus_per_node``; each rank is coloured and
-    labelled by its group (:func:`distcheck.layout.groups`), and thick lines
+    labelled by its group (:func:`distcheck.parallel.layout.groups`), and thick lines
     mark node boundaries. Cells have gids ``<axis>-g<group>-r<rank>``; node
     boundaries ``<axis>-node-boundary-<k>``.
 
@@ -226,7 +226,7 @@ def layout_diagram(cfg):
     """
     from matplotlib.patches import Rectangle
 
-    from distcheck import layout
+    from distcheck.parallel import layout
 
     if not isinstance(cfg, layout.ParallelConfig):
         raise ConfigError("cfg", cfg, "must be a ParallelConfig")

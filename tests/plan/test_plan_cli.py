@@ -83,7 +83,7 @@ def test_plan_pipeline_prints_the_timeline_and_checks_the_closed_forms(capsys, t
     out = capsys.readouterr().out
     assert "rank 3 |.  .  .  F0 F1 F2 F3 B0 B0" in out
     assert "bubble fraction (idle / total): 3/7 = 42.86%" in out and "idle per rank: 9, 9, 9, 9 ticks" in out
-    assert out.count("pass    pipeline.") == 5
+    assert out.count("pass    pp.") == 5
     ids = [el.get("id") for el in ET.parse(fig).getroot().iter() if el.get("id")]
     assert sum(i.startswith("idle-") for i in ids) == 36
     assert _code(["plan", "pipeline", "--p", "2", "--m", "3", "--schedule", "interleaved"]) == 2

@@ -8,9 +8,9 @@ from itertools import product
 
 import pytest
 
-from distcheck import memory
 from distcheck.closed_form import get
 from distcheck.errors import ConfigError
+from distcheck.parallel import memory
 from distcheck.plan import Hardware, Layout, Workload, check_layout, estimate, plan, resolve_model, valid_layouts
 
 P70 = 68_975_329_280  # the lesson's 70B-style model (section 3, worked example, step 4)

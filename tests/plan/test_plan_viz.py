@@ -11,8 +11,9 @@ import pytest
 
 mpl_image = pytest.importorskip("matplotlib.image")
 
-from distcheck import layout, pipeline  # noqa: E402
 from distcheck.errors import ConfigError  # noqa: E402
+from distcheck.parallel import layout  # noqa: E402
+from distcheck.parallel import pp as pipeline  # noqa: E402
 from distcheck.plan import Hardware, Layout, Workload, resolve_model  # noqa: E402
 from distcheck.plan.charts import memory_chart_data  # noqa: E402
 from distcheck.viz import layout_diagram, memory_bars, pipeline_gantt, save_figure  # noqa: E402

@@ -56,7 +56,7 @@ class _Doc(HTMLParser):
 
 
 def _figure(name: str) -> FigureImage:
-    from distcheck import pipeline
+    from distcheck.parallel import pp as pipeline
     from distcheck.reportdoc import figure_image
     from distcheck.viz import pipeline_gantt
 

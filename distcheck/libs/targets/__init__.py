@@ -55,11 +55,11 @@ def ep_placement_row(check: str, backend: str, got, *, tp: int, data: int, ep: i
 
     ``got`` are the groups the library builds (``call``, shown in the detail) for one stage of ``tp * data``
     ranks; they are compared, as sets of sets, with each named placement of
-    :func:`distcheck.layout.ep_placements` at the same degrees (chosen so that the placements differ). A pass
+    :func:`distcheck.parallel.layout.ep_placements` at the same degrees (chosen so that the placements differ). A pass
     names the one it matches (``extra["conventions"]``) and the other, with both groups; a FAIL when it matches
     none, or when the degrees do not tell the placements apart."""
     from distcheck.core.results import FAIL, PASS, CheckResult
-    from distcheck.layout import ep_placements
+    from distcheck.parallel.layout import ep_placements
     from distcheck.parallel.layout.contracts import canonical
 
     mine = {name: canonical(g) for name, g in ep_placements(tp=tp, data=data, ep=ep).items()}

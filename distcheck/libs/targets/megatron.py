@@ -5,10 +5,10 @@ groups of any token of its order (``get_ranks("tp-pp")``). ``initialize_model_pa
 builds two: the dense one (ep = 1) and the expert one (expert tp etp, ep, expert dp =
 world / (etp ep pp), cp = 1), under the same order. The adapter draws degrees (etp and ep
 splitting the tp*cp*dp ranks of a stage) and a permutation of ``tp-cp-ep-dp-pp`` and compares
-every token below with distcheck's layout: :class:`distcheck.layout.ParallelConfig` for the
+every token below with distcheck's layout: :class:`distcheck.parallel.layout.ParallelConfig` for the
 single dense axes (and for ep under the default order with etp = tp, where Megatron carves ep
 from the dp*cp ranks like distcheck's ``ep_placement="inside_dp"``),
-:func:`distcheck.layout.megatron_layout` for groups spanning several axes and for the expert
+:func:`distcheck.parallel.layout.megatron_layout` for groups spanning several axes and for the expert
 layout under other orders.
 
 The theoretical memory (``megatron/training/theoretical_memory_usage.py``) lives in the
@@ -83,7 +83,7 @@ def _groups(cfg: dict) -> dict:
 
 
 def _reference(cfg: dict) -> dict:
-    from distcheck.layout import MEGATRON_DEFAULT_ORDER, ParallelConfig, groups, megatron_layout
+    from distcheck.parallel.layout import MEGATRON_DEFAULT_ORDER, ParallelConfig, groups, megatron_layout
 
     tp, cp, dp, pp, ep, etp, order = _degrees(cfg)
     mine = megatron_layout(tp=tp, cp=cp, pp=pp, ep=ep, etp=etp, dp=dp, order=order)

@@ -5,8 +5,8 @@ world_size).build_mesh()`` builds the meshes every rank uses. The adapter draws 
 (``dp_shard`` sometimes -1, derived from the world size), builds the meshes as every rank
 of a fake world in turn (:func:`distcheck.runners.fake.run_fake`: no process starts, no
 collective runs) and collects, for each mesh name, the group each rank belongs to. They are
-compared with :func:`distcheck.layout.torchtitan_layout` and, for tp, cp, pp and the whole
-data-parallel group (``batch``), with :class:`distcheck.layout.ParallelConfig` with
+compared with :func:`distcheck.parallel.layout.torchtitan_layout` and, for tp, cp, pp and the whole
+data-parallel group (``batch``), with :class:`distcheck.parallel.layout.ParallelConfig` with
 ``dp = dp_replicate * dp_shard`` under the same order.
 
     distcheck certify distcheck.libs.targets.torchtitan:PARALLEL_DIMS --contract rank-layout
@@ -72,13 +72,13 @@ def _groups(cfg: dict) -> dict:
 
 
 def _order(cfg: dict) -> str:
-    from distcheck.layout import TORCHTITAN_DENSE_ORDER
+    from distcheck.parallel.layout import TORCHTITAN_DENSE_ORDER
 
     return f"{TORCHTITAN_DENSE_ORDER} (ep borrowed from tp-cp-dp_shard)"
 
 
 def _reference(cfg: dict) -> dict:
-    from distcheck.layout import ParallelConfig, TorchtitanLayout, derive_degree, groups, torchtitan_layout
+    from distcheck.parallel.layout import ParallelConfig, TorchtitanLayout, derive_degree, groups, torchtitan_layout
 
     kw = {k: v for k, v in cfg.items() if k != "world_size"}
     mine = torchtitan_layout(**kw, world_size=cfg["world_size"])

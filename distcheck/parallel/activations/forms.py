@@ -48,6 +48,10 @@ _rows = {
 
 BYTES_PER_LAYER: dict[str, ClosedForm] = {
     name: register(ClosedForm(
+        # builds:
+        #   activations.bytes_per_layer.full_recompute, activations.bytes_per_layer.none,
+        #   activations.bytes_per_layer.tp, activations.bytes_per_layer.tp_selective, activations.bytes_per_layer.tp_sp,
+        #   activations.bytes_per_layer.tp_sp_selective
         name=f"activations.bytes_per_layer.{name}",
         expr=sp.together(expr),
         inputs=(s_in, b_in, h_in, a_req if needs_a else a_opt, t_in),

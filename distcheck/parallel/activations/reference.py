@@ -6,7 +6,7 @@ list every tensor a layer keeps for its backward pass, with its element count,
 its bytes per element (2 for 16-bit activations, 1 for a dropout mask), whether
 tensor parallelism splits it, and whether selective recomputation drops it;
 then add them up. The closed forms of the paper's Table 2
-(``activations.bytes_per_layer.*`` in :mod:`distcheck.forms.activations`) are
+(``activations.bytes_per_layer.*`` in :mod:`distcheck.parallel.activations.forms`) are
 checked against these sums.
 
 Shapes: s = sequence length, b = micro-batch size, h = hidden size,
@@ -41,6 +41,7 @@ __all__ = [
     "megatron_bytes_per_layer",
 ]
 
+#: the recomputation settings: none, selective (attention only) or full (Korthikanti et al. 2022, §5)
 RECOMPUTE = ("none", "selective", "full")
 
 

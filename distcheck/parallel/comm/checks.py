@@ -206,7 +206,7 @@ def default_collective_examples(world_size: int) -> list[dict]:
 
 
 def _expected_bytes(coll: str, numel: int, n: int, itemsize: int = 8) -> tuple[list[int], Fraction]:
-    """Per-rank bytes of the numpy ring (distcheck.comm) and the closed form for S = numel*itemsize."""
+    """Per-rank bytes of the numpy ring (distcheck.parallel.comm) and the closed form for S = numel*itemsize."""
     import numpy as np
 
     from distcheck.engine.catalogue import get

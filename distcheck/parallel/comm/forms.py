@@ -13,7 +13,7 @@ are nccl-tests' bus-bandwidth factors, busbw = algbw * factor:
 
 A source quoting the per-rank shard s = S/n (the chapter's
 "model_size/world_size" for all-gather) uses another convention: substitute
-S = n*s. The numpy reference is :mod:`distcheck.comm`; not imported here.
+S = n*s. The numpy reference is :mod:`distcheck.parallel.comm`; not imported here.
 
 Padded all-gather (``comm.size_bytes.all_gather_padded``): gloo's all-gather needs equal
 shards, so an implementation gathering a dimension of length L that n does not divide pads
@@ -26,7 +26,7 @@ takes t seconds has *algorithm bandwidth* ``comm.algbw`` = S / t; its *bus bandw
 ``comm.busbw.<op>`` = algbw x the same factor, what each rank moves over its links
 per second, comparable with the hardware's peak for any n. nccl-tests also measures
 ``reduce`` (factor 1), which has a bus bandwidth here but no simulation in
-:mod:`distcheck.comm`, so it is not a member of :class:`distcheck.core.vocab.Collective`.
+:mod:`distcheck.parallel.comm`, so it is not a member of :class:`distcheck.core.vocab.Collective`.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ _FORMS = {
 BYTES_PER_RANK: dict[Collective, ClosedForm] = {}
 for _name, (_expr, _desc, _cons) in _FORMS.items():
     BYTES_PER_RANK[_name] = register(ClosedForm(
+        # builds:
+        #   comm.bytes_per_rank.all_gather, comm.bytes_per_rank.all_reduce, comm.bytes_per_rank.all_to_all,
+        #   comm.bytes_per_rank.broadcast, comm.bytes_per_rank.reduce_scatter
         name=f"comm.bytes_per_rank.{_name}",
         expr=sp.sympify(_expr),
         inputs=(_S, _n),
@@ -101,6 +104,9 @@ BUSBW_FACTORS: dict[str, sp.Expr] = {
 
 BUSBW: dict[str, ClosedForm] = {
     op: register(ClosedForm(
+        # builds:
+        #   comm.busbw.all_gather, comm.busbw.all_reduce, comm.busbw.all_to_all, comm.busbw.broadcast,
+        #   comm.busbw.reduce, comm.busbw.reduce_scatter
         name=f"comm.busbw.{op}",
         expr=_S_measured.symbol / t * factor,
         inputs=(_S_measured, _t, _n),

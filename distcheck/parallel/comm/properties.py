@@ -2,7 +2,7 @@
 volumes, and ZeRO-3's 1.5x DDP. Exact (integer bytes, Fractions).
 
 Implementation slot: ``simulate(collective, size_bytes, n, *, dtype) -> CommResult``
-(:func:`distcheck.comm.simulate`).
+(:func:`distcheck.parallel.comm.simulate`).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def zero3_is_one_and_a_half_ddp(case, *, impl=_simulate) -> None:
     for stage, got in ((0, ddp), (3, z3)):
         expected = comm_elements_per_rank(count, n, stage, exact_ring=True) * itemsize
         if Fraction(got) != Fraction(expected):
-            raise PropertyFailure(f"stage {stage} simulated bytes vs distcheck.zero for S={S}, n={n}",
+            raise PropertyFailure(f"stage {stage} simulated bytes vs distcheck.parallel.zero for S={S}, n={n}",
                                   expected=expected, got=got)
 
 

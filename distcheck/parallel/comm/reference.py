@@ -63,7 +63,7 @@ from distcheck.core.validate import (
     check_positive_int,
 )
 from distcheck.core.vocab import Collective, names
-from distcheck.parallel.comm.volume import CONVENTIONS, bus_bandwidth_factor, volume
+from distcheck.parallel.comm.ideal import CONVENTIONS, bus_bandwidth_factor, volume
 
 __all__ = [
     "COLLECTIVES",
@@ -87,6 +87,7 @@ MAX_SIM_RANKS = 1024
 #: the most elements one simulation holds over all ranks (n * elements per rank)
 MAX_SIM_ELEMENTS = 2**24
 
+#: the collectives simulated, by name (:class:`distcheck.core.vocab.Collective`)
 COLLECTIVES = names(Collective)
 
 @dataclass(frozen=True)

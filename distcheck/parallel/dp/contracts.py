@@ -22,7 +22,7 @@ What the result must be (option ``expect``):
 * ``"plain_mean"``: DDP's plain mean ``(1/N) sum_k g_k`` (an example of shard k weighted
   ``1/(N n_k)``, ``dp.plain_mean_weight``), whose error against the full batch is exactly
   ``sum_k (1/(N n_k) - 1/n) G_k`` (``G_k`` the shard's gradient sum;
-  :func:`distcheck.dp.plain_mean_bias`): off by the predicted amount, no more, no less.
+  :func:`distcheck.parallel.dp.plain_mean_bias`): off by the predicted amount, no more, no less.
 
 Properties: ``grads`` (every rank against the numpy reference), ``full_batch`` (every rank's
 result minus its own full-batch gradient, computed by torch without the reducer, against 0 or

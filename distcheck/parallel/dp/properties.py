@@ -3,24 +3,24 @@
 Data parallelism: the all-reduced gradient against the full-batch gradient.
 
 Model: least squares, per-shard gradient of the *mean* loss
-``mse_grad(w, X_k, y_k) = 2 X_k^T (X_k w - y_k) / n_k`` (:mod:`distcheck.dp`).
+``mse_grad(w, X_k, y_k) = 2 X_k^T (X_k w - y_k) / n_k`` (:mod:`distcheck.parallel.dp`).
 Inputs are integer-valued (:func:`distcheck.strategies.dp_cases`), so every shard
 gradient *sum* ``G_k = 2 X_k^T (X_k w - y_k)`` is an exact integer.
 
 Implementation slot (``impl``): a combiner ``combine(grads, sizes) -> gradient``
 taking the per-shard mean gradients and the shard sizes (the all-reduce rule).
-Reference: :func:`distcheck.dp.weighted_mean` for the weighted properties,
+Reference: :func:`distcheck.parallel.dp.weighted_mean` for the weighted properties,
 ``plain_mean(grads)`` for the plain-mean properties.
 
 Gradient accumulation (``accumulation.*``): the accumulated gradient must not depend on how
 the same sequences are cut into micro-batches, given the right normalisation.
 
-Model: token-level least squares (:func:`distcheck.dp.token_mse_grad_sum`) with a
+Model: token-level least squares (:func:`distcheck.parallel.dp.token_mse_grad_sum`) with a
 0/1 mask of valid tokens; integer-valued inputs (:func:`distcheck.strategies.accumulation_cases`),
 so every micro-batch gradient *sum* G_i is an exact integer.
 
 Implementation slot (``impl``): ``accumulate(grad_fn_sum, params, X, y, microbatch_sizes, mask) -> gradient``.
-Reference: :func:`distcheck.dp.accumulate_grads` with ``normalize="tokens"``
+Reference: :func:`distcheck.parallel.dp.accumulate_grads` with ``normalize="tokens"``
 (mask given) or ``"examples"`` (mask None).
 """
 
@@ -49,7 +49,7 @@ __all__ = [
 
 
 def weighted_combine(grads, sizes):
-    """Reference combiner: example-weighted mean ``sum_k n_k g_k / n`` (:func:`distcheck.dp.weighted_mean`)."""
+    """Reference combiner: example-weighted mean ``sum_k n_k g_k / n`` (:func:`distcheck.parallel.dp.weighted_mean`)."""
     from distcheck.parallel.dp.reference import weighted_mean
 
     return weighted_mean(grads, sizes)
@@ -198,7 +198,7 @@ register(Property(
 
 def accumulate(grad_fn_sum, params, X, y, microbatch_sizes, mask=None):
     """Reference: sum of micro-batch gradient sums divided by the total count (tokens when
-    ``mask`` is given, else examples): :func:`distcheck.dp.accumulate_grads`."""
+    ``mask`` is given, else examples): :func:`distcheck.parallel.dp.accumulate_grads`."""
     from distcheck.parallel.dp.accumulation import accumulate_grads
 
     normalize = "examples" if mask is None else "tokens"

@@ -94,7 +94,7 @@ def gamma(k: int) -> float:
     object array). It is bitwise the float expression ``k*u / (1 - k*u)``:
     for ``k < 2**53`` both ``k*u`` and ``1 - k*u`` are exact in float64, so
     the only rounding is the division, which IEEE rounds to nearest too.
-    :mod:`distcheck.tp` re-exports this function.
+    :mod:`distcheck.parallel.tp` re-exports this function.
 
     Raises ConfigError when ``k`` is not an integer >= 0 or ``k u >= 1``.
     """

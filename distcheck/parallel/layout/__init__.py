@@ -19,5 +19,21 @@ Clusters Using Megatron-LM" (arXiv:2104.04473); Llama Team 2024, "The Llama 3 He
 Models" (arXiv:2407.21783), §3.3.2 and Table 4 (the order tp, cp, pp, dp); Megatron-core
 ``parallel_state.RankGenerator``; torchtitan ``ParallelDims.build_mesh``.
 
-Public paths: :mod:`distcheck.layout`, :mod:`distcheck.forms.layout`, :mod:`distcheck.props.layout`.
+Public API: this package, ``distcheck.parallel.layout``: the names of ``__all__``, served on first
+access from its internal modules (``reference``, ``mesh``). Every module inside the package is
+internal; its closed forms are served by :mod:`distcheck.closed_form`, its strategies by
+:mod:`distcheck.strategies`, its properties by :mod:`distcheck.props` and its mutants by
+:mod:`distcheck.mutants`.
 """
+
+from distcheck.core.face import face
+
+__all__ = [
+    "AXES", "DEFAULT_ORDER", "EP_PLACEMENTS", "ParallelConfig", "mesh_axes", "mesh_shape", "mesh_dim_names",
+    "coords", "rank_of", "rank_grid", "groups", "node_of", "groups_node_local", "tp_groups_node_local",
+    "EXAMPLES", "MAX_RANKS", "AxisLayout", "parse_order", "derive_degree", "MEGATRON_DEFAULT_ORDER",
+    "TORCHTITAN_DENSE_ORDER", "MegatronLayout", "megatron_layout", "TorchtitanLayout", "torchtitan_layout",
+    "EP_PLACEMENT_MEGATRON", "EP_PLACEMENT_TORCHTITAN", "ep_placements",
+]
+
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference", "mesh"))

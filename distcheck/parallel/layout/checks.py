@@ -1,4 +1,4 @@
-"""``init_device_mesh`` rank groups against :func:`distcheck.layout.groups`: the ``mesh.groups``
+"""``init_device_mesh`` rank groups against :func:`distcheck.parallel.layout.groups`: the ``mesh.groups``
 rows of ``distcheck check``'s layers stage (torch imported inside the functions only).
 
 Rank function :func:`mesh_groups_rank`: build

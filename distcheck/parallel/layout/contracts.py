@@ -3,9 +3,9 @@
 ``rank-layout``. The target is a :class:`LayoutTarget`: for a configuration drawn by
 Hypothesis it gives the rank groups of each of its axes (or of several axes at once:
 ``tp-pp``, ``dp-cp``), keyed by its own names, and distcheck's layout for the same order
-(:mod:`distcheck.layout`: :class:`~distcheck.layout.ParallelConfig` for the single tp, cp,
-pp, dp axes and ep carved from dp*cp; :class:`~distcheck.layout.AxisLayout`,
-:func:`~distcheck.layout.megatron_layout` and :func:`~distcheck.layout.torchtitan_layout`
+(:mod:`distcheck.parallel.layout`: :class:`~distcheck.parallel.layout.ParallelConfig` for the single tp, cp,
+pp, dp axes and ep carved from dp*cp; :class:`~distcheck.parallel.layout.AxisLayout`,
+:func:`~distcheck.parallel.layout.megatron_layout` and :func:`~distcheck.parallel.layout.torchtitan_layout`
 for foreign axes, split dp, borrowed ep and multi-axis groups). One property, ``groups``:
 the groups are equal as sets of sets (each group sorted, the groups sorted by first rank: a
 process group numbers its ranks in ascending order, whatever order they are listed in).

@@ -10,7 +10,7 @@ others, as torchtitan's ``data_parallel_shard_degree = -1`` and a planner's
 from coordinates), ``layout.coordinate.{tp,cp,pp,dp}`` (coordinates from the
 rank) and ``layout.tp_groups_node_local`` (1 when every TP group is inside one
 node). The numpy reference is
-:mod:`distcheck.layout`; this module does not import it.
+:mod:`distcheck.parallel.layout`; this module does not import it.
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ for _a, _inner in _INNER.items():
     _q = sp.floor(_rank / _stride[_a])
     _outer = _a == "dp"  # outermost: no modulo, since rank < world_size
     COORDINATE[_a] = register(ClosedForm(
+        # builds layout.coordinate.cp, layout.coordinate.dp, layout.coordinate.pp, layout.coordinate.tp
         name=f"layout.coordinate.{_a}",
         expr=_q if _outer else sp.Mod(_q, _deg_in[_a].symbol),
         inputs=(_rank_in,) + tuple(_deg_in[b] for b in _inner) + (() if _outer else (_deg_in[_a],)),

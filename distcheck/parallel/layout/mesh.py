@@ -1,6 +1,6 @@
 """Reference for rank layouts over any named axes: foreign order strings, split dp, borrowed ep.
 
-:mod:`distcheck.parallel.layout.reference` (public path :mod:`distcheck.layout`) holds the
+:mod:`distcheck.parallel.layout.reference` (public path :mod:`distcheck.parallel.layout`) holds the
 layout of one fixed set of axes (tp, cp, pp, dp, ep). Frameworks lay ranks out over other
 axes and name them in their own order strings: Megatron-core's ``RankGenerator`` takes ``"tp-cp-ep-dp-pp"``,
 torchtitan's ``ParallelDims`` splits dp into ``dp_replicate`` and ``dp_shard``
@@ -10,7 +10,7 @@ first. This module states those layouts from first principles:
 - An :class:`AxisLayout` is a list of named axes with their degrees, innermost
   first. Rank ``r`` has index ``(r // stride[a]) % degree[a]`` on axis ``a``,
   where ``stride[a]`` is the product of the degrees inside ``a`` (as in
-  :func:`distcheck.layout.coords`). ``init_device_mesh(device, shape, names)``
+  :func:`distcheck.parallel.layout.coords`). ``init_device_mesh(device, shape, names)``
   builds the same layout with both tuples reversed (outermost first).
 - :meth:`AxisLayout.groups` gives the groups of one axis or of several at once
   (``"tp-pp"``, ``"dp-cp"``): the ranks whose indices differ only along those
@@ -34,7 +34,7 @@ what the libraries build with them.
 
 Axis names come from :class:`distcheck.core.vocab.Axis` (tp, cp, pp, dp, ep and
 torchtitan's dp_replicate, dp_shard); an :class:`AxisLayout` takes any identifier.
-Public path: :mod:`distcheck.layout`.
+Public path: :mod:`distcheck.parallel.layout`.
 
 Everything is numpy; enumerating functions require ``world_size <= MAX_RANKS``
 (2**24). Bad input raises ConfigError naming the field, its value and the rule:
@@ -271,7 +271,7 @@ def megatron_layout(*, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, etp: 
     expert layout has expert tp ``etp`` (default ``tp``), ``ep`` and expert dp
     ``world_size / (etp ep pp)``, cp of size 1, under the same ``order``. With the default
     order and ``etp == tp`` the ep groups are consecutive blocks of ep ranks of the dp*cp data
-    ranks (cp inner), which is :mod:`distcheck.layout`'s ``ep_placement="inside_dp"``.
+    ranks (cp inner), which is :mod:`distcheck.parallel.layout`'s ``ep_placement="inside_dp"``.
     Source: Megatron-core ``parallel_state.initialize_model_parallel`` and ``RankGenerator``
     (docstring of ``generate_masked_orthogonal_rank_groups``: rank = tp_rank + dp_rank*tp + ...).
     Raises ConfigError for non-positive degrees, an order missing an axis of degree > 1,

@@ -1,8 +1,8 @@
 """3D-layout properties: groups partition the world, sizes are the degrees, TP stays on a
 node, coords <-> rank is a bijection. Exact (integers).
 
-Implementation slots: ``groups(cfg, axis) -> list[list[int]]`` (:func:`distcheck.layout.groups`)
-and ``coords(cfg, rank) -> dict`` (:func:`distcheck.layout.coords`).
+Implementation slots: ``groups(cfg, axis) -> list[list[int]]`` (:func:`distcheck.parallel.layout.groups`)
+and ``coords(cfg, rank) -> dict`` (:func:`distcheck.parallel.layout.coords`).
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ mesh creates for dimension ``axis``. picotron's grid
 Expert parallelism has two placements (``ep_placement``):
 
 - ``"inside_dp"`` (default; Megatron-core's placement with expert tp = tp,
-  :data:`distcheck.layout.EP_PLACEMENT_MEGATRON`): experts are sharded across the
+  :data:`distcheck.parallel.layout.EP_PLACEMENT_MEGATRON`): experts are sharded across the
   dp*cp ranks of one model replica position, outside tp; ``ep`` must divide
   ``dp*cp`` and the world size does not change. torchtitan borrows ep from the
-  tp ranks too (:data:`distcheck.layout.EP_PLACEMENT_TORCHTITAN`,
-  :func:`distcheck.layout.torchtitan_layout`): a different placement as soon as tp > 1.
+  tp ranks too (:data:`distcheck.parallel.layout.EP_PLACEMENT_TORCHTITAN`,
+  :func:`distcheck.parallel.layout.torchtitan_layout`): a different placement as soon as tp > 1.
   ep is then not an axis of the mesh; its groups are described at :func:`groups`.
 - ``"outside"``: ep is its own mesh axis and ``world_size = tp*cp*pp*dp*ep``.
 
@@ -77,6 +77,7 @@ __all__ = [
 AXES = tuple(axis.value for axis in (*LAYOUT_ORDER, Axis.EP))
 #: Llama 3's order, innermost first (Dubey et al. 2024, §3.3.2)
 DEFAULT_ORDER = tuple(axis.value for axis in LAYOUT_ORDER)
+#: where the ep ranks come from: carved out of dp x cp ("inside_dp"), or an axis of their own ("outside")
 EP_PLACEMENTS = ("inside_dp", "outside")
 
 
@@ -219,7 +220,7 @@ def _order(cfg: ParallelConfig) -> tuple[str, ...]:
 
 def _check_cfg(cfg: object) -> ParallelConfig:
     if not isinstance(cfg, ParallelConfig):
-        raise ConfigError("cfg", cfg, "must be a ParallelConfig (see distcheck.layout.EXAMPLES)")
+        raise ConfigError("cfg", cfg, "must be a ParallelConfig (see distcheck.parallel.layout.EXAMPLES)")
     return cfg
 
 
@@ -337,7 +338,7 @@ def groups(cfg: ParallelConfig, axis: str) -> list[list[int]]:
     every other index are ordered by ``(dp index, cp index)`` (dp outer) and
     cut into consecutive blocks of ``ep``; each block is one expert-parallel
     group. This is Megatron-core's placement (expert tp = tp, default order), not
-    torchtitan's, which takes the tp ranks into ep first (:func:`distcheck.layout.ep_placements`).
+    torchtitan's, which takes the tp ranks into ep first (:func:`distcheck.parallel.layout.ep_placements`).
     Raises ConfigError for an unknown axis, or when
     ``world_size > MAX_RANKS`` (2**24; use ``cfg.num_groups(axis)`` and
     :func:`coords` / :func:`rank_of` for larger worlds).

@@ -50,7 +50,7 @@ def parallel_configs(
     min_gpus_per_node: int = 1, max_gpus_per_node: int = 8,
     any_order: bool = False,
 ):
-    """A valid :class:`distcheck.layout.ParallelConfig` with ``world_size <= max_world_size``.
+    """A valid :class:`distcheck.parallel.layout.ParallelConfig` with ``world_size <= max_world_size``.
 
     - ``min_<axis>``/``max_<axis>`` for tp, pp, dp, cp: degree bounds (>= 1);
       defaults tp 1..8, pp 1..8, dp 1..16, cp 1..1.

@@ -11,5 +11,18 @@ Adam); Shoeybi et al. 2019, "Megatron-LM" (arXiv:1909.08053); the lesson "Scalin
 distributed training" (adapted in part from *AI Engineering from Scratch*), section 3,
 "Memory per GPU". Sharding over data parallelism is the ``zero`` package.
 
-Public paths: :mod:`distcheck.memory`, :mod:`distcheck.forms.memory`.
+Public API: this package, ``distcheck.parallel.memory``: the names of ``__all__``, served on first
+access from its internal modules (``reference``). Every module inside the package is internal; its
+closed forms are served by :mod:`distcheck.closed_form`, its strategies by
+:mod:`distcheck.strategies`, its properties by :mod:`distcheck.props` and its mutants by
+:mod:`distcheck.mutants`.
 """
+
+from distcheck.core.face import face
+
+__all__ = [
+    "BytesPerParam", "CONVENTIONS", "bytes_per_param", "train_state_bytes", "weights_bytes", "grads_bytes",
+    "optimizer_bytes", "min_tp", "min_tp_pp", "min_gpus", "MAX_NUM_LAYERS",
+]
+
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference",))

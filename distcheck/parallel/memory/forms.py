@@ -30,6 +30,10 @@ _CONVENTIONS = {
 BYTES_PER_PARAM: dict[str, ClosedForm] = {}
 for _name, (_w, _g, _m, _m1, _m2, _src) in _CONVENTIONS.items():
     BYTES_PER_PARAM[_name] = register(ClosedForm(
+        # builds:
+        #   memory.bytes_per_param.adam_8bit, memory.bytes_per_param.mixed_adamw,
+        #   memory.bytes_per_param.mixed_adamw_fp32_grads, memory.bytes_per_param.moments_only,
+        #   memory.bytes_per_param.sgd_momentum
         name=f"memory.bytes_per_param.{_name}",
         expr=sp.Integer(_w) + sp.Integer(_g) + sp.Integer(_m) + sp.Integer(_m1) + sp.Integer(_m2),
         inputs=(),
@@ -69,6 +73,7 @@ _component_inputs = {
 def _component(what: str) -> ClosedForm:
     c = _component_inputs[what]
     return register(ClosedForm(
+        # builds memory.grads_bytes, memory.optimizer_bytes, memory.weights_bytes
         name=f"memory.{what}_bytes",
         expr=c.symbol * P / (t * p),
         inputs=(P_in, c, t_in, p_in),

@@ -14,5 +14,18 @@ RMS or layer norm, optional biases).
 Sources: the Llama 2 and Llama 3 model cards and configs; the lesson "Scaling and
 distributed training" (adapted in part from *AI Engineering from Scratch*), section 3.
 
-Public paths: :mod:`distcheck.params`, :mod:`distcheck.forms.params`, :mod:`distcheck.props.params`.
+Public API: this package, ``distcheck.parallel.params``: the names of ``__all__``, served on first
+access from its internal modules (``reference``). Every module inside the package is internal; its
+closed forms are served by :mod:`distcheck.closed_form`, its strategies by
+:mod:`distcheck.strategies`, its properties by :mod:`distcheck.props` and its mutants by
+:mod:`distcheck.mutants`.
 """
+
+from distcheck.core.face import face
+
+__all__ = [
+    "TransformerConfig", "param_tensors", "count_params", "component_counts", "PRESETS", "NORMS",
+    "MAX_LISTED_LAYERS",
+]
+
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference",))

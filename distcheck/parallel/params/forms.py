@@ -1,6 +1,6 @@
 """Closed forms for the parameter count of a decoder-only transformer.
 
-Derived by hand from the layer structure (not from :mod:`distcheck.params`,
+Derived by hand from the layer structure (not from :mod:`distcheck.parallel.params`,
 which enumerates tensors): with d = hidden_size, f = ffn_hidden_size,
 H = num_heads, G = num_kv_heads, e = head_dim, V = vocab_size, L = num_layers,
 

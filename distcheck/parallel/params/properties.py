@@ -1,7 +1,7 @@
 """Parameter-count properties: the tensor-enumerating reference against the closed forms.
 
 Exact (integers). Implementation slot: ``count_params(cfg: TransformerConfig) -> int``
-(:func:`distcheck.params.count_params`).
+(:func:`distcheck.parallel.params.count_params`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ This is the reference: :func:`param_tensors` lists each tensor of the model the
 way a Llama-style state dict names it (``model.embed_tokens.weight``,
 ``model.layers.{i}.self_attn.q_proj.weight``, ..., ``lm_head.weight``) with its
 shape, and :func:`count_params` sums the products of the shapes. The closed
-form ``params.decoder_only`` (:mod:`distcheck.forms.params`) is an independent
+form ``params.decoder_only`` (:mod:`distcheck.parallel.params.forms`) is an independent
 derivation of the same number; the properties check that they agree.
 
 Conventions (the Llama family, Hugging Face ``LlamaForCausalLM`` layout):
@@ -184,7 +184,7 @@ def _layer_tensors(i: int, cfg: TransformerConfig) -> dict[str, list[tuple[str, 
 
 def _check_cfg(cfg: object) -> TransformerConfig:
     if not isinstance(cfg, TransformerConfig):
-        raise ConfigError("cfg", cfg, "must be a TransformerConfig (see distcheck.params.PRESETS)")
+        raise ConfigError("cfg", cfg, "must be a TransformerConfig (see distcheck.parallel.params.PRESETS)")
     return cfg
 
 

@@ -42,7 +42,7 @@ def transformer_configs(
     swiglu: bool | None = None,
     tied: bool | None = None,
 ):
-    """A valid :class:`distcheck.params.TransformerConfig`.
+    """A valid :class:`distcheck.parallel.params.TransformerConfig`.
 
     num_heads = num_kv_heads * group, with num_kv_heads in 1..max_kv_heads and group
     in 1..max_group; head_dim in 1..max_head_dim; hidden_size = num_heads * head_dim

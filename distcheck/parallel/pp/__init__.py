@@ -28,5 +28,18 @@ Large-Scale Language Model Training on GPU Clusters Using Megatron-LM" (arXiv:21
 Technical Report" (arXiv:2412.19437), §3.2.1; the lesson "Scaling and distributed training"
 (adapted in part from *AI Engineering from Scratch*), "Pipeline bubble". docs/PIPELINES.md.
 
-Public paths: :mod:`distcheck.pipeline`, :mod:`distcheck.forms.pipeline`, :mod:`distcheck.props.pipeline`.
+Public API: this package, ``distcheck.parallel.pp``: the names of ``__all__``, served on first
+access from its internal modules (``reference``). Every module inside the package is internal; its
+closed forms are served by :mod:`distcheck.closed_form`, its strategies by
+:mod:`distcheck.strategies`, its properties by :mod:`distcheck.props` and its mutants by
+:mod:`distcheck.mutants`.
 """
+
+from distcheck.core.face import face
+
+__all__ = [
+    "Schedule", "SCHEDULES", "SPLIT_BACKWARD", "KINDS", "Action", "Span", "Timeline", "DeadlockError",
+    "schedule_order", "placement", "replay", "simulate", "from_torch_actions", "MAX_ACTIONS", "MAX_GRID_CELLS",
+]
+
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference",))

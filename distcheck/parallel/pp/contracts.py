@@ -1,11 +1,11 @@
 """Pipeline-schedule contracts: an action table, or a torch schedule run on a world, against the simulator.
 
-Two contracts, on the simulator of :mod:`distcheck.pipeline` (the lesson's costs: F = 1,
+Two contracts, on the simulator of :mod:`distcheck.parallel.pp` (the lesson's costs: F = 1,
 B = 2 = I + W, an overlapped pair 3; communication free):
 
 * ``pipeline-table`` (no process group). Target: a function ``table(p, m)`` returning a
   per-rank action table (``{rank: [action, ...]}`` or a list of lists; distcheck
-  :class:`~distcheck.pipeline.Action` objects, ``(Action, Action)`` overlapped pairs, torch
+  :class:`~distcheck.parallel.pp.Action` objects, ``(Action, Action)`` overlapped pairs, torch
   ``_Action`` objects or ``None``), or a ``torch.distributed.pipelining`` schedule class
   (``PipelineScheduleSingle`` or ``PipelineScheduleMulti``; its table is built without a
   process group, as torch's schedule visualizer builds it). Cases: p in 1..``max_stages``

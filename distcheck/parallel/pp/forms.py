@@ -1,6 +1,6 @@
 """Closed forms of pipeline-parallel schedules: step time, busy time, bubble, activation stash.
 
-Conventions (shared with the simulator :mod:`distcheck.pipeline`, which this
+Conventions (shared with the simulator :mod:`distcheck.parallel.pp`, which this
 module does not import): ``p`` ranks (stages), ``m`` micro-batches, ``v`` model
 chunks per rank (interleaved only), ``t_f``/``t_b`` the ticks of one forward /
 one backward of one stage -- of one *chunk* for the interleaved schedule, so a
@@ -32,7 +32,7 @@ micro-batch groups have ``p`` members). torch 2.13's "flex" variant for other
 The breadth-first order (``looped_bfs``: every micro-batch through chunk 0, then chunk 1,
 ...) has that same step, ``(v*max(m, p) + min(m, p) - 1) * (t_f + t_b)``, for every m
 (found with the simulator, p = 1..6, m = 1..14, v = 1..4, seven cost ratios; property
-``pipeline.simulator.closed_forms``), and stashes all ``v m`` (chunk, micro-batch) pairs.
+``pp.simulator.closed_forms``), and stashes all ``v m`` (chunk, micro-batch) pairs.
 
 The forms of the split-backward schedules (ZB-H1, ZB-H2, interleaved ZB, ZB-V, DualPipe,
 DualPipeV) are in :mod:`distcheck.parallel.pp.forms_zero_bubble`, registered with these.
@@ -43,7 +43,6 @@ from __future__ import annotations
 import sympy as sp
 
 from distcheck.core.closed_form import ClosedForm, Input, register
-from distcheck.core.vocab import Schedule
 from distcheck.parallel.pp import forms_zero_bubble
 
 __all__ = ["FORMS", "ZERO_BUBBLE_FORMS"]
@@ -82,21 +81,21 @@ def _form(name, expr, inputs, unit, source, description, constraints=()) -> Clos
 FORMS: tuple[ClosedForm, ...] = (
     # --- step time
     _form(
-        f"pipeline.step_ticks.{Schedule.GPIPE}", (m + p - 1) * (t_f + t_b), _BASE, "ticks", _GPIPE,
+        "pp.step_ticks.gpipe", (m + p - 1) * (t_f + t_b), _BASE, "ticks", _GPIPE,
         "ticks of one GPipe step: m + p - 1 forward slots, then as many backward slots",
     ),
     _form(
-        f"pipeline.step_ticks.{Schedule.ONE_F_ONE_B}", (m + p - 1) * (t_f + t_b), _BASE, "ticks", _NARAYANAN_1F1B,
+        "pp.step_ticks.1f1b", (m + p - 1) * (t_f + t_b), _BASE, "ticks", _NARAYANAN_1F1B,
         "ticks of one 1F1B (PipeDream-Flush) step: same length as GPipe, for every m >= 1",
     ),
     _form(
-        f"pipeline.step_ticks.{Schedule.INTERLEAVED}", (v * m + p - 1) * (t_f + t_b), _INTER, "ticks", _NARAYANAN_INT,
+        "pp.step_ticks.interleaved", (v * m + p - 1) * (t_f + t_b), _INTER, "ticks", _NARAYANAN_INT,
         "ticks of one interleaved 1F1B step with v chunks per rank and per-chunk costs t_f, t_b",
         _INT_CONSTRAINTS,
     ),
     # --- useful work
     _form(
-        "pipeline.busy_ticks", v * m * (t_f + t_b), (_P, _M, _V1, _TF, _TB), "ticks",
+        "pp.busy_ticks", v * m * (t_f + t_b), (_P, _M, _V1, _TF, _TB), "ticks",
         "lesson 'Scaling and distributed training' ('Pipeline bubble': each stage is busy 3m ticks); "
         "Narayanan et al. 2021 §2.2 (ideal time)",
         "ticks each rank spends computing in one step (the ideal time): v*m forwards and v*m backwards; "
@@ -104,63 +103,63 @@ FORMS: tuple[ClosedForm, ...] = (
     ),
     # --- idle time (the bubble in ticks), per rank
     _form(
-        f"pipeline.idle_ticks.{Schedule.GPIPE}", (p - 1) * (t_f + t_b), _BASE, "ticks", _GPIPE,
+        "pp.idle_ticks.gpipe", (p - 1) * (t_f + t_b), _BASE, "ticks", _GPIPE,
         "ticks each rank idles in one GPipe step: (p-1)(t_f+t_b), the same for every rank",
     ),
     _form(
-        f"pipeline.idle_ticks.{Schedule.ONE_F_ONE_B}", (p - 1) * (t_f + t_b), _BASE, "ticks", _NARAYANAN_1F1B,
+        "pp.idle_ticks.1f1b", (p - 1) * (t_f + t_b), _BASE, "ticks", _NARAYANAN_1F1B,
         "ticks each rank idles in one 1F1B step: (p-1)(t_f+t_b), the same for every rank",
     ),
     _form(
-        f"pipeline.idle_ticks.{Schedule.INTERLEAVED}", (p - 1) * (t_f + t_b), _INTER, "ticks", _NARAYANAN_INT,
+        "pp.idle_ticks.interleaved", (p - 1) * (t_f + t_b), _INTER, "ticks", _NARAYANAN_INT,
         "ticks each rank idles in one interleaved 1F1B step: (p-1)(t_f+t_b) per rank, independent of v",
         _INT_CONSTRAINTS,
     ),
     # --- bubble, relative to the total
     _form(
-        f"pipeline.bubble_fraction.{Schedule.GPIPE}", (p - 1) / (m + p - 1), _BASE, "fraction", _GPIPE,
+        "pp.bubble_fraction.gpipe", (p - 1) / (m + p - 1), _BASE, "fraction", _GPIPE,
         "idle time / total step time of GPipe (all ranks together); independent of t_f and t_b",
     ),
     _form(
-        f"pipeline.bubble_fraction.{Schedule.ONE_F_ONE_B}", (p - 1) / (m + p - 1), _BASE, "fraction",
+        "pp.bubble_fraction.1f1b", (p - 1) / (m + p - 1), _BASE, "fraction",
         _NARAYANAN_1F1B + "; converted with fraction = ratio / (1 + ratio)",
         "idle time / total step time of 1F1B: the same bubble as GPipe",
     ),
     _form(
-        f"pipeline.bubble_fraction.{Schedule.INTERLEAVED}", (p - 1) / (v * m + p - 1), _INTER, "fraction",
+        "pp.bubble_fraction.interleaved", (p - 1) / (v * m + p - 1), _INTER, "fraction",
         _NARAYANAN_INT + "; converted with fraction = ratio / (1 + ratio)",
         "idle time / total step time of interleaved 1F1B",
         _INT_CONSTRAINTS,
     ),
     # --- bubble, relative to the ideal time
     _form(
-        f"pipeline.bubble_ratio.{Schedule.GPIPE}", (p - 1) / m, _BASE, "fraction",
+        "pp.bubble_ratio.gpipe", (p - 1) / m, _BASE, "fraction",
         _NARAYANAN_1F1B + " (holds for GPipe too)",
         "idle time / ideal time of GPipe; can exceed 1 when m < p - 1",
     ),
     _form(
-        f"pipeline.bubble_ratio.{Schedule.ONE_F_ONE_B}", (p - 1) / m, _BASE, "fraction", _NARAYANAN_1F1B,
+        "pp.bubble_ratio.1f1b", (p - 1) / m, _BASE, "fraction", _NARAYANAN_1F1B,
         "idle time / ideal time of 1F1B",
     ),
     _form(
-        f"pipeline.bubble_ratio.{Schedule.INTERLEAVED}", (p - 1) / (v * m), _INTER, "fraction", _NARAYANAN_INT,
+        "pp.bubble_ratio.interleaved", (p - 1) / (v * m), _INTER, "fraction", _NARAYANAN_INT,
         "idle time / ideal time of interleaved 1F1B: (1/v) of the 1F1B ratio, exactly",
         _INT_CONSTRAINTS,
     ),
     # --- activation stash (micro-batches whose forward ran and whose backward has not finished)
     _form(
-        f"pipeline.peak_in_flight.{Schedule.GPIPE}", m, _BASE, "count",
+        "pp.peak_in_flight.gpipe", m, _BASE, "count",
         "Narayanan et al. 2021 §2.2.1 (GPipe stashes m micro-batches); Huang et al. 2019",
         "peak number of micro-batches whose activations a GPipe rank holds: m, on every stage (stage 0 included)",
     ),
     _form(
-        f"pipeline.peak_in_flight.{Schedule.ONE_F_ONE_B}", sp.Min(p, m), _BASE, "count",
+        "pp.peak_in_flight.1f1b", sp.Min(p, m), _BASE, "count",
         "Narayanan et al. 2021 §2.2.1 (1F1B keeps at most p micro-batches in flight)",
         "peak number of micro-batches in flight on stage 0 (the maximum over stages) under 1F1B; "
         "stage r holds min(p - r, m)",
     ),
     _form(
-        f"pipeline.peak_in_flight.{Schedule.INTERLEAVED}", sp.Min((v + 1) * p - 1, v * m), _INTER, "count",
+        "pp.peak_in_flight.interleaved", sp.Min((v + 1) * p - 1, v * m), _INTER, "count",
         "derived from Megatron-LM's interleaved warm-up count min(2(p-r-1) + (v-1)p, v m); "
         "checked by the tick simulator",
         "peak number of (chunk, micro-batch) activation stashes on rank 0 (the maximum over ranks) under "
@@ -169,15 +168,15 @@ FORMS: tuple[ClosedForm, ...] = (
         _INT_CONSTRAINTS,
     ),
     # --- breadth-first (looped BFS): v chunks, every micro-batch through one chunk before the next
-    _form(f"pipeline.step_ticks.{Schedule.LOOPED_BFS}", _BFS_STEPS * (t_f + t_b), (_P, _M, _VB, _TF, _TB), "ticks",
+    _form("pp.step_ticks.looped_bfs", _BFS_STEPS * (t_f + t_b), (_P, _M, _VB, _TF, _TB), "ticks",
           _BFS, "ticks of one breadth-first step: (v max(m, p) + min(m, p) - 1)(t_f + t_b); "
           "(v m + p - 1)(t_f + t_b) when m >= p"),
-    _form(f"pipeline.idle_ticks.{Schedule.LOOPED_BFS}", (_BFS_STEPS - v * m) * (t_f + t_b), (_P, _M, _VB, _TF, _TB),
+    _form("pp.idle_ticks.looped_bfs", (_BFS_STEPS - v * m) * (t_f + t_b), (_P, _M, _VB, _TF, _TB),
           "ticks", _BFS, "ticks each rank idles in one breadth-first step; (p-1)(t_f+t_b) when m >= p"),
-    _form(f"pipeline.bubble_fraction.{Schedule.LOOPED_BFS}", (_BFS_STEPS - v * m) / _BFS_STEPS, (_P, _M, _VB, _TF, _TB),
+    _form("pp.bubble_fraction.looped_bfs", (_BFS_STEPS - v * m) / _BFS_STEPS, (_P, _M, _VB, _TF, _TB),
           "fraction", _BFS, "idle time / total step time of the breadth-first schedule"),
-    _form(f"pipeline.bubble_ratio.{Schedule.LOOPED_BFS}", (_BFS_STEPS - v * m) / (v * m), (_P, _M, _VB, _TF, _TB),
+    _form("pp.bubble_ratio.looped_bfs", (_BFS_STEPS - v * m) / (v * m), (_P, _M, _VB, _TF, _TB),
           "fraction", _BFS, "idle time / ideal time of the breadth-first schedule: (p-1)/(v m) when m >= p"),
-    _form(f"pipeline.peak_in_flight.{Schedule.LOOPED_BFS}", v * m, (_P, _M, _VB, _TF, _TB), "count", _BFS,
+    _form("pp.peak_in_flight.looped_bfs", v * m, (_P, _M, _VB, _TF, _TB), "count", _BFS,
           "peak (chunk, micro-batch) activations of a breadth-first rank: all v m, like GPipe over v chunks"),
 )

@@ -3,22 +3,22 @@
 =================================  ==============================================  ====================================
 mutant                             mistake                                         killed by
 =================================  ==============================================  ====================================
-pipeline.ratio_as_fraction         (p-1)/m (idle relative to IDEAL time)           pipeline.bubble_fraction.formula
+pp.ratio_as_fraction         (p-1)/m (idle relative to IDEAL time)           pp.bubble_fraction.formula
                                    labelled as idle / total
-pipeline.stash_ignores_m           1F1B stash taken as p, without min(p, m)        pipeline.stash.formula (m < p)
-pipeline.engine_single_sweep       the array engine stopped after one sweep up     pipeline.engine.matches_plain_replay
+pp.stash_ignores_m           1F1B stash taken as p, without min(p, m)        pp.stash.formula (m < p)
+pp.engine_single_sweep       the array engine stopped after one sweep up     pp.engine.matches_plain_replay
                                    the ranks (backwards wait on later ranks)
-pipeline.zb_w_before_i             every weight pass moved just before its own     pipeline.zero_bubble.w_after_i
+pp.zb_w_before_i             every weight pass moved just before its own     pp.zero_bubble.w_after_i
                                    input pass (W before B)
-pipeline.zb_b_as_full_backward     ZB-H1 bubble from DeepSeek's (PP-1)(F+B-2W),    pipeline.zero_bubble.bubble_formula
+pp.zb_b_as_full_backward     ZB-H1 bubble from DeepSeek's (PP-1)(F+B-2W),    pp.zero_bubble.bubble_formula
                                    whose B is the FULL backward, fed the
                                    input-gradient cost
-pipeline.zb_h1_w_deferred          ZB-H1 holding every weight pass to the end      pipeline.zero_bubble.stash_bound
+pp.zb_h1_w_deferred          ZB-H1 holding every weight pass to the end      pp.zero_bubble.stash_bound
                                    (a smaller bubble, but m activations stashed)
-pipeline.1f1b_as_gpipe             1F1B simulated with GPipe's order (all          pipeline.simulator.closed_forms
+pp.1f1b_as_gpipe             1F1B simulated with GPipe's order (all          pp.simulator.closed_forms
                                    forwards first): m activations stashed, not
                                    min(p, m)
-pipeline.zb_h2_as_h1               ZB-H2 served with ZB-H1's order (no extra       pipeline.zero_bubble.closed_forms
+pp.zb_h2_as_h1               ZB-H2 served with ZB-H1's order (no extra       pp.zero_bubble.closed_forms
                                    warm-up forwards): the bubble stays
 =================================  ==============================================  ====================================
 """
@@ -37,13 +37,13 @@ __all__ = ["bubble_ratio_as_fraction", "stash_ignores_few_microbatches", "replay
            "zb_h1_bubble_b_as_full", "order_w_deferred", "simulate_1f1b_as_gpipe", "order_zb_h2_as_h1"]
 
 
-@mutant("pipeline.ratio_as_fraction", "pipeline.bubble_fraction.formula")
+@mutant("pp.ratio_as_fraction", "pp.bubble_fraction.formula")
 def bubble_ratio_as_fraction(schedule, p, m, v=1):
     """(p-1)/m (idle relative to IDEAL time; (p-1)/(v m) interleaved) labelled as idle / total."""
     return Fraction(p - 1, v * m)
 
 
-@mutant("pipeline.stash_ignores_m", "pipeline.stash.formula")
+@mutant("pp.stash_ignores_m", "pp.stash.formula")
 def stash_ignores_few_microbatches(schedule, p, m, v=1):
     """Activation stash of 1F1B taken as p micro-batches (interleaved: (v+1) p - 1 chunks) without
     the min with m (v m): too many when there are fewer micro-batches than stages (m < p)."""
@@ -52,7 +52,7 @@ def stash_ignores_few_microbatches(schedule, p, m, v=1):
     return p if schedule == Schedule.ONE_F_ONE_B else (v + 1) * p - 1
 
 
-@mutant("pipeline.engine_single_sweep", "pipeline.engine.matches_plain_replay")
+@mutant("pp.engine_single_sweep", "pp.engine.matches_plain_replay")
 def replay_single_sweep(order, num_stages, num_microbatches, t_f=1, t_b=2, *, t_fb=None, routes=None):
     """The array engine stopped after one sweep up the ranks, without the sweep that proves the
     result: a backward that waits on a later rank starts too early."""
@@ -96,7 +96,7 @@ def _reordered(o, index: np.ndarray):
                    overlap=o.overlap[index])
 
 
-@mutant("pipeline.zb_w_before_i", "pipeline.zero_bubble.w_after_i")
+@mutant("pp.zb_w_before_i", "pp.zero_bubble.w_after_i")
 def order_w_before_i(schedule, p, m, v=None):
     """The schedule's order with every weight pass moved to just before its own input pass."""
     from distcheck.parallel.pp.schedules import order_arrays
@@ -114,14 +114,14 @@ def order_w_before_i(schedule, p, m, v=None):
     return _reordered(o, np.asarray(out, np.int64))
 
 
-@mutant("pipeline.zb_b_as_full_backward", "pipeline.zero_bubble.bubble_formula")
+@mutant("pp.zb_b_as_full_backward", "pp.zero_bubble.bubble_formula")
 def zb_h1_bubble_b_as_full(p, t_f, t_i, t_w):
     """ZB-H1 bubble as (p-1)(t_f + t_i - 2 t_w): DeepSeek's ZB1P formula, whose B is the FULL
     backward, fed the input-gradient cost t_i."""
     return (p - 1) * (t_f + t_i - 2 * t_w)
 
 
-@mutant("pipeline.zb_h1_w_deferred", "pipeline.zero_bubble.stash_bound")
+@mutant("pp.zb_h1_w_deferred", "pp.zero_bubble.stash_bound")
 def order_w_deferred(schedule, p, m, v=None):
     """The schedule's order with every weight pass held back until the rank's input passes are done."""
     from distcheck.parallel.pp.schedules import order_arrays
@@ -134,7 +134,7 @@ def order_w_deferred(schedule, p, m, v=None):
     return _reordered(o, np.concatenate(out))
 
 
-@mutant("pipeline.1f1b_as_gpipe", "pipeline.simulator.closed_forms")
+@mutant("pp.1f1b_as_gpipe", "pp.simulator.closed_forms")
 def simulate_1f1b_as_gpipe(schedule, p, m, v=1, t_f=1, t_b=2):
     """1F1B simulated with GPipe's order (every forward before any backward): the same step time,
     but each rank stashes all m micro-batches instead of min(p, m)."""
@@ -143,7 +143,7 @@ def simulate_1f1b_as_gpipe(schedule, p, m, v=1, t_f=1, t_b=2):
     return simulate(Schedule.GPIPE if schedule == Schedule.ONE_F_ONE_B else schedule, p, m, v, t_f, t_b)
 
 
-@mutant("pipeline.zb_h2_as_h1", "pipeline.zero_bubble.closed_forms")
+@mutant("pp.zb_h2_as_h1", "pp.zero_bubble.closed_forms")
 def order_zb_h2_as_h1(schedule, p, m, v=None):
     """ZB-H2 served with ZB-H1's order: without ZB-H2's extra warm-up forwards the bubble it removes stays."""
     from distcheck.parallel.pp.schedules import order_arrays

@@ -16,7 +16,7 @@ Dependencies (for one micro-batch ``j`` on its route): ``F`` of stage ``s`` need
 ``s - 1``; the backward (``B`` or ``I``) of ``s`` needs ``F`` of ``s`` and the backward of
 ``s + 1`` (the last stage of the route needs only its own ``F``: the loss is computed at its
 end); ``W`` of ``s`` needs ``I`` of ``s``. :func:`check_order` refuses an order that breaks
-the rules of :func:`distcheck.pipeline.replay` with the same ConfigError messages, and
+the rules of :func:`distcheck.parallel.pp.replay` with the same ConfigError messages, and
 :func:`dependencies` lists, for every action, the (at most two) actions it waits for.
 """
 
@@ -150,8 +150,8 @@ def compile_order(order, num_stages: int, num_microbatches: int, routes=None) ->
                                                        "overlapped pairs; see from_torch_actions)")
             if total + len(acts) > MAX_ACTIONS:
                 raise ConfigError("order", f"<more than {MAX_ACTIONS} actions>",
-                                  f"must hold at most pipeline.MAX_ACTIONS = {MAX_ACTIONS} actions; "
-                                  "for large sizes use the closed forms pipeline.* (distcheck.closed_form.get)")
+                                  f"must hold at most pp.MAX_ACTIONS = {MAX_ACTIONS} actions; "
+                                  "for large sizes use the closed forms pp.* (distcheck.closed_form.get)")
         total += len(acts)
         rows[rank] = (acts, flags)
     p = max(rows) + 1
@@ -184,13 +184,13 @@ def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
     ``s * M + j`` the index of its ``F``, of its backward (``B``, or ``I`` when split), of its
     ``I`` and of its ``W`` (-1 where absent), and the rank of every stage (-1 for a stage no
     action uses).
-    Raises ConfigError with the messages of :func:`distcheck.pipeline.replay`.
+    Raises ConfigError with the messages of :func:`distcheck.parallel.pp.replay`.
     """
     S, M, N = order.num_stages, order.num_microbatches, order.num_actions
     if S * M > MAX_ACTIONS:
         raise ConfigError("num_microbatches", M, f"gives num_stages*num_microbatches = {S * M} (stage, micro-batch) "
-                          f"pairs, more than pipeline.MAX_ACTIONS = {MAX_ACTIONS}; for large sizes use the closed "
-                          "forms pipeline.* (distcheck.closed_form.get)")
+                          f"pairs, more than pp.MAX_ACTIONS = {MAX_ACTIONS}; for large sizes use the closed "
+                          "forms pp.* (distcheck.closed_form.get)")
     kind, mb, st = order.kind, order.microbatch, order.stage
     first, last = _route(order)
     if first.shape != (M,) or last.shape != (M,) or (first < 0).any() or (last >= S).any() or (first > last).any():

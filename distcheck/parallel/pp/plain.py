@@ -3,9 +3,9 @@
 This is the simulator as first written (list scheduling: each rank's next action runs once
 its dependencies have run, at ``max(rank free, dependencies done)``), kept as the independent
 oracle of the array engine of :mod:`distcheck.parallel.pp.simulator`: the property
-``pipeline.engine.matches_plain_replay`` checks that both give the same spans, figures, tick
+``pp.engine.matches_plain_replay`` checks that both give the same spans, figures, tick
 grid and deadlocks. It is slow (microseconds per action) and assumes a valid order (the
-checks are the engine's): use :func:`distcheck.pipeline.replay`.
+checks are the engine's): use :func:`distcheck.parallel.pp.replay`.
 
 Overlapped pairs ``(Action, Action)`` start together when the rank and both members'
 dependencies are ready, and both end ``t_fb`` ticks later. ``routes`` gives each
@@ -27,7 +27,7 @@ __all__ = ["PlainTimeline", "plain_replay"]
 @dataclass(frozen=True)
 class PlainTimeline:
     """Spans, grid and figures of :func:`plain_replay`, with the meanings of
-    :class:`distcheck.pipeline.Timeline`'s attributes of the same names."""
+    :class:`distcheck.parallel.pp.Timeline`'s attributes of the same names."""
 
     spans: tuple[Span, ...]
     grid: tuple[tuple, ...]

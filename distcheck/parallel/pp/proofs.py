@@ -11,7 +11,7 @@
 - the two readings of B agree once the weight pass is counted: a bubble written with B the full
   backward (DeepSeek-V3 Table 2) at b = t_i + t_w is the one written with B the input-gradient
   pass (Qi et al. 2023, Table 2) at b = t_i, for 1F1B and ZB-H1; the 1F1B split bubble is
-  ``pipeline.idle_ticks.1f1b`` at t_b = t_i + t_w; at equal costs ZB-H1 idles a third of 1F1B.
+  ``pp.idle_ticks.1f1b`` at t_b = t_i + t_w; at equal costs ZB-H1 idles a third of 1F1B.
 """
 
 from __future__ import annotations
@@ -26,28 +26,28 @@ __all__ = ["gpipe_bubble_from_schedule", "bubble_conventions", "interleaved_rati
            "b_readings"]
 
 
-@proof("proof.pipeline.gpipe_bubble")
+@proof("proof.pp.gpipe_bubble")
 def gpipe_bubble_from_schedule():
-    """1 - busy/total of the GPipe schedule == (p-1)/(m+p-1) == pipeline.bubble_fraction.gpipe."""
+    """1 - busy/total of the GPipe schedule == (p-1)/(m+p-1) == pp.bubble_fraction.gpipe."""
     p, m = sp.symbols("p m", integer=True, positive=True)
     t_f, t_b = sp.symbols("t_f t_b", integer=True, positive=True)  # ticks per forward / backward
     total = (m + p - 1) * t_f + (m + p - 1) * t_b  # forward phase, then backward phase (lesson)
     busy = m * (t_f + t_b)
     bubble = sp.simplify(1 - busy / total)
     ok = zero(bubble - (p - 1) / (m + p - 1))
-    form = get("pipeline.bubble_fraction.gpipe")
+    form = get("pp.bubble_fraction.gpipe")
     fp, fm = form.symbols["p"], form.symbols["m"]
     ok_form = zero(form.expr.subs({fp: p, fm: m}) - bubble)
     return ok and ok_form, f"1 - busy/total = {bubble}"
 
 
-@proof("proof.pipeline.conventions")
+@proof("proof.pp.conventions")
 def bubble_conventions():
     """fraction = ratio / (1 + ratio) for every schedule."""
     details = []
     ok = True
     for s in Schedule:
-        frac, ratio = get(f"pipeline.bubble_fraction.{s}"), get(f"pipeline.bubble_ratio.{s}")
+        frac, ratio = get(f"pp.bubble_fraction.{s}"), get(f"pp.bubble_ratio.{s}")
         subs = {ratio.symbols[k]: frac.symbols[k] for k in ratio.symbols if k in frac.symbols}
         x = ratio.expr.subs(subs)
         holds = zero(frac.expr - x / (1 + x))
@@ -56,24 +56,24 @@ def bubble_conventions():
     return ok, "; ".join(details)
 
 
-@proof("proof.pipeline.interleaved_over_v")
+@proof("proof.pp.interleaved_over_v")
 def interleaved_ratio_over_v():
     """bubble_ratio.interleaved == bubble_ratio.1f1b / v."""
-    inter = get(f"pipeline.bubble_ratio.{Schedule.INTERLEAVED}")
-    plain = get(f"pipeline.bubble_ratio.{Schedule.ONE_F_ONE_B}")
+    inter = get(f"pp.bubble_ratio.{Schedule.INTERLEAVED}")
+    plain = get(f"pp.bubble_ratio.{Schedule.ONE_F_ONE_B}")
     subs = {plain.symbols[k]: inter.symbols[k] for k in plain.symbols if k in inter.symbols}
     v = inter.symbols["v"]
     return zero(inter.expr - plain.expr.subs(subs) / v), f"{inter.expr} = ({plain.expr.subs(subs)}) / v"
 
 
-@proof("proof.pipeline.bubble_vanishes")
+@proof("proof.pp.bubble_vanishes")
 def bubble_vanishes():
     """lim_{m -> oo} bubble_fraction = 0 for every schedule (taken as m = p + k, k -> oo: the
     regime m >= p where every schedule's forms hold)."""
     out = []
     k = sp.Symbol("k", integer=True, positive=True)
     for s in Schedule:
-        f = get(f"pipeline.bubble_fraction.{s}")
+        f = get(f"pp.bubble_fraction.{s}")
         m, p = f.symbols["m"], f.symbols["p"]
         out.append((s, sp.limit(sp.simplify(f.expr.subs(m, p + k)), k, sp.oo)))
     return all(lim == 0 for _, lim in out), ", ".join(f"{s}: {lim}" for s, lim in out)
@@ -85,20 +85,20 @@ def _at(name: str, **values):
     return f.expr.subs({f.symbols[k]: v for k, v in values.items()})
 
 
-@proof("proof.pipeline.b_readings")
+@proof("proof.pp.b_readings")
 def b_readings():
     """B full at b = t_i + t_w == B input at b = t_i (1F1B, ZB-H1); 1F1B split == idle_ticks.1f1b
     at t_b = t_i + t_w; ZB-H1 == 1F1B / 3 at t_f = t_i = t_w."""
     p, t_f, t_i, t_w, t = sp.symbols("p t_f t_i t_w t", integer=True, positive=True)
     checks = []
     for s in (Schedule.ONE_F_ONE_B, Schedule.ZB_H1):
-        full = _at(f"pipeline.bubble_ticks.{s}.b_full", p=p, t_f=t_f, b=t_i + t_w, t_w=t_w)
-        part = _at(f"pipeline.bubble_ticks.{s}.b_input", p=p, t_f=t_f, b=t_i, t_w=t_w)
-        exact = _at(f"pipeline.bubble_ticks.{s}", p=p, t_f=t_f, t_i=t_i, t_w=t_w)
+        full = _at(f"pp.bubble_ticks.{s}.b_full", p=p, t_f=t_f, b=t_i + t_w, t_w=t_w)
+        part = _at(f"pp.bubble_ticks.{s}.b_input", p=p, t_f=t_f, b=t_i, t_w=t_w)
+        exact = _at(f"pp.bubble_ticks.{s}", p=p, t_f=t_f, t_i=t_i, t_w=t_w)
         checks.append((f"{s}: full = input = exact", zero(full - part) and zero(part - exact)))
-    split = _at("pipeline.bubble_ticks.1f1b", p=p, t_f=t_f, t_i=t_i, t_w=t_w)
-    whole = _at(f"pipeline.idle_ticks.{Schedule.ONE_F_ONE_B}", p=p, t_f=t_f, t_b=t_i + t_w)
+    split = _at("pp.bubble_ticks.1f1b", p=p, t_f=t_f, t_i=t_i, t_w=t_w)
+    whole = _at(f"pp.idle_ticks.{Schedule.ONE_F_ONE_B}", p=p, t_f=t_f, t_b=t_i + t_w)
     checks.append(("1f1b split = idle_ticks.1f1b", zero(split - whole)))
-    h1 = _at("pipeline.bubble_ticks.zb_h1", p=p, t_f=t, t_i=t, t_w=t)
+    h1 = _at("pp.bubble_ticks.zb_h1", p=p, t_f=t, t_i=t, t_w=t)
     checks.append(("zb_h1 = 1f1b / 3 at equal costs", zero(3 * h1 - split.subs({t_f: t, t_i: t, t_w: t}))))
     return all(ok for _, ok in checks), "; ".join(f"{what}: {'ok' if ok else 'DIFFERS'}" for what, ok in checks)

@@ -1,10 +1,10 @@
 """Pipeline properties: the tick simulator against the closed forms, for every schedule.
 
 Everything is exact (integer ticks, Fraction bubbles). Implementation slots:
-``simulate(schedule, p, m, v, t_f, t_b) -> Timeline`` (:func:`distcheck.pipeline.simulate`)
+``simulate(schedule, p, m, v, t_f, t_b) -> Timeline`` (:func:`distcheck.parallel.pp.simulate`)
 ``bubble_fraction(schedule, p, m, v) -> Fraction`` (the catalogue's
-``pipeline.bubble_fraction.<schedule>``) and ``peak_in_flight(schedule, p, m, v) -> int``
-(``pipeline.peak_in_flight.<schedule>``).
+``pp.bubble_fraction.<schedule>``) and ``peak_in_flight(schedule, p, m, v) -> int``
+(``pp.peak_in_flight.<schedule>``).
 """
 
 from __future__ import annotations
@@ -35,20 +35,20 @@ def _simulate(*args, **kwargs):
 
 def simulator_matches_closed_forms(pp, *, impl=_simulate) -> None:
     """step_ticks, busy ticks per rank, bubble_fraction, bubble_ratio and the activation
-    stash equal the closed forms ``pipeline.*.<schedule>``; the two bubble conventions
+    stash equal the closed forms ``pp.*.<schedule>``; the two bubble conventions
     satisfy fraction = ratio / (1 + ratio); GPipe stashes m, 1F1B at most p."""
     tl = call_impl("simulate", impl, pp.schedule, pp.p, pp.m, pp.v, pp.t_f, pp.t_b)
     vals = dict(p=pp.p, m=pp.m, v=pp.v, t_f=pp.t_f, t_b=pp.t_b)
     s = pp.schedule
-    _equal("step_ticks", _form(f"pipeline.step_ticks.{s}", **vals), tl.step_ticks, pp)
-    busy = _form("pipeline.busy_ticks", **vals)
+    _equal("step_ticks", _form(f"pp.step_ticks.{s}", **vals), tl.step_ticks, pp)
+    busy = _form("pp.busy_ticks", **vals)
     for rank, b in enumerate(tl.busy_ticks):
         _equal(f"busy_ticks of rank {rank}", busy, b, pp)
-    _equal("bubble_fraction", _form(f"pipeline.bubble_fraction.{s}", **vals), tl.bubble_fraction, pp)
-    _equal("bubble_ratio", _form(f"pipeline.bubble_ratio.{s}", **vals), tl.bubble_ratio, pp)
+    _equal("bubble_fraction", _form(f"pp.bubble_fraction.{s}", **vals), tl.bubble_fraction, pp)
+    _equal("bubble_ratio", _form(f"pp.bubble_ratio.{s}", **vals), tl.bubble_ratio, pp)
     ratio = Fraction(tl.bubble_ratio)
     _equal("bubble_fraction vs ratio/(1+ratio)", ratio / (1 + ratio), tl.bubble_fraction, pp)
-    _equal("peak_in_flight", _form(f"pipeline.peak_in_flight.{s}", **vals), max(tl.peak_in_flight), pp)
+    _equal("peak_in_flight", _form(f"pp.peak_in_flight.{s}", **vals), max(tl.peak_in_flight), pp)
     if s == Schedule.GPIPE and tl.peak_in_flight[0] != pp.m:
         raise PropertyFailure(f"GPipe rank 0 must stash all m micro-batches for {pp}", expected=pp.m,
                               got=tl.peak_in_flight[0])
@@ -58,8 +58,8 @@ def simulator_matches_closed_forms(pp, *, impl=_simulate) -> None:
 
 
 def bubble_fraction_formula(schedule: str, p: int, m: int, v: int = 1) -> Fraction:
-    """Reference formula: the catalogue's ``pipeline.bubble_fraction.<schedule>`` (idle / total)."""
-    return Fraction(_form(f"pipeline.bubble_fraction.{schedule}", p=p, m=m, v=v))
+    """Reference formula: the catalogue's ``pp.bubble_fraction.<schedule>`` (idle / total)."""
+    return Fraction(_form(f"pp.bubble_fraction.{schedule}", p=p, m=m, v=v))
 
 
 def formula_matches_simulator(pp, *, impl=bubble_fraction_formula) -> None:
@@ -70,9 +70,9 @@ def formula_matches_simulator(pp, *, impl=bubble_fraction_formula) -> None:
 
 
 def stash_formula(schedule: str, p: int, m: int, v: int = 1) -> int:
-    """Reference formula: the catalogue's ``pipeline.peak_in_flight.<schedule>`` (GPipe m,
+    """Reference formula: the catalogue's ``pp.peak_in_flight.<schedule>`` (GPipe m,
     1F1B min(p, m), interleaved min((v+1) p - 1, v m); Narayanan et al. 2021 §2.2)."""
-    return int(_form(f"pipeline.peak_in_flight.{schedule}", p=p, m=m, v=v))
+    return int(_form(f"pp.peak_in_flight.{schedule}", p=p, m=m, v=v))
 
 
 def stash_formula_matches_simulator(pp, *, impl=stash_formula) -> None:
@@ -94,21 +94,21 @@ def _edges():
 
 
 register(Property(
-    "pipeline.simulator.closed_forms",
+    "pp.simulator.closed_forms",
     lambda: ds.pipeline_params(schedules=ds.SCHEDULES),
     simulator_matches_closed_forms,
     "simulator == closed forms (step, busy, both bubble conventions, stash) for gpipe, 1f1b, interleaved, looped_bfs",
     _simulate, "simulate(schedule, p, m, v, t_f, t_b) -> Timeline", _edges,
 ))
 register(Property(
-    "pipeline.bubble_fraction.formula",
+    "pp.bubble_fraction.formula",
     lambda: ds.pipeline_params(),
     formula_matches_simulator,
     "bubble-fraction formula (idle / total) == simulated idle / total, exactly",
     bubble_fraction_formula, "bubble_fraction(schedule, p, m, v=1) -> Fraction", _edges,
 ))
 register(Property(
-    "pipeline.stash.formula",
+    "pp.stash.formula",
     lambda: ds.pipeline_params(),
     stash_formula_matches_simulator,
     "activation-stash formula (peak in flight) == simulated peak, exactly (incl. m < p)",

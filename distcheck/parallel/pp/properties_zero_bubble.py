@@ -3,22 +3,22 @@
 
 Everything is exact (integer ticks, Fraction bubbles).
 
-* ``pipeline.engine.matches_plain_replay``: :func:`distcheck.pipeline.replay` (the array
+* ``pp.engine.matches_plain_replay``: :func:`distcheck.parallel.pp.replay` (the array
   engine, any implementation with its signature) gives the spans, figures and tick grid of
   the plain one-action-at-a-time replay (:mod:`distcheck.parallel.pp.plain`) on every named
   schedule's order, perturbed by swaps inside ranks and with backwards split, and the same
   DeadlockError (blocked ranks, actions, dependencies) when an order cannot finish.
-* ``pipeline.zero_bubble.closed_forms``: each split schedule's simulated bubble (with a
+* ``pp.zero_bubble.closed_forms``: each split schedule's simulated bubble (with a
   barrier and, where catalogued, steady), bubble fraction and ratio, peak activations and
   parameter copies equal the forms of :mod:`distcheck.parallel.pp.forms_zero_bubble`,
   inside their constraints.
-* ``pipeline.zero_bubble.w_after_i``: in a schedule's order every W comes after its own I on
+* ``pp.zero_bubble.w_after_i``: in a schedule's order every W comes after its own I on
   the same rank, and runs after it ends (implementation: an order generator).
-* ``pipeline.zero_bubble.stash_bound``: no rank of a schedule with a published bound (not
+* ``pp.zero_bubble.stash_bound``: no rank of a schedule with a published bound (not
   torch's interleaved ZB) holds more activations than it: p (ZB-H1, Qi et al. §2.1), 2p - 1
   (ZB-H2, §2.2), 2p half-stage chunks (ZB-V, §6), PP + 1 (DualPipe, DeepSeek-V3 Table 2;
   2p + 1 stage-chunks for DualPipeV) (implementation: an order generator).
-* ``pipeline.zero_bubble.bubble_formula``: a ZB-H1 bubble formula in (p, t_f, t_i, t_w) equals
+* ``pp.zero_bubble.bubble_formula``: a ZB-H1 bubble formula in (p, t_f, t_i, t_w) equals
   the simulated bubble where the published form applies (t_w <= t_f, t_i; m >= p).
 """
 
@@ -139,21 +139,21 @@ def zero_bubble_closed_forms(case, *, impl=_order_arrays) -> None:
     tl, _ = _simulate(case, impl)
     s = case.schedule
     vals = dict(p=case.p, m=case.m, v=case.v, t_f=case.t_f, t_i=case.t_i, t_w=case.t_w, t=case.t_f, t_fb=case.t_fb)
-    _equal("bubble ticks (the most any rank idles)", form_value(f"pipeline.bubble_ticks.{s}", **vals),
+    _equal("bubble ticks (the most any rank idles)", form_value(f"pp.bubble_ticks.{s}", **vals),
            max(tl.idle_ticks), case)
     if s in (Schedule.ZB_H2, Schedule.ZB_V):
         _equal("steady bubble (idle inside each rank's window)",
-               form_value(f"pipeline.bubble_ticks.{s}.steady", **vals), max(tl.window_idle_ticks), case)
-        _equal("steady bubble ratio", form_value(f"pipeline.bubble_ratio.{s}.steady", **vals),
+               form_value(f"pp.bubble_ticks.{s}.steady", **vals), max(tl.window_idle_ticks), case)
+        _equal("steady bubble ratio", form_value(f"pp.bubble_ratio.{s}.steady", **vals),
                Fraction(max(tl.window_idle_ticks), tl.busy_ticks[0]), case)
     if s not in (Schedule.DUALPIPE, Schedule.DUALPIPEV) or case.t_fb == 3 * case.t_f:
-        _equal("bubble fraction", form_value(f"pipeline.bubble_fraction.{s}", **vals), tl.bubble_fraction, case)
-        _equal("bubble ratio", form_value(f"pipeline.bubble_ratio.{s}", **vals), tl.bubble_ratio, case)
-    _equal("peak activations", form_value(f"pipeline.peak_in_flight.{s}", **vals), max(tl.peak_in_flight), case)
+        _equal("bubble fraction", form_value(f"pp.bubble_fraction.{s}", **vals), tl.bubble_fraction, case)
+        _equal("bubble ratio", form_value(f"pp.bubble_ratio.{s}", **vals), tl.bubble_ratio, case)
+    _equal("peak activations", form_value(f"pp.peak_in_flight.{s}", **vals), max(tl.peak_in_flight), case)
     if s in (Schedule.DUALPIPE, Schedule.DUALPIPEV):
         forwards = int((tl.order.kind == 0).sum())  # one F per (stage, micro-batch) of one model copy's route
         copies = Fraction(tl.num_stages * case.m, forwards)
-        _equal("parameter copies", form_value(f"pipeline.parameter_copies.{s}", **vals), copies, case)
+        _equal("parameter copies", form_value(f"pp.parameter_copies.{s}", **vals), copies, case)
 
 
 def w_after_i(case, *, impl=_order_arrays) -> None:
@@ -194,9 +194,9 @@ def stash_bound(case, *, impl=_order_arrays) -> None:
 
 
 def zb_h1_bubble_formula(p: int, t_f: int, t_i: int, t_w: int) -> int | Fraction:
-    """Reference formula: ``pipeline.bubble_ticks.zb_h1.published``, (p-1)(t_f + t_i - t_w) with
+    """Reference formula: ``pp.bubble_ticks.zb_h1.published``, (p-1)(t_f + t_i - t_w) with
     t_i the input-gradient backward (Qi et al. 2023, Table 2)."""
-    return form_value("pipeline.bubble_ticks.zb_h1.published", p=p, t_f=t_f, t_i=t_i, t_w=t_w)
+    return form_value("pp.bubble_ticks.zb_h1.published", p=p, t_f=t_f, t_i=t_i, t_w=t_w)
 
 
 def bubble_formula_matches_simulator(case, *, impl=zb_h1_bubble_formula) -> None:
@@ -233,21 +233,21 @@ def _formula_edges():
     return (Z(Schedule.ZB_H1, 4, 8, 1, 1, 1, 1), Z(Schedule.ZB_H1, 3, 6, 1, 2, 3, 2))
 
 
-register(Property("pipeline.engine.matches_plain_replay", lambda: ds.order_cases(), matches_plain_replay,
+register(Property("pp.engine.matches_plain_replay", lambda: ds.order_cases(), matches_plain_replay,
                   "array engine == plain one-action-at-a-time replay: spans, figures, grid, deadlocks (every schedule, "
                   "perturbed orders)", _replay,
                   "replay(order, num_stages, num_microbatches, t_f=, t_b=, t_fb=, routes=) -> Timeline", _engine_edges))
-register(Property("pipeline.zero_bubble.closed_forms", lambda: ds.zero_bubble_cases(), zero_bubble_closed_forms,
+register(Property("pp.zero_bubble.closed_forms", lambda: ds.zero_bubble_cases(), zero_bubble_closed_forms,
                   "simulated bubble (barrier, steady), fraction, ratio, peak, copies == forms (ZB-H1, ZB-H2, "
                   "interleaved ZB, ZB-V, DualPipe, DualPipeV)", _order_arrays,
                   "order_arrays(schedule, p, m, v) -> Order", _zb_edges))
-register(Property("pipeline.zero_bubble.w_after_i", lambda: ds.zero_bubble_cases(), w_after_i,
+register(Property("pp.zero_bubble.w_after_i", lambda: ds.zero_bubble_cases(), w_after_i,
                   "every W after its own I on the same rank, and after that I ends", _order_arrays,
                   "order_arrays(schedule, p, m, v) -> Order", _zb_edges))
-register(Property("pipeline.zero_bubble.stash_bound", lambda: ds.zero_bubble_cases(schedules=tuple(STASH_BOUND)),
+register(Property("pp.zero_bubble.stash_bound", lambda: ds.zero_bubble_cases(schedules=tuple(STASH_BOUND)),
                   stash_bound, "peak activations within the published bound (p, 2p-1, 2p chunks, PP+1)", _order_arrays,
                   "order_arrays(schedule, p, m, v) -> Order",
                   lambda: tuple(c for c in _zb_edges() if c.schedule in STASH_BOUND)))
-register(Property("pipeline.zero_bubble.bubble_formula", _regime_h1, bubble_formula_matches_simulator,
+register(Property("pp.zero_bubble.bubble_formula", _regime_h1, bubble_formula_matches_simulator,
                   "ZB-H1 bubble formula == simulated bubble where the published form applies (t_w <= t_f, t_i)",
                   zb_h1_bubble_formula, "bubble(p, t_f, t_i, t_w) -> int", _formula_edges))

@@ -1,5 +1,5 @@
-"""Simulator of pipeline-parallel schedules (the reference side of ``pipeline.*``): public path
-:mod:`distcheck.pipeline`.
+"""Simulator of pipeline-parallel schedules (the reference side of ``pp.*``): public path
+:mod:`distcheck.parallel.pp`.
 
 Model. ``p`` ranks (pipeline stages) process ``m`` micro-batches. Every action costs a whole
 number of ticks: a forward ``t_f`` (default 1), a full backward ``t_b`` (default 2), and, for
@@ -39,8 +39,8 @@ Size limits, checked before any work:
   for: the figures need neither.
 
 Beyond them a ConfigError points to the closed forms, which answer any size exactly:
-``distcheck.closed_form.get("pipeline.step_ticks.gpipe").evaluate(p=4, m=10**9)`` (also
-``pipeline.bubble_fraction.*``, ``pipeline.peak_in_flight.*``, ``pipeline.bubble_ticks.*`` ...).
+``distcheck.closed_form.get("pp.step_ticks.gpipe").evaluate(p=4, m=10**9)`` (also
+``pp.bubble_fraction.*``, ``pp.peak_in_flight.*``, ``pp.bubble_ticks.*`` ...).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Megatron-LM's and torch's) or "v" (rank ``r`` holds stages ``r`` and ``2p - 1 - 
 The split schedules (:data:`SPLIT_BACKWARD`) run the backward as ``I`` then ``W``;
 DualPipe and DualPipeV also run overlapped forward + full backward pairs.
 
-Costs (:func:`simulate`, the convention of :func:`distcheck.pipeline.replay`): ``t_f`` one
+Costs (:func:`simulate`, the convention of :func:`distcheck.parallel.pp.replay`): ``t_f`` one
 forward of one stage, ``t_b`` one FULL backward, ``t_i``/``t_w`` its input- and
 weight-gradient parts (default ``t_b / 2`` each: the zero-bubble papers' ``T_F = T_B = T_W``
 at the defaults 1 and 2), ``t_fb`` an overlapped pair (default ``t_f + t_b``: no gain).
@@ -62,7 +62,7 @@ def _closed_form_hint(schedule: str, p: int, m: int, v: int) -> str:
     args = f"p={p}, m={m}" + (f", v={v}" if schedule == Schedule.INTERLEAVED else "")
     form = schedule if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED) else Schedule.GPIPE
     return (f"for large sizes use the closed forms, e.g. "
-            f"distcheck.closed_form.get('pipeline.step_ticks.{form}').evaluate({args})")
+            f"distcheck.closed_form.get('pp.step_ticks.{form}').evaluate({args})")
 
 
 def check_shape(schedule: str, p: object, m: object, v: object = None) -> int:
@@ -97,7 +97,7 @@ def check_shape(schedule: str, p: object, m: object, v: object = None) -> int:
     actions = p * v * m * (3 if schedule in SPLIT_BACKWARD else 2)
     if actions > MAX_ACTIONS:
         raise ConfigError("m", m, f"gives p*v*m = {p}*{v}*{m} = {p * v * m} (stage, micro-batch) pairs and {actions} "
-                                  f"actions, more than the simulation handles (pipeline.MAX_ACTIONS = {MAX_ACTIONS}); "
+                                  f"actions, more than the simulation handles (pp.MAX_ACTIONS = {MAX_ACTIONS}); "
                                   + _closed_form_hint(schedule, p, m, v))
     return v
 
@@ -201,7 +201,7 @@ def schedule_order(schedule: Schedule | str, p: int, m: int, v: int | None = Non
     Raises:
         ConfigError: unknown schedule, ``p``/``m``/``v`` not positive integers, a shape the
         schedule does not allow, more than ``MAX_ACTIONS`` actions (use the closed forms
-        ``pipeline.*`` then).
+        ``pp.*`` then).
     """
     return order_arrays(schedule, p, m, v).to_actions(pairs=True)
 

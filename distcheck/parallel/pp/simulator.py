@@ -23,7 +23,7 @@ that) or the sweeps do not settle, the order is replayed by plain list schedulin
 (:func:`_list_schedule`), which is also exact and names the blocked ranks of a deadlock.
 
 Checked against the plain one-action-at-a-time replay of :mod:`distcheck.parallel.pp.plain`
-by the property ``pipeline.engine.matches_plain_replay``.
+by the property ``pp.engine.matches_plain_replay``.
 """
 
 from __future__ import annotations
@@ -306,8 +306,8 @@ def replay(order, num_stages: int, num_microbatches: int, t_f: int = 1, t_b: int
     if num_stages * num_microbatches > MAX_ACTIONS:
         raise ConfigError("num_microbatches", num_microbatches,
                           f"gives num_stages*num_microbatches = {num_stages * num_microbatches} (stage, micro-batch) "
-                          f"pairs, more than the simulation handles (pipeline.MAX_ACTIONS = {MAX_ACTIONS}); "
-                          "for large sizes use the closed forms pipeline.* (distcheck.closed_form.get)")
+                          f"pairs, more than the simulation handles (pp.MAX_ACTIONS = {MAX_ACTIONS}); "
+                          "for large sizes use the closed forms pp.* (distcheck.closed_form.get)")
     _check_ticks("t_f", t_f)
     _check_ticks("t_b", t_b)
     if isinstance(order, Order):

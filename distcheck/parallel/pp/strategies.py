@@ -30,7 +30,7 @@ _ALL = names(Schedule)
 
 @dataclass(frozen=True)
 class PipelineParams:
-    """Inputs of :func:`distcheck.pipeline.simulate` and the ``pipeline.*`` closed forms."""
+    """Inputs of :func:`distcheck.parallel.pp.simulate` and the ``pp.*`` closed forms."""
 
     schedule: str
     p: int
@@ -177,7 +177,7 @@ def _v_order_cases(*, max_stages, max_swaps):
 
 @defines(_v_order_cases)
 def order_cases(draw, *, max_stages: int = 5, max_swaps: int = 3) -> OrderCase:
-    """An :class:`OrderCase` of any schedule of :data:`distcheck.pipeline.SCHEDULES` (its own
+    """An :class:`OrderCase` of any schedule of :data:`distcheck.parallel.pp.SCHEDULES` (its own
     constraints on p and m), costs t_f in [1, 3] and an even t_b in [2, 6]. Swapped orders
     may deadlock: that is part of what they test."""
     s = draw(st.sampled_from(_ALL))

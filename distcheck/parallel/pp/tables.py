@@ -5,7 +5,7 @@ instantiated over mock stages, the way torch's schedule visualizer does it
 (``torch.distributed.pipelining._schedule_visualizer.get_schedule_ops``: the class over
 ``mock.create_autospec(PipelineStage)`` stages that carry only ``group_rank``,
 ``group_size`` and ``num_stages``). :func:`check_table` converts one table
-(:func:`distcheck.pipeline.from_torch_actions`, an ``OVERLAP_F_B`` kept as one overlapped
+(:func:`distcheck.parallel.pp.from_torch_actions`, an ``OVERLAP_F_B`` kept as one overlapped
 pair), replays it through the simulator (every dependency, W after its I, no deadlock, the
 placement of :data:`TORCH_SCHEDULES`) and compares it with the simulator's own schedule:
 the order action for action, and the step, bubble and stash, under the lesson's costs

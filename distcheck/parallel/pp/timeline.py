@@ -126,7 +126,7 @@ class Timeline:
         cells = self.num_ranks * self.step_ticks
         if cells > MAX_GRID_CELLS:
             raise ConfigError("num_ranks*step_ticks", cells,
-                              f"must be <= pipeline.MAX_GRID_CELLS = {MAX_GRID_CELLS} (the timeline grid has one cell "
+                              f"must be <= pp.MAX_GRID_CELLS = {MAX_GRID_CELLS} (the timeline grid has one cell "
                               f"per rank and tick; here {self.num_ranks} ranks x {self.step_ticks} ticks): the figures "
                               "(step_ticks, bubble, peak_in_flight) need no grid; use fewer ranks or smaller tick "
                               "costs t_f/t_b to draw one")

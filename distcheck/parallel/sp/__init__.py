@@ -25,5 +25,19 @@ Sources: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Tr
 Shoeybi et al. 2019, "Megatron-LM" (arXiv:1909.08053), §3 (the blocks); nccl-tests
 doc/PERFORMANCE.md (bytes per rank of the ring collectives).
 
-Public path: :mod:`distcheck.parallel.sp` (its role modules, found by discovery).
+Public API: this package, ``distcheck.parallel.sp``: the names of ``__all__``, served on first
+access from its internal modules (``reference``). Every module inside the package is internal; its
+closed forms are served by :mod:`distcheck.closed_form`, its strategies by
+:mod:`distcheck.strategies`, its properties by :mod:`distcheck.props` and its mutants by
+:mod:`distcheck.mutants`.
 """
+
+from distcheck.core.face import face
+
+__all__ = [
+    "sequence_bounds", "sequence_shards", "layer_norm", "dropout", "mlp_block", "sp_mlp_block",
+    "attention_block", "sp_attention_block", "layer_norm_param_grads", "sp_layer_norm_param_grads",
+    "all_gather_sequence", "reduce_scatter_sequence",
+]
+
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference",))

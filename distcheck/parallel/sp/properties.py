@@ -108,7 +108,7 @@ def _check_shards(what, got, tp):
 def attention_bounded(case, *, impl=None, require_log: bool = True) -> None:
     """The sequence-parallel attention block within gamma_{H e + 1} (|heads||Wo| + |x|) of the exact
     single-device result; one all-gather and one reduce-scatter per forward."""
-    from distcheck.parallel.tp.attention import attention_heads
+    from distcheck.parallel.tp.heads import attention_heads
 
     impl = impl or _ref("sp_attention_block")
     got, log = _call_logged("sp_attention_block", impl, _shards(case.x, case.tp), case.ln_weight, case.ln_bias,
@@ -158,7 +158,7 @@ def comm_bytes(case, *, impl=sp_collectives) -> None:
     """A ring reduce-scatter then a ring all-gather of a block's S-byte output send what a ring all-reduce
     of it sends: the same per-rank volumes (as a multiset: with uneven chunks the ring all-reduce's
     phases hand the larger chunk to other ranks), each equal to sp.block.bytes_per_rank when t divides
-    the elements (simulated with :mod:`distcheck.comm`). ``impl(inputs) -> (rs, ag)`` gives the two
+    the elements (simulated with :mod:`distcheck.parallel.comm`). ``impl(inputs) -> (rs, ag)`` gives the two
     collectives' results (:func:`sp_collectives`)."""
     from distcheck.parallel.comm.reference import ring_all_reduce
 

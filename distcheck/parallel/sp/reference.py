@@ -17,8 +17,8 @@ Conventions
 * ``x``: (s, h), tokens first (a micro-batch of b sequences is s = b x sequence tokens, as Megatron's
   (s, b, h) flattened); the sequence shards follow ``numpy.array_split`` (the first ``s % tp`` ranks get
   one more token; Megatron requires tp to divide s).
-* Weights as in :mod:`distcheck.tp`: ``W_up`` (h, ffn), ``W_down`` (ffn, h); attention's ``Wq`` (h, heads *
-  head_dim) ... as :mod:`distcheck.attention`. Layer norm: ``(x - mean) / sqrt(var + eps) * weight + bias``
+* Weights as in :mod:`distcheck.parallel.tp`: ``W_up`` (h, ffn), ``W_down`` (ffn, h); attention's ``Wq`` (h, heads *
+  head_dim) ... as :mod:`distcheck.parallel.tp`. Layer norm: ``(x - mean) / sqrt(var + eps) * weight + bias``
   per token over the hidden dim (Ba et al. 2016), ``weight`` and ``bias`` (h,).
 * Dropout: ``keep`` (s, h) booleans indexed by GLOBAL token position, kept entries scaled by
   ``1 / (1 - p)``: rank r applies ``keep[rows_r]`` (Megatron forks the random state per rank in the
@@ -41,7 +41,7 @@ import numpy as np
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import as_array, as_arrays, check_float, check_positive_int, check_type
 from distcheck.core.vocab import Collective
-from distcheck.parallel.tp.attention import attention, tp_attention_parts
+from distcheck.parallel.tp.heads import attention, tp_attention_parts
 from distcheck.parallel.tp.reference import column_parallel_parts, mlp, row_parallel_parts, split_bounds, split_sizes
 from distcheck.parallel.tp.reference import layer_norm as plain_layer_norm
 
@@ -208,7 +208,7 @@ def sp_mlp_block(x_shards, ln_weight, ln_bias, W_up, W_down, b_down=None, *, kee
 def attention_block(x, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int, *,
                     causal: bool = True, eps: float = 0.0) -> np.ndarray:
     """Single-device pre-norm attention block ``x + attention(LN(x))``, (s, h); attention as
-    :func:`distcheck.attention.attention` (GQA, scaled, causal). Raises ConfigError on shapes or heads."""
+    :func:`distcheck.parallel.tp.attention` (GQA, scaled, causal). Raises ConfigError on shapes or heads."""
     x = as_array("x", x, min_ndim=2)
     normed = layer_norm(x, ln_weight, ln_bias, eps)
     return x + attention(normed, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, causal)
@@ -217,7 +217,7 @@ def attention_block(x, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads: int, num_k
 def sp_attention_block(x_shards, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int, *,
                        causal: bool = True, eps: float = 0.0, log: list | None = None) -> list[np.ndarray]:
     """The sequence-parallel attention block over ``tp = len(x_shards)`` ranks (heads split as
-    :func:`distcheck.attention.tp_attention_parts`): layer norm on the shards, one all-gather, the
+    :func:`distcheck.parallel.tp.tp_attention_parts`): layer norm on the shards, one all-gather, the
     heads' partial outputs reduce-scattered back to the sequence shards, the residual added.
     Raises ConfigError unless tp divides both head counts, or on shapes."""
     _check_log(log)

@@ -146,7 +146,7 @@ def swiglu_silu_on_up(x, W_gate, W_up, W_down, tp, *, log=None):
 def attention_first_kv_heads(x, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, tp, causal=True, *, log=None):
     """Attention split by heads where every rank slices the K and V projections from column 0 (rank 0's
     KV heads) instead of its own group's: with GQA over tp >= 2, rank r's queries meet the wrong keys."""
-    from distcheck.parallel.tp.attention import attention_heads, tp_head_ranges
+    from distcheck.parallel.tp.heads import attention_heads, tp_head_ranges
 
     x, Wq, Wk, Wv, Wo = (np.asarray(a) for a in (x, Wq, Wk, Wv, Wo))
     hd = Wq.shape[1] // num_heads

@@ -14,7 +14,7 @@ Exactness regimes (:mod:`distcheck.exactness`):
   product is within gamma_k * sum|h_j W_j| (Higham eq. (3.5)).
 
 Implementation slots (``impl``) have the signatures of the references in
-:mod:`distcheck.tp` / :mod:`distcheck.attention`, listed per property. The
+:mod:`distcheck.parallel.tp` / :mod:`distcheck.parallel.tp`, listed per property. The
 properties that state a number of collectives (``tp.row.exact``, ``tp.mlp.exact``,
 ``tp.swiglu.bounded``, ``tp.attention.bounded``) require it: the implementation
 takes ``log=`` (a list) and appends ``("all_reduce", shape)`` per all-reduce, and
@@ -26,7 +26,7 @@ implementation without ``log`` fails with an ImplementationError (kind
 checks the numbers only.
 
 ``tp.layer_norm.sharded_hidden``'s default implementation is
-:func:`distcheck.tp.sharded_layer_norm`, next to ``layer_norm`` in the reference.
+:func:`distcheck.parallel.tp.sharded_layer_norm`, next to ``layer_norm`` in the reference.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _check_allreduces(log: list | None, form: str, tp: int, what: str, require_l
       (kind ``"contract"``): the count cannot be checked, and a property never passes a
       claim it did not check. ``require_log=False`` checks the numbers only.
 
-    Entries are ``("all_reduce", shape)``, as :mod:`distcheck.tp` appends them; other
+    Entries are ``("all_reduce", shape)``, as :mod:`distcheck.parallel.tp` appends them; other
     entries are ignored.
     """
     from distcheck.engine.catalogue import get
@@ -187,7 +187,7 @@ def layer_norm_sharded_hidden(case, *, impl=sharded_layer_norm) -> None:
 def attention_bounded(case, *, impl=None, require_log: bool = True) -> None:
     """Attention split by heads (GQA groups kept whole) within gamma_{H e} |heads||Wo| of the
     exact product of the single-device head outputs with Wo; one all-reduce per forward."""
-    from distcheck.parallel.tp import attention as att
+    from distcheck.parallel.tp import heads as att
 
     impl = impl or att.tp_attention
     got, log = _call_logged("tp_attention", impl, case.x, case.Wq, case.Wk, case.Wv, case.Wo, case.num_heads,

@@ -71,7 +71,8 @@ def vocab_range(vocab_size: int, tp: int, rank: int) -> tuple[int, int]:
 
 
 def _ids(ids, vocab_size: int, *, ignore_index: int | None = None) -> np.ndarray:
-    a = np.asarray(ids)
+    vocab_size = check_positive_int("vocab_size", vocab_size)
+    a = as_array("ids", ids, allow_empty=True, allow_object=False, allow_bool=False)  # a ragged list: ConfigError
     if a.dtype.kind not in "iu":
         raise ConfigError("ids", a.dtype, "must be an integer array")
     ok = (a >= 0) & (a < vocab_size)
@@ -131,7 +132,7 @@ def embedding_weight_grad(ids, grad_output, vocab_size: int) -> np.ndarray:
     Shapes: ``ids`` (...), ``grad_output`` (..., d); result (vocab_size, d). Raises ConfigError on
     ids outside the vocabulary or mismatched shapes."""
     ids = _ids(ids, vocab_size)
-    g = as_array("grad_output", grad_output)
+    g = as_array("grad_output", grad_output, min_ndim=1)
     if g.shape[:-1] != ids.shape:
         raise ConfigError("grad_output", g.shape, f"must be ids.shape + (d,) = {ids.shape} + (d,)")
     out = np.zeros((vocab_size, g.shape[-1]), dtype=np.result_type(g.dtype, np.float64))
@@ -184,7 +185,7 @@ def cross_entropy_grad(logits, target, grad_output, *, ignore_index: int | None 
     Raises ConfigError as :func:`cross_entropy` and on a ``grad_output`` of the wrong shape.
     """
     z, t, valid = _check_ce(logits, target, ignore_index, reduction)
-    g = np.asarray(grad_output, dtype=np.float64)
+    g = as_array("grad_output", grad_output, allow_empty=True).astype(np.float64)
     want = t.shape if reduction == "none" else ()
     if g.shape != want:
         raise ConfigError("grad_output", g.shape, f"must have shape {want} for reduction={reduction!r}")

@@ -15,5 +15,19 @@ Sources: Rajbhandari, Rasley, Ruwase, He 2020, "ZeRO: Memory Optimizations Towar
 Trillion Parameter Models" (SC'20, arXiv:1910.02054), Figure 1 and §7; PyTorch FSDP2's
 ``fully_shard`` (dim-0 sharding, padded); NVIDIA nccl-tests ``doc/PERFORMANCE.md`` (ring factor).
 
-Public paths: :mod:`distcheck.zero`, :mod:`distcheck.forms.zero`, :mod:`distcheck.props.zero`.
+Public API: this package, ``distcheck.parallel.zero``: the names of ``__all__``, served on first
+access from its internal modules (``reference``). Every module inside the package is internal; its
+closed forms are served by :mod:`distcheck.closed_form`, its strategies by
+:mod:`distcheck.strategies`, its properties by :mod:`distcheck.props` and its mutants by
+:mod:`distcheck.mutants`.
 """
+
+from distcheck.core.face import face
+
+__all__ = [
+    "SCHEMES", "RankBytes", "ZeroPartition", "normalize_shapes", "flat_shard_elements", "fsdp2_shard_rows",
+    "fsdp2_shard_elements", "zero_redundancy_assignment", "zero_redundancy_shard_elements", "shard_elements",
+    "partition", "model_state_bytes_per_gpu", "comm_elements_per_rank",
+]
+
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference",))

@@ -43,6 +43,8 @@ _stages = {
 
 BYTES_PER_GPU: dict[int, ClosedForm] = {
     s: register(ClosedForm(
+        # builds zero.bytes_per_gpu.stage0, zero.bytes_per_gpu.stage1, zero.bytes_per_gpu.stage2,
+        #   zero.bytes_per_gpu.stage3
         name=f"zero.bytes_per_gpu.stage{s}",
         expr=expr,
         inputs=(P_in, N_in, K_in),
@@ -62,6 +64,9 @@ _comm = {
 
 COMM_ELEMENTS_PER_RANK: dict[str, ClosedForm] = {
     k: register(ClosedForm(
+        # builds:
+        #   zero.comm_elements_per_rank.ddp, zero.comm_elements_per_rank.stage1, zero.comm_elements_per_rank.stage2,
+        #   zero.comm_elements_per_rank.stage3
         name=f"zero.comm_elements_per_rank.{k}",
         expr=expr,
         inputs=(P_in,),
@@ -78,6 +83,9 @@ _COLLECTIVES = {"ddp": 2, "stage1": 2, "stage2": 2, "stage3": 3}
 
 COMM_BYTES_PER_RANK: dict[str, ClosedForm] = {
     k: register(ClosedForm(
+        # builds:
+        #   zero.comm_bytes_per_rank.ddp, zero.comm_bytes_per_rank.stage1, zero.comm_bytes_per_rank.stage2,
+        #   zero.comm_bytes_per_rank.stage3
         name=f"zero.comm_bytes_per_rank.{k}",
         expr=c * (_n_in.symbol - 1) / _n_in.symbol * P * _b_in.symbol,
         inputs=(P_in, _n_in, _b_in),

@@ -2,8 +2,8 @@
 the DDP baseline at N = 1, and communication per rank (section 7). All exact (ints).
 
 Implementation slots: ``model_state_bytes_per_gpu(params, dp, stage, k=12) -> int``
-(:func:`distcheck.zero.model_state_bytes_per_gpu`) and
-``comm_elements_per_rank(params, dp, stage) -> int`` (:func:`distcheck.zero.comm_elements_per_rank`).
+(:func:`distcheck.parallel.zero.model_state_bytes_per_gpu`) and
+``comm_elements_per_rank(params, dp, stage) -> int`` (:func:`distcheck.parallel.zero.comm_elements_per_rank`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 This is the reference: it splits real parameter lists across ``dp`` ranks the
 way three implementations do, counts what each rank stores, and derives bytes
 from those counts. The ZeRO paper's closed forms (``zero.bytes_per_gpu.*`` in
-:mod:`distcheck.forms.zero`) are checked against it; they agree exactly when
+:mod:`distcheck.parallel.zero.forms`) are checked against it; they agree exactly when
 the partition is even and differ by the padding or the imbalance otherwise.
 
 Partition schemes (``scheme=``):
@@ -73,6 +73,7 @@ __all__ = [
     "comm_elements_per_rank",
 ]
 
+#: the partitioning schemes of :func:`partition`: flat shards, FSDP2 (dim-0 rows, padded), ZeRO-Redundancy
 SCHEMES = ("flat", "fsdp2", "zero_redundancy")
 
 Shape = tuple[int, ...]

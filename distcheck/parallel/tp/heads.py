@@ -24,7 +24,7 @@ partial outputs are summed by ONE all-reduce. ``tp`` must divide both
 Exactness: every head is computed by the same function on the same operands in
 the single-device and tensor-parallel paths, so per-head outputs are bitwise
 equal; only the final sum over heads is reordered, and the difference is
-within ``distcheck.tp.row_parallel_error_bound(heads, Wo, tp)``.
+within ``distcheck.parallel.tp.row_parallel_error_bound(heads, Wo, tp)``.
 """
 
 from __future__ import annotations

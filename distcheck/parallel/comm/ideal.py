@@ -19,6 +19,7 @@ from distcheck.core.vocab import Collective, names
 
 __all__ = ["COLLECTIVES", "CONVENTIONS", "bus_bandwidth_factor", "volume"]
 
+#: the collectives with an ideal per-rank volume, by name (:class:`distcheck.core.vocab.Collective`)
 COLLECTIVES = names(Collective)
 
 #: size conventions a source may use, by name (the audit names them)
