@@ -11,8 +11,9 @@ head) on the mesh's ``tp`` dimension, then FSDP2's ``fully_shard`` on every bloc
 from __future__ import annotations
 
 
-def apply_tp(model, tp_mesh):
-    """torchtitan's ``apply_tp`` for the Llama decoder (torchtitan/models/llama3/infra/parallelize.py)."""
+def apply_tp(model, tp_mesh, *, norms: bool = True):
+    """torchtitan's ``apply_tp`` for the Llama decoder (torchtitan/models/llama3/infra/parallelize.py);
+    ``norms=False`` leaves the RMSNorms off the plan (``examples/step_mutants.py``)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -22,13 +23,16 @@ def apply_tp(model, tp_mesh):
         parallelize_module,
     )
 
-    parallelize_module(model, tp_mesh, {
+    def plan(entries):
+        return {k: v for k, v in entries.items() if norms or not isinstance(v, SequenceParallel)}
+
+    parallelize_module(model, tp_mesh, plan({
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),
         "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-    })
+    }))
     for block in model.layers.values():
-        parallelize_module(block, tp_mesh, {
+        parallelize_module(block, tp_mesh, plan({
             "attention_norm": SequenceParallel(),
             "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
             "attention.wq": ColwiseParallel(),
@@ -40,7 +44,7 @@ def apply_tp(model, tp_mesh):
             "feed_forward.w1": ColwiseParallel(),
             "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
             "feed_forward.w3": ColwiseParallel(),
-        })
+        }))
 
 
 def apply_fsdp(model, dp_mesh):

@@ -54,7 +54,6 @@ from hypothesis import strategies as st
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_positive_int
-from distcheck.engine.contracts.checks import combine, compare
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
@@ -129,15 +128,47 @@ def _cases(choices: list[StepLayout]):
     return draw()
 
 
-def _bounds(ref: np.ndarray) -> np.ndarray:
-    ref = np.asarray(ref, dtype=np.float64)
-    return BOUND * (np.abs(ref) + (float(np.max(np.abs(ref))) if ref.size else 0.0))
-
-
-def _scalar(what: str, ref: float, got: list[float]) -> Outcome:
+def _within(what: str, ref, got: list) -> Outcome:
+    """Every rank's ``got[r]`` against ``ref`` under the bound, in one short line: the ranks at fault, and the
+    worst entry (its index, expected, got, error, bound)."""
     e = np.atleast_1d(np.asarray(ref, dtype=np.float64))
-    return compare(what, "float64", [e] * len(got), [np.atleast_1d(np.asarray(g, dtype=np.float64)) for g in got],
-                   ["float64"] * len(got), [_bounds(e)] * len(got))
+    bound = BOUND * (np.abs(e) + (float(np.max(np.abs(e))) if e.size else 0.0))
+    worst, bad, detail = 0.0, [], ""
+    for r, g in enumerate(got):
+        if g is None or np.shape(g) != np.shape(ref):
+            bad.append(r)
+            detail = detail or f"rank {r} has {'nothing' if g is None else f'shape {np.shape(g)}'}, expected shape " \
+                               f"{np.shape(ref)}"
+            continue
+        err = np.abs(np.atleast_1d(np.asarray(g, dtype=np.float64)) - e)
+        worst = max(worst, float(err.max()) if err.size else 0.0)
+        over = err > bound
+        if over.any():
+            bad.append(r)
+            i = int(np.argmax(np.where(over, err, -1.0)))
+            if not detail:
+                at = "" if e.size == 1 else f" at index {tuple(int(j) for j in np.unravel_index(i, np.shape(ref)))}"
+                detail = (f"rank {r}{at}: expected {e.flat[i]:.17g}, got {np.ravel(g)[i]:.17g}, error "
+                          f"{err.flat[i]:.3g} > bound {bound.flat[i]:.3g}")
+    top = float(bound.max()) if bound.size else 0.0
+    if not bad:
+        return Outcome(True, max_error=worst, bound=top)
+    good = [r for r in range(len(got)) if r not in bad]
+    return Outcome(False, max_error=worst, bound=top, ranks=tuple(bad),
+                   message=f"{what}: ranks {bad} differ from the reference"
+                           + (f" (ranks {good} match)" if good else "") + f"; {detail}")
+
+
+def _first(outcomes: list[Outcome]) -> Outcome:
+    """One outcome: the first failure's message (and how many more failed), the worst error and bound."""
+    failed = [o for o in outcomes if not o.ok]
+    errors = [o.max_error for o in outcomes if o.max_error is not None]
+    bounds = [o.bound for o in outcomes if o.bound is not None]
+    if not failed:
+        return Outcome(True, max_error=max(errors, default=0.0), bound=max(bounds, default=0.0))
+    more = f" (and {len(failed) - 1} more of {len(outcomes)} checks)" if len(failed) > 1 else ""
+    return Outcome(False, max_error=max(errors, default=0.0), bound=max(bounds, default=0.0),
+                   ranks=tuple(sorted({r for o in failed for r in o.ranks})), message=failed[0].message + more)
 
 
 class TrainingStep(Contract):
@@ -212,30 +243,27 @@ class TrainingStep(Contract):
             at = f"step {s + 1}"
             steps = [res["steps"][s] for res in results]
             for name, want in r["params"].items():
-                got = [st_["params"].get(name) for st_ in steps]
-                out["params"].append(compare(f"{at} {name}", "float64", [want] * len(got), got,
-                                             ["float64"] * len(got), [_bounds(want)] * len(got)))
+                out["params"].append(_within(f"{at} {name}", want, [st_["params"].get(name) for st_ in steps]))
                 for i, moment in enumerate(("exp_avg", "exp_avg_sq")):
                     w = r["state"][name][i]
                     got = [st_["state"].get(name, (None, None))[i] for st_ in steps]
-                    out["params"].append(compare(f"{at} AdamW {moment} of {name}", "float64", [w] * len(got), got,
-                                                 ["float64"] * len(got), [_bounds(w)] * len(got)))
-            out["loss"].append(_scalar(f"{at} reported loss (global token mean)", r["loss"],
+                    out["params"].append(_within(f"{at} AdamW {moment} of {name}", w, got))
+            out["loss"].append(_within(f"{at} reported loss (global token mean)", r["loss"],
                                        [st_["loss"] for st_ in steps]))
-            out["grad_norm"].append(_scalar(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps]))
+            out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps]))
             out["clipping"].append(self._clipping(at, r, steps))
             out["tokens"].append(self._tokens(at, r["tokens"], steps, [res["dp_index"] for res in results]))
-        return {name: combine(*outs) for name, outs in out.items()}
+        return {name: _first(outs) for name, outs in out.items()}
 
     @staticmethod
     def _clipping(at: str, r: dict, steps: list[dict]) -> Outcome:
         # a rank whose local gradients are all zero shows no factor: it is held to the reference's own
-        scale = _scalar(f"{at} clipping factor (reference norm {r['norm']:.17g})", r["scale"],
+        scale = _within(f"{at} clipping factor (reference norm {r['norm']:.17g})", r["scale"],
                         [r["scale"] if st_["scale"] is None else st_["scale"] for st_ in steps])
         uneven = [i for i, st_ in enumerate(steps) if st_["residual"] > BOUND * 2 * max(r["scale"], 1e-300)]
         if uneven:
-            return combine(scale, Outcome(False, bound=BOUND, ranks=tuple(uneven), message=f"{at}: ranks {uneven} "
-                                          "scaled their gradients by more than one factor"))
+            return _first([scale, Outcome(False, bound=BOUND, ranks=tuple(uneven), message=f"{at}: ranks {uneven} "
+                                          "scaled their gradients by more than one factor")])
         return scale
 
     @staticmethod
