@@ -428,7 +428,43 @@ def _vocab_checks():
             yield "tp.vocab_cross_entropy.bytes_per_rank", dict(b=b, s=s, t=t, bytes_per_element=bpe), sent
 
 
+def _step_checks():
+    """The training step: token weights from the reference's loss on one-hot losses, the copies of a
+    parameter from its simulated shards, torch's clipping factor on exact inputs, and the bytes of
+    simulated ring collectives (distcheck.parallel.step.reference)."""
+    from distcheck.parallel.step import reference as step
+
+    for dp_, m, seq in product((1, 2, 4), (1, 2, 3), (1, 2, 4)):
+        masks = [[np.arange(seq) < 1 + (d + k) % seq for k in range(m)] for d in range(dp_)]
+        total = step.token_count(masks)
+        one = [[np.where(np.arange(seq) == 0, 1.0, 0.0) if (d, k) == (0, 0) else np.zeros(seq)
+                for k in range(m)] for d in range(dp_)]
+        yield "step.loss.token_weight", dict(tokens=total), F(step.token_mean_loss(one, masks)).limit_denominator(10**6)
+        n0 = int(np.count_nonzero(masks[0][0]))
+        yield "step.loss.mean_of_means_weight", dict(dp=dp_, m=m, n_k=n0), F(1, dp_ * m * n0)
+    for dr, t, sharded in product((1, 2, 4), (1, 2, 4), (0, 1)):
+        lay = step.StepLayout(dp_replicate=dr, tp=t)
+        pl = step.Placement(tp_dim=0 if sharded else None)
+        g = np.ones((4, 2))
+        held = sum(int(np.sum(step.local_shard(g, pl, lay, r))) for r in range(lay.world_size))
+        yield "step.grad_norm.copies", dict(dp_replicate=dr, tp=t, tp_sharded=sharded), held // g.size
+    for norm, max_norm in product((0, 1, 2**-10, 3), (2**-6, 1, 4)):
+        got = step.clip_scale(norm, max_norm)
+        if got == 1.0:
+            yield "step.clip.scale", dict(norm=norm, max_norm=max_norm), 1
+    for p_, n, r, m in product((8, 16), (1, 2, 4), (1, 2), (1, 2)):
+        lay = step.StepLayout(dp_replicate=r, dp_shard=n)
+        yield ("step.comm_bytes_per_rank.dp", dict(params=p_, dp_shard=n, dp_replicate=r, m=m, bytes_per_element=1),
+               step.step_comm_bytes(lay, params=p_, microbatches=m, bytes_per_element=1))
+    for t, m, layers, size in product((1, 2, 4), (1, 2), (1, 3), (8, 16)):
+        lay = step.StepLayout(tp=t)
+        yield ("step.comm_bytes_per_rank.tp", dict(m=m, layers=layers, tp=t, size_bytes=size),
+               step.step_comm_bytes(lay, params=0, microbatches=m, bytes_per_element=1, layers=layers,
+                                    activation_bytes=size))
+
+
 CHECKS = {
+    "step": _step_checks,
     "bandwidth": _bandwidth_checks,
     "vocab": _vocab_checks,
     "dp": _dp_weights, "accumulation": _accumulation_weights, "tp": _tp_checks, "attention": _attention_checks,

@@ -1,0 +1,43 @@
+"""A whole training step under composed parallelism: FSDP2 (``dp_shard``) x HSDP replicas
+(``dp_replicate``) x tensor parallelism (``tp``) x gradient accumulation, with the token-mean loss,
+grad-norm clipping and the AdamW state, against the single-device float64 step.
+
+- ``reference``: numpy references: the global token-mean loss under dp x gradient accumulation, the
+  global grad norm from any sharding (replicated parameters counted once), torch's clipping
+  coefficient, the bytes each composition communicates per step (``StepLayout``, ``Placement``);
+- ``forms``: ``step.loss.token_weight``, ``step.loss.mean_of_means_weight``, ``step.grad_norm.copies``,
+  ``step.clip.scale``, ``step.comm_bytes_per_rank.{dp,tp}``;
+- ``proofs``: the step's bytes are ZeRO-3's and sequence parallelism's, the token weight is the mean of
+  means' exactly on equal micro-batches;
+- ``strategies``, ``properties``, ``mutants``: the step's reductions on simulated worlds, and one mutant
+  per public bug class (the local shard's norm, tp-replicated parameters counted tp times, the mean of
+  per-micro-batch means, gradients scaled by the world size, norm gradients not summed across tp, the
+  loss of rank 0's shard);
+- ``model``: the tiny Llama-style decoder (torch, built on first use);
+- ``contracts`` (+ ``harness``, the rank side): the ``training-step`` contract, whose target is a
+  torchtitan-style ``parallelize(model, mesh, layout) -> model`` or a :class:`~.hooks.StepTarget`;
+- ``hooks``: the step's overridable hooks (loss, reported loss, grad-norm clipping) and their defaults.
+
+Sources: Rajbhandari et al. 2020, "ZeRO" (§7); Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models" (§4.2.2); torch's ``clip_grad_norm_`` and FSDP2
+``fully_shard``; torchtitan's ``parallelize_llama`` and ``ParallelDims``; the public bug reports
+pytorch/torchtitan#596, pytorch/pytorch#170862, meta-pytorch/torchtune#2420 and Hugging Face's
+"Fixing Gradient Accumulation" (2024).
+
+Public API: this package, ``distcheck.parallel.step``: the names of ``__all__``, served on first
+access from its internal modules (``reference``, ``model``, ``hooks``, ``contracts``); importing it imports
+nothing more. Its closed forms are served by :mod:`distcheck.closed_form`, its strategies by
+:mod:`distcheck.strategies`, its properties by :mod:`distcheck.props` and its mutants by
+:mod:`distcheck.mutants`.
+"""
+
+from distcheck.core.face import face
+
+__all__ = [
+    "CLIP_EPS", "StepLayout", "Placement", "token_mean_loss", "token_count", "global_grad_norm", "copies",
+    "local_shard", "sharded_grad_norm", "clip_scale", "step_comm_bytes", "NORM_EPS", "TinyConfig",
+    "build_model", "token_loss_sum", "IGNORE_INDEX", "StepInfo", "StepTarget", "all_reduce_dp", "torch_clip",
+    "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
+]
+
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts"))

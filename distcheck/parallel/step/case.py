@@ -1,0 +1,106 @@
+"""One example of the ``training-step`` contract and the data it stands for (numpy only).
+
+A :class:`StepCase` holds the composition (:class:`~distcheck.parallel.step.reference.StepLayout`), the tiny
+decoder's sizes, the micro-batches, the non-ignored length of every sequence, the clipping threshold, the
+learning rate, the number of steps and a seed; :func:`weights` and :func:`batch` turn it into the float64
+weights and the token and label arrays every rank and the reference use. Its ``repr`` is the
+counterexample a failing property prints: it names every axis, those at 1 included, and whether clipping
+binds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from distcheck.parallel.step.model import IGNORE_INDEX, TinyConfig
+from distcheck.parallel.step.reference import StepLayout
+
+__all__ = ["StepCase", "weights", "batch", "BINDING_MAX_NORM", "FREE_MAX_NORM"]
+
+#: a threshold below every drawn gradient norm (clipping binds; checked against the reference's norm)
+BINDING_MAX_NORM = 2.0**-6
+#: a threshold above every drawn gradient norm (clipping leaves the gradients alone)
+FREE_MAX_NORM = 2.0**20
+
+
+@dataclass(frozen=True)
+class StepCase:
+    """``layout``; ``config`` (:class:`TinyConfig`); ``microbatches`` (m per dp rank) of ``micro_batch_size``
+    sequences of ``seq_len`` tokens; ``lengths[step][dp index][micro-batch][sequence]``, the non-ignored
+    tokens of each (right-padded, labels -100 after them); ``max_norm``; ``lr``; ``seed`` (weights and token
+    ids)."""
+
+    layout: StepLayout
+    config: TinyConfig
+    microbatches: int
+    micro_batch_size: int
+    seq_len: int
+    lengths: tuple
+    max_norm: float
+    lr: float
+    seed: int
+
+    @property
+    def steps(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def clip_binds(self) -> bool:
+        return self.max_norm == BINDING_MAX_NORM
+
+    def tokens_per_step(self) -> list[int]:
+        return [int(sum(sum(sum(mb) for mb in rank) for rank in step)) for step in self.lengths]
+
+    def composition(self) -> str:
+        """``dp_replicate=1, dp_shard=2, tp=1, pp=1, m=2, clip binds``: every axis, those at 1 included."""
+        return f"{self.layout}, m={self.microbatches}, clip {'binds' if self.clip_binds else 'free'}"
+
+    def __repr__(self) -> str:
+        c = self.config
+        kept = [[[list(mb) for mb in rank] for rank in step] for step in self.lengths]
+        return (f"StepCase({self.composition()}; {self.steps} steps, lr={self.lr:g}, max_norm={self.max_norm:g}; "
+                f"{self.microbatches} micro-batches of {self.micro_batch_size} x {self.seq_len} tokens per dp rank, "
+                f"kept lengths [step][dp rank][micro-batch] {kept}; dim={c.dim}, layers={c.n_layers}, "
+                f"heads={c.n_heads}/{c.n_kv_heads} (q/kv), head_dim={c.head_dim}, ffn={c.ffn_dim}, "
+                f"vocab={c.vocab_size}, {'tied' if c.tied else 'untied'} head; seed={self.seed})")
+
+
+def weights(case: StepCase) -> dict[str, np.ndarray]:
+    """The decoder's float64 weights, by ``named_parameters()`` name (the tied head once, as the embedding):
+    embeddings N(0, 1/2^2), linear weights N(0, 1/fan_in), norm weights 1 + N(0, 1/10^2)."""
+    c = case.config
+    rng = np.random.default_rng(case.seed)
+    out: dict[str, np.ndarray] = {"tok_embeddings.weight": 0.5 * rng.standard_normal((c.vocab_size, c.dim))}
+
+    def lin(name: str, out_f: int, in_f: int) -> None:
+        out[name] = rng.standard_normal((out_f, in_f)) / np.sqrt(in_f)
+
+    for i in range(c.n_layers):
+        p = f"layers.{i}."
+        out[p + "attention_norm.weight"] = 1 + 0.1 * rng.standard_normal(c.dim)
+        lin(p + "attention.wq.weight", c.n_heads * c.head_dim, c.dim)
+        lin(p + "attention.wk.weight", c.n_kv_heads * c.head_dim, c.dim)
+        lin(p + "attention.wv.weight", c.n_kv_heads * c.head_dim, c.dim)
+        lin(p + "attention.wo.weight", c.dim, c.n_heads * c.head_dim)
+        out[p + "ffn_norm.weight"] = 1 + 0.1 * rng.standard_normal(c.dim)
+        lin(p + "feed_forward.w1.weight", c.ffn_dim, c.dim)
+        lin(p + "feed_forward.w2.weight", c.dim, c.ffn_dim)
+        lin(p + "feed_forward.w3.weight", c.ffn_dim, c.dim)
+    out["norm.weight"] = 1 + 0.1 * rng.standard_normal(c.dim)
+    if not c.tied:
+        lin("output.weight", c.vocab_size, c.dim)
+    return out
+
+
+def batch(case: StepCase) -> tuple[np.ndarray, np.ndarray]:
+    """``(tokens, labels)``, int64 arrays of shape ``(steps, dp, m, micro_batch_size, seq_len)``: token ids
+    drawn from the seed, labels the ids of the next draw with -100 after each sequence's length."""
+    rng = np.random.default_rng(case.seed + 1)
+    shape = (case.steps, case.layout.dp, case.microbatches, case.micro_batch_size, case.seq_len)
+    tokens = rng.integers(0, case.config.vocab_size, shape)
+    labels = rng.integers(0, case.config.vocab_size, shape)
+    lengths = np.array(case.lengths).reshape(shape[:-1])
+    labels[np.arange(case.seq_len) >= lengths[..., None]] = IGNORE_INDEX
+    return tokens, labels

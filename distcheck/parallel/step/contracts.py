@@ -1,0 +1,281 @@
+"""The ``training-step`` contract: a whole training step under composed parallelism (FSDP2 ``dp_shard`` x
+HSDP ``dp_replicate`` x tensor parallelism ``tp`` x gradient accumulation) against the single-device float64
+step, with the token-mean loss, grad-norm clipping and AdamW's state.
+
+Target: a torchtitan-style ``parallelize(model, mesh, layout) -> model`` (``model`` distcheck's tiny Llama,
+:mod:`distcheck.parallel.step.model`; ``mesh`` a ``DeviceMesh`` of dims ``("dp_replicate", "dp_shard",
+"tp")``; ``layout`` a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
+:class:`~distcheck.parallel.step.hooks.StepTarget` that also replaces the step's hooks (the loss of a
+micro-batch, the reported loss and tokens, the grad-norm clipping). distcheck runs the step
+(:mod:`distcheck.parallel.step.harness`). Hypothesis draws the layout (every factorisation of the world
+size into dp_replicate x dp_shard x tp, or the one ``--option layout=...`` pins), the decoder's sizes
+(tied or untied head, 1 or 2 layers, grouped-query heads), the micro-batches (gradient-accumulation
+steps), every sequence's non-ignored length (so token counts differ per rank and per micro-batch), a
+clipping threshold that binds or not, the learning rate and 2 or 3 steps. One world run per example
+serves every property.
+
+Properties (each its own verdict):
+
+* ``params``: after every step each rank's parameters and AdamW moments (``exp_avg``, ``exp_avg_sq``,
+  gathered to full tensors) equal the reference's;
+* ``loss``: the reported loss of every step equals the global token mean (:func:`~.reference.token_mean_loss`:
+  every token weighs ``1/T``, ``step.loss.token_weight``);
+* ``grad_norm``: the reported norm equals the global norm before clipping (replicated parameters counted
+  once, ``step.grad_norm.copies``);
+* ``clipping``: the factor each rank's gradients were multiplied by (measured on its local shards before
+  and after the hook) is the reference's ``min(1, max_norm / (norm + 1e-6))`` (``step.clip.scale``), the
+  same factor for every entry;
+* ``tokens``: the reported token count is the step's, and the ranks' own counts (one per dp index) add up
+  to it. Exact (integers).
+
+The bound (float64). The parallel step performs the reference's operations on the same values in another
+order: the inner sums of the tensor-parallel matmuls split across ranks, the gradient sums over
+micro-batches and dp ranks (reduce-scatter, all-reduce), the norm's sum of squares over shards. Two orders
+of a sum of n terms differ by at most ``2 gamma_{n-1} sum |terms|`` (Higham, *Accuracy and Stability of
+Numerical Algorithms*, 2nd ed., Lemma 3.1 and §4.2), ``gamma_n = n u / (1 - n u)``, u = 2^-53; the longest
+sum here has n <= 2^9 terms (the tokens of a step times the widest width), so ``2 gamma_{n-1} <= 2^-43``.
+Through the step (softmax, RMSNorm's rsqrt, the cross-entropy, clipping and at most 3 AdamW updates, whose
+``m / (sqrt(v) + eps)`` amplifies a gradient's relative error by at most about 1 per step while |g| >> eps)
+the first-order error of every compared value is that relative error times an amplification kappa. With the
+drawn sizes (unit-scale weights, width <= 16, <= 2 layers, <= 3 steps) the bound assumes kappa <= 2^11 and
+holds each value v of a tensor V to ``|v - v_ref| <= 2^-32 (|v_ref| + max |V_ref|)`` (the tensor's scale keeps
+a value near 0 from demanding an impossible relative accuracy). kappa is an estimate for these sizes, not a
+proved constant; the errors seen from torch's composition stay below 2^-48 of the scale, and every bug class
+the mutants carry moves a value by more than 2^-12 of it.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import ClassVar
+
+import numpy as np
+from hypothesis import strategies as st
+
+from distcheck.core.errors import ConfigError
+from distcheck.core.validate import check_positive_int
+from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
+from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
+from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.model import TinyConfig
+from distcheck.parallel.step.reference import StepLayout
+
+__all__ = ["TrainingStep", "BOUND", "layouts", "parse_layout"]
+
+#: the relative bound of every compared float64 value (module doc)
+BOUND = 2.0**-32
+
+_PROPERTIES = (
+    PropertySpec("params", "after every step each rank's parameters and AdamW moments equal the single-device "
+                           "float64 step's", "bounded"),
+    PropertySpec("loss", "the reported loss of every step is the global token mean (sum of per-token losses / "
+                         "non-ignored tokens of the whole step)", "bounded"),
+    PropertySpec("grad_norm", "the reported grad norm is the global norm before clipping, replicated parameters "
+                              "counted once", "bounded"),
+    PropertySpec("clipping", "every rank's gradients are multiplied by the reference's min(1, max_norm / (norm + "
+                             "1e-6))", "bounded"),
+    PropertySpec("tokens", "the reported tokens are the step's non-ignored tokens, and the dp ranks' own counts "
+                           "add up to them", "exact"),
+)
+
+_AXES = ("dp_replicate", "dp_shard", "tp")
+
+
+def parse_layout(text: str) -> StepLayout:
+    """``"dp_shard=2,tp=2"`` as a :class:`StepLayout` (axes left out are 1). Raises ConfigError naming the
+    option for an unknown axis or a degree that is not a positive int."""
+    degrees: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        name = name.strip()
+        if name not in _AXES:
+            raise ConfigError("option layout", text, f"axis {name!r} must be one of {', '.join(_AXES)}")
+        try:
+            degrees[name] = check_positive_int(f"option layout {name}", int(value))
+        except ValueError:
+            raise ConfigError("option layout", text, f"{name} must be a positive integer") from None
+    return StepLayout(**degrees)
+
+
+def layouts(world_size: int) -> list[StepLayout]:
+    """Every ``dp_replicate x dp_shard x tp`` factorisation of ``world_size`` with tp in {1, 2, 4}, the
+    simplest first (fewest axes above 1, then FSDP before HSDP before tp)."""
+    found = [StepLayout(dr, ds, tp) for dr, ds, tp in product(range(1, world_size + 1), repeat=3)
+             if dr * ds * tp == world_size and tp in (1, 2, 4)]
+    return sorted(found, key=lambda lay: (sum(getattr(lay, a) > 1 for a in _AXES), lay.tp, lay.dp_replicate))
+
+
+def _cases(choices: list[StepLayout]):
+    @st.composite
+    def draw(draw):
+        layout = draw(st.sampled_from(choices))
+        tp = layout.tp
+        n_kv = tp
+        cfg = TinyConfig(dim=8, n_layers=draw(st.integers(1, 2)), n_heads=n_kv * draw(st.integers(1, 2)),
+                         n_kv_heads=n_kv, head_dim=2, ffn_dim=4 * tp, vocab_size=4 * max(tp, 2),
+                         tied=draw(st.booleans()))
+        seq_len = tp * draw(st.integers(1 if tp > 1 else 2, 2 if tp > 1 else 4))
+        m, mbs = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+        steps = draw(st.integers(2, 3))
+        length = st.integers(1, seq_len)
+        lengths = tuple(tuple(tuple(tuple(draw(st.lists(length, min_size=mbs, max_size=mbs))) for _ in range(m))
+                              for _ in range(layout.dp)) for _ in range(steps))
+        max_norm = draw(st.sampled_from((BINDING_MAX_NORM, FREE_MAX_NORM)))
+        lr = draw(st.sampled_from((2.0**-7, 2.0**-4)))
+        return StepCase(layout, cfg, m, mbs, seq_len, lengths, max_norm, lr, draw(st.integers(0, 2**16)))
+
+    return draw()
+
+
+def _within(what: str, ref, got: list) -> Outcome:
+    """Every rank's ``got[r]`` against ``ref`` under the bound, in one short line: the ranks at fault, and the
+    worst entry (its index, expected, got, error, bound)."""
+    e = np.atleast_1d(np.asarray(ref, dtype=np.float64))
+    bound = BOUND * (np.abs(e) + (float(np.max(np.abs(e))) if e.size else 0.0))
+    worst, bad, detail = 0.0, [], ""
+    for r, g in enumerate(got):
+        if g is None or np.shape(g) != np.shape(ref):
+            bad.append(r)
+            detail = detail or f"rank {r} has {'nothing' if g is None else f'shape {np.shape(g)}'}, expected shape " \
+                               f"{np.shape(ref)}"
+            continue
+        err = np.abs(np.atleast_1d(np.asarray(g, dtype=np.float64)) - e)
+        worst = max(worst, float(err.max()) if err.size else 0.0)
+        over = err > bound
+        if over.any():
+            bad.append(r)
+            i = int(np.argmax(np.where(over, err, -1.0)))
+            if not detail:
+                at = "" if e.size == 1 else f" at index {tuple(int(j) for j in np.unravel_index(i, np.shape(ref)))}"
+                detail = (f"rank {r}{at}: expected {e.flat[i]:.17g}, got {np.ravel(g)[i]:.17g}, error "
+                          f"{err.flat[i]:.3g} > bound {bound.flat[i]:.3g}")
+    top = float(bound.max()) if bound.size else 0.0
+    if not bad:
+        return Outcome(True, max_error=worst, bound=top)
+    good = [r for r in range(len(got)) if r not in bad]
+    return Outcome(False, max_error=worst, bound=top, ranks=tuple(bad),
+                   message=f"{what}: ranks {bad} differ from the reference"
+                           + (f" (ranks {good} match)" if good else "") + f"; {detail}")
+
+
+def _first(outcomes: list[Outcome]) -> Outcome:
+    """One outcome: the first failure's message (and how many more failed), the worst error and bound."""
+    failed = [o for o in outcomes if not o.ok]
+    errors = [o.max_error for o in outcomes if o.max_error is not None]
+    bounds = [o.bound for o in outcomes if o.bound is not None]
+    if not failed:
+        return Outcome(True, max_error=max(errors, default=0.0), bound=max(bounds, default=0.0))
+    more = f" (and {len(failed) - 1} more of {len(outcomes)} checks)" if len(failed) > 1 else ""
+    return Outcome(False, max_error=max(errors, default=0.0), bound=max(bounds, default=0.0),
+                   ranks=tuple(sorted({r for o in failed for r in o.ranks})), message=failed[0].message + more)
+
+
+class TrainingStep(Contract):
+    """A whole training step under composed parallelism (see the module doc)."""
+
+    name = "training-step"
+    parallelism = "step"
+    summary = ("a torchtitan-style parallelize(model, mesh, layout): parameters, AdamW state, loss, grad norm, "
+               "clipping and tokens of every step equal the single-device float64 step's")
+    properties: ClassVar[tuple[PropertySpec, ...]] = _PROPERTIES
+    dtypes = ("float64",)
+    min_world_size = 2
+    min_world_reason = ("one rank is one device: dp_replicate = dp_shard = tp = 1, so every reduction of the step "
+                        "(the loss over dp ranks, the norm over shards, the gradients over replicas) is the identity "
+                        "and a step that forgets one is the single-device step there")
+    options = (
+        Option("layout", "", str, "pin the composition, e.g. dp_shard=2,tp=2 (axes left out are 1; default: draw "
+                                  "every factorisation of the world size)"),
+    )
+
+    def cannot_fail(self, world_size, options):
+        base = super().cannot_fail(world_size, options)
+        if base or not options.get("layout"):
+            return base
+        lay = parse_layout(options["layout"])
+        if lay.world_size == 1:
+            return (f"the pinned layout {lay} degenerates to one device: every reduction of the step is the "
+                    "identity there")
+        if lay.world_size != world_size:
+            return f"the pinned layout {lay} needs {lay.world_size} ranks, not {world_size}"
+        return None
+
+    def resolve(self, obj, ref, options):
+        from distcheck.parallel.step.hooks import StepTarget
+
+        parse_layout(options.get("layout", ""))
+        shown = ref or repr(obj)
+        if isinstance(obj, StepTarget):
+            fns = [obj.parallelize, obj.loss_fn, obj.report_loss, obj.clip_grad_norm]
+            for fn, n in zip(fns, (3, 3, 3, 3), strict=True):
+                check_call_shape(fn, shown, "every hook of a StepTarget must take its three arguments", n)
+            return make_target(obj, ref, "hooks"), options
+        if callable(obj) and not isinstance(obj, type):
+            check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
+            return make_target(obj, ref, "parallelize"), options
+        raise ProtocolError("target", shown, "must be parallelize(model, mesh, layout) -> model or a StepTarget")
+
+    def cases(self, world_size, dtype, options):
+        if dtype != "float64":
+            return None
+        if options.get("layout"):
+            return _cases([parse_layout(options["layout"])])
+        return _cases(layouts(world_size))
+
+    def skip_reason(self, world_size, dtype, options):
+        return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"
+
+    def run_rank(self, ctx, target, case, dtype, options):
+        from distcheck.parallel.step.harness import run_step
+        from distcheck.parallel.step.hooks import StepTarget
+
+        obj = resolve(target)
+        return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case)
+
+    def check(self, case, results, world_size, dtype, options) -> dict[str, Outcome]:
+        ref = results[0]["reference"]
+        out: dict[str, list[Outcome]] = {p.name: [] for p in _PROPERTIES}
+        for s, r in enumerate(ref):
+            if case.clip_binds and not r["norm"] > case.max_norm:
+                raise RuntimeError(f"distcheck defect: a case drawn as 'clip binds' has norm {r['norm']} <= "
+                                   f"max_norm {case.max_norm} at step {s}; please report it")
+            at = f"step {s + 1}"
+            steps = [res["steps"][s] for res in results]
+            for name, want in r["params"].items():
+                out["params"].append(_within(f"{at} {name}", want, [st_["params"].get(name) for st_ in steps]))
+                for i, moment in enumerate(("exp_avg", "exp_avg_sq")):
+                    w = r["state"][name][i]
+                    got = [st_["state"].get(name, (None, None))[i] for st_ in steps]
+                    out["params"].append(_within(f"{at} AdamW {moment} of {name}", w, got))
+            out["loss"].append(_within(f"{at} reported loss (global token mean)", r["loss"],
+                                       [st_["loss"] for st_ in steps]))
+            out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps]))
+            out["clipping"].append(self._clipping(at, r, steps))
+            out["tokens"].append(self._tokens(at, r["tokens"], steps, [res["dp_index"] for res in results]))
+        return {name: _first(outs) for name, outs in out.items()}
+
+    @staticmethod
+    def _clipping(at: str, r: dict, steps: list[dict]) -> Outcome:
+        # a rank whose local gradients are all zero shows no factor: it is held to the reference's own
+        scale = _within(f"{at} clipping factor (reference norm {r['norm']:.17g})", r["scale"],
+                        [r["scale"] if st_["scale"] is None else st_["scale"] for st_ in steps])
+        uneven = [i for i, st_ in enumerate(steps) if st_["residual"] > BOUND * 2 * max(r["scale"], 1e-300)]
+        if uneven:
+            return _first([scale, Outcome(False, bound=BOUND, ranks=tuple(uneven), message=f"{at}: ranks {uneven} "
+                                          "scaled their gradients by more than one factor")])
+        return scale
+
+    @staticmethod
+    def _tokens(at: str, total: int, steps: list[dict], dp_index: list[int]) -> Outcome:
+        bad = [(i, st_["tokens"]) for i, st_ in enumerate(steps) if st_["tokens"] != total]
+        own: dict[int, int] = {}
+        for d, st_ in zip(dp_index, steps, strict=True):
+            own.setdefault(d, st_["local_tokens"])
+        msgs = [f"rank {i} reports {t:g} tokens" for i, t in bad]
+        if sum(own.values()) != total:
+            msgs.append(f"the dp ranks' own counts {[own[d] for d in sorted(own)]} add up to {sum(own.values())}")
+        if not msgs:
+            return Outcome(True, max_error=0.0, bound=0.0)
+        return Outcome(False, bound=0.0, ranks=tuple(i for i, _ in bad),
+                       message=f"{at}: the step has {total} non-ignored tokens; " + "; ".join(msgs))

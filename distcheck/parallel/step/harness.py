@@ -1,0 +1,146 @@
+"""The torch side of the ``training-step`` contract: what every rank runs for one example (:func:`run_step`)
+and the single-device float64 reference step (:func:`reference_step`). torch is imported inside the functions.
+
+Every rank builds the case's decoder, calls the target's ``parallelize(model, mesh, layout)`` on the
+``DeviceMesh`` of dims ``(dp_replicate, dp_shard, tp)``, builds AdamW on what it returns, and runs the
+case's steps. A step, on dp index d: for each of the m micro-batches, ``loss_fn(logits, labels, info)``
+then ``backward()``; ``report_loss`` over the rank's summed per-token losses and tokens; the gradients
+(local shards) are kept, ``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is
+measured from the local shards before and after; ``optimizer.step()``; every parameter and AdamW moment
+is gathered to a full tensor (``full_tensor()``). Rank 0 also runs the reference: the same decoder on the
+whole step's batch at once, the token-mean loss, ``clip_grad_norm_`` and AdamW, float64.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ADAMW", "run_step", "reference_step", "mesh_for"]
+
+#: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
+ADAMW: dict = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
+#: wrappers' prefixes a parameter name may gain (torch.compile, activation checkpointing, DDP)
+_PREFIXES = ("_orig_mod.", "_checkpoint_wrapped_module.", "module.")
+_MESHES: dict = {}
+
+
+def mesh_for(ctx, layout):
+    """The ``DeviceMesh`` of ``layout`` on this world (dims ``dp_replicate, dp_shard, tp``), built once per
+    world and rank."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    key = (id(dist.group.WORLD), ctx.rank, layout.dp_replicate, layout.dp_shard, layout.tp)
+    if key not in _MESHES:
+        _MESHES[key] = init_device_mesh(ctx.device.type, (layout.dp_replicate, layout.dp_shard, layout.tp),
+                                        mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
+    return _MESHES[key]
+
+
+def _name(name: str) -> str:
+    for p in _PREFIXES:
+        name = name.replace(p, "")
+    return name
+
+
+def _full(t):
+    if t is None:
+        return None
+    t = t.full_tensor() if hasattr(t, "full_tensor") else t
+    return t.detach().cpu().numpy().copy()
+
+
+def _local(t):
+    return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
+
+
+def _record(model, opt) -> dict:
+    params = {_name(n): _full(p) for n, p in model.named_parameters()}
+    state = {}
+    for n, p in model.named_parameters():
+        st = opt.state.get(p, {})
+        state[_name(n)] = (_full(st.get("exp_avg")), _full(st.get("exp_avg_sq")))
+    return {"params": params, "state": state}
+
+
+def _scale(before, after) -> tuple[float | None, float]:
+    """The factor that took ``before`` to ``after`` (least squares over the local shards) and the largest
+    entry of ``after - scale * before``; None when every local gradient is zero."""
+    import torch
+
+    num = sum(float(torch.sum(a * b)) for a, b in zip(after, before, strict=True))
+    den = sum(float(torch.sum(b * b)) for b in before)
+    if den == 0:
+        return None, 0.0
+    s = num / den
+    resid = max((float(torch.max(torch.abs(a - s * b))) for a, b in zip(after, before, strict=True) if b.numel()),
+                default=0.0)
+    return s, resid
+
+
+def run_step(ctx, target, case) -> dict:
+    """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
+    ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
+    ``state`` (full tensors by name); on rank 0 also ``reference``, the same from :func:`reference_step`."""
+    import torch
+
+    from distcheck.parallel.step.case import batch, weights
+    from distcheck.parallel.step.hooks import StepInfo, as_float
+    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, token_loss_sum
+
+    layout = case.layout
+    mesh = mesh_for(ctx, layout)
+    d = layout.dp_index(ctx.rank)
+    tokens, labels = (torch.from_numpy(a) for a in batch(case))
+    model = target.parallelize(build_model(case.config, weights(case), device=ctx.device), mesh, layout)
+    opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
+    steps = []
+    for s in range(case.steps):
+        opt.zero_grad()
+        total = int((labels[s] != IGNORE_INDEX).sum())
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        mine = torch.zeros((), dtype=torch.float64)
+        for k in range(case.microbatches):
+            x, y = tokens[s, d, k].to(ctx.device), labels[s, d, k].to(ctx.device)
+            n_k = int((y != IGNORE_INDEX).sum())
+            info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm)
+            logits = model(x)
+            target.loss_fn(logits, y, info).backward()
+            loss_sum += token_loss_sum(logits.detach(), y).cpu()
+            mine += n_k
+        info = StepInfo(layout, mesh, total, 0, case.microbatches, case.max_norm)
+        loss, seen = target.report_loss(loss_sum, mine, info)
+        params = [p for p in model.parameters() if p.grad is not None]
+        before = [_local(p.grad) for p in params]
+        norm = target.clip_grad_norm(model.parameters(), case.max_norm, info)
+        scale, resid = _scale(before, [_local(p.grad) for p in params])
+        opt.step()
+        steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
+                      "residual": resid, "local_tokens": int(mine), **_record(model, opt)})
+    out = {"steps": steps, "dp_index": d}
+    if ctx.rank == 0:
+        out["reference"] = reference_step(case, tokens, labels)
+    return out
+
+
+def reference_step(case, tokens, labels) -> list[dict]:
+    """The single-device float64 step on the whole batch of each step: ``loss`` (token mean), ``tokens``,
+    ``norm`` (before clipping), ``scale`` (min(1, max_norm / (norm + 1e-6))), ``params`` and ``state``."""
+    import torch
+
+    from distcheck.parallel.step.case import weights
+    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, token_loss_sum
+
+    model = build_model(case.config, weights(case))
+    opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
+    out = []
+    for s in range(case.steps):
+        x = tokens[s].reshape(-1, case.seq_len)
+        y = labels[s].reshape(-1, case.seq_len)
+        total = int((y != IGNORE_INDEX).sum())
+        opt.zero_grad()
+        loss = token_loss_sum(model(x), y) / total
+        loss.backward()
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm))
+        opt.step()
+        out.append({"loss": float(loss), "tokens": total, "norm": norm,
+                    "scale": min(1.0, case.max_norm / (norm + 1e-6)), **_record(model, opt)})
+    return out

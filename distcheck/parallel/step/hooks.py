@@ -1,0 +1,95 @@
+"""The hooks of the training step distcheck runs, with their defaults (torch imported inside the functions).
+
+A target of the ``training-step`` contract is a torchtitan-style ``parallelize(model, mesh, layout) -> model``
+(the hooks below as they are) or a :class:`StepTarget` naming its own hooks. distcheck owns the step
+(data, micro-batches, backward, AdamW); the hooks are what torchtitan and Megatron let a user replace:
+
+* ``loss_fn(logits, labels, info) -> Tensor``: the loss of one micro-batch to call ``backward()`` on.
+  Default :func:`token_mean_loss`: the micro-batch's sum of per-token cross-entropies (``ignore_index``
+  -100 dropped) divided by the step's global token count, times ``dp`` because FSDP2 and DDP average
+  the gradients over the dp ranks; summed over micro-batches and ranks this is the global token mean.
+* ``report_loss(loss_sum, tokens, info) -> (loss, tokens)``: what the step reports (the logged loss
+  and tokens seen). ``loss_sum`` is this rank's sum of per-token losses over its micro-batches,
+  ``tokens`` its non-ignored tokens (0-d float64 tensors). Default :func:`all_reduce_dp`: both
+  summed over the dp ranks (``dp_replicate`` then ``dp_shard``), loss = sum / tokens.
+* ``clip_grad_norm(parameters, max_norm, info) -> norm``: clip the gradients in place and return
+  their total norm before clipping (a tensor, a DTensor, or a float). Default :func:`torch_clip`:
+  ``torch.nn.utils.clip_grad_norm_`` (on DTensor gradients it returns a DTensor; distcheck reads its
+  ``full_tensor()``).
+
+``info`` (:class:`StepInfo`) carries the layout, the mesh and the token counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["StepInfo", "StepTarget", "token_mean_loss", "all_reduce_dp", "torch_clip", "dp_groups", "as_float"]
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What a hook may need: ``layout`` (:class:`~distcheck.parallel.step.reference.StepLayout`), ``mesh``
+    (the ``DeviceMesh`` with dims ``dp_replicate, dp_shard, tp``), ``global_tokens`` (non-ignored tokens of
+    the whole step: every dp rank, every micro-batch), ``microbatch_tokens`` (this rank's, this micro-batch),
+    ``num_microbatches`` (m, gradient-accumulation steps), ``max_norm``."""
+
+    layout: Any
+    mesh: Any
+    global_tokens: int
+    microbatch_tokens: int
+    num_microbatches: int
+    max_norm: float
+
+
+def token_mean_loss(logits, labels, info: StepInfo):
+    """``sum of the micro-batch's per-token losses * dp / global_tokens`` (module doc)."""
+    from distcheck.parallel.step.model import token_loss_sum
+
+    return token_loss_sum(logits, labels) * info.layout.dp / info.global_tokens
+
+
+def dp_groups(mesh) -> list:
+    """The process groups of the mesh's dp dimensions of size > 1 (``dp_replicate``, ``dp_shard``)."""
+    return [mesh.get_group(name) for name in ("dp_replicate", "dp_shard") if mesh[name].size() > 1]
+
+
+def all_reduce_dp(loss_sum, tokens, info: StepInfo):
+    """Sum ``loss_sum`` and ``tokens`` over the dp ranks; return ``(loss_sum / tokens, tokens)``."""
+    import torch
+    import torch.distributed as dist
+
+    both = torch.stack([loss_sum.detach(), tokens.detach()])
+    for group in dp_groups(info.mesh):
+        dist.all_reduce(both, group=group)
+    return both[0] / both[1], both[1]
+
+
+def torch_clip(parameters, max_norm: float, info: StepInfo):
+    """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``."""
+    import torch
+
+    return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm)
+
+
+def as_float(value) -> float:
+    """A reported number as a Python float (a DTensor's ``full_tensor()``, a tensor's item)."""
+    if hasattr(value, "full_tensor"):
+        value = value.full_tensor()
+    if hasattr(value, "item"):
+        value = value.item()
+    return float(value)
+
+
+@dataclass(frozen=True)
+class StepTarget:
+    """A ``training-step`` target with its own hooks: ``parallelize(model, mesh, layout) -> model`` and any of
+    ``loss_fn``, ``report_loss``, ``clip_grad_norm`` (module doc; the defaults when left out). Every field
+    must be a module-level function (each rank imports it again)."""
+
+    parallelize: Callable
+    loss_fn: Callable = token_mean_loss
+    report_loss: Callable = all_reduce_dp
+    clip_grad_norm: Callable = torch_clip

@@ -1,0 +1,133 @@
+"""The tiny Llama-style decoder distcheck ships for the ``training-step`` contract (torch, built lazily).
+
+Module names follow torchtitan's Llama (``tok_embeddings``, ``layers.<i>.attention_norm``,
+``layers.<i>.attention.{wq,wk,wv,wo}``, ``layers.<i>.ffn_norm``, ``layers.<i>.feed_forward.{w1,w2,w3}``,
+``norm``, ``output``), so a torchtitan tensor-parallel plan applies to it unchanged:
+
+* ``tok_embeddings``: ``nn.Embedding(vocab_size, dim)``;
+* a pre-norm block, ``h = x + attention(attention_norm(x))``, ``out = h + feed_forward(ffn_norm(h))``;
+* ``nn.RMSNorm(dim, eps=NORM_EPS)`` (Zhang and Sennrich 2019, "Root Mean Square Layer Normalization");
+* causal grouped-query attention, no bias (Ainslie et al. 2023, "GQA"): ``n_heads`` query heads share
+  ``n_kv_heads`` key/value heads; the heads are read off the projections' widths (``view(b, s, -1,
+  head_dim)``), so a column-parallel ``wq``/``wk``/``wv`` leaves each rank its own heads;
+* the SwiGLU MLP ``w2(silu(w1 x) * w3 x)`` (Shazeer 2020, "GLU Variants Improve Transformer");
+* ``output``: ``nn.Linear(dim, vocab_size, bias=False)``, its weight tied to the embedding's when
+  ``tied`` (Press and Wolf 2017, "Using the Output Embedding to Improve Language Models").
+
+No positional encoding: the decoder is causal and the sequences are right-padded, so a padded
+position changes no earlier token. Shapes: tokens ``(b, s)`` int64, logits ``(b, s, vocab_size)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["NORM_EPS", "TinyConfig", "build_model", "token_loss_sum", "IGNORE_INDEX"]
+
+#: RMSNorm's epsilon
+NORM_EPS = 1e-6
+#: labels equal to it are padding: no loss, no token counted (``F.cross_entropy``'s default)
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    """Sizes of the tiny decoder: ``dim`` (hidden size), ``n_layers``, ``n_heads``, ``n_kv_heads``
+    (dividing ``n_heads``), ``head_dim``, ``ffn_dim`` (SwiGLU width), ``vocab_size``, ``tied``."""
+
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    vocab_size: int
+    tied: bool
+
+
+def _classes():
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Attention(nn.Module):
+        def __init__(self, cfg: TinyConfig):
+            super().__init__()
+            self.head_dim, self.n_rep = cfg.head_dim, cfg.n_heads // cfg.n_kv_heads
+            self.wq = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
+            self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+            self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+            self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q = self.wq(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+            k = self.wk(x).view(b, s, -1, self.head_dim).repeat_interleave(self.n_rep, dim=2).transpose(1, 2)
+            v = self.wv(x).view(b, s, -1, self.head_dim).repeat_interleave(self.n_rep, dim=2).transpose(1, 2)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.wo(out.transpose(1, 2).contiguous().view(b, s, -1))
+
+    class FeedForward(nn.Module):
+        def __init__(self, cfg: TinyConfig):
+            super().__init__()
+            self.w1 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+            self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+            self.w3 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+
+        def forward(self, x):
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+    class TransformerBlock(nn.Module):
+        def __init__(self, cfg: TinyConfig):
+            super().__init__()
+            self.attention_norm = nn.RMSNorm(cfg.dim, eps=NORM_EPS)
+            self.attention = Attention(cfg)
+            self.ffn_norm = nn.RMSNorm(cfg.dim, eps=NORM_EPS)
+            self.feed_forward = FeedForward(cfg)
+
+        def forward(self, x):
+            h = x + self.attention(self.attention_norm(x))
+            return h + self.feed_forward(self.ffn_norm(h))
+
+    class TinyLlama(nn.Module):
+        def __init__(self, cfg: TinyConfig):
+            super().__init__()
+            self.config = cfg
+            self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+            self.layers = nn.ModuleDict({str(i): TransformerBlock(cfg) for i in range(cfg.n_layers)})
+            self.norm = nn.RMSNorm(cfg.dim, eps=NORM_EPS)
+            self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+            if cfg.tied:
+                self.output.weight = self.tok_embeddings.weight
+
+        def forward(self, tokens):
+            h = self.tok_embeddings(tokens)
+            for layer in self.layers.values():
+                h = layer(h)
+            return self.output(self.norm(h))
+
+    return TinyLlama, torch
+
+
+_CACHE: dict = {}
+
+
+def build_model(cfg: TinyConfig, weights: dict | None = None, *, device="cpu"):
+    """The float64 decoder of ``cfg`` on ``device``; ``weights`` (``name -> numpy array``, the names of
+    ``named_parameters()``, tied weights once under ``tok_embeddings.weight``) are copied in when given."""
+    if not _CACHE:
+        _CACHE["cls"], _CACHE["torch"] = _classes()
+    torch = _CACHE["torch"]
+    model = _CACHE["cls"](cfg).to(dtype=torch.float64, device=device)
+    if weights is not None:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(torch.from_numpy(weights[name]))
+    return model
+
+
+def token_loss_sum(logits, labels):
+    """The sum of the per-token cross-entropies over the non-ignored labels (``reduction="sum"``), float64."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")

@@ -1,0 +1,67 @@
+"""torch's own composition for distcheck's tiny Llama, as a torchtitan-style parallelize function:
+tensor parallelism with ``parallelize_module`` (torchtitan's Llama plan: sequence-parallel norms,
+column-parallel q/k/v and w1/w3, row-parallel wo and w2, a row-parallel embedding and a column-parallel
+head) on the mesh's ``tp`` dimension, then FSDP2's ``fully_shard`` on every block and the root over the
+``(dp_replicate, dp_shard)`` sub-mesh (HSDP when both are above 1); the step clips with
+``torch.nn.utils.clip_grad_norm_`` on the DTensor gradients (the contract's default hook)::
+
+    distcheck certify examples.my_step:parallelize --contract training-step --world-sizes 4
+"""
+
+from __future__ import annotations
+
+
+def apply_tp(model, tp_mesh, *, norms: bool = True):
+    """torchtitan's ``apply_tp`` for the Llama decoder (torchtitan/models/llama3/infra/parallelize.py);
+    ``norms=False`` leaves the RMSNorms off the plan (``examples/step_mutants.py``)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    def plan(entries):
+        return {k: v for k, v in entries.items() if norms or not isinstance(v, SequenceParallel)}
+
+    parallelize_module(model, tp_mesh, plan({
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+    }))
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, plan({
+            "attention_norm": SequenceParallel(),
+            "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+            "feed_forward.w3": ColwiseParallel(),
+        }))
+
+
+def apply_fsdp(model, dp_mesh):
+    """FSDP2 on every transformer block, then on the root (torchtitan's ``apply_fsdp``)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.layers.values():
+        fully_shard(block, mesh=dp_mesh)
+    fully_shard(model, mesh=dp_mesh)
+
+
+def parallelize(model, mesh, layout):
+    """``parallelize(model, mesh, layout) -> model``: tp on ``mesh["tp"]``, FSDP2 on ``mesh["dp_replicate",
+    "dp_shard"]``."""
+    if layout.tp > 1:
+        apply_tp(model, mesh["tp"])
+        if model.config.tied:  # parallelize_module gives the head its own DTensor: tie it again
+            model.output.weight = model.tok_embeddings.weight
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    return model

@@ -1,0 +1,130 @@
+"""Training steps that get the composition wrong, one per public bug class, as ``training-step`` targets.
+Each is torch's composition of ``examples/my_step.py`` with one hook or one line changed; each fails the
+property named, with a shrunk counterexample naming the composition::
+
+    distcheck certify examples.step_mutants:LOCAL_SHARD_NORM --contract training-step --world-sizes 2
+
+========================  ==========================================================  =============
+target                    mistake (public report)                                     fails
+========================  ==========================================================  =============
+LOCAL_SHARD_NORM          the grad norm of the local FSDP / tp shard only             grad_norm
+                          (pytorch/pytorch#170862)
+TP_REPLICATED_TP_TIMES    local squares summed over dp_shard and tp: a tp-replicated  grad_norm
+                          parameter counted tp times (meta-pytorch/torchtune#2420)
+MEAN_OF_MEANS             each micro-batch's mean loss, averaged over the             params
+                          micro-batches (the 2024 transformers accumulation bug)
+WORLD_SIZE_SCALE          gradients scaled by the world size, not the dp size         grad_norm
+                          (meta-pytorch/torchtune#2420)
+NORM_GRADS_NOT_SUMMED     sequence-parallel norms whose weight gradients are never    params
+                          summed across tp (norms left off the plan)
+LOSS_OF_OWN_SHARD         the reported loss is each rank's own shard's (rank 0's is   loss
+                          the one logged)
+TOKENS_OVER_WORLD         tokens all-reduced over the whole world: tp replicas         tokens
+                          counted tp times
+CLIP_WITHOUT_CLAMP        max_norm / norm applied even when it exceeds 1              clipping
+========================  ==========================================================  =============
+"""
+
+from __future__ import annotations
+
+from distcheck.parallel.step.hooks import StepTarget, all_reduce_dp
+from distcheck.parallel.step.model import token_loss_sum
+from examples.my_step import apply_fsdp, apply_tp, parallelize
+
+
+def _local_squares(parameters):
+    import torch
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+    return grads, sum((torch.sum(g * g) for g in local), torch.zeros((), dtype=torch.float64))
+
+
+def _clip(grads, total, max_norm):
+    coef = min(1.0, max_norm / (float(total) + 1e-6))
+    for g in grads:
+        g.mul_(coef)
+    return total
+
+
+def local_shard_norm(parameters, max_norm, info):
+    """The norm of this rank's local shards, never reduced."""
+    grads, sq = _local_squares(parameters)
+    return _clip(grads, sq.sqrt(), max_norm)
+
+
+def tp_replicated_tp_times(parameters, max_norm, info):
+    """Local squares all-reduced over dp_shard and tp: right for the shards, tp times for a replicated norm."""
+    import torch.distributed as dist
+
+    grads, sq = _local_squares(parameters)
+    for name in ("dp_shard", "tp"):
+        if info.mesh[name].size() > 1:
+            dist.all_reduce(sq, group=info.mesh.get_group(name))
+    return _clip(grads, sq.sqrt(), max_norm)
+
+
+def mean_of_means(logits, labels, info):
+    """The micro-batch's token mean, divided by the number of micro-batches (FSDP2 averages over dp)."""
+    return token_loss_sum(logits, labels) / info.microbatch_tokens / info.num_microbatches
+
+
+def world_size_scale(logits, labels, info):
+    """The global token-mean loss scaled by the world size instead of the dp size."""
+    return token_loss_sum(logits, labels) * info.layout.world_size / info.global_tokens
+
+
+def loss_of_own_shard(loss_sum, tokens, info):
+    """The loss of this rank's own micro-batches (the tokens still all-reduced)."""
+    _, seen = all_reduce_dp(loss_sum, tokens, info)
+    return loss_sum / tokens, seen
+
+
+def tokens_over_world(loss_sum, tokens, info):
+    """Loss and tokens all-reduced over every rank, tp and dp alike."""
+    import torch
+    import torch.distributed as dist
+
+    both = torch.stack([loss_sum.detach(), tokens.detach()])
+    dist.all_reduce(both)
+    return both[0] / both[1], both[1]
+
+
+def clip_without_clamp(parameters, max_norm, info):
+    """torch's total norm, then every gradient multiplied by max_norm / (norm + 1e-6), even above 1."""
+    import torch
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads)
+    coef = max_norm / (total + 1e-6)
+    for g in grads:
+        g.mul_(coef)
+    return total
+
+
+def full_norm(parameters, max_norm, info):
+    """The norm of every gradient's full tensor (works when the parameters live on different meshes)."""
+    import torch
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    sq = sum(float(torch.sum((g.full_tensor() if hasattr(g, "full_tensor") else g) ** 2)) for g in grads)
+    return _clip(grads, sq**0.5, max_norm)
+
+
+def parallelize_norms_off_plan(model, mesh, layout):
+    """torch's composition with every RMSNorm left off the tensor-parallel plan: each runs on its rank's
+    sequence shard with a local weight, whose gradient is never summed across tp."""
+    if layout.tp > 1:
+        apply_tp(model, mesh["tp"], norms=False)
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    return model
+
+
+LOCAL_SHARD_NORM = StepTarget(parallelize, clip_grad_norm=local_shard_norm)
+TP_REPLICATED_TP_TIMES = StepTarget(parallelize, clip_grad_norm=tp_replicated_tp_times)
+MEAN_OF_MEANS = StepTarget(parallelize, loss_fn=mean_of_means)
+WORLD_SIZE_SCALE = StepTarget(parallelize, loss_fn=world_size_scale)
+NORM_GRADS_NOT_SUMMED = StepTarget(parallelize_norms_off_plan, clip_grad_norm=full_norm)
+LOSS_OF_OWN_SHARD = StepTarget(parallelize, report_loss=loss_of_own_shard)
+TOKENS_OVER_WORLD = StepTarget(parallelize, report_loss=tokens_over_world)
+CLIP_WITHOUT_CLAMP = StepTarget(parallelize, clip_grad_norm=clip_without_clamp)

@@ -1,0 +1,146 @@
+"""The training-step package (distcheck/parallel/step/): references and closed forms, the reductions'
+properties and their mutants, the tiny decoder, and the ``training-step`` contract on torch's FSDP2 x TP
+composition (examples/my_step.py) and on the wrong steps of examples/step_mutants.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from distcheck.closed_form import get
+from distcheck.core.errors import ConfigError
+from distcheck.engine.mutants import kill_mutant, registry
+from distcheck.engine.registry import get as get_property
+from distcheck.engine.runner import run_property
+from distcheck.parallel.step import reference as ref
+
+STEP_PROPERTIES = ("step.loss.token_mean", "step.grad_norm.global", "step.grads.dp_scale",
+                   "step.grads.norm_weight_tp", "step.clip.scale", "step.tokens.total")
+
+
+def test_import_is_light():
+    code = ("import sys, distcheck.parallel.step as s; assert 'torch' not in sys.modules and 'numpy' not in "
+            "sys.modules; print(set(s.__all__) <= set(dir(s)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_token_mean_is_not_the_mean_of_means():
+    losses = [[np.array([1.0, 0.0]), np.array([3.0, 5.0])]]
+    masks = [[np.array([True, False]), np.array([True, True])]]
+    assert ref.token_mean_loss(losses, masks) == 3.0  # (1 + 3 + 5) / 3
+    from distcheck.parallel.step.mutants import mean_of_microbatch_means
+
+    assert mean_of_microbatch_means(losses, masks) == 2.5  # (1 + 4) / 2
+    with pytest.raises(ConfigError, match="at least one token"):
+        ref.token_mean_loss([[np.zeros(2)]], [[np.zeros(2, dtype=bool)]])
+
+
+def test_sharded_norm_counts_replicas_once():
+    lay = ref.StepLayout(dp_replicate=2, dp_shard=2, tp=2, pp=1)
+    grads = [np.arange(8.0).reshape(4, 2), np.array([[3.0, 4.0]])]
+    placements = [ref.Placement(tp_dim=0), ref.Placement(tp_dim=None)]
+    shards = [[ref.local_shard(g, p, lay, r) for g, p in zip(grads, placements, strict=True)]
+              for r in range(lay.world_size)]
+    assert ref.sharded_grad_norm(shards, placements, lay) == ref.global_grad_norm(grads)
+    assert get("step.grad_norm.copies").evaluate(dp_replicate=2, tp=2, tp_sharded=0) == 4
+
+
+def test_clip_scale_and_form():
+    assert ref.clip_scale(0.5, 1.0) == 1.0
+    assert ref.clip_scale(3.0, 1.0) == 1.0 / (3.0 + 1e-6)
+    assert get("step.clip.scale").evaluate(norm=3, max_norm=1) == Fraction(10**6, 3 * 10**6 + 1)
+    with pytest.raises(ConfigError, match="norm"):
+        ref.clip_scale(-1.0, 1.0)
+    with pytest.raises(ConfigError, match="max_norm"):
+        ref.clip_scale(1.0, 0.0)
+
+
+def test_layout_validated_and_printed():
+    assert str(ref.StepLayout(dp_shard=2)) == "dp_replicate=1, dp_shard=2, tp=1, pp=1"
+    with pytest.raises(ConfigError, match="tp"):
+        ref.StepLayout(tp=0)
+    from distcheck.parallel.step.contracts import layouts, parse_layout
+
+    assert parse_layout("dp_shard=2,tp=2") == ref.StepLayout(dp_shard=2, tp=2)
+    with pytest.raises(ConfigError, match="axis 'cp'"):
+        parse_layout("cp=2")
+    assert {str(lay) for lay in layouts(2)} == {"dp_replicate=1, dp_shard=2, tp=1, pp=1",
+                                               "dp_replicate=2, dp_shard=1, tp=1, pp=1",
+                                               "dp_replicate=1, dp_shard=1, tp=2, pp=1"}
+
+
+@pytest.mark.parametrize("name", STEP_PROPERTIES)
+def test_property_holds(name):
+    assert run_property(get_property(name), "ci").verdict == "pass"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in registry() if n.startswith("step.")))
+def test_mutant_killed_naming_the_composition(name):
+    row = kill_mutant(name, "ci")
+    assert row.extra["outcome"] == "killed", row.detail
+    assert "dp_replicate=" in row.detail and "dp_shard=" in row.detail and "tp=" in row.detail
+
+
+def test_every_step_property_has_a_mutant():
+    killed = {m.kills for n, m in registry().items() if n.startswith("step.")}
+    assert killed == set(STEP_PROPERTIES)
+
+
+def test_contract_declares_its_smallest_world_and_degenerate_layouts():
+    from distcheck.certify import get_contract
+
+    c = get_contract("training-step")
+    assert c.min_world_size == 2
+    assert "below 2" in c.cannot_fail(1, c.parse_options({}))
+    assert "one device" in c.cannot_fail(2, c.parse_options({"layout": "tp=1"}))
+    assert "needs 4 ranks" in c.cannot_fail(2, c.parse_options({"layout": "dp_shard=2,tp=2"}))
+    assert c.cannot_fail(4, c.parse_options({"layout": "dp_shard=2,tp=2"})) is None
+
+
+def test_counterexample_names_every_axis():
+    from distcheck.parallel.step.case import BINDING_MAX_NORM, StepCase
+    from distcheck.parallel.step.model import TinyConfig
+
+    cfg = TinyConfig(dim=8, n_layers=1, n_heads=2, n_kv_heads=2, head_dim=2, ffn_dim=8, vocab_size=8, tied=True)
+    case = StepCase(ref.StepLayout(dp_shard=2), cfg, 1, 1, 2, ((((1,),), ((2,),)),) * 2, BINDING_MAX_NORM, 0.01, 0)
+    assert repr(case).startswith("StepCase(dp_replicate=1, dp_shard=2, tp=1, pp=1, m=1, clip binds;")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_torch_composition_certified():
+    from distcheck.certify import certify
+
+    cert = certify("examples.my_step:parallelize", "training-step", world_sizes=[2], examples=3, timeout_s=300)
+    cert.assert_certified()
+
+
+#: each torch mutant, the property it must fail, and a layout on two ranks where it shows
+TORCH_MUTANTS = [
+    ("LOCAL_SHARD_NORM", "grad_norm", "dp_shard=2"),
+    ("TP_REPLICATED_TP_TIMES", "grad_norm", "tp=2"),
+    ("MEAN_OF_MEANS", "params", "dp_shard=2"),
+    ("WORLD_SIZE_SCALE", "grad_norm", "tp=2"),
+    ("NORM_GRADS_NOT_SUMMED", "params", "tp=2"),
+    ("LOSS_OF_OWN_SHARD", "loss", "dp_replicate=2"),
+    ("TOKENS_OVER_WORLD", "tokens", "tp=2"),
+    ("CLIP_WITHOUT_CLAMP", "clipping", "dp_shard=2"),
+]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize(("target", "prop", "layout"), TORCH_MUTANTS)
+def test_torch_mutant_fails_naming_the_composition(target, prop, layout):
+    from distcheck.certify import certify
+
+    cert = certify(f"examples.step_mutants:{target}", "training-step", world_sizes=[2], examples=10,
+                   options={"layout": layout}, timeout_s=300)
+    verdict = next(v for v in cert.verdicts if v.property == prop)
+    assert verdict.verdict == "FAIL", verdict
+    assert verdict.counterexample.startswith("StepCase(dp_replicate="), verdict.counterexample
