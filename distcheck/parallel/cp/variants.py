@@ -65,7 +65,9 @@ def check_shards(q_shards, k_shards, v_shards, positions, dout_shards=None, log=
         q, k, v, _ = ref.check_qkv(q_shards[r], k_shards[r], v_shards[r], f"_shards[{r}]")
         if k.shape[0] != q.shape[0] or (qs and (q.shape != qs[0].shape or k.shape != ks[0].shape)):
             raise ConfigError(f"q_shards[{r}].shape", q.shape, "must match every rank's q and this rank's k, v lengths")
-        qs.append(q), ks.append(k), vs.append(v)
+        qs.append(q)
+        ks.append(k)
+        vs.append(v)
     pos = [np.asarray(p, dtype=np.int64).reshape(-1) for p in positions]
     s = sum(len(p) for p in pos)
     if any(len(p) != q.shape[0] for p, q in zip(pos, qs, strict=True)) or \
@@ -165,7 +167,9 @@ def all_gather_attention_backward(q_shards, k_shards, v_shards, dout_shards, pos
     for q, d, p in zip(qs, douts, pos, strict=True):
         fwd = ref.finalize(ref.block_partial(q, k_all, v_all, p, p_all, causal))
         a, b, c = _block_grads(q, k_all, v_all, d, fwd, p, p_all, causal)
-        dq.append(a), dk_parts.append(b), dv_parts.append(c)
+        dq.append(a)
+        dk_parts.append(b)
+        dv_parts.append(c)
     bounds = np.cumsum([0] + [len(k) for k in ks])
     out = []
     for parts in (dk_parts, dv_parts):
