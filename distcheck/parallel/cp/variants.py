@@ -43,7 +43,7 @@ from distcheck.parallel.cp import reference as ref
 
 __all__ = ["RING_PASS", "VARIANTS", "check_ulysses", "check_shards", "ring_attention", "ring_attention_backward",
            "all_gather_attention", "all_gather_attention_backward", "ulysses_attention", "ulysses_attention_backward",
-           "ring_step", "all_gather_step", "ulysses_step", "sent_bytes"]
+           "ring_step", "all_gather_step", "ulysses_step", "sent_bytes", "to_head_shards"]
 
 #: the log name of one ring pass: every rank sends one block to the next (torch.distributed's send/recv)
 RING_PASS = "send_recv"
@@ -190,7 +190,7 @@ def check_ulysses(cp: int, num_heads: int, num_kv_heads: int) -> None:
     check_divides("cp", cp, "num_kv_heads", num_kv_heads)
 
 
-def _to_heads(shards, cp, log):
+def to_head_shards(shards, cp, log=None):
     """All-to-all: sequence shards (s/cp, X, e) -> head shards (s, X/cp, e), the sequence in rank order."""
     _log(log, Collective.ALL_TO_ALL, shards[0].shape)
     full = np.concatenate(shards)
@@ -214,7 +214,7 @@ def ulysses_attention(q_shards, k_shards, v_shards, positions, *, causal: bool =
     cp = len(qs)
     check_ulysses(cp, qs[0].shape[1], ks[0].shape[1])
     p_all = np.concatenate(pos)
-    qh, kh, vh = _to_heads(qs, cp, log), _to_heads(ks, cp, log), _to_heads(vs, cp, log)
+    qh, kh, vh = to_head_shards(qs, cp, log), to_head_shards(ks, cp, log), to_head_shards(vs, cp, log)
     outs = [ref.finalize(ref.block_partial(q, k, v, p_all, p_all, causal))[0]
             for q, k, v in zip(qh, kh, vh, strict=True)]
     return _to_sequence(outs, [len(q) for q in qs], log)
@@ -227,8 +227,8 @@ def ulysses_attention_backward(q_shards, k_shards, v_shards, dout_shards, positi
     cp = len(qs)
     check_ulysses(cp, qs[0].shape[1], ks[0].shape[1])
     p_all = np.concatenate(pos)
-    qh, kh, vh = _to_heads(qs, cp, None), _to_heads(ks, cp, None), _to_heads(vs, cp, None)  # saved activations
-    dh = _to_heads(douts, cp, log)
+    qh, kh, vh = (to_head_shards(x, cp) for x in (qs, ks, vs))  # the forward's saved activations: not sent again
+    dh = to_head_shards(douts, cp, log)
     grads = [full_grads(q, k, v, d, p_all, causal) for q, k, v, d in zip(qh, kh, vh, dh, strict=True)]
     lengths = [len(q) for q in qs]
     return tuple(_to_sequence([g[i] for g in grads], lengths, log) for i in range(3))
