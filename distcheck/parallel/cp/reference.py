@@ -45,7 +45,7 @@ from distcheck.core.errors import ConfigError
 from distcheck.core.validate import MAX_RANKS, as_array, check_at_most, check_bool, check_positive_int
 
 __all__ = ["Partial", "load_balanced_positions", "contiguous_positions", "shard", "causal_work", "full_attention",
-           "full_attention_backward", "block_partial", "merge_partials", "finalize", "empty_partial",
+           "full_attention_backward", "block_partial", "scores_partial", "merge_partials", "finalize", "empty_partial",
            "check_qkv"]
 
 
@@ -186,15 +186,24 @@ def empty_partial(s_q: int, H: int, e: int) -> Partial:
 
 def block_partial(q, k, v, q_pos, k_pos, causal: bool = True) -> Partial:
     """The :class:`Partial` of queries ``q`` (positions ``q_pos``) over one block of keys and values
-    (positions ``k_pos``), its rows' max subtracted before ``exp``."""
+    (positions ``k_pos``): :func:`scores_partial` of the block's masked scores."""
     q, k, v, group = check_qkv(q, k, v)
     scores = _scores(q, k, q_pos, k_pos, causal, group)          # (H, s_q, s_k)
+    return scores_partial(np.transpose(scores, (1, 0, 2)), np.repeat(v, group, axis=1))
+
+
+def scores_partial(scores, v) -> Partial:
+    """The :class:`Partial` of scores (s_q, H, n_k) (-inf where masked) over values (n_k, H, e): each row's
+    max subtracted before ``exp``; a row with no finite score gives ``(-inf, 0, 0)``."""
+    scores, v = np.asarray(scores, dtype=np.float64), as_array("v", v)  # -inf marks a masked score
+    if np.isnan(scores).any() or np.isposinf(scores).any():
+        raise ConfigError("scores", scores.tolist(), "must be finite or -inf (masked)")
+    if scores.ndim != 3 or v.ndim != 3 or v.shape[:2] != (scores.shape[2], scores.shape[1]):
+        raise ConfigError("v.shape", v.shape, f"must be (n_k, H, e) for scores (s_q, H, n_k) = {scores.shape}")
     m = scores.max(axis=-1) if scores.shape[-1] else np.full(scores.shape[:2], -np.inf)
     safe = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(scores - safe[..., None])                          # exp(-inf) = 0 for masked keys
-    vv = np.repeat(v, group, axis=1)
-    acc = np.einsum("hqk,khe->qhe", p, vv)
-    return Partial(m.T.copy(), p.sum(axis=-1).T.copy(), acc)
+    return Partial(m, p.sum(axis=-1), np.einsum("qhk,khe->qhe", p, v))
 
 
 def _rescale(m_part, m_new):
