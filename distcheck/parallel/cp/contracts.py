@@ -90,6 +90,17 @@ class ContextParallelAttention(Contract):
         check_call_shape(obj, shown, "must take (q, k, v): the rank's shards, (1, heads, s/cp, head_dim)", nargs=3)
         return make_target(obj, ref, "function"), options
 
+    def skipped(self, target: Any, options: dict) -> dict[str, str]:
+        """torch's ``context_parallel`` without a GPU: every property, with torch's refusal as the reason."""
+        from distcheck.parallel.cp.plans import CPU_REFUSAL
+
+        if target.ref.endswith(":TORCH_CONTEXT_PARALLEL") or target.ref.endswith(":torch_context_parallel"):
+            import torch
+
+            if not torch.cuda.is_available():
+                return {p.name: CPU_REFUSAL for p in self.properties}
+        return {}
+
     def cases(self, world_size: int, dtype: str, options: dict):
         balanced = bool(options["load_balance"])
         inner = ds.cp_attention_cases(min_cp=world_size, max_cp=world_size, max_chunk=2, max_kv_heads=2 * world_size,
