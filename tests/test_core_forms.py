@@ -376,6 +376,56 @@ def _sp_checks():
         yield "sp.activations.bytes_saved_per_layer", dict(s=s, b=b, h=h, t=t), saved
 
 
+def _cp_checks():
+    """Context parallelism: the bytes each variant's reference logs per rank (the ring's passes, the simulated
+    collectives), the shards and buffers it holds, the causal work of each rank's positions, and Ulysses' head
+    shards."""
+    from distcheck.parallel.cp import reference as cpr
+    from distcheck.parallel.cp import variants as cpv
+
+    rng = np.random.default_rng(0)
+    for cp_, s, H, Hkv, e in product((1, 2, 4), (8, 16), (4, 8), (4,), (1, 3)):
+        pos = cpr.load_balanced_positions(s, cp_)
+        q, do = rng.normal(size=(s, H, e)), rng.normal(size=(s, H, e))
+        k, v = rng.normal(size=(s, Hkv, e)), rng.normal(size=(s, Hkv, e))
+        shards = [cpr.shard(a, pos) for a in (q, k, v, do)]
+        shape = dict(s=s, b=1, num_heads=H, num_kv_heads=Hkv, head_dim=e, bytes_per_element=8, cp=cp_)
+        kv_shape = {n: shape[n] for n in ("s", "b", "num_kv_heads", "head_dim", "bytes_per_element", "cp")}
+        for variant, step in (("ring", cpv.ring_step), ("all_gather", cpv.all_gather_step),
+                              ("ulysses", cpv.ulysses_step)):
+            log: list = []
+            grad_log: list = []
+            outs, _ = step(*shards, pos, log=log, grad_log=grad_log)
+            inputs = shape if variant == "ulysses" else kv_shape
+            yield f"cp.{variant}.bytes_per_rank.forward", inputs, cpv.sent_bytes(log, cp_)
+            if variant != "ring" or cp_ > 1:
+                yield f"cp.{variant}.bytes_per_rank.backward", inputs, cpv.sent_bytes(grad_log, cp_)
+            held = sum(int(np.prod(sh)) * 8 for _, sh in log)
+            if variant == "ring" and cp_ > 1:  # the current K, V blocks and the pair arriving (one pass's)
+                yield "cp.ring.buffer_bytes_per_rank", kv_shape, 2 * sum(int(np.prod(sh)) * 8 for _, sh in log[:2])
+            elif variant == "all_gather":
+                yield "cp.all_gather.buffer_bytes_per_rank", {n: shape[n] for n in kv_shape if n != "cp"}, held
+            elif variant == "ulysses":
+                yield "cp.ulysses.buffer_bytes_per_rank", shape, held
+            stored = sum(a[0].nbytes for a in shards[:3]) + outs[0].nbytes
+            yield "cp.activations.attention_bytes_per_rank", shape, stored
+        heads = cpv.to_head_shards(shards[0], cp_)[0].shape[1]
+        yield "cp.ulysses.heads_per_rank", dict(num_heads=H, cp=cp_), heads
+        kv_heads = cpv.to_head_shards(shards[1], cp_)[0].shape[1]
+        yield "cp.ulysses.kv_heads_per_rank", dict(num_kv_heads=Hkv, cp=cp_), kv_heads
+    for s, cp_ in product((2, 8, 24, 96), (1, 2, 4)):
+        if s % (2 * cp_) == 0:
+            work = cpr.causal_work(cpr.load_balanced_positions(s, cp_))
+            mean = Fraction(sum(work), cp_)
+            yield "cp.causal_work.balanced", dict(s=s, cp=cp_), work[0]
+            yield "cp.causal_work.imbalance.balanced", {}, max(work) / mean
+            contiguous = cpr.causal_work(cpr.contiguous_positions(s, cp_))
+            for r, w in enumerate(contiguous):
+                yield "cp.causal_work.contiguous", dict(s=s, cp=cp_, rank=r), w
+            yield "cp.causal_work.contiguous.max", dict(s=s, cp=cp_), max(contiguous)
+            yield "cp.causal_work.imbalance.contiguous", dict(s=s, cp=cp_), max(contiguous) / mean
+
+
 def _bandwidth_checks():
     """nccl-tests' algorithm and bus bandwidth from the simulated collectives (what the busiest rank sends, over
     the time); ZeRO bytes per rank from distcheck.zero's enumeration with the ring factor; degrees derived from
@@ -472,6 +522,7 @@ CHECKS = {
     "memory": _memory_checks, "zero": _zero_checks,
     "activations": _activation_checks, "params": _params_checks, "layout": _layout_checks, "comm": _comm_checks,
     "sp": _sp_checks,
+    "cp": _cp_checks,
 }
 
 

@@ -1,0 +1,167 @@
+"""The context-parallel contract: a user's attention on sequence-sharded q, k and v.
+
+Target: a function ``fn(q, k, v) -> out`` called on every rank of the world (cp = world size, the
+default process group) with its shards in torch's layout: ``q`` (1, H, s/cp, e), ``k`` and ``v``
+(1, Hkv, s/cp, e), requiring gradients; it returns the rank's output shard (1, H, s/cp, e). The
+rank's tokens are those of :func:`distcheck.parallel.cp.reference.load_balanced_positions` (the head-tail
+split into 2 cp chunks: rank r holds chunks r and 2 cp - 1 - r, in that order; "The Llama 3 Herd of
+Models", §3.3.2), or contiguous with ``--option load_balance=false``. Attention is causal on the global
+positions, scaled by 1/sqrt(e), query head h reading KV head h // (H / Hkv). cp divides H and Hkv in
+every case, so a Ulysses implementation fits too.
+
+Reference: full attention on the whole sequence in float64 (:func:`distcheck.parallel.cp.reference.
+full_attention`, tensor parallelism's single-device attention) and its backward.
+
+Properties (bounded): ``forward``, every rank's output shard; ``grads``, its dq, dk, dv after
+``out.backward(dout)``; each held entrywise to the bound of :mod:`distcheck.parallel.cp.properties` for
+the dtype's unit roundoff (2^-53, 2^-24), plus the float64 reference's own, times (1 + 2^-30) for the
+bound's rounding. The bytes sent are not part of the contract (a target may rotate blocks by
+send/recv, all-gather or all-to-all); the numpy properties ``cp.*.attention`` pin each variant's bytes
+to the closed forms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distcheck.core.exactness import unit_roundoff
+from distcheck.engine.contracts.checks import combine, compare
+from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
+from distcheck.engine.contracts.errors import ProtocolError
+from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
+from distcheck.parallel.cp import strategies as ds
+
+__all__ = ["CPCase", "ContextParallelAttention", "entry_bounds"]
+
+
+@dataclass(frozen=True)
+class CPCase:
+    """One example: the whole sequence's ``q``, ``dout`` (s, H, e), ``k``, ``v`` (s, Hkv, e) and ``cp``."""
+
+    inner: ds.CPAttentionCase
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+
+def entry_bounds(case: ds.CPAttentionCase, u: float) -> tuple[float, float, float, float]:
+    """The bounds (output, dq, dk, dv) of :mod:`distcheck.parallel.cp.properties` at unit roundoff ``u``."""
+    s, H, e = case.q.shape
+    g = H // case.k.shape[1]
+    mq, mk, mv, mdo = (float(np.abs(a).max(initial=0)) for a in (case.q, case.k, case.v, case.dout))
+
+    def gam(k: int) -> float:
+        return k * u / (1 - k * u)
+
+    delta = gam(e + 2) * e * mq * mk / math.sqrt(e)
+    R = 2 * e * mq * mk / math.sqrt(e)
+    eps = 4 * (math.expm1(2 * delta + 4 * u * R) + gam(2 * s + 2 * e + 8 * case.cp + 16))
+    root = math.sqrt(e)
+    return (eps * mv, eps * 2 * e * mdo * mv * mk / root, eps * 2 * g * s * e * mdo * mv * mq / root,
+            eps * g * s * mdo)
+
+
+class ContextParallelAttention(Contract):
+    """Attention on sequence-sharded q, k, v (see the module doc)."""
+
+    name = "context-parallel-attention"
+    parallelism = "cp"
+    min_world_size = 2
+    min_world_reason = ("one rank holds the whole sequence: no K/V block moves, so a skipped rotation, a missing "
+                        "merge or a mask on local positions is the right answer there")
+    summary = "causal attention on head-tail sequence shards: every rank's output and q, k, v gradients"
+    dtypes = ("float64", "float32")
+    properties = (
+        PropertySpec("forward", "every rank's output shard equals full attention's rows at its positions, within "
+                                "the derived bound", "bounded"),
+        PropertySpec("grads", "every rank's dq, dk, dv equal full attention's gradients at its positions, within "
+                              "the derived bound", "bounded"),
+    )
+    options = (Option("load_balance", True, bool, "the head-tail split into 2 cp chunks (false: contiguous shards)"),)
+
+    def resolve(self, obj: Any, ref: str | None, options: dict):
+        shown = ref or repr(obj)
+        if not callable(obj) or isinstance(obj, type):
+            raise ProtocolError("target", shown, f"must be a function fn(q, k, v) -> out for contract {self.name}")
+        check_call_shape(obj, shown, "must take (q, k, v): the rank's shards, (1, heads, s/cp, head_dim)", nargs=3)
+        return make_target(obj, ref, "function"), options
+
+    def skipped(self, target: Any, options: dict) -> dict[str, str]:
+        """torch's ``context_parallel`` without a GPU: every property, with torch's refusal as the reason."""
+        from distcheck.parallel.cp.plans import CPU_REFUSAL
+
+        if target.ref.endswith(":TORCH_CONTEXT_PARALLEL") or target.ref.endswith(":torch_context_parallel"):
+            import torch
+
+            if not torch.cuda.is_available():
+                return {p.name: CPU_REFUSAL for p in self.properties}
+        return {}
+
+    def cases(self, world_size: int, dtype: str, options: dict):
+        balanced = bool(options["load_balance"])
+        inner = ds.cp_attention_cases(min_cp=world_size, max_cp=world_size, max_chunk=2, max_kv_heads=2 * world_size,
+                                      divisible_heads=True)
+        return inner.map(lambda c: CPCase(ds.CPAttentionCase(q=c.q, k=c.k, v=c.v, dout=c.dout, cp=c.cp, causal=True,
+                                                             balanced=balanced)))
+
+    def run_rank(self, ctx, target, case: CPCase, dtype: str, options: dict):
+        import torch
+
+        from distcheck.engine.contracts.layer import torch_dtype
+
+        c = case.inner
+        p = _positions(c)[ctx.rank]
+        dt = torch_dtype(dtype)
+
+        def local(a, grad=True):
+            t = torch.as_tensor(np.ascontiguousarray(np.transpose(a[p], (1, 0, 2))[None]), dtype=dt, device=ctx.device)
+            return t.clone().requires_grad_(grad)
+
+        q, k, v, dout = local(c.q), local(c.k), local(c.v), local(c.dout, False)
+        out = resolve(target)(q, k, v)
+        if isinstance(out, (tuple, list)):
+            out = out[0]
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(dout.shape):
+            raise AssertionError(f"{target.ref}: the output must be this rank's shard, shape {tuple(dout.shape)}; got "
+                                 f"{getattr(out, 'shape', type(out).__name__)}")
+        torch.autograd.backward(out, dout)
+
+        def back(t):
+            return None if t is None else np.transpose(t.detach().to(torch.float64).cpu().numpy()[0], (1, 0, 2))
+
+        def kind(t):
+            return None if t is None else str(t.dtype).removeprefix("torch.")
+
+        return {"out": back(out), "dq": back(q.grad), "dk": back(k.grad), "dv": back(v.grad),
+                "dtypes": {"out": kind(out), "dq": kind(q.grad), "dk": kind(k.grad), "dv": kind(v.grad)}}
+
+    def check(self, case: CPCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
+        from distcheck.parallel.cp import reference as ref
+
+        c = case.inner
+        positions = _positions(c)
+        full = ref.full_attention(c.q, c.k, c.v, True)
+        grads = ref.full_attention_backward(c.q, c.k, c.v, c.dout, True)
+        u = float(unit_roundoff(dtype))
+        mine, own = entry_bounds(c, u), entry_bounds(c, float(unit_roundoff("float64")))
+        widen = 1 + 2.0**-30
+        bounds = [(a + b) * widen for a, b in zip(mine, own, strict=True)]
+
+        def one(what, expected, key, bound):
+            return compare(what, dtype, [expected[p] for p in positions], [r[key] for r in results],
+                           [r["dtypes"][key] for r in results], [np.full(expected[p].shape, bound) for p in positions])
+
+        return {"forward": one("output", full, "out", bounds[0]),
+                "grads": combine(*(one(f"gradient {k}", g, k, b)
+                                   for k, g, b in zip(("dq", "dk", "dv"), grads, bounds[1:], strict=True)))}
+
+
+def _positions(c: ds.CPAttentionCase):
+    from distcheck.parallel.cp import reference as ref
+
+    s = c.q.shape[0]
+    return ref.load_balanced_positions(s, c.cp) if c.balanced else ref.contiguous_positions(s, c.cp)
