@@ -20,28 +20,22 @@ chunks); Liu et al. 2023, "Ring Attention with Blockwise Transformers for Near-I
 Gimelshein 2018, "Online normalizer calculation for softmax" (arXiv:1805.02867); Dao 2023,
 "FlashAttention-2" (arXiv:2307.08691), Algorithms 1 and 2.
 
-Public path: :mod:`distcheck.parallel.cp`. Importing it imports nothing: the names of ``__all__`` are
-the reference's and the variants' functions, loaded (numpy only, never torch) on first use.
+Public API: this package, ``distcheck.parallel.cp``: the names of ``__all__``, served on first access
+from its internal modules (``reference``, ``variants``; numpy only, never torch); importing it imports
+nothing more. Its closed forms are served by :mod:`distcheck.closed_form`, its strategies by
+:mod:`distcheck.strategies`, its properties by :mod:`distcheck.props` and its mutants by
+:mod:`distcheck.mutants`.
 """
 
-from __future__ import annotations
+from distcheck.core.face import face
 
-import importlib
-from typing import Any
+__all__ = [
+    "Partial", "load_balanced_positions", "contiguous_positions", "shard", "causal_work", "full_attention",
+    "full_attention_backward", "block_partial", "scores_partial", "merge_partials", "finalize",
+    "empty_partial", "check_qkv", "RING_PASS", "VARIANTS", "check_ulysses", "check_shards", "ring_attention",
+    "ring_attention_backward", "all_gather_attention", "all_gather_attention_backward", "ulysses_attention",
+    "ulysses_attention_backward", "ring_step", "all_gather_step", "ulysses_step", "sent_bytes",
+    "to_head_shards",
+]
 
-__all__ = ["load_balanced_positions", "contiguous_positions", "shard", "causal_work", "full_attention",
-           "full_attention_backward", "merge_partials", "ring_attention", "ring_attention_backward",
-           "all_gather_attention", "all_gather_attention_backward", "ulysses_attention",
-           "ulysses_attention_backward", "check_ulysses"]
-
-_HOME = {name: "reference" for name in __all__[:7]} | {name: "variants" for name in __all__[7:]}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference", "variants"))

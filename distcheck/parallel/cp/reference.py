@@ -4,7 +4,7 @@ Conventions
 -----------
 * A rank's shard of queries ``q`` is (s_local, num_heads, head_dim); keys ``k`` and values ``v`` are
   (s_local, num_kv_heads, head_dim). Query head ``h`` reads KV head ``h // (num_heads / num_kv_heads)``
-  (grouped-query attention, the order of :mod:`distcheck.parallel.tp.attention`). Scores are scaled
+  (grouped-query attention, the order of :mod:`distcheck.parallel.tp.heads`). Scores are scaled
   by ``1 / sqrt(head_dim)``.
 * ``positions[r]`` holds the global positions of rank r's tokens, in the order of its shard. The causal
   mask compares global positions: query at position i reads key at position j iff j <= i.
@@ -30,7 +30,7 @@ attention, ``dS = P * (dP - rowsum(dO * O))``, Dao 2023 Algorithm 2, checked aga
 Transformers for Near-Infinite Context"), the all-gather of K and V (Llama 3, §3.3.2) and Ulysses
 (Jacobs et al. 2023, "DeepSpeed Ulysses").
 
-Full attention on the whole sequence is :func:`distcheck.parallel.tp.attention.attention_heads`, fed
+Full attention on the whole sequence is :func:`distcheck.parallel.tp.heads.attention_heads`, fed
 ``x = [q | k | v]`` and 0/1 selector projections (each product picks one entry and adds zeros:
 exact), so the reference for context parallelism is tensor parallelism's single-device attention.
 """
@@ -105,9 +105,9 @@ def check_qkv(q, k, v, what: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 def full_attention(q, k, v, causal: bool = True) -> np.ndarray:
     """Attention on the whole sequence (positions 0 .. s-1), (s, H, e): tensor parallelism's
-    single-device reference (:func:`distcheck.parallel.tp.attention.attention_heads`) on
+    single-device reference (:func:`distcheck.parallel.tp.heads.attention_heads`) on
     ``x = [q | k | v]`` with selector projections (module doc)."""
-    from distcheck.parallel.tp.attention import attention_heads
+    from distcheck.parallel.tp.heads import attention_heads
 
     check_bool("causal", causal)
     q, k, v, _ = check_qkv(q, k, v)

@@ -20,7 +20,7 @@ load_balanced_positions` or contiguous), and appends what it communicates to ``l
 * **Ulysses** (Jacobs et al. 2023, "DeepSpeed Ulysses: System Optimizations for Enabling Training of
   Extreme Long Sequence Transformer Models", §3.1): all-to-alls of q, k and v from sequence shards to
   head shards (rank r: query heads ``[r H/cp, (r+1) H/cp)`` and KV heads ``[r Hkv/cp, (r+1) Hkv/cp)``,
-  the grouping of :mod:`distcheck.parallel.tp.attention`), attention on the whole sequence, and an
+  the grouping of :mod:`distcheck.parallel.tp.heads`), attention on the whole sequence, and an
   all-to-all of the output back (``(Collective.ALL_TO_ALL, one rank's buffer shape)``); backward: the
   output gradient's all-to-all and those of dq, dk, dv back. cp must divide H and Hkv
   (:func:`check_ulysses`, ConfigError otherwise).
@@ -47,6 +47,7 @@ __all__ = ["RING_PASS", "VARIANTS", "check_ulysses", "check_shards", "ring_atten
 
 #: the log name of one ring pass: every rank sends one block to the next (torch.distributed's send/recv)
 RING_PASS = "send_recv"
+#: the three ways of splitting attention over cp ranks: K/V rotated, K/V all-gathered, heads all-to-all
 VARIANTS = ("ring", "all_gather", "ulysses")
 
 
