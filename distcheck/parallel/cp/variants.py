@@ -61,7 +61,9 @@ def check_shards(q_shards, k_shards, v_shards, positions, dout_shards=None, log=
     for name, xs in (("k_shards", k_shards), ("v_shards", v_shards), ("positions", positions)):
         if len(xs) != n:
             raise ConfigError(f"len({name})", len(xs), f"must equal len(q_shards)={n} (one entry per rank)")
-    qs, ks, vs = [], [], []
+    qs: list[np.ndarray] = []
+    ks: list[np.ndarray] = []
+    vs: list[np.ndarray] = []
     for r in range(n):
         q, k, v, _ = ref.check_qkv(q_shards[r], k_shards[r], v_shards[r], f"_shards[{r}]")
         if k.shape[0] != q.shape[0] or (qs and (q.shape != qs[0].shape or k.shape != ks[0].shape)):
