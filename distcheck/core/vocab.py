@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Schedule", "Collective", "Axis", "LAYOUT_ORDER", "Verdict", "names"]
+__all__ = ["Schedule", "Collective", "ContextParallel", "Axis", "LAYOUT_ORDER", "Verdict", "names"]
 
 
 class _Name(StrEnum):
@@ -67,6 +67,21 @@ class Collective(_Name):
     REDUCE_SCATTER = "reduce_scatter"
     ALL_TO_ALL = "all_to_all"
     BROADCAST = "broadcast"
+
+
+class ContextParallel(_Name):
+    """The ways of splitting attention over cp ranks (:mod:`distcheck.parallel.cp`).
+
+    - ``ring``: K/V blocks rotate around the ring, partials merged by the online softmax (Liu et al.
+      2023, "Ring Attention with Blockwise Transformers for Near-Infinite Context");
+    - ``all_gather``: K and V all-gathered before attention ("The Llama 3 Herd of Models", §3.3.2);
+    - ``ulysses``: all-to-all from sequence shards to head shards and back (Jacobs et al. 2023,
+      "DeepSpeed Ulysses").
+    """
+
+    RING = "ring"
+    ALL_GATHER = "all_gather"
+    ULYSSES = "ulysses"
 
 
 class Axis(_Name):

@@ -42,6 +42,7 @@ import numpy as np
 
 from distcheck.core.errors import ConfigError, ImplementationError, PropertyFailure
 from distcheck.core.exactness import assert_bitwise_equal, assert_within, gamma, to_exact
+from distcheck.core.vocab import ContextParallel
 from distcheck.engine.catalogue import form_value
 from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
@@ -111,7 +112,7 @@ def attention_matches(case, variant: str, *, impl=None, require_log: bool = True
     Hkv = case.k.shape[1]
     log: list = []
     grad_log: list = []
-    if variant == "ulysses" and (H % case.cp or Hkv % case.cp):
+    if variant == ContextParallel.ULYSSES and (H % case.cp or Hkv % case.cp):
         try:
             impl(q, k, v, do, positions, causal=case.causal, log=log, grad_log=grad_log)
         except ConfigError:
@@ -140,11 +141,11 @@ def attention_matches(case, variant: str, *, impl=None, require_log: bool = True
     if not require_log:
         return
     shape = dict(s=s, b=1, num_heads=H, num_kv_heads=Hkv, head_dim=e, bytes_per_element=8, cp=case.cp)
-    if variant != "ulysses":
+    if variant != ContextParallel.ULYSSES:
         shape = {n: shape[n] for n in ("s", "b", "num_kv_heads", "head_dim", "bytes_per_element", "cp")}
     for phase, got_log in (("forward", log), ("backward", grad_log)):
         sent = var.sent_bytes(got_log, case.cp)
-        form = (0 if variant == "ring" and phase == "backward" and case.cp == 1
+        form = (0 if variant == ContextParallel.RING and phase == "backward" and case.cp == 1
                 else form_value(f"cp.{variant}.bytes_per_rank.{phase}", **shape))
         if Fraction(sent) != Fraction(form):
             raise PropertyFailure(f"{where}: bytes per rank of the {phase} ({got_log}) vs "
@@ -153,17 +154,17 @@ def attention_matches(case, variant: str, *, impl=None, require_log: bool = True
 
 def ring_attention(case, *, impl=None, require_log: bool = True) -> None:
     """:func:`attention_matches` for the ring."""
-    attention_matches(case, "ring", impl=impl, require_log=require_log)
+    attention_matches(case, ContextParallel.RING, impl=impl, require_log=require_log)
 
 
 def all_gather_attention(case, *, impl=None, require_log: bool = True) -> None:
     """:func:`attention_matches` for the all-gather of K and V."""
-    attention_matches(case, "all_gather", impl=impl, require_log=require_log)
+    attention_matches(case, ContextParallel.ALL_GATHER, impl=impl, require_log=require_log)
 
 
 def ulysses_attention(case, *, impl=None, require_log: bool = True) -> None:
     """:func:`attention_matches` for Ulysses, whose refusals of indivisible heads are part of the claim."""
-    attention_matches(case, "ulysses", impl=impl, require_log=require_log)
+    attention_matches(case, ContextParallel.ULYSSES, impl=impl, require_log=require_log)
 
 
 def merge_online_softmax(case, *, impl=None) -> None:
@@ -274,10 +275,11 @@ _STEP = "{v}_step(q_shards, k_shards, v_shards, dout_shards, positions, *, causa
         "-> (out_shards, (dq_shards, dk_shards, dv_shards))"
 
 for _variant, _fn, _edges, _what in (
-        ("ring", ring_attention, _attention_edges, "K/V blocks passed round the ring, partials merged"),
-        ("all_gather", all_gather_attention, _attention_edges, "K and V all-gathered, dK and dV reduce-scattered"),
-        ("ulysses", ulysses_attention, _ulysses_edges, "all-to-alls to head shards and back; refuses cp not dividing "
-                                                       "the heads")):
+        (ContextParallel.RING, ring_attention, _attention_edges, "K/V blocks passed round the ring, partials merged"),
+        (ContextParallel.ALL_GATHER, all_gather_attention, _attention_edges,
+         "K and V all-gathered, dK and dV reduce-scattered"),
+        (ContextParallel.ULYSSES, ulysses_attention, _ulysses_edges,
+         "all-to-alls to head shards and back; refuses cp not dividing the heads")):
     register(Property(f"cp.{_variant}.attention", lambda: ds.cp_attention_cases(), _fn,
                       f"{_what}: outputs and gradients == full attention within the derived bound; bytes per rank "
                       f"== cp.{_variant}.bytes_per_rank.forward/backward", None, _STEP.format(v=_variant), _edges))

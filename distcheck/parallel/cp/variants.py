@@ -38,7 +38,7 @@ import numpy as np
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_bool, check_divides, check_positive_int, check_type
-from distcheck.core.vocab import Collective
+from distcheck.core.vocab import Collective, ContextParallel, names
 from distcheck.parallel.cp import reference as ref
 
 __all__ = ["RING_PASS", "VARIANTS", "check_ulysses", "check_shards", "ring_attention", "ring_attention_backward",
@@ -48,7 +48,7 @@ __all__ = ["RING_PASS", "VARIANTS", "check_ulysses", "check_shards", "ring_atten
 #: the log name of one ring pass: every rank sends one block to the next (torch.distributed's send/recv)
 RING_PASS = "send_recv"
 #: the three ways of splitting attention over cp ranks: K/V rotated, K/V all-gathered, heads all-to-all
-VARIANTS = ("ring", "all_gather", "ulysses")
+VARIANTS = names(ContextParallel)
 
 
 def check_shards(q_shards, k_shards, v_shards, positions, dout_shards=None, log=None):

@@ -40,7 +40,7 @@ import numpy as np
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_float, check_positive_int
-from distcheck.core.vocab import Axis
+from distcheck.core.vocab import Axis, Collective
 
 __all__ = ["CLIP_EPS", "StepLayout", "Placement", "token_mean_loss", "token_count", "global_grad_norm",
            "copies", "local_shard", "sharded_grad_norm", "clip_scale", "step_comm_bytes"]
@@ -194,7 +194,7 @@ def step_comm_bytes(layout: StepLayout, *, params: int, microbatches: int, bytes
 
     n, r = layout.dp_shard, layout.dp_replicate
     full = params * bytes_per_element
-    dp_bytes = 2 * sent("all_gather", full, n) + sent("reduce_scatter", full, n) + sent("all_reduce", full // n, r)
-    tp_bytes = layers * 2 * 2 * (sent("all_gather", activation_bytes, layout.tp)
-                                 + sent("reduce_scatter", activation_bytes, layout.tp))
+    ag, rs, ar = Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE
+    dp_bytes = 2 * sent(ag, full, n) + sent(rs, full, n) + sent(ar, full // n, r)
+    tp_bytes = layers * 2 * 2 * (sent(ag, activation_bytes, layout.tp) + sent(rs, activation_bytes, layout.tp))
     return microbatches * (dp_bytes + tp_bytes)
