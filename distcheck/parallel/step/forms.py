@@ -24,6 +24,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import sympy as sp
 
 from distcheck.core.closed_form import ClosedForm, Input, register
@@ -31,7 +33,7 @@ from distcheck.core.closed_form import ClosedForm, Input, register
 __all__ = ["TOKEN_WEIGHT", "MEAN_OF_MEANS_WEIGHT", "COPIES", "CLIP_SCALE", "DP_BYTES", "TP_BYTES", "CLIP_EPS"]
 
 #: torch's epsilon in clip_grad_norm_, as an exact rational
-CLIP_EPS = sp.Rational(1, 10**6)
+CLIP_EPS = Fraction(1, 10**6)
 
 _T = Input("tokens", "global non-ignored tokens T of the step", "count")
 _dp = Input("dp", "data-parallel ranks (dp_replicate x dp_shard)", "count")

@@ -41,12 +41,15 @@ class StepReductionCase:
 
     def __repr__(self) -> str:
         counts = [[int(np.count_nonzero(m)) for m in rank] for rank in self.masks]
-        params = ", ".join(f"{g.shape} {'tp-replicated' if p.tp_dim is None else f'tp dim {p.tp_dim}'} stage "
+        params = "; ".join(f"{g.shape} {'tp-replicated' if p.tp_dim is None else f'tp dim {p.tp_dim}'} stage "
                            f"{p.stage}" for g, p in zip(self.grads, self.placements, strict=True))
         clip = "clip binds" if self.norm > self.max_norm else "clip free"
+        kept = [[[f"{x:g}" for x, keep in zip(loss.tolist(), mask.tolist(), strict=True) if keep]
+                 for loss, mask in zip(r_loss, r_mask, strict=True)] for r_loss, r_mask in zip(self.losses, self.masks,
+                                                                                               strict=True)]
+        kept_text = str(kept).replace("'", "")
         return (f"StepReductionCase({self.layout}, m={len(self.masks[0])}, {clip}; tokens [dp rank][micro-batch] "
-                f"{counts}; losses {[[m.tolist() for m in r] for r in self.losses]}; masks "
-                f"{[[m.astype(int).tolist() for m in r] for r in self.masks]}; params [{params}]; grads "
+                f"{counts}; kept tokens' losses {kept_text}; params {params}; grads "
                 f"{[g.tolist() for g in self.grads]}; norm partials {[p.tolist() for p in self.norm_partials]}; "
                 f"norm={self.norm:g}, max_norm={self.max_norm:g})")
 
