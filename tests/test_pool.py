@@ -429,13 +429,21 @@ _ORPHAN_SCRIPT = textwrap.dedent(
 )
 
 
+
+def _sigint_as_default() -> None:
+    """In the child before exec: SIGINT at its default disposition and unblocked, whatever the test process
+    (a pytest-xdist worker, say) holds, so that Python installs its KeyboardInterrupt handler there."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("how", ["kill", "interrupt"])
 def test_children_die_with_a_killed_or_interrupted_parent(how, tmp_path):
     script = _ORPHAN_SCRIPT.format(tests=os.path.join(ROOT, "tests"))
     env = dict(os.environ, TMPDIR=str(tmp_path))  # a private temporary root: its pool folders are checked below
     proc = subprocess.Popen([sys.executable, "-c", script, how], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_sigint_as_default)
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
         assert len(pids) == 2 and all(_alive(p) for p in pids)
@@ -483,7 +491,7 @@ def test_every_descendant_and_the_folder_go_with_a_killed_parent(how, tmp_path):
     script = _DESCENDANTS_SCRIPT.format(tests=os.path.join(ROOT, "tests"))
     env = dict(os.environ, TMPDIR=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_sigint_as_default)
     pids: list[int] = []
     try:
         line = proc.stdout.readline()
