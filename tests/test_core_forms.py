@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from distcheck.closed_form import catalogue
+from distcheck.core.vocab import Collective
 from distcheck.parallel import activations, comm, dp, layout, memory, params, tp, zero
 from distcheck.parallel import pp as pipeline
 from distcheck.parallel import tp as attention
@@ -513,6 +514,46 @@ def _step_checks():
                                     activation_bytes=size))
 
 
+def _ep_checks():
+    """Expert parallelism: the capacity the reference routes with, the bytes of the all-to-alls the
+    expert-parallel layer logs (a rank keeps its own block, sends the rest), the parameters counted tensor by
+    tensor, and one GPU's share of them."""
+    from distcheck.parallel.ep import models as epm
+    from distcheck.parallel.ep import reference as epr
+
+    rng = np.random.default_rng(0)
+    for ep_, E, k, cf, n in product((1, 2, 4), (4, 8), (1, 2), (0.5, 1.0, 1.25), (2, 3)):
+        h = 2
+        x, wg = rng.normal(size=(ep_ * n, h)), rng.normal(size=(h, E))
+        w1, w2 = rng.normal(size=(E, h, 3)), rng.normal(size=(E, 3, h))
+        log: list = []
+        grad_log: list = []
+        args = (np.split(x, ep_), wg, epr.expert_shards(w1, ep_), epr.expert_shards(w2, ep_))
+        epr.ep_moe_layer(*args, k=k, capacity_factor=cf, log=log)
+        epr.ep_moe_layer_backward(*args, np.split(x, ep_), k=k, capacity_factor=cf, log=grad_log)
+        _, _, routing = epr.moe_layer(x, wg, w1, w2, k=k, capacity_factor=cf, groups=ep_)
+        yield "ep.capacity", dict(tokens=n, num_experts=E, k=k, capacity_factor=F(cf)), routing.capacity
+        shape = dict(num_experts=E, capacity=routing.capacity, h=h, bytes_per_element=8, ep=ep_)
+        sent = [comm.simulate(c, int(np.prod(sh)) * 8, ep_).max_sent_bytes for c, sh in log + grad_log
+                if c == Collective.ALL_TO_ALL]
+        for name, got in zip(("dispatch.bytes_per_rank.forward", "combine.bytes_per_rank.forward",
+                              "combine.bytes_per_rank.backward", "dispatch.bytes_per_rank.backward"), sent,
+                             strict=True):
+            yield f"ep.{name}", shape, got
+    small = epm.MoEConfig(vocab_size=10, h=4, num_layers=3, dense_layers=1, dense_ffn=6, num_experts=4,
+                          shared_experts=1, k=2, expert_ffn=2, attention_shapes=((4, 4), (4,)))
+    for cfg in (epm.MIXTRAL_8X7B, epm.DEEPSEEK_V3, small, epm.MoEConfig(**{**small.__dict__, "tied": True,
+                                                                           "mlp_matrices": 2})):
+        total, active = epm.param_counts(cfg)
+        yield "ep.params.total", cfg.closed_form_inputs(), total
+        yield "ep.params.active", dict(cfg.closed_form_inputs(), k=cfg.k), active
+    for tp_, ep_, bpp in product((1, 2), (1, 2, 4), (2, 16)):
+        dense, expert = epm.params_per_gpu(small, tp=tp_, ep=ep_)
+        full_dense, full_expert = epm.params_per_gpu(small)
+        yield ("ep.memory.bytes_per_gpu", dict(dense_params=full_dense, expert_params=full_expert, tp=tp_, ep=ep_,
+                                               bytes_per_parameter=bpp), (dense + expert) * bpp)
+
+
 CHECKS = {
     "step": _step_checks,
     "bandwidth": _bandwidth_checks,
@@ -523,6 +564,7 @@ CHECKS = {
     "activations": _activation_checks, "params": _params_checks, "layout": _layout_checks, "comm": _comm_checks,
     "sp": _sp_checks,
     "cp": _cp_checks,
+    "ep": _ep_checks,
 }
 
 

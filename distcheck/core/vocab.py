@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Schedule", "Collective", "ContextParallel", "Axis", "LAYOUT_ORDER", "Verdict", "names"]
+__all__ = ["Schedule", "Collective", "ContextParallel", "Router", "Axis", "LAYOUT_ORDER", "Verdict", "names"]
 
 
 class _Name(StrEnum):
@@ -82,6 +82,20 @@ class ContextParallel(_Name):
     RING = "ring"
     ALL_GATHER = "all_gather"
     ULYSSES = "ulysses"
+
+
+class Router(_Name):
+    """Where a mixture-of-experts router takes its softmax (:mod:`distcheck.parallel.ep`).
+
+    - ``softmax_then_topk``: the softmax over all experts, then the k largest; the gates are those
+      probabilities, not renormalised (Fedus et al. 2021, "Switch Transformers", §2.1, eq. 1-2, k = 1);
+    - ``topk_then_softmax``: the k largest logits, then the softmax over those k (Mixtral's
+      ``MixtralSparseMoeBlock``; GShard's top-2 gates renormalised to sum to 1 are the same numbers,
+      Lepikhin et al. 2020, "GShard", Algorithm 1).
+    """
+
+    SOFTMAX_THEN_TOPK = "softmax_then_topk"
+    TOPK_THEN_SOFTMAX = "topk_then_softmax"
 
 
 class Axis(_Name):
