@@ -12,7 +12,7 @@
 - ``strategies``, ``properties``, ``mutants``: the expert-parallel layer equals the single-device layer bit
   for bit; tokens are conserved (k choices each, exactly the stated ones dropped); the aux loss equals the
   reference; the all-to-all bytes equal the closed forms;
-- ``contracts``: ``moe-layer``, a user's MoE layer on an ep group certified on a real world.
+- ``proofs``: the four all-to-alls send what nccl-tests' all-to-all sends for one rank's buffer.
 
 Sources: Lepikhin et al. 2020, "GShard: Scaling Giant Models with Conditional Computation and Automatic
 Sharding" (arXiv:2006.16668), §2.2 and Algorithm 1; Fedus et al. 2021, "Switch Transformers: Scaling to
