@@ -74,6 +74,29 @@ def test_layout_validated_and_printed():
                                                "dp_replicate=1, dp_shard=1, tp=2, pp=1"}
 
 
+@pytest.mark.parametrize("name", ["proof.step.dp_bytes", "proof.step.tp_bytes",
+                                  "proof.step.token_weight_equal_microbatches"])
+def test_proofs(name):
+    from distcheck.engine.proofs import prove
+
+    assert prove(name).verdict == "pass", prove(name).detail
+
+
+def test_a_wrong_dp_form_is_not_proved(monkeypatch):
+    # the proof fails on a step whose FSDP2 all-gathers once (2 collectives, ZeRO-2's count), not 3
+    import dataclasses
+
+    from distcheck.engine.proofs import prove
+    from distcheck.parallel.step import proofs
+
+    form = get("step.comm_bytes_per_rank.dp")
+    s = form.symbols
+    wrong = dataclasses.replace(form, expr=s["m"] * 2 * (s["dp_shard"] - 1) / s["dp_shard"] * s["params"]
+                                * s["bytes_per_element"])
+    monkeypatch.setattr(proofs, "get", lambda name: wrong if name == form.name else get(name))
+    assert prove("proof.step.dp_bytes").verdict == "FAIL"
+
+
 @pytest.mark.parametrize("name", STEP_PROPERTIES)
 def test_property_holds(name):
     assert run_property(get_property(name), "ci").verdict == "pass"
