@@ -134,6 +134,38 @@ def test_counterexample_names_every_axis():
     assert repr(case).startswith("StepCase(dp_replicate=1, dp_shard=2, tp=1, pp=1, m=1, clip binds;")
 
 
+def test_step_rows_join_the_layers_stage_and_skip_at_one_rank():
+    # distcheck check's layers stage certifies torch's composition (plans.fsdp2_tp) at EXAMPLES examples; at one
+    # rank every property is a skip row with the contract's reason, and nothing runs on the world
+    from types import SimpleNamespace
+
+    from distcheck.certify.runs import contract_rows
+    from distcheck.parallel.step import checks
+    from distcheck.stages import discover_checks
+
+    assert "step" in [c.name for stage, c in discover_checks() if stage == "layers"]
+    assert [r.max_examples for r in checks.CERTIFY] == [checks.EXAMPLES] and checks.EXAMPLES <= 3
+
+    def never(*args, **kwargs):
+        raise AssertionError("one rank must not run an example")
+
+    rows = contract_rows(SimpleNamespace(world_size=1, backend="gloo", run=never), checks.CERTIFY)
+    assert [r.check for r in rows] == [f"step.torch_fsdp2_tp.{p}" for p in
+                                       ("params", "loss", "grad_norm", "clipping", "tokens")]
+    assert {r.verdict for r in rows} == {"skip"} and all("one rank is one device" in r.detail for r in rows)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_step_rows_on_two_ranks(gloo2):
+    # the rows distcheck check prints at two ranks: every property passes on torch's composition
+    from distcheck.certify.runs import contract_rows
+    from distcheck.parallel.step import checks
+
+    rows = contract_rows(gloo2, checks.CERTIFY)
+    assert [(r.verdict, r.examples) for r in rows] == [("pass", checks.EXAMPLES)] * 5, [r.detail for r in rows]
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_torch_composition_certified():

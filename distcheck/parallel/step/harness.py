@@ -80,10 +80,18 @@ def run_step(ctx, target, case) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
     ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
     ``state`` (full tensors by name); on rank 0 also ``reference``, the same from :func:`reference_step`."""
+    import logging
+    import warnings
+
     import torch
 
     from distcheck.parallel.step.case import batch, weights
     from distcheck.parallel.step.hooks import StepInfo, as_float
+
+    # DTensor's hints that two mesh dims could be flattened (performance only) would fill every report
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    # FSDP2's warning that the root returned a view: the step and the default hooks read the logits out of place
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, token_loss_sum
 
     layout = case.layout
