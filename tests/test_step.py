@@ -71,7 +71,24 @@ def test_layout_validated_and_printed():
         parse_layout("cp=2")
     assert {str(lay) for lay in layouts(2)} == {"dp_replicate=1, dp_shard=2, tp=1, pp=1",
                                                "dp_replicate=2, dp_shard=1, tp=1, pp=1",
-                                               "dp_replicate=1, dp_shard=1, tp=2, pp=1"}
+                                               "dp_replicate=1, dp_shard=1, tp=2, pp=1",
+                                               "dp_replicate=1, dp_shard=1, tp=1, pp=2"}
+    assert parse_layout("pp=2,dp_shard=2") == ref.StepLayout(dp_shard=2, pp=2)
+    assert all(lay.tp == 1 for lay in layouts(4) if lay.pp > 1)  # pp over tp DTensors is not drawn
+
+
+def test_pipeline_stages_split_the_decoder():
+    from distcheck.parallel.step.model import TinyConfig, build_model, pipeline_stage, stage_of
+
+    cfg = TinyConfig(dim=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=2, ffn_dim=4, vocab_size=8, tied=False)
+    names = [n for n, _ in build_model(cfg).named_parameters()]
+    for stage in (0, 1):
+        held = {n for n, _ in pipeline_stage(build_model(cfg), stage, 2).named_parameters()}
+        assert held == {n for n in names if stage_of(n, 2, 2) == stage}
+    assert stage_of("tok_embeddings.weight", 2, 2) == 0 and stage_of("output.weight", 2, 2) == 1
+    with pytest.raises(ConfigError, match="tied"):
+        pipeline_stage(build_model(TinyConfig(dim=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=2, ffn_dim=4,
+                                              vocab_size=8, tied=True)), 0, 2)
 
 
 @pytest.mark.parametrize("name", ["proof.step.dp_bytes", "proof.step.tp_bytes",
@@ -185,6 +202,7 @@ TORCH_MUTANTS = [
     ("LOSS_OF_OWN_SHARD", "loss", "dp_replicate=2"),
     ("TOKENS_OVER_WORLD", "tokens", "tp=2"),
     ("CLIP_WITHOUT_CLAMP", "clipping", "dp_shard=2"),
+    ("STAGE_LOCAL_NORM", "grad_norm", "pp=2"),
 ]
 
 
