@@ -22,6 +22,8 @@ LOSS_OF_OWN_SHARD         the reported loss is each rank's own shard's (rank 0's
 TOKENS_OVER_WORLD         tokens all-reduced over the whole world: tp replicas         tokens
                           counted tp times
 CLIP_WITHOUT_CLAMP        max_norm / norm applied even when it exceeds 1              clipping
+STAGE_LOCAL_NORM          torch's clip_grad_norm_ on a pipeline stage: the norm of    grad_norm
+                          that stage's gradients only (pytorch/torchtitan#596)
 ========================  ==========================================================  =============
 """
 
@@ -111,6 +113,13 @@ def full_norm(parameters, max_norm, info):
     return _clip(grads, sq**0.5, max_norm)
 
 
+def stage_local_norm(parameters, max_norm, info):
+    """``torch.nn.utils.clip_grad_norm_`` as it is, on every layout: under pp > 1 it sees one stage's gradients."""
+    import torch
+
+    return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm)
+
+
 def parallelize_norms_off_plan(model, mesh, layout):
     """torch's composition with every RMSNorm left off the tensor-parallel plan: each runs on its rank's
     sequence shard with a local weight, whose gradient is never summed across tp."""
@@ -128,3 +137,4 @@ NORM_GRADS_NOT_SUMMED = StepTarget(parallelize_norms_off_plan, clip_grad_norm=fu
 LOSS_OF_OWN_SHARD = StepTarget(parallelize, report_loss=loss_of_own_shard)
 TOKENS_OVER_WORLD = StepTarget(parallelize, report_loss=tokens_over_world)
 CLIP_WITHOUT_CLAMP = StepTarget(parallelize, clip_grad_norm=clip_without_clamp)
+STAGE_LOCAL_NORM = StepTarget(parallelize, clip_grad_norm=stage_local_norm)

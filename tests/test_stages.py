@@ -224,6 +224,12 @@ def test_world_level_examples_follow_the_profile(monkeypatch):
             runs.contract_rows(SimpleNamespace(world_size=2, backend="gloo"), [ContractRun("x", "y", "m:z")],
                                profile=profile)
     assert seen == {"ci": 10, "thorough": 100}
+    for profile in ("ci", "thorough"):  # a run's max_examples caps the profile's count, never raises it
+        with pytest.raises(StopIteration):
+            runs.contract_rows(SimpleNamespace(world_size=2, backend="gloo"),
+                               [ContractRun("x", "y", "m:z", max_examples=2 if profile == "ci" else 200)],
+                               profile=profile)
+    assert seen == {"ci": 2, "thorough": 100}
 
 
 def _pids(ctx):

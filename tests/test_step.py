@@ -71,7 +71,47 @@ def test_layout_validated_and_printed():
         parse_layout("cp=2")
     assert {str(lay) for lay in layouts(2)} == {"dp_replicate=1, dp_shard=2, tp=1, pp=1",
                                                "dp_replicate=2, dp_shard=1, tp=1, pp=1",
-                                               "dp_replicate=1, dp_shard=1, tp=2, pp=1"}
+                                               "dp_replicate=1, dp_shard=1, tp=2, pp=1",
+                                               "dp_replicate=1, dp_shard=1, tp=1, pp=2"}
+    assert parse_layout("pp=2,dp_shard=2") == ref.StepLayout(dp_shard=2, pp=2)
+    assert all(lay.tp == 1 for lay in layouts(4) if lay.pp > 1)  # pp over tp DTensors is not drawn
+
+
+def test_pipeline_stages_split_the_decoder():
+    from distcheck.parallel.step.model import TinyConfig, build_model, pipeline_stage, stage_of
+
+    cfg = TinyConfig(dim=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=2, ffn_dim=4, vocab_size=8, tied=False)
+    names = [n for n, _ in build_model(cfg).named_parameters()]
+    for stage in (0, 1):
+        held = {n for n, _ in pipeline_stage(build_model(cfg), stage, 2).named_parameters()}
+        assert held == {n for n in names if stage_of(n, 2, 2) == stage}
+    assert stage_of("tok_embeddings.weight", 2, 2) == 0 and stage_of("output.weight", 2, 2) == 1
+    with pytest.raises(ConfigError, match="tied"):
+        pipeline_stage(build_model(TinyConfig(dim=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=2, ffn_dim=4,
+                                              vocab_size=8, tied=True)), 0, 2)
+
+
+@pytest.mark.parametrize("name", ["proof.step.dp_bytes", "proof.step.tp_bytes",
+                                  "proof.step.token_weight_equal_microbatches"])
+def test_proofs(name):
+    from distcheck.engine.proofs import prove
+
+    assert prove(name).verdict == "pass", prove(name).detail
+
+
+def test_a_wrong_dp_form_is_not_proved(monkeypatch):
+    # the proof fails on a step whose FSDP2 all-gathers once (2 collectives, ZeRO-2's count), not 3
+    import dataclasses
+
+    from distcheck.engine.proofs import prove
+    from distcheck.parallel.step import proofs
+
+    form = get("step.comm_bytes_per_rank.dp")
+    s = form.symbols
+    wrong = dataclasses.replace(form, expr=s["m"] * 2 * (s["dp_shard"] - 1) / s["dp_shard"] * s["params"]
+                                * s["bytes_per_element"])
+    monkeypatch.setattr(proofs, "get", lambda name: wrong if name == form.name else get(name))
+    assert prove("proof.step.dp_bytes").verdict == "FAIL"
 
 
 @pytest.mark.parametrize("name", STEP_PROPERTIES)
@@ -111,6 +151,38 @@ def test_counterexample_names_every_axis():
     assert repr(case).startswith("StepCase(dp_replicate=1, dp_shard=2, tp=1, pp=1, m=1, clip binds;")
 
 
+def test_step_rows_join_the_layers_stage_and_skip_at_one_rank():
+    # distcheck check's layers stage certifies torch's composition (plans.fsdp2_tp) at EXAMPLES examples; at one
+    # rank every property is a skip row with the contract's reason, and nothing runs on the world
+    from types import SimpleNamespace
+
+    from distcheck.certify.runs import contract_rows
+    from distcheck.parallel.step import checks
+    from distcheck.stages import discover_checks
+
+    assert "step" in [c.name for stage, c in discover_checks() if stage == "layers"]
+    assert [r.max_examples for r in checks.CERTIFY] == [checks.EXAMPLES] and checks.EXAMPLES <= 3
+
+    def never(*args, **kwargs):
+        raise AssertionError("one rank must not run an example")
+
+    rows = contract_rows(SimpleNamespace(world_size=1, backend="gloo", run=never), checks.CERTIFY)
+    assert [r.check for r in rows] == [f"step.torch_fsdp2_tp.{p}" for p in
+                                       ("params", "loss", "grad_norm", "clipping", "tokens")]
+    assert {r.verdict for r in rows} == {"skip"} and all("one rank is one device" in r.detail for r in rows)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_step_rows_on_two_ranks(gloo2):
+    # the rows distcheck check prints at two ranks: every property passes on torch's composition
+    from distcheck.certify.runs import contract_rows
+    from distcheck.parallel.step import checks
+
+    rows = contract_rows(gloo2, checks.CERTIFY)
+    assert [(r.verdict, r.examples) for r in rows] == [("pass", checks.EXAMPLES)] * 5, [r.detail for r in rows]
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_torch_composition_certified():
@@ -130,6 +202,7 @@ TORCH_MUTANTS = [
     ("LOSS_OF_OWN_SHARD", "loss", "dp_replicate=2"),
     ("TOKENS_OVER_WORLD", "tokens", "tp=2"),
     ("CLIP_WITHOUT_CLAMP", "clipping", "dp_shard=2"),
+    ("STAGE_LOCAL_NORM", "grad_norm", "pp=2"),
 ]
 
 

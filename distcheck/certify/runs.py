@@ -7,7 +7,7 @@ draws the cases in this process, sized to the world, and every example runs on e
 the stage's pool; failures are shrunk through it. A row holds the property's example count,
 its largest error and bound; a FAIL row's detail holds the shrunk case, the ranks at fault and
 the ``distcheck certify`` command that replays it. Examples per property: the profile's
-:data:`~distcheck.engine.profiles.WORLD_MAX_EXAMPLES`.
+:data:`~distcheck.engine.profiles.WORLD_MAX_EXAMPLES`, or the run's ``max_examples`` where that is fewer.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def contract_rows(world: World, runs: Sequence[ContractRun], *, profile: str | N
     count = examples if examples is not None else WORLD_MAX_EXAMPLES[profile]
     rows: list[CheckResult] = []
     for run in runs:  # below the contract's smallest world, certify gives skip rows with its reason
-        cert = certify(run.target, run.contract, world=world, examples=count, seed=seed, profile=profile,
+        n = count if run.max_examples is None else min(count, run.max_examples)
+        cert = certify(run.target, run.contract, world=world, examples=n, seed=seed, profile=profile,
                        dtypes=run.dtypes, options=run.options, timeout_s=timeout_s)
         rows += certification_rows(run, cert)
     return rows

@@ -13,7 +13,7 @@ grad-norm clipping and the AdamW state, against the single-device float64 step.
   per public bug class (the local shard's norm, tp-replicated parameters counted tp times, the mean of
   per-micro-batch means, gradients scaled by the world size, norm gradients not summed across tp, the
   loss of rank 0's shard);
-- ``model``: the tiny Llama-style decoder (torch, built on first use);
+- ``model``: the tiny Llama-style decoder (torch, built on first use) and its cut to a pipeline stage;
 - ``contracts`` (+ ``harness``, the rank side): the ``training-step`` contract, whose target is a
   torchtitan-style ``parallelize(model, mesh, layout) -> model`` or a :class:`~.hooks.StepTarget`;
 - ``hooks``: the step's overridable hooks (loss, reported loss, grad-norm clipping) and their defaults.
@@ -36,8 +36,9 @@ from distcheck.core.face import face
 __all__ = [
     "CLIP_EPS", "StepLayout", "Placement", "token_mean_loss", "token_count", "global_grad_norm", "copies",
     "local_shard", "sharded_grad_norm", "clip_scale", "step_comm_bytes", "NORM_EPS", "TinyConfig",
-    "build_model", "token_loss_sum", "IGNORE_INDEX", "StepInfo", "StepTarget", "all_reduce_dp", "torch_clip",
-    "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
+    "build_model", "token_loss_sum", "IGNORE_INDEX", "pipeline_stage", "stage_of", "StepInfo", "StepTarget",
+    "all_reduce_dp", "torch_clip", "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
+    "PP_SCHEDULES",
 ]
 
 __getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts"))

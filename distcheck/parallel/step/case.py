@@ -30,7 +30,7 @@ class StepCase:
     """``layout``; ``config`` (:class:`TinyConfig`); ``microbatches`` (m per dp rank) of ``micro_batch_size``
     sequences of ``seq_len`` tokens; ``lengths[step][dp index][micro-batch][sequence]``, the non-ignored
     tokens of each (right-padded, labels -100 after them); ``max_norm``; ``lr``; ``seed`` (weights and token
-    ids)."""
+    ids); ``schedule`` (the ``torch.distributed.pipelining`` schedule, a ``Schedule`` name, when pp > 1)."""
 
     layout: StepLayout
     config: TinyConfig
@@ -41,6 +41,7 @@ class StepCase:
     max_norm: float
     lr: float
     seed: int
+    schedule: str = ""
 
     @property
     def steps(self) -> int:
@@ -55,7 +56,8 @@ class StepCase:
 
     def composition(self) -> str:
         """``dp_replicate=1, dp_shard=2, tp=1, pp=1, m=2, clip binds``: every axis, those at 1 included."""
-        return f"{self.layout}, m={self.microbatches}, clip {'binds' if self.clip_binds else 'free'}"
+        pp = f", schedule={self.schedule}" if self.layout.pp > 1 else ""
+        return f"{self.layout}{pp}, m={self.microbatches}, clip {'binds' if self.clip_binds else 'free'}"
 
     def __repr__(self) -> str:
         c = self.config

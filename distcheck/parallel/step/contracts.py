@@ -2,17 +2,19 @@
 HSDP ``dp_replicate`` x tensor parallelism ``tp`` x gradient accumulation) against the single-device float64
 step, with the token-mean loss, grad-norm clipping and AdamW's state.
 
-Target: a torchtitan-style ``parallelize(model, mesh, layout) -> model`` (``model`` distcheck's tiny Llama,
-:mod:`distcheck.parallel.step.model`; ``mesh`` a ``DeviceMesh`` of dims ``("dp_replicate", "dp_shard",
-"tp")``; ``layout`` a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
+Target: a torchtitan-style ``parallelize(model, mesh, layout) -> model`` (``model`` distcheck's tiny
+Llama, :mod:`distcheck.parallel.step.model`; ``mesh`` a ``DeviceMesh`` of dims ``("pp", "dp_replicate",
+"dp_shard", "tp")``; under pp > 1 ``model`` is already this rank's stage, torchtitan's split; ``layout``
+a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
 :class:`~distcheck.parallel.step.hooks.StepTarget` that also replaces the step's hooks (the loss of a
 micro-batch, the reported loss and tokens, the grad-norm clipping). distcheck runs the step
 (:mod:`distcheck.parallel.step.harness`). Hypothesis draws the layout (every factorisation of the world
-size into dp_replicate x dp_shard x tp, or the one ``--option layout=...`` pins), the decoder's sizes
-(tied or untied head, 1 or 2 layers, grouped-query heads), the micro-batches (gradient-accumulation
-steps), every sequence's non-ignored length (so token counts differ per rank and per micro-batch), a
-clipping threshold that binds or not, the learning rate and 2 or 3 steps. One world run per example
-serves every property.
+size into dp_replicate x dp_shard x tp x pp, or the one ``--option layout=...`` pins), the decoder's sizes
+(tied or untied head, 1 or 2 layers, grouped-query heads; under pp = 2 one layer per stage, untied, the
+schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of ``torch.distributed.pipelining``, pp with tp = 1
+only), the micro-batches (gradient-accumulation steps), every sequence's non-ignored length (so token
+counts differ per rank and per micro-batch), a clipping threshold that binds or not, the learning rate
+and 2 or 3 steps. One world run per example serves every property.
 
 Properties (each its own verdict):
 
@@ -54,14 +56,15 @@ from hypothesis import strategies as st
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_positive_int
+from distcheck.core.vocab import Schedule
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
-from distcheck.parallel.step.model import TinyConfig
+from distcheck.parallel.step.model import TinyConfig, stage_of
 from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["TrainingStep", "BOUND", "layouts", "parse_layout"]
+__all__ = ["TrainingStep", "BOUND", "layouts", "parse_layout", "PP_SCHEDULES"]
 
 #: the relative bound of every compared float64 value (module doc)
 BOUND = 2.0**-32
@@ -79,7 +82,9 @@ _PROPERTIES = (
                            "add up to them", "exact"),
 )
 
-_AXES = ("dp_replicate", "dp_shard", "tp")
+_AXES = ("dp_replicate", "dp_shard", "tp", "pp")
+#: the pipeline schedules drawn under pp > 1 (torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B)
+PP_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B)
 
 
 def parse_layout(text: str) -> StepLayout:
@@ -99,42 +104,47 @@ def parse_layout(text: str) -> StepLayout:
 
 
 def layouts(world_size: int) -> list[StepLayout]:
-    """Every ``dp_replicate x dp_shard x tp`` factorisation of ``world_size`` with tp in {1, 2, 4}, the
-    simplest first (fewest axes above 1, then FSDP before HSDP before tp)."""
-    found = [StepLayout(dr, ds, tp) for dr, ds, tp in product(range(1, world_size + 1), repeat=3)
-             if dr * ds * tp == world_size and tp in (1, 2, 4)]
-    return sorted(found, key=lambda lay: (sum(getattr(lay, a) > 1 for a in _AXES), lay.tp, lay.dp_replicate))
+    """Every ``dp_replicate x dp_shard x tp x pp`` factorisation of ``world_size`` with tp in {1, 2, 4} and pp in
+    {1, 2} (pp only with tp = 1: pipeline stages over tensor-parallel DTensors are not drawn), the simplest
+    first (fewest axes above 1, then FSDP before HSDP before tp before pp)."""
+    found = [StepLayout(dr, ds, tp, pp) for dr, ds, tp, pp in product(range(1, world_size + 1), repeat=4)
+             if dr * ds * tp * pp == world_size and tp in (1, 2, 4) and pp in (1, 2) and (pp == 1 or tp == 1)]
+    return sorted(found, key=lambda lay: (sum(getattr(lay, a) > 1 for a in _AXES), lay.pp, lay.tp, lay.dp_replicate))
 
 
 def _cases(choices: list[StepLayout]):
     @st.composite
     def draw(draw):
         layout = draw(st.sampled_from(choices))
-        tp = layout.tp
+        tp, pp = layout.tp, layout.pp
         n_kv = tp
-        cfg = TinyConfig(dim=8, n_layers=draw(st.integers(1, 2)), n_heads=n_kv * draw(st.integers(1, 2)),
-                         n_kv_heads=n_kv, head_dim=2, ffn_dim=4 * tp, vocab_size=4 * max(tp, 2),
-                         tied=draw(st.booleans()))
+        # under pp: one layer per stage, the head untied (embedding and head on different stages)
+        cfg = TinyConfig(dim=8, n_layers=pp if pp > 1 else draw(st.integers(1, 2)),
+                         n_heads=n_kv * draw(st.integers(1, 2)), n_kv_heads=n_kv, head_dim=2, ffn_dim=4 * tp,
+                         vocab_size=4 * max(tp, 2), tied=pp == 1 and draw(st.booleans()))
         seq_len = tp * draw(st.integers(1 if tp > 1 else 2, 2 if tp > 1 else 4))
-        m, mbs = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+        schedule = draw(st.sampled_from(PP_SCHEDULES)) if pp > 1 else ""
+        m = draw(st.integers(pp if schedule == Schedule.ONE_F_ONE_B else 1, 3))
+        mbs = draw(st.integers(1, 2))
         steps = draw(st.integers(2, 3))
         length = st.integers(1, seq_len)
         lengths = tuple(tuple(tuple(tuple(draw(st.lists(length, min_size=mbs, max_size=mbs))) for _ in range(m))
                               for _ in range(layout.dp)) for _ in range(steps))
         max_norm = draw(st.sampled_from((BINDING_MAX_NORM, FREE_MAX_NORM)))
         lr = draw(st.sampled_from((2.0**-7, 2.0**-4)))
-        return StepCase(layout, cfg, m, mbs, seq_len, lengths, max_norm, lr, draw(st.integers(0, 2**16)))
+        return StepCase(layout, cfg, m, mbs, seq_len, lengths, max_norm, lr, draw(st.integers(0, 2**16)), schedule)
 
     return draw()
 
 
-def _within(what: str, ref, got: list) -> Outcome:
-    """Every rank's ``got[r]`` against ``ref`` under the bound, in one short line: the ranks at fault, and the
-    worst entry (its index, expected, got, error, bound)."""
+def _within(what: str, ref, got: list, ranks: list[int] | None = None) -> Outcome:
+    """Every rank's ``got[i]`` (rank ``ranks[i]``, default i) against ``ref`` under the bound, in one short line:
+    the ranks at fault, and the worst entry (its index, expected, got, error, bound)."""
     e = np.atleast_1d(np.asarray(ref, dtype=np.float64))
     bound = BOUND * (np.abs(e) + (float(np.max(np.abs(e))) if e.size else 0.0))
     worst, bad, detail = 0.0, [], ""
-    for r, g in enumerate(got):
+    ranks = list(range(len(got))) if ranks is None else ranks
+    for r, g in zip(ranks, got, strict=True):
         if g is None or np.shape(g) != np.shape(ref):
             bad.append(r)
             detail = detail or f"rank {r} has {'nothing' if g is None else f'shape {np.shape(g)}'}, expected shape " \
@@ -153,7 +163,7 @@ def _within(what: str, ref, got: list) -> Outcome:
     top = float(bound.max()) if bound.size else 0.0
     if not bad:
         return Outcome(True, max_error=worst, bound=top)
-    good = [r for r in range(len(got)) if r not in bad]
+    good = [r for r in ranks if r not in bad]
     return Outcome(False, max_error=worst, bound=top, ranks=tuple(bad),
                    message=f"{what}: ranks {bad} differ from the reference"
                            + (f" (ranks {good} match)" if good else "") + f"; {detail}")
@@ -243,11 +253,14 @@ class TrainingStep(Contract):
             at = f"step {s + 1}"
             steps = [res["steps"][s] for res in results]
             for name, want in r["params"].items():
-                out["params"].append(_within(f"{at} {name}", want, [st_["params"].get(name) for st_ in steps]))
-                for i, moment in enumerate(("exp_avg", "exp_avg_sq")):
-                    w = r["state"][name][i]
-                    got = [st_["state"].get(name, (None, None))[i] for st_ in steps]
-                    out["params"].append(_within(f"{at} AdamW {moment} of {name}", w, got))
+                # the ranks of the parameter's pipeline stage hold it (every rank when pp = 1)
+                held = [i for i in range(len(steps)) if case.layout.coordinates(i)["pp"] ==
+                        stage_of(name, case.config.n_layers, case.layout.pp)]
+                out["params"].append(_within(f"{at} {name}", want, [steps[i]["params"].get(name) for i in held], held))
+                for j, moment in enumerate(("exp_avg", "exp_avg_sq")):
+                    w = r["state"][name][j]
+                    got = [steps[i]["state"].get(name, (None, None))[j] for i in held]
+                    out["params"].append(_within(f"{at} AdamW {moment} of {name}", w, got, held))
             out["loss"].append(_within(f"{at} reported loss (global token mean)", r["loss"],
                                        [st_["loss"] for st_ in steps]))
             out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps]))

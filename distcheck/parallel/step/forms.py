@@ -19,7 +19,7 @@
 * ``step.comm_bytes_per_rank.tp`` = m L 8 (t-1)/t S: L layers of two sequence-parallel blocks, each an
   all-gather and a reduce-scatter of S bytes in the forward and again in the backward (Korthikanti et
   al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4.2.2); proof
-  ``proof.step.tp_bytes``: 2 m L times ``sp.block.bytes_per_rank``.
+  ``proof.step.tp_bytes``: 4 m L times ``sp.block.bytes_per_rank`` (two blocks, forward and backward).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The torch side of the ``training-step`` contract: what every rank runs for one example (:func:`run_step`)
 and the single-device float64 reference step (:func:`reference_step`). torch is imported inside the functions.
 
-Every rank builds the case's decoder, calls the target's ``parallelize(model, mesh, layout)`` on the
-``DeviceMesh`` of dims ``(dp_replicate, dp_shard, tp)``, builds AdamW on what it returns, and runs the
+Every rank builds the case's decoder, cuts it to its pipeline stage when pp > 1
+(:func:`~distcheck.parallel.step.model.pipeline_stage`), calls the target's ``parallelize(model, mesh, layout)``
+on the ``DeviceMesh`` of dims ``(pp, dp_replicate, dp_shard, tp)``, builds AdamW on what it returns, and runs the
 case's steps. A step, on dp index d: for each of the m micro-batches, ``loss_fn(logits, labels, info)``
-then ``backward()``; ``report_loss`` over the rank's summed per-token losses and tokens; the gradients
+then ``backward()`` (under pp > 1 the schedule runs them: ``loss_fn`` on the last stage);
+``report_loss`` over the rank's summed per-token losses and tokens; the gradients
 (local shards) are kept, ``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is
 measured from the local shards before and after; ``optimizer.step()``; every parameter and AdamW moment
 is gathered to a full tensor (``full_tensor()``). Rank 0 also runs the reference: the same decoder on the
@@ -23,15 +25,15 @@ _MESHES: dict = {}
 
 
 def mesh_for(ctx, layout):
-    """The ``DeviceMesh`` of ``layout`` on this world (dims ``dp_replicate, dp_shard, tp``), built once per
-    world and rank."""
+    """The ``DeviceMesh`` of ``layout`` on this world (dims ``pp, dp_replicate, dp_shard, tp``, torchtitan's
+    order), built once per world and rank."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    key = (id(dist.group.WORLD), ctx.rank, layout.dp_replicate, layout.dp_shard, layout.tp)
+    key = (id(dist.group.WORLD), ctx.rank, *layout.shape)
     if key not in _MESHES:
-        _MESHES[key] = init_device_mesh(ctx.device.type, (layout.dp_replicate, layout.dp_shard, layout.tp),
-                                        mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
+        _MESHES[key] = init_device_mesh(ctx.device.type, layout.shape,
+                                        mesh_dim_names=("pp", "dp_replicate", "dp_shard", "tp"))
     return _MESHES[key]
 
 
@@ -80,17 +82,28 @@ def run_step(ctx, target, case) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
     ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
     ``state`` (full tensors by name); on rank 0 also ``reference``, the same from :func:`reference_step`."""
+    import logging
+    import warnings
+
     import torch
 
     from distcheck.parallel.step.case import batch, weights
     from distcheck.parallel.step.hooks import StepInfo, as_float
-    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, token_loss_sum
+
+    # DTensor's hints that two mesh dims could be flattened (performance only) would fill every report
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    # FSDP2's warning that the root returned a view: the step and the default hooks read the logits out of place
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage, token_loss_sum
 
     layout = case.layout
     mesh = mesh_for(ctx, layout)
     d = layout.dp_index(ctx.rank)
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
-    model = target.parallelize(build_model(case.config, weights(case), device=ctx.device), mesh, layout)
+    model = build_model(case.config, weights(case), device=ctx.device)
+    if layout.pp > 1:
+        model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
+    model = target.parallelize(model, mesh, layout)
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     steps = []
     for s in range(case.steps):
@@ -98,7 +111,10 @@ def run_step(ctx, target, case) -> dict:
         total = int((labels[s] != IGNORE_INDEX).sum())
         loss_sum = torch.zeros((), dtype=torch.float64)
         mine = torch.zeros((), dtype=torch.float64)
-        for k in range(case.microbatches):
+        if layout.pp > 1:
+            loss_sum += _pipeline_step(ctx, target, model, mesh, case, tokens[s, d], labels[s, d], total)
+            mine += int((labels[s, d] != IGNORE_INDEX).sum())
+        for k in range(case.microbatches if layout.pp == 1 else 0):
             x, y = tokens[s, d, k].to(ctx.device), labels[s, d, k].to(ctx.device)
             n_k = int((y != IGNORE_INDEX).sum())
             info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm)
@@ -119,6 +135,38 @@ def run_step(ctx, target, case) -> dict:
     if ctx.rank == 0:
         out["reference"] = reference_step(case, tokens, labels)
     return out
+
+
+def _pipeline_step(ctx, target, model, mesh, case, tokens, labels, total: int):
+    """One step's forwards and backwards of this rank's stage through ``torch.distributed.pipelining``
+    (``PipelineStage`` on the mesh's pp group, ``ScheduleGPipe`` or ``Schedule1F1B`` over the m micro-batches,
+    ``scale_grads=False``: the loss hook already weighs each token). ``tokens``, ``labels``: this dp rank's
+    ``(m, micro_batch_size, seq_len)``. Returns the summed per-token losses (0 off the last stage)."""
+    import torch
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    from distcheck.core.vocab import Schedule
+    from distcheck.parallel.step.hooks import StepInfo
+    from distcheck.parallel.step.model import IGNORE_INDEX, token_loss_sum
+
+    layout, m = case.layout, case.microbatches
+    stage = layout.coordinates(ctx.rank)["pp"]
+    sums: list = []
+
+    # called on the last stage once per micro-batch, and on a schedule's first step once more before them (its
+    # shape inference runs the loss on the whole target): the step's losses are the last m calls
+    def loss(out, y):
+        sums.append(token_loss_sum(out.detach(), y).cpu())
+        info = StepInfo(layout, mesh, total, int((y != IGNORE_INDEX).sum()), m, case.max_norm)
+        return target.loss_fn(out, y, info)
+
+    pipe = PipelineStage(model, stage, layout.pp, ctx.device, group=mesh.get_group("pp"))
+    cls = {Schedule.GPIPE: ScheduleGPipe, Schedule.ONE_F_ONE_B: Schedule1F1B}[Schedule(case.schedule)]
+    schedule = cls(pipe, n_microbatches=m, loss_fn=loss, scale_grads=False)
+    x, y = (a.reshape(m * case.micro_batch_size, case.seq_len).to(ctx.device) for a in (tokens, labels))
+    last = stage == layout.pp - 1
+    schedule.step(*((x,) if stage == 0 else ()), **({"target": y} if last else {}))
+    return sum(sums[-m:], torch.zeros((), dtype=torch.float64)) if last else torch.zeros((), dtype=torch.float64)
 
 
 def reference_step(case, tokens, labels) -> list[dict]:

@@ -17,7 +17,9 @@ A target of the ``training-step`` contract is a torchtitan-style ``parallelize(m
   ``torch.nn.utils.clip_grad_norm_`` (on DTensor gradients it returns a DTensor; distcheck reads its
   ``full_tensor()``).
 
-``info`` (:class:`StepInfo`) carries the layout, the mesh and the token counts.
+``info`` (:class:`StepInfo`) carries the layout, the mesh (dims ``pp, dp_replicate, dp_shard, tp``) and the
+token counts. Under pipeline parallelism ``loss_fn`` runs on the last stage only (the schedule's
+``loss_fn``), and the default ``report_loss`` also sums the loss over the pp group.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ __all__ = ["StepInfo", "StepTarget", "token_mean_loss", "all_reduce_dp", "torch_
 @dataclass(frozen=True)
 class StepInfo:
     """What a hook may need: ``layout`` (:class:`~distcheck.parallel.step.reference.StepLayout`), ``mesh``
-    (the ``DeviceMesh`` with dims ``dp_replicate, dp_shard, tp``), ``global_tokens`` (non-ignored tokens of
+    (the ``DeviceMesh`` with dims ``pp, dp_replicate, dp_shard, tp``), ``global_tokens`` (non-ignored tokens of
     the whole step: every dp rank, every micro-batch), ``microbatch_tokens`` (this rank's, this micro-batch),
     ``num_microbatches`` (m, gradient-accumulation steps), ``max_norm``."""
 
@@ -64,14 +66,32 @@ def all_reduce_dp(loss_sum, tokens, info: StepInfo):
     both = torch.stack([loss_sum.detach(), tokens.detach()])
     for group in dp_groups(info.mesh):
         dist.all_reduce(both, group=group)
-    return both[0] / both[1], both[1]
+    loss = both[0]
+    if info.layout.pp > 1:  # only the last stage computes losses: the others hold 0
+        dist.all_reduce(loss, group=info.mesh.get_group("pp"))
+    return loss / both[1], both[1]
 
 
 def torch_clip(parameters, max_norm: float, info: StepInfo):
-    """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``."""
+    """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``; under pipeline parallelism (pp > 1) torchtitan's
+    ``clip_grad_norm_`` with a pp mesh (torchtitan/distributed/utils.py): the stage's norm
+    (``torch.nn.utils.get_total_norm``, a DTensor's ``full_tensor()``) squared, summed over the pp group, its
+    square root the global norm, then ``torch.nn.utils.clip_grads_with_norm_``. torch's own function on a
+    stage returns that stage's norm only (pytorch/torchtitan#596)."""
     import torch
+    import torch.distributed as dist
 
-    return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm)
+    params = list(parameters)
+    if info.layout.pp == 1:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)
+    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+    norm = norm**2
+    dist.all_reduce(norm, group=info.mesh.get_group("pp"))
+    norm = norm**0.5
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    return norm
 
 
 def as_float(value) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["NORM_EPS", "TinyConfig", "build_model", "token_loss_sum", "IGNORE_INDEX"]
+__all__ = ["NORM_EPS", "TinyConfig", "build_model", "token_loss_sum", "IGNORE_INDEX", "pipeline_stage", "stage_of"]
 
 #: RMSNorm's epsilon
 NORM_EPS = 1e-6
@@ -101,10 +101,11 @@ def _classes():
                 self.output.weight = self.tok_embeddings.weight
 
         def forward(self, tokens):
-            h = self.tok_embeddings(tokens)
+            # a pipeline stage (pipeline_stage) lacks the embedding (it takes hidden states) or the head
+            h = tokens if self.tok_embeddings is None else self.tok_embeddings(tokens)
             for layer in self.layers.values():
                 h = layer(h)
-            return self.output(self.norm(h))
+            return h if self.output is None else self.output(self.norm(h))
 
     return TinyLlama, torch
 
@@ -131,3 +132,36 @@ def token_loss_sum(logits, labels):
     import torch.nn.functional as F
 
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def stage_of(name: str, n_layers: int, pp: int) -> int:
+    """The pipeline stage holding parameter ``name`` when ``n_layers`` layers are split over ``pp`` stages in
+    equal contiguous runs (torchtitan's ``pipeline_llama`` split): the embedding on the first, the final
+    norm and the head on the last, layer i on ``i // (n_layers // pp)``."""
+    if name.startswith("layers."):
+        return int(name.split(".")[1]) // (n_layers // pp)
+    return 0 if name.startswith("tok_embeddings.") else pp - 1
+
+
+def pipeline_stage(model, stage: int, pp: int):
+    """``model`` (a decoder of :func:`build_model`, untied) cut in place to pipeline stage ``stage`` of ``pp``:
+    the layers of other stages deleted, the embedding set to None off the first stage, the final norm and
+    the head off the last (torchtitan's ``pipeline_llama``: each stage's model is the whole model with what
+    it does not run removed). Returns ``model``. Raises ConfigError for a tied head over several stages or a
+    layer count that ``pp`` does not divide."""
+    from distcheck.core.errors import ConfigError
+
+    cfg = model.config
+    if pp > 1 and cfg.tied:
+        raise ConfigError("tied", True, "must be False under pipeline parallelism (the embedding and the head sit on "
+                                        "different stages)")
+    if cfg.n_layers % pp:
+        raise ConfigError("n_layers", cfg.n_layers, f"must be a multiple of pp = {pp}")
+    for key in list(model.layers.keys()):
+        if stage_of(f"layers.{key}.", cfg.n_layers, pp) != stage:
+            del model.layers[key]
+    if stage != 0:
+        model.tok_embeddings = None
+    if stage != pp - 1:
+        model.norm, model.output = None, None
+    return model

@@ -1,0 +1,69 @@
+"""torch's own composition for distcheck's tiny Llama, the target of the ``step`` rows of ``distcheck
+check`` (``distcheck certify distcheck.parallel.step.plans:fsdp2_tp --contract training-step``).
+
+:func:`fsdp2_tp` is torchtitan's ``parallelize_llama`` reduced to what the tiny decoder has
+(torchtitan/models/llama3/infra/parallelize.py, ``apply_tp`` and ``apply_fsdp``): tensor parallelism with
+``parallelize_module`` on the mesh's ``tp`` dimension (sequence-parallel RMSNorms, column-parallel
+``wq``/``wk``/``wv`` and ``w1``/``w3``, row-parallel ``wo`` and ``w2`` reduce-scattering to the sequence
+shards, a row-parallel embedding and a column-parallel head), then FSDP2's ``fully_shard`` on every block
+and on the root over the ``(dp_replicate, dp_shard)`` sub-mesh (HSDP when both are above 1). The step clips
+with ``torch.nn.utils.clip_grad_norm_`` on the DTensor gradients (the contract's default hook).
+``examples/my_step.py`` is the same composition written as a user's file, the worked example of
+docs/CERTIFY.md.
+
+torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+__all__ = ["fsdp2_tp", "apply_tp", "apply_fsdp"]
+
+
+def apply_tp(model, tp_mesh) -> None:
+    """torchtitan's Llama tensor-parallel plan on ``model`` (a :class:`~distcheck.parallel.step.model` decoder),
+    over the 1-D ``tp_mesh``."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    parallelize_module(model, tp_mesh, {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+    })
+    gathered = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, {
+            "attention_norm": SequenceParallel(), "attention": gathered,
+            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(), "feed_forward": gathered,
+            "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+        })
+
+
+def apply_fsdp(model, dp_mesh) -> None:
+    """FSDP2's ``fully_shard`` on every transformer block, then on the root (torchtitan's ``apply_fsdp``)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.layers.values():
+        fully_shard(block, mesh=dp_mesh)
+    fully_shard(model, mesh=dp_mesh)
+
+
+def fsdp2_tp(model, mesh, layout):
+    """``parallelize(model, mesh, layout) -> model``: :func:`apply_tp` on ``mesh["tp"]`` when ``layout.tp > 1``
+    (the tied head tied again: ``parallelize_module`` gives it its own DTensor), then :func:`apply_fsdp` on
+    ``mesh["dp_replicate", "dp_shard"]``."""
+    if layout.tp > 1:
+        apply_tp(model, mesh["tp"])
+        if model.config.tied:
+            model.output.weight = model.tok_embeddings.weight
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    return model
