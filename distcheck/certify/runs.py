@@ -46,7 +46,8 @@ def contract_rows(world: World, runs: Sequence[ContractRun], *, profile: str | N
     """Certify every run on ``world`` (borrowed, not closed); one row per property (and dtype).
 
     ``examples`` defaults to :data:`~distcheck.engine.profiles.WORLD_MAX_EXAMPLES` of ``profile``
-    (default ``"ci"``); ``seed`` to the profile's (:func:`~distcheck.engine.runner.resolve_seed`).
+    (default ``"ci"``), capped by a run's own ``examples``; ``seed`` to the profile's
+    (:func:`~distcheck.engine.runner.resolve_seed`).
     Raises what :func:`~distcheck.certify.engine.certify` raises for bad input (an unknown
     contract or option, a target that does not import): a defect of the checks module.
     """
@@ -59,7 +60,8 @@ def contract_rows(world: World, runs: Sequence[ContractRun], *, profile: str | N
     count = examples if examples is not None else WORLD_MAX_EXAMPLES[profile]
     rows: list[CheckResult] = []
     for run in runs:  # below the contract's smallest world, certify gives skip rows with its reason
-        cert = certify(run.target, run.contract, world=world, examples=count, seed=seed, profile=profile,
+        cert = certify(run.target, run.contract, world=world,
+                       examples=count if run.examples is None else min(count, run.examples), seed=seed, profile=profile,
                        dtypes=run.dtypes, options=run.options, timeout_s=timeout_s)
         rows += certification_rows(run, cert)
     return rows

@@ -111,6 +111,8 @@ class ContractRun:
         options: the contract's options.
         dtypes: the formats (None: the contract's own).
         doc: one line on what the run shows, for the docs and the table's detail.
+        examples: at most this many examples per property (None: the profile's count), for a run
+            whose every example is a costly step that the profile's count would make dominate the stage.
 
     A world too small for the contract's claims to fail (:meth:`Contract.cannot_fail`) gives one
     ``skip`` row per property with the contract's reason, as under ``distcheck certify``.
@@ -122,6 +124,7 @@ class ContractRun:
     options: dict = field(default_factory=dict)
     dtypes: tuple[str, ...] | None = None
     doc: str = ""
+    examples: int | None = None
 
 
 @dataclass
