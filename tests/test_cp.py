@@ -95,12 +95,28 @@ def test_bad_input_names_the_field(call, field):
     assert info.value.field == field
 
 
+def _torch_refusal(ctx):
+    """What torch's context_parallel raises on this rank of a CPU world ("" when it runs)."""
+    import torch
+
+    from distcheck.parallel.cp.plans import torch_context_parallel
+
+    q = torch.randn(1, 4, 4, 8, requires_grad=True)
+    k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(2))
+    try:
+        torch_context_parallel(q, k, v)
+    except (NotImplementedError, RuntimeError, IndexError, ValueError) as exc:  # compared by the test
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
 @pytest.mark.multiprocess
 def test_ring_example_certified_local_mask_fails_torch_skipped_on_cpu():
     pytest.importorskip("torch")
     import torch
 
     from distcheck.certify.engine import certify
+    from distcheck.parallel.cp.plans import CPU_REFUSAL, CPU_REFUSAL_ERROR, cpu_refusal
     from distcheck.runners import RankPool
 
     with warnings.catch_warnings(), RankPool(world_size=2, backend="gloo", timeout_s=90) as pool:
@@ -111,7 +127,10 @@ def test_ring_example_certified_local_mask_fails_torch_skipped_on_cpu():
                       pool=pool, seed=0, examples=5, dtypes=("float64",))
         torch_cp = certify("distcheck.parallel.cp.plans:TORCH_CONTEXT_PARALLEL", "context-parallel-attention",
                            pool=pool, seed=0, examples=5, dtypes=("float32",))
+        raised = pool.run(_torch_refusal)
     good.assert_certified()
     assert {v.property for v in bad.verdicts if v.verdict == FAIL} == {"forward", "grads"}
-    if not torch.cuda.is_available():
-        assert all(v.verdict == "skip" and "CPU" in v.describe("context-parallel-attention") for v in torch_cp.verdicts)
+    if not torch.cuda.is_available():  # the skip quotes what every rank of a CPU world of two raises
+        assert raised == [CPU_REFUSAL_ERROR] * 2 and cpu_refusal("cpu") == CPU_REFUSAL
+        assert [(v.verdict, v.failure) for v in torch_cp.verdicts] == [("skip", CPU_REFUSAL)] * 2
+    assert cpu_refusal("cuda") is None

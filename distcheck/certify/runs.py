@@ -46,7 +46,8 @@ def contract_rows(world: World, runs: Sequence[ContractRun], *, profile: str | N
     """Certify every run on ``world`` (borrowed, not closed); one row per property (and dtype).
 
     ``examples`` defaults to :data:`~distcheck.engine.profiles.WORLD_MAX_EXAMPLES` of ``profile``
-    (default ``"ci"``); ``seed`` to the profile's (:func:`~distcheck.engine.runner.resolve_seed`).
+    (default ``"ci"``), capped by a run's own ``examples``; ``seed`` to the profile's
+    (:func:`~distcheck.engine.runner.resolve_seed`).
     Raises what :func:`~distcheck.certify.engine.certify` raises for bad input (an unknown
     contract or option, a target that does not import): a defect of the checks module.
     """

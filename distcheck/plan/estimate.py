@@ -33,7 +33,10 @@ Activations per GPU
     layers for each micro-batch in flight: ``pp.peak_in_flight.<schedule>``
     (1F1B: ``min(pp, m)``, so the first stage holds a whole model's layers,
     as in Korthikanti et al. 2022 section 4.2.3; GPipe: ``m``). Embedding,
-    logits and temporary buffers are not counted.
+    logits and temporary buffers are not counted, except context parallelism's: with cp > 1, one
+    layer's all-gathered K and V of the whole sequence (``cp.all_gather.buffer_bytes_per_rank``,
+    Llama 3 §3.3.2: ``2 seq_len b (num_kv_heads / tp) head_dim`` elements), held while that layer's
+    attention runs.
 
 Pipeline bubble
     ``pp.bubble_fraction.<schedule>`` (idle / total time; GPipe and 1F1B:
@@ -56,7 +59,8 @@ Communication: bytes each GPU sends per training step (m micro-batches)
     * cp: all-gather-based context parallelism (Llama 3 paper, Dubey et al.
       2024, section 3.3.2): K and V of the local heads (``num_kv_heads / tp``)
       are all-gathered over cp ranks in each layer's forward, and the adjoint,
-      a reduce-scatter of their gradients, runs in the backward;
+      a reduce-scatter of their gradients, runs in the backward
+      (``cp.all_gather.bytes_per_rank.forward`` + ``.backward``, :mod:`distcheck.parallel.cp`);
     * dp: gradients synchronised once per step over the ``N = dp * cp`` ranks,
       in the convention's gradient bytes: ZeRO-0 an all-reduce, ZeRO-1/2 a
       reduce-scatter plus an all-gather of the updated weights (the ZeRO
@@ -103,6 +107,7 @@ __all__ = [
     "Estimate",
     "check_layout",
     "check_model_rules",
+    "cp_kv_buffer",
     "estimate",
     "conventions",
 ]
@@ -115,7 +120,8 @@ class Estimate:
         layout, hardware: what was sized.
         params_per_gpu: ``P / (tp * pp)``.
         weights, gradients, optimizer: training-state bytes per GPU after ZeRO sharding.
-        activations: activation bytes per GPU (None without a model shape).
+        activations: activation bytes per GPU (None without a model shape): the stored layers', and with
+            cp > 1 one layer's all-gathered K and V (:func:`cp_kv_buffer`).
         activations_per_layer: bytes of one layer for one micro-batch (Table 2 row).
         layers_per_stage: ``num_layers / pp`` (None without a shape).
         in_flight: micro-batches whose activations a stage holds at once.
@@ -247,6 +253,16 @@ def _tp_comm_bytes(s, b, h, t, bytes_per_element) -> Fraction:
     return Fraction(bytes_per_element) * Fraction(8 * b * s * h * (t - 1), t)
 
 
+def _cp_all_gather_bytes(s, b, num_kv_heads, head_dim, bytes_per_element, cp) -> Fraction:
+    # Llama 3 section 3.3.2, nccl-tests' factor: all-gathers of K and V (forward) or reduce-scatters of dK, dV
+    # (backward) of the whole sequence, (cp-1)/cp of S = s b Hkv e B each
+    return Fraction(2 * (cp - 1) * s * b * num_kv_heads * head_dim * bytes_per_element, cp)
+
+
+def _cp_all_gather_buffer(s, b, num_kv_heads, head_dim, bytes_per_element) -> int:
+    return 2 * s * b * num_kv_heads * head_dim * bytes_per_element  # the gathered K and V of the whole sequence
+
+
 def _bubble_fraction(p, m, t_f=1, t_b=2) -> Fraction:  # GPipe and 1F1B: (p - 1) / (m + p - 1), any t_f, t_b
     return Fraction(p - 1, m + p - 1)
 
@@ -257,6 +273,9 @@ EXACT_FORMS: dict[str, Callable[..., int | Fraction]] = {
     **{f"activations.bytes_per_layer.{row}": functools.partial(_table2, row)
        for row in ("tp", "tp_sp", "tp_selective", "tp_sp_selective", "full_recompute")},
     "tp.comm_bytes_per_layer": _tp_comm_bytes,
+    "cp.all_gather.bytes_per_rank.forward": _cp_all_gather_bytes,
+    "cp.all_gather.bytes_per_rank.backward": _cp_all_gather_bytes,
+    "cp.all_gather.buffer_bytes_per_rank": _cp_all_gather_buffer,
     "pp.bubble_fraction.gpipe": _bubble_fraction,
     "pp.bubble_fraction.1f1b": _bubble_fraction,
     "pp.peak_in_flight.gpipe": lambda p, m, t_f=1, t_b=2: m,
@@ -313,6 +332,23 @@ def activation_bytes_per_layer(model: ModelSpec, workload: Workload, tp: int, cp
     return form(f"activations.bytes_per_layer.{row}", s=s, b=b, h=h, a=a, t=tp)
 
 
+def _cp_inputs(model: ModelSpec, workload: Workload, tp: int) -> dict[str, int]:
+    """The inputs of the cp forms (:mod:`distcheck.parallel.cp`) for one tensor-parallel rank: the whole
+    sequence, the micro-batch, its ``num_kv_heads / tp`` KV heads, the head dimension, 2-byte activations."""
+    shape = model.config
+    assert shape is not None and shape.num_kv_heads is not None and shape.head_dim is not None, \
+        "TransformerConfig.__post_init__ sets both"
+    return {"s": workload.seq_len, "b": workload.micro_batch_size, "num_kv_heads": shape.num_kv_heads // tp,
+            "head_dim": shape.head_dim, "bytes_per_element": ACTIVATION_BYTES}
+
+
+def cp_kv_buffer(model: ModelSpec, workload: Workload, tp: int, cp: int) -> int | Fraction:
+    """Bytes of the K and V a context-parallel rank all-gathers for one layer's attention (0 at cp = 1):
+    ``cp.all_gather.buffer_bytes_per_rank`` (Llama 3 §3.3.2) at the whole sequence and ``num_kv_heads / tp``
+    KV heads, 2-byte activations. One layer's at a time: it is freed when the layer's attention is done."""
+    return 0 if cp == 1 else form("cp.all_gather.buffer_bytes_per_rank", **_cp_inputs(model, workload, tp))
+
+
 def _comm(model: ModelSpec, workload: Workload, lay: Layout, psi: Fraction) -> dict[str, int | Fraction | None]:
     conv = workload.convention
     m, b = workload.num_microbatches, workload.micro_batch_size
@@ -331,13 +367,10 @@ def _comm(model: ModelSpec, workload: Workload, lay: Layout, psi: Fraction) -> d
         sends = 0 if lay.pp == 1 else 1 if lay.pp == 2 else 2
         boundary = Fraction(b * s_local * h * ACTIVATION_BYTES, lay.tp if workload.sequence_parallel else 1)
         out["pp"] = _exact(sends * m * boundary)
-        kv_heads, head_dim = shape.num_kv_heads, shape.head_dim
-        assert kv_heads is not None and head_dim is not None, "TransformerConfig.__post_init__ sets both"
-        kv_local = kv_heads // lay.tp * head_dim
-        kv_full = 2 * b * workload.seq_len * kv_local * ACTIVATION_BYTES  # K and V of all cp ranks' tokens
-        per_layer = (Fraction(_collective(Collective.ALL_GATHER, kv_full, lay.cp))
-                     + Fraction(_collective(Collective.REDUCE_SCATTER, kv_full, lay.cp)))
-        out["cp"] = _exact(per_layer * layers * m)
+        kv = _cp_inputs(model, workload, lay.tp)
+        out["cp"] = 0 if lay.cp == 1 else _exact(
+            (Fraction(form("cp.all_gather.bytes_per_rank.forward", cp=lay.cp, **kv))
+             + Fraction(form("cp.all_gather.bytes_per_rank.backward", cp=lay.cp, **kv))) * layers * m)
     n = lay.shard_ranks
     grads, weights = conv.grads * psi, conv.weights * psi
     if lay.zero == 0:
@@ -373,7 +406,8 @@ def estimate(model: ModelSpec, hardware: Hardware, workload: Workload, layout: L
     else:
         layers = model.config.num_layers // layout.pp
         per_layer = activation_bytes_per_layer(model, workload, layout.tp, layout.cp)
-        acts = _exact(Fraction(per_layer) * layers * in_flight)
+        acts = _exact(Fraction(per_layer) * layers * in_flight
+                      + Fraction(cp_kv_buffer(model, workload, layout.tp, layout.cp)))
     return Estimate(
         layout=layout,
         hardware=hardware,
@@ -403,14 +437,16 @@ def conventions(model: ModelSpec, workload: Workload) -> list[str]:
         lines.append(
             f"activations: Korthikanti et al. 2022 Table 2, row {row} (recompute {workload.recompute}, sequence "
             f"parallel {'on' if workload.sequence_parallel else 'off'}), s = seq_len / cp, GPT layer (4h MLP) as an "
-            f"estimate for this model; × layers per stage × pp.peak_in_flight.{workload.schedule}")
+            f"estimate for this model; × layers per stage × pp.peak_in_flight.{workload.schedule}; with cp > 1, + one "
+            "layer's all-gathered K and V (cp.all_gather.buffer_bytes_per_rank)")
     else:
         lines.append("activations: not counted (a raw parameter count has no shape; give --model or the shape)")
     lines += [
         f"bubble: pp.bubble_fraction.{workload.schedule} (idle / total) at m = {workload.num_microbatches}",
         "communication: bytes each GPU sends per step, ring collectives (comm.bytes_per_rank.*); tp: "
         "tp.comm_bytes_per_layer; pp: b·s·h per micro-batch each way (/ tp with sequence parallel); cp: all-gather "
-        "of K, V and reduce-scatter of their gradients; dp: all-reduce (ZeRO-0), reduce-scatter + all-gather "
+        "of K, V and reduce-scatter of their gradients (cp.all_gather.bytes_per_rank.*); dp: all-reduce (ZeRO-0), "
+        "reduce-scatter + all-gather "
         "(ZeRO-1/2), all-gather per micro-batch forward and backward + reduce-scatter (ZeRO-3)",
         "GB = 1e9 bytes",
     ]

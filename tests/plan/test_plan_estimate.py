@@ -195,3 +195,27 @@ def test_bad_input_names_the_field_and_the_rule(build, field, rule):
 
 def _check(model: str, gpus: int, lay: Layout) -> None:
     check_layout(resolve_model(model), Hardware(gpus=gpus, gpu_memory="80 GB"), Workload(), lay)
+
+
+def test_plan_memory_cp_figures_are_the_cp_package_forms(capsys):
+    """``distcheck plan memory --cp 2``: the cp bytes sent and the all-gathered K/V buffer in the activations
+    are the context-parallel package's closed forms (sympy, the catalogue), not a figure of the planner's own."""
+    import json
+
+    from distcheck.cli import main
+
+    assert main(["plan", "memory", "--model", "lesson-70b-style", "--gpus", "64", "--tp", "8", "--cp", "2",
+                 "--zero", "3", "--format", "json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    est = out["estimate"]
+    wl = out["workload"]
+    kv = {"s": wl["seq_len"], "b": wl["micro_batch_size"], "num_kv_heads": 8 // 8, "head_dim": 128,
+          "bytes_per_element": 2}
+    layers, m = est["layers_per_stage"], wl["num_microbatches"]
+    sent = sum(get(f"cp.all_gather.bytes_per_rank.{d}").evaluate(cp=2, **kv) for d in ("forward", "backward"))
+    assert Fraction(est["comm_bytes_per_step"]["cp"]) == sent * layers * m > 0
+    buffer = get("cp.all_gather.buffer_bytes_per_rank").evaluate(**kv)
+    assert Fraction(est["bytes"]["activations"]) == \
+        Fraction(est["activations_per_layer"]) * layers * est["in_flight"] + buffer
+    one = estimate(resolve_model("lesson-70b-style"), Hardware(gpus=8, gpu_memory="80 GB"), Workload(), Layout(tp=8))
+    assert one.comm["cp"] == 0 and one.activations == one.activations_per_layer * 80 * one.in_flight

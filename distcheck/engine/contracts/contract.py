@@ -112,7 +112,8 @@ class ContractRun:
         dtypes: the formats (None: the contract's own).
         doc: one line on what the run shows, for the docs and the table's detail.
         max_examples: at most this many examples per property (None: the profile's count), for a run
-            whose example is a whole training step of every rank (seconds, not milliseconds).
+            whose every example is a costly step (a whole training step of every rank, a distributed
+            attention) that the profile's count would make dominate the stage.
 
     A world too small for the contract's claims to fail (:meth:`Contract.cannot_fail`) gives one
     ``skip`` row per property with the contract's reason, as under ``distcheck certify``.

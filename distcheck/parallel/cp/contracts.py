@@ -91,15 +91,16 @@ class ContextParallelAttention(Contract):
         return make_target(obj, ref, "function"), options
 
     def skipped(self, target: Any, options: dict) -> dict[str, str]:
-        """torch's ``context_parallel`` without a GPU: every property, with torch's refusal as the reason."""
-        from distcheck.parallel.cp.plans import CPU_REFUSAL
+        """torch's ``context_parallel`` where torch refuses the attention op (without a GPU, torch 2.13): every
+        property, with torch's refusal as the reason (:func:`distcheck.parallel.cp.plans.cpu_refusal`)."""
+        if not (target.ref.endswith(":TORCH_CONTEXT_PARALLEL") or target.ref.endswith(":torch_context_parallel")):
+            return {}
+        import torch
 
-        if target.ref.endswith(":TORCH_CONTEXT_PARALLEL") or target.ref.endswith(":torch_context_parallel"):
-            import torch
+        from distcheck.parallel.cp.plans import cpu_refusal
 
-            if not torch.cuda.is_available():
-                return {p.name: CPU_REFUSAL for p in self.properties}
-        return {}
+        reason = cpu_refusal("cuda" if torch.cuda.is_available() else "cpu")
+        return {} if reason is None else {p.name: reason for p in self.properties}
 
     def cases(self, world_size: int, dtype: str, options: dict):
         balanced = bool(options["load_balance"])

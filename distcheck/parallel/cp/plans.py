@@ -1,20 +1,171 @@
-"""torch's own context parallelism as a target of ``context-parallel-attention``.
+"""Targets of the ``context-parallel-attention`` contract in plain torch.distributed, and torch's own.
 
-``TORCH_CONTEXT_PARALLEL(q, k, v)``: ``F.scaled_dot_product_attention(q, k, v, is_causal=True,
-enable_gqa=True)`` inside ``torch.distributed.tensor.experimental.context_parallel`` on a one-axis mesh
-of the world: torch replaces the attention by its ring over the mesh, on each rank's head-tail shard
-(its load balancer's layout is the contract's). On CPU torch 2.13 refuses the CPU SDPA op ("does not
-have a sharding strategy registered"), so the contract records its properties ``skip`` with that
-reason where no GPU is present (:meth:`~distcheck.parallel.cp.contracts.ContextParallelAttention.skipped`).
+Every target is ``fn(q, k, v) -> out`` on this rank's head-tail shards (the contract's layout:
+q (1, H, s/cp, e), k and v (1, Hkv, s/cp, e); rank r holds chunks r and 2 cp - 1 - r of 2 cp, "The
+Llama 3 Herd of Models", §3.3.2), cp the world size. Attention is causal on the global positions,
+scaled by 1/sqrt(e), query head h reading KV head h // (H / Hkv).
+
+* ``ALL_GATHER_ATTENTION``: Llama 3's context parallelism (§3.3.2): K and V all-gathered
+  (``all_gather_into_tensor``), the rank's queries attend the whole sequence with the mask on the
+  gathered keys' global positions; the backward reduce-scatters dK and dV (``reduce_scatter_tensor``,
+  an ``autograd.Function``: the collectives are not differentiable).
+* ``ULYSSES_ATTENTION``: DeepSpeed-Ulysses (Jacobs et al. 2023, §3.1): ``all_to_all_single`` of q, k, v
+  from sequence shards to head shards (rank r: query heads [r H/cp, (r+1) H/cp) and KV heads
+  [r Hkv/cp, (r+1) Hkv/cp)), attention on the whole sequence, and the output's all-to-all back; the
+  backward is the inverse all-to-all of each gradient. cp must divide H and Hkv (the contract's cases do).
+* ``TORCH_CONTEXT_PARALLEL``: ``F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)``
+  inside ``torch.distributed.tensor.experimental.context_parallel`` on a one-axis mesh of the world:
+  torch replaces the attention by its ring over the mesh, on each rank's head-tail shard (its load
+  balancer's layout is the contract's). Without a GPU, torch 2.13 registers no sharding strategy for the
+  CPU attention op, and every rank raises :data:`CPU_REFUSAL_ERROR` (reproduced at world size 2 on gloo by
+  ``tests/test_cp.py``); the contract records its properties ``skip`` with :data:`CPU_REFUSAL` only then
+  (:func:`cpu_refusal`), and runs it otherwise (any other error is a FAIL).
+
+The all-gather and Ulysses targets are ``distcheck check``'s cp rows on gloo (:mod:`distcheck.parallel.cp.
+checks`); the ring of ``examples/my_ring_attention.py`` is certified by ``distcheck certify``.
 """
 
 from __future__ import annotations
 
-__all__ = ["torch_context_parallel", "TORCH_CONTEXT_PARALLEL", "CPU_REFUSAL"]
+import math
 
+__all__ = ["all_gather_attention", "ulysses_attention", "torch_context_parallel", "cpu_refusal",
+           "ALL_GATHER_ATTENTION", "ULYSSES_ATTENTION", "TORCH_CONTEXT_PARALLEL", "CPU_OP", "CPU_REFUSAL_ERROR",
+           "CPU_REFUSAL"]
+
+#: the op CPU scaled_dot_product_attention dispatches to (torch 2.13)
+CPU_OP = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+#: what every rank raises under context_parallel without a GPU (torch 2.13, DTensor's sharding propagation)
+CPU_REFUSAL_ERROR = f"NotImplementedError: Operator {CPU_OP} does not have a sharding strategy registered."
 #: why the row is a skip without a GPU
-CPU_REFUSAL = ("torch 2.13's context_parallel refuses the CPU scaled_dot_product_attention op ('does not have a "
-               "sharding strategy registered'); it runs where a GPU is present")
+CPU_REFUSAL = (f"torch's context_parallel refuses the CPU attention op on every rank ({CPU_REFUSAL_ERROR}); it runs "
+               "where a GPU is present")
+
+
+def _positions(rank: int, cp: int, length: int, device):
+    """Rank ``rank``'s global positions: chunks ``rank`` and ``2 cp - 1 - rank`` of ``length // 2`` tokens."""
+    import torch
+
+    c = length // 2
+    return torch.cat([torch.arange(rank * c, (rank + 1) * c, device=device),
+                      torch.arange((2 * cp - 1 - rank) * c, (2 * cp - rank) * c, device=device)])
+
+
+def _attend(q, k, v, q_pos, k_pos):
+    """Causal attention of q (1, H, Lq, e) over k, v (1, Hkv, Lk, e) on global positions (autograd's)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+    return s.softmax(-1) @ v
+
+
+def _function():
+    """The autograd Functions, built on first use (``import distcheck`` stays free of torch)."""
+    import torch
+    import torch.distributed as dist
+
+    class GatherSequence(torch.autograd.Function):
+        """(1, h, L, e) shards -> (1, h, cp L, e) in rank order; backward: the reduce-scatter of the gradient."""
+
+        @staticmethod
+        def forward(ctx, x):
+            n = dist.get_world_size()
+            out = x.new_empty((n * x.shape[0], *x.shape[1:]))  # the shards stacked on dim 0, rank order
+            dist.all_gather_into_tensor(out, x.contiguous())
+            return out.reshape(n, *x.shape).movedim(0, 2).reshape(x.shape[0], x.shape[1], n * x.shape[2], x.shape[3])
+
+        @staticmethod
+        def backward(ctx, g):
+            n = dist.get_world_size()
+            b, h, nl, e = g.shape
+            got = g.new_empty((b, h, nl // n, e))
+            dist.reduce_scatter_tensor(got, g.reshape(b, h, n, nl // n, e).movedim(2, 0).reshape(n * b, h, nl // n, e))
+            return got
+
+    def seq_to_heads(x):
+        """(1, h, L, e) sequence shard -> (1, h/cp, cp L, e) head shard over the whole sequence."""
+        n = dist.get_world_size()
+        b, h, L, e = x.shape
+        send = x.reshape(b, n, h // n, L, e).movedim(1, 0).contiguous()
+        got = torch.empty_like(send)
+        dist.all_to_all_single(got, send)
+        return got.movedim(0, 2).reshape(b, h // n, n * L, e)
+
+    def heads_to_seq(x):
+        """The inverse of :func:`seq_to_heads`."""
+        n = dist.get_world_size()
+        b, hn, nl, e = x.shape
+        send = x.reshape(b, hn, n, nl // n, e).movedim(2, 0).contiguous()
+        got = torch.empty_like(send)
+        dist.all_to_all_single(got, send)
+        return got.movedim(0, 1).reshape(b, n * hn, nl // n, e)
+
+    class ToHeads(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return seq_to_heads(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return heads_to_seq(g)
+
+    class ToSequence(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return heads_to_seq(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return seq_to_heads(g)
+
+    return GatherSequence, ToHeads, ToSequence
+
+
+_FUNCTIONS: list = []
+
+
+def _functions():
+    if not _FUNCTIONS:
+        _FUNCTIONS.extend(_function())
+    return _FUNCTIONS
+
+
+def all_gather_attention(q, k, v):
+    """Llama 3's all-gather of K and V on this rank's head-tail shards (module doc)."""
+    import torch
+    import torch.distributed as dist
+
+    gather = _functions()[0]
+    rank, n, L = dist.get_rank(), dist.get_world_size(), q.shape[2]
+    k_pos = torch.cat([_positions(j, n, L, q.device) for j in range(n)])
+    return _attend(q, gather.apply(k), gather.apply(v), _positions(rank, n, L, q.device), k_pos)
+
+
+def ulysses_attention(q, k, v):
+    """DeepSpeed-Ulysses' all-to-alls on this rank's head-tail shards (module doc)."""
+    import torch
+    import torch.distributed as dist
+
+    _, to_heads, to_seq = _functions()
+    n, L = dist.get_world_size(), q.shape[2]
+    pos = torch.cat([_positions(j, n, L, q.device) for j in range(n)])
+    return to_seq.apply(_attend(to_heads.apply(q), to_heads.apply(k), to_heads.apply(v), pos, pos))
+
+
+def cpu_refusal(device_type: str) -> str | None:
+    """:data:`CPU_REFUSAL` when torch's context_parallel refuses attention on ``device_type`` ("cpu"
+    without a GPU): DTensor's sharding propagation has no strategy, rule or single-dimension strategy
+    for :data:`CPU_OP`, the condition under which it raises :data:`CPU_REFUSAL_ERROR`; else None."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    if device_type != "cpu":
+        return None
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    prop = DTensor._op_dispatcher.sharding_propagator
+    tables = (prop.op_strategy_funcs, prop.op_to_rules, getattr(prop, "op_single_dim_strategy_funcs", {}))
+    return None if any(op in t for t in tables) else CPU_REFUSAL
 
 
 def torch_context_parallel(q, k, v):
@@ -25,8 +176,13 @@ def torch_context_parallel(q, k, v):
     from torch.distributed.tensor.experimental import context_parallel
 
     mesh = init_device_mesh(q.device.type, (torch.distributed.get_world_size(),), mesh_dim_names=("cp",))
-    with context_parallel(mesh):
+    # torch shards its ``buffers`` itself and sizes its load balancer from the first; the contract hands
+    # this rank its shards already, so a throwaway buffer of the whole sequence's length stands in
+    whole = torch.empty(1, 1, q.shape[2] * mesh.size(), device=q.device)
+    with context_parallel(mesh, buffers=[whole], buffer_seq_dims=[2], no_restore_buffers={whole}):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
+ALL_GATHER_ATTENTION = all_gather_attention
+ULYSSES_ATTENTION = ulysses_attention
 TORCH_CONTEXT_PARALLEL = torch_context_parallel
