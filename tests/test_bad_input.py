@@ -26,7 +26,7 @@ CERT = ["certify", PP, "--contract", "pipeline-table", "--option", "schedule=1f1
 MEMORY = ["plan", "memory", "--model", "llama-3-8b", "--gpus", "8"]
 SHAPE = ["plan", "memory", "--gpus", "8", "--hidden-size", "64", "--num-layers", "2", "--ffn-hidden-size", "128",
          "--num-heads", "4", "--num-kv-heads", "4", "--vocab-size", "100"]
-PIPE = ["plan", "pipeline", "--p", "4", "--m", "8"]
+PIPE = ["plan", "pp", "--p", "4", "--m", "8"]
 LAYOUT = ["plan", "layout", "--tp", "2", "--pp", "2", "--dp", "2"]
 
 ENTRY = f'[[tool.distcheck.certify]]\ntarget = "{PP}"\ncontract = "pipeline-table"\noptions = {{ schedule = "1f1b" }}\n'
@@ -139,17 +139,17 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("plan memory --format", [*MEMORY, "--format", "xml"], "--format", False),
     ("plan memory --figure", [*MEMORY, "--figure", "chart.txt"], "figure", False),
     ("plan memory --report", [*MEMORY, "--report", "{file}"], "plain.txt", False),
-    # ---- plan pipeline
-    ("plan pipeline --p", ["plan", "pipeline", "--p", "0", "--m", "8"], "p", False),
-    ("plan pipeline --m", ["plan", "pipeline", "--p", "4", "--m", "0"], "m", False),
-    ("plan pipeline --schedule", [*PIPE, "--schedule", "zigzag"], "--schedule", False),
-    ("plan pipeline --v", [*PIPE, "--schedule", "interleaved", "--v", "1"], "v", False),
-    ("plan pipeline --t-f", [*PIPE, "--t-f", "0"], "t_f", False),
-    ("plan pipeline --t-b", [*PIPE, "--t-b", "0"], "t_b", False),
-    ("plan pipeline --torch", [*PIPE, "--torch", "NoSuchSchedule"], "--torch", False),
-    ("plan pipeline --format", [*PIPE, "--format", "xml"], "--format", False),
-    ("plan pipeline --figure", [*PIPE, "--figure", "chart.txt"], "figure", False),
-    ("plan pipeline --report", [*PIPE, "--report", "{file}"], "plain.txt", False),
+    # ---- plan pp
+    ("plan pp --p", ["plan", "pp", "--p", "0", "--m", "8"], "p", False),
+    ("plan pp --m", ["plan", "pp", "--p", "4", "--m", "0"], "m", False),
+    ("plan pp --schedule", [*PIPE, "--schedule", "zigzag"], "--schedule", False),
+    ("plan pp --v", [*PIPE, "--schedule", "interleaved", "--v", "1"], "v", False),
+    ("plan pp --t-f", [*PIPE, "--t-f", "0"], "t_f", False),
+    ("plan pp --t-b", [*PIPE, "--t-b", "0"], "t_b", False),
+    ("plan pp --torch", [*PIPE, "--torch", "NoSuchSchedule"], "--torch", False),
+    ("plan pp --format", [*PIPE, "--format", "xml"], "--format", False),
+    ("plan pp --figure", [*PIPE, "--figure", "chart.txt"], "figure", False),
+    ("plan pp --report", [*PIPE, "--report", "{file}"], "plain.txt", False),
     # ---- plan layout
     ("plan layout --tp", ["plan", "layout", "--tp", "0"], "tp", False),
     ("plan layout --pp", ["plan", "layout", "--pp", "0"], "pp", False),
@@ -258,8 +258,11 @@ def _flags(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
     """(subcommand path, option flag, the action) for every option of every (sub)parser."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _flags(sub, (*path, name))
+            seen: set[int] = set()
+            for name, sub in action.choices.items():  # an alias (plan pipeline, the old plan pp) is its parser again
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    yield from _flags(sub, (*path, name))
         elif action.option_strings:
             yield " ".join(path), next(s for s in action.option_strings if s.startswith("--")), action
 

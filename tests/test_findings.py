@@ -170,7 +170,7 @@ def test_the_table_finding_reproduces_on_this_torch():
 
 
 def test_table_symptom_matches_any_case_but_only_micro_batch_m_on_its_own_stage():
-    """`distcheck plan pipeline --torch` reports the case asked for (p=2, m=2), not the scan's smallest."""
+    """`distcheck plan pp --torch` reports the case asked for (p=2, m=2), not the scan's smallest."""
     asked = ("p=2, m=2: torch's table does not replay: microbatch=2 must be < num_microbatches=2 "
              "(in F(mb=2, stage=1) on rank 1)")
     assert _label(_row(TABLE, FAIL, asked))[0].verdict == FINDING

@@ -15,13 +15,16 @@ model that cannot fit the GPUs in any layout.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from distcheck.core.vocab import Schedule, names
+from distcheck.core.vocab import Axis, Schedule, names
 
 __all__ = ["add_plan_parser", "add_report_options", "run_plan"]
 
 _SIM_SCHEDULES = names(Schedule)
+#: the old name of ``plan pp``, kept for one release with a note on stderr
+_OLD_PP = "pipeline"
 #: the schedules ``plan memory`` sizes (distcheck.plan.estimate.SCHEDULES, not imported here: it loads numpy)
 _PLANNED_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.GPIPE.value)
 #: torch.distributed.pipelining schedule classes distcheck can build tables of
@@ -50,7 +53,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     plan = sub.add_parser(
         "plan", help="plan a run: which layout fits, its bubble and communication; schedule and mesh figures",
         description="Plan a training run under named conventions: `plan memory` sizes every parallel layout of a "
-                    "model on a set of GPUs and recommends one, `plan pipeline` simulates a pipeline schedule, "
+                    "model on a set of GPUs and recommends one, `plan pp` simulates a pipeline schedule, "
                     "`plan layout` shows the rank groups of a mesh.",
         epilog="Exit codes: 0 a layout fits / the figures agree, 1 nothing fits / a figure disagrees, 2 bad input.",
     )
@@ -107,7 +110,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_report_options(out)
 
     pipe = what.add_parser(
-        "pipeline", help="simulate a pipeline schedule: timeline, step ticks, bubble, peak in flight",
+        Axis.PP.value, aliases=[_OLD_PP], help="simulate a pipeline schedule: timeline, step ticks, bubble, peak in "
+                                               "flight (the old name 'plan pipeline' works for one release)",
         description="Run a schedule tick by tick (forward t_f, backward t_b ticks per stage; communication free) "
                     "and compare its step time, bubble and activation stash with the closed forms. --torch replays "
                     "torch.distributed.pipelining's own schedule table (imports torch).",
@@ -148,8 +152,12 @@ def run_plan(args: argparse.Namespace) -> int:
         from distcheck.plan.cli_memory import run_memory
 
         return run_memory(args)
-    if args.plan_command == "pipeline":
+    if args.plan_command in (Axis.PP, _OLD_PP):
         from distcheck.plan.cli_pipeline import run_pipeline
+
+        if args.plan_command == _OLD_PP:  # one release of the old name, then it goes
+            print("distcheck: 'plan pipeline' is deprecated: use 'plan pp' (one name per parallelism)",
+                  file=sys.stderr)
 
         return run_pipeline(args)
     if args.plan_command == "layout":

@@ -1,4 +1,4 @@
-"""``distcheck plan pipeline``: a schedule's timeline, its closed forms, and torch's own table."""
+"""``distcheck plan pp``: a schedule's timeline, its closed forms, and torch's own table."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             figs = [figs[1], figs[0]]  # with --torch, --figure draws torch's table; the report shows both
         from distcheck.report import summary_line
 
-        _write_outputs(args, figs, f"distcheck plan pipeline: {name}, p = {args.p}, m = {args.m}",
+        _write_outputs(args, figs, f"distcheck plan pp: {name}, p = {args.p}, m = {args.m}",
                        [f"forward {args.t_f} tick(s), backward {args.t_b} tick(s) per stage; communication free"],
                        tables, results=rows, summary=summary_line(rows))
     return exit_code(rows)
@@ -166,7 +166,7 @@ def _print_pipeline(t, name, rows, torch_part, args) -> None:
     from distcheck.report import FAIL, FINDING, PASS
 
     console = _console()
-    console.print(f"[bold]distcheck plan pipeline[/]: {escape(name)}, p = {args.p}, m = {args.m}; forward "
+    console.print(f"[bold]distcheck plan pp[/]: {escape(name)}, p = {args.p}, m = {args.m}; forward "
                   f"{args.t_f}, backward {args.t_b} tick(s) per stage, communication free", highlight=False)
 
     def show(tl, title):

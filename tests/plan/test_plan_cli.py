@@ -79,25 +79,25 @@ def test_bad_plan_input_is_one_line_and_exit_2(argv, message, capsys):
 
 def test_plan_pipeline_prints_the_timeline_and_checks_the_closed_forms(capsys, tmp_path):
     fig = tmp_path / "gantt.svg"
-    assert main(["plan", "pipeline", "--p", "4", "--m", "4", "--schedule", "gpipe", "--figure", str(fig)]) == 0
+    assert main(["plan", "pp", "--p", "4", "--m", "4", "--schedule", "gpipe", "--figure", str(fig)]) == 0
     out = capsys.readouterr().out
     assert "rank 3 |.  .  .  F0 F1 F2 F3 B0 B0" in out
     assert "bubble fraction (idle / total): 3/7 = 42.86%" in out and "idle per rank: 9, 9, 9, 9 ticks" in out
     assert out.count("pass    pp.") == 5
     ids = [el.get("id") for el in ET.parse(fig).getroot().iter() if el.get("id")]
     assert sum(i.startswith("idle-") for i in ids) == 36
-    assert _code(["plan", "pipeline", "--p", "2", "--m", "3", "--schedule", "interleaved"]) == 2
+    assert _code(["plan", "pp", "--p", "2", "--m", "3", "--schedule", "interleaved"]) == 2
     assert "m=3 must be a multiple of p=2" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_plan_pipeline_torch_reports_the_known_1f1b_table_finding(capsys):
     pytest.importorskip("torch")
-    assert main(["plan", "pipeline", "--p", "2", "--m", "2", "--torch"]) == 0
+    assert main(["plan", "pp", "--p", "2", "--m", "2", "--torch"]) == 0
     out = capsys.readouterr().out
     assert "finding pp.table.Schedule1F1B: recorded finding torch.Schedule1F1B.table_last_rank" in out
     assert "rank 1 | 1F1 1B0 1F2 1B1" in out  # torch's table names micro-batch 2 of 2
-    assert main(["plan", "pipeline", "--p", "2", "--m", "4", "--torch", "ScheduleGPipe", "--format", "json"]) == 0
+    assert main(["plan", "pp", "--p", "2", "--m", "4", "--torch", "ScheduleGPipe", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["torch"]["timeline"]["step_ticks"] == data["simulator"]["step_ticks"] == 15
     assert {c["verdict"] for c in data["checks"]} == {"pass"}
@@ -170,8 +170,18 @@ def test_plan_help_documents_the_options(capsys):
     for argv, words in ((["plan", "--help"], ["memory", "pipeline", "layout", "Exit codes"]),
                         (["plan", "memory", "--help"], ["--model", "--gpus", "--gpu-memory", "--tp", "--zero",
                                                         "--recompute", "--figure", "--report", "--quiet"]),
-                        (["plan", "pipeline", "--help"], ["--p", "--m", "--schedule", "--torch", "--figure"]),
+                        (["plan", "pp", "--help"], ["--p", "--m", "--schedule", "--torch", "--figure"]),
                         (["check", "--help"], ["--report", "--quiet"]), (["audit", "--help"], ["--report"])):
         assert _code(argv) == 0
         out = capsys.readouterr().out
         assert all(w in out for w in words), (argv, [w for w in words if w not in out])
+
+
+def test_the_old_name_plan_pipeline_still_runs_with_a_note(capsys):
+    # one name per parallelism: `plan pp`; the old `plan pipeline` works for one release and says so
+    assert main(["plan", "pipeline", "--p", "2", "--m", "2", "--format", "json"]) == 0
+    old = capsys.readouterr()
+    assert "'plan pipeline' is deprecated: use 'plan pp'" in old.err
+    assert main(["plan", "pp", "--p", "2", "--m", "2", "--format", "json"]) == 0
+    new = capsys.readouterr()
+    assert new.err == "" and new.out == old.out

@@ -27,7 +27,7 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         name="torch.Schedule1F1B.table_last_rank",
         check="pp.table.Schedule1F1B",
-        # the scan reports its smallest case (p=1, m=1); `distcheck plan pipeline --torch` reports the
+        # the scan reports its smallest case (p=1, m=1); `distcheck plan pp --torch` reports the
         # case it was asked for. Either way the last rank's first forward names micro-batch m, which
         # does not exist (mb = num_microbatches = m), on its own stage
         symptom=(r"(?:smallest disagreement: )?p=[1-9]\d*, m=(?P<m>[1-9]\d*): torch's table does not replay: "
