@@ -33,7 +33,7 @@ def _marks(func: ast.FunctionDef) -> set[str]:
 def test_nodes_tests_are_left_out_by_default_and_ci_runs_them():
     ini = _pytest_ini()
     args = shlex.split(ini["addopts"])
-    assert args[args.index("-m") + 1] == "not nodes", ini["addopts"]
+    assert args[args.index("-m") + 1] == "not nodes and not slow", ini["addopts"]
     assert any(m.startswith("nodes:") for m in ini["markers"]), ini["markers"]
     tree = ast.parse((ROOT / "tests" / "test_torchrun_nodes.py").read_text())
     tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
@@ -41,6 +41,7 @@ def test_nodes_tests_are_left_out_by_default_and_ci_runs_them():
     ci = (ROOT / ".ci" / "run").read_text()
     runs = [ln for ln in ci.splitlines() if not ln.lstrip().startswith("#") and "-m pytest" in ln]
     assert any(re.search(r"\s-m nodes(\s|$)", ln) for ln in runs), runs  # its -m replaces addopts' one
+    assert any('-m "slow and not nodes"' in ln for ln in runs), runs  # and so does the slow tests' step
     assert "-m nodes" in (ROOT / "README.md").read_text().split("## Tests", 1)[1]
 
 
