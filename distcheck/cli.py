@@ -239,6 +239,10 @@ def _run_audit(args) -> int:
         args.format = {".json": "json", ".md": "markdown", ".markdown": "markdown"}.get(suffix, "table")
     if args.list and args.list_keys:
         raise _UsageError("--list and --list-keys cannot be combined")
+    if args.output is not None:
+        from distcheck.core.outputs import check_output_target
+
+        check_output_target("--output", args.output)  # a folder, pipe, link or read-only file: refused first
     if args.where is not None:
         if args.list or args.list_keys or args.keys:
             raise _UsageError("--where takes no KEY.toml, --list or --list-keys")
@@ -314,10 +318,6 @@ def _emit(text: str | None, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    if output.is_dir():
-        raise _UsageError(f"--output {output} is a folder; give a file path")
-    if not output.parent.is_dir():
-        raise _UsageError(f"--output {output}: folder {output.parent} does not exist")
     from distcheck.atomic import write_text_atomic
 
     try:
