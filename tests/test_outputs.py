@@ -106,7 +106,7 @@ def _targets(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.mark.parametrize(("name", "folder", "words"), [
     ("ro", False, "read-only"), ("fifo", False, "named pipe"), ("link", False, "symbolic link"),
-    ("folder", False, "a folder"), ("plain", True, "a regular file"), ("ro_dir", True, "read-only"),
+    ("folder", False, "a folder"), ("plain", True, "is a file"), ("ro_dir", True, "read-only"),
     ("link", True, "symbolic link"), ("fifo", True, "named pipe")])
 def test_the_one_rule_for_output_targets(tmp_path, name, folder, words):
     t = _targets(tmp_path)

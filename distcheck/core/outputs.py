@@ -240,7 +240,8 @@ def check_output_target(flag: str, path: str | os.PathLike, *, folder: bool = Fa
     if st is not None:
         kind_ok = stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)
         if not kind_ok:
-            raise _refuse(flag, text, f"is {file_kind(st.st_mode)}; it must be {want}")
+            kind = "a file" if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)
+            raise _refuse(flag, text, f"is {kind}; it must be {want}")
         if _read_only(p, st):
             raise _refuse(flag, text, f"is read-only; it must be {want} that can be replaced")
         if folder:
