@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from distcheck.core.cache import hypothesis_storage
 from distcheck.errors import DistcheckError
 from distcheck.stages import stage_names, timeout_seconds
 
@@ -343,22 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        if args.command == "check":
-            return _run_check(args)
-        if args.command == "plan":
-            from distcheck.plan.cli import run_plan
-
-            return run_plan(args)
-        if args.command == "certify":
-            from distcheck.certify.cli import run as run_certify
-
-            args.argv = list(argv) if argv is not None else sys.argv[1:]
-            return run_certify(args)
-        if args.command == "libs":  # ---- distcheck libs (distcheck.libs.cli)
-            from distcheck.libs.cli import run_libs_command
-
-            return run_libs_command(args)
-        return _run_audit(args)
+        with hypothesis_storage():  # Hypothesis' files in distcheck's cache folder, not in the current folder
+            return _run_command(args, argv)
     except (DistcheckError, OSError) as exc:
         from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
 
@@ -376,7 +363,40 @@ def main(argv: list[str] | None = None) -> int:
         return 143
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # run as the program (argv from sys.argv): a signal after main() returns still exits 130 / 143
+            signal.signal(sig, _exit_by_signal if argv is None else handler)
+
+
+def _exit_by_signal(signum, frame) -> None:
+    """SIGINT or SIGTERM after :func:`main` returned (the table printed, the process on its way out):
+    exit at once with 128 + the signal's number (130, 143), as a shell reports a program it stopped,
+    never by the signal itself (a return code of -2 or -15). Standard output is flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, RuntimeError, ValueError):  # closed, or a flush already under way
+            pass
+    os._exit(128 + signum)
+
+
+def _run_command(args, argv: list[str] | None) -> int:
+    """Run the parsed subcommand; return its exit code."""
+    if args.command == "check":
+        return _run_check(args)
+    if args.command == "plan":
+        from distcheck.plan.cli import run_plan
+
+        return run_plan(args)
+    if args.command == "certify":
+        from distcheck.certify.cli import run as run_certify
+
+        args.argv = list(argv) if argv is not None else sys.argv[1:]
+        return run_certify(args)
+    if args.command == "libs":  # ---- distcheck libs (distcheck.libs.cli)
+        from distcheck.libs.cli import run_libs_command
+
+        return run_libs_command(args)
+    return _run_audit(args)
 
 
 class _Terminated(BaseException):
