@@ -41,7 +41,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one clear line and exit code 2."""
 
     def error(self, message: str):  # argparse API
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        from distcheck.core.text import for_terminal
+
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {for_terminal(message)} (see '{self.prog} --help')\n")
 
 
 def _stage_list(stages: tuple[str, ...]):
@@ -317,6 +319,9 @@ def _emit(text: str | None, output: Path | None) -> None:
     if text is None:
         return
     if output is None:
+        from distcheck.core.text import clean
+
+        text = clean(text)  # a key's title cannot clear the screen or move the cursor
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
     from distcheck.atomic import write_text_atomic
@@ -347,10 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         with hypothesis_storage():  # Hypothesis' files in distcheck's cache folder, not in the current folder
             return _run_command(args, argv)
     except (DistcheckError, OSError) as exc:
+        from distcheck.core.text import for_terminal
         from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
 
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        sys.stderr.write(f"distcheck: error: {first}\n")
+        sys.stderr.write(f"distcheck: error: {for_terminal(first)}\n")
         usage = (_UsageError, AnswerKeyError, ConfigError, UnknownQuantityError, OSError)
         return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAIL
     except KeyboardInterrupt:

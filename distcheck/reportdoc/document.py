@@ -16,7 +16,8 @@ report or the complete new one):
 Order in both: the title, the notes (one bullet each), the figures, the check
 results (with their summary line), then the other tables. Every text is
 escaped (HTML entities; ``|`` in Markdown cells), so a detail line that holds
-``<script>`` or a pipe shows as written.
+``<script>`` or a pipe shows as written, and a control character (``ESC [2J`` in a key's
+title) shows as its escape ``\\x1b[2J`` (:func:`distcheck.core.text.clean`).
 
 matplotlib is not imported here: figures arrive as :class:`FigureImage` (PNG
 bytes), or as matplotlib figures that are already built (rendered with their
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.outputs import write_folder
+from distcheck.core.text import clean
 
 __all__ = ["Table", "FigureImage", "ReportFiles", "write_report", "results_table", "figure_image",
            "render_html", "render_markdown", "check_report_dir"]
@@ -194,7 +196,7 @@ def render_html(title: str, *, notes: Sequence[str] = (), figures: Sequence[Figu
         if t.note:
             out.append(f'<p class="note">{esc(t.note)}</p>')
     out += ["</main>", "</body>", "</html>", ""]
-    return "\n".join(out)
+    return clean("\n".join(out))  # a control character from an input shows as its escape (\x1b)
 
 
 def _md(text: str) -> str:
@@ -218,7 +220,7 @@ def render_markdown(title: str, *, notes: Sequence[str] = (), figures: Sequence[
         out.append("")
         if t.note:
             out += [t.note, ""]
-    return "\n".join(out)
+    return clean("\n".join(out))
 
 
 def write_report(directory: str | Path, title: str, *, results: Iterable | None = None,
