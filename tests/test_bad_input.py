@@ -72,6 +72,10 @@ def _fs(tmp_path: Path) -> dict[str, str]:
     ro_dir.chmod(0o555)
     out = {"fifo": str(fifo), "dir": str(folder), "dangling": str(dangling), "file": str(plain), "link": str(link),
            "ro": str(ro), "ro-dir": str(ro_dir)}
+    big = tmp_path / "big.toml"  # a config over the 4 MiB cap: refused before a byte is parsed
+    big.touch()
+    os.truncate(big, 4 * 2**20 + 1)
+    out["cfg-big"] = str(big)
     for name, text in CONFIGS.items():
         path = tmp_path / f"{name}.toml"
         path.write_text(text)
@@ -197,6 +201,7 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("certify --config", ["certify", "--config", "/dev/zero"], "--config", True),
     ("certify --config", ["certify", "--config", "{dangling}"], "--config", False),
     ("certify --config", ["certify", "--config", "{dir}"], "--config", False),
+    ("certify --config", ["certify", "--config", "{cfg-big}"], "config-file limit", False),
     *[("certify --config", ["certify", "--config", f"{{cfg:{name}}}"], needle, False) for name, needle in (
         ("timeout-nan", "timeout=nan"), ("timeout-inf", "timeout=inf"), ("timeout-1e400", "timeout=inf"),
         ("timeout-0", "timeout=0"), ("timeout-neg", "timeout=-1"), ("ws-empty", "world-sizes=[]"),
