@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 from distcheck.runners.protocol import (
     FAILURE_GRACE_S,
@@ -41,16 +41,16 @@ def _name_exiting_ranks(dump_path: str | None) -> None:
     the parent can name the rank that ended the whole host (this forked process is the host alone)."""
     real_exit = os._exit
 
-    def named_exit(code: int) -> None:
+    def named_exit(status: int) -> NoReturn:
         name = threading.current_thread().name
         if dump_path and name.startswith("rank-"):
             try:
                 fd = os.open(dump_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                os.write(fd, (EXIT_MARK.format(rank=name[5:], code=code) + "\n").encode())
+                os.write(fd, (EXIT_MARK.format(rank=name[5:], code=status) + "\n").encode())
                 os.close(fd)
             except OSError:
                 pass
-        real_exit(code)
+        real_exit(status)
 
     os._exit = named_exit
 
