@@ -28,6 +28,10 @@ def tiny(args):
     def prop(x):
         assert x == x
     prop()
+    # what Hypothesis does before it writes a file of its own (its constants, its database)
+    from hypothesis.configuration import storage_directory
+
+    storage_directory("constants").create_if_missing()
     return 0
 
 cli._run_check = tiny
@@ -51,10 +55,12 @@ def test_check_leaves_no_hypothesis_folder_in_the_current_folder(tmp_path):
 
 
 def test_a_storage_folder_the_user_set_is_kept(tmp_path):
-    mine = tmp_path / "mine"
-    subprocess.run([sys.executable, "-c", TINY_CHECK], cwd=tmp_path, check=True, timeout=120,
+    mine, work = tmp_path / "mine", tmp_path / "project"
+    work.mkdir()
+    (work / "helper.py").write_text("LIMIT = 4242\n")
+    subprocess.run([sys.executable, "-c", "import helper\n" + TINY_CHECK], cwd=work, check=True, timeout=120,
                    env=_env(tmp_path, **{HYPOTHESIS_STORAGE_VAR: str(mine)}))
-    assert mine.is_dir() and not (tmp_path / "cache").exists() and not (tmp_path / ".hypothesis").exists()
+    assert mine.is_dir() and not (tmp_path / "cache").exists() and not (work / ".hypothesis").exists()
 
 
 def test_the_cache_folder_follows_xdg(monkeypatch, tmp_path):
@@ -74,3 +80,13 @@ def test_a_signal_after_main_returned_exits_128_plus_its_number(tmp_path, sig, c
                           text=True, timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert "returned 0" in proc.stdout
     assert proc.returncode == code, (proc.returncode, proc.stderr)
+
+
+@pytest.mark.slow
+def test_the_properties_stage_leaves_the_current_folder_as_it_was(tmp_path):
+    work = tmp_path / "project"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "distcheck", "check", "--only", "properties", "--profile", "ci", "--quiet"],
+                   cwd=work, env=_env(tmp_path), check=True, timeout=600, stdout=subprocess.DEVNULL)
+    assert os.listdir(work) == []
+    assert (tmp_path / "cache" / "distcheck" / "hypothesis" / "constants").is_dir()
