@@ -155,3 +155,24 @@ def test_certify_refuses_a_named_pipe_certificate_at_once(tmp_path):
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert proc.returncode == 2 and proc.stderr.startswith("distcheck: error: --certificate="), proc.stderr
     assert fifo.is_fifo()
+
+
+def test_without_the_exchange_call_the_swap_still_replaces_the_set(tmp_path, monkeypatch):
+    import distcheck.core.outputs as outputs
+
+    out = tmp_path / "rep"
+    write_folder(out, {"report.md": b"old"})
+    monkeypatch.setattr(outputs, "_exchange", lambda a, b: False)  # a system without renameat2
+    write_folder(out, {"report.md": b"new"})
+    assert (out / "report.md").read_bytes() == b"new" and staging_leftovers(tmp_path) == []
+
+
+def test_a_failed_write_keeps_the_old_set_and_leaves_nothing(tmp_path):
+    out = tmp_path / "rep"
+    write_folder(out, {"report.md": b"old"})
+    with pytest.raises(OSError):
+        write_folder(out, {"report.md": b"new", "sub/x.png": b"no such folder in the stage"})
+    with pytest.raises(OSError):
+        write_files({tmp_path / "c.json": b"new", tmp_path / "missing" / "c.md": b"new"})
+    assert (out / "report.md").read_bytes() == b"old" and not (tmp_path / "c.json").exists()
+    assert staging_leftovers(tmp_path) == []
