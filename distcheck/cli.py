@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from distcheck.core.cache import hypothesis_storage
 from distcheck.errors import DistcheckError
 from distcheck.stages import stage_names, timeout_seconds
 
@@ -40,7 +41,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one clear line and exit code 2."""
 
     def error(self, message: str):  # argparse API
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        from distcheck.core.text import for_terminal
+
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {for_terminal(message)} (see '{self.prog} --help')\n")
 
 
 def _stage_list(stages: tuple[str, ...]):
@@ -239,6 +242,10 @@ def _run_audit(args) -> int:
         args.format = {".json": "json", ".md": "markdown", ".markdown": "markdown"}.get(suffix, "table")
     if args.list and args.list_keys:
         raise _UsageError("--list and --list-keys cannot be combined")
+    if args.output is not None:
+        from distcheck.core.outputs import check_output_target
+
+        check_output_target("--output", args.output)  # a folder, pipe, link or read-only file: refused first
     if args.where is not None:
         if args.list or args.list_keys or args.keys:
             raise _UsageError("--where takes no KEY.toml, --list or --list-keys")
@@ -312,12 +319,11 @@ def _emit(text: str | None, output: Path | None) -> None:
     if text is None:
         return
     if output is None:
+        from distcheck.core.text import clean
+
+        text = clean(text)  # a key's title cannot clear the screen or move the cursor
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    if output.is_dir():
-        raise _UsageError(f"--output {output} is a folder; give a file path")
-    if not output.parent.is_dir():
-        raise _UsageError(f"--output {output}: folder {output.parent} does not exist")
     from distcheck.atomic import write_text_atomic
 
     try:
@@ -343,27 +349,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        if args.command == "check":
-            return _run_check(args)
-        if args.command == "plan":
-            from distcheck.plan.cli import run_plan
-
-            return run_plan(args)
-        if args.command == "certify":
-            from distcheck.certify.cli import run as run_certify
-
-            args.argv = list(argv) if argv is not None else sys.argv[1:]
-            return run_certify(args)
-        if args.command == "libs":  # ---- distcheck libs (distcheck.libs.cli)
-            from distcheck.libs.cli import run_libs_command
-
-            return run_libs_command(args)
-        return _run_audit(args)
+        with hypothesis_storage():  # Hypothesis' files in distcheck's cache folder, not in the current folder
+            return _run_command(args, argv)
     except (DistcheckError, OSError) as exc:
+        from distcheck.core.text import for_terminal
         from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
 
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        sys.stderr.write(f"distcheck: error: {first}\n")
+        sys.stderr.write(f"distcheck: error: {for_terminal(first)}\n")
         usage = (_UsageError, AnswerKeyError, ConfigError, UnknownQuantityError, OSError)
         return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAIL
     except KeyboardInterrupt:
@@ -376,7 +369,40 @@ def main(argv: list[str] | None = None) -> int:
         return 143
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # run as the program (argv from sys.argv): a signal after main() returns still exits 130 / 143
+            signal.signal(sig, _exit_by_signal if argv is None else handler)
+
+
+def _exit_by_signal(signum, frame) -> None:
+    """SIGINT or SIGTERM after :func:`main` returned (the table printed, the process on its way out):
+    exit at once with 128 + the signal's number (130, 143), as a shell reports a program it stopped,
+    never by the signal itself (a return code of -2 or -15). Standard output is flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, RuntimeError, ValueError):  # closed, or a flush already under way
+            pass
+    os._exit(128 + signum)
+
+
+def _run_command(args, argv: list[str] | None) -> int:
+    """Run the parsed subcommand; return its exit code."""
+    if args.command == "check":
+        return _run_check(args)
+    if args.command == "plan":
+        from distcheck.plan.cli import run_plan
+
+        return run_plan(args)
+    if args.command == "certify":
+        from distcheck.certify.cli import run as run_certify
+
+        args.argv = list(argv) if argv is not None else sys.argv[1:]
+        return run_certify(args)
+    if args.command == "libs":  # ---- distcheck libs (distcheck.libs.cli)
+        from distcheck.libs.cli import run_libs_command
+
+        return run_libs_command(args)
+    return _run_audit(args)
 
 
 class _Terminated(BaseException):

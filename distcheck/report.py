@@ -23,6 +23,7 @@ from distcheck.core.results import (
     say_nothing_can_fail,
     to_json,
 )
+from distcheck.core.text import clean
 
 __all__ = [
     "FAIL",
@@ -84,8 +85,9 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
         if title:
             console.print(title, style="bold", highlight=False)
         for r in results:
-            console.print(f"[{style.get(r.verdict, '')}]{r.verdict:<7}[/] {escape(r.check)}  ({r.backend}, world size "
-                          f"{r.world_size}, {r.examples} examples, max error {_fmt_err(r.max_error)})", highlight=False)
+            console.print(f"[{style.get(r.verdict, '')}]{r.verdict:<7}[/] {escape(clean(r.check))}  "
+                          f"({r.backend}, world size {r.world_size}, {r.examples} examples, "
+                          f"max error {_fmt_err(r.max_error)})", highlight=False)
         _print_notable(results, console, style)
         return
     show_detail = room >= 16
@@ -106,11 +108,11 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
 
     for r in results:
         cells = [
-            escape(_cut_middle(r.check, check_w)), r.backend, str(r.world_size), str(r.examples),
+            escape(_cut_middle(clean(r.check), check_w)), r.backend, str(r.world_size), str(r.examples),
             f"[{style.get(r.verdict, '')}]{r.verdict}[/]", _fmt_err(r.max_error),
         ]
         if show_detail:
-            cells.append(escape(short(r.detail)))
+            cells.append(escape(short(clean(r.detail))))
         table.add_row(*cells)
     console.print(table)
     _print_notable(results, console, style)
@@ -127,10 +129,10 @@ def _print_notable(results: list[CheckResult], console, style: dict) -> None:
         if r.verdict not in (FAIL, FINDING) and not stale:
             continue
         head = f"[{style[r.verdict]}]{r.verdict}[/]" if r.verdict in (FAIL, FINDING) else "note"
-        console.print(f"{head} {escape(r.check)} ({r.backend}, world size {r.world_size}):", highlight=False)
-        console.print(f"  {r.detail}", highlight=False, markup=False)
+        console.print(f"{head} {escape(clean(r.check))} ({r.backend}, world size {r.world_size}):", highlight=False)
+        console.print(f"  {clean(r.detail)}", highlight=False, markup=False)
         for label, text in _reproduce_lines(r):
-            console.print(f"  {label}: {text}", highlight=False, markup=False)
+            console.print(f"  {label}: {clean(text)}", highlight=False, markup=False)
 
 
 def _reproduce_lines(r: CheckResult) -> list[tuple[str, str]]:

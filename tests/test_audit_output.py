@@ -129,16 +129,17 @@ def test_output_to_a_named_pipe_is_refused_and_the_pipe_kept(tmp_path, capsys):
     os.mkfifo(fifo)
     assert cli.main(["audit", str(GOLDEN / "zero_paper.toml"), "--output", str(fifo)]) == 2
     err = capsys.readouterr().err
-    assert err == (f"distcheck: error: path='{fifo}' is not a regular file "
-                   "(a pipe, device or socket is never replaced)\n")
+    assert err == f"distcheck: error: --output='{fifo}' is a named pipe; it must be a regular file or a new path\n"
     assert stat.S_ISFIFO(fifo.stat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
-def test_output_through_a_symlink_replaces_the_file_it_names(tmp_path):
+def test_output_through_a_symlink_is_refused_before_the_work(tmp_path, capsys):
     real = tmp_path / "real.md"
     real.write_text("old")
     link = tmp_path / "link.md"
     link.symlink_to(real)
-    assert cli.main(["audit", str(GOLDEN / "zero_paper.toml"), "--output", str(link)]) == 0
-    assert link.is_symlink() and real.read_text().startswith("## ")
+    assert cli.main(["audit", str(GOLDEN / "zero_paper.toml"), "--output", str(link)]) == 2
+    assert capsys.readouterr().err == (f"distcheck: error: --output='{link}' is a symbolic link; "
+                                       "it must be a regular file or a new path\n")
+    assert link.is_symlink() and real.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.md", "real.md"]

@@ -64,7 +64,18 @@ def _fs(tmp_path: Path) -> dict[str, str]:
     plain.write_text("x")
     link = tmp_path / "link.json"
     link.symlink_to(plain)
-    out = {"fifo": str(fifo), "dir": str(folder), "dangling": str(dangling), "file": str(plain), "link": str(link)}
+    ro = tmp_path / "ro.json"
+    ro.write_text("x")
+    ro.chmod(0o444)
+    ro_dir = tmp_path / "ro-dir"
+    ro_dir.mkdir()
+    ro_dir.chmod(0o555)
+    out = {"fifo": str(fifo), "dir": str(folder), "dangling": str(dangling), "file": str(plain), "link": str(link),
+           "ro": str(ro), "ro-dir": str(ro_dir)}
+    big = tmp_path / "big.toml"  # a config over the 4 MiB cap: refused before a byte is parsed
+    big.touch()
+    os.truncate(big, 4 * 2**20 + 1)
+    out["cfg-big"] = str(big)
     for name, text in CONFIGS.items():
         path = tmp_path / f"{name}.toml"
         path.write_text(text)
@@ -99,9 +110,14 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("check --timeout", ["check", "--timeout", "nan"], "--timeout", False),
     ("check --format", ["check", "--format", "xml"], "--format", False),
     ("check --report", ["check", "--only", "golden", "--report", "{file}"], "plain.txt", False),
+    ("check --report", ["check", "--only", "golden", "--report", "{link}"], "symbolic link", False),
+    ("check --report", ["check", "--only", "golden", "--report", "{ro-dir}"], "read-only", False),
     # ---- audit
     ("audit --format", ["audit", "chapter", "--format", "xml"], "--format", False),
     ("audit --output", ["audit", "chapter", "--output", "{dir}"], "--output", False),
+    ("audit --output", ["audit", "chapter", "--output", "{link}"], "symbolic link", False),
+    ("audit --output", ["audit", "chapter", "--output", "{ro}"], "read-only", False),
+    ("audit --output", ["audit", "chapter", "--output", "{fifo}"], "named pipe", True),
     ("audit --report", ["audit", "chapter", "--report", "{file}"], "plain.txt", False),
     ("audit --where", ["audit", "--where", "pp.bubble_fractoin.gpipe"], "--where='pp.bubble_fractoin.gpipe' must "
                                                                          "name a closed form", False),
@@ -177,6 +193,7 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("certify --certificate", [*CERT, "--certificate", "{fifo}"], "--certificate", True),
     ("certify --certificate", [*CERT, "--certificate", "{dir}"], "--certificate", False),
     ("certify --certificate", [*CERT, "--certificate", "{link}"], "--certificate", False),
+    ("certify --certificate", [*CERT, "--certificate", "{ro}"], "read-only", False),
     ("certify --certificate", [*CERT, "--certificate", "cert.txt"], "--certificate", False),
     ("certify --launcher", [*CERT, "--launcher", "mpirun"], "--launcher", False),
     ("certify --timeout", [*CERT, "--timeout", "nan"], "--timeout", False),
@@ -184,6 +201,7 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("certify --config", ["certify", "--config", "/dev/zero"], "--config", True),
     ("certify --config", ["certify", "--config", "{dangling}"], "--config", False),
     ("certify --config", ["certify", "--config", "{dir}"], "--config", False),
+    ("certify --config", ["certify", "--config", "{cfg-big}"], "config-file limit", False),
     *[("certify --config", ["certify", "--config", f"{{cfg:{name}}}"], needle, False) for name, needle in (
         ("timeout-nan", "timeout=nan"), ("timeout-inf", "timeout=inf"), ("timeout-1e400", "timeout=inf"),
         ("timeout-0", "timeout=0"), ("timeout-neg", "timeout=-1"), ("ws-empty", "world-sizes=[]"),

@@ -6,8 +6,9 @@ makes it reproducible: the seed and profile, the versions of Python, torch, dist
 Hypothesis, and the command line. Running that command again gives the same verdicts and
 counterexamples; only ``created``, the ``seconds`` fields and a hang's ``stacks`` change (:func:`stable_view`).
 
-Files are written atomically (:func:`write_atomic`): a temporary file in the same folder, then
-``os.replace``; the temporary file is removed on every exit path.
+The files of one run (``--certificate a.json --certificate a.md``) are written as one set
+(:meth:`Certificate.write_set`, :func:`distcheck.core.outputs.write_files`): staged beside their
+targets, then renamed in, so a reader finds them all old or all new.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import platform
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,16 +268,26 @@ class Certificate:
 
         Raises ConfigError for another suffix or a missing folder.
         """
+        return self.write_set([path])[0]
+
+    def write_set(self, paths: Sequence[str | os.PathLike]) -> list[Path]:
+        """Write every path of ``paths`` (each ``.json`` or ``.md``) as one set: a reader finds all
+        of them old or all of them new (:func:`distcheck.core.outputs.write_files`); return them.
+
+        Raises ConfigError for another suffix or a missing folder (nothing written)."""
+        from distcheck.core.outputs import write_files
         from distcheck.errors import ConfigError
 
-        path = Path(path)
-        if path.suffix.lower() not in (".json", ".md"):
-            raise ConfigError("certificate", str(path), "must end in .json or .md")
-        if not path.parent.is_dir():
-            raise ConfigError("certificate", str(path), f"names a folder that does not exist ({path.parent})")
-        text = self.to_json() if path.suffix.lower() == ".json" else self.to_markdown()
-        write_atomic(path, text)
-        return path
+        files: dict[str | os.PathLike, bytes] = {}
+        for given in paths:
+            path = Path(given)
+            if path.suffix.lower() not in (".json", ".md"):
+                raise ConfigError("certificate", str(path), "must end in .json or .md")
+            if not path.parent.is_dir():
+                raise ConfigError("certificate", str(path), f"names a folder that does not exist ({path.parent})")
+            files[path] = (self.to_json() if path.suffix.lower() == ".json" else self.to_markdown()).encode("utf-8")
+        write_files(files)
+        return [Path(p) for p in files]
 
 
 def _num(x: float | None) -> str:

@@ -15,14 +15,13 @@ was able to fail (every row a skip, e.g. a world below the contract's smallest; 
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from distcheck.core.files import FileRefused, check_output_file
+from distcheck.core.outputs import check_output_target
 from distcheck.errors import ConfigError
 
 __all__ = ["add_parser", "run", "render_contracts"]
@@ -204,13 +203,8 @@ def run(args: argparse.Namespace) -> int:
     for path in args.certificate:
         if not path.lower().endswith((".json", ".md")):
             raise ConfigError("--certificate", path, "must end in .json or .md")
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            raise ConfigError("--certificate", path, f"names a folder that does not exist ({folder})")
-        try:  # a folder, a named pipe, a device or a symbolic link is refused before the work starts
-            check_output_file(path)
-        except FileRefused as exc:
-            raise ConfigError("--certificate", path, exc.reason) from None
+        # a folder, a named pipe, a device, a symbolic link or a read-only file is refused before the work
+        check_output_target("--certificate", path)
     if getattr(args, "report", None) is not None:
         from distcheck.reportdoc import check_report_dir
 
@@ -257,8 +251,8 @@ def _finish(args, certs, started: float) -> int:
     title = "distcheck certify" + "".join(f" {c.target} ({c.contract})" for c in certs[:1] if len(certs) == 1)
     print_report(rows, title=title, seconds=sum(c.seconds for c in certs), fmt=args.format)
     certificate = Certificate(certs, command=_command(args, certs))
-    for path in args.certificate:
-        certificate.write(path)
+    if args.certificate:
+        certificate.write_set(args.certificate)  # the pair as one set: all old or all new
     if getattr(args, "report", None) is not None:
         from distcheck.certify.report import write_certify_report
 

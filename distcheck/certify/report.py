@@ -1,7 +1,7 @@
 """The report of ``distcheck certify --report DIR``: ``DIR/report.html`` and ``DIR/report.md``.
 
 Written by :func:`distcheck.reportdoc.write_report` (the writer of ``check``, ``audit`` and
-``plan`` reports; each file atomic), from a :class:`~distcheck.certify.certificate.Certificate`.
+``plan`` reports; the whole folder swapped in as one unit), from a :class:`~distcheck.certify.certificate.Certificate`.
 In order:
 
 1. **Targets**: one row per certification: verdict, row counts, the failing properties, seed,
@@ -110,8 +110,9 @@ def write_certify_report(directory: str | Path, certificate: Certificate, *,
                          title: str = "distcheck certify") -> ReportFiles:
     """Write ``DIR/report.html`` and ``DIR/report.md`` for ``certificate``; return the paths.
 
-    Raises ConfigError when ``directory`` is a file or cannot be created, OSError when a write fails
-    (no half-written file is left: :func:`distcheck.reportdoc.write_report`).
+    Raises ConfigError when ``directory`` cannot be a report folder (a file, a link, read-only, a missing
+    parent: :func:`distcheck.reportdoc.check_report_dir`), OSError when a write fails (the old report
+    stays whole: :func:`distcheck.reportdoc.write_report`).
     """
     from distcheck.report import summary_line
 

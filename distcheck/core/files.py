@@ -10,18 +10,16 @@ grows meanwhile cannot exhaust memory. A refusal is a :class:`FileRefused` whose
 ``reason`` follows the path (``is a named pipe; an answer key must be a regular file``);
 callers turn it into their own typed error naming the file.
 
-:func:`check_output_file` is the matching rule for a file a command will write: a
-folder, a named pipe or another non-regular file, or a symbolic link is refused before
-the work starts.
+The matching rule for a path a command will write is
+:func:`distcheck.core.outputs.check_output_target`.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
-__all__ = ["MAX_INPUT_BYTES", "FileRefused", "read_regular_file", "file_kind", "check_output_file"]
+__all__ = ["MAX_INPUT_BYTES", "FileRefused", "read_regular_file", "file_kind"]
 
 #: the largest input file read, in bytes (4 MiB; the largest shipped golden key is under 30 KB)
 MAX_INPUT_BYTES = 4 * 2**20
@@ -85,22 +83,3 @@ def read_regular_file(path: str | os.PathLike, *, what: str, limit_name: str,
                                      f"{' (4 MiB)' if limit == MAX_INPUT_BYTES else ''}")
     return b"".join(chunks)
 
-
-def check_output_file(path: str | os.PathLike) -> Path:
-    """``path`` as a Path if a command may write a file there: it does not exist yet, or it is a
-    regular file (replaced atomically). Raises :class:`FileRefused` for a symbolic link (even to a
-    regular file: the write would replace the link, not its target), a folder, a named pipe, a
-    device or a socket, and for a parent that is not an existing folder."""
-    p = Path(os.fspath(path))
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise FileRefused(str(p), f"cannot be checked: {exc.strerror or exc}") from None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise FileRefused(str(p), f"is {file_kind(st.st_mode)}; the output must be a regular file or a new path")
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise FileRefused(str(p), f"names a folder that does not exist ({folder})")
-    return p

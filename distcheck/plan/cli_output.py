@@ -44,6 +44,9 @@ def _check_outputs(args) -> None:
             raise ConfigError("--figure", str(fig), "must end in .png or .svg")
         if not fig.parent.is_dir():
             raise ConfigError("--figure", str(fig), f"folder {fig.parent} does not exist")
+        from distcheck.core.outputs import check_output_target
+
+        check_output_target("--figure", fig)  # a folder, pipe, link or read-only file: refused first
     if getattr(args, "report", None) is not None:
         from distcheck.reportdoc import check_report_dir
 

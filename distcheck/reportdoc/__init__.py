@@ -1,9 +1,11 @@
-"""Reports for people: self-contained HTML and Markdown, written atomically.
+"""Reports for people: self-contained HTML and Markdown, written as one unit.
 
 :func:`write_report` takes a title, result rows (:class:`distcheck.report.CheckResult`
 or generic :class:`Table`) and figures, and writes ``DIR/report.html`` and
-``DIR/report.md``. :func:`atomic_write` is the write-then-rename every file of
-a report, a figure or a certificate goes through. Neither imports matplotlib.
+``DIR/report.md`` (with the Markdown's figures) as one set: staged beside ``DIR``, then
+swapped in with one rename (:func:`distcheck.core.outputs.write_folder`). :func:`atomic_write`
+writes one file whole (a temporary file, then a rename), for a single figure. Neither
+imports matplotlib.
 """
 
 from distcheck.reportdoc.atomic import atomic_write

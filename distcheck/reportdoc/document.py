@@ -2,7 +2,9 @@
 
 :func:`write_report` is the one writer every command uses (``check``,
 ``audit`` and ``plan`` with ``--report DIR``; a ``certify`` command can pass its
-own rows). It writes, each file atomically (:func:`~distcheck.reportdoc.atomic.atomic_write`):
+own rows). It writes the whole set as one unit (:func:`distcheck.core.outputs.write_folder`: staged
+in a folder beside ``DIR``, then swapped in with one rename, so a reader finds the complete old
+report or the complete new one):
 
 * ``DIR/<stem>.html``: one file with everything inside it. Figures are PNG
   data URIs, the style sheet is inline, there is no script, and a
@@ -14,7 +16,8 @@ own rows). It writes, each file atomically (:func:`~distcheck.reportdoc.atomic.a
 Order in both: the title, the notes (one bullet each), the figures, the check
 results (with their summary line), then the other tables. Every text is
 escaped (HTML entities; ``|`` in Markdown cells), so a detail line that holds
-``<script>`` or a pipe shows as written.
+``<script>`` or a pipe shows as written, and a control character (``ESC [2J`` in a key's
+title) shows as its escape ``\\x1b[2J`` (:func:`distcheck.core.text.clean`).
 
 matplotlib is not imported here: figures arrive as :class:`FigureImage` (PNG
 bytes), or as matplotlib figures that are already built (rendered with their
@@ -26,6 +29,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 import re
 import struct
 from collections.abc import Iterable, Sequence
@@ -33,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distcheck.core.errors import ConfigError
-from distcheck.reportdoc.atomic import atomic_write
+from distcheck.core.outputs import write_folder
+from distcheck.core.text import clean
 
 __all__ = ["Table", "FigureImage", "ReportFiles", "write_report", "results_table", "figure_image",
            "render_html", "render_markdown", "check_report_dir"]
@@ -115,15 +120,17 @@ def results_table(results: Iterable, title: str = "Results") -> Table:
     return Table(title, ("check", "backend", "world size", "examples", "verdict", "max error", "bound", "detail"), rows)
 
 
-def check_report_dir(directory: str | Path) -> Path:
-    """Refuse a report folder that cannot be one, before any work: ConfigError if it is a file
-    or its parent folder does not exist. The folder itself is created when the report is written."""
+def check_report_dir(directory: str | Path, flag: str = "--report") -> Path:
+    """Refuse a report folder that cannot be one, before any work: ConfigError naming ``flag``
+    (:func:`distcheck.core.outputs.check_output_target` with ``folder=True``: a file, a link, a pipe,
+    a read-only folder, a missing or read-only parent, the current folder, a folder holding a
+    sub-folder). The folder itself is made when the report is written."""
+    from distcheck.core.outputs import check_output_target
+
     path = Path(directory)
-    if path.exists() and not path.is_dir():
-        raise ConfigError("--report", str(path), "is a file; give a folder")
-    if not path.exists() and not path.parent.is_dir():
-        raise ConfigError("--report", str(path), f"cannot be created: folder {path.parent} does not exist")
-    return path
+    if not path.exists() and not os.path.lexists(path) and not path.parent.is_dir():
+        raise ConfigError(flag, str(path), f"cannot be created: folder {path.parent} does not exist")
+    return check_output_target(flag, path, folder=True)
 
 
 _CSS = """
@@ -189,7 +196,7 @@ def render_html(title: str, *, notes: Sequence[str] = (), figures: Sequence[Figu
         if t.note:
             out.append(f'<p class="note">{esc(t.note)}</p>')
     out += ["</main>", "</body>", "</html>", ""]
-    return "\n".join(out)
+    return clean("\n".join(out))  # a control character from an input shows as its escape (\x1b)
 
 
 def _md(text: str) -> str:
@@ -213,16 +220,17 @@ def render_markdown(title: str, *, notes: Sequence[str] = (), figures: Sequence[
         out.append("")
         if t.note:
             out += [t.note, ""]
-    return "\n".join(out)
+    return clean("\n".join(out))
 
 
 def write_report(directory: str | Path, title: str, *, results: Iterable | None = None,
                  tables: Sequence[Table] = (), figures: Sequence = (), notes: Sequence[str] = (),
                  summary: str | None = None, stem: str = "report") -> ReportFiles:
-    """Write ``DIR/<stem>.html`` and ``DIR/<stem>.md`` (and the Markdown's PNG figures), each atomically.
+    """Write ``DIR/<stem>.html`` and ``DIR/<stem>.md`` (and the Markdown's PNG figures) as one unit.
 
     Args:
-        directory: the report folder; created (with no parents) when missing.
+        directory: the report folder; made (with no parents) when missing, else replaced whole
+            (its regular files that are not this report's are carried over).
         title: the report's title.
         results: :class:`distcheck.report.CheckResult` rows, shown as one table
             (:func:`results_table`) titled "Results" with ``summary`` as its note.
@@ -244,7 +252,6 @@ def write_report(directory: str | Path, title: str, *, results: Iterable | None 
     from distcheck import __version__
 
     path = check_report_dir(directory)
-    path.mkdir(exist_ok=True)
     images: list[FigureImage] = []
     for i, f in enumerate(figures, 1):
         if isinstance(f, FigureImage):
@@ -263,10 +270,12 @@ def write_report(directory: str | Path, title: str, *, results: Iterable | None 
             name = f"{stem}-{i}-{img.name}.png"
         used.add(name)
         names.append(name)
-    written = [atomic_write(path / n, img.png) for n, img in zip(names, images, strict=True)]
-    md = atomic_write(path / f"{stem}.md",
-                      render_markdown(title, notes=notes, figures=list(zip(images, names, strict=True)),
-                                      tables=all_tables, generator=generator))
-    page = atomic_write(path / f"{stem}.html", render_html(title, notes=notes, figures=images, tables=all_tables,
-                                                           generator=generator))
-    return ReportFiles(html=page, markdown=md, figures=tuple(written))
+    files = {n: img.png for n, img in zip(names, images, strict=True)}
+    files[f"{stem}.md"] = render_markdown(title, notes=notes, figures=list(zip(images, names, strict=True)),
+                                          tables=all_tables, generator=generator).encode("utf-8")
+    files[f"{stem}.html"] = render_html(title, notes=notes, figures=images, tables=all_tables,
+                                        generator=generator).encode("utf-8")
+    write_folder(path, files, ours=lambda n: n in (f"{stem}.md", f"{stem}.html")
+                 or (n.startswith(f"{stem}-") and n.endswith(".png")))
+    return ReportFiles(html=path / f"{stem}.html", markdown=path / f"{stem}.md",
+                       figures=tuple(path / n for n in names))

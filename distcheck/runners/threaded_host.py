@@ -13,12 +13,13 @@ parent starts a fresh world. What a rank function must know about this backend i
 
 from __future__ import annotations
 
+import os
 import queue
 import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 from distcheck.runners.protocol import (
     FAILURE_GRACE_S,
@@ -31,6 +32,27 @@ from distcheck.runners.protocol import (
 __all__ = ["threaded_host"]
 
 _STOPPED = "stopped by the threaded backend after another rank failed"
+#: the line a rank thread's ``os._exit`` leaves in the host's dump file (read by :func:`workers.death_text`)
+EXIT_MARK = "distcheck: threaded rank {rank} called os._exit({code})"
+
+
+def _name_exiting_ranks(dump_path: str | None) -> None:
+    """Make ``os._exit`` called from a rank thread write ``EXIT_MARK`` to the dump file first, so that
+    the parent can name the rank that ended the whole host (this forked process is the host alone)."""
+    real_exit = os._exit
+
+    def named_exit(status: int) -> NoReturn:
+        name = threading.current_thread().name
+        if dump_path and name.startswith("rank-"):
+            try:
+                fd = os.open(dump_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                os.write(fd, (EXIT_MARK.format(rank=name[5:], code=status) + "\n").encode())
+                os.close(fd)
+            except OSError:
+                pass
+        real_exit(status)
+
+    os._exit = named_exit
 
 
 def threaded_host(conn: Any, spec: dict[str, Any]) -> None:
@@ -46,6 +68,7 @@ def threaded_host(conn: Any, spec: dict[str, Any]) -> None:
     rank's stack). Returns (the process then exits) once the world is broken.
     """
     world_size = spec["world_size"]
+    _name_exiting_ranks(spec.get("dump_path"))
     try:
         init_torch_child()
         import torch

@@ -15,6 +15,7 @@ import contextlib
 import multiprocessing.connection as mpc
 import os
 import pickle
+import re
 import shutil
 import signal
 import time
@@ -30,6 +31,7 @@ __all__ = [
     "Worker",
     "World",
     "cleanup",
+    "death_rank",
     "death_text",
     "describe_exit",
     "dump_stacks",
@@ -79,6 +81,8 @@ class World:
                 w.proc.join(timeout=5)
             with contextlib.suppress(Exception):
                 w.conn.close()
+            with contextlib.suppress(Exception):  # its sentinel pipe now, not when the garbage collector runs
+                w.proc.close()
         self.workers = []
 
     def close(self) -> None:
@@ -146,15 +150,37 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+_EXIT_MARK = re.compile(r"^distcheck: threaded rank ([0-9]+) called os\._exit\((-?[0-9]+)\)$", re.MULTILINE)
+
+
+def death_rank(w: Worker) -> int | None:
+    """The rank that ended worker ``w``: its one rank, or for the threaded host the rank thread that
+    called ``os._exit`` (the host's mark in its dump file); None when the host died another way
+    (a crash, a signal) and no rank can be named."""
+    if len(w.ranks) == 1:
+        return w.ranks[0]
+    m = _EXIT_MARK.search(read_from(w.dump_path, w.dump_offset))
+    return int(m[1]) if m and int(m[1]) in w.ranks else None
+
+
 def death_text(w: Worker) -> str:
     """What to report for a child that ended without answering: its exit, and what faulthandler wrote.
 
-    Waits up to 1 s for the exit code, without reaping the child (kill() still reaches its group).
+    For the threaded host: the rank that called ``os._exit`` (:func:`death_rank`), or plainly that the
+    host died and the rank is unknown. Waits up to 1 s for the exit code, without reaping the child
+    (kill() still reaches its group).
     """
     code = exit_code(w.proc, 1.0)
-    who = f"rank {w.ranks[0]}" if len(w.ranks) == 1 else f"the threaded host of ranks {w.ranks[0]}..{w.ranks[-1]}"
-    text = f"{who} {describe_exit(code)} (no Python exception: the process ended abruptly, e.g. os._exit or a crash)\n"
-    dumped = read_from(w.dump_path, w.dump_offset)
+    dumped = _EXIT_MARK.sub("", read_from(w.dump_path, w.dump_offset))
+    if len(w.ranks) == 1:
+        who = f"rank {w.ranks[0]} {describe_exit(code)}"
+    elif (rank := death_rank(w)) is not None:
+        who = (f"rank {rank} (a thread of the threaded host of ranks {w.ranks[0]}..{w.ranks[-1]}) called os._exit: "
+               f"the host {describe_exit(code)}")
+    else:
+        who = (f"the threaded host of ranks {w.ranks[0]}..{w.ranks[-1]} {describe_exit(code)}; "
+               "which rank ended it is unknown")
+    text = f"{who} (no Python exception: the process ended abruptly, e.g. os._exit or a crash)\n"
     if dumped.strip():
         text += "faulthandler output:\n" + dumped
     return text
@@ -252,9 +278,12 @@ class Replies:
         if msg is None:
             if obj is w.conn and exit_code(w.proc, 0.0) is None:
                 return  # spurious wake-up
-            text = death_text(w)
+            text, named = death_text(w), death_rank(w)
             for r in w.ranks:
-                self.deaths[r] = text
+                if named is None or r == named:
+                    self.deaths[r] = text
+                else:  # the other threads of a threaded host that one rank ended
+                    self.replies[r] = ("stopped", f"stopped: rank {named} ended the threaded host", None)
             self.pending.discard(i)
             self._failed()
             return
