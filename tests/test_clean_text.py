@@ -49,7 +49,7 @@ def test_the_check_table_shows_control_characters_escaped():
 
 
 @pytest.mark.parametrize("argv", [["check", "--seed", "9" * 5000], ["check", "--world-sizes", "9" * 5000],
-                                  ["plan", "pipeline", "--p", "9" * 5000, "--m", "8"]])
+                                  ["plan", "pp", "--p", "9" * 5000, "--m", "8"]])
 def test_an_error_echoing_a_huge_value_is_one_short_line(capsys, argv):
     try:
         code = main(argv)

@@ -136,7 +136,7 @@ def test_a_report_folder_holding_a_sub_folder_or_the_current_folder_is_refused(t
     ["audit", "chapter", "--output", "{ro}"],
     ["check", "--only", "golden", "--report", "{ro_dir}"],
     ["audit", "chapter", "--report", "{link}"],
-    ["plan", "pipeline", "--p", "4", "--m", "8", "--figure", "{link}"],
+    ["plan", "pp", "--p", "4", "--m", "8", "--figure", "{link}"],
 ])
 def test_every_command_refuses_before_the_work(tmp_path, capsys, argv):
     t = {k: str(v) for k, v in _targets(tmp_path).items()}
