@@ -39,9 +39,11 @@ class ReshardCase:
         return [a.shape for a in self.params.values()]
 
     def __repr__(self) -> str:
-        return (f"ReshardCase(shapes={self.shapes}, {self.params[next(iter(self.params))].dtype}, step={self.step}, "
-                f"save {self.layout_a}{list(self.dims_a)} at {self.world_a}, "
-                f"load {self.layout_b}{list(self.dims_b)} at {self.world_b})")
+        shapes = " ".join("x".join(map(str, s)) for s in self.shapes)
+        dims = lambda ds: ",".join("-" if d is None else str(d) for d in ds)  # noqa: E731
+        return (f"ReshardCase(shapes {shapes}, {self.params[next(iter(self.params))].dtype}, step={self.step}, "
+                f"save {self.layout_a}({dims(self.dims_a)}) at {self.world_a}, "
+                f"load {self.layout_b}({dims(self.dims_b)}) at {self.world_b})")
 
 
 @dataclass(frozen=True)
