@@ -248,3 +248,32 @@ def test_one_rank_cannot_fail():
 
     c = get_contract("checkpoint")
     assert c.min_world_size == 2 and "whole" in c.min_world_reason
+
+
+# ----------------------------------------------------------------------------- restart under torchrun
+
+
+def _torchrun(out, kill_at):
+    import subprocess
+    import sys
+
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    done = subprocess.run([torchrun, "--standalone", "--nproc-per-node=2", "--max-restarts=1", "-m",
+                           "distcheck.parallel.checkpoint.restart", str(out), "--steps", "4", "--kill-at",
+                           str(kill_at)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = np.load(out / "final.npz")
+    return {k: final[k] for k in final.files}, (out / "attempts").read_text().split("\n")[:-1]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_run_killed_and_restarted_by_torchrun_equals_the_uninterrupted_run(tmp_path):
+    killed, attempts = _torchrun(tmp_path / "killed", kill_at=2)
+    assert attempts == ["0 0", "1 2"]  # the first attempt from step 0; the restart from step-1's checkpoint
+    whole, attempts = _torchrun(tmp_path / "whole", kill_at=-1)
+    assert attempts == ["0 0"]
+    assert set(killed) == set(whole)
+    for key, want in whole.items():
+        assert killed[key].dtype == want.dtype and killed[key].tobytes() == want.tobytes(), key

@@ -12,6 +12,7 @@
   previous checkpoint complete;
 - ``contracts`` (+ ``harness``, the rank side; ``plans``, torch.distributed.checkpoint as a target):
   ``checkpoint``, a user's ``save(state, path)`` / ``load(state, path)`` certified on a real world;
+  ``restart``: a torchrun run SIGKILLed at step k and restarted from its checkpoint (``--max-restarts``);
   ``checks``: its rows of ``distcheck check``; ``findings``: what torch.distributed.checkpoint does not
   guarantee.
 
