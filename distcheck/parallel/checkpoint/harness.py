@@ -12,7 +12,8 @@ gradient half being a function of the parameters alone. The state is torch's
 load with ``set_state_dict``.
 
 Every rank runs :func:`save_rank` and then (maybe on another world) :func:`load_rank` on one shared
-folder; each returns the whole tensors (``full_tensor()``) as numpy arrays.
+folder; each returns the whole tensors (``full_tensor()``) as numpy arrays. Tensors live on the rank's
+device (``ctx.device``: the CPU under gloo, its GPU under NCCL).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def build(ctx, case, layout: str, dims, *, zero: bool = False):
     dtype = getattr(torch, case.dtype)
     model = torch.nn.Module()
     for i, p in enumerate(case.params):
-        t = torch.zeros(p.shape, dtype=dtype) if zero else torch.tensor(p, dtype=dtype)
+        t = (torch.zeros(p.shape, dtype=dtype) if zero else torch.tensor(p, dtype=dtype)).to(ctx.device)
         model.register_parameter(f"t{i}", torch.nn.Parameter(t))
     if layout in ("fsdp", "tp"):
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
@@ -80,7 +81,7 @@ def _step(model, optimizer, grads, dtype) -> None:
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     for p, g in zip(model.parameters(), grads, strict=True):
-        full = torch.tensor(g, dtype=dtype)
+        full = torch.tensor(g, dtype=dtype).to(p.device)
         p.grad = distribute_tensor(full, p.device_mesh, p.placements) if isinstance(p, DTensor) else full
     optimizer.step()
     optimizer.zero_grad()
@@ -92,7 +93,7 @@ def _whole(t) -> Any:
 
     if isinstance(t, DTensor):
         t = t.full_tensor()
-    return t.detach().clone().numpy() if isinstance(t, torch.Tensor) else t
+    return t.detach().cpu().clone().numpy() if isinstance(t, torch.Tensor) else t
 
 
 def snapshot(model, optimizer) -> dict:
