@@ -552,6 +552,30 @@ def _ep_checks():
         full_dense, full_expert = epm.params_per_gpu(small)
         yield ("ep.memory.bytes_per_gpu", dict(dense_params=full_dense, expert_params=full_expert, tp=tp_, ep=ep_,
                                                bytes_per_parameter=bpp), (dense + expert) * bpp)
+def _checkpoint_checks():
+    """Checkpoints: the reference's bytes held per rank and written in total (its saved items' bytes for the
+    model alone) under replicated, FSDP2 and tensor-parallel layouts, with and without Adam's state; a 70B
+    model's mixed-precision Adam checkpoint counted per parameter (2 bytes of weights, 4 of each fp32 state)."""
+    from distcheck.parallel import checkpoint as ck
+
+    for shapes, n, b in product(([(4, 2)], [(8, 3), (8,)], [(6, 6), (12,), (2, 3)]), (1, 2), (2, 4, 8)):
+        P, T = sum(int(np.prod(s)) for s in shapes), len(shapes)
+        state = {f"t{i}": np.zeros(s, dtype={2: np.float16, 4: np.float32, 8: np.float64}[b])
+                 for i, s in enumerate(shapes)}
+        for kind in ck.LAYOUTS:
+            dims = ck.layout_dims(kind, shapes)
+            yield "checkpoint.bytes_total.model", dict(params=P, param_bytes=b), \
+                ck.data_bytes(ck.save(state, dims, n))
+            per, total = ck.checkpoint_bytes(shapes, dims, n, param_bytes=b, moment_bytes=4, step_bytes=4)
+            yield "checkpoint.bytes_total.adam", dict(params=P, tensors=T, param_bytes=b), total
+            name = "replicated" if kind == "replicated" else "sharded"
+            extra = {} if kind == "replicated" else {"world_size": n}
+            yield f"checkpoint.bytes_per_rank.{name}", dict(params=P, tensors=T, param_bytes=b, **extra), per[-1]
+    for P in (1, 1000, 70_000_000_000):
+        _, weights = ck.checkpoint_bytes([(P,)], [None], 1, param_bytes=2)
+        _, state = ck.checkpoint_bytes([(P,)], [None], 1, param_bytes=4, moment_bytes=4)
+        yield "checkpoint.bytes_total.mixed_adam", dict(params=P), weights + state
+        yield "checkpoint.bytes_per_param.mixed_adam", {}, Fraction(weights + state, P)
 
 
 CHECKS = {
@@ -565,6 +589,7 @@ CHECKS = {
     "sp": _sp_checks,
     "cp": _cp_checks,
     "ep": _ep_checks,
+    "checkpoint": _checkpoint_checks,
 }
 
 

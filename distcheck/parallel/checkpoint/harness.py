@@ -1,0 +1,176 @@
+"""The rank side of the ``checkpoint`` contract: build a model under a layout, train it, save it with the
+user's ``save(state, path)``, load it under another layout with ``load(state, path)``, and report every
+tensor whole.
+
+A model is a module holding the case's tensors as parameters ``t0, t1, ...``, laid out as
+:mod:`distcheck.parallel.checkpoint.reference` says: plain tensors on every rank (``replicated``, DDP's
+layout), ``fully_shard`` on a one-axis mesh of the world (``fsdp``), or DTensors ``Shard(d)`` /
+``Replicate()`` per tensor (``tp``). Training is Adam (lr 2**-6) on given gradients, each rank's the shard
+of the case's full gradient in its parameter's placement: the optimizer half of a training step, the
+gradient half being a function of the parameters alone. The state is torch's
+``get_state_dict(model, optimizer)`` ({"model": ..., "optim": ...}, FQN keys), written back after the
+load with ``set_state_dict``.
+
+Every rank runs :func:`save_rank` and then (maybe on another world) :func:`load_rank` on one shared
+folder; each returns the whole tensors (``full_tensor()``) as numpy arrays. Tensors live on the rank's
+device (``ctx.device``: the CPU under gloo, its GPU under NCCL).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["build", "save_rank", "load_rank", "shared_folder", "folder_bytes", "LR"]
+
+#: Adam's learning rate
+LR = 2.0**-6
+
+
+def shared_folder(ctx, path: str | None = None) -> str:
+    """A folder every rank of the world names alike: ``path``, or a new temporary one made by rank 0."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    box = [path if path is not None else (tempfile.mkdtemp(prefix="distcheck-ckpt-") if ctx.rank == 0 else None)]
+    dist.broadcast_object_list(box, src=0, group=ctx.group)
+    return str(box[0])
+
+
+def folder_bytes(path: str) -> tuple[int, int]:
+    """``(bytes, files)`` of every file under ``path``."""
+    total = count = 0
+    for folder, _, names in os.walk(path):
+        for n in names:
+            total += os.path.getsize(os.path.join(folder, n))
+            count += 1
+    return total, count
+
+
+def build(ctx, case, layout: str, dims, *, zero: bool = False):
+    """The case's model under ``layout`` (its tensors, or zeros with ``zero``) and its Adam optimizer."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dtype = getattr(torch, case.dtype)
+    model = torch.nn.Module()
+    for i, p in enumerate(case.params):
+        t = (torch.zeros(p.shape, dtype=dtype) if zero else torch.tensor(p, dtype=dtype)).to(ctx.device)
+        model.register_parameter(f"t{i}", torch.nn.Parameter(t))
+    if layout in ("fsdp", "tp"):
+        mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    if layout == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(model, mesh=mesh)
+    elif layout == "tp":
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+        for i, d in enumerate(dims):
+            full = getattr(model, f"t{i}").detach()
+            place = [Replicate()] if d is None else [Shard(d)]
+            setattr(model, f"t{i}", torch.nn.Parameter(distribute_tensor(full, mesh, place)))
+    return model, torch.optim.Adam(model.parameters(), lr=LR)
+
+
+def _step(model, optimizer, grads, dtype) -> None:
+    import torch
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    for p, g in zip(model.parameters(), grads, strict=True):
+        full = torch.tensor(g, dtype=dtype).to(p.device)
+        p.grad = distribute_tensor(full, p.device_mesh, p.placements) if isinstance(p, DTensor) else full
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def _whole(t) -> Any:
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        t = t.full_tensor()
+    return t.detach().cpu().clone().numpy() if isinstance(t, torch.Tensor) else t
+
+
+def snapshot(model, optimizer) -> dict:
+    """Every parameter and Adam state whole: ``{"t0": array, "t0.exp_avg": ..., "t0.step": float}``."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, optimizer)
+    out = {k: _whole(v) for k, v in msd.items()}
+    states: Any = osd["state"]
+    for k, state in sorted(states.items()):
+        for key, v in sorted(state.items()):
+            out[f"{k}.{key}"] = _whole(v)
+    return out
+
+
+def _state(model, optimizer) -> dict:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, optimizer)
+    return {"model": msd, "optim": osd}
+
+
+def save_rank(ctx, save, case, path: str) -> dict:
+    """Train the case's model under layout A for ``case.steps`` steps, save it with ``save(state, path)``,
+    and report ``saved`` (the state whole), ``next`` (the parameters after one more step: what the saved
+    run does next) and on rank 0 the ``bytes`` and ``files`` written."""
+    import torch.distributed as dist
+
+    dtype = getattr(__import__("torch"), case.dtype)
+    model, opt = build(ctx, case, case.layout_a, case.dims_a)
+    for grads in case.grads[:-1]:
+        _step(model, opt, grads, dtype)
+    save(_state(model, opt), path)
+    dist.barrier(group=ctx.group)
+    out: dict = {"saved": snapshot(model, opt)}
+    if ctx.rank == 0:
+        out["bytes"], out["files"] = folder_bytes(path)
+    _step(model, opt, case.grads[-1], dtype)
+    out["next"] = {k: v for k, v in snapshot(model, opt).items() if "." not in k}
+    return out
+
+
+def load_rank(ctx, load, case, path: str) -> dict:
+    """Build the case's model under layout B with zero tensors and a fresh Adam, load it with
+    ``load(state, path)`` and ``set_state_dict``, and report ``loaded`` (the state whole) and ``next``
+    (the parameters after one more step on the same gradient)."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    model, opt = build(ctx, case, case.layout_b, case.dims_b, zero=True)
+    state = _state(model, opt)
+    load(state, path)
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    out: dict = {"loaded": snapshot(model, opt)}
+    _step(model, opt, case.grads[-1], getattr(torch, case.dtype))
+    out["next"] = {k: v for k, v in snapshot(model, opt).items() if "." not in k}
+    return out
+
+
+def round_trip(ctx, save, load, case) -> dict:
+    """:func:`save_rank` then :func:`load_rank` on one world and one new shared folder, removed after."""
+    import shutil
+
+    import torch.distributed as dist
+
+    path = shared_folder(ctx)
+    try:
+        out = save_rank(ctx, save, case, path)
+        got = load_rank(ctx, load, case, path)
+        out["loaded"], out["loaded_next"] = got["loaded"], got["next"]
+    finally:
+        dist.barrier(group=ctx.group)
+        if ctx.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+    return out
+
+
+def as_arrays(params) -> list[np.ndarray]:
+    """The case's tensors as float64 arrays (pickled to every rank)."""
+    return [np.asarray(p, dtype=np.float64) for p in params]

@@ -1,0 +1,33 @@
+"""torch.distributed.checkpoint as a target of the ``checkpoint`` contract.
+
+``TORCH_DCP.save(state, path)`` is ``dcp.save(state, checkpoint_id=path)`` and ``TORCH_DCP.load(state,
+path)`` is ``dcp.load(state, checkpoint_id=path)``, in place, with torch's default planners and its
+``FileSystemWriter`` / ``FileSystemReader`` (one ``__<rank>_0.distcp`` file per rank that writes, and the
+``.metadata`` file, written to ``.metadata.tmp`` and renamed last).
+"""
+
+from __future__ import annotations
+
+__all__ = ["TorchDCP", "TORCH_DCP"]
+
+
+class TorchDCP:
+    """torch.distributed.checkpoint's save and load (module doc)."""
+
+    @staticmethod
+    def save(state, path) -> None:
+        """``dcp.save(state, checkpoint_id=path)``."""
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(state, checkpoint_id=path)
+
+    @staticmethod
+    def load(state, path) -> None:
+        """``dcp.load(state, checkpoint_id=path)``: fills ``state``'s tensors in place."""
+        import torch.distributed.checkpoint as dcp
+
+        dcp.load(state, checkpoint_id=path)
+
+
+#: the target ``distcheck.parallel.checkpoint.plans:TORCH_DCP``
+TORCH_DCP = TorchDCP
