@@ -175,12 +175,14 @@ def atomic_swap(case, *, impl=_save) -> None:
         except Killed:
             killed = True
         except Exception as e:  # a crash of the saver itself, not a verdict on a kill
-            raise ImplementationError(f"implementation save raised {type(e).__name__}: {e}", "raised",
+            why = str(e).replace(root, "<checkpoint folder>")
+            raise ImplementationError(f"implementation save raised {type(e).__name__}: {why}", "raised",
                                       type(e).__name__) from e
         try:
             got = load_swap(root)
         except Exception as e:  # noqa: BLE001 (any failure to load is the finding)
-            raise PropertyFailure(f"kill at {case.kill_at} B: the latest checkpoint does not load ({e})",
+            why = str(e).replace(root, "<checkpoint folder>")  # the report stays the same from run to run
+            raise PropertyFailure(f"kill at {case.kill_at} B: the latest checkpoint does not load ({why})",
                                   expected=sorted(case.old), got=None) from None
         if got != case.old and got != case.new:
             raise PropertyFailure(f"kill at {case.kill_at} B: a checkpoint that is neither the old nor the new",
