@@ -24,6 +24,8 @@ import distcheck
 TYPED: tuple[str, ...] = (
     "distcheck.core",
     "distcheck.engine",
+    "distcheck.parallel.activations",
+    "distcheck.parallel.params",
     "distcheck.runners",
 )
 
