@@ -25,6 +25,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.core",
     "distcheck.engine",
     "distcheck.parallel.activations",
+    "distcheck.parallel.memory",
     "distcheck.parallel.params",
     "distcheck.runners",
 )
