@@ -28,6 +28,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.comm",
     "distcheck.parallel.memory",
     "distcheck.parallel.params",
+    "distcheck.parallel.zero",
     "distcheck.runners",
 )
 
