@@ -25,13 +25,15 @@ import copy
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+#: a :class:`distcheck.parallel.zero.contracts.StepCase` (not imported: that module imports this one)
+_StepCase = Any
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
     from distcheck.engine.contracts.targets import Target
     from distcheck.engine.world import RankContext
-    from distcheck.parallel.zero.contracts import StepCase
 
 __all__ = ["OPTIMIZERS", "LR", "build_mlp", "run_step"]
 
@@ -48,7 +50,7 @@ def _optimizer(name: str) -> tuple[Callable[..., torch.optim.Optimizer], dict[st
             "adam": (torch.optim.Adam, {"lr": LR})}[name]
 
 
-def build_mlp(case: StepCase, device: torch.device | str) -> torch.nn.Sequential:
+def build_mlp(case: _StepCase, device: torch.device | str) -> torch.nn.Sequential:
     """The case's model: ``Linear`` layers of ``case.widths`` with ReLU between them, float64."""
     import torch
     from torch import nn
@@ -91,7 +93,7 @@ def _loss(model: torch.nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Ten
     return 0.5 * (model(x) - t).pow(2).sum()
 
 
-def run_step(ctx: RankContext, target: Target, case: StepCase, obj: Any, options: dict) -> dict:
+def run_step(ctx: RankContext, target: Target, case: _StepCase, obj: Any, options: dict) -> dict:
     """One example on this rank: ``case.steps`` steps of the target and of the single-device reference.
 
     Returns (numpy float64, plain Python): ``params`` (the sharded run's parameters, gathered to
