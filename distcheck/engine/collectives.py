@@ -16,23 +16,28 @@ packages' real-backend checks. torch is imported inside the functions only.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from distcheck.core.vocab import Collective
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["ByteCounter", "classify"]
 
 
-def _nbytes(t) -> int:
+def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _sum_nbytes(ts) -> int:
+def _sum_nbytes(ts: Any) -> int:  # a tensor, or a (nested) list or tuple of them
     if isinstance(ts, (list, tuple)):
         return sum(_sum_nbytes(t) for t in ts)
     return _nbytes(ts)
 
 
-def classify(func, args) -> tuple[str, int] | None:
+def classify(func: Any, args: Sequence[Any]) -> tuple[str, int] | None:
     """(collective, S in bytes) for a collective op, else None. S in the full-size convention."""
     name = func._overloadpacket.__name__ if hasattr(func, "_overloadpacket") else str(func)
     ns = getattr(func, "namespace", "")
@@ -112,10 +117,10 @@ def _install_threaded_hooks() -> None:
         return
     from torch.testing._internal.distributed.multi_threaded_pg import ProcessLocalGroup
 
-    def wrap(method: str, spec):
+    def wrap(method: str, spec: tuple[str, Callable[[tuple[Any, ...]], int]] | None) -> Callable[..., Any]:
         original = getattr(ProcessLocalGroup, method)
 
-        def counted(self, *args, **kwargs):
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
             stack = _counter_stack()
             if spec is not None and stack and _TLS.depth == 0:
                 stack[-1].records.append((spec[0], spec[1](args)))
@@ -136,7 +141,7 @@ def _install_threaded_hooks() -> None:
             _THREADED_HOOKS["installed"] = True
 
 
-def ByteCounter():  # a factory: torch is imported lazily
+def ByteCounter() -> Any:  # a factory: torch is imported lazily
     """A ``TorchDispatchMode`` that records the collectives run under it.
 
     Use inside a rank::
@@ -157,11 +162,12 @@ def ByteCounter():  # a factory: torch is imported lazily
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _ByteCounter(TorchDispatchMode):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.records: list[tuple[str, int]] = []
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_dispatch__(self, func: Any, types: Sequence[type], args: Sequence[Any] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
             import torch
 
             kwargs = kwargs or {}
@@ -182,7 +188,7 @@ def ByteCounter():  # a factory: torch is imported lazily
             finally:
                 _TLS.depth -= 1
 
-        def __enter__(self):
+        def __enter__(self) -> Any:
             _counter_stack().append(self)
             try:
                 _install_threaded_hooks()
@@ -191,7 +197,7 @@ def ByteCounter():  # a factory: torch is imported lazily
                 _counter_stack().remove(self)
                 raise
 
-        def __exit__(self, *exc):
+        def __exit__(self, *exc: object) -> Any:
             try:
                 return super().__exit__(*exc)
             finally:

@@ -14,9 +14,12 @@ characters, with the exception type kept when the message is cut.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from distcheck.core.errors import DistributedError, RankFailure
 from distcheck.core.results import FAIL, PASS, SKIP, CheckResult
+from distcheck.engine.world import World
 
 __all__ = ["FAILURE_DETAIL_CHARS", "is_world", "result_row", "skip_row", "exception_line", "describe_failure",
            "run_guarded"]
@@ -105,7 +108,7 @@ def describe_failure(exc: BaseException, limit: int = FAILURE_DETAIL_CHARS) -> s
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run_guarded(world, fn, *args) -> tuple[list | None, str | None]:
+def run_guarded(world: World, fn: Callable[..., Any], *args: Any) -> tuple[list[Any] | None, str | None]:
     """``world.run(fn, *args)``; a failing world becomes ``(None, describe_failure(error))``."""
     try:
         return world.run(fn, *args), None

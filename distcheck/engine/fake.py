@@ -33,7 +33,7 @@ __all__ = ["run_fake", "FakeWorld"]
 _lock = threading.Lock()
 
 
-def run_fake(fn: Callable, *args, world_size: int, rank: int = 0):
+def run_fake(fn: Callable[..., Any], *args: Any, world_size: int, rank: int = 0) -> Any:
     """Call ``fn(ctx, *args)`` as ``rank`` of a fake world of ``world_size`` ranks; return its result.
 
     Arguments:

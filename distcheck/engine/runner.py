@@ -52,7 +52,7 @@ __all__ = [
 catalogue()
 
 
-def call_impl(what: str, fn: Callable, *args, **kwargs):
+def call_impl(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call the implementation under test; turn anything it raises into an ImplementationError.
 
     A crash of the implementation on a valid case fails the property (e.g. a
@@ -197,7 +197,7 @@ def run_property(
     opts = dict(options or {})
     state = _Calls()
 
-    def test(case):
+    def test(case: Any) -> None:
         state.calls += 1
         try:
             prop.check(case, impl, **opts)

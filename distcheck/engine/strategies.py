@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from math import prod
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
+from hypothesis.strategies import SearchStrategy
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.exactness import PRECISION_BITS, max_exact_int
@@ -37,6 +38,8 @@ __all__ = ["float_dtypes", "integer_valued_arrays", "defines", "draw_ints", "dra
            "check_dtype", "MAGNITUDE_CAP", "BLOCK_LIMIT", "GENERIC", "public_names"]
 
 #: the public strategies defined here (the rest of the module is machinery)
+_T = TypeVar("_T")
+
 GENERIC = ("float_dtypes", "integer_valued_arrays")
 
 MAGNITUDE_CAP = 2**6  # keep counterexamples readable and shrinking fast; the derived exact bound is usually far larger
@@ -57,7 +60,7 @@ def check_dtype(name: str, value: object) -> str:
     return dt
 
 
-def defines(validate: Callable[..., None]):
+def defines(validate: Callable[..., None]) -> Callable[[Callable[..., _T]], Callable[..., SearchStrategy[_T]]]:
     """Turn a ``@st.composite`` body into a public strategy that validates eagerly.
 
     The arguments are bound to the body's signature (so defaults apply), passed to
@@ -65,12 +68,12 @@ def defines(validate: Callable[..., None]):
     strategy built; its repr is the call with the non-default arguments.
     """
 
-    def decorate(body):
+    def decorate(body: Callable[..., _T]) -> Callable[..., SearchStrategy[_T]]:
         comp = st.composite(body)
         sig = inspect.signature(comp)
 
         @functools.wraps(comp)
-        def factory(*args, **kwargs):
+        def factory(*args: Any, **kwargs: Any) -> SearchStrategy[_T]:
             if args:
                 raise InvalidArgument(f"{body.__name__}() takes keyword arguments only, got positional {args!r}")
             try:
@@ -99,17 +102,17 @@ def powers_of_two(low: int, high: int) -> list[int]:
     return out
 
 
-def _v_float_dtypes(*, allowed):
+def _v_float_dtypes(*, allowed: tuple[str, ...]) -> None:
     check_subset("allowed", allowed, tuple(PRECISION_BITS))
 
 
 @defines(_v_float_dtypes)
-def float_dtypes(draw, *, allowed: tuple[str, ...] = ("float64", "float32")) -> np.dtype:
+def float_dtypes(draw: st.DrawFn, *, allowed: tuple[str, ...] = ("float64", "float32")) -> np.dtype:
     """A numpy float dtype from ``allowed`` (names from float64, float32, float16)."""
     return np.dtype(draw(st.sampled_from(tuple(allowed))))
 
 
-def _v_integer_valued_arrays(*, shape, dtype, max_magnitude):
+def _v_integer_valued_arrays(*, shape: Any, dtype: Any, max_magnitude: int) -> None:  # shape: user input
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -127,7 +130,8 @@ def _v_integer_valued_arrays(*, shape, dtype, max_magnitude):
 
 
 @defines(_v_integer_valued_arrays)
-def integer_valued_arrays(draw, *, shape, dtype: Any = "float64", max_magnitude: int = 16) -> np.ndarray:
+def integer_valued_arrays(draw: st.DrawFn, *, shape: int | tuple[int, ...], dtype: Any = "float64",
+                          max_magnitude: int = 16) -> np.ndarray:
     """A float array of ``shape`` whose entries are integers in [-max_magnitude, max_magnitude].
 
     - ``shape``: int or tuple of ints >= 0 (required).
@@ -144,7 +148,8 @@ def exact_bound(num_terms: int, factors: int, dtype: str = "float64") -> int:
     return max(1, min(MAGNITUDE_CAP, max_exact_int(max(num_terms, 1), factors=factors, dtype=dtype)))
 
 
-def draw_ints(draw, shape, bound, dtype="float64", *, max_shape=None) -> np.ndarray:
+def draw_ints(draw: st.DrawFn, shape: Sequence[int], bound: int, dtype: str = "float64", *,
+              max_shape: Sequence[int] | None = None) -> np.ndarray:
     """Integer-valued array of ``shape`` with entries in [-bound, bound].
 
     With ``max_shape`` (every dim >= the matching dim of ``shape``) holding at most
@@ -161,7 +166,7 @@ def draw_ints(draw, shape, bound, dtype="float64", *, max_shape=None) -> np.ndar
     return np.ascontiguousarray(arr[tuple(slice(0, d) for d in shape)])
 
 
-def draw_ints_from_bytes(draw, shape, bound, dtype="float64") -> np.ndarray:
+def draw_ints_from_bytes(draw: st.DrawFn, shape: Sequence[int], bound: int, dtype: str = "float64") -> np.ndarray:
     """Integer-valued array of ``shape`` with entries in [-bound, bound] (bound <= 127), drawn as ONE
     byte string of ``prod(shape)`` bytes: byte b gives ``u = b mod (2 bound + 1)`` and the entry
     ``0, 1, -1, 2, -2, ...`` for ``u = 0, 1, 2, 3, 4, ...``.

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from distcheck.core.errors import DistributedError
 from distcheck.core.validate import check_type
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["LaunchedWorld", "RankContext", "World", "check_same_shape"]
 
@@ -52,7 +55,7 @@ class RankContext:
     scratch: dict = field(default_factory=dict, repr=False)
 
     @property
-    def group(self):
+    def group(self) -> Any:
         """The default (world) process group, ``torch.distributed.group.WORLD``."""
         import torch.distributed as dist
 
@@ -102,7 +105,7 @@ class LaunchedWorld(World, Protocol):
     def rank0_broadcaster(self, timeout_s: float = ...) -> Callable[[Any], Any]: ...
 
 
-def check_same_shape(ctx: RankContext, tensor, what: str = "tensor") -> None:
+def check_same_shape(ctx: RankContext, tensor: torch.Tensor, what: str = "tensor") -> None:
     """Raise unless ``tensor`` has the same shape and dtype on every rank.
 
     Collectives whose inputs differ in size between ranks can "succeed" on some

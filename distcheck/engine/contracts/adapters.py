@@ -25,11 +25,12 @@ from collections.abc import Callable
 
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import Target
+from distcheck.engine.world import RankContext
 
 __all__ = ["SETUPS", "library_of", "prepare"]
 
 
-def _fairscale(ctx, target: Target) -> None:
+def _fairscale(ctx: RankContext, target: Target) -> None:
     if getattr(ctx, "backend", "") == "threaded":
         raise ProtocolError("target", target.ref, "is a fairscale layer: fairscale keeps its model-parallel group in "
                                                   "module globals, one per process; use a process backend "
@@ -67,7 +68,7 @@ def library_of(target: Target) -> str | None:
     return None
 
 
-def prepare(ctx, target: Target) -> None:
+def prepare(ctx: RankContext, target: Target) -> None:
     """Run the set-up of the target's library on this rank, if it has one (see the module doc)."""
     library = library_of(target)
     if library is not None:

@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["EXTRA", "UNIT_ROUNDOFF", "Tracked", "gamma", "exact", "matmul", "mul", "add", "sub", "scale", "rowmax",
            "rowsum", "exp", "div", "softmax", "final_bound"]
@@ -71,14 +73,14 @@ class Tracked:
     def T(self) -> Tracked:  # numpy's name
         return Tracked(np.swapaxes(self.v, -1, -2), np.swapaxes(self.e, -1, -2))
 
-    def __getitem__(self, idx) -> Tracked:
+    def __getitem__(self, idx: Any) -> Tracked:
         return Tracked(self.v[idx], self.e[idx])
 
     def mag(self) -> np.ndarray:
         return np.abs(self.v) + 2 * self.e
 
 
-def exact(a) -> Tracked:
+def exact(a: ArrayLike) -> Tracked:
     """An input the format holds exactly: error 0."""
     v = np.asarray(a, dtype=np.float64)
     return Tracked(v, np.zeros_like(v))

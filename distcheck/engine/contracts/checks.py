@@ -15,10 +15,11 @@ of the true one) and in exact rational arithmetic for the entries too close to c
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.engine.contracts.contract import Outcome
 
@@ -29,7 +30,7 @@ __all__ = ["show", "compare", "agree", "compare_collectives", "combine", "format
 _MARGIN = 2.0**-52
 
 
-def show(a) -> str:
+def show(a: ArrayLike | None) -> str:
     """A value as nested lists (``[[1.0, -2.0]]``), the way a counterexample prints it."""
     if a is None:
         return "None"
@@ -117,7 +118,7 @@ def agree(what: str, arrays: Sequence[np.ndarray | None]) -> Outcome:
                                              f"rank): " + "; ".join(parts), ranks=tuple(differ))
 
 
-def format_collectives(records) -> str:
+def format_collectives(records: Iterable[tuple[str, int]]) -> str:
     """``all_reduce x1 (S=64 B)``-style listing of ``(collective, S)`` records; ``none`` when empty."""
     if not records:
         return "none"
@@ -146,7 +147,8 @@ def padded_all_gather(length: int, n: int, slice_bytes: int) -> tuple[tuple[str,
     return (Collective.ALL_GATHER, length * slice_bytes), (Collective.ALL_GATHER, padded)
 
 
-def compare_collectives(phase: str, expected, got_per_rank, source: str,
+def compare_collectives(phase: str, expected: Iterable[tuple[str, int]],
+                        got_per_rank: Sequence[Iterable[tuple[str, int]]], source: str,
                         padded: Sequence[tuple[tuple[str, int], tuple[str, int]]] = ()) -> Outcome:
     """Every rank's ``(collective, S bytes)`` records of ``phase`` against ``expected`` (as multisets).
 

@@ -31,12 +31,15 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from hypothesis.strategies import SearchStrategy
+
 from distcheck.core.errors import ConfigError, UnknownQuantityError
 from distcheck.core.validate import check_int
+from distcheck.engine.world import RankContext
 
 __all__ = [
     "DTYPES",
@@ -202,7 +205,7 @@ class Contract:
         """
         raise NotImplementedError
 
-    def cases(self, world_size: int, dtype: str, options: dict):
+    def cases(self, world_size: int, dtype: str, options: dict) -> SearchStrategy[Any] | None:
         """A Hypothesis strategy of examples for a world of ``world_size`` ranks in ``dtype``.
 
         Returns None when no example can be exact (or bounded) in ``dtype`` at this world
@@ -210,7 +213,7 @@ class Contract:
         """
         raise NotImplementedError
 
-    def cases_for(self, target: Any, world_size: int, dtype: str, options: dict):
+    def cases_for(self, target: Any, world_size: int, dtype: str, options: dict) -> SearchStrategy[Any] | None:
         """The case strategy for ``target`` (the resolved target): :meth:`cases` unless the cases depend on
         the target (a memory estimator draws its own options, such as its largest layer)."""
         return self.cases(world_size, dtype, options)
@@ -235,7 +238,7 @@ class Contract:
 
     # ------------------------------------------------------------------ rank side
 
-    def run_rank(self, ctx, target: Any, case: Any, dtype: str, options: dict) -> Any:
+    def run_rank(self, ctx: RankContext, target: Any, case: Any, dtype: str, options: dict) -> Any:
         """Run the target on this rank for one example; return picklable results."""
         raise NotImplementedError
 
@@ -266,7 +269,8 @@ class Contract:
     def __repr__(self) -> str:
         return f"<contract {self.name}>"
 
-    def __reduce__(self):  # contracts are stateless: a rank rebuilds one from its class
+    # contracts are stateless: a rank rebuilds one from its class
+    def __reduce__(self) -> tuple[Callable[[str, str], Contract], tuple[str, str]]:
         return (_contract_by_class, (type(self).__module__, type(self).__qualname__))
 
 

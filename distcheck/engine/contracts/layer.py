@@ -33,11 +33,16 @@ import functools
 import inspect
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import Target, resolve
+from distcheck.engine.world import RankContext
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["SPLITS", "ParamSpec", "LayerCase", "split_bounds", "run_layer", "check_constructor", "torch_dtype"]
 
@@ -113,13 +118,13 @@ def split_bounds(n: int, tp: int, split: str) -> list[tuple[int, int]]:
     return out
 
 
-def torch_dtype(name: str):
+def torch_dtype(name: str) -> torch.dtype:
     import torch
 
     return {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[name]
 
 
-def check_constructor(cls, args: tuple, kwargs: dict, what: str) -> None:
+def check_constructor(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> None:
     """Raise ProtocolError unless ``cls(*args, **kwargs)`` binds to the constructor's signature."""
     try:
         inspect.signature(cls).bind(*args, **kwargs)
@@ -133,7 +138,7 @@ def check_constructor(cls, args: tuple, kwargs: dict, what: str) -> None:
 # ---------------------------------------------------------------------------- building
 
 
-def _reference_module(case: LayerCase, dtype, device):
+def _reference_module(case: LayerCase, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
     """distcheck's own torch module for ``style``/``plan`` targets, holding the case's weights."""
     import torch
     from torch import nn
@@ -157,7 +162,7 @@ def _reference_module(case: LayerCase, dtype, device):
 
 
 @functools.cache
-def _torch_modules():
+def _torch_modules() -> tuple[type[torch.nn.Module], type[torch.nn.Module]]:
     import torch
     from torch import nn
 
@@ -169,7 +174,7 @@ def _torch_modules():
             self.up = nn.Linear(hidden_size, ffn_hidden_size, bias=bias)
             self.down = nn.Linear(ffn_hidden_size, hidden_size, bias=bias)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.down(torch.relu(self.up(x)))
 
     class Attention(nn.Module):
@@ -183,7 +188,7 @@ def _torch_modules():
             self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
             self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             b, s, _ = x.shape
             q = self.q_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)  # local heads when sharded
             k = self.k_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
@@ -200,15 +205,15 @@ def _torch_modules():
     return MLP, Attention
 
 
-def _MLP(*args):  # builds the class lazily (torch)
+def _MLP(*args: Any) -> torch.nn.Module:  # builds the class lazily (torch)
     return _torch_modules()[0](*args)
 
 
-def _Attention(*args):
+def _Attention(*args: Any) -> torch.nn.Module:
     return _torch_modules()[1](*args)
 
 
-def _mesh(ctx):
+def _mesh(ctx: RankContext) -> Any:
     key = "distcheck.certify.mesh"
     if key not in ctx.scratch:
         from torch.distributed.device_mesh import init_device_mesh
@@ -217,7 +222,7 @@ def _mesh(ctx):
     return ctx.scratch[key]
 
 
-def _build(ctx, target: Target, case: LayerCase, dtype):
+def _build(ctx: RankContext, target: Target, case: LayerCase, dtype: torch.dtype) -> torch.nn.Module:
     obj = resolve(target)
     if target.kind in ("style", "plan"):
         from torch.distributed.tensor.parallel import parallelize_module
@@ -250,7 +255,7 @@ def _build(ctx, target: Target, case: LayerCase, dtype):
     return module.to(device=ctx.device, dtype=dtype)
 
 
-def _find(module, spec: ParamSpec, names: dict, ref: str):
+def _find(module: torch.nn.Module, spec: ParamSpec, names: dict[str, str], ref: str) -> torch.nn.Parameter:
     paths = (names[spec.name],) if spec.name in names else spec.aliases
     for path in paths:
         try:
@@ -261,11 +266,11 @@ def _find(module, spec: ParamSpec, names: dict, ref: str):
                                        "name it with the option param_names)")
 
 
-def _local(p):
+def _local(p: torch.Tensor) -> torch.Tensor:
     return p.to_local() if hasattr(p, "to_local") else p
 
 
-def _layout_error(spec: ParamSpec, local, full, rank: int, tp: int, split: str) -> str | None:
+def _layout_error(spec: ParamSpec, local: torch.Tensor, full: np.ndarray, rank: int, tp: int, split: str) -> str | None:
     """Why ``local`` is not rank ``rank``'s block of ``full`` under the contract's layout, or None."""
     if local.dim() != full.ndim:
         return (f"parameter {spec.name} must have {full.ndim} dims (torch layout {tuple(full.shape)}), "
@@ -282,7 +287,7 @@ def _layout_error(spec: ParamSpec, local, full, rank: int, tp: int, split: str) 
     return None
 
 
-def _locate(ctx, module, case: LayerCase, target: Target) -> tuple[dict, dict, dict]:
+def _locate(ctx: RankContext, module: torch.nn.Module, case: LayerCase, target: Target) -> tuple[dict, dict, dict]:
     """Find the contract's parameters in ``module``.
 
     Returns ``(found, bounds, errors)``: canonical name -> (parameter, local tensor) for those that
@@ -323,7 +328,7 @@ def _locate(ctx, module, case: LayerCase, target: Target) -> tuple[dict, dict, d
     return found, bounds, errors
 
 
-def _load(found: dict, bounds: dict, case: LayerCase, dtype) -> None:
+def _load(found: dict, bounds: dict, case: LayerCase, dtype: torch.dtype) -> None:
     import torch
 
     with torch.no_grad():
@@ -338,17 +343,17 @@ def _load(found: dict, bounds: dict, case: LayerCase, dtype) -> None:
 # ---------------------------------------------------------------------------- running
 
 
-def _numpy(t) -> np.ndarray:
+def _numpy(t: torch.Tensor) -> np.ndarray:
     import torch
 
     return t.detach().to(torch.float64).cpu().numpy()
 
 
-def _dtype_name(t) -> str:
+def _dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def _output(out, ref: str):
+def _output(out: Any, ref: str) -> torch.Tensor:
     import torch
 
     if isinstance(out, (tuple, list)) and out:
@@ -361,7 +366,7 @@ def _output(out, ref: str):
     return out
 
 
-def run_layer(ctx, target: Target, case: LayerCase, dtype_name: str) -> dict:
+def run_layer(ctx: RankContext, target: Target, case: LayerCase, dtype_name: str) -> dict:
     """Build the target on this rank, run forward and backward, and return the results (see the module doc)."""
     import torch
 

@@ -12,11 +12,13 @@ are split), the reference (exact, or with ``bounds``) and the expected collectiv
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
+from hypothesis import strategies as st
+from numpy.typing import ArrayLike
 
 from distcheck.core.exactness import max_exact_int
 from distcheck.engine import strategies as generic
@@ -24,7 +26,8 @@ from distcheck.engine.contracts.checks import agree, combine, compare, compare_c
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.layer import SPLITS, LayerCase, ParamSpec, check_constructor, run_layer
-from distcheck.engine.contracts.targets import check_call_shape, make_target
+from distcheck.engine.contracts.targets import Target, check_call_shape, make_target
+from distcheck.engine.world import RankContext
 
 __all__ = ["ITEMSIZE", "PROPERTIES", "COMMON_OPTIONS", "TPCase", "ShardedLayerContract", "magnitude", "closed_form",
            "integer_arrays", "check_exact"]
@@ -64,7 +67,7 @@ def closed_form(name: str) -> int:
     return int(get(name).evaluate())
 
 
-def integer_arrays(draw, shape, bound):
+def integer_arrays(draw: st.DrawFn, shape: tuple[int, ...], bound: int) -> np.ndarray:
     return draw(generic.integer_valued_arrays(shape=shape, max_magnitude=bound))
 
 
@@ -101,7 +104,7 @@ class ShardedLayerContract(Contract):
 
     # -------------------------------------------------------------- protocol
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         import torch
         from torch.distributed.tensor.parallel.style import ParallelStyle
 
@@ -142,7 +145,7 @@ class ShardedLayerContract(Contract):
 
     has_bias_kwarg = True
 
-    def style_options(self, style, options):
+    def style_options(self, style: Any, options: dict) -> dict:
         return options
 
     # -------------------------------------------------------------- per-contract hooks
@@ -150,18 +153,18 @@ class ShardedLayerContract(Contract):
     def specs(self) -> tuple[ParamSpec, ...]:
         raise NotImplementedError
 
-    def layer_case(self, case: TPCase, options) -> LayerCase:
+    def layer_case(self, case: TPCase, options: dict) -> LayerCase:
         raise NotImplementedError
 
-    def reference(self, case: TPCase, dtype: str, options) -> dict:
+    def reference(self, case: TPCase, dtype: str, options: dict) -> dict:
         """``{"out", "dx", "grads": {name: ...}}``: full, float64, torch layout; exact, or with
         ``"bounds"`` (same keys) for a bounded contract."""
         raise NotImplementedError
 
-    def expected_collectives(self, case: TPCase, options, dtype) -> tuple[list, list, str, str]:
+    def expected_collectives(self, case: TPCase, options: dict, dtype: str) -> tuple[list, list, str, str]:
         raise NotImplementedError
 
-    def gathered_dims(self, case: TPCase, options, dtype) -> tuple[tuple[int, int], ...]:
+    def gathered_dims(self, case: TPCase, options: dict, dtype: str) -> tuple[tuple[int, int], ...]:
         """``(length, slice_bytes)`` of each dimension the expected collectives all-gather (none by
         default). Where tp does not divide a length, the all-gather may also be at exactly its padded
         volume (:func:`~distcheck.engine.contracts.checks.padded_all_gather`: gloo needs equal shards)."""
@@ -169,15 +172,15 @@ class ShardedLayerContract(Contract):
 
     # -------------------------------------------------------------- rank and check
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Target, case: TPCase, dtype: str, options: dict) -> dict:
         return run_layer(ctx, target, self.layer_case(case, options), dtype)
 
-    def check(self, case, results, world_size, dtype, options) -> dict[str, Outcome]:
+    def check(self, case: TPCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
         lc = self.layer_case(case, options)
         ref = self.reference(case, dtype, options)
         bounds = ref.get("bounds", {})  # absent: bitwise
 
-        def expected(full, shard: str | None, dim: int) -> list:
+        def expected(full: np.ndarray | None, shard: str | None, dim: int) -> list:
             """The full reference on every rank, or each rank's own block of the parameter ``shard``."""
             if full is None or shard is None:
                 return [full] * len(results)
@@ -185,7 +188,8 @@ class ShardedLayerContract(Contract):
             return [full[tuple(index[:dim] + [slice(*res["bounds"][shard])] + index[dim + 1:])] if dim >= 0
                     else full[..., slice(*res["bounds"][shard])] for res in results]  # views, no copies
 
-        def held(what, full, got, dtypes, shard, dim, bound) -> Outcome:
+        def held(what: str, full: np.ndarray | None, got: list, dtypes: list, shard: str | None, dim: int,
+                 bound: np.ndarray | None) -> Outcome:
             exp = expected(full, shard, dim)
             outcome = compare(what, dtype, exp, got, dtypes, None if bound is None else expected(bound, shard, dim))
             return outcome if shard is not None else combine(outcome, agree(what, got))
@@ -224,7 +228,7 @@ class ShardedLayerContract(Contract):
         }
 
 
-def check_exact(dtype: str, *sums) -> None:
+def check_exact(dtype: str, *sums: Sequence[Sequence[np.ndarray]]) -> None:
     """Guard of the bitwise regime. Each argument is a sum of products, given as a list of chains
     ``(A1, A2, ...)`` standing for ``|A1| @ |A2| @ ...``; the sum of those magnitudes bounds every
     partial sum of the computation in any order, and must be at most 2**p. A scalar bound
@@ -255,7 +259,7 @@ def check_exact(dtype: str, *sums) -> None:
                                f"{top:g} > 2**{precision_bits(dtype)}); please report it")
 
 
-def _max_abs(a) -> float:
+def _max_abs(a: ArrayLike) -> float:
     """max |a| without forming |a| (0 for an empty array)."""
     a = np.asarray(a)
     return max(float(a.max()), -float(a.min())) if a.size else 0.0

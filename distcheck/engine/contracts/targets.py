@@ -74,7 +74,7 @@ def reference_of(obj: Any) -> str | None:
     return f"{module}:{qualname}" if found is obj else None
 
 
-def make_target(obj: Any, ref: str | None, kind: str, **build) -> Target:
+def make_target(obj: Any, ref: str | None, kind: str, **build: Any) -> Target:
     """A :class:`Target` for ``obj``: by reference when it imports back, else pickled by value.
 
     Raises TargetError when ``obj`` can be neither (a class defined inside a function).

@@ -103,7 +103,7 @@ def _exact(q: Fraction) -> int | Fraction:
     return int(q) if q.denominator == 1 else q
 
 
-def _check(s, b, h, a, t, ffn) -> int:
+def _check(s: int, b: int, h: int, a: int, t: int, ffn: int | None) -> int:
     for name, v in (("s", s), ("b", b), ("h", h), ("a", a), ("t", t)):
         check_positive_int(name, v)
     if ffn is None:

@@ -28,12 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from distcheck.core.results import CheckResult
 from distcheck.core.validate import check_choice, check_positive_int
 from distcheck.core.vocab import Collective
 from distcheck.engine.collectives import ByteCounter
 from distcheck.engine.drivers import result_row, run_guarded, skip_row
+from distcheck.engine.world import RankContext, World
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["RING_COLLECTIVES", "UNEVEN_ALL_GATHER", "chunk_bounds", "ring_collective_rank",
            "default_collective_examples", "collective_rows", "world_rows", "skip_rows"]
@@ -50,7 +55,7 @@ _BACKENDS_WITH_P2P = ("gloo", "nccl")
 UNEVEN_ALL_GATHER = ("nccl",)
 
 
-def _nbytes(t) -> int:
+def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
@@ -65,7 +70,7 @@ def chunk_bounds(count: int, n: int) -> list[tuple[int, int]]:
     return out
 
 
-def _ring_step(ctx, send_t, recv_t, sent: list[int]) -> None:
+def _ring_step(ctx: RankContext, send_t: torch.Tensor, recv_t: torch.Tensor, sent: list[int]) -> None:
     """Send ``send_t`` to rank+1 while receiving ``recv_t`` from rank-1 (counted)."""
     import torch.distributed as dist
 
@@ -81,7 +86,8 @@ def _ring_step(ctx, send_t, recv_t, sent: list[int]) -> None:
             w.wait()
 
 
-def _ring_reduce_scatter(ctx, buf, bounds, shift: int, sent: list[int]) -> None:
+def _ring_reduce_scatter(ctx: RankContext, buf: torch.Tensor, bounds: Sequence[tuple[int, int]], shift: int,
+                         sent: list[int]) -> None:
     import torch
 
     n, r = ctx.world_size, ctx.rank
@@ -93,7 +99,8 @@ def _ring_reduce_scatter(ctx, buf, bounds, shift: int, sent: list[int]) -> None:
         buf[g_lo:g_hi] += incoming
 
 
-def _ring_all_gather(ctx, buf, bounds, shift: int, sent: list[int]) -> None:
+def _ring_all_gather(ctx: RankContext, buf: torch.Tensor, bounds: Sequence[tuple[int, int]], shift: int,
+                     sent: list[int]) -> None:
     import torch
 
     n, r = ctx.world_size, ctx.rank
@@ -105,21 +112,21 @@ def _ring_all_gather(ctx, buf, bounds, shift: int, sent: list[int]) -> None:
         buf[g_lo:g_hi] = incoming
 
 
-def _all_gather_single(out, inp) -> None:
+def _all_gather_single(out: torch.Tensor, inp: torch.Tensor) -> None:
     import torch.distributed as dist
 
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     fn(out, inp)
 
 
-def _reduce_scatter_single(out, inp) -> None:
+def _reduce_scatter_single(out: torch.Tensor, inp: torch.Tensor) -> None:
     import torch.distributed as dist
 
     fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     fn(out, inp)
 
 
-def ring_collective_rank(ctx, example: dict) -> dict:
+def ring_collective_rank(ctx: RankContext, example: dict) -> dict:
     """Rank function: ring collective over point-to-point vs torch's collective.
 
     ``example``: ``{"collective": one of :data:`RING_COLLECTIVES`,
@@ -224,7 +231,7 @@ def _expected_bytes(coll: str, numel: int, n: int, itemsize: int = 8) -> tuple[l
     return list(res.sent_bytes), form
 
 
-def collective_rows(world, examples: Sequence[dict] | None = None) -> list[CheckResult]:
+def collective_rows(world: World, examples: Sequence[dict] | None = None) -> list[CheckResult]:
     """Measured bytes per rank of ring collectives against ``comm.bytes_per_rank.*``, on ``world``.
 
     One row per collective. A row passes when, for every example and rank: the ring result
@@ -286,7 +293,7 @@ def collective_rows(world, examples: Sequence[dict] | None = None) -> list[Check
     return rows
 
 
-def world_rows(world, *, timeout_s: float) -> list[CheckResult]:
+def world_rows(world: World, *, timeout_s: float) -> list[CheckResult]:
     """The layers stage's rows of this package on one world (a pool's own timeout applies per step)."""
     return collective_rows(world)
 

@@ -44,7 +44,7 @@ def bus_bandwidth_factor(collective: str, n: int) -> Fraction:
     return Fraction(n - 1, n)
 
 
-def volume(collective: str, size_bytes, n: int, convention: str = "full") -> Fraction:
+def volume(collective: str, size_bytes: int | Fraction, n: int, convention: str = "full") -> Fraction:
     """Ideal bytes each rank sends (exact Fraction), per nccl-tests doc/PERFORMANCE.md.
 
     - ``convention="full"``: ``size_bytes`` is S, the full tensor; returns

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from distcheck.core.vocab import Collective
 from distcheck.engine.mutants import mutant
-from distcheck.parallel.comm.reference import simulate
+from distcheck.parallel.comm.reference import CommResult, simulate
 
 __all__ = ["simulate_all_reduce_one_phase", "simulate_all_gather_full_tensors"]
 
 
 @mutant("comm.all_reduce_one_phase", "comm.volume.closed_form")
-def simulate_all_reduce_one_phase(collective, size_bytes, n, *, dtype="int64"):
+def simulate_all_reduce_one_phase(collective: str, size_bytes: int, n: int, *, dtype: str = "int64") -> CommResult:
     """A ring all-reduce that counts its reduce-scatter phase only, forgetting the all-gather that
     hands every rank the reduced result."""
     return simulate(Collective.REDUCE_SCATTER if collective == Collective.ALL_REDUCE else collective, size_bytes, n,
@@ -29,7 +29,8 @@ def simulate_all_reduce_one_phase(collective, size_bytes, n, *, dtype="int64"):
 
 
 @mutant("comm.all_gather_full_tensors", "comm.zero3.one_and_a_half_ddp")
-def simulate_all_gather_full_tensors(collective, size_bytes, n, *, dtype="int64"):
+def simulate_all_gather_full_tensors(collective: str, size_bytes: int, n: int, *,
+                                     dtype: str = "int64") -> CommResult:
     """An all-gather in which every rank contributes its whole S-byte tensor instead of its S/n shard
     (the shard convention misread): n S gathered, (n-1) S sent per rank."""
     return simulate(collective, size_bytes * n if collective == Collective.ALL_GATHER else size_bytes, n, dtype=dtype)

@@ -7,7 +7,9 @@ Implementation slot: ``simulate(collective, size_bytes, n, *, dtype) -> CommResu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from distcheck.core.errors import PropertyFailure
 from distcheck.core.vocab import Collective
@@ -15,21 +17,25 @@ from distcheck.engine.catalogue import form_value
 from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
 from distcheck.parallel.comm import strategies as ds
+from distcheck.parallel.comm.strategies import CollectiveCase
+
+if TYPE_CHECKING:
+    from distcheck.parallel.comm.reference import CommResult
 
 __all__ = ["volume_matches_closed_form", "zero3_is_one_and_a_half_ddp"]
 
 
-def _simulate(*args, **kwargs):
+def _simulate(*args: Any, **kwargs: Any) -> CommResult:
     from distcheck.parallel.comm.reference import simulate
 
     return simulate(*args, **kwargs)
 
 
-def _form(collective: str, size_bytes: int, n: int):
+def _form(collective: str, size_bytes: int, n: int) -> int | Fraction:
     return form_value(f"comm.bytes_per_rank.{collective}", size_bytes=size_bytes, n=n)
 
 
-def volume_matches_closed_form(case, *, impl=_simulate) -> None:
+def volume_matches_closed_form(case: CollectiveCase, *, impl: Callable[..., CommResult] = _simulate) -> None:
     """Bytes sent per rank == comm.bytes_per_rank.<collective>(S, n).
 
     Even chunking: every rank sends exactly the closed form (broadcast: the first n-1
@@ -61,7 +67,7 @@ def volume_matches_closed_form(case, *, impl=_simulate) -> None:
                               expected=f"< {ideal + phases * itemsize}", got=max(res.sent_bytes))
 
 
-def zero3_is_one_and_a_half_ddp(case, *, impl=_simulate) -> None:
+def zero3_is_one_and_a_half_ddp(case: CollectiveCase, *, impl: Callable[..., CommResult] = _simulate) -> None:
     """Simulated bytes per rank: ZeRO-3 (2 all-gathers + 1 reduce-scatter of S) == 1.5 x DDP
     (one all-reduce of S), and both == zero.comm_elements_per_rank(exact_ring=True) x itemsize."""
     from distcheck.parallel.zero.reference import comm_elements_per_rank
@@ -85,7 +91,7 @@ def zero3_is_one_and_a_half_ddp(case, *, impl=_simulate) -> None:
 _COLLECTIVES = tuple(Collective)
 
 
-def _edges():
+def _edges() -> tuple[CollectiveCase, ...]:
     """One rank (nothing to send); 5 int64 elements over 2 and 4 ranks (uneven chunks) for every collective."""
     C = ds.CollectiveCase
     return (C(Collective.ALL_REDUCE, 40, 1), *(C(c, 40, n) for n in (2, 4) for c in _COLLECTIVES))

@@ -48,9 +48,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from distcheck.core.errors import ConfigError, PropertyFailure
 from distcheck.core.validate import (
@@ -227,7 +228,8 @@ def _check_equal(got: np.ndarray, expected: np.ndarray, what: str) -> None:
                               got=got.tolist()[:8])
 
 
-def _result(collective, n, size_bytes, itemsize, net, outputs) -> CommResult:
+def _result(collective: str, n: int, size_bytes: int, itemsize: int, net: _Net[Any],
+            outputs: Sequence[np.ndarray]) -> CommResult:
     return CommResult(
         collective=collective, n=n, size_bytes=size_bytes, itemsize=itemsize,
         sent_bytes=tuple(net.sent), received_bytes=tuple(net.received), steps=net.steps,
@@ -235,7 +237,8 @@ def _result(collective, n, size_bytes, itemsize, net, outputs) -> CommResult:
     )
 
 
-def _ring_start(inputs):
+def _ring_start(inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], int, list[np.ndarray],
+                                                     list[tuple[int, int]], _Net[int]]:
     """Validated inputs, n, per-rank working copies, the array_split chunk bounds and a fresh network."""
     arrays = _check_inputs(inputs, "inputs")
     n = len(arrays)
@@ -243,7 +246,8 @@ def _ring_start(inputs):
     return arrays, n, [a.copy() for a in arrays], _bounds(arrays[0].size, n), net
 
 
-def _ring_phase(net: _Net[int], bufs: list[np.ndarray], bounds, shift: int, *, reduce: bool) -> None:
+def _ring_phase(net: _Net[int], bufs: list[np.ndarray], bounds: Sequence[tuple[int, int]],
+                shift: int, *, reduce: bool) -> None:
     """n-1 ring steps: at step k rank r sends chunk (r - k + shift) mod n to r+1, which adds
     it to its own chunk (``reduce=True``: the reduce-scatter phase) or stores it (the all-gather phase)."""
     n = len(bufs)
@@ -260,11 +264,13 @@ def _ring_phase(net: _Net[int], bufs: list[np.ndarray], bounds, shift: int, *, r
                 bufs[dst][a:b] = data
 
 
-def _ring_reduce_scatter_phase(net: _Net[int], bufs: list[np.ndarray], bounds, shift: int) -> None:
+def _ring_reduce_scatter_phase(net: _Net[int], bufs: list[np.ndarray], bounds: Sequence[tuple[int, int]],
+                               shift: int) -> None:
     _ring_phase(net, bufs, bounds, shift, reduce=True)
 
 
-def _ring_all_gather_phase(net: _Net[int], bufs: list[np.ndarray], bounds, shift: int) -> None:
+def _ring_all_gather_phase(net: _Net[int], bufs: list[np.ndarray], bounds: Sequence[tuple[int, int]],
+                           shift: int) -> None:
     _ring_phase(net, bufs, bounds, shift, reduce=False)
 
 
@@ -426,7 +432,7 @@ def chain_broadcast(data: np.ndarray, n: int, *, root: int = 0, num_chunks: int 
     return _result(Collective.BROADCAST, n, data.nbytes, data.itemsize, net, bufs)
 
 
-def simulate(collective: str, size_bytes: int, n: int, *, dtype=np.int64, seed: int = 0) -> CommResult:
+def simulate(collective: str, size_bytes: int, n: int, *, dtype: DTypeLike = np.int64, seed: int = 0) -> CommResult:
     """Run the simulation of ``collective`` on random integer-valued data.
 
     - ``size_bytes``: S, the full tensor (module convention); must be a
@@ -459,7 +465,7 @@ def simulate(collective: str, size_bytes: int, n: int, *, dtype=np.int64, seed: 
                   "comm.MAX_SIM_ELEMENTS; use comm.volume or the closed forms comm.bytes_per_rank.* for more")
     rng = np.random.default_rng(seed)
 
-    def draw(k):
+    def draw(k: int) -> np.ndarray:
         return rng.integers(-1000, 1000, size=k).astype(dtype)
 
     if collective == Collective.ALL_REDUCE:

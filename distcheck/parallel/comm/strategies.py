@@ -30,7 +30,8 @@ class CollectiveCase:
     dtype: str = "int64"
 
 
-def _v_collective_cases(*, collectives, min_ranks, max_ranks, min_elements, max_elements):
+def _v_collective_cases(*, collectives: tuple[str, ...], min_ranks: int, max_ranks: int, min_elements: int,
+                        max_elements: int) -> None:
     check_subset("collectives", collectives, COLLECTIVES)
     check_interval("min_ranks", min_ranks, "max_ranks", max_ranks)
     check_interval("min_elements", min_elements, "max_elements", max_elements, at_least=0)
@@ -38,7 +39,7 @@ def _v_collective_cases(*, collectives, min_ranks, max_ranks, min_elements, max_
 
 @defines(_v_collective_cases)
 def collective_cases(
-    draw,
+    draw: st.DrawFn,
     *,
     collectives: tuple[str, ...] = COLLECTIVES,
     min_ranks: int = 1, max_ranks: int = 8,

@@ -27,11 +27,16 @@ case a Hypothesis draw could reach; the row says so.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from distcheck.core.results import CheckResult
 from distcheck.core.validate import check_positive_int
 from distcheck.core.vocab import Axis
 from distcheck.engine.drivers import result_row, run_guarded, skip_row
+from distcheck.engine.world import RankContext, World
+
+if TYPE_CHECKING:
+    from distcheck.parallel.layout.reference import ParallelConfig
 
 __all__ = ["MESH_AXES", "mesh_groups_rank", "mesh_rows", "fake_mesh_rows", "sample_ranks", "world_rows",
            "world_free_rows", "skip_rows"]
@@ -43,7 +48,7 @@ STAGE = "layers"
 MESH_AXES = (Axis.PP, Axis.DP, Axis.TP)
 
 
-def mesh_groups_rank(ctx, example: dict) -> dict:
+def mesh_groups_rank(ctx: RankContext, example: dict) -> dict:
     """Rank function: this rank's group on each axis of a ``(pp, dp, tp)`` mesh.
 
     ``example``: ``{"pp": int, "dp": int, "tp": int}`` with product = world size.
@@ -58,7 +63,7 @@ def mesh_groups_rank(ctx, example: dict) -> dict:
     return {"groups": groups, "grid": mesh.mesh.tolist()}
 
 
-def _layout(example: dict, order: str):
+def _layout(example: dict, order: str) -> ParallelConfig:
     from distcheck.parallel.layout.reference import ParallelConfig
 
     return ParallelConfig(tp=example["tp"], pp=example["pp"], dp=example["dp"], order=order)
@@ -93,7 +98,7 @@ def _compare(results_by_rank: dict[int, dict], example: dict, order: str, full_w
     return bad
 
 
-def mesh_rows(world, examples: Sequence[dict] | None = None, order: str = "tp-dp-pp") -> list[CheckResult]:
+def mesh_rows(world: World, examples: Sequence[dict] | None = None, order: str = "tp-dp-pp") -> list[CheckResult]:
     """The ``mesh.groups`` row on ``world``: every factorisation ``pp * dp * tp = world_size`` (or ``examples``).
 
     ``order`` is the layout's innermost-first axis order the torch mesh is
@@ -147,7 +152,7 @@ def fake_mesh_rows(pp: int = 16, dp: int = 128, tp: int = 8, *, ranks: Sequence[
                        f"pp={pp}, dp={dp}, tp={tp}: groups of ranks {picks} equal layout.groups; grid equal")]
 
 
-def world_rows(world, *, timeout_s: float) -> list[CheckResult]:
+def world_rows(world: World, *, timeout_s: float) -> list[CheckResult]:
     """The layers stage's rows of this package on one world (a pool's own timeout applies per step)."""
     return mesh_rows(world)
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,8 @@ from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_callable, check_type
 from distcheck.engine.contracts.contract import EXACT, Contract, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
+from distcheck.engine.contracts.targets import Target, make_target, require_distribution, resolve
+from distcheck.engine.world import RankContext
 
 __all__ = ["LayoutTarget", "Probe", "ProbeSet", "canonical", "run_probes", "RankLayoutContract",
            "BadInputContract", "PROBE_TIMEOUT_S", "REFUSALS"]
@@ -72,7 +73,7 @@ PROBE_TIMEOUT_S = 180.0
 REFUSALS = ("ValueError", "AssertionError", "LookupError", "RuntimeError")
 
 
-def canonical(groups) -> list[list[int]]:
+def canonical(groups: Iterable[Iterable[int]]) -> list[list[int]]:
     """Groups as sorted lists of ints, sorted by first rank (the order ranks are numbered in)."""
     return sorted(sorted(int(r) for r in g) for g in groups)
 
@@ -165,7 +166,7 @@ def _first_difference(a: list[list[int]], b: list[list[int]]) -> str:
     return f"{len(a)} groups vs {len(b)}"
 
 
-def _target(obj: Any, ref: str | None, kind: type, what: str):
+def _target(obj: Any, ref: str | None, kind: type, what: str) -> Target:
     if not isinstance(obj, kind):
         raise ProtocolError("target", ref or repr(obj), f"must be a distcheck.parallel.layout.contracts."
                                                         f"{kind.__name__} ({what}; see docs/CERTIFY.md)")
@@ -188,23 +189,24 @@ class RankLayoutContract(Contract):
     dtypes = (EXACT,)
     needs_world = False
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         return _target(obj, ref, LayoutTarget, "the rank groups of each axis for a configuration"), options
 
-    def cases(self, world_size, dtype, options):  # the configurations are the target's: see cases_for
+    def cases(self, world_size: int, dtype: str, options: dict) -> None:  # the target's: see cases_for
         return None
 
-    def cases_for(self, target, world_size, dtype, options):
+    def cases_for(self, target: Any, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[dict]:
         return resolve(target).configs()
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Any, case: dict, dtype: str, options: dict) -> dict:
         # the target's groups, and distcheck's for the same configuration (no process group: one process)
         layout: LayoutTarget = resolve(target)
         got = {token: canonical(g) for token, g in layout.groups(case).items()}
         want = {token: canonical(g) for token, g in layout.reference(case).items()}
         return {"got": got, "want": want, "order": layout.order(case)}
 
-    def check(self, case, results, world_size, dtype, options):
+    def check(self, case: dict, results: list, world_size: int, dtype: str,
+              options: dict) -> dict[str, Outcome]:
         got, want, order = results[0]["got"], results[0]["want"], results[0]["order"]
         for token, theirs in got.items():
             if token not in want:
@@ -280,13 +282,13 @@ class BadInputContract(Contract):
     dtypes = (EXACT,)
     needs_world = False
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         return _target(obj, ref, ProbeSet, "calls with valid and with bad input"), options
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[str]:
         return st.just("every probe")  # one example: the probes are fixed data
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Any, case: str, dtype: str, options: dict) -> dict:
         probes: ProbeSet = resolve(target)
         calls = (*probes.valid, *probes.probes)
         return {"valid": [p.label for p in probes.valid], "labels": [p.label for p in probes.probes],
@@ -294,7 +296,8 @@ class BadInputContract(Contract):
                 **{mode: run_probes(probes.setup, calls, optimize=mode == "python -O", refusals=probes.refusals)
                    for mode in ("python", "python -O")}}
 
-    def check(self, case, results, world_size, dtype, options):
+    def check(self, case: str, results: list, world_size: int, dtype: str,
+              options: dict) -> dict[str, Outcome]:
         r = results[0]
         valid, labels, plain, optimized = r["valid"], r["labels"], r["python"], r["python -O"]
         rejected = [f"{mode}: {v} raised {out[v][1]}" for mode, out in (("python", plain), ("python -O", optimized))

@@ -38,7 +38,7 @@ _cp = Input("cp", "context-parallel degree", "GPUs", default=1)
 _ep = Input("ep", "expert-parallel degree, as its own mesh axis", "GPUs")
 
 
-def _s(*inputs):
+def _s(*inputs: Input) -> list[sp.Symbol]:
     return [i.symbol for i in inputs]
 
 

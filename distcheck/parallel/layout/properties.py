@@ -8,6 +8,8 @@ and ``coords(cfg, rank) -> dict`` (:func:`distcheck.parallel.layout.coords`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from hypothesis import strategies as st
 
@@ -17,24 +19,27 @@ from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
 from distcheck.parallel.layout import strategies as ds
 
+if TYPE_CHECKING:
+    from distcheck.parallel.layout.reference import ParallelConfig
+
 __all__ = ["groups_partition", "tp_node_local", "coords_bijection"]
 
 AXES = LAYOUT_ORDER
 
 
-def _groups(cfg, axis):
+def _groups(cfg: ParallelConfig, axis: str) -> list[list[int]]:
     from distcheck.parallel.layout.reference import groups
 
     return groups(cfg, axis)
 
 
-def _coords(cfg, rank):
+def _coords(cfg: ParallelConfig, rank: int) -> dict[str, int]:
     from distcheck.parallel.layout.reference import coords
 
     return coords(cfg, rank)
 
 
-def groups_partition(cfg, *, impl=_groups) -> None:
+def groups_partition(cfg: ParallelConfig, *, impl: Callable[[ParallelConfig, str], list[list[int]]] = _groups) -> None:
     """For each axis: every rank in exactly one group, each group of size degree(axis),
     layout.num_groups groups, and members differing only along that axis."""
     from distcheck.engine.catalogue import get
@@ -62,13 +67,13 @@ def groups_partition(cfg, *, impl=_groups) -> None:
                                       expected="one index tuple", got=sorted(others))
 
 
-def _node_local_configs():
+def _node_local_configs() -> st.SearchStrategy[ParallelConfig]:
     return ds.parallel_configs().flatmap(
         lambda c: st.integers(1, 4).map(lambda k: dataclasses.replace(c, gpus_per_node=c.tp * k))
     )
 
 
-def tp_node_local(cfg, *, impl=_groups) -> None:
+def tp_node_local(cfg: ParallelConfig, *, impl: Callable[[ParallelConfig, str], list[list[int]]] = _groups) -> None:
     """With TP innermost (Llama 3's order tp-cp-pp-dp) and tp | gpus_per_node, every TP
     group lies on one node (node = rank // gpus_per_node)."""
     for g in call_impl("groups", impl, cfg, "tp"):
@@ -78,12 +83,12 @@ def tp_node_local(cfg, *, impl=_groups) -> None:
                                   got=sorted(nodes))
 
 
-def coords_bijection(cfg, *, impl=_coords) -> None:
+def coords_bijection(cfg: ParallelConfig, *, impl: Callable[[ParallelConfig, int], dict[str, int]] = _coords) -> None:
     """coords is a bijection from ranks onto the index grid, inverse to rank_of."""
-    from distcheck.parallel.layout.reference import rank_of
+    from distcheck.parallel.layout.reference import _world, rank_of
 
     seen = set()
-    for rank in range(cfg.world_size):
+    for rank in range(_world(cfg)):
         c = call_impl("coords", impl, cfg, rank)
         key = tuple(sorted(c.items()))
         if key in seen:
@@ -100,7 +105,7 @@ def coords_bijection(cfg, *, impl=_coords) -> None:
             raise PropertyFailure(f"rank_of(coords(rank)) for {cfg}", expected=rank, got=back)
 
 
-def _configs():
+def _configs() -> tuple[ParallelConfig, ...]:
     """tp 2, pp 2, dp 4 on nodes of 2 GPUs (each TP group fills a node), and tp 3, dp 2 on nodes
     of 3 GPUs (a tp that is not a power of two)."""
     from distcheck.parallel.layout.reference import ParallelConfig

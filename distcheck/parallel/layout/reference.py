@@ -47,6 +47,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -81,7 +82,7 @@ DEFAULT_ORDER = tuple(axis.value for axis in LAYOUT_ORDER)
 EP_PLACEMENTS = ("inside_dp", "outside")
 
 
-def _parse_order(order) -> tuple[str, ...]:
+def _parse_order(order: Any) -> tuple[str, ...]:  # user input: a string or a sequence of axis names
     if isinstance(order, str):
         parts = tuple(p.strip() for p in order.replace(",", "-").split("-"))
     else:
@@ -144,7 +145,7 @@ class ParallelConfig:
     order: tuple[str, ...] | str | None = None
     ep_placement: str = "inside_dp"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "gpus_per_node"):
             check_positive_int(name, getattr(self, name))
         check_choice("ep_placement", self.ep_placement, EP_PLACEMENTS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import prod
+from typing import TYPE_CHECKING
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -15,14 +16,18 @@ from distcheck.core.validate import check_at_least, check_interval, check_option
 from distcheck.core.vocab import LAYOUT_ORDER
 from distcheck.engine.strategies import defines
 
+if TYPE_CHECKING:
+    from distcheck.parallel.layout.reference import ParallelConfig
+
 __all__ = ["parallel_configs", "InvalidParallelConfig", "invalid_parallel_configs"]
 
 
 AXIS_NAMES = tuple(axis.value for axis in LAYOUT_ORDER)
 
 
-def _v_parallel_configs(*, min_tp, max_tp, min_pp, max_pp, min_dp, max_dp, min_cp, max_cp, max_ep,
-                        max_world_size, min_gpus_per_node, max_gpus_per_node, any_order):
+def _v_parallel_configs(*, min_tp: int, max_tp: int, min_pp: int, max_pp: int, min_dp: int, max_dp: int,
+                        min_cp: int, max_cp: int, max_ep: int, max_world_size: int, min_gpus_per_node: int,
+                        max_gpus_per_node: int, any_order: bool) -> None:
     for a in AXIS_NAMES:
         check_interval(f"min_{a}", locals()[f"min_{a}"], f"max_{a}", locals()[f"max_{a}"])
     check_at_least("max_ep", max_ep, 1)
@@ -39,7 +44,7 @@ def _v_parallel_configs(*, min_tp, max_tp, min_pp, max_pp, min_dp, max_dp, min_c
 
 @defines(_v_parallel_configs)
 def parallel_configs(
-    draw,
+    draw: st.DrawFn,
     *,
     min_tp: int = 1, max_tp: int = 8,
     min_pp: int = 1, max_pp: int = 8,
@@ -49,7 +54,7 @@ def parallel_configs(
     max_world_size: int = 256,
     min_gpus_per_node: int = 1, max_gpus_per_node: int = 8,
     any_order: bool = False,
-):
+) -> ParallelConfig:
     """A valid :class:`distcheck.parallel.layout.ParallelConfig` with ``world_size <= max_world_size``.
 
     - ``min_<axis>``/``max_<axis>`` for tp, pp, dp, cp: degree bounds (>= 1);
@@ -87,12 +92,12 @@ class InvalidParallelConfig:
     reason: str
 
 
-def _v_invalid_parallel_configs():
+def _v_invalid_parallel_configs() -> None:
     pass
 
 
 @defines(_v_invalid_parallel_configs)
-def invalid_parallel_configs(draw) -> InvalidParallelConfig:
+def invalid_parallel_configs(draw: st.DrawFn) -> InvalidParallelConfig:
     """An :class:`InvalidParallelConfig`: one rule of ParallelConfig broken, the others kept.
 
     Kinds: a degree < 1 or not an int (field = that degree), ``world_size`` not the

@@ -44,7 +44,8 @@ from hypothesis import strategies as st
 
 from distcheck.engine.contracts.contract import EXACT, Contract, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import make_target, require_distribution, resolve
+from distcheck.engine.contracts.targets import Target, make_target, require_distribution, resolve
+from distcheck.engine.world import RankContext
 from distcheck.parallel.memory.estimators import (
     BINARY_READING,
     DECIMAL_UNITS,
@@ -77,12 +78,12 @@ class EstimatorCase:
         return head + "".join(f", {k}={v}" for k, v in self.options.items())
 
 
-def _cases(est: Estimator):
+def _cases(est: Estimator) -> st.SearchStrategy[EstimatorCase]:
     more = st.integers(1, MAX_RANKS_DRAWN) if est.depends_on_n else st.just(1)
     return est.draws().flatmap(lambda t: more.map(lambda k: EstimatorCase(t[0], t[1], t[2], k)))
 
 
-def _resolve(obj: Any, ref: str | None, kind: type, what: str):
+def _resolve(obj: Any, ref: str | None, kind: type, what: str) -> Target:
     if not isinstance(obj, kind):
         raise ProtocolError("target", ref or repr(obj),
                             f"must be a distcheck.parallel.memory.estimators.{kind.__name__} "
@@ -113,10 +114,10 @@ class MemoryEstimatorContract(Contract):
     dtypes = (EXACT,)
     needs_world = False
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         return _resolve(obj, ref, Estimator, "one ZeRO stage's bytes per GPU"), options
 
-    def skipped(self, target, options):
+    def skipped(self, target: Any, options: dict) -> dict[str, str]:
         est = resolve(target)
         out = {}
         if not est.depends_on_n:
@@ -125,13 +126,15 @@ class MemoryEstimatorContract(Contract):
             out["printed_unit"] = f"{est.name} prints no figure"
         return out
 
-    def cases(self, world_size, dtype, options):  # the cases depend on the estimator: see cases_for
+    def cases(self, world_size: int, dtype: str, options: dict) -> None:  # they depend on the estimator: cases_for
         return None
 
-    def cases_for(self, target, world_size, dtype, options):
+    def cases_for(self, target: Any, world_size: int, dtype: str,
+                  options: dict) -> st.SearchStrategy[EstimatorCase]:
         return _cases(resolve(target))
 
-    def run_rank(self, ctx, target, case: EstimatorCase, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Any, case: EstimatorCase, dtype: str,
+                 options: dict) -> dict[str, Any]:
         est: Estimator = resolve(target)
         p, n, opts = case.params, case.n, case.options
         return {
@@ -144,7 +147,8 @@ class MemoryEstimatorContract(Contract):
             "stage": est.stage, "fit_options": dict(est.fit_options),
         }
 
-    def check(self, case: EstimatorCase, results, world_size, dtype, options):
+    def check(self, case: EstimatorCase, results: list, world_size: int, dtype: str,
+              options: dict) -> dict[str, Outcome]:
         r = results[0]
         f, base = r["fit"], r["base"]
         text, convs = describe_fit(r["stage"], f, r["components"], case.options)
@@ -202,23 +206,26 @@ class MemoryStagesContract(Contract):
     dtypes = (EXACT,)
     needs_world = False
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         return _resolve(obj, ref, EstimatorFamily, "estimators of two or more ZeRO stages"), options
 
-    def cases(self, world_size, dtype, options):  # the cases depend on the estimators: see cases_for
+    def cases(self, world_size: int, dtype: str, options: dict) -> None:  # they depend on the estimators: cases_for
         return None
 
-    def cases_for(self, target, world_size, dtype, options):
+    def cases_for(self, target: Any, world_size: int, dtype: str,
+                  options: dict) -> st.SearchStrategy[EstimatorCase]:
         top = resolve(target).by_stage[-1]
         return top.draws().map(lambda t: EstimatorCase(t[0], t[1], t[2]))
 
-    def run_rank(self, ctx, target, case: EstimatorCase, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Any, case: EstimatorCase, dtype: str,
+                 options: dict) -> list[dict[str, Any]]:
         family: EstimatorFamily = resolve(target)
         p, n, opts = case.params, case.n, case.options
         return [{"name": e.name, "stage": e.stage, "n1": e.evaluate(p, 1, opts), "n": e.evaluate(p, n, opts),
                  "fit": fit(e, opts)} for e in family.by_stage]
 
-    def check(self, case: EstimatorCase, results, world_size, dtype, options):
+    def check(self, case: EstimatorCase, results: list, world_size: int, dtype: str,
+              options: dict) -> dict[str, Outcome]:
         stages = results[0]
         names = ", ".join(f"{s['name']} (stage {s['stage']})" for s in stages)
         one = EstimatorCase(case.params, 1, case.options)

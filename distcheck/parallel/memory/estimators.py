@@ -189,7 +189,7 @@ class Estimator:
             raise ConfigError(f"{self.name} result", value, "must be finite")
         return Fraction(value)
 
-    def draws(self):
+    def draws(self) -> SearchStrategy[tuple[int, int, dict]]:
         """The strategy of (P, N, options) examples: P in [1, :data:`MAX_PARAMS`], N in
         [1, :data:`MAX_RANKS_DRAWN`] (1 when the estimate does not depend on N)."""
         from hypothesis import strategies as st

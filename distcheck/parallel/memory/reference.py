@@ -185,17 +185,20 @@ def _component(params: int, convention: str | BytesPerParam, tp: int, pp: int, a
     return _exact(Fraction(getattr(b, attr)) * params / (tp * pp))
 
 
-def weights_bytes(params: int, convention: str | BytesPerParam = "mixed_adamw", tp: int = 1, pp: int = 1):
+def weights_bytes(params: int, convention: str | BytesPerParam = "mixed_adamw", tp: int = 1,
+                  pp: int = 1) -> int | Fraction:
     """Bytes of the working weights per GPU: ``weights * params / (tp * pp)`` (exact)."""
     return _component(params, convention, tp, pp, "weights")
 
 
-def grads_bytes(params: int, convention: str | BytesPerParam = "mixed_adamw", tp: int = 1, pp: int = 1):
+def grads_bytes(params: int, convention: str | BytesPerParam = "mixed_adamw", tp: int = 1,
+                pp: int = 1) -> int | Fraction:
     """Bytes of the gradients per GPU: ``grads * params / (tp * pp)`` (exact)."""
     return _component(params, convention, tp, pp, "grads")
 
 
-def optimizer_bytes(params: int, convention: str | BytesPerParam = "mixed_adamw", tp: int = 1, pp: int = 1):
+def optimizer_bytes(params: int, convention: str | BytesPerParam = "mixed_adamw", tp: int = 1,
+                    pp: int = 1) -> int | Fraction:
     """Bytes of optimizer state (fp32 master + moments) per GPU: ``K * params / (tp * pp)`` (exact)."""
     return _component(params, convention, tp, pp, "optimizer")
 

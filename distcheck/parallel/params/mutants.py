@@ -16,38 +16,38 @@ from __future__ import annotations
 import dataclasses
 
 from distcheck.engine.mutants import mutant
-from distcheck.parallel.params.reference import count_params
+from distcheck.parallel.params.reference import TransformerConfig, count_params
 
 __all__ = ["count_params_ignoring_kv_heads", "count_params_tied_counted_twice", "count_params_tied_subtracted_twice",
            "count_params_final_norm_forgotten", "count_params_swiglu_gate_missing"]
 
 
 @mutant("params.attention_ignores_kv", "params.total.closed_form")
-def count_params_ignoring_kv_heads(cfg):
+def count_params_ignoring_kv_heads(cfg: TransformerConfig) -> int:
     """Attention count that sizes k and v with num_heads (ignores grouped-query attention)."""
     return count_params(dataclasses.replace(cfg, num_kv_heads=cfg.num_heads))
 
 
 @mutant("params.tied_counted_twice", "params.total.closed_form")
-def count_params_tied_counted_twice(cfg):
+def count_params_tied_counted_twice(cfg: TransformerConfig) -> int:
     """Tied embeddings counted twice: the shared matrix counted again as the output head."""
     return count_params(dataclasses.replace(cfg, tied_embeddings=False))
 
 
 @mutant("params.tied_subtracted_twice", "params.total.closed_form")
-def count_params_tied_subtracted_twice(cfg):
+def count_params_tied_subtracted_twice(cfg: TransformerConfig) -> int:
     """Tied embeddings subtracted twice: V x d removed again from a count that already omits the head."""
     n = count_params(cfg)
     return n - cfg.vocab_size * cfg.hidden_size if cfg.tied_embeddings else n
 
 
 @mutant("params.final_norm_forgotten", "params.components.additive")
-def count_params_final_norm_forgotten(cfg):
+def count_params_final_norm_forgotten(cfg: TransformerConfig) -> int:
     """The final norm after the last layer left out of the count (its weights, and biases for a layer norm)."""
     return count_params(dataclasses.replace(cfg, final_norm=False))
 
 
 @mutant("params.swiglu_gate_missing", "params.option.delta")
-def count_params_swiglu_gate_missing(cfg):
+def count_params_swiglu_gate_missing(cfg: TransformerConfig) -> int:
     """A SwiGLU MLP counted as two matrices, as a GELU one: the gate matrix is missing."""
     return count_params(dataclasses.replace(cfg, swiglu=False))

@@ -16,7 +16,7 @@ __all__ = ["params_option_deltas"]
 
 
 @proof("proof.params.option_deltas")
-def params_option_deltas():
+def params_option_deltas() -> tuple[bool, str]:
     """decoder_only: tied=1 minus tied=0 == -V d; num_kv_heads=H minus G == 2 L d e (H - G) (+ qkv bias 2 e (H-G))."""
     f = get("params.decoder_only")
     s = f.symbols

@@ -7,8 +7,11 @@ Exact (integers). Implementation slot: ``count_params(cfg: TransformerConfig) ->
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
 
 from distcheck.core.errors import PropertyFailure
 from distcheck.engine.catalogue import form_value as _form
@@ -16,16 +19,19 @@ from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
 from distcheck.parallel.params import strategies as ds
 
+if TYPE_CHECKING:
+    from distcheck.parallel.params.reference import TransformerConfig
+
 __all__ = ["form_inputs", "total_matches_closed_form", "additive_over_components", "option_delta"]
 
 
-def _count(cfg):
+def _count(cfg: TransformerConfig) -> int:
     from distcheck.parallel.params.reference import count_params
 
     return count_params(cfg)
 
 
-def form_inputs(cfg) -> dict:
+def form_inputs(cfg: TransformerConfig) -> dict[str, int | None]:
     """The inputs of ``params.decoder_only`` for a TransformerConfig (flags as 0/1)."""
     return dict(
         hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, ffn_hidden_size=cfg.ffn_hidden_size,
@@ -36,7 +42,7 @@ def form_inputs(cfg) -> dict:
     )
 
 
-def total_matches_closed_form(cfg, *, impl=_count) -> None:
+def total_matches_closed_form(cfg: TransformerConfig, *, impl: Callable[[TransformerConfig], int] = _count) -> None:
     """count_params(cfg) == params.decoder_only(cfg), exactly."""
     got = call_impl("count_params", impl, cfg)
     expected = _form("params.decoder_only", **form_inputs(cfg))
@@ -44,7 +50,7 @@ def total_matches_closed_form(cfg, *, impl=_count) -> None:
         raise PropertyFailure(f"total parameters of {cfg}", expected=expected, got=got)
 
 
-def additive_over_components(cfg, *, impl=None) -> None:
+def additive_over_components(cfg: TransformerConfig, *, impl: Callable[[TransformerConfig], int] | None = None) -> None:
     """The component counts sum to the total, and each equals its closed form
     (L x attention_per_layer, L x mlp_per_layer, embedding, lm_head, norms)."""
     from distcheck.parallel.params.reference import component_counts
@@ -67,11 +73,11 @@ def additive_over_components(cfg, *, impl=None) -> None:
             raise PropertyFailure(f"component {key} of {cfg}", expected=value, got=parts.get(key))
 
 
-def _options():
+def _options() -> SearchStrategy[tuple[TransformerConfig, str]]:
     return st.tuples(ds.transformer_configs(), st.sampled_from(["gqa", "swiglu", "tied"]))
 
 
-def option_delta(case, *, impl=_count) -> None:
+def option_delta(case: tuple[TransformerConfig, str], *, impl: Callable[[TransformerConfig], int] = _count) -> None:
     """Switching one option (GQA -> MHA, SwiGLU on, tied off) changes the count by exactly
     the closed-form delta: decoder_only(with) - decoder_only(without)."""
     cfg, option = case
@@ -90,7 +96,7 @@ def option_delta(case, *, impl=_count) -> None:
 _SIG = "count_params(cfg: TransformerConfig) -> int"
 
 
-def _configs():
+def _configs() -> tuple[TransformerConfig, ...]:
     """GQA (4 query heads, 2 kv heads) with tied embeddings and SwiGLU; multi-head attention,
     untied, with every bias and a layer norm."""
     from distcheck.parallel.params.reference import TransformerConfig
@@ -102,7 +108,7 @@ def _configs():
                               out_bias=True))
 
 
-def _option_edges():
+def _option_edges() -> tuple[tuple[TransformerConfig, str], ...]:
     gqa_tied = _configs()[0]
     return tuple((gqa_tied, option) for option in ("gqa", "swiglu", "tied"))
 

@@ -6,17 +6,23 @@ Public path: :mod:`distcheck.strategies` (Hypothesis' conventions are listed the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from distcheck.core.validate import check_at_least, check_interval, check_optional_bool
 from distcheck.engine.strategies import defines
 
+if TYPE_CHECKING:
+    from distcheck.parallel.params.reference import TransformerConfig
+
 __all__ = ["transformer_configs"]
 
 
-def _v_transformer_configs(*, min_layers, max_layers, max_kv_heads, max_group, max_head_dim, min_ffn, max_ffn,
-                           min_vocab, max_vocab, gqa, swiglu, tied):
+def _v_transformer_configs(*, min_layers: int, max_layers: int, max_kv_heads: int, max_group: int,
+                           max_head_dim: int, min_ffn: int, max_ffn: int, min_vocab: int, max_vocab: int,
+                           gqa: bool | None, swiglu: bool | None, tied: bool | None) -> None:
     check_interval("min_layers", min_layers, "max_layers", max_layers)
     check_at_least("max_kv_heads", max_kv_heads, 1)
     check_at_least("max_group", max_group, 1)
@@ -32,7 +38,7 @@ def _v_transformer_configs(*, min_layers, max_layers, max_kv_heads, max_group, m
 
 @defines(_v_transformer_configs)
 def transformer_configs(
-    draw,
+    draw: st.DrawFn,
     *,
     min_layers: int = 1, max_layers: int = 4,
     max_kv_heads: int = 4, max_group: int = 4, max_head_dim: int = 16,
@@ -41,7 +47,7 @@ def transformer_configs(
     gqa: bool | None = None,
     swiglu: bool | None = None,
     tied: bool | None = None,
-):
+) -> TransformerConfig:
     """A valid :class:`distcheck.parallel.params.TransformerConfig`.
 
     num_heads = num_kv_heads * group, with num_kv_heads in 1..max_kv_heads and group

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise
 from math import prod
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from hypothesis import strategies as st
@@ -57,7 +57,8 @@ from hypothesis.extra import numpy as hnp
 from distcheck.engine.contracts.checks import combine, compare
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import make_target, resolve
+from distcheck.engine.contracts.targets import Target, make_target, resolve
+from distcheck.engine.world import RankContext
 from distcheck.parallel.zero import reference as zref
 from distcheck.parallel.zero.sharded_step import LR, OPTIMIZERS
 
@@ -92,12 +93,12 @@ class StepCase:
                 f"X={self.X.tolist()}, T={self.T.tolist()}, {layers})")
 
 
-def _cases(world_size: int):
+def _cases(world_size: int) -> st.SearchStrategy[StepCase]:
     eighths = st.integers(-4, 4).map(lambda k: k / 8)
     ints = st.integers(-3, 3).map(float)
 
     @st.composite
-    def draw(draw):
+    def draw(draw: st.DrawFn) -> StepCase:
         optimizer = draw(st.sampled_from(OPTIMIZERS))
         steps = 1 if optimizer == "adam" else draw(st.integers(1, 2))
         widths = draw(st.lists(st.integers(1, 7), min_size=2, max_size=4 if steps == 1 else 3))
@@ -206,7 +207,7 @@ class ShardedOptimizerStep(Contract):
                                                "all-reduce before step() (ZeRO-1; false: the optimizer reduces them)"),
     )
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         import inspect
 
         import torch
@@ -228,18 +229,19 @@ class ShardedOptimizerStep(Contract):
         raise ProtocolError("target", shown, "must be a sharded optimizer class built as cls(params, "
                                              "optimizer_class=..., **hyperparameters), or fully_shard")
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         return _cases(world_size) if dtype == "float64" else None
 
-    def skip_reason(self, world_size, dtype, options):
+    def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         return f"{self.name} is certified in float64 only (exact dyadic data), not {dtype}"
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
         from distcheck.parallel.zero.sharded_step import run_step
 
         return run_step(ctx, target, case, resolve(target), options)
 
-    def check(self, case, results, world_size, dtype, options) -> dict[str, Outcome]:
+    def check(self, case: StepCase, results: list, world_size: int, dtype: str,
+              options: dict) -> dict[str, Outcome]:
         exact_gradients(case)  # the guard: a case that is not exact is distcheck's defect
         names = [f"{kind} of layer {i}" for i in range(len(case.weights)) for kind in ("weight", "bias")]
         params = combine(*(compare(name, "float64", [res["single"][i] for res in results],

@@ -18,7 +18,7 @@ __all__ = ["zero_baseline_at_one", "zero_stages_non_increasing", "zero3_comm_one
 
 
 @proof("proof.zero.baseline_at_one")
-def zero_baseline_at_one():
+def zero_baseline_at_one() -> tuple[bool, str]:
     """zero.bytes_per_gpu.stage<s> at N_d = 1 == stage0 (the DDP baseline (2+2+K) Psi)."""
     base = get("zero.bytes_per_gpu.stage0")
     N = base.symbols["dp"]
@@ -30,7 +30,7 @@ def zero_baseline_at_one():
 
 
 @proof("proof.zero.non_increasing")
-def zero_stages_non_increasing():
+def zero_stages_non_increasing() -> tuple[bool, str]:
     """stage s - stage s+1 = c * Psi * (1 - 1/N_d) with c >= 0 (so >= 0 for N_d >= 1)."""
     forms = [get(f"zero.bytes_per_gpu.stage{s}") for s in range(4)]
     P, N, K = (forms[0].symbols[k] for k in ("params", "dp", "k"))
@@ -46,7 +46,7 @@ def zero_stages_non_increasing():
 
 
 @proof("proof.zero.comm_stage3")
-def zero3_comm_one_and_a_half():
+def zero3_comm_one_and_a_half() -> tuple[bool, str]:
     """zero.comm_elements_per_rank.stage3 == 3/2 * zero.comm_elements_per_rank.ddp."""
     z3, ddp = get("zero.comm_elements_per_rank.stage3"), get("zero.comm_elements_per_rank.ddp")
     ratio = sp.simplify(z3.expr / ddp.expr.subs(ddp.symbols["params"], z3.symbols["params"]))

@@ -8,35 +8,38 @@ Implementation slots: ``model_state_bytes_per_gpu(params, dp, stage, k=12) -> in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 from distcheck.core.errors import PropertyFailure
 from distcheck.engine.catalogue import form_value as _form
 from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
 from distcheck.parallel.zero import strategies as ds
+from distcheck.parallel.zero.strategies import ZeroCase
 
 __all__ = ["bytes_match_figure1", "bytes_monotone", "bytes_padded", "comm_matches_section7"]
 
 
-def _bytes(*args, **kwargs):
+def _bytes(*args: Any, **kwargs: Any) -> int:
     from distcheck.parallel.zero.reference import model_state_bytes_per_gpu
 
     return model_state_bytes_per_gpu(*args, **kwargs)
 
 
-def _comm(*args, **kwargs):
+def _comm(*args: Any, **kwargs: Any) -> int | Fraction:
     from distcheck.parallel.zero.reference import comm_elements_per_rank
 
     return comm_elements_per_rank(*args, **kwargs)
 
 
-def _divisible(case):
+def _divisible(case: ZeroCase) -> ZeroCase:
     """Psi a multiple of N_d (no padding), so Figure 1 holds exactly."""
     return ds.ZeroCase(params=case.params * case.dp, dp=case.dp, k=case.k)
 
 
-def bytes_match_figure1(case, *, impl=_bytes) -> None:
+def bytes_match_figure1(case: ZeroCase, *, impl: Callable[..., int] = _bytes) -> None:
     """For dp | params: bytes per GPU of every stage == zero.bytes_per_gpu.stage<s>."""
     c = _divisible(case)
     for stage in range(4):
@@ -51,7 +54,7 @@ def bytes_match_figure1(case, *, impl=_bytes) -> None:
 _SHARDS_MORE = {1: "the optimizer state", 2: "the gradients", 3: "the parameters"}
 
 
-def bytes_monotone(case, *, impl=_bytes) -> None:
+def bytes_monotone(case: ZeroCase, *, impl: Callable[..., int] = _bytes) -> None:
     """Any params (padding allowed): non-increasing in stage and in dp; all stages equal the
     DDP baseline (2 + 2 + K) Psi at dp = 1. Strictly decreasing where a stage shards one more
     state and the sharding can show: dp >= 2 and params >= 2 (so a rank's chunk ceil(Psi / N_d)
@@ -79,7 +82,7 @@ def bytes_monotone(case, *, impl=_bytes) -> None:
                                   got=at_one)
 
 
-def bytes_padded(case, *, impl=_bytes) -> None:
+def bytes_padded(case: ZeroCase, *, impl: Callable[..., int] = _bytes) -> None:
     """Any params (dp need not divide them): for every stage,
     ``stage<s>(params) <= bytes <= stage<s>(dp * ceil(params / dp))`` (Figure 1 forms): each
     rank holds at least its exact share Psi / N_d of every partitioned state, and at most
@@ -94,7 +97,7 @@ def bytes_padded(case, *, impl=_bytes) -> None:
                                   expected=f"[{low}, {high}]", got=got)
 
 
-def comm_matches_section7(case, *, impl=_comm) -> None:
+def comm_matches_section7(case: ZeroCase, *, impl: Callable[..., int | Fraction] = _comm) -> None:
     """Elements sent per rank == zero.comm_elements_per_rank.{ddp,stage1,stage2,stage3}; stage 3 == 1.5 x DDP."""
     names = {0: "ddp", 1: "stage1", 2: "stage2", 3: "stage3"}
     got = {s: Fraction(call_impl("comm_elements_per_rank", impl, case.params, case.dp, s)) for s in range(4)}
@@ -106,7 +109,7 @@ def comm_matches_section7(case, *, impl=_comm) -> None:
         raise PropertyFailure(f"ZeRO-3 must move 1.5x DDP for {case}", expected=Fraction(3, 2) * got[0], got=got[3])
 
 
-def _edges():
+def _edges() -> tuple[ZeroCase, ...]:
     """dp = 1 (the DDP baseline); more ranks than parameters (params = 1, dp = 2); dp not
     dividing params (10 over 4, K = 12); the ZeRO paper's 7.5B parameters over 64 ranks."""
     Z = ds.ZeroCase

@@ -22,6 +22,18 @@ copy of the model, unsharded, trains on the whole batch with the plain optimizer
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+#: a :class:`distcheck.parallel.zero.contracts.StepCase` (not imported: that module imports this one)
+_StepCase = Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from distcheck.engine.contracts.targets import Target
+    from distcheck.engine.world import RankContext
 
 __all__ = ["OPTIMIZERS", "LR", "build_mlp", "run_step"]
 
@@ -31,14 +43,14 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 LR = 2.0**-6
 
 
-def _optimizer(name: str):
+def _optimizer(name: str) -> tuple[Callable[..., torch.optim.Optimizer], dict[str, Any]]:
     import torch
 
     return {"sgd": (torch.optim.SGD, {"lr": LR}), "momentum": (torch.optim.SGD, {"lr": LR, "momentum": 0.9}),
             "adam": (torch.optim.Adam, {"lr": LR})}[name]
 
 
-def build_mlp(case, device):
+def build_mlp(case: _StepCase, device: torch.device | str) -> torch.nn.Sequential:
     """The case's model: ``Linear`` layers of ``case.widths`` with ReLU between them, float64."""
     import torch
     from torch import nn
@@ -55,7 +67,7 @@ def build_mlp(case, device):
     return nn.Sequential(*layers).to(device)
 
 
-def _storage_bytes(tensors) -> int:
+def _storage_bytes(tensors: Iterable[Any]) -> int:  # tensors or DTensors (gradients after a backward)
     seen, total = set(), 0
     for t in tensors:
         local = t.to_local() if hasattr(t, "to_local") else t
@@ -67,7 +79,7 @@ def _storage_bytes(tensors) -> int:
     return total
 
 
-def _state_bytes(optimizer) -> int:
+def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes of the per-element optimizer state (Adam's moments, SGD's momentum buffer), each storage
     once; scalar ``step`` counters are not counted."""
     import torch
@@ -77,11 +89,11 @@ def _state_bytes(optimizer) -> int:
     return _storage_bytes(tensors) if tensors else 0
 
 
-def _loss(model, x, t):
+def _loss(model: torch.nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return 0.5 * (model(x) - t).pow(2).sum()
 
 
-def run_step(ctx, target, case, obj, options: dict) -> dict:
+def run_step(ctx: RankContext, target: Target, case: _StepCase, obj: Any, options: dict) -> dict:
     """One example on this rank: ``case.steps`` steps of the target and of the single-device reference.
 
     Returns (numpy float64, plain Python): ``params`` (the sharded run's parameters, gathered to
@@ -106,7 +118,7 @@ def run_step(ctx, target, case, obj, options: dict) -> dict:
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-        sharded = [m for m in model if isinstance(m, torch.nn.Linear)] + [model]
+        sharded: list[Any] = [m for m in model if isinstance(m, torch.nn.Linear)] + [model]  # FSDP modules below
         for m in sharded:
             obj(m, mesh=mesh, reshard_after_forward=options["reshard_after_forward"])
         for m in sharded:
@@ -128,7 +140,7 @@ def run_step(ctx, target, case, obj, options: dict) -> dict:
         _loss(single, X, T).backward()
         plain.step()
 
-    def full(p):
+    def full(p: torch.Tensor) -> np.ndarray:
         return (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu().numpy().copy()
 
     out["params"] = [full(p) for p in model.parameters()]

@@ -6,6 +6,7 @@ Public path: :mod:`distcheck.strategies` (Hypothesis' conventions are listed the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -25,7 +26,7 @@ class ZeroCase:
     k: int = 12
 
 
-def _v_zero_cases(*, min_params, max_params, min_dp, max_dp, ks):
+def _v_zero_cases(*, min_params: int, max_params: int, min_dp: int, max_dp: int, ks: Any) -> None:  # ks: user input
     check_interval("min_params", min_params, "max_params", max_params)
     check_interval("min_dp", min_dp, "max_dp", max_dp)
     try:
@@ -40,7 +41,7 @@ def _v_zero_cases(*, min_params, max_params, min_dp, max_dp, ks):
 
 @defines(_v_zero_cases)
 def zero_cases(
-    draw,
+    draw: st.DrawFn,
     *,
     min_params: int = 1, max_params: int = 10**12,
     min_dp: int = 1, max_dp: int = 1024,
