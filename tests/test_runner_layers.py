@@ -164,7 +164,8 @@ def test_nccl_without_gpu_gives_skip_rows():
     rows = stages.run_stages([stages.stage("layers")], stages.CheckOptions(backend="nccl", world_sizes=(2,)))
     skipped = {r.check for r in rows if r.verdict == SKIP}
     assert {"comm.bytes_per_rank.all_reduce", "mesh.groups", "zero1", "fsdp2[reshard=True]"} <= skipped
-    assert all("nccl" in r.detail.lower() for r in rows if r.verdict == SKIP)
+    # a world-free row run in this process (backend "local") has its own reason, whatever the backend
+    assert all("nccl" in r.detail.lower() for r in rows if r.verdict == SKIP and r.backend != "local")
     assert {r.verdict for r in rows if r.check not in skipped} <= {PASS, FINDING}  # the world-free rows ran
 
 
