@@ -12,12 +12,12 @@ import pytest
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.results import FAIL, PASS
-from distcheck.engine.mutants import kill_mutant, mutants
+from distcheck.engine.mutants import mutants
 from distcheck.engine.proofs import prove
 from distcheck.engine.registry import properties
-from distcheck.engine.runner import run_property
 from distcheck.parallel.cp import reference as ref
 from distcheck.parallel.cp import variants as var
+from tests.package_checks import assert_mutant_killed, assert_property_holds
 
 PROPERTIES = ["cp.ring.attention", "cp.all_gather.attention", "cp.ulysses.attention", "cp.merge.online_softmax",
               "cp.balance.equal_work"]
@@ -37,16 +37,13 @@ def test_discovered_and_lazy_public_names():
 
 @pytest.mark.parametrize("name", PROPERTIES)
 def test_property_holds_for_the_reference(name):
-    row = run_property(name, profile="ci")
-    assert row.verdict == PASS, row.detail
+    assert_property_holds(name)
 
 
 @pytest.mark.parametrize("edge_cases", [True, False], ids=["edge", "generated"])
 @pytest.mark.parametrize("name", MUTANTS)
 def test_every_mutant_is_killed(name, edge_cases):
-    row = kill_mutant(name, edge_cases=edge_cases)
-    assert row.verdict == PASS and row.extra["outcome"] == "killed", row.detail
-    assert ("edge" in row.extra["found_by"]) == edge_cases, row.extra["found_by"]
+    assert_mutant_killed(name, edge_cases)
 
 
 @pytest.mark.parametrize("name", ["proof.cp.ring_forward_equals_all_gather", "proof.cp.balanced_work_is_the_mean"])

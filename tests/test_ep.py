@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 
 from distcheck.core.errors import ConfigError
-from distcheck.core.results import PASS
 from distcheck.core.vocab import Router
-from distcheck.engine.mutants import kill_mutant, mutants
+from distcheck.engine.mutants import mutants
 from distcheck.engine.registry import properties
-from distcheck.engine.runner import run_property
 from distcheck.parallel.ep import models
 from distcheck.parallel.ep import reference as ref
+from tests.package_checks import assert_mutant_killed, assert_property_holds
 
 PROPERTIES = ["ep.layer.forward", "ep.layer.backward", "ep.tokens.conserved", "ep.aux_loss"]
 MUTANTS = ["ep.combine.weights_twice", "ep.residual.dropped_not_passed", "ep.router.softmax_over_all",
@@ -33,16 +32,13 @@ def test_discovered_and_lazy_public_names():
 
 @pytest.mark.parametrize("name", PROPERTIES)
 def test_property_holds_for_the_reference(name):
-    row = run_property(name, profile="ci")
-    assert row.verdict == PASS, row.detail
+    assert_property_holds(name)
 
 
 @pytest.mark.parametrize("edge_cases", [True, False], ids=["edge", "generated"])
 @pytest.mark.parametrize("name", MUTANTS)
 def test_every_mutant_is_killed(name, edge_cases):
-    row = kill_mutant(name, edge_cases=edge_cases)
-    assert row.verdict == PASS and row.extra["outcome"] == "killed", row.detail
-    assert ("edge" in row.extra["found_by"]) == edge_cases, row.extra["found_by"]
+    assert_mutant_killed(name, edge_cases)
 
 
 @pytest.mark.parametrize("router", list(Router))
