@@ -142,6 +142,37 @@ def test_contract_declares_its_smallest_world_and_degenerate_layouts():
     assert c.cannot_fail(4, c.parse_options({"layout": "dp_shard=2,tp=2"})) is None
 
 
+def test_world_of_eight_is_drawn_under_thorough_only():
+    # the budget: worlds of at most 4 ranks under dev and ci, 8 under thorough; nothing runs here
+    from types import SimpleNamespace
+
+    from hypothesis import find
+
+    from distcheck.certify import certify, get_contract
+
+    c = get_contract("training-step")
+    assert c.beyond_profile(4, "ci") is None and c.beyond_profile(8, "thorough") is None
+    assert "above 4" in c.beyond_profile(8, "ci") and "8 under thorough" in c.beyond_profile(8, "dev")
+    eight = c.cases(8, "float64", c.parse_options({}))
+    for want in (ref.StepLayout(dp_replicate=2, dp_shard=2, tp=2), ref.StepLayout(dp_shard=2, tp=4),
+                 ref.StepLayout(dp_shard=4, pp=2)):
+        assert find(eight, lambda case, want=want: case.layout == want).layout.world_size == 8
+    assert {lay.world_size for lay in ref_layouts(8)} == {8} and len(ref_layouts(8)) > len(ref_layouts(4))
+
+    def never(*args, **kwargs):
+        raise AssertionError("a world of 8 must not run under ci")
+
+    cert = certify("examples.my_step:parallelize", "training-step", world=SimpleNamespace(
+        world_size=8, backend="gloo", run=never), profile="ci", examples=1)
+    assert {v.verdict for v in cert.verdicts} == {"skip"} and all("thorough" in v.failure for v in cert.verdicts)
+
+
+def ref_layouts(world_size):
+    from distcheck.parallel.step.contracts import layouts
+
+    return layouts(world_size)
+
+
 def test_counterexample_names_every_axis():
     from distcheck.parallel.step.case import BINDING_MAX_NORM, StepCase
     from distcheck.parallel.step.model import TinyConfig
@@ -149,6 +180,22 @@ def test_counterexample_names_every_axis():
     cfg = TinyConfig(dim=8, n_layers=1, n_heads=2, n_kv_heads=2, head_dim=2, ffn_dim=8, vocab_size=8, tied=True)
     case = StepCase(ref.StepLayout(dp_shard=2), cfg, 1, 1, 2, ((((1,),), ((2,),)),) * 2, BINDING_MAX_NORM, 0.01, 0)
     assert repr(case).startswith("StepCase(dp_replicate=1, dp_shard=2, tp=1, pp=1, m=1, clip binds;")
+
+
+def test_composition_names_layout_schedule_microbatches_steps_and_clipping():
+    from distcheck.certify import get_contract
+    from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+    from distcheck.parallel.step.model import TinyConfig
+
+    cfg = TinyConfig(dim=8, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=2, ffn_dim=8, vocab_size=8, tied=False)
+    c = get_contract("training-step")
+    lengths = ((((1,), (2,)),) * 2,) * 3
+    case = StepCase(ref.StepLayout(dp_shard=2, tp=2), cfg, 2, 1, 2, lengths, BINDING_MAX_NORM, 0.01, 0)
+    assert c.composition(case) == {"layout": "dp_shard=2, tp=2", "schedule": "-", "micro-batches (GA steps)": "2",
+                                   "steps": "3", "clip": "binds"}
+    piped = StepCase(ref.StepLayout(pp=2), cfg, 2, 1, 2, ((((1,), (2,)),),) * 2, FREE_MAX_NORM, 0.01, 0, "1f1b")
+    assert c.composition(piped) == {"layout": "pp=2", "schedule": "1f1b", "micro-batches (GA steps)": "2",
+                                    "steps": "2", "clip": "free"}
 
 
 def test_step_rows_join_the_layers_stage_and_skip_at_one_rank():
@@ -217,3 +264,6 @@ def test_torch_mutant_fails_naming_the_composition(target, prop, layout):
     verdict = next(v for v in cert.verdicts if v.property == prop)
     assert verdict.verdict == "FAIL", verdict
     assert verdict.counterexample.startswith("StepCase(dp_replicate="), verdict.counterexample
+    # the certificate's "Compositions drawn" table: the pinned layout only, the property failing on one of them
+    assert cert.compositions and {r.columns["layout"] for r in cert.compositions} == {layout.replace(",", ", ")}
+    assert any(r.verdicts[prop] == "FAIL" for r in cert.compositions), cert.compositions

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distcheck.certify.compositions import CompositionRow, composition_columns, verdict_text
 from distcheck.certify.identity import CodeIdentity
 from distcheck.engine.contracts.errors import CertificationFailed, NothingCanFail
 from distcheck.report import FAIL, NOTHING_CAN_FAIL, PASS, SKIP, CheckResult
@@ -103,7 +104,10 @@ class Certification:
 
     ``distribution``/``version``: the installed distribution that provides the target (or the library
     it wraps), None for code of a checkout; ``code``: which code ran (:class:`~distcheck.certify.identity.
-    CodeIdentity`: the source file, its sha256 or the distribution's RECORD's, the git commit and dirty flag).
+    CodeIdentity`: the source file, its sha256 or the distribution's RECORD's, the git commit and dirty flag);
+    ``compositions``: the compositions drawn and each property's verdict on each
+    (:class:`~distcheck.certify.compositions.CompositionRow`), for a contract that names them
+    (:meth:`~distcheck.engine.contracts.contract.Contract.composition`; empty otherwise).
     """
 
     target: str
@@ -122,6 +126,7 @@ class Certification:
     code: CodeIdentity | None = None
     verdicts: list[PropertyVerdict] = field(default_factory=list)
     seconds: float = 0.0
+    compositions: list[CompositionRow] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -148,6 +153,16 @@ class Certification:
 
     def __bool__(self) -> bool:
         return self.ok
+
+    def composition_table(self) -> tuple[list[str], list[list[str]]]:
+        """The "Compositions drawn" table: its header (world size, dtype, the contract's columns, examples,
+        one column per property) and one row per composition (verdicts ``pass``, ``skip``, ``FAIL (k of n)``)."""
+        columns = composition_columns(self.compositions)
+        props = list(dict.fromkeys(p for r in self.compositions for p in r.verdicts))
+        head = ["world size", "dtype", *columns, "examples", *props]
+        rows = [[str(r.world_size), r.dtype, *(r.columns.get(c, "-") for c in columns), str(r.examples),
+                 *(verdict_text(r, p) for p in props)] for r in self.compositions]
+        return head, rows
 
     def report(self) -> str:
         """Every verdict, one paragraph each; failures in full."""
@@ -260,6 +275,10 @@ class Certificate:
                     lines += ["", f"- {_md_escape(v.describe(c.contract, stacks=False))}"]
                     if v.stacks:
                         lines += ["", "  ```text", *(f"  {line}" for line in v.stack_text().splitlines()), "  ```"]
+            if c.compositions:
+                head, rows = c.composition_table()
+                lines += ["", "### Compositions drawn", "", "| " + " | ".join(head) + " |",
+                          "|" + "---|" * len(head), *("| " + " | ".join(map(_md_escape, r)) + " |" for r in rows)]
             lines.append("")
         return "\n".join(lines)
 

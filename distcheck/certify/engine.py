@@ -29,6 +29,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certification, PropertyVerdict
+from distcheck.certify.compositions import Drawn
 from distcheck.certify.hangs import HUNG_REASON, Hung, hung_verdicts, skipped_after_hang
 from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
@@ -88,8 +89,6 @@ class _Crash:
     hung: bool = False
     stacks: dict[int, str] = field(default_factory=dict)
     origin: str = ""  # where it was raised (drivers.exception_origin): shrinking keeps to one origin
-
-
 
 
 def _crash(exc: DistributedError) -> _Crash:
@@ -190,6 +189,7 @@ class _Run:
     abort: BaseException | None = None
     hung: tuple | None = None  # (case, _Crash) of the step that timed out
     stats: dict = field(default_factory=dict)
+    drawn: Drawn | None = None  # the compositions drawn (every example run, with its outcomes)
 
 
 def _example_test(run: _Run, world, contract: Contract, target, dtype: str, options: dict, batch: int):
@@ -211,6 +211,8 @@ def _example_test(run: _Run, world, contract: Contract, target, dtype: str, opti
         except Exception as exc:  # protocol errors and distcheck's own defects stop the run
             run.abort = exc
             raise
+        if run.drawn is not None:
+            run.drawn.add(cases, outcomes)
         if isinstance(outcomes, _Crash):
             if outcomes.hung:  # replaying or shrinking it would wait out the timeout again
                 run.hung = (cases[0] if len(cases) == 1 else cases, outcomes)
@@ -246,7 +248,7 @@ def _skips(contract: Contract, dtype: str, options: dict, ws: int, backend: str,
 
 
 def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict, run_settings, seed: int,
-                   replay: str, batch: int = 1) -> list[PropertyVerdict]:
+                   replay: str, batch: int = 1, compositions: list | None = None) -> list[PropertyVerdict]:
     ws, backend = world.world_size, world.backend
     specs = {p.name: p for p in contract.properties}
     degenerate = contract.cannot_fail(ws, options)  # below its smallest world, no claim can fail: none is run
@@ -258,8 +260,9 @@ def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict,
                            failure=reason)
         for p, reason in contract.skipped(target, options).items() if p in specs}
     remaining = [p for p in specs if p not in verdicts]
+    seen = Drawn(contract, ws, dtype, [] if compositions is None else compositions, skipped=list(verdicts))
     while remaining:
-        run = _Run(remaining=list(remaining), stats={p: _Stats() for p in remaining})
+        run = _Run(remaining=list(remaining), stats={p: _Stats() for p in remaining}, drawn=seen)
         started = time.perf_counter()
 
         test = _example_test(run, world, contract, target, dtype, options, batch)
@@ -421,7 +424,7 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
                          distribution=distribution, version=version, batch=batch, code=code_identity(obj, ref))
     hung: PropertyVerdict | None = None  # the step that timed out: the rest of the target is skipped
     for w in worlds:
-        degenerate = contract.cannot_fail(w.world_size, opts)
+        degenerate = contract.cannot_fail(w.world_size, opts) or contract.beyond_profile(w.world_size, profile)
         if hung is not None or degenerate is not None:  # not started: nothing there could fail, or it would hang
             cert.world_sizes.append(w.world_size)
             for dt in dts:
@@ -440,7 +443,8 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
                                            seed=seed, profile=profile, examples=examples, dtype=dt,
                                            options=given_options, launcher=launcher,
                                            importable=spec.pickled is None, batch=batch)
-                cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch)
+                cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch,
+                                                cert.compositions)
                 hung = next((v for v in cert.verdicts if v.hung), None)
     cert.seconds = time.perf_counter() - started
     return cert
@@ -464,9 +468,8 @@ class _Borrowed:
 
 
 def _worlds(contract: Contract, pool, world, world_sizes, backend: str, timeout_s: float) -> list:
-    given_world = pool if pool is not None else world
-    if given_world is not None:
-        return [_Borrowed(given_world)]
+    if (given := pool if pool is not None else world) is not None:
+        return [_Borrowed(given)]
     if not contract.needs_world:
         return [_Borrowed(LocalWorld())]
     from distcheck.runners.pool import RankPool, check_backend_available

@@ -9,7 +9,10 @@ In order:
 2. **Failures**, one row per failing property of a target, not one per dtype and world size: where
    it failed, the first failure's reason and case, and its replay command, once;
 3. **Stacks** of the stuck ranks of a property that hung, one line of the stack per row;
-4. **Rows**: every verdict; a failure's detail points at its row of *Failures* (its own reason
+4. **Compositions drawn**, for a contract that names its examples' compositions (the
+   ``training-step`` contract's layout, schedule, micro-batches, steps and clipping): one row per
+   composition of a target, world size and dtype, with each property's verdict on it;
+5. **Rows**: every verdict; a failure's detail points at its row of *Failures* (its own reason
    when it differs from the first's).
 """
 
@@ -101,6 +104,13 @@ def report_tables(certificate: Certificate) -> list[Table]:
         tables.append(Table("Stacks of the stuck ranks", ("failure", "where", "rank", "stack"), tuple(stacks),
                             note="As each rank dumped it (faulthandler: most recent call first; a threaded rank: "
                                  "a traceback, most recent call last)."))
+    drawn = [c for c in certificate.certifications if c.compositions]
+    for c in drawn:
+        head, body = c.composition_table()
+        tables.append(Table("Compositions drawn" + (f": {c.target}" if len(drawn) > 1 else ""), tuple(head),
+                            tuple(tuple(r) for r in body),
+                            note=f"{c.target} under {c.contract}: each property's verdict on the examples of each "
+                                 "composition (shrinking replays included)."))
     tables.append(Table("Rows", ("target", "check", "backend", "world size", "examples", "verdict", "max error",
                                  "bound", "detail"), tuple(rows)))
     return tables

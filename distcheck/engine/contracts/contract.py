@@ -171,6 +171,10 @@ class Contract:
             the identity there). Every contract declares both (:func:`register_contract` refuses
             one that does not); below it, every property is recorded ``skip`` with the reason
             (:meth:`cannot_fail`), never run.
+        max_world_sizes, max_world_reason: profile name -> the largest world whose examples that profile
+            runs, for a contract whose every example is costly (a whole training step of every rank), and
+            why; a larger world is recorded ``skip`` with the reason (:meth:`beyond_profile`). Default: no
+            limit (a profile not named has none either).
     """
 
     name: ClassVar[str] = ""
@@ -182,6 +186,8 @@ class Contract:
     needs_world: ClassVar[bool] = True
     min_world_size: ClassVar[int | None] = None
     min_world_reason: ClassVar[str] = ""
+    max_world_sizes: ClassVar[dict[str, int]] = {}
+    max_world_reason: ClassVar[str] = ""
 
     # ------------------------------------------------------------------ parent side
 
@@ -194,6 +200,17 @@ class Contract:
             return (f"world size {world_size} is below {self.min_world_size}, the smallest on which the claims of "
                     f"{self.name} can fail: {self.min_world_reason}")
         return None
+
+    def beyond_profile(self, world_size: int, profile: str) -> str | None:
+        """Why profile ``profile`` runs no example on a world of ``world_size`` ranks (above its entry of
+        :attr:`max_world_sizes`), or None when it does. The engine records every property ``skip`` with it."""
+        limit = self.max_world_sizes.get(profile)
+        if limit is None or world_size <= limit:
+            return None
+        allowed = ", ".join(f"{n} under {p}" for p, n in sorted(self.max_world_sizes.items(), key=lambda x: x[1]))
+        why = f": {self.max_world_reason}" if self.max_world_reason else ""
+        return (f"world size {world_size} is above {limit}, the largest that profile {profile} runs for {self.name} "
+                f"(at most {allowed}){why}")
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> Any:
         """Check ``obj`` against the protocol; return ``(target, options)``: what every rank needs to
@@ -229,6 +246,13 @@ class Contract:
     def statement(self, prop: str, dtype: str, options: dict) -> str:
         """The property's statement for ``dtype`` (may name the bound's derivation)."""
         return self.spec(prop).statement
+
+    def composition(self, case: Any) -> dict[str, str] | None:
+        """The composition ``case`` belongs to, as named columns (``{"layout": "dp_shard=2, tp=2",
+        "clip": "binds"}``), for the "Compositions drawn" table of the certificate and the report
+        (:mod:`distcheck.certify.compositions`: each property's verdict per composition). Default None:
+        the contract's examples have no compositions to list."""
+        return None
 
     def skipped(self, target: Any, options: dict) -> dict[str, str]:
         """Properties that do not apply to ``target`` (the resolved target), each with the reason: they

@@ -194,6 +194,9 @@ class TrainingStep(Contract):
     min_world_reason = ("one rank is one device: dp_replicate = dp_shard = tp = 1, so every reduction of the step "
                         "(the loss over dp ranks, the norm over shards, the gradients over replicas) is the identity "
                         "and a step that forgets one is the single-device step there")
+    max_world_sizes: ClassVar[dict[str, int]] = {"dev": 4, "ci": 4, "thorough": 8}
+    max_world_reason = ("every example is a whole training step of every rank (a model built and parallelized, "
+                        "2 or 3 steps, every parameter and AdamW moment gathered), seconds at 8 ranks")
     options = (
         Option("layout", "", str, "pin the composition, e.g. dp_shard=2,tp=2 (axes left out are 1; default: draw "
                                   "every factorisation of the world size)"),
@@ -210,6 +213,15 @@ class TrainingStep(Contract):
         if lay.world_size != world_size:
             return f"the pinned layout {lay} needs {lay.world_size} ranks, not {world_size}"
         return None
+
+    def composition(self, case: StepCase) -> dict[str, str]:
+        """The "Compositions drawn" columns of ``case``: ``layout`` (the axes above 1, ``dp_shard=2, tp=2``),
+        ``schedule`` (``-`` when pp = 1), ``micro-batches`` (m per dp rank, the gradient-accumulation steps),
+        ``steps`` (optimizer steps) and ``clip`` (``binds`` or ``free``)."""
+        lay = case.layout
+        return {"layout": ", ".join(f"{a}={getattr(lay, a)}" for a in _AXES if getattr(lay, a) > 1) or "one device",
+                "schedule": case.schedule or "-", "micro-batches (GA steps)": str(case.microbatches),
+                "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free"}
 
     def resolve(self, obj, ref, options):
         from distcheck.parallel.step.hooks import StepTarget
