@@ -3,7 +3,8 @@ tensor parallelism with ``parallelize_module`` (torchtitan's Llama plan: sequenc
 column-parallel q/k/v and w1/w3, row-parallel wo and w2, a row-parallel embedding and a column-parallel
 head) on the mesh's ``tp`` dimension, then FSDP2's ``fully_shard`` on every block and the root over the
 ``(dp_replicate, dp_shard)`` sub-mesh (HSDP when both are above 1); the step clips with
-``torch.nn.utils.clip_grad_norm_`` on the DTensor gradients (the contract's default hook)::
+``torch.nn.utils.clip_grad_norm_`` on the DTensor gradients (the contract's default hook; under pp, the
+contract's ``model`` is already this rank's stage, and the plan names only the modules it holds)::
 
     distcheck certify examples.my_step:parallelize --contract training-step --world-sizes 4
 """
@@ -26,11 +27,14 @@ def apply_tp(model, tp_mesh, *, norms: bool = True):
     def plan(entries):
         return {k: v for k, v in entries.items() if norms or not isinstance(v, SequenceParallel)}
 
-    parallelize_module(model, tp_mesh, plan({
+    # a pipeline stage lacks the embedding (off the first stage) or the final norm and head (off the last):
+    # the plan names only what the stage holds (torchtitan's apply_tp does the same)
+    top = plan({
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),
         "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-    }))
+    })
+    parallelize_module(model, tp_mesh, {k: v for k, v in top.items() if getattr(model, k) is not None})
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, plan({
             "attention_norm": SequenceParallel(),
@@ -61,7 +65,7 @@ def parallelize(model, mesh, layout):
     "dp_shard"]``."""
     if layout.tp > 1:
         apply_tp(model, mesh["tp"])
-        if model.config.tied:  # parallelize_module gives the head its own DTensor: tie it again
+        if model.config.tied:  # parallelize_module gives the head its own DTensor: tie it again (pp = 1 only)
             model.output.weight = model.tok_embeddings.weight
     apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
     return model

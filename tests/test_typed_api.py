@@ -29,6 +29,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.layout",
     "distcheck.parallel.memory",
     "distcheck.parallel.params",
+    "distcheck.parallel.step",
     "distcheck.parallel.zero",
     "distcheck.runners",
 )

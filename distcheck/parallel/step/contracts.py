@@ -11,10 +11,12 @@ micro-batch, the reported loss and tokens, the grad-norm clipping). distcheck ru
 (:mod:`distcheck.parallel.step.harness`). Hypothesis draws the layout (every factorisation of the world
 size into dp_replicate x dp_shard x tp x pp, or the one ``--option layout=...`` pins), the decoder's sizes
 (tied or untied head, 1 or 2 layers, grouped-query heads; under pp = 2 one layer per stage, untied, the
-schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of ``torch.distributed.pipelining``, pp with tp = 1
-only), the micro-batches (gradient-accumulation steps), every sequence's non-ignored length (so token
-counts differ per rank and per micro-batch), a clipping threshold that binds or not, the learning rate
-and 2 or 3 steps. One world run per example serves every property.
+schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of ``torch.distributed.pipelining``, pp with tp too: each
+stage under the tensor-parallel plan), the micro-batches (gradient-accumulation steps), every sequence's
+non-ignored length (so token counts differ per rank and per micro-batch), a clipping threshold that binds
+or not, the learning rate and 2 or 3 steps. One world run per example serves every property. Worlds of at
+most 4 ranks run under the ``dev`` and ``ci`` profiles, 8 under ``thorough`` (``max_world_sizes``; a
+larger one is a skip with the reason).
 
 Properties (each its own verdict):
 
@@ -49,7 +51,7 @@ the mutants carry moves a value by more than 2^-12 of it.
 from __future__ import annotations
 
 from itertools import product
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from hypothesis import strategies as st
@@ -63,6 +65,10 @@ from distcheck.engine.contracts.targets import check_call_shape, make_target, re
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
 from distcheck.parallel.step.model import TinyConfig, stage_of
 from distcheck.parallel.step.reference import StepLayout
+
+if TYPE_CHECKING:
+    from distcheck.engine.contracts.targets import Target
+    from distcheck.engine.world import RankContext
 
 __all__ = ["TrainingStep", "BOUND", "layouts", "parse_layout", "PP_SCHEDULES"]
 
@@ -105,16 +111,16 @@ def parse_layout(text: str) -> StepLayout:
 
 def layouts(world_size: int) -> list[StepLayout]:
     """Every ``dp_replicate x dp_shard x tp x pp`` factorisation of ``world_size`` with tp in {1, 2, 4} and pp in
-    {1, 2} (pp only with tp = 1: pipeline stages over tensor-parallel DTensors are not drawn), the simplest
-    first (fewest axes above 1, then FSDP before HSDP before tp before pp)."""
+    {1, 2} (pp = 2 x tp = 2 included: each stage's decoder under the tensor-parallel plan), the simplest first
+    (fewest axes above 1, then FSDP before HSDP before tp before pp)."""
     found = [StepLayout(dr, ds, tp, pp) for dr, ds, tp, pp in product(range(1, world_size + 1), repeat=4)
-             if dr * ds * tp * pp == world_size and tp in (1, 2, 4) and pp in (1, 2) and (pp == 1 or tp == 1)]
+             if dr * ds * tp * pp == world_size and tp in (1, 2, 4) and pp in (1, 2)]
     return sorted(found, key=lambda lay: (sum(getattr(lay, a) > 1 for a in _AXES), lay.pp, lay.tp, lay.dp_replicate))
 
 
-def _cases(choices: list[StepLayout]):
+def _cases(choices: list[StepLayout]) -> st.SearchStrategy[StepCase]:
     @st.composite
-    def draw(draw):
+    def draw(draw: st.DrawFn) -> StepCase:
         layout = draw(st.sampled_from(choices))
         tp, pp = layout.tp, layout.pp
         n_kv = tp
@@ -137,7 +143,7 @@ def _cases(choices: list[StepLayout]):
     return draw()
 
 
-def _within(what: str, ref, got: list, ranks: list[int] | None = None) -> Outcome:
+def _within(what: str, ref: Any, got: list, ranks: list[int] | None = None) -> Outcome:
     """Every rank's ``got[i]`` (rank ``ranks[i]``, default i) against ``ref`` under the bound, in one short line:
     the ranks at fault, and the worst entry (its index, expected, got, error, bound)."""
     e = np.atleast_1d(np.asarray(ref, dtype=np.float64))
@@ -202,7 +208,7 @@ class TrainingStep(Contract):
                                   "every factorisation of the world size)"),
     )
 
-    def cannot_fail(self, world_size, options):
+    def cannot_fail(self, world_size: int, options: dict) -> str | None:
         base = super().cannot_fail(world_size, options)
         if base or not options.get("layout"):
             return base
@@ -223,7 +229,7 @@ class TrainingStep(Contract):
                 "schedule": case.schedule or "-", "micro-batches (GA steps)": str(case.microbatches),
                 "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free"}
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         from distcheck.parallel.step.hooks import StepTarget
 
         parse_layout(options.get("layout", ""))
@@ -238,24 +244,24 @@ class TrainingStep(Contract):
             return make_target(obj, ref, "parallelize"), options
         raise ProtocolError("target", shown, "must be parallelize(model, mesh, layout) -> model or a StepTarget")
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         if dtype != "float64":
             return None
         if options.get("layout"):
             return _cases([parse_layout(options["layout"])])
         return _cases(layouts(world_size))
 
-    def skip_reason(self, world_size, dtype, options):
+    def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
         from distcheck.parallel.step.harness import run_step
         from distcheck.parallel.step.hooks import StepTarget
 
         obj = resolve(target)
         return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case)
 
-    def check(self, case, results, world_size, dtype, options) -> dict[str, Outcome]:
+    def check(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
         ref = results[0]["reference"]
         out: dict[str, list[Outcome]] = {p.name: [] for p in _PROPERTIES}
         for s, r in enumerate(ref):

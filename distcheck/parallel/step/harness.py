@@ -15,6 +15,14 @@ whole step's batch at once, the token-mean loss, ``clip_grad_norm_`` and AdamW, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distcheck.engine.world import RankContext
+    from distcheck.parallel.step.case import StepCase
+    from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.reference import StepLayout
+
 __all__ = ["ADAMW", "run_step", "reference_step", "mesh_for"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
@@ -24,7 +32,7 @@ _PREFIXES = ("_orig_mod.", "_checkpoint_wrapped_module.", "module.")
 _MESHES: dict = {}
 
 
-def mesh_for(ctx, layout):
+def mesh_for(ctx: RankContext, layout: StepLayout) -> Any:
     """The ``DeviceMesh`` of ``layout`` on this world (dims ``pp, dp_replicate, dp_shard, tp``, torchtitan's
     order), built once per world and rank."""
     import torch.distributed as dist
@@ -43,18 +51,18 @@ def _name(name: str) -> str:
     return name
 
 
-def _full(t):
+def _full(t: Any) -> Any:
     if t is None:
         return None
     t = t.full_tensor() if hasattr(t, "full_tensor") else t
     return t.detach().cpu().numpy().copy()
 
 
-def _local(t):
+def _local(t: Any) -> Any:
     return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
 
 
-def _record(model, opt) -> dict:
+def _record(model: Any, opt: Any) -> dict:
     params = {_name(n): _full(p) for n, p in model.named_parameters()}
     state = {}
     for n, p in model.named_parameters():
@@ -63,7 +71,7 @@ def _record(model, opt) -> dict:
     return {"params": params, "state": state}
 
 
-def _scale(before, after) -> tuple[float | None, float]:
+def _scale(before: list, after: list) -> tuple[float | None, float]:
     """The factor that took ``before`` to ``after`` (least squares over the local shards) and the largest
     entry of ``after - scale * before``; None when every local gradient is zero."""
     import torch
@@ -78,7 +86,7 @@ def _scale(before, after) -> tuple[float | None, float]:
     return s, resid
 
 
-def run_step(ctx, target, case) -> dict:
+def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
     ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
     ``state`` (full tensors by name); on rank 0 also ``reference``, the same from :func:`reference_step`."""
@@ -137,7 +145,8 @@ def run_step(ctx, target, case) -> dict:
     return out
 
 
-def _pipeline_step(ctx, target, model, mesh, case, tokens, labels, total: int):
+def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case: StepCase, tokens: Any,
+                   labels: Any, total: int) -> Any:
     """One step's forwards and backwards of this rank's stage through ``torch.distributed.pipelining``
     (``PipelineStage`` on the mesh's pp group, ``ScheduleGPipe`` or ``Schedule1F1B`` over the m micro-batches,
     ``scale_grads=False``: the loss hook already weighs each token). ``tokens``, ``labels``: this dp rank's
@@ -155,7 +164,7 @@ def _pipeline_step(ctx, target, model, mesh, case, tokens, labels, total: int):
 
     # called on the last stage once per micro-batch, and on a schedule's first step once more before them (its
     # shape inference runs the loss on the whole target): the step's losses are the last m calls
-    def loss(out, y):
+    def loss(out: Any, y: Any) -> Any:
         sums.append(token_loss_sum(out.detach(), y).cpu())
         info = StepInfo(layout, mesh, total, int((y != IGNORE_INDEX).sum()), m, case.max_norm)
         return target.loss_fn(out, y, info)
@@ -169,7 +178,7 @@ def _pipeline_step(ctx, target, model, mesh, case, tokens, labels, total: int):
     return sum(sums[-m:], torch.zeros((), dtype=torch.float64)) if last else torch.zeros((), dtype=torch.float64)
 
 
-def reference_step(case, tokens, labels) -> list[dict]:
+def reference_step(case: StepCase, tokens: Any, labels: Any) -> list[dict]:
     """The single-device float64 step on the whole batch of each step: ``loss`` (token mean), ``tokens``,
     ``norm`` (before clipping), ``scale`` (min(1, max_norm / (norm + 1e-6))), ``params`` and ``state``."""
     import torch
@@ -189,6 +198,6 @@ def reference_step(case, tokens, labels) -> list[dict]:
         loss.backward()
         norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm))
         opt.step()
-        out.append({"loss": float(loss), "tokens": total, "norm": norm,
+        out.append({"loss": float(loss.detach()), "tokens": total, "norm": norm,
                     "scale": min(1.0, case.max_norm / (norm + 1e-6)), **_record(model, opt)})
     return out

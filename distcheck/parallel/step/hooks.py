@@ -24,7 +24,7 @@ token counts. Under pipeline parallelism ``loss_fn`` runs on the last stage only
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,19 +46,19 @@ class StepInfo:
     max_norm: float
 
 
-def token_mean_loss(logits, labels, info: StepInfo):
+def token_mean_loss(logits: Any, labels: Any, info: StepInfo) -> Any:
     """``sum of the micro-batch's per-token losses * dp / global_tokens`` (module doc)."""
     from distcheck.parallel.step.model import token_loss_sum
 
     return token_loss_sum(logits, labels) * info.layout.dp / info.global_tokens
 
 
-def dp_groups(mesh) -> list:
+def dp_groups(mesh: Any) -> list:
     """The process groups of the mesh's dp dimensions of size > 1 (``dp_replicate``, ``dp_shard``)."""
     return [mesh.get_group(name) for name in ("dp_replicate", "dp_shard") if mesh[name].size() > 1]
 
 
-def all_reduce_dp(loss_sum, tokens, info: StepInfo):
+def all_reduce_dp(loss_sum: Any, tokens: Any, info: StepInfo) -> tuple[Any, Any]:
     """Sum ``loss_sum`` and ``tokens`` over the dp ranks; return ``(loss_sum / tokens, tokens)``."""
     import torch
     import torch.distributed as dist
@@ -72,7 +72,7 @@ def all_reduce_dp(loss_sum, tokens, info: StepInfo):
     return loss / both[1], both[1]
 
 
-def torch_clip(parameters, max_norm: float, info: StepInfo):
+def torch_clip(parameters: Iterable[Any], max_norm: float, info: StepInfo) -> Any:
     """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``; under pipeline parallelism (pp > 1) torchtitan's
     ``clip_grad_norm_`` with a pp mesh (torchtitan/distributed/utils.py): the stage's norm
     (``torch.nn.utils.get_total_norm``, a DTensor's ``full_tensor()``) squared, summed over the pp group, its
@@ -94,7 +94,7 @@ def torch_clip(parameters, max_norm: float, info: StepInfo):
     return norm
 
 
-def as_float(value) -> float:
+def as_float(value: Any) -> float:
     """A reported number as a Python float (a DTensor's ``full_tensor()``, a tensor's item)."""
     if hasattr(value, "full_tensor"):
         value = value.full_tensor()

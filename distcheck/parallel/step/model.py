@@ -21,6 +21,7 @@ position changes no earlier token. Shapes: tokens ``(b, s)`` int64, logits ``(b,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["NORM_EPS", "TinyConfig", "build_model", "token_loss_sum", "IGNORE_INDEX", "pipeline_stage", "stage_of"]
 
@@ -45,13 +46,13 @@ class TinyConfig:
     tied: bool
 
 
-def _classes():
+def _classes() -> tuple[type, Any]:
     import torch
     import torch.nn.functional as F
     from torch import nn
 
     class Attention(nn.Module):
-        def __init__(self, cfg: TinyConfig):
+        def __init__(self, cfg: TinyConfig) -> None:
             super().__init__()
             self.head_dim, self.n_rep = cfg.head_dim, cfg.n_heads // cfg.n_kv_heads
             self.wq = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
@@ -59,7 +60,7 @@ def _classes():
             self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
             self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             b, s, _ = x.shape
             q = self.wq(x).view(b, s, -1, self.head_dim).transpose(1, 2)
             k = self.wk(x).view(b, s, -1, self.head_dim).repeat_interleave(self.n_rep, dim=2).transpose(1, 2)
@@ -68,29 +69,29 @@ def _classes():
             return self.wo(out.transpose(1, 2).contiguous().view(b, s, -1))
 
     class FeedForward(nn.Module):
-        def __init__(self, cfg: TinyConfig):
+        def __init__(self, cfg: TinyConfig) -> None:
             super().__init__()
             self.w1 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
             self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
             self.w3 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
     class TransformerBlock(nn.Module):
-        def __init__(self, cfg: TinyConfig):
+        def __init__(self, cfg: TinyConfig) -> None:
             super().__init__()
             self.attention_norm = nn.RMSNorm(cfg.dim, eps=NORM_EPS)
             self.attention = Attention(cfg)
             self.ffn_norm = nn.RMSNorm(cfg.dim, eps=NORM_EPS)
             self.feed_forward = FeedForward(cfg)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             h = x + self.attention(self.attention_norm(x))
             return h + self.feed_forward(self.ffn_norm(h))
 
     class TinyLlama(nn.Module):
-        def __init__(self, cfg: TinyConfig):
+        def __init__(self, cfg: TinyConfig) -> None:
             super().__init__()
             self.config = cfg
             self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
@@ -100,7 +101,7 @@ def _classes():
             if cfg.tied:
                 self.output.weight = self.tok_embeddings.weight
 
-        def forward(self, tokens):
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
             # a pipeline stage (pipeline_stage) lacks the embedding (it takes hidden states) or the head
             h = tokens if self.tok_embeddings is None else self.tok_embeddings(tokens)
             for layer in self.layers.values():
@@ -113,7 +114,7 @@ def _classes():
 _CACHE: dict = {}
 
 
-def build_model(cfg: TinyConfig, weights: dict | None = None, *, device="cpu"):
+def build_model(cfg: TinyConfig, weights: dict | None = None, *, device: Any = "cpu") -> Any:
     """The float64 decoder of ``cfg`` on ``device``; ``weights`` (``name -> numpy array``, the names of
     ``named_parameters()``, tied weights once under ``tok_embeddings.weight``) are copied in when given."""
     if not _CACHE:
@@ -127,7 +128,7 @@ def build_model(cfg: TinyConfig, weights: dict | None = None, *, device="cpu"):
     return model
 
 
-def token_loss_sum(logits, labels):
+def token_loss_sum(logits: Any, labels: Any) -> Any:
     """The sum of the per-token cross-entropies over the non-ignored labels (``reduction="sum"``), float64."""
     import torch.nn.functional as F
 
@@ -143,7 +144,7 @@ def stage_of(name: str, n_layers: int, pp: int) -> int:
     return 0 if name.startswith("tok_embeddings.") else pp - 1
 
 
-def pipeline_stage(model, stage: int, pp: int):
+def pipeline_stage(model: Any, stage: int, pp: int) -> Any:
     """``model`` (a decoder of :func:`build_model`, untied) cut in place to pipeline stage ``stage`` of ``pp``:
     the layers of other stages deleted, the embedding set to None off the first stage, the final norm and
     the head off the last (torchtitan's ``pipeline_llama``: each stage's model is the whole model with what

@@ -16,12 +16,15 @@ torch is imported inside the functions.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["fsdp2_tp", "apply_tp", "apply_fsdp"]
 
 
-def apply_tp(model, tp_mesh) -> None:
-    """torchtitan's Llama tensor-parallel plan on ``model`` (a :class:`~distcheck.parallel.step.model` decoder),
-    over the 1-D ``tp_mesh``."""
+def apply_tp(model: Any, tp_mesh: Any) -> None:
+    """torchtitan's Llama tensor-parallel plan on ``model`` (a :class:`~distcheck.parallel.step.model` decoder,
+    or a pipeline stage of one: the embedding, final norm and head only where the stage holds them), over the
+    1-D ``tp_mesh``."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -31,11 +34,12 @@ def apply_tp(model, tp_mesh) -> None:
         parallelize_module,
     )
 
-    parallelize_module(model, tp_mesh, {
+    top = {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),
         "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-    })
+    }  # a pipeline stage lacks the embedding or the final norm and head: the plan names what it holds
+    parallelize_module(model, tp_mesh, {k: v for k, v in top.items() if getattr(model, k) is not None})
     gathered = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, {
@@ -48,7 +52,7 @@ def apply_tp(model, tp_mesh) -> None:
         })
 
 
-def apply_fsdp(model, dp_mesh) -> None:
+def apply_fsdp(model: Any, dp_mesh: Any) -> None:
     """FSDP2's ``fully_shard`` on every transformer block, then on the root (torchtitan's ``apply_fsdp``)."""
     from torch.distributed.fsdp import fully_shard
 
@@ -57,7 +61,7 @@ def apply_fsdp(model, dp_mesh) -> None:
     fully_shard(model, mesh=dp_mesh)
 
 
-def fsdp2_tp(model, mesh, layout):
+def fsdp2_tp(model: Any, mesh: Any, layout: Any) -> Any:
     """``parallelize(model, mesh, layout) -> model``: :func:`apply_tp` on ``mesh["tp"]`` when ``layout.tp > 1``
     (the tied head tied again: ``parallelize_module`` gives it its own DTensor), then :func:`apply_fsdp` on
     ``mesh["dp_replicate", "dp_shard"]``."""

@@ -13,7 +13,7 @@ __all__ = ["dp_bytes", "tp_bytes", "token_weight_on_equal_microbatches"]
 
 
 @proof("proof.step.dp_bytes")
-def dp_bytes():
+def dp_bytes() -> tuple[bool, str]:
     """step.comm_bytes_per_rank.dp == m (zero.comm_bytes_per_rank.stage3 over n = dp_shard
     + comm.bytes_per_rank.all_reduce of the P b / dp_shard shard over n = dp_replicate): FSDP2 is ZeRO-3 per
     micro-batch, and HSDP adds one all-reduce of each rank's gradient shard (Rajbhandari et al. 2020, §7)."""
@@ -29,7 +29,7 @@ def dp_bytes():
 
 
 @proof("proof.step.tp_bytes")
-def tp_bytes():
+def tp_bytes() -> tuple[bool, str]:
     """step.comm_bytes_per_rank.tp == 4 m L sp.block.bytes_per_rank (n = tp): per micro-batch, L layers of two
     sequence-parallel blocks (attention, MLP), each sending a block's bytes in the forward and again in the
     backward (Korthikanti et al. 2022, §4.2.2, Figure 5)."""
@@ -41,7 +41,7 @@ def tp_bytes():
 
 
 @proof("proof.step.token_weight_equal_microbatches")
-def token_weight_on_equal_microbatches():
+def token_weight_on_equal_microbatches() -> tuple[bool, str]:
     """step.loss.mean_of_means_weight at n_k = T / (dp m) == step.loss.token_weight: the mean of per-micro-batch
     means is the token mean exactly when every micro-batch of every dp rank holds T / (dp m) tokens (Hugging
     Face, "Fixing Gradient Accumulation", 2024); and it is not the token mean at n_k = 2 T / (dp m)."""

@@ -16,7 +16,9 @@ Implementation slots (the step's reductions, seen over the whole simulated world
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -31,11 +33,11 @@ __all__ = ["loss_is_token_mean", "grad_norm_counts_once", "loss_scale_is_dp", "n
            "clip_scale_is_torch", "tokens_add_up"]
 
 
-def _tokens(case) -> int:
+def _tokens(case: ss.StepReductionCase) -> int:
     return ref.token_count(case.masks)
 
 
-def loss_is_token_mean(case, *, impl=ref.token_mean_loss) -> None:
+def loss_is_token_mean(case: ss.StepReductionCase, *, impl: Callable[..., float] = ref.token_mean_loss) -> None:
     """The reported loss == sum of every kept token's loss times ``step.loss.token_weight`` = 1/T, bitwise."""
     weight = form_value("step.loss.token_weight", tokens=_tokens(case))
     kept = sum(Fraction(float(v)) for rank_l, rank_m in zip(case.losses, case.masks, strict=True)
@@ -46,13 +48,13 @@ def loss_is_token_mean(case, *, impl=ref.token_mean_loss) -> None:
         raise PropertyFailure(f"reported loss for {case}", expected=want, got=got)
 
 
-def _shards(case):
+def _shards(case: ss.StepReductionCase) -> list[list[np.ndarray | None]]:
     lay = case.layout
     return [[ref.local_shard(g, p, lay, r) for g, p in zip(case.grads, case.placements, strict=True)]
             for r in range(lay.world_size)]
 
 
-def grad_norm_counts_once(case, *, impl=ref.sharded_grad_norm) -> None:
+def grad_norm_counts_once(case: ss.StepReductionCase, *, impl: Callable[..., float] = ref.sharded_grad_norm) -> None:
     """The norm from the local shards == sqrt of the sum of squares over the unique parameters, every stage's
     included and each element once (``step.grad_norm.copies``), bitwise."""
     lay = case.layout
@@ -63,7 +65,7 @@ def grad_norm_counts_once(case, *, impl=ref.sharded_grad_norm) -> None:
         raise PropertyFailure(f"global grad norm for {case}", expected=want, got=got)
 
 
-def loss_scale_is_dp(case, *, impl=None) -> None:
+def loss_scale_is_dp(case: ss.StepReductionCase, *, impl: Callable[..., Any] | None = None) -> None:
     """FSDP2 and DDP average the gradients over the dp ranks, so the factor on ``sum / T`` must be dp: the
     averaged gradient is then the global token-mean gradient, bitwise."""
     impl = impl or (lambda layout: layout.dp)
@@ -79,7 +81,7 @@ def loss_scale_is_dp(case, *, impl=None) -> None:
                               expected=[str(v) for v in want], got=[str(v) for v in got])
 
 
-def norm_weight_summed(case, *, impl=None) -> None:
+def norm_weight_summed(case: ss.StepReductionCase, *, impl: Callable[..., Any] | None = None) -> None:
     """A tp-replicated norm weight under sequence parallelism: its gradient is the sum of the tp ranks'
     partial gradients (each from its own tokens), bitwise."""
     impl = impl or (lambda partials, layout: sum(partials[1:], partials[0]))
@@ -89,7 +91,7 @@ def norm_weight_summed(case, *, impl=None) -> None:
         raise PropertyFailure(f"norm weight gradient for {case}", expected=want.tolist(), got=got.tolist())
 
 
-def clip_scale_is_torch(case, *, impl=ref.clip_scale) -> None:
+def clip_scale_is_torch(case: ss.StepReductionCase, *, impl: Callable[..., float] = ref.clip_scale) -> None:
     """The clipping factor == ``step.clip.scale`` = min(1, max_norm / (norm + 1e-6)), within 2 roundings
     (float64's ``norm + 1e-6`` and the division: relative 2^-52)."""
     want = form_value("step.clip.scale", norm=Fraction(case.norm), max_norm=Fraction(case.max_norm))
@@ -98,7 +100,7 @@ def clip_scale_is_torch(case, *, impl=ref.clip_scale) -> None:
         raise PropertyFailure(f"clipping factor for {case}", expected=float(want), got=got)
 
 
-def tokens_add_up(case, *, impl=ref.token_count) -> None:
+def tokens_add_up(case: ss.StepReductionCase, *, impl: Callable[..., int] = ref.token_count) -> None:
     """The step's tokens == the kept tokens over every dp rank and micro-batch (exact)."""
     want = sum(int(np.count_nonzero(m)) for rank in case.masks for m in rank)
     got = call_impl("token_count", impl, case.masks)
@@ -106,7 +108,7 @@ def tokens_add_up(case, *, impl=ref.token_count) -> None:
         raise PropertyFailure(f"tokens of the step for {case}", expected=want, got=got)
 
 
-def _edges():
+def _edges() -> tuple[ss.StepReductionCase, ...]:
     """dp_shard=2 with unequal micro-batches (the mean of means is off); tp=2 with a tp-replicated norm;
     pp=2 with a parameter on stage 1; dp_replicate=2; clipping that does not bind."""
     R, L, P = ss.StepReductionCase, ref.StepLayout, ref.Placement

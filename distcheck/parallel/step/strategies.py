@@ -54,7 +54,7 @@ class StepReductionCase:
                 f"norm={self.norm:g}, max_norm={self.max_norm:g})")
 
 
-def _v(*, max_world_size):
+def _v(*, max_world_size: int) -> None:
     check_interval("min_world_size", 1, "max_world_size", max_world_size)
 
 
@@ -62,7 +62,7 @@ _POW2 = (1, 2, 4)
 
 
 @defines(_v)
-def step_reduction_cases(draw, *, max_world_size: int = 8) -> StepReductionCase:
+def step_reduction_cases(draw: st.DrawFn, *, max_world_size: int = 8) -> StepReductionCase:
     """A :class:`StepReductionCase` whose layout has at most ``max_world_size`` ranks (default 8)."""
     while True:
         dr, ds, tp, pp = (draw(st.sampled_from(_POW2)) for _ in range(4))
@@ -72,7 +72,7 @@ def step_reduction_cases(draw, *, max_world_size: int = 8) -> StepReductionCase:
     m, seq = draw(st.integers(1, 3)), draw(st.integers(1, 4))
     small = st.integers(-4, 4)
 
-    def ints(shape):
+    def ints(shape: tuple[int, ...]) -> np.ndarray:
         return np.array(draw(st.lists(small, min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))),
                         dtype=np.float64).reshape(shape)
 
