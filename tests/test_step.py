@@ -74,7 +74,8 @@ def test_layout_validated_and_printed():
                                                "dp_replicate=1, dp_shard=1, tp=2, pp=1",
                                                "dp_replicate=1, dp_shard=1, tp=1, pp=2"}
     assert parse_layout("pp=2,dp_shard=2") == ref.StepLayout(dp_shard=2, pp=2)
-    assert all(lay.tp == 1 for lay in layouts(4) if lay.pp > 1)  # pp over tp DTensors is not drawn
+    assert ref.StepLayout(tp=2, pp=2) in layouts(4)  # pipeline stages under the tensor-parallel plan
+    assert ref.StepLayout(dp_shard=2, tp=2, pp=2) in layouts(8) and ref.StepLayout(tp=4, pp=2) in layouts(8)
 
 
 def test_pipeline_stages_split_the_decoder():
@@ -239,6 +240,19 @@ def test_torch_composition_certified():
     cert.assert_certified()
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_torch_composition_certified_under_pp_and_tp():
+    # pp = 2 x tp = 2 at world size 4: each stage (no embedding on the last, no norm or head on the first) under
+    # torchtitan's tensor-parallel plan, through torch.distributed.pipelining; clipping's norm summed over pp
+    from distcheck.certify import certify
+
+    cert = certify("examples.my_step:parallelize", "training-step", world_sizes=[4], examples=2,
+                   options={"layout": "pp=2,tp=2"}, timeout_s=300)
+    cert.assert_certified()
+    assert {r.columns["layout"] for r in cert.compositions} == {"tp=2, pp=2"}
+
+
 #: each torch mutant, the property it must fail, and a layout on two ranks where it shows
 TORCH_MUTANTS = [
     ("LOCAL_SHARD_NORM", "grad_norm", "dp_shard=2"),
@@ -267,3 +281,68 @@ def test_torch_mutant_fails_naming_the_composition(target, prop, layout):
     # the certificate's "Compositions drawn" table: the pinned layout only, the property failing on one of them
     assert cert.compositions and {r.columns["layout"] for r in cert.compositions} == {layout.replace(",", ", ")}
     assert any(r.verdicts[prop] == "FAIL" for r in cert.compositions), cert.compositions
+
+
+def _worked_example() -> str:
+    """The python block of docs/CERTIFY.md's training-step section that a torchtitan user adapts."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "CERTIFY.md").read_text()
+    after = text.split("A worked example a torchtitan user adapts", 1)[1]
+    return after.split("```python\n", 1)[1].split("\n```", 1)[0] + "\n"
+
+
+def test_worked_example_is_short_and_imports_public_paths_only():
+    import ast
+    import importlib
+
+    code = _worked_example()
+    assert len(code.strip().splitlines()) <= 30
+    tree = ast.parse(code)
+    modules = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    modules += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert modules
+    for module in modules:  # torch's documented modules (no private component), or distcheck's public faces
+        assert module.split(".")[0] in ("torch", "distcheck") and not any(p.startswith("_") for p in module.split("."))
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom):
+            mod = importlib.import_module(n.module)
+            public = getattr(mod, "__all__", None)
+            for alias in n.names:
+                assert not alias.name.startswith("_") and (public is None or alias.name in public), alias.name
+    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert fn.name == "parallelize" and [a.arg for a in fn.args.args] == ["model", "mesh", "layout"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_worked_example_is_certified(tmp_path, monkeypatch):
+    # the docs' block itself, as a user's module, certified under tensor parallelism on two ranks
+    import os
+
+    from distcheck.certify import certify
+
+    (tmp_path / "worked_step.py").write_text(_worked_example())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    cert = certify("worked_step:parallelize", "training-step", world_sizes=[2], examples=2,
+                   options={"layout": "tp=2"}, timeout_s=300)
+    cert.assert_certified()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_speed_benchmark_prints_one_table():
+    # benchmarks/bench_step.py at its smallest: the table's shape only (no timed assertion)
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_step.py"), "--examples", "1"], cwd=root,
+                         capture_output=True, text=True, timeout=900, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("|")]
+    assert rows[0] == "| side | examples | seconds | examples/s | ratio to by hand |"
+    assert rows[1] == "|---|---|---|---|---|"
+    assert [r.split(" | ")[0] for r in rows[2:]] == ["| distcheck certify (warm gloo pool)",
+                                                    "| by hand (plain torch, one world)"]
+    assert all(r.split(" | ")[1] == "1" and r.endswith("x |") for r in rows[2:])
+    assert rows[3].endswith("| 1.00x |") and "world size 4" in out
