@@ -53,6 +53,33 @@ def test_the_70b_audit_numbers():
                                                               world_size=64) == 12 * 70 * 10**9 // 64
 
 
+def test_the_checkpoint_golden_key_audits_and_a_wrong_figure_fails(tmp_path):
+    """golden/checkpoint.toml: every claim holds (``distcheck audit checkpoint`` exits 0); the same key with the
+    mixed-Adam total sized at training's 16 B/param (the gradients counted: 1,120 GB), or the FSDP2 x TP rank's
+    share split over tp alone (840e9 / 8 B), audits wrong and its golden row FAILs."""
+    from distcheck.audit import audit_file
+    from distcheck.cli import main
+    from distcheck.golden import default_golden_dir, verify
+
+    key = default_golden_dir() / "checkpoint.toml"
+    assert main(["audit", "--strict", str(key), "--format", "json"]) == 0
+    assert {v.claim.id: v.verdict for v in audit_file(key).claims} == {
+        f"checkpoint.70b.{k}": "holds" for k in ("weights_total", "mixed_adam_per_param", "mixed_adam_total",
+                                                 "fp32_adam_total", "ddp_rank", "fsdp64_rank", "fsdp_tp_rank",
+                                                 "fsdp64_rank_weights")}
+    text = key.read_text()
+    for old, new, claim in (('claimed = 980\n', 'claimed = "1,120"\n', "mixed_adam_total"),
+                            ('claimed = "13,125,002,892"\nunit = "bytes"\nsection = "FSDP2 x TP',
+                             'claimed = "105,000,002,892"\nunit = "bytes"\nsection = "FSDP2 x TP', "fsdp_tp_rank")):
+        assert text.count(old) == 1
+        bad = tmp_path / f"{claim}.toml"
+        bad.write_text(text.replace(old, new))
+        assert {v.claim.id: v.verdict for v in audit_file(bad).claims}[f"checkpoint.70b.{claim}"] == "wrong"
+        rows = {r.check: r for r in verify(bad)}
+        assert rows[f"{claim}:checkpoint.70b.{claim}"].verdict == "FAIL"
+        assert main(["audit", str(bad), "--format", "json"]) == 1
+
+
 def test_shards_and_bad_input():
     assert ck.shard_bounds(5, 4) == [(0, 2), (2, 4), (4, 5), (5, 5)]
     assert ck.shard_bounds(3, 2) == [(0, 2), (2, 3)]
