@@ -53,6 +53,33 @@ def test_the_70b_audit_numbers():
                                                               world_size=64) == 12 * 70 * 10**9 // 64
 
 
+def test_the_checkpoint_golden_key_audits_and_a_wrong_figure_fails(tmp_path):
+    """golden/checkpoint.toml: every claim holds (``distcheck audit checkpoint`` exits 0); the same key with the
+    mixed-Adam total sized at training's 16 B/param (the gradients counted: 1,120 GB), or the FSDP2 x TP rank's
+    share split over tp alone (840e9 / 8 B), audits wrong and its golden row FAILs."""
+    from distcheck.audit import audit_file
+    from distcheck.cli import main
+    from distcheck.golden import default_golden_dir, verify
+
+    key = default_golden_dir() / "checkpoint.toml"
+    assert main(["audit", "--strict", str(key), "--format", "json"]) == 0
+    assert {v.claim.id: v.verdict for v in audit_file(key).claims} == {
+        f"checkpoint.70b.{k}": "holds" for k in ("weights_total", "mixed_adam_per_param", "mixed_adam_total",
+                                                 "fp32_adam_total", "ddp_rank", "fsdp64_rank", "fsdp_tp_rank",
+                                                 "fsdp64_rank_weights")}
+    text = key.read_text()
+    for old, new, claim in (('claimed = 980\n', 'claimed = "1,120"\n', "mixed_adam_total"),
+                            ('claimed = "13,125,002,892"\nunit = "bytes"\nsection = "FSDP2 x TP',
+                             'claimed = "105,000,002,892"\nunit = "bytes"\nsection = "FSDP2 x TP', "fsdp_tp_rank")):
+        assert text.count(old) == 1
+        bad = tmp_path / f"{claim}.toml"
+        bad.write_text(text.replace(old, new))
+        assert {v.claim.id: v.verdict for v in audit_file(bad).claims}[f"checkpoint.70b.{claim}"] == "wrong"
+        rows = {r.check: r for r in verify(bad)}
+        assert rows[f"{claim}:checkpoint.70b.{claim}"].verdict == "FAIL"
+        assert main(["audit", str(bad), "--format", "json"]) == 1
+
+
 def test_shards_and_bad_input():
     assert ck.shard_bounds(5, 4) == [(0, 2), (2, 4), (4, 5), (5, 5)]
     assert ck.shard_bounds(3, 2) == [(0, 2), (2, 3)]
@@ -131,6 +158,19 @@ def pools():
         yield {2: two, 4: four}
 
 
+def _held_as_the_reference_says(results, case, layout, dims, tensors):
+    """Each rank's local shard of each parameter is the box ck.shard_boxes gives it (the layout is what it says:
+    a 2-D layout really holds 2-D shards)."""
+    n = len(results)
+    for i, (full, dim) in enumerate(zip(tensors, dims, strict=True)):
+        boxes = ck.shard_boxes(full.shape, layout, dim, n)
+        for r, res in enumerate(results):
+            want = full[tuple(slice(lo, hi) for lo, hi in boxes[r])]
+            got = res["local"][f"t{i}"]
+            assert got.shape == want.shape and got.tobytes() == want.astype(case.dtype).tobytes(), \
+                f"{layout} at {n}: rank {r}'s t{i}"
+
+
 def _reshard(pools, case, n_save, n_load):
     from distcheck.parallel.checkpoint.contracts import bytes_bound
     from distcheck.parallel.checkpoint.harness import load_rank, save_rank
@@ -139,6 +179,10 @@ def _reshard(pools, case, n_save, n_load):
     with tempfile.TemporaryDirectory(prefix="distcheck-ckpt-") as path:
         saved = pools[n_save].run(save_rank, TorchDCP.save, case, path)
         loaded = pools[n_load].run(load_rank, TorchDCP.load, case, path)
+    # the saving ranks held the saved tensors in layout A's shards, the loading ranks hold them in layout B's
+    whole = [np.asarray(saved[0]["saved"][f"t{i}"], dtype=np.float64) for i in range(len(case.params))]
+    _held_as_the_reference_says(saved, case, case.layout_a, case.dims_a, whole)
+    _held_as_the_reference_says(loaded, case, case.layout_b, case.dims_b, whole)
     for res in loaded:
         assert set(res["loaded"]) == set(saved[0]["saved"])
         for key, want in saved[0]["saved"].items():
@@ -157,8 +201,47 @@ def test_dcp_reshards_between_2_and_4_ranks_bitwise(pools, data):
     from distcheck.parallel.checkpoint.contracts import _cases
 
     n_save, n_load = data.draw(st.sampled_from([(2, 4), (4, 2)]))
-    case = data.draw(_cases(n_save, data.draw(st.sampled_from(["float64", "float32"]))))
+    case = data.draw(_cases(n_save, data.draw(st.sampled_from(["float64", "float32"])), n_load))
     _reshard(pools, case, n_save, n_load)
+
+
+def test_2d_shard_boxes_by_hand():
+    # (dp, tp) = (2, 2), rank r at (r // 2, r % 2). 5 rows split by tp into 3 and 2, then by FSDP2 into 2 + 1 and
+    # 1 + 1 (torch's _StridedShard(0, sf=2) over Shard(0)); dim 1 by tp, dim 0 by FSDP2 ((Shard(0), Shard(1)))
+    assert ck.shard_boxes((5, 3), "fsdp_tp", 0, 4) == [((0, 2), (0, 3)), ((3, 4), (0, 3)), ((2, 3), (0, 3)),
+                                                        ((4, 5), (0, 3))]
+    assert ck.shard_boxes((4, 6), "fsdp_tp", 1, 4) == [((0, 2), (0, 3)), ((0, 2), (3, 6)), ((2, 4), (0, 3)),
+                                                        ((2, 4), (3, 6))]
+    assert ck.shard_boxes((5,), "fsdp_tp", None, 4) == [((0, 3),), ((0, 3),), ((3, 5),), ((3, 5),)]
+    assert ck.layouts_at(2) == ck.LAYOUTS and ck.layouts_at(4) == ck.LAYOUTS + ck.LAYOUTS_2D
+    with pytest.raises(ConfigError, match="2-D"):
+        ck.shard_boxes((4,), "fsdp_tp", 0, 2)
+
+
+def _two_d_case(world, dtype, a, b):
+    from distcheck.parallel.checkpoint.contracts import CkptCase, bulk
+
+    params = (np.arange(15.0).reshape(5, 3) / 8 - 1, np.arange(28.0).reshape(4, 7) / 8, np.arange(5.0) / 8,
+              bulk(2**16, 3))
+    grads = tuple(tuple(p / 4 + k for p in params) for k in range(3))
+    shapes = [p.shape for p in params]
+    return CkptCase(world, dtype, params, grads, a[0], ck.layout_dims(a[0], shapes, a[1]), b[0],
+                    ck.layout_dims(b[0], shapes, b[1]))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("n_save, a, n_load, b", [
+    (4, ("fsdp_tp", [0, 1, None, 0]), 2, ("fsdp", None)),       # (_StridedShard, Shard(0)), (Shard(0), Shard(1)) ...
+    (4, ("fsdp_tp", [1, 0, 0, None]), 2, ("tp", [0, None, 0, 0])),
+    (2, ("tp", [1, 1, None, 0]), 4, ("fsdp_tp", [0, 1, None, 0])),
+    (2, ("replicated", None), 4, ("fsdp_tp", [None, 0, 0, 0])),
+    (4, ("fsdp_tp", [0, 1, None, 0]), 4, ("fsdp_tp", [1, 0, 0, None])),
+])
+def test_dcp_reshards_fsdp2_over_tp_on_a_2d_mesh(pools, n_save, a, n_load, b):
+    """FSDP2 x TP on a (2, 2) DeviceMesh, saved at 4 and loaded at 2 under one axis, and the reverse: every
+    parameter, Adam moment and step bitwise, uneven shards (5 rows: 3 + 2 by tp, then 2 + 1 by FSDP2) included;
+    each rank holds the reference's 2-D box."""
+    _reshard(pools, _two_d_case(n_save, "float32", a, b), n_save, n_load)
 
 
 @pytest.mark.multiprocess

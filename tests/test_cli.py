@@ -220,7 +220,8 @@ def test_a_shipped_key_is_named_without_a_path(tmp_path, monkeypatch, capsys):
     assert str(default_golden_dir()) in out.splitlines()[0]
     rows = [line.split(None, 2) for line in out.splitlines()[2:]]
     assert [(name, claims) for name, claims, _ in rows] == [
-        ("chapter", "34"), ("context_parallel", "6"), ("korthikanti", "8"), ("lesson", "89"), ("llama3_table4", "11"),
+        ("chapter", "34"), ("checkpoint", "8"), ("context_parallel", "6"), ("korthikanti", "8"), ("lesson", "89"),
+        ("llama3_table4", "11"), ("moe", "7"),
         ("zero_bubble", "25"), ("zero_paper", "7")]
     assert main(["audit", "zero_paper", "--format", "json"]) == 0
     (report,) = json.loads(capsys.readouterr().out)

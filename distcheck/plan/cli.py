@@ -70,12 +70,21 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     m = mem.add_argument_group("model (one of: a preset, a shape, a parameter count)")
     m.add_argument("--model", default=None, metavar="NAME",
                    help="a preset: lesson-7b-style, lesson-70b-style, llama-2-7b, llama-3-8b, llama-3-70b, "
-                        "llama-3-405b, llama-3.2-1b (case and dashes ignored: llama3-70b works)")
+                        "llama-3-405b, llama-3.2-1b; MoE: deepseek-v3, mixtral-8x7b (case and dashes ignored: "
+                        "llama3-70b works)")
     m.add_argument("--params", default=None, metavar="N",
                    help="a raw parameter count (13e9): state only, no activations")
     for flag in ("hidden-size", "num-layers", "ffn-hidden-size", "num-heads", "num-kv-heads", "vocab-size"):
         m.add_argument(f"--{flag}", type=int, default=None, metavar="N",
                        help=f"explicit shape: {flag.replace('-', ' ')}")
+    moe = mem.add_argument_group("mixture of experts (a preset deepseek-v3 or mixtral-8x7b, or --num-experts with "
+                                 "the shape above): memory per GPU under tp x ep x dp, total and active parameters")
+    for flag, helptext in (("num-experts", "routed experts E"), ("experts-per-token", "routed experts per token k"),
+                       ("expert-ffn", "hidden size of one expert's SwiGLU FFN"),
+                       ("dense-layers", "first layers with a dense FFN (default 0)"),
+                       ("dense-ffn", "hidden size of a dense layer's FFN"),
+                       ("shared-experts", "shared experts per MoE layer (default 0)")):
+        moe.add_argument(f"--{flag}", type=int, default=None, metavar="N", help=helptext)
     h = mem.add_argument_group("hardware")
     h.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs in the run")
     h.add_argument("--gpus-per-node", type=int, default=8, metavar="N",
@@ -102,6 +111,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         lay.add_argument(f"--{axis}", type=int, default=None, metavar="N",
                          help=f"{axis} degree" + (" (default: gpus / (tp*pp*cp))" if axis == "dp" else ""))
     lay.add_argument("--zero", type=int, default=None, metavar="STAGE", help="ZeRO stage 0..3")
+    lay.add_argument("--ep", type=int, default=None, metavar="N", help="expert-parallel degree (an MoE model only)")
     out = mem.add_argument_group("output")
     out.add_argument("--top", type=int, default=15, metavar="N", help="layouts shown in the table (default 15)")
     out.add_argument("--all", action="store_true", help="show every layout")

@@ -145,6 +145,11 @@ def run_memory(args: argparse.Namespace) -> int:
     _check_outputs(args)
     if args.top < 1:
         raise ConfigError("--top", args.top, "must be >= 1")
+    from distcheck.plan.cli_moe import moe_model, run_moe
+
+    moe = moe_model(args)
+    if moe is not None:
+        return run_moe(args, *moe)
     model, hardware, workload = _memory_inputs(args)
     chosen = _explicit_layout(args, model, hardware, workload)
     console = _console()

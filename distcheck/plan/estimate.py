@@ -267,6 +267,19 @@ def _bubble_fraction(p, m, t_f=1, t_b=2) -> Fraction:  # GPipe and 1F1B: (p - 1)
     return Fraction(p - 1, m + p - 1)
 
 
+def _moe_params(vocab_size, h, num_layers, dense_layers, attention_params, mlp_matrices, expert_ffn, dense_ffn,
+                num_experts, shared_experts, tied, k=None) -> int:  # ep.params.total; with k, ep.params.active
+    experts = num_experts if k is None else k
+    return (vocab_size * h * (2 - tied) + h + num_layers * (attention_params + 2 * h)
+            + dense_layers * mlp_matrices * h * dense_ffn
+            + (num_layers - dense_layers)
+            * (h * num_experts + (experts + shared_experts) * mlp_matrices * h * expert_ffn))
+
+
+def _moe_bytes(dense_params, expert_params, tp, ep, bytes_per_parameter) -> Fraction:  # ep.memory.bytes_per_gpu
+    return (Fraction(dense_params, tp) + Fraction(expert_params, ep * tp)) * bytes_per_parameter
+
+
 EXACT_FORMS: dict[str, Callable[..., int | Fraction]] = {
     **{f"comm.bytes_per_rank.{c.value}": functools.partial(_volume, c.value)
        for c in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER)},
@@ -276,6 +289,9 @@ EXACT_FORMS: dict[str, Callable[..., int | Fraction]] = {
     "cp.all_gather.bytes_per_rank.forward": _cp_all_gather_bytes,
     "cp.all_gather.bytes_per_rank.backward": _cp_all_gather_bytes,
     "cp.all_gather.buffer_bytes_per_rank": _cp_all_gather_buffer,
+    "ep.params.total": _moe_params,
+    "ep.params.active": _moe_params,
+    "ep.memory.bytes_per_gpu": _moe_bytes,
     "pp.bubble_fraction.gpipe": _bubble_fraction,
     "pp.bubble_fraction.1f1b": _bubble_fraction,
     "pp.peak_in_flight.gpipe": lambda p, m, t_f=1, t_b=2: m,

@@ -33,6 +33,7 @@ from distcheck.core.face import face
 __all__ = [
     "LAYOUTS", "MOMENTS", "STEP_BYTES", "Checkpoint", "Loaded", "layout_dims", "shard_bounds", "shard",
     "save", "load", "assemble", "adam_step", "checkpoint_bytes", "data_bytes",
+    "LAYOUTS_2D", "TP_2D", "layouts_at", "mesh_2d", "shard_boxes",
     "POINTER", "MANIFEST", "save_swap", "load_swap", "write_chunks",
 ]
 

@@ -10,7 +10,8 @@ Each example draws 1 to 3 tensors of 1 or 2 dimensions (sizes 1 to 7: uneven sha
 *bulk* tensor of 2**16 elements (multiples of 1/8, from a drawn seed), so that the tensors'
 bytes outweigh the metadata bound below: a lost moment falls under the closed form and a second copy above
 the bound. Adam takes 1 or 2 steps on drawn gradients; the two layouts are drawn over the world
-(replicated, FSDP2's ``fully_shard``, DTensor tp with a shard dimension per tensor); see
+(replicated, FSDP2's ``fully_shard``, DTensor tp with a shard dimension per tensor, and from 4 ranks their
+2-D composition ``fsdp_tp``: FSDP2 over tp on a ``(dp, tp=2)`` DeviceMesh; ``layouts_at``); see
 :mod:`distcheck.parallel.checkpoint.harness` for the rank side.
 
 Properties:
@@ -91,8 +92,12 @@ def bulk(rows: int, seed: int) -> np.ndarray:
     return ((np.arange(rows, dtype=np.int64) * (2 * seed + 1)) % 17 - 8) / 8
 
 
-def _cases(world_size: int, dtype: str):
-    from distcheck.parallel.checkpoint.reference import LAYOUTS, layout_dims
+def _cases(world_size: int, dtype: str, load_world_size: int | None = None):
+    """Cases saved at ``world_size`` ranks and loaded at ``load_world_size`` (default the same): each layout
+    drawn from those its world can hold (``layouts_at``: the 2-D one from 4 ranks)."""
+    from distcheck.parallel.checkpoint.reference import layout_dims, layouts_at
+
+    at_load = world_size if load_world_size is None else load_world_size
 
     eighths = st.integers(-8, 8).map(lambda k: k / 8)
 
@@ -105,9 +110,10 @@ def _cases(world_size: int, dtype: str):
             n = int(np.prod(shape))
             return np.array(draw(st.lists(eighths, min_size=n, max_size=n)), dtype=np.float64).reshape(shape)
 
-        def layout():
-            kind = draw(st.sampled_from(LAYOUTS))
-            tp = [draw(st.sampled_from([None, *range(len(s))])) for s in shapes] if kind == "tp" else None
+        def layout(n):
+            kind = draw(st.sampled_from(layouts_at(n)))
+            tp = ([draw(st.sampled_from([None, *range(len(s))])) for s in shapes] if kind in ("tp", "fsdp_tp")
+                  else None)
             return kind, layout_dims(kind, shapes, tp)
 
         steps = draw(st.integers(1, 2))
@@ -115,7 +121,7 @@ def _cases(world_size: int, dtype: str):
         params = (*(array(s) for s in shapes), bulk(rows, seed))
         grads = tuple((*(array(s) for s in shapes), bulk(rows, seed + k + 1)) for k in range(steps + 1))
         shapes = [*shapes, (rows,)]
-        (a, da), (b, db) = layout(), layout()
+        (a, da), (b, db) = layout(world_size), layout(at_load)
         return CkptCase(world_size, dtype, params, grads, a, da, b, db)
 
     return draw()
@@ -133,14 +139,15 @@ _PROPERTIES = (
 def bytes_bound(case: CkptCase, files: int) -> tuple[int, int]:
     """``(closed form, upper bound)`` of the bytes a checkpoint of ``case`` writes in ``files`` files."""
     from distcheck.engine.catalogue import form_value
-    from distcheck.parallel.checkpoint.reference import shard_bounds
+    from distcheck.parallel.checkpoint.reference import shard_boxes
 
     b = np.dtype(case.dtype).itemsize
     P, T = sum(int(np.prod(s)) for s in case.shapes), len(case.shapes)
     form = int(form_value("checkpoint.bytes_total.adam", params=P, tensors=T, param_bytes=b, moment_bytes=b))
     items = 0
     for s, d in zip(case.shapes, case.dims_a, strict=True):
-        writers = 1 if d is None else sum(hi > lo for lo, hi in shard_bounds(s[d], case.world_size))
+        boxes = shard_boxes(s, case.layout_a, d, case.world_size)
+        writers = len({box for box in boxes if all(hi > lo for lo, hi in box)})
         items += 3 * writers + 1
     items += 1  # the optimizer's param_groups
     return form, form + METADATA_BYTES_PER_FILE * files + METADATA_BYTES_PER_ITEM * items

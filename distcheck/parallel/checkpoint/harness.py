@@ -4,10 +4,15 @@ tensor whole.
 
 A model is a module holding the case's tensors as parameters ``t0, t1, ...``, laid out as
 :mod:`distcheck.parallel.checkpoint.reference` says: plain tensors on every rank (``replicated``, DDP's
-layout), ``fully_shard`` on a one-axis mesh of the world (``fsdp``), or DTensors ``Shard(d)`` /
-``Replicate()`` per tensor (``tp``). Training is Adam (lr 2**-6) on given gradients, each rank's the shard
+layout), ``fully_shard`` on a one-axis mesh of the world (``fsdp``), DTensors ``Shard(d)`` /
+``Replicate()`` per tensor (``tp``), or both on a 2-D ``(dp, tp)`` DeviceMesh (``fsdp_tp``: the tensors
+distributed on ``mesh["tp"]``, then ``fully_shard(model, mesh=mesh["dp"])``, which shards each rank's tp
+shard along dim 0 again). Training is Adam (lr 2**-6) on given gradients, each rank's the shard
 of the case's full gradient in its parameter's placement: the optimizer half of a training step, the
-gradient half being a function of the parameters alone. The state is torch's
+gradient half being a function of the parameters alone. Each rank holds the whole gradient, so its shard
+is a local split (``distribute_tensor(..., src_data_rank=None)``): torch 2.13's scatter from rank 0 raises
+a bare AssertionError for a ``_StridedShard`` placement whose dimension the mesh does not divide (it splits
+with padding and requires equal pieces), which is what FSDP2 over tp gives an uneven tensor. The state is torch's
 ``get_state_dict(model, optimizer)`` ({"model": ..., "optim": ...}, FQN keys), written back after the
 load with ``set_state_dict``.
 
@@ -23,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["build", "save_rank", "load_rank", "shared_folder", "folder_bytes", "LR"]
+__all__ = ["build", "save_rank", "load_rank", "shared_folder", "folder_bytes", "local_shards", "LR"]
 
 #: Adam's learning rate
 LR = 2.0**-6
@@ -62,17 +67,22 @@ def build(ctx, case, layout: str, dims, *, zero: bool = False):
         model.register_parameter(f"t{i}", torch.nn.Parameter(t))
     if layout in ("fsdp", "tp"):
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    if layout == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+    elif layout == "fsdp_tp":
+        from distcheck.parallel.checkpoint.reference import mesh_2d
 
-        fully_shard(model, mesh=mesh)
-    elif layout == "tp":
+        mesh2 = init_device_mesh(ctx.device.type, mesh_2d(ctx.world_size), mesh_dim_names=("dp", "tp"))
+        mesh, dp_mesh = mesh2["tp"], mesh2["dp"]
+    if layout in ("tp", "fsdp_tp"):
         from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
         for i, d in enumerate(dims):
             full = getattr(model, f"t{i}").detach()
             place = [Replicate()] if d is None else [Shard(d)]
             setattr(model, f"t{i}", torch.nn.Parameter(distribute_tensor(full, mesh, place)))
+    if layout in ("fsdp", "fsdp_tp"):
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(model, mesh=mesh if layout == "fsdp" else dp_mesh)
     return model, torch.optim.Adam(model.parameters(), lr=LR)
 
 
@@ -82,7 +92,8 @@ def _step(model, optimizer, grads, dtype) -> None:
 
     for p, g in zip(model.parameters(), grads, strict=True):
         full = torch.tensor(g, dtype=dtype).to(p.device)
-        p.grad = distribute_tensor(full, p.device_mesh, p.placements) if isinstance(p, DTensor) else full
+        p.grad = (distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None) if isinstance(p, DTensor)
+                  else full)
     optimizer.step()
     optimizer.zero_grad()
 
@@ -109,6 +120,15 @@ def snapshot(model, optimizer) -> dict:
     return out
 
 
+def local_shards(model) -> dict:
+    """Each parameter's local shard on this rank (``to_local()`` of a DTensor, a plain tensor whole) as a
+    numpy array: ``{"t0": array, ...}``, to compare with :func:`distcheck.parallel.checkpoint.shard_boxes`."""
+    from torch.distributed.tensor import DTensor
+
+    return {k: (p.to_local() if isinstance(p, DTensor) else p).detach().cpu().clone().numpy()
+            for k, p in model.named_parameters()}
+
+
 def _state(model, optimizer) -> dict:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -128,7 +148,7 @@ def save_rank(ctx, save, case, path: str) -> dict:
         _step(model, opt, grads, dtype)
     save(_state(model, opt), path)
     dist.barrier(group=ctx.group)
-    out: dict = {"saved": snapshot(model, opt)}
+    out: dict = {"saved": snapshot(model, opt), "local": local_shards(model)}
     if ctx.rank == 0:
         out["bytes"], out["files"] = folder_bytes(path)
     _step(model, opt, case.grads[-1], dtype)
@@ -147,7 +167,7 @@ def load_rank(ctx, load, case, path: str) -> dict:
     state = _state(model, opt)
     load(state, path)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    out: dict = {"loaded": snapshot(model, opt)}
+    out: dict = {"loaded": snapshot(model, opt), "local": local_shards(model)}
     _step(model, opt, case.grads[-1], getattr(torch, case.dtype))
     out["next"] = {k: v for k, v in snapshot(model, opt).items() if "." not in k}
     return out

@@ -8,7 +8,14 @@ A *layout* of a model's tensors over ``world_size`` ranks gives each tensor a sh
   (torch.distributed.checkpoint removes duplicates of a replicated tensor, ``dedup_save_plans``);
 * ``fsdp`` (FSDP2's ``fully_shard``): every tensor split along dim 0;
 * ``tp`` (DTensor ``Shard(d)``): each tensor along its own dimension (a column-parallel weight along 0,
-  a row-parallel weight along 1, a row-parallel bias replicated).
+  a row-parallel weight along 1, a row-parallel bias replicated);
+* ``fsdp_tp`` (the 2-D composition, :data:`LAYOUTS_2D`): tensor parallelism of degree :data:`TP_2D` on the
+  ``tp`` axis of a ``(dp, tp)`` DeviceMesh, ``dims[i]`` its dimension, then FSDP2 on the ``dp`` axis along
+  dim 0 of each rank's tp shard (torch's placements ``(Shard(0), Shard(d))``, ``(Shard(0), Replicate())``,
+  and ``(_StridedShard(0, sf=tp), Shard(0))`` when both split dim 0). Rank r is mesh coordinate
+  ``(r // tp, r % tp)`` (DeviceMesh's row-major ``arange(N).view(dp, tp)``); it needs ``dp >= 2``, so 4 ranks
+  or more (:func:`layouts_at`). The numpy save/load below model the one-axis layouts; :func:`shard_boxes`
+  gives every layout's shards, the 2-D one included.
 
 Rank r's shard is torch.chunk's: with c = ceil(n / N), rows ``[min(r c, n), min((r + 1) c, n))``, so
 shards are uneven when N does not divide n, and the last ranks may hold nothing (DTensor's ``Shard`` and
@@ -41,10 +48,15 @@ from distcheck.parallel.zero.reference import fsdp2_shard_rows
 __all__ = [
     "LAYOUTS", "MOMENTS", "STEP_BYTES", "Checkpoint", "Loaded", "layout_dims", "shard_bounds", "shard",
     "save", "load", "assemble", "adam_step", "checkpoint_bytes", "data_bytes",
+    "LAYOUTS_2D", "TP_2D", "layouts_at", "mesh_2d", "shard_boxes",
 ]
 
 #: the layouts a checkpoint is saved or loaded under (module doc)
 LAYOUTS = ("replicated", "fsdp", "tp")
+#: the 2-D layouts (module doc): FSDP2 over tensor parallelism on a (dp, tp) DeviceMesh
+LAYOUTS_2D = ("fsdp_tp",)
+#: the tp degree of a 2-D layout over N ranks: its mesh is (N / TP_2D, TP_2D)
+TP_2D = 2
 #: Adam's per-element state, torch's names (torch.optim.Adam)
 MOMENTS = ("exp_avg", "exp_avg_sq")
 #: bytes of Adam's step count per parameter tensor in torch (a float32 scalar tensor)
@@ -77,9 +89,11 @@ def layout_dims(kind: str, shapes: Sequence[Sequence[int]], tp_dims: Sequence[in
     """The shard dimension of each tensor under layout ``kind`` (one of :data:`LAYOUTS`): None for
     ``replicated``, 0 for ``fsdp``, ``tp_dims`` (one per tensor, each None or below its rank) for ``tp``.
 
+    ``fsdp_tp`` (2-D) takes ``tp_dims`` as ``tp`` does: FSDP2's dim 0 is implied by the layout.
+
     Raises ConfigError for an unknown layout or a ``tp_dims`` that does not fit the shapes."""
-    if kind not in LAYOUTS:
-        raise ConfigError("layout", kind, f"must be one of {list(LAYOUTS)}")
+    if kind not in LAYOUTS + LAYOUTS_2D:
+        raise ConfigError("layout", kind, f"must be one of {list(LAYOUTS + LAYOUTS_2D)}")
     if kind == "replicated":
         return (None,) * len(shapes)
     if kind == "fsdp":
@@ -104,6 +118,56 @@ def shard_bounds(n: int, world_size: int) -> list[tuple[int, int]]:
     for k in rows:
         out.append((lo, lo + k))
         lo += k
+    return out
+
+
+def mesh_2d(world_size: int) -> tuple[int, int]:
+    """The ``(dp, tp)`` mesh of a 2-D layout over ``world_size`` ranks: ``(world_size / TP_2D, TP_2D)``.
+
+    Raises ConfigError unless :data:`TP_2D` divides ``world_size`` and ``dp >= 2``."""
+    check_positive_int("world_size", world_size)
+    if world_size % TP_2D or world_size // TP_2D < 2:
+        raise ConfigError("world_size", world_size, f"a 2-D (dp, tp={TP_2D}) mesh needs a multiple of {TP_2D} "
+                                                    f"with dp >= 2 ({2 * TP_2D} ranks or more)")
+    return world_size // TP_2D, TP_2D
+
+
+def layouts_at(world_size: int) -> tuple[str, ...]:
+    """The layouts of ``world_size`` ranks: :data:`LAYOUTS`, and :data:`LAYOUTS_2D` where :func:`mesh_2d`
+    has a mesh (4, 8, ... ranks). Raises ConfigError for a world size below 1."""
+    check_positive_int("world_size", world_size)
+    two_d = world_size % TP_2D == 0 and world_size // TP_2D >= 2
+    return LAYOUTS + (LAYOUTS_2D if two_d else ())
+
+
+Box = tuple[tuple[int, int], ...]
+
+
+def shard_boxes(shape: Sequence[int], kind: str, dim: int | None, world_size: int) -> list[Box]:
+    """Each rank's shard of a tensor of ``shape`` under layout ``kind`` (``dim``: its shard dimension, the tp
+    dimension for ``fsdp_tp``) over ``world_size`` ranks, as a box: ``(lo, hi)`` along every dimension.
+    The distinct non-empty boxes are the items a checkpoint writes (a replicated copy once).
+
+    Raises ConfigError for an unknown layout, a ``dim`` outside the shape or a world the layout cannot
+    take (:func:`mesh_2d`)."""
+    layout_dims(kind, [shape], [dim])
+    whole = [(0, n) for n in shape]
+    if kind == "replicated" or (kind == "tp" and dim is None):
+        return [tuple(whole)] * world_size
+    if kind in ("fsdp", "tp"):
+        d = dim if kind == "tp" and dim is not None else 0
+        return [tuple(b if k == d else whole[k] for k in range(len(shape)))
+                for b in shard_bounds(shape[d], world_size)]
+    dp, tp = mesh_2d(world_size)
+    out = []
+    for r in range(world_size):
+        box = list(whole)
+        if dim is not None:
+            box[dim] = shard_bounds(shape[dim], tp)[r % tp]
+        lo, hi = box[0]
+        a, b = shard_bounds(hi - lo, dp)[r // tp]
+        box[0] = (lo + a, lo + b)
+        out.append(tuple(box))
     return out
 
 

@@ -32,7 +32,7 @@ from distcheck.core.face import face
 __all__ = [
     "ROUTERS", "Routing", "rowdot", "softmax", "route", "expert_capacity", "assign_slots", "aux_loss", "expert_mlp",
     "moe_layer", "moe_layer_backward", "ep_moe_layer", "ep_moe_layer_backward", "expert_shards", "check_moe",
-    "MoEConfig", "MIXTRAL_8X7B", "DEEPSEEK_V3", "param_tensors", "param_counts", "params_per_gpu",
+    "MoEConfig", "MIXTRAL_8X7B", "DEEPSEEK_V3", "MODELS", "param_tensors", "param_counts", "params_per_gpu",
 ]
 
 __getattr__, __dir__ = face(__name__, __all__, sources=("reference", "models"))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_positive_int
 
-__all__ = ["MoEConfig", "MIXTRAL_8X7B", "DEEPSEEK_V3", "param_tensors", "param_counts", "params_per_gpu"]
+__all__ = ["MoEConfig", "MIXTRAL_8X7B", "DEEPSEEK_V3", "MODELS", "param_tensors", "param_counts", "params_per_gpu"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,9 @@ DEEPSEEK_V3 = MoEConfig(vocab_size=129280, h=_hd, num_layers=61, dense_layers=3,
                         shared_experts=1, k=8, expert_ffn=2048,
                         attention_shapes=((_hd, 1536), (1536,), (1536, _heads * (128 + 64)), (_hd, 512 + 64), (512,),
                                           (512, _heads * (128 + 128)), (_heads * 128, _hd)))
+
+#: the published configurations by name (``distcheck plan memory --model``)
+MODELS = {"mixtral-8x7b": MIXTRAL_8X7B, "deepseek-v3": DEEPSEEK_V3}
 
 
 def _ffn(prefix: str, h: int, f: int, m: int) -> dict[str, tuple[int, ...]]:
