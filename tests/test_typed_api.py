@@ -32,6 +32,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.step",
     "distcheck.parallel.zero",
     "distcheck.runners",
+    "distcheck.parallel.tp",
 )
 
 

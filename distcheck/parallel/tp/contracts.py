@@ -37,6 +37,8 @@ bfloat16), plus the float64 reference's own.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -56,6 +58,7 @@ from distcheck.engine.contracts.sharded import (
     integer_arrays,
     magnitude,
 )
+from distcheck.engine.contracts.targets import Target
 from distcheck.parallel.tp import strategies as ds
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "TensorParallelMLP", "TensorParallelAttention"]
@@ -63,7 +66,7 @@ __all__ = ["ColumnParallelLinear", "RowParallelLinear", "TensorParallelMLP", "Te
 # ------------------------------------------------------------------------------------- linears
 
 
-def _linear_cases(tp: int, dtype: str, options):
+def _linear_cases(tp: int, dtype: str, options: dict) -> st.SearchStrategy[TPCase] | None:
     width = max(8, 2 * tp)
     batch = 4
     bound = magnitude(max(width + 1, batch), 2, dtype)
@@ -71,7 +74,7 @@ def _linear_cases(tp: int, dtype: str, options):
         return None
 
     @st.composite
-    def draw_case(draw):
+    def draw_case(draw: st.DrawFn) -> TPCase:
         lin = draw(ds.linear_cases(min_tp=tp, max_tp=tp, max_features=width, max_batch=batch,
                                    divisible=True if options["divisible"] else None, max_magnitude=bound))
         params = {"weight": np.ascontiguousarray(lin.W.T)}
@@ -109,35 +112,35 @@ class ColumnParallelLinear(ShardedLayerContract):
     options = COMMON_OPTIONS + (Option("gather_output", True, bool, "the layer all-gathers its output "
                                                                     "(False: each rank keeps its own output columns)"),)
 
-    def specs(self):
+    def specs(self) -> tuple[ParamSpec, ...]:
         return (ParamSpec("weight", 0, ("weight",)), ParamSpec("bias", 0, ("bias",)))
 
-    def style_options(self, style, options):
+    def style_options(self, style: Any, options: dict) -> dict:
         from torch.distributed.tensor import Replicate
 
         style = style() if isinstance(style, type) else style
         layouts = getattr(style, "output_layouts", None) or (None,)
         return dict(options, gather_output=isinstance(layouts[0], Replicate))
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[TPCase] | None:
         return _linear_cases(world_size, dtype, options)
 
-    def layer_case(self, case, options):
+    def layer_case(self, case: TPCase, options: dict) -> LayerCase:
         return LayerCase(tp=case.tp, x=case.x, g=case.grad_output, params=case.params, specs=self.specs(),
                          output_shard=None if options["gather_output"] else "weight",
                          ctor_args=(case.dims["in_features"], case.dims["out_features"]), dims=case.dims)
 
-    def reference(self, case, dtype, options):
+    def reference(self, case: TPCase, dtype: str, options: dict) -> dict:
         return _linear_reference(case, "column", dtype)
 
-    def expected_collectives(self, case, options, dtype):
+    def expected_collectives(self, case: TPCase, options: dict, dtype: str) -> tuple[list, list, str, str]:
         b, size = case.x.shape[0], ITEMSIZE[dtype]
         fwd = [(Collective.ALL_GATHER, b * case.dims["out_features"] * size)] if options["gather_output"] else []
         return (fwd, [(Collective.ALL_REDUCE, b * case.dims["in_features"] * size)],
                 "gather_output: one all-gather of the output" if fwd else "no gather: none",
                 "the replicated input's gradient: one all-reduce (Megatron's f, Shoeybi et al. 2019 §3)")
 
-    def gathered_dims(self, case, options, dtype):
+    def gathered_dims(self, case: TPCase, options: dict, dtype: str) -> tuple[tuple[int, int], ...]:
         return ((case.dims["out_features"], case.x.shape[0] * ITEMSIZE[dtype]),) if options["gather_output"] else ()
 
 
@@ -153,28 +156,28 @@ class RowParallelLinear(ShardedLayerContract):
                                        "the layer receives only its own input columns (False: all of x, split by "
                                        "the layer)"),)
 
-    def specs(self):
+    def specs(self) -> tuple[ParamSpec, ...]:
         return (ParamSpec("weight", 1, ("weight",)), ParamSpec("bias", None, ("bias",)))
 
-    def style_options(self, style, options):
+    def style_options(self, style: Any, options: dict) -> dict:
         from torch.distributed.tensor import Shard
 
         style = style() if isinstance(style, type) else style
         layouts = getattr(style, "input_layouts", None) or (None,)
         return dict(options, input_is_parallel=isinstance(layouts[0], Shard))
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[TPCase] | None:
         return _linear_cases(world_size, dtype, options)
 
-    def layer_case(self, case, options):
+    def layer_case(self, case: TPCase, options: dict) -> LayerCase:
         return LayerCase(tp=case.tp, x=case.x, g=case.grad_output, params=case.params, specs=self.specs(),
                          input_shard="weight" if options["input_is_parallel"] else None,
                          ctor_args=(case.dims["in_features"], case.dims["out_features"]), dims=case.dims)
 
-    def reference(self, case, dtype, options):
+    def reference(self, case: TPCase, dtype: str, options: dict) -> dict:
         return _linear_reference(case, "row", dtype)
 
-    def expected_collectives(self, case, options, dtype):
+    def expected_collectives(self, case: TPCase, options: dict, dtype: str) -> tuple[list, list, str, str]:
         b, size = case.x.shape[0], ITEMSIZE[dtype]
         count = closed_form("tp.row.allreduce_count")
         bwd = [] if options["input_is_parallel"] else [(Collective.ALL_GATHER, b * case.dims["in_features"] * size)]
@@ -182,7 +185,7 @@ class RowParallelLinear(ShardedLayerContract):
                 bwd, f"closed form tp.row.allreduce_count = {count}",
                 "input_is_parallel: none" if not bwd else "the split input's gradient: one all-gather")
 
-    def gathered_dims(self, case, options, dtype):
+    def gathered_dims(self, case: TPCase, options: dict, dtype: str) -> tuple[tuple[int, int], ...]:
         return () if options["input_is_parallel"] else ((case.dims["in_features"], case.x.shape[0] * ITEMSIZE[dtype]),)
 
 
@@ -205,17 +208,17 @@ class TensorParallelMLP(ShardedLayerContract):
                                        "for a torch plan); b / tp rounds unless tp is a power of two, so the output "
                                        "is then held to a derived bound"),)
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         target, options = super().resolve(obj, ref, options)
         return target, (dict(options, partial_bias=True) if target.kind == "plan" else options)
 
-    def specs(self):
+    def specs(self) -> tuple[ParamSpec, ...]:
         return (ParamSpec("up.weight", 0, tuple(f"{n}.weight" for n in _UP)),
                 ParamSpec("up.bias", 0, tuple(f"{n}.bias" for n in _UP)),
                 ParamSpec("down.weight", 1, tuple(f"{n}.weight" for n in _DOWN)),
                 ParamSpec("down.bias", None, tuple(f"{n}.bias" for n in _DOWN)))
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[TPCase] | None:
         tp, F, B = world_size, max(8, 2 * world_size), 3
         for H in (6, 2):  # hidden 6, or 2 when the format is too narrow for 6
             bound = magnitude(max(F * (H + 1) + 1, B * (H + 1), F * H), 3, dtype)
@@ -225,7 +228,7 @@ class TensorParallelMLP(ShardedLayerContract):
             return None
 
         @st.composite
-        def draw_case(draw):
+        def draw_case(draw: st.DrawFn) -> TPCase:
             m = draw(ds.mlp_cases(min_tp=tp, max_tp=tp, max_batch=B, max_hidden=H, max_ffn=F,
                                   divisible=True if options["divisible"] else None, max_magnitude=bound))
             params = {"up.weight": np.ascontiguousarray(m.W_up.T)}
@@ -240,12 +243,12 @@ class TensorParallelMLP(ShardedLayerContract):
 
         return draw_case()
 
-    def layer_case(self, case, options):
+    def layer_case(self, case: TPCase, options: dict) -> LayerCase:
         return LayerCase(tp=case.tp, x=case.x, g=case.grad_output, params=case.params, specs=self.specs(),
                          ctor_args=(case.dims["hidden_size"], case.dims["ffn_hidden_size"]), dims=case.dims,
                          reference="mlp")
 
-    def reference(self, case, dtype, options):
+    def reference(self, case: TPCase, dtype: str, options: dict) -> dict:
         from distcheck.parallel.tp import reference as ref
 
         p, x, g = case.params, case.x, case.grad_output
@@ -272,7 +275,7 @@ class TensorParallelMLP(ShardedLayerContract):
             out_ref["bounds"] = {"out": _partial_bias_bound(a, W2, b2, tp, dtype)}
         return out_ref
 
-    def expected_collectives(self, case, options, dtype):
+    def expected_collectives(self, case: TPCase, options: dict, dtype: str) -> tuple[list, list, str, str]:
         S = case.x.shape[0] * case.dims["hidden_size"] * ITEMSIZE[dtype]
         count = closed_form("tp.mlp.allreduce_per_forward")
         return ([(Collective.ALL_REDUCE, S)] * count, [(Collective.ALL_REDUCE, S)] * count,
@@ -280,11 +283,11 @@ class TensorParallelMLP(ShardedLayerContract):
                 f"conjugate of the forward (f and g, Shoeybi et al. 2019 §3): {count}")
 
 
-def _partial_bias_bound(a, W2, b2, tp: int, dtype: str):
+def _partial_bias_bound(a: np.ndarray, W2: np.ndarray, b2: np.ndarray, tp: int, dtype: str) -> np.ndarray:
     """Elementwise bound on the MLP output when each rank adds ``b2 / tp`` (rounded once) to its partial
     product before the all-reduce: ``a @ W2^T`` with the tp shares as ``tp`` more terms of every sum
     (:func:`distcheck.engine.contracts.bounds.matmul`, any order; Higham, Lemma 3.1)."""
-    def tracked(u):
+    def tracked(u: float) -> tb.Tracked:
         share = np.tile(b2 / tp, (tp, 1))
         A = tb.exact(np.hstack([a, np.ones((a.shape[0], tp))]))
         B = tb.Tracked(np.vstack([W2.T, share]), np.vstack([np.zeros_like(W2.T), u * np.abs(share)]))
@@ -310,17 +313,17 @@ class TensorParallelAttention(ShardedLayerContract):
                                     "bounded" if p.regime == "bitwise" else p.regime) for p in PROPERTIES)
     options = COMMON_OPTIONS + (Option("causal", True, bool, "queries see only keys at or before their position"),)
 
-    def specs(self):
+    def specs(self) -> tuple[ParamSpec, ...]:
         return tuple(ParamSpec(f"{n}.weight", 0 if n != "o_proj" else 1, (f"{n}.weight",) + alt)
                      for n, alt in (("q_proj", ("wq.weight", "query.weight")), ("k_proj", ("wk.weight", "key.weight")),
                                     ("v_proj", ("wv.weight", "value.weight")),
                                     ("o_proj", ("wo.weight", "out_proj.weight", "dense.weight"))))
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[TPCase] | None:
         tp = world_size
 
         @st.composite
-        def draw_case(draw):
+        def draw_case(draw: st.DrawFn) -> TPCase:
             a = draw(ds.attention_cases(min_tp=tp, max_tp=tp, max_kv_heads=max(4, tp), max_group=2, max_seq=4))
             # x in quarters, weights in eighths: exact in every dtype, scores below about 2.2 so
             # the exponentials' error stays small in bfloat16
@@ -334,7 +337,7 @@ class TensorParallelAttention(ShardedLayerContract):
 
         return draw_case()
 
-    def layer_case(self, case, options):
+    def layer_case(self, case: TPCase, options: dict) -> LayerCase:
         d = case.dims
         return LayerCase(tp=case.tp, x=case.x, g=case.grad_output, params=case.params, specs=self.specs(),
                          ctor_args=(d["hidden_size"], d["num_heads"], d["num_kv_heads"], d["head_dim"]), dims=d,
@@ -342,7 +345,7 @@ class TensorParallelAttention(ShardedLayerContract):
                          reference_kwargs={"num_heads": d["num_heads"], "num_kv_heads": d["num_kv_heads"],
                                            "head_dim": d["head_dim"], "causal": options["causal"]})
 
-    def reference(self, case, dtype, options):
+    def reference(self, case: TPCase, dtype: str, options: dict) -> dict:
         low = _tracked_attention(case, tb.UNIT_ROUNDOFF[dtype], causal=options["causal"])
         ref = _tracked_attention(case, tb.UNIT_ROUNDOFF["float64"], causal=options["causal"])
         out = {"out": low["out"].v, "dx": low["dx"].v, "grads": {k: t.v for k, t in low["grads"].items()}}
@@ -351,7 +354,7 @@ class TensorParallelAttention(ShardedLayerContract):
         out["bounds"].update({k: tb.final_bound(t.e, ref["grads"][k].e) for k, t in low["grads"].items()})
         return out
 
-    def expected_collectives(self, case, options, dtype):
+    def expected_collectives(self, case: TPCase, options: dict, dtype: str) -> tuple[list, list, str, str]:
         S = case.x.size * ITEMSIZE[dtype]
         count = closed_form("tp.attention.allreduce_per_forward")
         return ([(Collective.ALL_REDUCE, S)] * count, [(Collective.ALL_REDUCE, S)] * count,
@@ -400,7 +403,7 @@ def _tracked_attention(case: TPCase, u: float, *, causal: bool) -> dict:
         dv_parts[g_][0].append(P.T)
         dv_parts[g_][1].append(dO)
 
-    def cat(ts, axis):
+    def cat(ts: Sequence[tb.Tracked], axis: int) -> tb.Tracked:
         return tb.Tracked(np.concatenate([t.v for t in ts], axis=axis), np.concatenate([t.e for t in ts], axis=axis))
 
     # a kv head's gradient sums over the query heads of its group: one product of inner length s * group

@@ -30,6 +30,7 @@ within ``distcheck.parallel.tp.row_parallel_error_bound(heads, Wo, tp)``.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import (
@@ -78,7 +79,7 @@ def validate_tp_heads(tp: int, num_heads: int, num_kv_heads: int) -> None:
     check_divides("tp", tp, "num_kv_heads", num_kv_heads)
 
 
-def head_dim_of(Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int) -> int:
+def head_dim_of(Wq: ArrayLike, Wk: ArrayLike, Wv: ArrayLike, Wo: ArrayLike, num_heads: int, num_kv_heads: int) -> int:
     """Check the projection shapes against the head counts and return ``head_dim``.
 
     Raises ConfigError naming the first weight whose shape is wrong.
@@ -97,14 +98,14 @@ def head_dim_of(Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int) -> int:
     return hd
 
 
-def _check_x(x, d):
+def _check_x(x: ArrayLike, d: int) -> np.ndarray:
     x = as_array("x", x)
     if x.ndim not in (2, 3) or x.shape[-1] != d:
         raise ConfigError("x.shape", x.shape, f"must be (seq, {d}) or (batch, seq, {d})")
     return x
 
 
-def _one_head(x, Wq_h, Wk_h, Wv_h, causal: bool):
+def _one_head(x: np.ndarray, Wq_h: np.ndarray, Wk_h: np.ndarray, Wv_h: np.ndarray, causal: bool) -> np.ndarray:
     q, k, v = x @ Wq_h, x @ Wk_h, x @ Wv_h
     scores = (q @ np.swapaxes(k, -1, -2)) / np.sqrt(Wq_h.shape[1])
     if causal:
@@ -116,7 +117,8 @@ def _one_head(x, Wq_h, Wk_h, Wv_h, causal: bool):
     return p @ v
 
 
-def attention_heads(x, Wq, Wk, Wv, num_heads: int, num_kv_heads: int, causal: bool = True) -> np.ndarray:
+def attention_heads(x: ArrayLike, Wq: ArrayLike, Wk: ArrayLike, Wv: ArrayLike, num_heads: int, num_kv_heads: int,
+                    causal: bool = True) -> np.ndarray:
     """Concatenated per-head outputs before the output projection.
 
     Returns (..., seq, num_heads * head_dim), head ``h`` in columns
@@ -140,7 +142,8 @@ def attention_heads(x, Wq, Wk, Wv, num_heads: int, num_kv_heads: int, causal: bo
     return np.concatenate(outs, axis=-1)
 
 
-def attention(x, Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int, causal: bool = True) -> np.ndarray:
+def attention(x: ArrayLike, Wq: ArrayLike, Wk: ArrayLike, Wv: ArrayLike, Wo: ArrayLike, num_heads: int,
+              num_kv_heads: int, causal: bool = True) -> np.ndarray:
     """Single-device multi-head attention with GQA: ``attention_heads(...) @ Wo``.
 
     Returns (seq, d_out) or (batch, seq, d_out). Raises ConfigError on bad
@@ -158,7 +161,8 @@ def tp_head_ranges(tp: int, num_heads: int, num_kv_heads: int) -> list[tuple[ran
     return [(range(r * hq, (r + 1) * hq), range(r * hkv, (r + 1) * hkv)) for r in range(tp)]
 
 
-def tp_attention_parts(x, Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int, tp: int, causal: bool = True) -> list:
+def tp_attention_parts(x: ArrayLike, Wq: ArrayLike, Wk: ArrayLike, Wv: ArrayLike, Wo: ArrayLike, num_heads: int,
+                       num_kv_heads: int, tp: int, causal: bool = True) -> list[np.ndarray]:
     """Per-rank partial outputs ``local_heads_r @ Wo[rows_r]`` (before the all-reduce).
 
     Rank ``r`` runs :func:`attention_heads` on its column slices of Wq/Wk/Wv
@@ -178,7 +182,8 @@ def tp_attention_parts(x, Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int, tp:
 
 
 def tp_attention(
-    x, Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int, tp: int, causal: bool = True, *, log: list | None = None
+    x: ArrayLike, Wq: ArrayLike, Wk: ArrayLike, Wv: ArrayLike, Wo: ArrayLike, num_heads: int, num_kv_heads: int,
+    tp: int, causal: bool = True, *, log: list | None = None
 ) -> np.ndarray:
     """Tensor-parallel attention: sum (one all-reduce, rank order) of :func:`tp_attention_parts`.
 

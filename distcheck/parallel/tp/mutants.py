@@ -25,7 +25,10 @@ tp.attention.first_kv_heads  every rank attends with the first ranks' KV   tp.at
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.vocab import Collective
 from distcheck.engine.mutants import mutant
@@ -52,7 +55,9 @@ def _bounds(n: int, tp: int) -> list[tuple[int, int]]:
 
 
 @mutant("tp.mlp.row_then_column", "tp.mlp.exact")
-def row_then_column_mlp(x, W_up, W_down, tp, act="relu", b_up=None, b_down=None, *, log=None):
+def row_then_column_mlp(x: ArrayLike, W_up: ArrayLike, W_down: ArrayLike, tp: int, act: str = "relu",
+                        b_up: ArrayLike | None = None, b_down: ArrayLike | None = None, *,
+                        log: list | None = None) -> np.ndarray:
     """Row-split W_up and column-split W_down with no extra all-reduce: each rank applies the
     activation to its PARTIAL sum x_r W_up[r] and multiplies by its columns of W_down."""
     x, W_up, W_down = np.asarray(x), np.asarray(W_up), np.asarray(W_down)
@@ -65,7 +70,7 @@ def row_then_column_mlp(x, W_up, W_down, tp, act="relu", b_up=None, b_down=None,
 
 
 @mutant("tp.layer_norm.per_shard", "tp.layer_norm.sharded_hidden")
-def layer_norm_per_shard(x_shards, eps=1.0):
+def layer_norm_per_shard(x_shards: Sequence[np.ndarray], eps: float = 1.0) -> list[np.ndarray]:
     """Layer norm applied to each rank's slice of the hidden dim with LOCAL mean and variance."""
     out = []
     for s in x_shards:
@@ -76,7 +81,8 @@ def layer_norm_per_shard(x_shards, eps=1.0):
 
 
 @mutant("tp.row.bias_every_rank", "tp.row.exact")
-def row_parallel_bias_every_rank(x, W, tp, b=None, *, log=None):
+def row_parallel_bias_every_rank(x: ArrayLike, W: ArrayLike, tp: int, b: ArrayLike | None = None, *,
+                                 log: list | None = None) -> np.ndarray:
     """Row-parallel linear where every rank adds the bias to its partial before the all-reduce."""
     x, W = np.asarray(x), np.asarray(W)
     parts = []
@@ -87,7 +93,8 @@ def row_parallel_bias_every_rank(x, W, tp, b=None, *, log=None):
 
 
 @mutant("tp.row.even_split_only", "tp.row.exact")
-def row_parallel_even_split_only(x, W, tp, b=None, *, log=None):
+def row_parallel_even_split_only(x: ArrayLike, W: ArrayLike, tp: int, b: ArrayLike | None = None, *,
+                                 log: list | None = None) -> np.ndarray:
     """Row-parallel linear that assumes tp divides in_features: every rank takes k // tp rows,
     so the last k % tp rows of W (and columns of x) are silently dropped."""
     x, W = np.asarray(x), np.asarray(W)
@@ -99,14 +106,16 @@ def row_parallel_even_split_only(x, W, tp, b=None, *, log=None):
 
 
 @mutant("tp.row.unlogged_allreduce", "tp.row.exact")
-def row_parallel_unlogged_allreduce(x, W, tp, b=None, *, log=None):
+def row_parallel_unlogged_allreduce(x: ArrayLike, W: ArrayLike, tp: int, b: ArrayLike | None = None, *,
+                                    log: list | None = None) -> np.ndarray:
     """Row-parallel linear with the right numbers that takes the collective log but records no
     all-reduce: "one all-reduce per forward" is then unconfirmed, and the property must fail."""
     return row_parallel(x, W, tp, b)
 
 
 @mutant("tp.swiglu.fused_naive_split", "tp.swiglu.fused")
-def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
+def swiglu_fused_naive_split(x: ArrayLike, W_fused: ArrayLike, W_down: ArrayLike, tp: int, *,
+                             log: list | None = None) -> np.ndarray:
     """Fused [gate | up] weight column-split as one matrix: rank r takes a contiguous block of
     the fused columns and splits it in half, pairing gate and up of different units."""
     x, W_fused, W_down = np.asarray(x), np.asarray(W_fused), np.asarray(W_down)
@@ -120,7 +129,7 @@ def swiglu_fused_naive_split(x, W_fused, W_down, tp, *, log=None):
 
 
 @mutant("tp.column.bias_unsharded", "tp.column.exact")
-def column_parallel_bias_unsharded(x, W, tp, b=None):
+def column_parallel_bias_unsharded(x: ArrayLike, W: ArrayLike, tp: int, b: ArrayLike | None = None) -> np.ndarray:
     """Column-parallel linear whose ranks each add the FIRST columns of the bias (the bias left
     unsharded and sliced from 0) instead of the block matching their output columns."""
     x, W = np.asarray(x), np.asarray(W)
@@ -132,7 +141,8 @@ def column_parallel_bias_unsharded(x, W, tp, b=None):
 
 
 @mutant("tp.swiglu.silu_on_up", "tp.swiglu.bounded")
-def swiglu_silu_on_up(x, W_gate, W_up, W_down, tp, *, log=None):
+def swiglu_silu_on_up(x: ArrayLike, W_gate: ArrayLike, W_up: ArrayLike, W_down: ArrayLike, tp: int, *,
+                      log: list | None = None) -> np.ndarray:
     """TP SwiGLU with the gate and up projections swapped: silu(x W_up) * (x W_gate)."""
     x, W_gate, W_up, W_down = (np.asarray(a) for a in (x, W_gate, W_up, W_down))
     parts = []
@@ -143,7 +153,8 @@ def swiglu_silu_on_up(x, W_gate, W_up, W_down, tp, *, log=None):
 
 
 @mutant("tp.attention.first_kv_heads", "tp.attention.bounded")
-def attention_first_kv_heads(x, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, tp, causal=True, *, log=None):
+def attention_first_kv_heads(x: ArrayLike, Wq: ArrayLike, Wk: ArrayLike, Wv: ArrayLike, Wo: ArrayLike, num_heads: int,
+                             num_kv_heads: int, tp: int, causal: bool = True, *, log: list | None = None) -> np.ndarray:
     """Attention split by heads where every rank slices the K and V projections from column 0 (rank 0's
     KV heads) instead of its own group's: with GQA over tp >= 2, rank r's queries meet the wrong keys."""
     from distcheck.parallel.tp.heads import attention_heads, tp_head_ranges

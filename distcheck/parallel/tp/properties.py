@@ -32,8 +32,11 @@ checks the numbers only.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ImplementationError, PropertyFailure
 from distcheck.core.exactness import assert_bitwise_equal, assert_within, gamma, to_exact
@@ -55,13 +58,13 @@ __all__ = [
 ]
 
 
-def _ref(name):
+def _ref(name: str) -> Callable[..., Any]:
     from distcheck.parallel.tp import reference as tp
 
     return getattr(tp, name)
 
 
-def _accepts_log(fn) -> bool:
+def _accepts_log(fn: Callable[..., Any]) -> bool:
     """True if ``fn`` takes a ``log`` keyword (or ``**kwargs``)."""
     try:
         params = inspect.signature(fn).parameters.values()
@@ -70,7 +73,7 @@ def _accepts_log(fn) -> bool:
     return any(p.name == "log" or p.kind is p.VAR_KEYWORD for p in params)
 
 
-def _call_logged(what: str, fn, *args) -> tuple:
+def _call_logged(what: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, list | None]:
     """Call the implementation, passing ``log=[]`` when it accepts one.
 
     Returns ``(result, log)``; ``log`` is None when ``fn`` takes no ``log`` keyword.
@@ -114,7 +117,7 @@ def _check_allreduces(log: list | None, form: str, tp: int, what: str, require_l
                           expected=expected, got=got)
 
 
-def column_exact(case, *, impl=None) -> None:
+def column_exact(case: ds.LinearCase, *, impl: Callable[..., ArrayLike] | None = None) -> None:
     """Column-parallel linear (concatenated) == x @ W + b, bit for bit."""
     impl = impl or _ref("column_parallel")
     got = call_impl("column_parallel", impl, case.x, case.W, case.tp, case.b)
@@ -122,7 +125,7 @@ def column_exact(case, *, impl=None) -> None:
     assert_bitwise_equal(full, got, what=f"column-parallel (tp={case.tp}) vs x @ W")
 
 
-def row_exact(case, *, impl=None, require_log: bool = True) -> None:
+def row_exact(case: ds.LinearCase, *, impl: Callable[..., ArrayLike] | None = None, require_log: bool = True) -> None:
     """Row-parallel linear (partials summed by one all-reduce, bias added once) == x @ W + b, bit
     for bit; all-reduces recorded in ``log`` == tp.row.allreduce_count (see :func:`_check_allreduces`)."""
     impl = impl or _ref("row_parallel")
@@ -132,7 +135,7 @@ def row_exact(case, *, impl=None, require_log: bool = True) -> None:
     _check_allreduces(log, "tp.row.allreduce_count", case.tp, "row_parallel", require_log)
 
 
-def mlp_exact(case, *, impl=None, require_log: bool = True) -> None:
+def mlp_exact(case: ds.MLPCase, *, impl: Callable[..., ArrayLike] | None = None, require_log: bool = True) -> None:
     """Megatron MLP (column-split W_up, local ReLU, row-split W_down, one all-reduce)
     == relu(x W_up) W_down + b_down, bit for bit; all-reduces == tp.mlp.allreduce_per_forward."""
     impl = impl or _ref("megatron_mlp")
@@ -142,7 +145,7 @@ def mlp_exact(case, *, impl=None, require_log: bool = True) -> None:
     _check_allreduces(log, "tp.mlp.allreduce_per_forward", case.tp, "megatron_mlp", require_log)
 
 
-def _swiglu_expected(case):
+def _swiglu_expected(case: ds.MLPCase) -> tuple[np.ndarray, np.ndarray]:
     silu = _ref("silu")
     h = silu(case.x @ case.W_gate) * (case.x @ case.W_up)
     expected = to_exact(h) @ to_exact(case.W_down)
@@ -150,7 +153,7 @@ def _swiglu_expected(case):
     return expected, bound
 
 
-def swiglu_bounded(case, *, impl=None, require_log: bool = True) -> None:
+def swiglu_bounded(case: ds.MLPCase, *, impl: Callable[..., ArrayLike] | None = None, require_log: bool = True) -> None:
     """TP SwiGLU (gate and up column-split on the same ffn shards) within gamma_ffn |h||W_down|
     of the exact product of the single-device activations h with W_down."""
     impl = impl or _ref("tp_swiglu_mlp")
@@ -161,7 +164,7 @@ def swiglu_bounded(case, *, impl=None, require_log: bool = True) -> None:
     _check_allreduces(log, "tp.mlp.allreduce_per_forward", case.tp, "tp_swiglu_mlp", require_log)
 
 
-def swiglu_fused_bounded(case, *, impl=None) -> None:
+def swiglu_fused_bounded(case: ds.MLPCase, *, impl: Callable[..., ArrayLike] | None = None) -> None:
     """TP SwiGLU from a fused [gate | up] weight (each rank must get the SAME ffn slice of
     gate and of up) within gamma_ffn |h||W_down| of the exact single-device result."""
     impl = impl or _ref("tp_swiglu_mlp_fused")
@@ -172,7 +175,8 @@ def swiglu_fused_bounded(case, *, impl=None) -> None:
     assert_within(expected, got, bound, what=f"fused gate/up SwiGLU (tp={case.tp})")
 
 
-def layer_norm_sharded_hidden(case, *, impl=sharded_layer_norm) -> None:
+def layer_norm_sharded_hidden(case: ds.NormCase, *,
+                              impl: Callable[..., Sequence[ArrayLike]] = sharded_layer_norm) -> None:
     """Layer norm over a hidden dim split across tp ranks == single-device layer norm, bit
     for bit (hidden a power of two and integer inputs: mean and variance are exact dyadic
     numbers; sqrt and the division are correctly rounded IEEE operations on the same values)."""
@@ -184,7 +188,8 @@ def layer_norm_sharded_hidden(case, *, impl=sharded_layer_norm) -> None:
     assert_bitwise_equal(full, np.concatenate(got, axis=-1), what=f"layer norm over hidden sharded tp={case.tp}")
 
 
-def attention_bounded(case, *, impl=None, require_log: bool = True) -> None:
+def attention_bounded(case: ds.AttentionCase, *, impl: Callable[..., ArrayLike] | None = None,
+                      require_log: bool = True) -> None:
     """Attention split by heads (GQA groups kept whole) within gamma_{H e} |heads||Wo| of the
     exact product of the single-device head outputs with Wo; one all-reduce per forward."""
     from distcheck.parallel.tp import heads as att
@@ -199,11 +204,11 @@ def attention_bounded(case, *, impl=None, require_log: bool = True) -> None:
     _check_allreduces(log, "tp.attention.allreduce_per_forward", case.tp, "tp_attention", require_log)
 
 
-def _a(rows) -> np.ndarray:
+def _a(rows: ArrayLike) -> np.ndarray:
     return np.array(rows, dtype=float)
 
 
-def _linear_edges():
+def _linear_edges() -> tuple[ds.LinearCase, ...]:
     """The lesson's worked example (tp = 2 divides both widths), one rank (the all-reduce is a
     no-op), then tp = 2 with 3 input and output features (neither divisible) and a bias."""
     lesson = ds.LinearCase(x=_a([[1, 2]]), W=_a([[1, 0, 2, 1], [0, 1, 1, 3]]), tp=2)
@@ -212,25 +217,25 @@ def _linear_edges():
     return (uneven, lesson, single)
 
 
-def _mlp_edges():
+def _mlp_edges() -> tuple[ds.MLPCase, ...]:
     """tp = 2 over ffn = 3 (not divisible) with pre-activations of both signs and a bias: a row
     split of W_up takes relu of PARTIAL sums (relu(1) + relu(-1) != relu(0))."""
     return (ds.MLPCase(x=_a([[1, -1]]), W_up=_a([[1, 0, 1], [1, 0, -1]]), W_down=_a([[1, 1], [0, 1], [1, 0]]), tp=2,
                        b_down=_a([1, 0])),)
 
 
-def _swiglu_edges():
+def _swiglu_edges() -> tuple[ds.MLPCase, ...]:
     """tp = 2 over ffn = 3: each rank must take the same ffn slice of gate and of up."""
     return (ds.MLPCase(x=_a([[1, -1]]), W_up=_a([[1, 2, 1], [0, 1, -1]]), W_down=_a([[1, 1], [0, 1], [1, 0]]), tp=2,
                        W_gate=_a([[1, 0, 2], [-1, 1, 0]])),)
 
 
-def _norm_edges():
+def _norm_edges() -> tuple[ds.NormCase, ...]:
     """Two and four ranks over a hidden size of 4: no shard sees the row's mean or variance."""
     return (ds.NormCase(x=_a([[0, 1, 2, 5]]), tp=2), ds.NormCase(x=_a([[0, 1, 2, 5]]), tp=4))
 
 
-def _attention_edges():
+def _attention_edges() -> tuple[ds.AttentionCase, ...]:
     """GQA: 4 query heads over 2 kv heads (2 per group), tp = 2, two tokens (causal)."""
     return (ds.AttentionCase(x=_a([[1, 0], [0, 1]]), Wq=_a([[1, 0, 1, -1], [0, 1, 1, 0]]), Wk=_a([[1, 0], [1, 1]]),
                              Wv=_a([[1, 2], [0, 1]]), Wo=_a([[1, 0], [0, 1], [1, 1], [2, 0]]),

@@ -36,6 +36,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import (
@@ -81,7 +82,7 @@ ACTIVATIONS = ("relu", "gelu", "tanh", "silu")
 _erf = np.vectorize(math.erf, otypes=[float])
 
 
-def silu(z):
+def silu(z: ArrayLike) -> np.ndarray:
     """SiLU / swish: ``z * sigmoid(z) = z / (1 + exp(-z))`` (Elfwing et al. 2018).
 
     Raises ConfigError unless ``z`` is a finite numeric array (or number)."""
@@ -89,7 +90,7 @@ def silu(z):
     return z / (1 + np.exp(-z))
 
 
-def activation(name: str, z):
+def activation(name: str, z: ArrayLike) -> np.ndarray:
     """Apply the elementwise activation ``name`` (one of :data:`ACTIVATIONS`).
 
     ``gelu`` is the exact erf form ``z * (1 + erf(z / sqrt 2)) / 2`` (Hendrycks
@@ -143,12 +144,13 @@ def split_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _check_log(log) -> None:
+def _check_log(log: object) -> None:
     if log is not None:
         check_type("log", log, list, "must be a list (collectives are appended to it) or None")
 
 
-def _check_linear(x, W, b, x_name: str = "x", W_name: str = "W", b_name: str = "b"):
+def _check_linear(x: ArrayLike, W: ArrayLike, b: ArrayLike | None, x_name: str = "x", W_name: str = "W",
+                  b_name: str = "b") -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """x (..., d_in), W (d_in, d_out), b (d_out,) or None: finite, numeric, non-empty."""
     x, W = as_array(x_name, x, min_ndim=1), as_array(W_name, W)
     if W.ndim != 2:
@@ -165,7 +167,7 @@ def _check_linear(x, W, b, x_name: str = "x", W_name: str = "W", b_name: str = "
 # ----------------------------------------------------------------------------- column / row
 
 
-def column_parallel_parts(x, W, tp: int, b=None) -> list[np.ndarray]:
+def column_parallel_parts(x: ArrayLike, W: ArrayLike, tp: int, b: ArrayLike | None = None) -> list[np.ndarray]:
     """Per-rank outputs ``x @ W[:, cols_r] (+ b[cols_r])`` of a column-parallel linear.
 
     Args: ``x`` (..., d_in); ``W`` (d_in, d_out); ``b`` (d_out,) or None, sharded
@@ -179,7 +181,7 @@ def column_parallel_parts(x, W, tp: int, b=None) -> list[np.ndarray]:
     return out
 
 
-def column_parallel(x, W, tp: int, b=None) -> np.ndarray:
+def column_parallel(x: ArrayLike, W: ArrayLike, tp: int, b: ArrayLike | None = None) -> np.ndarray:
     """Column-parallel linear: concatenation of :func:`column_parallel_parts` (..., d_out).
 
     Exact for integer-valued inputs (see module docstring); for general floats
@@ -188,12 +190,12 @@ def column_parallel(x, W, tp: int, b=None) -> np.ndarray:
     return np.concatenate(column_parallel_parts(x, W, tp, b), axis=-1)
 
 
-def _abs_product(x, W, b):
+def _abs_product(x: np.ndarray, W: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     m = np.abs(x) @ np.abs(W)
     return m if b is None else m + np.abs(b)
 
 
-def column_parallel_error_bound(x, W, b=None) -> np.ndarray:
+def column_parallel_error_bound(x: ArrayLike, W: ArrayLike, b: ArrayLike | None = None) -> np.ndarray:
     """Elementwise bound on ``|column_parallel(x, W, tp, b) - (x @ W + b)|`` in float64.
 
     Both sides compute each output element as an inner product of length
@@ -210,7 +212,7 @@ def column_parallel_error_bound(x, W, b=None) -> np.ndarray:
     return 2 * gamma(k) * _abs_product(x, W, b) / (1 - gamma(k + 3))
 
 
-def row_parallel_parts(x, W, tp: int) -> list[np.ndarray]:
+def row_parallel_parts(x: ArrayLike, W: ArrayLike, tp: int) -> list[np.ndarray]:
     """Per-rank partial sums ``x[..., rows_r] @ W[rows_r, :]`` of a row-parallel linear.
 
     Args: ``x`` (..., d_in); ``W`` (d_in, d_out). Raises ConfigError on shape
@@ -220,7 +222,8 @@ def row_parallel_parts(x, W, tp: int) -> list[np.ndarray]:
     return [x[..., lo:hi] @ W[lo:hi, :] for lo, hi in split_bounds(_sizes(W.shape[0], tp, "input_rows"))]
 
 
-def row_parallel(x, W, tp: int, b=None, *, log: list | None = None) -> np.ndarray:
+def row_parallel(x: ArrayLike, W: ArrayLike, tp: int, b: ArrayLike | None = None, *,
+                 log: list | None = None) -> np.ndarray:
     """Row-parallel linear: all-reduce (sum, in rank order) of the partials, then ``+ b`` once.
 
     Adding the bias on every rank before the reduce would add it ``tp`` times.
@@ -240,7 +243,7 @@ def row_parallel(x, W, tp: int, b=None, *, log: list | None = None) -> np.ndarra
     return out if b is None else out + b
 
 
-def row_parallel_error_bound(x, W, tp: int, b=None) -> np.ndarray:
+def row_parallel_error_bound(x: ArrayLike, W: ArrayLike, tp: int, b: ArrayLike | None = None) -> np.ndarray:
     """Elementwise bound on ``|row_parallel(x, W, tp, b) - (x @ W + b)|`` in float64.
 
     The full matmul rounds each output along a path of at most ``d_in`` operations
@@ -266,7 +269,8 @@ def row_parallel_error_bound(x, W, tp: int, b=None) -> np.ndarray:
 # ----------------------------------------------------------------------------- MLPs
 
 
-def mlp(x, W_up, W_down, act: str = "relu", b_up=None, b_down=None) -> np.ndarray:
+def mlp(x: ArrayLike, W_up: ArrayLike, W_down: ArrayLike, act: str = "relu", b_up: ArrayLike | None = None,
+        b_down: ArrayLike | None = None) -> np.ndarray:
     """Single-device MLP ``act(x W_up + b_up) W_down + b_down``.
 
     Shapes: ``x`` (..., d), ``W_up`` (d, ffn), ``W_down`` (ffn, d_out),
@@ -284,7 +288,9 @@ def mlp(x, W_up, W_down, act: str = "relu", b_up=None, b_down=None) -> np.ndarra
     return y if b_down is None else y + b_down
 
 
-def megatron_mlp(x, W_up, W_down, tp: int, act: str = "relu", b_up=None, b_down=None, *, log: list | None = None):
+def megatron_mlp(x: ArrayLike, W_up: ArrayLike, W_down: ArrayLike, tp: int, act: str = "relu",
+                 b_up: ArrayLike | None = None, b_down: ArrayLike | None = None, *,
+                 log: list | None = None) -> np.ndarray:
     """Megatron-LM tensor-parallel MLP (Shoeybi et al. 2019, section 3, Fig. 3a; lesson).
 
     ``W_up`` is column-split, the activation is applied to each rank's hidden
@@ -310,7 +316,7 @@ def megatron_mlp(x, W_up, W_down, tp: int, act: str = "relu", b_up=None, b_down=
     return row_parallel(h, W_down, tp, b_down, log=log)
 
 
-def swiglu_mlp(x, W_gate, W_up, W_down) -> np.ndarray:
+def swiglu_mlp(x: ArrayLike, W_gate: ArrayLike, W_up: ArrayLike, W_down: ArrayLike) -> np.ndarray:
     """SwiGLU MLP ``(silu(x W_gate) * (x W_up)) W_down`` (Shazeer 2020, eq. 6; Llama).
 
     Shapes: ``x`` (..., d), ``W_gate`` and ``W_up`` (d, ffn), ``W_down`` (ffn, d_out).
@@ -326,7 +332,8 @@ def swiglu_mlp(x, W_gate, W_up, W_down) -> np.ndarray:
     return h @ W_down
 
 
-def tp_swiglu_mlp(x, W_gate, W_up, W_down, tp: int, *, log: list | None = None) -> np.ndarray:
+def tp_swiglu_mlp(x: ArrayLike, W_gate: ArrayLike, W_up: ArrayLike, W_down: ArrayLike, tp: int, *,
+                  log: list | None = None) -> np.ndarray:
     """Tensor-parallel SwiGLU: gate and up column-split with the SAME ffn shards,
     the product ``silu(g_r) * u_r`` formed locally, ``W_down`` row-split, one all-reduce.
 
@@ -349,7 +356,7 @@ def tp_swiglu_mlp(x, W_gate, W_up, W_down, tp: int, *, log: list | None = None) 
     return row_parallel(h, W_down, tp, log=log)
 
 
-def shard_fused_gate_up(W_fused, tp: int) -> list[np.ndarray]:
+def shard_fused_gate_up(W_fused: ArrayLike, tp: int) -> list[np.ndarray]:
     """Shard a fused gate/up weight for tensor parallelism.
 
     Layout: ``W_fused`` has shape (d, 2 ffn) with the gate projection in the
@@ -370,7 +377,8 @@ def shard_fused_gate_up(W_fused, tp: int) -> list[np.ndarray]:
     return [np.concatenate([gate[:, lo:hi], up[:, lo:hi]], axis=1) for lo, hi in split_bounds(_sizes(ffn, tp, "ffn"))]
 
 
-def tp_swiglu_mlp_fused(x, W_fused, W_down, tp: int, *, log: list | None = None) -> np.ndarray:
+def tp_swiglu_mlp_fused(x: ArrayLike, W_fused: ArrayLike, W_down: ArrayLike, tp: int, *,
+                        log: list | None = None) -> np.ndarray:
     """:func:`tp_swiglu_mlp` with a fused ``[gate | up]`` weight sharded by
     :func:`shard_fused_gate_up`; each rank splits its local shard in half.
 
@@ -405,7 +413,7 @@ def _check_eps(eps: object) -> None:
         raise ConfigError("eps", eps, "must be a finite number >= 0")
 
 
-def layer_norm(h, eps: float = 0.0) -> np.ndarray:
+def layer_norm(h: ArrayLike, eps: float = 0.0) -> np.ndarray:
     """Layer norm over the last dim, no affine: ``(h - mean) / sqrt(var + eps)``.
 
     Not elementwise: it needs the mean and variance of the whole hidden vector,
@@ -426,7 +434,7 @@ def layer_norm(h, eps: float = 0.0) -> np.ndarray:
     return (h - mu) / np.sqrt(var + eps)
 
 
-def sharded_layer_norm(x_shards, eps: float = 1.0) -> list[np.ndarray]:
+def sharded_layer_norm(x_shards: Sequence[ArrayLike], eps: float = 1.0) -> list[np.ndarray]:
     """Layer norm of a hidden dim sharded over ranks, no affine: one slice per rank in, one out.
 
     The statistics need the whole row: one all-reduce of the partial sums gives the

@@ -36,18 +36,19 @@ class LinearCase:
         return f"LinearCase(tp={self.tp}, x={self.x.tolist()}, W={self.W.tolist()}{bias})"
 
 
-def _v_tp(min_tp, max_tp, min_batch, max_batch):
+def _v_tp(min_tp: int, max_tp: int, min_batch: int, max_batch: int) -> None:
     check_interval("min_tp", min_tp, "max_tp", max_tp)
     check_interval("min_batch", min_batch, "max_batch", max_batch)
 
 
-def _check_magnitude(max_magnitude) -> None:
+def _check_magnitude(max_magnitude: int | None) -> None:
     if max_magnitude is not None:
         check_at_least("max_magnitude", max_magnitude, 0)
 
 
-def _v_linear_cases(*, min_tp, max_tp, min_batch, max_batch, min_features, max_features, divisible, bias,
-                    max_magnitude):
+def _v_linear_cases(*, min_tp: int, max_tp: int, min_batch: int, max_batch: int, min_features: int, max_features: int,
+                    divisible: bool | None, bias: bool | None,
+                    max_magnitude: int | None) -> None:
     _v_tp(min_tp, max_tp, min_batch, max_batch)
     check_interval("min_features", min_features, "max_features", max_features)
     check_optional_bool("divisible", divisible)
@@ -55,7 +56,7 @@ def _v_linear_cases(*, min_tp, max_tp, min_batch, max_batch, min_features, max_f
     _check_magnitude(max_magnitude)
 
 
-def _width(draw, tp: int, low: int, high: int, divisible: bool | None) -> int:
+def _width(draw: st.DrawFn, tp: int, low: int, high: int, divisible: bool | None) -> int:
     if divisible:
         k_low, k_high = max(1, -(-low // tp)), max(1, high // tp)
         return tp * draw(st.integers(k_low, max(k_low, k_high)))
@@ -64,7 +65,7 @@ def _width(draw, tp: int, low: int, high: int, divisible: bool | None) -> int:
 
 @defines(_v_linear_cases)
 def linear_cases(
-    draw,
+    draw: st.DrawFn,
     *,
     min_tp: int = 1,
     max_tp: int = 8,
@@ -124,8 +125,9 @@ class MLPCase:
         return f"MLPCase({', '.join(parts)})"
 
 
-def _v_mlp_cases(*, min_tp, max_tp, min_batch, max_batch, min_hidden, max_hidden, min_ffn, max_ffn, swiglu, bias,
-                 divisible, max_magnitude):
+def _v_mlp_cases(*, min_tp: int, max_tp: int, min_batch: int, max_batch: int, min_hidden: int, max_hidden: int,
+                 min_ffn: int, max_ffn: int, swiglu: bool | None, bias: bool | None,
+                 divisible: bool | None, max_magnitude: int | None) -> None:
     _v_tp(min_tp, max_tp, min_batch, max_batch)
     check_interval("min_hidden", min_hidden, "max_hidden", max_hidden)
     check_interval("min_ffn", min_ffn, "max_ffn", max_ffn)
@@ -137,7 +139,7 @@ def _v_mlp_cases(*, min_tp, max_tp, min_batch, max_batch, min_hidden, max_hidden
 
 @defines(_v_mlp_cases)
 def mlp_cases(
-    draw,
+    draw: st.DrawFn,
     *,
     min_tp: int = 1,
     max_tp: int = 8,
@@ -191,13 +193,14 @@ class NormCase:
         return f"NormCase(tp={self.tp}, x={self.x.tolist()})"
 
 
-def _v_norm_cases(*, min_tp, max_tp, min_batch, max_batch, min_hidden, max_hidden):
+def _v_norm_cases(*, min_tp: int, max_tp: int, min_batch: int, max_batch: int, min_hidden: int,
+                  max_hidden: int) -> None:
     _v_tp(min_tp, max_tp, min_batch, max_batch)
     check_interval("min_hidden", min_hidden, "max_hidden", max_hidden)
 
 
 @defines(_v_norm_cases)
-def norm_cases(draw, *, min_tp: int = 1, max_tp: int = 4, min_batch: int = 1, max_batch: int = 3,
+def norm_cases(draw: st.DrawFn, *, min_tp: int = 1, max_tp: int = 4, min_batch: int = 1, max_batch: int = 3,
                min_hidden: int = 1, max_hidden: int = 8) -> NormCase:
     """A :class:`NormCase`: ``hidden`` is a power of two >= tp (so the mean and the
     variance of a row of small integers are exact dyadic numbers and layer norm is
@@ -230,7 +233,8 @@ class AttentionCase:
                 f"Wv={self.Wv.tolist()}, Wo={self.Wo.tolist()})")
 
 
-def _v_attention_cases(*, min_tp, max_tp, max_kv_heads, max_group, min_seq, max_seq, max_head_dim, max_hidden):
+def _v_attention_cases(*, min_tp: int, max_tp: int, max_kv_heads: int, max_group: int, min_seq: int, max_seq: int,
+                       max_head_dim: int, max_hidden: int) -> None:
     check_interval("min_tp", min_tp, "max_tp", max_tp)
     check_at_least("max_kv_heads", max_kv_heads, 1)
     check_at_least("max_group", max_group, 1)
@@ -244,7 +248,7 @@ def _v_attention_cases(*, min_tp, max_tp, max_kv_heads, max_group, min_seq, max_
 
 @defines(_v_attention_cases)
 def attention_cases(
-    draw,
+    draw: st.DrawFn,
     *,
     min_tp: int = 1,
     max_tp: int = 4,

@@ -31,6 +31,7 @@ model, as the other tensor-parallel references do (:mod:`distcheck.parallel.tp.r
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import (
@@ -70,7 +71,7 @@ def vocab_range(vocab_size: int, tp: int, rank: int) -> tuple[int, int]:
     return lo, lo + q + (1 if rank < r else 0)
 
 
-def _ids(ids, vocab_size: int, *, ignore_index: int | None = None) -> np.ndarray:
+def _ids(ids: ArrayLike, vocab_size: int, *, ignore_index: int | None = None) -> np.ndarray:
     vocab_size = check_positive_int("vocab_size", vocab_size)
     a = as_array("ids", ids, allow_empty=True, allow_object=False, allow_bool=False)  # a ragged list: ConfigError
     if a.dtype.kind not in "iu":
@@ -86,14 +87,14 @@ def _ids(ids, vocab_size: int, *, ignore_index: int | None = None) -> np.ndarray
     return a
 
 
-def _table(W) -> np.ndarray:
+def _table(W: ArrayLike) -> np.ndarray:
     W = as_array("W", W)
     if W.ndim != 2:
         raise ConfigError("W", W.shape, "must be 2-D (vocab_size, embedding_dim)")
     return W
 
 
-def vocab_parallel_embedding_parts(ids, W, tp: int) -> list[np.ndarray]:
+def vocab_parallel_embedding_parts(ids: ArrayLike, W: ArrayLike, tp: int) -> list[np.ndarray]:
     """Rank r's masked lookup: ``W[ids]`` where ids fall in rank r's block, zeros elsewhere.
 
     Shapes: ``ids`` integers (...), ``W`` (vocab_size, d); each part (..., d).
@@ -113,7 +114,7 @@ def vocab_parallel_embedding_parts(ids, W, tp: int) -> list[np.ndarray]:
     return parts
 
 
-def vocab_parallel_embedding(ids, W, tp: int, *, log: list | None = None) -> np.ndarray:
+def vocab_parallel_embedding(ids: ArrayLike, W: ArrayLike, tp: int, *, log: list | None = None) -> np.ndarray:
     """The all-reduce (sum, in rank order) of :func:`vocab_parallel_embedding_parts`: ``W[ids]``,
     bit for bit (one nonzero term per entry). Appends one ``("all_reduce", shape)`` to ``log``.
     Raises ConfigError as :func:`vocab_parallel_embedding_parts`."""
@@ -126,7 +127,7 @@ def vocab_parallel_embedding(ids, W, tp: int, *, log: list | None = None) -> np.
     return out
 
 
-def embedding_weight_grad(ids, grad_output, vocab_size: int) -> np.ndarray:
+def embedding_weight_grad(ids: ArrayLike, grad_output: ArrayLike, vocab_size: int) -> np.ndarray:
     """Gradient of the embedding table: row v is the sum of ``grad_output`` over the tokens with id v.
 
     Shapes: ``ids`` (...), ``grad_output`` (..., d); result (vocab_size, d). Raises ConfigError on
@@ -140,7 +141,8 @@ def embedding_weight_grad(ids, grad_output, vocab_size: int) -> np.ndarray:
     return out
 
 
-def _check_ce(logits, target, ignore_index, reduction) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _check_ce(logits: ArrayLike, target: ArrayLike, ignore_index: int | None,
+              reduction: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     z = as_array("logits", logits)
     if z.ndim < 1 or z.shape[-1] < 1:
         raise ConfigError("logits", z.shape, "must have a vocabulary dim (last) of at least 1")
@@ -156,14 +158,15 @@ def _check_ce(logits, target, ignore_index, reduction) -> tuple[np.ndarray, np.n
     return z, np.where(valid, t, 0), valid
 
 
-def _reduce(per_token: np.ndarray, valid: np.ndarray, reduction: str):
+def _reduce(per_token: np.ndarray, valid: np.ndarray, reduction: str) -> np.ndarray | np.float64:
     if reduction == "none":
         return per_token
     total = per_token.sum()
     return total / valid.sum() if reduction == "mean" else total
 
 
-def cross_entropy(logits, target, *, ignore_index: int | None = None, reduction: str = "none"):
+def cross_entropy(logits: ArrayLike, target: ArrayLike, *, ignore_index: int | None = None,
+                  reduction: str = "none") -> np.ndarray | np.float64:
     """Single-device cross-entropy ``log sum_j exp(z_j - m) - (z_t - m)`` per token, reduced.
 
     Shapes: ``logits`` (..., vocab_size), ``target`` integers (...) in ``[0, vocab_size)`` or equal to
@@ -178,7 +181,8 @@ def cross_entropy(logits, target, *, ignore_index: int | None = None, reduction:
     return _reduce(np.where(valid, lse - picked, 0.0), valid, reduction)
 
 
-def cross_entropy_grad(logits, target, grad_output, *, ignore_index: int | None = None, reduction: str = "none"):
+def cross_entropy_grad(logits: ArrayLike, target: ArrayLike, grad_output: ArrayLike, *,
+                       ignore_index: int | None = None, reduction: str = "none") -> np.ndarray:
     """Gradient of :func:`cross_entropy` with respect to the logits: ``(softmax(z) - onehot(t)) * g``,
     with ``g`` the output gradient (per token for ``"none"``, else a scalar; divided by the number of
     tokens not ignored for ``"mean"``) and 0 on ignored tokens. Shape of ``logits``.
@@ -198,8 +202,8 @@ def cross_entropy_grad(logits, target, grad_output, *, ignore_index: int | None 
     return np.where(valid[..., None], (p - onehot) * np.broadcast_to(g, t.shape)[..., None], 0.0)
 
 
-def vocab_parallel_cross_entropy(logits, target, tp: int, *, ignore_index: int | None = None,
-                                 reduction: str = "none", log: list | None = None):
+def vocab_parallel_cross_entropy(logits: ArrayLike, target: ArrayLike, tp: int, *, ignore_index: int | None = None,
+                                 reduction: str = "none", log: list | None = None) -> np.ndarray | np.float64:
     """:func:`cross_entropy` computed as ``tp`` ranks do, each holding its block of the vocab columns:
     local max -> all-reduce MAX; shifted target logit (0 off its block) -> all-reduce SUM; local sum of
     exponentials -> all-reduce SUM; then ``log(sum) - target logit`` on every rank. Appends the three

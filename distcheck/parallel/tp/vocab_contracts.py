@@ -51,7 +51,10 @@ float64 reference, u = 2**-53, 2**-24, 2**-8 (bfloat16).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -84,8 +87,12 @@ from distcheck.engine.contracts.sharded import (
     closed_form,
     magnitude,
 )
-from distcheck.engine.contracts.targets import check_call_shape, make_target
+from distcheck.engine.contracts.targets import Target, check_call_shape, make_target
+from distcheck.engine.world import RankContext
 from distcheck.parallel.tp import vocab as ref
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["VocabParallelEmbedding", "VocabParallelCrossEntropy", "CECase"]
 
@@ -108,16 +115,16 @@ class VocabParallelEmbedding(ShardedLayerContract):
                                              "table's gradient is local)", "exact"),)
     options = COMMON_OPTIONS
 
-    def specs(self):
+    def specs(self) -> tuple[ParamSpec, ...]:
         return (ParamSpec("weight", 0, _EMBEDDING_NAMES),)
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[TPCase]:
         tp, b, s = world_size, 2, 3
         grad_bound = magnitude(b * s, 1, dtype)  # a table row's gradient sums at most b s output-gradient entries
         most = max(8, 2 * tp)
 
         @st.composite
-        def draw_case(draw):
+        def draw_case(draw: st.DrawFn) -> TPCase:
             if options["divisible"]:
                 V = tp * draw(st.integers(1, max(1, most // tp)))
             else:
@@ -132,17 +139,17 @@ class VocabParallelEmbedding(ShardedLayerContract):
 
         return draw_case()
 
-    def layer_case(self, case, options):
+    def layer_case(self, case: TPCase, options: dict) -> LayerCase:
         return LayerCase(tp=case.tp, x=case.x, g=case.grad_output, params=case.params, specs=self.specs(),
                          ctor_args=(case.dims["num_embeddings"], case.dims["embedding_dim"]), dims=case.dims,
                          reference="embedding", x_is_index=True)
 
-    def reference(self, case, dtype, options):
+    def reference(self, case: TPCase, dtype: str, options: dict) -> dict:
         W, ids, g = case.params["weight"], case.x, case.grad_output
         return {"out": ref.vocab_parallel_embedding(ids, W, case.tp), "dx": None,
                 "grads": {"weight": ref.embedding_weight_grad(ids, g, W.shape[0])}}
 
-    def expected_collectives(self, case, options, dtype):
+    def expected_collectives(self, case: TPCase, options: dict, dtype: str) -> tuple[list, list, str, str]:
         b, s = case.x.shape
         elements = int(closed_form_at("tp.vocab_embedding.allreduce_elements", b=b, s=s,
                                       h=case.dims["embedding_dim"]))
@@ -152,7 +159,7 @@ class VocabParallelEmbedding(ShardedLayerContract):
                 "none: the ids have no gradient and the table's gradient is local")
 
 
-def closed_form_at(name: str, **inputs):
+def closed_form_at(name: str, **inputs: int) -> Any:
     from distcheck.engine.catalogue import get
 
     return get(name).evaluate(**inputs)
@@ -212,7 +219,7 @@ class VocabParallelCrossEntropy(Contract):
 
     # -------------------------------------------------------------- protocol
 
-    def resolve(self, obj, ref_name, options):
+    def resolve(self, obj: Any, ref_name: str | None, options: dict) -> tuple[Target, dict]:
 
         import torch
         from torch.distributed.tensor.parallel import loss_parallel
@@ -234,13 +241,13 @@ class VocabParallelCrossEntropy(Contract):
 
     # -------------------------------------------------------------- cases
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[CECase]:
         tp, b, s = world_size, 2, 3
         most = max(8, 2 * tp)
         reduction, ignore = options["reduction"], options["ignore_index"]
 
         @st.composite
-        def draw_case(draw):
+        def draw_case(draw: st.DrawFn) -> CECase:
             if options["divisible"]:
                 V = tp * draw(st.integers(1, max(1, most // tp)))
             else:
@@ -262,7 +269,7 @@ class VocabParallelCrossEntropy(Contract):
 
     # -------------------------------------------------------------- rank
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Target, case: CECase, dtype: str, options: dict) -> dict:
         import torch
 
         from distcheck.engine.collectives import ByteCounter
@@ -299,7 +306,7 @@ class VocabParallelCrossEntropy(Contract):
 
     # -------------------------------------------------------------- check
 
-    def check(self, case, results, world_size, dtype, options) -> dict[str, Outcome]:
+    def check(self, case: CECase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
         reduction, ignore = options["reduction"], options["ignore_index"]
         low = _tracked_cross_entropy(case, tb.UNIT_ROUNDOFF[dtype], reduction, ignore)
         exact = _tracked_cross_entropy(case, tb.UNIT_ROUNDOFF["float64"], reduction, ignore)
@@ -337,7 +344,8 @@ class VocabParallelCrossEntropy(Contract):
         }
 
 
-def _compare_records(phase, expected, got_per_rank, source, equivalent: dict) -> Outcome:
+def _compare_records(phase: str, expected: Sequence[tuple[str, int]], got_per_rank: Sequence[Sequence[tuple[str, int]]],
+                     source: str, equivalent: dict) -> Outcome:
     """Every rank's records against ``expected`` (multisets), records in ``equivalent`` counted as their
     image (an all-reduce of float32 statistics for a bfloat16 input)."""
     want = sorted(expected)
@@ -351,13 +359,13 @@ def _compare_records(phase, expected, got_per_rank, source, equivalent: dict) ->
                            + "; ".join(lines))
 
 
-def _numpy(t) -> np.ndarray:
+def _numpy(t: torch.Tensor) -> np.ndarray:
     import torch
 
     return t.detach().to(torch.float64).cpu().numpy()
 
 
-def refuse_threaded(ctx) -> None:
+def refuse_threaded(ctx: RankContext) -> None:
     """``loss_parallel()`` installs DTensor op handlers for the whole process and removes them on exit:
     ranks that are threads of one process (the threaded backend) race on them (a rank's exit removes
     another's handlers: a KeyError, or a rank that never issues its all-reduce). Refused as bad input."""
@@ -367,7 +375,9 @@ def refuse_threaded(ctx) -> None:
                             "race on; use a process backend (--backend gloo or nccl), not threaded")
 
 
-def _run_loss_parallel(ctx, loss_parallel, z, t, g, vocab_size: int, options):
+def _run_loss_parallel(ctx: RankContext, loss_parallel: Callable[[], AbstractContextManager[Any]], z: torch.Tensor,
+                       t: torch.Tensor, g: torch.Tensor, vocab_size: int, options: dict) -> tuple[torch.Tensor, Any,
+                       Any]:
     """torch's recipe: the logits block as a class-dim-sharded DTensor (what ColwiseParallel with
     ``use_local_output=False`` produces), ``F.cross_entropy`` forward and backward inside ``loss_parallel()``."""
     import torch

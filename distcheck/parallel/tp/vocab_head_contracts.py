@@ -30,7 +30,10 @@ add the product rule of :mod:`distcheck.engine.contracts.bounds` (``gamma_{k+3}`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -44,7 +47,8 @@ from distcheck.engine.contracts.contract import Contract, Option, Outcome, Prope
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.layer import check_constructor, split_bounds
 from distcheck.engine.contracts.sharded import ITEMSIZE, closed_form
-from distcheck.engine.contracts.targets import make_target
+from distcheck.engine.contracts.targets import Target, make_target
+from distcheck.engine.world import RankContext
 from distcheck.parallel.tp import vocab as ref
 from distcheck.parallel.tp.vocab_contracts import (
     CECase,
@@ -54,6 +58,9 @@ from distcheck.parallel.tp.vocab_contracts import (
     closed_form_at,
     refuse_threaded,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["HeadCase", "VocabParallelLMHeadLoss"]
 
@@ -114,7 +121,7 @@ class VocabParallelLMHeadLoss(Contract):
         Option("kwargs", {}, dict, "keyword arguments of a module class's constructor"),
     )
 
-    def resolve(self, obj, ref_name, options):
+    def resolve(self, obj: Any, ref_name: str | None, options: dict) -> tuple[Target, dict]:
         import torch
         from torch.distributed.tensor.parallel import loss_parallel
 
@@ -129,13 +136,13 @@ class VocabParallelLMHeadLoss(Contract):
                             f"torch.distributed.tensor.parallel:loss_parallel for "
                             f"contract {self.name}")
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[HeadCase]:
         tp, b, s = world_size, 2, 3
         most = max(8, 2 * tp)
         reduction, ignore = options["reduction"], options["ignore_index"]
 
         @st.composite
-        def draw_case(draw):
+        def draw_case(draw: st.DrawFn) -> HeadCase:
             V = tp * draw(st.integers(1, max(1, most // tp))) if options["divisible"] else draw(st.integers(tp, most))
             h, bb, ss = draw(st.integers(1, 2)), draw(st.integers(1, b)), draw(st.integers(1, s))
             x = generic.draw_ints(draw, (bb, ss, h), 1, max_shape=(b, s, 2))
@@ -153,7 +160,7 @@ class VocabParallelLMHeadLoss(Contract):
 
     # -------------------------------------------------------------- rank
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Target, case: HeadCase, dtype: str, options: dict) -> dict:
         import torch
 
         from distcheck.engine.collectives import ByteCounter
@@ -203,7 +210,7 @@ class VocabParallelLMHeadLoss(Contract):
 
     # -------------------------------------------------------------- check
 
-    def check(self, case, results, world_size, dtype, options) -> dict[str, Outcome]:
+    def check(self, case: HeadCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
         reduction, ignore = options["reduction"], options["ignore_index"]
         logits = case.logits
         ce = CECase(tp=case.tp, logits=logits, target=case.target, grad_output=case.grad_output)
@@ -253,7 +260,7 @@ class VocabParallelLMHeadLoss(Contract):
         }
 
 
-def _find_weight(module, shown: str):
+def _find_weight(module: torch.nn.Module, shown: str) -> Any:  # a Parameter, a DTensor once parallelized
     for path in _WEIGHT_NAMES:
         try:
             return module.get_parameter(path)
@@ -263,7 +270,9 @@ def _find_weight(module, shown: str):
                                          f"{', '.join(_WEIGHT_NAMES)}")
 
 
-def _run_torch_recipe(ctx, loss_parallel, case, x, t, g, dt, options):
+def _run_torch_recipe(ctx: RankContext, loss_parallel: Callable[[], AbstractContextManager[Any]], case: HeadCase,
+                      x: torch.Tensor, t: torch.Tensor, g: torch.Tensor, dt: torch.dtype,
+                      options: dict) -> tuple[torch.Tensor, Any, Any, Any]:
     """``nn.Linear`` with ``ColwiseParallel(use_local_output=False)``, ``F.cross_entropy`` in ``loss_parallel()``."""
     import torch
     import torch.nn.functional as F
@@ -296,7 +305,7 @@ def _run_torch_recipe(ctx, loss_parallel, case, x, t, g, dt, options):
     return loss.to_local().reshape(g.shape), head.weight, forward, backward
 
 
-def _tracked_head(case: HeadCase, ce: CECase, u: float, reduction: str, ignore) -> dict:
+def _tracked_head(case: HeadCase, ce: CECase, u: float, reduction: str, ignore: int | None) -> dict:
     """The loss, the input gradient and the head's gradient with running error bounds (logits exact)."""
     tracked = _tracked_cross_entropy(ce, u, reduction, ignore)
     dz = tracked["dz"]
