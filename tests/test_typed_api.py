@@ -25,6 +25,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.core",
     "distcheck.engine",
     "distcheck.parallel.activations",
+    "distcheck.parallel.checkpoint",
     "distcheck.parallel.comm",
     "distcheck.parallel.layout",
     "distcheck.parallel.memory",

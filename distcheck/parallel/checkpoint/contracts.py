@@ -39,14 +39,15 @@ or the saving layout is right there.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from hypothesis import strategies as st
 
 from distcheck.engine.contracts.contract import Contract, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import make_target, resolve
+from distcheck.engine.contracts.targets import Target, make_target, resolve
+from distcheck.engine.world import RankContext
 
 __all__ = ["CkptCase", "CheckpointContract", "METADATA_BYTES_PER_FILE", "METADATA_BYTES_PER_ITEM", "bytes_bound",
            "BULK_ROWS", "bulk"]
@@ -92,7 +93,7 @@ def bulk(rows: int, seed: int) -> np.ndarray:
     return ((np.arange(rows, dtype=np.int64) * (2 * seed + 1)) % 17 - 8) / 8
 
 
-def _cases(world_size: int, dtype: str, load_world_size: int | None = None):
+def _cases(world_size: int, dtype: str, load_world_size: int | None = None) -> st.SearchStrategy[CkptCase]:
     """Cases saved at ``world_size`` ranks and loaded at ``load_world_size`` (default the same): each layout
     drawn from those its world can hold (``layouts_at``: the 2-D one from 4 ranks)."""
     from distcheck.parallel.checkpoint.reference import layout_dims, layouts_at
@@ -102,15 +103,15 @@ def _cases(world_size: int, dtype: str, load_world_size: int | None = None):
     eighths = st.integers(-8, 8).map(lambda k: k / 8)
 
     @st.composite
-    def draw(draw):
+    def draw(draw: st.DrawFn) -> CkptCase:
         shapes = draw(st.lists(st.lists(st.integers(1, 7), min_size=1, max_size=2).map(tuple), min_size=1,
                                max_size=3))
 
-        def array(shape):
+        def array(shape: tuple[int, ...]) -> np.ndarray:
             n = int(np.prod(shape))
             return np.array(draw(st.lists(eighths, min_size=n, max_size=n)), dtype=np.float64).reshape(shape)
 
-        def layout(n):
+        def layout(n: int) -> tuple[str, tuple[int | None, ...]]:
             kind = draw(st.sampled_from(layouts_at(n)))
             tp = ([draw(st.sampled_from([None, *range(len(s))])) for s in shapes] if kind in ("tp", "fsdp_tp")
                   else None)
@@ -153,7 +154,7 @@ def bytes_bound(case: CkptCase, files: int) -> tuple[int, int]:
     return form, form + METADATA_BYTES_PER_FILE * files + METADATA_BYTES_PER_ITEM * items
 
 
-def _same(a, b) -> bool:
+def _same(a: Any, b: Any) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
@@ -185,22 +186,23 @@ class CheckpointContract(Contract):
     properties: ClassVar[tuple[PropertySpec, ...]] = _PROPERTIES
     dtypes = ("float64", "float32")
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         if not (callable(getattr(obj, "save", None)) and callable(getattr(obj, "load", None))):
             raise ProtocolError("target", ref or repr(obj), "must have callable save(state, path) and "
                                                             "load(state, path)")
         return make_target(obj, ref, "save_load"), options
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[CkptCase]:
         return _cases(world_size, dtype)
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Target, case: CkptCase, dtype: str, options: dict) -> dict:
         from distcheck.parallel.checkpoint.harness import round_trip
 
         obj = resolve(target)
         return round_trip(ctx, obj.save, obj.load, case)
 
-    def check(self, case, results, world_size, dtype, options) -> dict[str, Outcome]:
+    def check(self, case: CkptCase, results: list, world_size: int, dtype: str, options: dict
+              ) -> dict[str, Outcome]:
         def verdict(bad: list[tuple[int, str]]) -> Outcome:
             if not bad:
                 return Outcome(True, max_error=0.0, bound=0.0)

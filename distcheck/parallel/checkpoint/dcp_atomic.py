@@ -13,6 +13,7 @@ interrupted, and says what a load then gives.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 __all__ = ["interrupted_saves"]
 
@@ -38,7 +39,7 @@ def _interrupted_saves(root: str | os.PathLike[str]) -> dict[str, str]:
     from torch.distributed.checkpoint import CheckpointException, FileSystemWriter
 
     class Interrupted(FileSystemWriter):
-        def finish(self, metadata, results) -> None:
+        def finish(self, metadata: Any, results: Any) -> None:
             raise _Killed
 
     old = {"a": torch.arange(8, dtype=torch.float64), "b": torch.arange(3, dtype=torch.float64)}

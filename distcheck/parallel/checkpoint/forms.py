@@ -22,6 +22,8 @@ master weights and Adam's moments (14 bytes per parameter).
 
 from __future__ import annotations
 
+from typing import Any
+
 from distcheck.core.closed_form import ClosedForm, Input, register
 
 __all__ = ["FORMS"]
@@ -44,7 +46,8 @@ _ADAM = "Kingma and Ba 2015, Adam, Algorithm 1; torch.optim.Adam (exp_avg, exp_a
 _ZERO = "Rajbhandari et al. 2020, ZeRO, section 3.1 (mixed-precision Adam: 2 + 2 + K bytes, K = 12)"
 
 
-def _form(name, expr, inputs, unit, source, description, constraints=()):
+def _form(name: str, expr: Any, inputs: tuple[Input, ...], unit: str, source: str, description: str,
+          constraints: tuple[str, ...] = ()) -> ClosedForm:
     return register(ClosedForm(name=name, expr=expr, inputs=inputs, unit=unit, source=source,
                                description=description, constraints=constraints))
 

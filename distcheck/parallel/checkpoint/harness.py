@@ -16,7 +16,9 @@ with padding and requires equal pieces), which is what FSDP2 over tp gives an un
 ``get_state_dict(model, optimizer)`` ({"model": ..., "optim": ...}, FQN keys), written back after the
 load with ``set_state_dict``.
 
-Every rank runs :func:`save_rank` and then (maybe on another world) :func:`load_rank` on one shared
+A ``case`` is a :class:`distcheck.parallel.checkpoint.contracts.CkptCase` (typed ``Any`` here: the contract
+imports this module, so naming its type back would be an import cycle). Every rank runs :func:`save_rank`
+and then (maybe on another world) :func:`load_rank` on one shared
 folder; each returns the whole tensors (``full_tensor()``) as numpy arrays. Tensors live on the rank's
 device (``ctx.device``: the CPU under gloo, its GPU under NCCL).
 """
@@ -24,9 +26,13 @@ device (``ctx.device``: the CPU under gloo, its GPU under NCCL).
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from distcheck.engine.world import RankContext
 
 __all__ = ["build", "save_rank", "load_rank", "shared_folder", "folder_bytes", "local_shards", "LR"]
 
@@ -34,7 +40,7 @@ __all__ = ["build", "save_rank", "load_rank", "shared_folder", "folder_bytes", "
 LR = 2.0**-6
 
 
-def shared_folder(ctx, path: str | None = None) -> str:
+def shared_folder(ctx: RankContext, path: str | None = None) -> str:
     """A folder every rank of the world names alike: ``path``, or a new temporary one made by rank 0."""
     import tempfile
 
@@ -55,7 +61,8 @@ def folder_bytes(path: str) -> tuple[int, int]:
     return total, count
 
 
-def build(ctx, case, layout: str, dims, *, zero: bool = False):
+def build(ctx: RankContext, case: Any, layout: str, dims: Sequence[int | None], *, zero: bool = False
+          ) -> tuple[Any, Any]:
     """The case's model under ``layout`` (its tensors, or zeros with ``zero``) and its Adam optimizer."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -86,7 +93,7 @@ def build(ctx, case, layout: str, dims, *, zero: bool = False):
     return model, torch.optim.Adam(model.parameters(), lr=LR)
 
 
-def _step(model, optimizer, grads, dtype) -> None:
+def _step(model: Any, optimizer: Any, grads: Sequence[np.ndarray], dtype: Any) -> None:
     import torch
     from torch.distributed.tensor import DTensor, distribute_tensor
 
@@ -98,7 +105,7 @@ def _step(model, optimizer, grads, dtype) -> None:
     optimizer.zero_grad()
 
 
-def _whole(t) -> Any:
+def _whole(t: Any) -> Any:
     import torch
     from torch.distributed.tensor import DTensor
 
@@ -107,7 +114,7 @@ def _whole(t) -> Any:
     return t.detach().cpu().clone().numpy() if isinstance(t, torch.Tensor) else t
 
 
-def snapshot(model, optimizer) -> dict:
+def snapshot(model: Any, optimizer: Any) -> dict:
     """Every parameter and Adam state whole: ``{"t0": array, "t0.exp_avg": ..., "t0.step": float}``."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -120,7 +127,7 @@ def snapshot(model, optimizer) -> dict:
     return out
 
 
-def local_shards(model) -> dict:
+def local_shards(model: Any) -> dict:
     """Each parameter's local shard on this rank (``to_local()`` of a DTensor, a plain tensor whole) as a
     numpy array: ``{"t0": array, ...}``, to compare with :func:`distcheck.parallel.checkpoint.shard_boxes`."""
     from torch.distributed.tensor import DTensor
@@ -129,14 +136,14 @@ def local_shards(model) -> dict:
             for k, p in model.named_parameters()}
 
 
-def _state(model, optimizer) -> dict:
+def _state(model: Any, optimizer: Any) -> dict:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     msd, osd = get_state_dict(model, optimizer)
     return {"model": msd, "optim": osd}
 
 
-def save_rank(ctx, save, case, path: str) -> dict:
+def save_rank(ctx: RankContext, save: Callable[[dict, str], Any], case: Any, path: str) -> dict:
     """Train the case's model under layout A for ``case.steps`` steps, save it with ``save(state, path)``,
     and report ``saved`` (the state whole), ``next`` (the parameters after one more step: what the saved
     run does next) and on rank 0 the ``bytes`` and ``files`` written."""
@@ -156,7 +163,7 @@ def save_rank(ctx, save, case, path: str) -> dict:
     return out
 
 
-def load_rank(ctx, load, case, path: str) -> dict:
+def load_rank(ctx: RankContext, load: Callable[[dict, str], Any], case: Any, path: str) -> dict:
     """Build the case's model under layout B with zero tensors and a fresh Adam, load it with
     ``load(state, path)`` and ``set_state_dict``, and report ``loaded`` (the state whole) and ``next``
     (the parameters after one more step on the same gradient)."""
@@ -173,7 +180,8 @@ def load_rank(ctx, load, case, path: str) -> dict:
     return out
 
 
-def round_trip(ctx, save, load, case) -> dict:
+def round_trip(ctx: RankContext, save: Callable[[dict, str], Any], load: Callable[[dict, str], Any],
+               case: Any) -> dict:
     """:func:`save_rank` then :func:`load_rank` on one world and one new shared folder, removed after."""
     import shutil
 
@@ -191,6 +199,6 @@ def round_trip(ctx, save, load, case) -> dict:
     return out
 
 
-def as_arrays(params) -> list[np.ndarray]:
+def as_arrays(params: Sequence[Any]) -> list[np.ndarray]:
     """The case's tensors as float64 arrays (pickled to every rank)."""
     return [np.asarray(p, dtype=np.float64) for p in params]

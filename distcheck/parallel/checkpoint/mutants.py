@@ -20,6 +20,7 @@ checkpoint.pointer_in_place        writes the last file, the LATEST pointer, in 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +28,13 @@ import numpy as np
 from distcheck.engine.mutants import mutant
 from distcheck.parallel.checkpoint import reference as ref
 from distcheck.parallel.checkpoint import swap
+from distcheck.parallel.checkpoint.reference import Checkpoint, Loaded
 
 __all__ = ["equal_shards_loader", "step_not_restored", "tp_truncating_loader", "replicated_per_rank",
            "pointer_in_place"]
 
 
-def _saved_dim(shape, items) -> int:
+def _saved_dim(shape: tuple[int, ...], items: list[tuple[tuple[int, ...], np.ndarray]]) -> int:
     for _, a in items:
         for d, (n, k) in enumerate(zip(shape, a.shape, strict=True)):
             if n != k:
@@ -41,7 +43,7 @@ def _saved_dim(shape, items) -> int:
 
 
 @mutant("checkpoint.equal_shards_loader", "checkpoint.reshard.bitwise")
-def equal_shards_loader(checkpoint, dims, world_size):
+def equal_shards_loader(checkpoint: Checkpoint, dims: Sequence[int | None], world_size: int) -> Loaded:
     """Rebuilds each tensor placing saved item k at k * (n // items) along the saved dimension, ignoring the
     items' offsets: the layout of equal shards, wrong (rows overwritten, rows left zero) for uneven ones."""
     full = {}
@@ -63,13 +65,13 @@ def equal_shards_loader(checkpoint, dims, world_size):
 
 
 @mutant("checkpoint.step_not_restored", "checkpoint.reshard.step")
-def step_not_restored(checkpoint, dims, world_size):
+def step_not_restored(checkpoint: Checkpoint, dims: Sequence[int | None], world_size: int) -> Loaded:
     """Loads every tensor right, and leaves Adam's step count at a fresh optimizer's 0."""
     return ref.Loaded(ref.load(checkpoint, dims, world_size).shards, 0)
 
 
 @mutant("checkpoint.tp_truncating_loader", "checkpoint.reshard.bitwise")
-def tp_truncating_loader(checkpoint, dims, world_size):
+def tp_truncating_loader(checkpoint: Checkpoint, dims: Sequence[int | None], world_size: int) -> Loaded:
     """Rank r copies saved item r (item 0 past the last) into its new shard, cut or zero-padded silently to
     the new shard's shape: what a loader that assumes the saving layout does in another tp."""
     right = ref.load(checkpoint, dims, world_size)
@@ -88,7 +90,9 @@ def tp_truncating_loader(checkpoint, dims, world_size):
 
 
 @mutant("checkpoint.replicated_per_rank", "checkpoint.bytes.closed_form")
-def replicated_per_rank(shapes, dims, world_size, *, param_bytes=4, moment_bytes=0, step_bytes=0):
+def replicated_per_rank(shapes: Sequence[Sequence[int]], dims: Sequence[int | None], world_size: int, *,
+                        param_bytes: int = 4, moment_bytes: int = 0, step_bytes: int = 0
+                        ) -> tuple[tuple[int, ...], int]:
     """Counts a replicated tensor once per rank in the total, as if every DDP rank wrote its own copy."""
     per, total = ref.checkpoint_bytes(shapes, dims, world_size, param_bytes=param_bytes,
                                       moment_bytes=moment_bytes, step_bytes=step_bytes)
@@ -98,7 +102,8 @@ def replicated_per_rank(shapes, dims, world_size, *, param_bytes=4, moment_bytes
 
 
 @mutant("checkpoint.pointer_in_place", "checkpoint.atomic.swap")
-def pointer_in_place(root, files, *, name, hook=None):
+def pointer_in_place(root: str | os.PathLike[str], files: Mapping[str, bytes], *, name: str,
+                     hook: Callable[[int], None] | None = None) -> Path:
     """:func:`~distcheck.parallel.checkpoint.swap.save_swap` with its last file, the pointer, written in
     place (truncated, then written in chunks) instead of to a temporary file renamed over it."""
     root = Path(root)

@@ -15,14 +15,14 @@ class TorchDCP:
     """torch.distributed.checkpoint's save and load (module doc)."""
 
     @staticmethod
-    def save(state, path) -> None:
+    def save(state: dict, path: str) -> None:
         """``dcp.save(state, checkpoint_id=path)``."""
         import torch.distributed.checkpoint as dcp
 
         dcp.save(state, checkpoint_id=path)
 
     @staticmethod
-    def load(state, path) -> None:
+    def load(state: dict, path: str) -> None:
         """``dcp.load(state, checkpoint_id=path)``: fills ``state``'s tensors in place."""
         import torch.distributed.checkpoint as dcp
 

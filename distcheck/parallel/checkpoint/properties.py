@@ -18,7 +18,10 @@ run's step on the same elements bit for bit. Bytes are exact integers.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from fractions import Fraction
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -37,27 +40,27 @@ class Killed(BaseException):
     disk as a killed process leaves them (every write is an unbuffered ``os.write``)."""
 
 
-def _ref():
+def _ref() -> ModuleType:
     from distcheck.parallel.checkpoint import reference
 
     return reference
 
 
-def _load(*args, **kwargs):
+def _load(*args: Any, **kwargs: Any) -> Any:
     return _ref().load(*args, **kwargs)
 
 
-def _bytes(*args, **kwargs):
+def _bytes(*args: Any, **kwargs: Any) -> Any:
     return _ref().checkpoint_bytes(*args, **kwargs)
 
 
-def _save(*args, **kwargs):
+def _save(*args: Any, **kwargs: Any) -> Any:
     from distcheck.parallel.checkpoint.swap import save_swap
 
     return save_swap(*args, **kwargs)
 
 
-def _state(case):
+def _state(case: cs.ReshardCase) -> tuple[dict[str, np.ndarray], list[int | None], list[int | None]]:
     """Parameters and moments as one state, each moment sharded as its parameter."""
     state, dims = {}, []
     for (name, p), dim in zip(case.params.items(), case.dims_a, strict=True):
@@ -70,7 +73,7 @@ def _state(case):
     return state, dims, dims_b
 
 
-def _loaded(case, impl):
+def _loaded(case: cs.ReshardCase, impl: Callable[..., Any]) -> tuple[dict[str, np.ndarray], list[int | None], Any]:
     ref = _ref()
     state, dims_a, dims_b = _state(case)
     ckpt = ref.save(state, dims_a, case.world_a, case.step)
@@ -81,7 +84,7 @@ def _loaded(case, impl):
     return state, dims_b, got
 
 
-def reshard_bitwise(case, *, impl=_load) -> None:
+def reshard_bitwise(case: cs.ReshardCase, *, impl: Callable[..., Any] = _load) -> None:
     """Saved under layout A at N ranks, loaded under layout B at M: every rank's shard of every parameter and
     Adam moment is bitwise the shard of what was saved, in its dtype."""
     ref = _ref()
@@ -97,7 +100,7 @@ def reshard_bitwise(case, *, impl=_load) -> None:
                                       f"{want.ravel()[:6].tolist()}", got=shown)
 
 
-def reshard_step(case, *, impl=_load) -> None:
+def reshard_step(case: cs.ReshardCase, *, impl: Callable[..., Any] = _load) -> None:
     """The step count is restored, and the next Adam step on every loaded shard is bitwise the shard of the
     step the saved run would have taken (bias corrections 1 - beta^t read the step count)."""
     ref = _ref()
@@ -118,7 +121,7 @@ def reshard_step(case, *, impl=_load) -> None:
                                       expected=expect.ravel()[:6].tolist(), got=mine.ravel()[:6].tolist())
 
 
-def bytes_closed_form(case, *, impl=_bytes) -> None:
+def bytes_closed_form(case: cs.ReshardCase, *, impl: Callable[..., Any] = _bytes) -> None:
     """Bytes of the checkpoint with and without Adam's state equal checkpoint.bytes_total.{model,adam} under
     every layout, and the reference's saved items; each rank holds checkpoint.bytes_per_rank.replicated under
     DDP and checkpoint.bytes_per_rank.sharded under FSDP2 when N divides every dim 0; a sharded layout's
@@ -156,14 +159,14 @@ def bytes_closed_form(case, *, impl=_bytes) -> None:
                     raise PropertyFailure(f"{case}: bytes an FSDP2 rank holds", expected=sh, got=list(per))
 
 
-def atomic_swap(case, *, impl=_save) -> None:
+def atomic_swap(case: cs.SwapCase, *, impl: Callable[..., Any] = _save) -> None:
     """A save killed after its first write reaching ``kill_at`` bytes leaves a complete checkpoint loadable:
     the previous one (or the new one, where the kill came after its pointer was in place); a save that
     completes leaves the new one; the next save after a kill succeeds (the staging left behind is no
     obstacle)."""
     from distcheck.parallel.checkpoint.swap import load_swap
 
-    def hook(written):
+    def hook(written: int) -> None:
         if written >= case.kill_at:
             raise Killed(written)
 
@@ -196,10 +199,11 @@ def atomic_swap(case, *, impl=_save) -> None:
                                   got=sorted(load_swap(root)))
 
 
-def _reshard_edges():
+def _reshard_edges() -> tuple[cs.ReshardCase, ...]:
     """An uneven FSDP2 save at 2 ranks (5 rows: 3 and 2) loaded at 4 (2, 2, 1, 0); a tp save along dim 1 at 4
     loaded at 3; a replicated save at 1 loaded by FSDP2 at 8 (more ranks than rows)."""
-    def case(shapes, a, b, dtype=np.float32):
+    def case(shapes: list[tuple[int, ...]], a: tuple[str, int, Any], b: tuple[str, int, Any],
+             dtype: Any = np.float32) -> cs.ReshardCase:
         from distcheck.parallel.checkpoint.reference import layout_dims
 
         params = {f"t{i}": (np.arange(np.prod(s), dtype=np.float64).reshape(s) / 8 - 1).astype(dtype)
@@ -216,7 +220,7 @@ def _reshard_edges():
             case([(6, 4), (6,)], ("fsdp", 2, None), ("fsdp", 2, None)))
 
 
-def _swap_edges():
+def _swap_edges() -> tuple[cs.SwapCase, ...]:
     """Killed before any byte, in the middle of the first file, just before the pointer, and never."""
     old, new = {"model.bin": b"old" * 5}, {"model.bin": b"new" * 7, "optim.bin": b"m" * 20}
     data = sum(map(len, new.values()))

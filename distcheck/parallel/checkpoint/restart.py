@@ -34,7 +34,7 @@ import numpy as np
 __all__ = ["main", "train"]
 
 
-def _model(mesh):
+def _model(mesh: Any) -> tuple[Any, Any]:
     import torch
     from torch.distributed.fsdp import fully_shard
 
@@ -44,7 +44,7 @@ def _model(mesh):
     return model, torch.optim.Adam(model.parameters(), lr=2.0**-6)
 
 
-def _batch(step: int, rank: int, world_size: int):
+def _batch(step: int, rank: int, world_size: int) -> tuple[Any, Any]:
     import torch
 
     g = torch.Generator().manual_seed(1000 + step)

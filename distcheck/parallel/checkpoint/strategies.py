@@ -7,6 +7,7 @@ Public path: :mod:`distcheck.strategies` (Hypothesis' conventions are listed the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -56,12 +57,13 @@ class SwapCase:
     kill_at: int
 
 
-def _v_reshard(*, max_world_size, max_dim):
+def _v_reshard(*, max_world_size: Any, max_dim: Any) -> None:  # user input
     check_positive_int("max_world_size", max_world_size)
     check_positive_int("max_dim", max_dim)
 
 
-def _layout(draw, shapes, max_world_size):
+def _layout(draw: st.DrawFn, shapes: list[tuple[int, ...]], max_world_size: int
+            ) -> tuple[str, tuple[int | None, ...], int]:
     from distcheck.parallel.checkpoint.reference import LAYOUTS, layout_dims
 
     kind = draw(st.sampled_from(LAYOUTS))
@@ -70,14 +72,14 @@ def _layout(draw, shapes, max_world_size):
 
 
 @defines(_v_reshard)
-def reshard_cases(draw, *, max_world_size: int = 8, max_dim: int = 7) -> ReshardCase:
+def reshard_cases(draw: st.DrawFn, *, max_world_size: int = 8, max_dim: int = 7) -> ReshardCase:
     """A :class:`ReshardCase`: 1 to 3 tensors of 1 or 2 dimensions up to ``max_dim`` each, in float64, float32
     or float16, any bits that are finite numbers; two layouts over 1 to ``max_world_size`` ranks each."""
     dtype = draw(st.sampled_from((np.float64, np.float32, np.float16)))
     shapes = draw(st.lists(st.lists(st.integers(1, max_dim), min_size=1, max_size=2).map(tuple),
                            min_size=1, max_size=3))
 
-    def array(shape, low=-64, high=64):
+    def array(shape: tuple[int, ...], low: int = -64, high: int = 64) -> np.ndarray:
         n = int(np.prod(shape))
         vals = draw(st.lists(st.integers(low, high), min_size=n, max_size=n))
         return (np.array(vals, dtype=np.float64).reshape(shape) / 8).astype(dtype)
@@ -91,13 +93,13 @@ def reshard_cases(draw, *, max_world_size: int = 8, max_dim: int = 7) -> Reshard
                        layout_b, dims_b, world_b)
 
 
-def _v_swap(*, max_files, max_bytes):
+def _v_swap(*, max_files: Any, max_bytes: Any) -> None:  # user input
     check_positive_int("max_files", max_files)
     check_positive_int("max_bytes", max_bytes)
 
 
 @defines(_v_swap)
-def swap_cases(draw, *, max_files: int = 3, max_bytes: int = 64) -> SwapCase:
+def swap_cases(draw: st.DrawFn, *, max_files: int = 3, max_bytes: int = 64) -> SwapCase:
     """A :class:`SwapCase`: two checkpoints of 1 to ``max_files`` files of up to ``max_bytes`` bytes, and a
     kill point from 0 to past the new save's last byte (a kill point past it: the save completes)."""
     names = st.sampled_from(("model.bin", "optim.bin", "rng.bin", "extra.bin"))
