@@ -32,6 +32,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.zero",
     "distcheck.runners",
     "distcheck.parallel.tp",
+    "distcheck.parallel.sp",
 )
 
 
