@@ -180,6 +180,21 @@ def test_the_distributed_stage_runs_ddp_and_the_fixes_as_properties_at_2_and_4_r
         assert r.max_error is not None and (r.max_error <= r.bound or r.bound == 0.0 and r.max_error == 0.0)
 
 
+def test_torch_accepts_the_weighted_hooks_signature():
+    # DistributedDataParallel._check_comm_hook: the bucket and return annotations must be empty or the real
+    # objects; string annotations (a module with postponed annotations) make register_comm_hook raise
+    import inspect
+
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from distcheck.parallel.dp.ddp import weighted_allreduce_hook
+
+    sig = inspect.signature(weighted_allreduce_hook)
+    assert sig.parameters["bucket"].annotation in (inspect.Parameter.empty, dist.GradBucket)
+    assert sig.return_annotation in (inspect.Signature.empty, torch.futures.Future[torch.Tensor])
+
+
 @pytest.mark.multiprocess
 def test_a_plain_averaging_hook_fails_the_weighted_contract_naming_the_ranks(gloo2):
     cert = _certify("examples.dp_reducers:plain_mean_hook", gloo2, shards="unequal")

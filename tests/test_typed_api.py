@@ -34,7 +34,17 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.zero",
     "distcheck.runners",
     "distcheck.parallel.tp",
+    "distcheck.parallel.sp",
+    "distcheck.parallel.dp",
 )
+
+
+#: public callables typed by a type comment instead of their signature, each with the reason (mypy reads the
+#: comment, so ``disallow_untyped_defs`` still holds them)
+TYPE_COMMENTED: dict[str, str] = {
+    "distcheck.parallel.dp.ddp.weighted_allreduce_hook": "torch's register_comm_hook rejects a hook whose bucket or "
+    "return annotation is not the object dist.GradBucket / Future[Tensor]; the module imports torch lazily",
+}
 
 
 def _modules() -> Iterator[ModuleType]:
@@ -82,6 +92,8 @@ def offenders() -> list[str]:
     found: set[str] = set()
     for module in _modules():
         for path, func in _callables(module):
+            if path in TYPE_COMMENTED and "# type: (" in inspect.getsource(func).partition("\n")[0]:
+                continue
             missing = _missing(func)
             if missing:
                 found.add(f"{path}: {', '.join(missing)}")

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import as_array, as_int_list, check_callable, check_choice
@@ -29,7 +31,8 @@ _NORMALIZE = ("examples", "tokens", "per_microbatch_mean")
 # ----------------------------------------------------------------------------- token-level model
 
 
-def _check_tokens(w, X, y, mask):
+def _check_tokens(w: ArrayLike, X: ArrayLike, y: ArrayLike, mask: ArrayLike) -> tuple[np.ndarray, np.ndarray,
+                  np.ndarray, np.ndarray]:
     X = as_array("X", X)
     if X.ndim != 3:
         raise ConfigError("X.shape", X.shape, "must be (batch, seq, d)")
@@ -52,7 +55,7 @@ def _check_tokens(w, X, y, mask):
     return Xf, yf, mf, w
 
 
-def token_mse_grad_sum(w, X, y, mask):
+def token_mse_grad_sum(w: ArrayLike, X: ArrayLike, y: ArrayLike, mask: ArrayLike) -> np.ndarray:
     """Gradient of the squared error summed over *valid* tokens.
 
     ``sum_{i,t} mask[i,t] ||X[i,t] w - y[i,t]||^2`` has gradient
@@ -66,7 +69,7 @@ def token_mse_grad_sum(w, X, y, mask):
     return 2 * (Xf.T @ (mf * (Xf @ w - yf)))
 
 
-def token_mse_loss(w, X, y, mask):
+def token_mse_loss(w: ArrayLike, X: ArrayLike, y: ArrayLike, mask: ArrayLike) -> Any:
     """Token-normalised loss: squared error summed over valid tokens / number of valid tokens.
 
     Raises ConfigError when the mask has no valid token.
@@ -79,7 +82,7 @@ def token_mse_loss(w, X, y, mask):
     return np.sum(r * r) / tokens
 
 
-def token_mse_grad(w, X, y, mask):
+def token_mse_grad(w: ArrayLike, X: ArrayLike, y: ArrayLike, mask: ArrayLike) -> np.ndarray:
     """Gradient of :func:`token_mse_loss` (the full-batch answer for token normalisation).
 
     Shapes as :func:`token_mse_grad_sum`; returns an array shaped like ``w``.
@@ -110,12 +113,12 @@ class AccumulationResult:
 
 def accumulate_grads(
     grad_fn_sum: Callable,
-    params,
-    X,
-    y,
+    params: Any,
+    X: ArrayLike,
+    y: ArrayLike,
     microbatch_sizes: Sequence[int],
     normalize: str = "examples",
-    mask=None,
+    mask: ArrayLike | None = None,
 ) -> AccumulationResult:
     """Gradient accumulation over consecutive micro-batches (split along axis 0).
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from hypothesis import strategies as st
@@ -57,7 +57,8 @@ from hypothesis.extra import numpy as hnp
 from distcheck.engine.contracts.checks import agree, combine, compare
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
+from distcheck.engine.contracts.targets import Target, check_call_shape, make_target, resolve
+from distcheck.engine.world import RankContext
 from distcheck.parallel.dp import reference as dp
 
 __all__ = ["DDPCase", "DataParallelReducer", "reducer_reference"]
@@ -102,11 +103,11 @@ class DDPCase:
                 f"Y={self.Y.tolist()}, {params})")
 
 
-def _cases(world_size: int, shards: str):
+def _cases(world_size: int, shards: str) -> st.SearchStrategy[DDPCase]:
     N = world_size
 
     @st.composite
-    def draw(draw):
+    def draw(draw: st.DrawFn) -> DDPCase:
         model = draw(st.sampled_from(("linear", "mlp")))
         per_rank = draw(st.integers(1, 3))
         extra = 0 if shards == "equal" else draw(st.integers(1 if shards == "unequal" else 0, N - 1))
@@ -115,7 +116,7 @@ def _cases(world_size: int, shards: str):
         elements = (st.integers(-_INT, _INT).map(float) if integer
                     else st.floats(-_FLOAT, _FLOAT, allow_nan=False, allow_subnormal=False))
 
-        def arr(*shape):
+        def arr(*shape: int) -> np.ndarray:
             return draw(hnp.arrays(np.float64, shape, elements=elements))
 
         if model == "linear":
@@ -143,7 +144,7 @@ def _relu_mlp_grad_sum(params: dict, X: np.ndarray, Y: np.ndarray, absolute: boo
     return {"W1": Xa.T @ dZ, "b1": dZ.sum(axis=0), "W2": H.T @ dP, "b2": dP.sum(axis=0)}
 
 
-def _grad_sum(case: DDPCase, X, Y, absolute: bool = False) -> dict:
+def _grad_sum(case: DDPCase, X: np.ndarray, Y: np.ndarray, absolute: bool = False) -> dict:
     if case.model == "mlp":
         return _relu_mlp_grad_sum(case.params, X, Y, absolute)
     if absolute:
@@ -223,7 +224,7 @@ class DataParallelReducer(Contract):
 
     # ------------------------------------------------------------------ protocol
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         import inspect
 
         import torch
@@ -247,22 +248,22 @@ class DataParallelReducer(Contract):
         raise ProtocolError("target", shown, "must be a DistributedDataParallel class, a DDP comm hook "
                                              "hook(state, bucket), or a reducer reduce(module, n_local)")
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[DDPCase] | None:
         if dtype != "float64":
             return None
         return _cases(world_size, options["shards"])
 
-    def skip_reason(self, world_size, dtype, options):
+    def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"
 
     # ------------------------------------------------------------------ rank and check
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Target, case: DDPCase, dtype: str, options: dict) -> dict:
         from distcheck.parallel.dp.ddp import run_reducer
 
         return run_reducer(ctx, target, case, resolve(target), options)
 
-    def check(self, case, results, world_size, dtype, options) -> dict[str, Outcome]:
+    def check(self, case: DDPCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
         ref = reducer_reference(case)
         sizes, n, plain = ref["sizes"], case.n, options["expect"] == "plain_mean"
         dyadic = case.integer and _is_pow2(world_size) and all(_is_pow2(s) for s in sizes)
@@ -289,7 +290,7 @@ class DataParallelReducer(Contract):
             per_agree.append(agree(f"gradient of {k}", got))
         return {"grads": combine(*per_grads), "full_batch": combine(*per_error), "replicated": combine(*per_agree)}
 
-    def statement(self, prop, dtype, options):
+    def statement(self, prop: str, dtype: str, options: dict) -> str:
         plain = options["expect"] == "plain_mean"
         if prop == "grads":
             what = "the plain mean of shard means (DDP's)" if plain else "the full-batch gradient"

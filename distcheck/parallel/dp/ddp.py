@@ -21,15 +21,29 @@ Two fixes give ``sum_k n_k g_k / n``, the full-batch gradient:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # a case is a distcheck.parallel.dp.contracts.DDPCase, which imports this module
+    import numpy as np
+    import torch
+
+    from distcheck.engine.contracts.targets import Target
+    from distcheck.engine.world import RankContext
+
 __all__ = ["weighted_allreduce_hook", "build_model", "model_grads", "run_reducer"]
 
 
-def weighted_allreduce_hook(n_local: float, bucket):
+def weighted_allreduce_hook(n_local, bucket):  # type: (float, torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]
     """DDP communication hook: all-reduce ``[n_k * g_k, n_k]`` and return ``sum n_k g_k / sum n_k``.
 
     Register with ``ddp.register_comm_hook(state=float(n_k), hook=weighted_allreduce_hook)``
     (``n_k``: this rank's examples). With a hook registered DDP does not divide by the world
     size itself.
+
+    Its types are in a type comment, not in the signature: ``register_comm_hook`` rejects a hook
+    whose ``bucket`` or return annotation is anything but the objects ``dist.GradBucket`` and
+    ``torch.futures.Future[torch.Tensor]``, and this module imports torch lazily, so annotations
+    here would be strings.
     """
     import torch
     import torch.distributed as dist
@@ -38,14 +52,14 @@ def weighted_allreduce_hook(n_local: float, bucket):
     flat = torch.cat([buf * n_local, buf.new_tensor([n_local])])
     fut = dist.all_reduce(flat, async_op=True).get_future()
 
-    def finish(f):
+    def finish(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
         out = f.value()[0]
         return out[:-1] / out[-1]
 
     return fut.then(finish)
 
 
-def build_model(case, device):
+def build_model(case: Any, device: torch.device | str) -> torch.nn.Module:
     """The case's model as a float64 torch module holding its parameters."""
     import torch
 
@@ -66,9 +80,9 @@ def build_model(case, device):
     return torch.nn.Sequential(first, torch.nn.ReLU(), second).to(device)
 
 
-def model_grads(case, m) -> dict:
+def model_grads(case: Any, m: Any) -> dict:
     """The model's ``.grad`` as numpy arrays in the reference's layout (None where a parameter has none)."""
-    def arr(p):
+    def arr(p: torch.nn.Parameter) -> np.ndarray | None:
         return None if p.grad is None else p.grad.detach().cpu().numpy().copy()
 
     if case.model == "linear":
@@ -78,14 +92,14 @@ def model_grads(case, m) -> dict:
     return {k: (v.T.copy() if v is not None and k in ("W1", "W2") else v) for k, v in out.items()}
 
 
-def _loss(case, model, X, Y):
+def _loss(case: Any, model: torch.nn.Module, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     pred = model(X)
     if case.model == "linear":
         pred = pred.reshape(-1)
     return (pred - Y).pow(2).sum() / X.shape[0]
 
 
-def run_reducer(ctx, target, case, obj, options: dict) -> dict:
+def run_reducer(ctx: RankContext, target: Target, case: Any, obj: Any, options: dict) -> dict:
     """What every rank runs for one example of the data-parallel reducer contract.
 
     The full-batch gradient without the reducer (torch, on this rank), then the model on this

@@ -20,7 +20,9 @@ examples                     the token count (sequences x length)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 
@@ -31,13 +33,14 @@ __all__ = ["plain_mean_unequal", "mean_of_means", "sum_not_mean", "mean_over_exa
 
 
 @mutant("dp.plain_mean_unequal", "dp.unequal_shards.weighted")
-def plain_mean_unequal(grads, sizes):
+def plain_mean_unequal(grads: Sequence[np.ndarray], sizes: Sequence[int]) -> np.ndarray:
     """Plain mean of the shard-mean gradients, ignoring unequal shard sizes (what DDP does)."""
     return sum(grads[1:], grads[0]) / len(grads)
 
 
 @mutant("accumulation.mean_of_means", "accumulation.tokens.split_invariant")
-def mean_of_means(grad_fn_sum, params, X, y, microbatch_sizes, mask=None):
+def mean_of_means(grad_fn_sum: Callable[..., np.ndarray], params: Any, X: np.ndarray, y: np.ndarray,
+                  microbatch_sizes: Sequence[int], mask: np.ndarray | None = None) -> np.ndarray:
     """Per-micro-batch mean loss (over its own tokens), then the mean over micro-batches."""
     bounds = np.cumsum([0, *microbatch_sizes])
     means = []
@@ -50,25 +53,26 @@ def mean_of_means(grad_fn_sum, params, X, y, microbatch_sizes, mask=None):
 
 
 @mutant("dp.sum_not_mean", "dp.equal_shards.bitwise")
-def sum_not_mean(grads, sizes):
+def sum_not_mean(grads: Sequence[np.ndarray], sizes: Sequence[int]) -> np.ndarray:
     """The shard gradients all-reduced with SUM and never divided by the world size."""
     return sum(grads[1:], grads[0])
 
 
 @mutant("dp.mean_over_examples", "dp.unequal_shards.plain_mean_bias")
-def mean_over_examples(grads, sizes):
+def mean_over_examples(grads: Sequence[np.ndarray], sizes: Sequence[int]) -> np.ndarray:
     """A plain mean whose sum of shard-mean gradients is divided by the example count, not the rank count."""
     return sum(grads[1:], grads[0]) / sum(sizes)
 
 
 @mutant("dp.weighted_sum_over_ranks", "dp.any_shards.bounded")
-def weighted_sum_over_ranks(grads, sizes):
+def weighted_sum_over_ranks(grads: Sequence[np.ndarray], sizes: Sequence[int]) -> np.ndarray:
     """The example-weighted sum sum_k n_k g_k divided by the number of ranks instead of the examples."""
     return sum((n * g for g, n in zip(grads, sizes, strict=True)), np.zeros_like(grads[0])) / len(grads)
 
 
 @mutant("accumulation.tokens_for_examples", "accumulation.examples.split_invariant")
-def token_count_for_examples(grad_fn_sum, params, X, y, microbatch_sizes, mask=None):
+def token_count_for_examples(grad_fn_sum: Callable[..., np.ndarray], params: Any, X: np.ndarray, y: np.ndarray,
+                             microbatch_sizes: Sequence[int], mask: np.ndarray | None = None) -> np.ndarray:
     """Example-normalised accumulation that divides the summed gradient by the token count
     (sequences x sequence length) instead of the number of sequences."""
     bounds = np.cumsum([0, *microbatch_sizes])

@@ -26,14 +26,20 @@ Reference: :func:`distcheck.parallel.dp.accumulate_grads` with ``normalize="toke
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.exactness import assert_bitwise_equal, assert_within, chain_bound, gamma, to_exact
 from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
 from distcheck.parallel.dp import strategies as ds
+
+#: a combiner slot: ``impl(grads, sizes)``, the ranks' shard-mean gradients and their example counts
+Combiner = Callable[[Sequence[np.ndarray], Sequence[int]], object]
 
 __all__ = [
     "weighted_combine",
@@ -48,21 +54,21 @@ __all__ = [
 ]
 
 
-def weighted_combine(grads, sizes):
+def weighted_combine(grads: Sequence[np.ndarray], sizes: Sequence[int]) -> object:
     """Reference combiner: example-weighted mean ``sum_k n_k g_k / n`` (:func:`distcheck.parallel.dp.weighted_mean`)."""
     from distcheck.parallel.dp.reference import weighted_mean
 
     return weighted_mean(grads, sizes)
 
 
-def plain_combine(grads, sizes):
+def plain_combine(grads: Sequence[np.ndarray], sizes: Sequence[int]) -> object:
     """Plain mean ``(1/N) sum_k g_k`` (what DDP's all-reduce does; exact only for equal shards)."""
     from distcheck.parallel.dp.reference import plain_mean
 
     return plain_mean(grads)
 
 
-def _shards(case):
+def _shards(case: ds.DPCase) -> tuple[list[np.ndarray], list[np.ndarray]]:
     from distcheck.parallel.dp.reference import mse_grad, mse_grad_sum, split_batch
 
     Xs, ys = split_batch(case.X, case.shard_sizes), split_batch(case.y, case.shard_sizes)
@@ -71,7 +77,7 @@ def _shards(case):
     return means, sums
 
 
-def equal_shards_bitwise(case, *, impl=plain_combine) -> None:
+def equal_shards_bitwise(case: ds.DPCase, *, impl: Combiner = plain_combine) -> None:
     """Equal power-of-two shards: the combined gradient is the full-batch gradient bit for bit.
 
     Every G_k is an exact integer and n_k, N are powers of two, so G_k / n_k and the
@@ -84,7 +90,7 @@ def equal_shards_bitwise(case, *, impl=plain_combine) -> None:
     assert_bitwise_equal(mse_grad(case.w, case.X, case.y), got, what="all-reduced gradient vs full batch")
 
 
-def unequal_shards_weighted(case, *, impl=weighted_combine) -> None:
+def unequal_shards_weighted(case: ds.DPCase, *, impl: Combiner = weighted_combine) -> None:
     """Unequal power-of-two shards: the example-weighted mean equals the full gradient bit for bit.
 
     n_k g_k = G_k exactly (n_k a power of two), their sum is the exact integer G, and
@@ -97,7 +103,7 @@ def unequal_shards_weighted(case, *, impl=weighted_combine) -> None:
     assert_bitwise_equal(mse_grad(case.w, case.X, case.y), got, what="weighted all-reduce vs full batch")
 
 
-def plain_mean_bias(case, *, impl=plain_combine) -> None:
+def plain_mean_bias(case: ds.DPCase, *, impl: Combiner = plain_combine) -> None:
     """Unequal shards: the plain mean is off by exactly sum_k (w_plain(k) - w_exact) G_k.
 
     The weights come from the closed forms ``dp.plain_mean_weight`` = 1/(dp n_k) and
@@ -125,7 +131,7 @@ def plain_mean_bias(case, *, impl=plain_combine) -> None:
     assert_within(expected, got, bound, what="plain mean - full gradient vs closed-form bias")
 
 
-def any_shards_bounded(case, *, impl=weighted_combine) -> None:
+def any_shards_bounded(case: ds.DPCase, *, impl: Combiner = weighted_combine) -> None:
     """Any shard sizes (not powers of two): the weighted mean is within a derived bound.
 
     Path of each term G_k: /n_k (1 rounding), *n_k (1), N-1 additions, /n (1):
@@ -143,22 +149,22 @@ def any_shards_bounded(case, *, impl=weighted_combine) -> None:
 _SIG = "combine(grads: list[ndarray (features,)], sizes: list[int]) -> ndarray (features,)"
 
 
-def _dp_case(sizes, X, y, w) -> ds.DPCase:
+def _dp_case(sizes: Sequence[int], X: ArrayLike, y: ArrayLike, w: ArrayLike) -> ds.DPCase:
     return ds.DPCase(X=np.array(X, dtype=float), y=np.array(y, dtype=float), w=np.array(w, dtype=float),
                      shard_sizes=tuple(sizes))
 
 
-def _equal_edges():
+def _equal_edges() -> tuple[ds.DPCase, ...]:
     """One shard (nothing to average), and two equal shards."""
     return (_dp_case((1,), [[1]], [2], [0]), _dp_case((2, 2), [[1], [2], [0], [1]], [0, 1, 2, 3], [1]))
 
 
-def _unequal_edges():
+def _unequal_edges() -> tuple[ds.DPCase, ...]:
     """The lesson's split of three examples as 2 + 1: a plain mean weighs the lone example twice."""
     return (_dp_case((2, 1), [[1], [1], [1]], [0, 0, 2], [0]),)
 
 
-def _any_edges():
+def _any_edges() -> tuple[ds.DPCase, ...]:
     """Shards of 3 and 1 and 2 (no power of two): the weighted mean rounds."""
     return (*_unequal_edges(), _dp_case((3, 1, 2), [[1], [2], [3], [1], [0], [1]], [1, 0, 2, 3, 1, 0], [1]))
 
@@ -196,7 +202,8 @@ register(Property(
 # ----------------------------------------------------------------------------- gradient accumulation
 
 
-def accumulate(grad_fn_sum, params, X, y, microbatch_sizes, mask=None):
+def accumulate(grad_fn_sum: Callable[..., Any], params: Any, X: ArrayLike, y: ArrayLike,
+               microbatch_sizes: Sequence[int], mask: ArrayLike | None = None) -> object:
     """Reference: sum of micro-batch gradient sums divided by the total count (tokens when
     ``mask`` is given, else examples): :func:`distcheck.parallel.dp.accumulate_grads`."""
     from distcheck.parallel.dp.accumulation import accumulate_grads
@@ -205,14 +212,14 @@ def accumulate(grad_fn_sum, params, X, y, microbatch_sizes, mask=None):
     return accumulate_grads(grad_fn_sum, params, X, y, microbatch_sizes, normalize=normalize, mask=mask).grad
 
 
-def _seq_grad_sum(w, X, y):
+def _seq_grad_sum(w: ArrayLike, X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Gradient of the squared error summed over every token of the given sequences."""
     from distcheck.parallel.dp.reference import mse_grad_sum
 
     return mse_grad_sum(w, X.reshape(-1, X.shape[-1]), y.reshape(-1))
 
 
-def tokens_split_invariant(case, *, impl=accumulate) -> None:
+def tokens_split_invariant(case: ds.AccumulationCase, *, impl: Callable[..., Any] = accumulate) -> None:
     """Token-normalised accumulation: two splits give the same gradient bit for bit, equal
     to the full-batch token-mean gradient (exact sum G of integer G_i, one division by T)."""
     from distcheck.parallel.dp.accumulation import token_mse_grad, token_mse_grad_sum
@@ -224,7 +231,7 @@ def tokens_split_invariant(case, *, impl=accumulate) -> None:
     assert_bitwise_equal(a, b, what=f"split {case.split_a} vs split {case.split_b}")
 
 
-def examples_split_invariant(case, *, impl=accumulate) -> None:
+def examples_split_invariant(case: ds.AccumulationCase, *, impl: Callable[..., Any] = accumulate) -> None:
     """Example-normalised accumulation (every token valid, each sequence one example of
     summed token losses): two splits give the full-batch gradient G / num_sequences bit for bit."""
     a = call_impl("accumulate", impl, _seq_grad_sum, case.w, case.X, case.y, list(case.split_a), None)
@@ -238,11 +245,12 @@ _ACC_SIG = ("accumulate(grad_fn_sum, params, X, y, microbatch_sizes: list[int], 
             "-> gradient")
 
 
-def _acc_edges():
+def _acc_edges() -> tuple[ds.AccumulationCase, ...]:
     """Three sequences as one micro-batch or as 1 + 2 (micro-batches of unequal size: a mean of
     per-micro-batch means weighs them wrongly), then with a masked token (unequal token counts)."""
 
-    def case(X, y, mask, a, b):
+    def case(X: ArrayLike, y: ArrayLike, mask: ArrayLike, a: tuple[int, ...],
+             b: tuple[int, ...]) -> ds.AccumulationCase:
         X = np.array(X, dtype=float)
         return ds.AccumulationCase(X=X, y=np.array(y, dtype=float), w=np.zeros(X.shape[-1]),
                                    mask=np.array(mask, dtype=float), split_a=a, split_b=b)

@@ -33,11 +33,12 @@ Stability of Numerical Algorithms*, 2nd ed., Lemma 3.1 and section 3.1).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.exactness import gamma as exact_gamma
@@ -122,7 +123,7 @@ def shard_sizes(n: int, dp: int) -> np.ndarray:
     return np.array([base + 1] * extra + [base] * (dp - extra), dtype=np.int64)
 
 
-def split_batch(arr, sizes: Sequence[int] | np.ndarray) -> list:
+def split_batch(arr: ArrayLike, sizes: Sequence[int] | np.ndarray) -> list:
     """Split ``arr`` along axis 0 into consecutive pieces of the given ``sizes``.
 
     Raises ConfigError if ``arr`` is not a numeric array with an axis 0, a size is
@@ -139,7 +140,7 @@ def split_batch(arr, sizes: Sequence[int] | np.ndarray) -> list:
 # ----------------------------------------------------------------------------- tree helpers
 
 
-def _map(fn, *trees):
+def _map(fn: Callable[..., Any], *trees: Any) -> Any:
     """Apply ``fn`` leafwise to arrays or to dicts of arrays with the same keys."""
     first = trees[0]
     if isinstance(first, Mapping):
@@ -150,7 +151,7 @@ def _map(fn, *trees):
     return fn(*(np.asarray(t) for t in trees))
 
 
-def _check_grads(field: str, grads) -> list:
+def _check_grads(field: str, grads: object) -> list:
     """A non-empty list of gradients: numeric arrays of one shape, or dicts of them with
     the same keys and the same shape per key."""
     if isinstance(grads, (str, bytes, Mapping, np.ndarray)) or not isinstance(grads, Sequence):
@@ -177,7 +178,7 @@ def _check_grads(field: str, grads) -> list:
     return out
 
 
-def _sum(trees):
+def _sum(trees: Iterable[Any]) -> Any:
     """Left-to-right sum ``((g0 + g1) + g2) + ...`` of arrays or dicts."""
     trees = list(trees)
     if not trees:
@@ -188,7 +189,7 @@ def _sum(trees):
     return out
 
 
-def _scale_coef(coef: Fraction, like: np.ndarray):
+def _scale_coef(coef: Fraction, like: np.ndarray) -> Fraction | float:
     """``coef`` as a Fraction for object arrays, else rounded once to float."""
     return coef if like.dtype == object else float(coef)
 
@@ -196,7 +197,7 @@ def _scale_coef(coef: Fraction, like: np.ndarray):
 # ----------------------------------------------------------------------------- linear / MSE
 
 
-def _check_xy(X, y, w):
+def _check_xy(X: ArrayLike, y: ArrayLike, w: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """X (n, d) with n, d >= 1; y (n,) or (n, k); w (d,) or (d, k) matching y; all numeric and finite."""
     X = as_array("X", X)
     if X.ndim != 2:
@@ -212,7 +213,7 @@ def _check_xy(X, y, w):
     return X, y, w
 
 
-def mse_loss(w, X, y):
+def mse_loss(w: ArrayLike, X: ArrayLike, y: ArrayLike) -> Any:
     """Mean squared error ``(1/n) sum_i ||x_i w - y_i||^2``.
 
     Args: ``w`` (d,) or (d, k); ``X`` (n, d); ``y`` (n,) or (n, k).
@@ -223,7 +224,7 @@ def mse_loss(w, X, y):
     return np.sum(r * r) / X.shape[0]
 
 
-def mse_grad_sum(w, X, y):
+def mse_grad_sum(w: ArrayLike, X: ArrayLike, y: ArrayLike) -> np.ndarray:
     """Gradient of the *sum* of per-example squared errors: ``2 X^T (X w - y)``.
 
     Same shapes as :func:`mse_loss`; returns an array shaped like ``w``.
@@ -234,7 +235,7 @@ def mse_grad_sum(w, X, y):
     return 2 * (X.T @ (X @ w - y))
 
 
-def mse_grad(w, X, y):
+def mse_grad(w: ArrayLike, X: ArrayLike, y: ArrayLike) -> np.ndarray:
     """Gradient of :func:`mse_loss`: ``2 X^T (X w - y) / n`` (the lesson's mse_grad).
 
     Evaluation order (used by :func:`mse_dp_error_bound`): ``X @ w``, minus
@@ -278,7 +279,8 @@ def _tanh(z: np.ndarray) -> np.ndarray:
     return np.tanh(z)
 
 
-def mlp_loss_and_grad(params: Mapping[str, np.ndarray], X, y, *, reduction: str = "mean"):
+def mlp_loss_and_grad(params: Mapping[str, np.ndarray], X: ArrayLike, y: ArrayLike, *,
+                      reduction: str = "mean") -> tuple[Any, dict[str, np.ndarray]]:
     """Loss and hand-written backprop gradient of ``tanh`` MLP + MSE.
 
     Forward: ``H = tanh(X W1 + b1)``, ``P = H W2 + b2``,
@@ -323,12 +325,12 @@ def mlp_loss_and_grad(params: Mapping[str, np.ndarray], X, y, *, reduction: str 
     return loss, grads
 
 
-def mlp_grad(params, X, y):
+def mlp_grad(params: Mapping[str, np.ndarray], X: ArrayLike, y: ArrayLike) -> dict[str, np.ndarray]:
     """Gradient of the mean MLP loss (the ``grad_fn`` for :func:`data_parallel_grad`)."""
     return mlp_loss_and_grad(params, X, y)[1]
 
 
-def mlp_grad_sum(params, X, y):
+def mlp_grad_sum(params: Mapping[str, np.ndarray], X: ArrayLike, y: ArrayLike) -> dict[str, np.ndarray]:
     """Gradient of the summed MLP loss (the ``grad_fn_sum`` for :func:`accumulate_grads`)."""
     return mlp_loss_and_grad(params, X, y, reduction="sum")[1]
 
@@ -336,7 +338,7 @@ def mlp_grad_sum(params, X, y):
 # ----------------------------------------------------------------------------- data parallel
 
 
-def shard_grads(grad_fn: Callable, params, X, y, dp: int) -> list:
+def shard_grads(grad_fn: Callable, params: Any, X: ArrayLike, y: ArrayLike, dp: int) -> list:
     """Per-rank gradients: ``grad_fn(params, X_k, y_k)`` on each ``np.array_split`` shard.
 
     ``grad_fn`` returns the gradient of the *mean* loss over its examples (an
@@ -377,7 +379,8 @@ def weighted_mean(grads: Sequence, sizes: Sequence[int] | np.ndarray) -> object:
     return _map(lambda a: a / total, _sum(_map(lambda a, s=s: s * a, g) for g, s in zip(grads, sizes, strict=True)))
 
 
-def data_parallel_grad(grad_fn: Callable, params, X, y, dp: int, weighting: str = "plain"):
+def data_parallel_grad(grad_fn: Callable, params: Any, X: ArrayLike, y: ArrayLike, dp: int,
+                       weighting: str = "plain") -> object:
     """Gradient as ``dp`` data-parallel ranks compute it.
 
     ``weighting="plain"``: plain mean of shard gradients (the lesson's
@@ -392,7 +395,7 @@ def data_parallel_grad(grad_fn: Callable, params, X, y, dp: int, weighting: str 
     return weighted_mean(grads, shard_sizes(np.asarray(X).shape[0], dp))
 
 
-def plain_mean_bias(grad_sums: Sequence, sizes: Sequence[int]):
+def plain_mean_bias(grad_sums: Sequence, sizes: Sequence[int]) -> object:
     """Exact error of the plain mean: ``plain_mean - full_gradient``.
 
     With ``G_k`` the *sum* of per-example gradients in shard ``k`` (``n_k``
@@ -419,7 +422,7 @@ def plain_mean_bias(grad_sums: Sequence, sizes: Sequence[int]):
     return _sum(terms)
 
 
-def mse_dp_error_bound(w, X, y, dp: int, weighting: str = "plain") -> np.ndarray:
+def mse_dp_error_bound(w: ArrayLike, X: ArrayLike, y: ArrayLike, dp: int, weighting: str = "plain") -> np.ndarray:
     """Elementwise float64 bound for the DP-vs-full comparison of the MSE gradient.
 
     Let ``D = data_parallel_grad(mse_grad, w, X, y, dp, weighting)``,

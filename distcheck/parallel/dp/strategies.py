@@ -21,12 +21,12 @@ from distcheck.engine.strategies import powers_of_two as _powers_of_two
 __all__ = ["shard_counts", "shard_sizes", "DPCase", "dp_cases", "AccumulationCase", "accumulation_cases"]
 
 
-def _v_shard_counts(*, min_shards, max_shards):
+def _v_shard_counts(*, min_shards: int, max_shards: int) -> None:
     check_interval("min_shards", min_shards, "max_shards", max_shards)
 
 
 @defines(_v_shard_counts)
-def shard_counts(draw, *, min_shards: int = 1, max_shards: int = 8) -> int:
+def shard_counts(draw: st.DrawFn, *, min_shards: int = 1, max_shards: int = 8) -> int:
     """Number of shards (ranks) N.
 
     - ``min_shards``: >= 1, default 1.
@@ -38,7 +38,8 @@ def shard_counts(draw, *, min_shards: int = 1, max_shards: int = 8) -> int:
     return draw(st.integers(min_shards, max_shards))
 
 
-def _v_shard_sizes(*, min_shards, max_shards, min_size, max_size, equal, powers_of_two):
+def _v_shard_sizes(*, min_shards: int, max_shards: int, min_size: int, max_size: int, equal: bool | None,
+                   powers_of_two: bool | None) -> None:
     check_interval("min_shards", min_shards, "max_shards", max_shards)
     check_interval("min_size", min_size, "max_size", max_size)
     check_optional_bool("equal", equal)
@@ -60,7 +61,7 @@ def _v_shard_sizes(*, min_shards, max_shards, min_size, max_size, equal, powers_
 
 @defines(_v_shard_sizes)
 def shard_sizes(
-    draw,
+    draw: st.DrawFn,
     *,
     min_shards: int = 1,
     max_shards: int = 8,
@@ -117,8 +118,9 @@ class DPCase:
                 f"y={self.y.tolist()}, w={self.w.tolist()})")
 
 
-def _v_dp_cases(*, min_shards, max_shards, min_shard_size, max_shard_size, min_features, max_features,
-                equal_shards, powers_of_two):
+def _v_dp_cases(*, min_shards: int, max_shards: int, min_shard_size: int, max_shard_size: int, min_features: int,
+                max_features: int,
+                equal_shards: bool | None, powers_of_two: bool | None) -> None:
     _v_shard_sizes(min_shards=min_shards, max_shards=max_shards, min_size=min_shard_size, max_size=max_shard_size,
                    equal=equal_shards, powers_of_two=powers_of_two)
     check_interval("min_features", min_features, "max_features", max_features)
@@ -126,7 +128,7 @@ def _v_dp_cases(*, min_shards, max_shards, min_shard_size, max_shard_size, min_f
 
 @defines(_v_dp_cases)
 def dp_cases(
-    draw,
+    draw: st.DrawFn,
     *,
     min_shards: int = 1,
     max_shards: int = 8,
@@ -179,13 +181,14 @@ class AccumulationCase:
                 f"X={self.X.tolist()}, y={self.y.tolist()}, w={self.w.tolist()})")
 
 
-def _v_accumulation_cases(*, min_sequences, max_sequences, min_seq_len, max_seq_len, min_features, max_features):
+def _v_accumulation_cases(*, min_sequences: int, max_sequences: int, min_seq_len: int, max_seq_len: int,
+                          min_features: int, max_features: int) -> None:
     check_interval("min_sequences", min_sequences, "max_sequences", max_sequences)
     check_interval("min_seq_len", min_seq_len, "max_seq_len", max_seq_len)
     check_interval("min_features", min_features, "max_features", max_features)
 
 
-def _split(draw, total: int) -> tuple[int, ...]:
+def _split(draw: st.DrawFn, total: int) -> tuple[int, ...]:
     cuts = sorted(draw(st.sets(st.integers(1, total - 1), max_size=total - 1))) if total > 1 else []
     edges = [0, *cuts, total]
     return tuple(b - a for a, b in pairwise(edges))
@@ -193,7 +196,7 @@ def _split(draw, total: int) -> tuple[int, ...]:
 
 @defines(_v_accumulation_cases)
 def accumulation_cases(
-    draw,
+    draw: st.DrawFn,
     *,
     min_sequences: int = 1,
     max_sequences: int = 8,

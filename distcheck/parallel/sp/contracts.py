@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -67,8 +67,12 @@ from distcheck.core.vocab import Collective
 from distcheck.engine.contracts.checks import agree, combine, compare, compare_collectives, format_collectives
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
+from distcheck.engine.contracts.targets import Target, check_call_shape, make_target, resolve
+from distcheck.engine.world import RankContext
 from distcheck.parallel.sp import strategies as ds
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["SPCase", "SequenceParallelMLP"]
 
@@ -140,7 +144,7 @@ class SequenceParallelMLP(Contract):
 
     # ---------------------------------------------------------------- parent side
 
-    def resolve(self, obj: Any, ref: str | None, options: dict):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         from torch.distributed.tensor.parallel.style import ParallelStyle
 
         shown = ref or repr(obj)
@@ -153,17 +157,17 @@ class SequenceParallelMLP(Contract):
                                              "block (norm, up, down), or a factory make(ctx, case) -> module taking "
                                              f"each rank's tokens, for contract {self.name}")
 
-    def cases(self, world_size: int, dtype: str, options: dict):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[SPCase]:
         tp = world_size  # >= 2: min_world_size
 
         @st.composite
-        def draw_case(draw):
+        def draw_case(draw: st.DrawFn) -> SPCase:
             s = tp * draw(st.integers(1, 2))
             x = draw(ds.exact_norm_rows(min_tokens=s, max_tokens=s, max_hidden=8))
             h = x.shape[1]
             f = tp * draw(st.integers(1, max(1, 8 // tp)))
 
-            def ints(shape):
+            def ints(shape: tuple[int, ...]) -> np.ndarray:
                 return np.array(draw(st.lists(st.integers(-1, 1), min_size=math.prod(shape),
                                               max_size=math.prod(shape))), dtype=np.float64).reshape(shape)
 
@@ -175,7 +179,7 @@ class SequenceParallelMLP(Contract):
 
     # ---------------------------------------------------------------- rank side
 
-    def run_rank(self, ctx, target, case: SPCase, dtype: str, options: dict):
+    def run_rank(self, ctx: RankContext, target: Target, case: SPCase, dtype: str, options: dict) -> dict:
         import torch
 
         from distcheck.engine.contracts.layer import torch_dtype
@@ -222,7 +226,7 @@ class SequenceParallelMLP(Contract):
                        "up.weight": reorder * np.outer(D.sum(axis=0), N),   # (ffn, h): sum_t |dh_t| |n_t|
                        "down.weight": reorder * np.outer(G.sum(axis=0), A)}  # (h, ffn): sum_t |g_t| |a_t|
 
-        def local_bound(name: str, r: int):
+        def local_bound(name: str, r: int) -> np.ndarray:
             """Rank r's block of a parameter's gradient bound (the chunk split of its shard dimension)."""
             full, dim = full_bounds[name], SHARD_DIM[name]
             if dim is None:
@@ -230,7 +234,7 @@ class SequenceParallelMLP(Contract):
             lo, hi = _chunk(full.shape[dim], case.tp, r)
             return full[lo:hi] if dim == 0 else full[:, lo:hi]
 
-        def rows(full, r):
+        def rows(full: np.ndarray, r: int) -> np.ndarray:
             lo, hi = results[r]["rows"]
             return full[:, lo:hi]
 
@@ -284,26 +288,26 @@ def _grad_sums(results: list, row_bytes: int, tp: int) -> Outcome:
 # ---------------------------------------------------------------- torch, on the ranks
 
 
-def _block_class():
+def _block_class() -> type[torch.nn.Module]:
     import torch
     from torch import nn
 
     class Block(nn.Module):
         """A pre-norm MLP block ``x + down(relu(up(norm(x))))``."""
 
-        def __init__(self, hidden_size: int, ffn_hidden_size: int):
+        def __init__(self, hidden_size: int, ffn_hidden_size: int) -> None:
             super().__init__()
             self.norm = nn.LayerNorm(hidden_size, eps=0.0)
             self.up = nn.Linear(hidden_size, ffn_hidden_size)
             self.down = nn.Linear(ffn_hidden_size, hidden_size)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x + self.down(torch.relu(self.up(self.norm(x))))
 
     return Block
 
 
-def _mesh(ctx):
+def _mesh(ctx: RankContext) -> Any:
     key = "distcheck.sp.mesh"
     if key not in ctx.scratch:
         from torch.distributed.device_mesh import init_device_mesh
@@ -312,7 +316,7 @@ def _mesh(ctx):
     return ctx.scratch[key]
 
 
-def _parallel_block(ctx, case: SPCase, dtype, plan):
+def _parallel_block(ctx: RankContext, case: SPCase, dtype: torch.dtype, plan: dict) -> torch.nn.Module:
     import torch
     from torch.distributed.tensor.parallel import parallelize_module
 
@@ -325,7 +329,7 @@ def _parallel_block(ctx, case: SPCase, dtype, plan):
     return module
 
 
-def _numpy(t) -> np.ndarray:
+def _numpy(t: torch.Tensor) -> np.ndarray:
     import torch
 
     if hasattr(t, "to_local"):
@@ -333,7 +337,8 @@ def _numpy(t) -> np.ndarray:
     return t.detach().to(torch.float64).cpu().numpy()
 
 
-def _run(module, x, g, dtype, device, names: dict, ref: str) -> dict:
+def _run(module: torch.nn.Module, x: np.ndarray, g: np.ndarray, dtype: torch.dtype, device: torch.device, names: dict,
+         ref: str) -> dict:
     import torch
 
     from distcheck.engine.collectives import ByteCounter
@@ -356,7 +361,7 @@ def _run(module, x, g, dtype, device, names: dict, ref: str) -> dict:
         for name in PARAMS:
             path = names.get(name, name)
             try:
-                param = module.get_parameter(path)
+                param: Any = module.get_parameter(path)  # a DTensor once parallelized
             except AttributeError:
                 raise ProtocolError("target", ref, f"must have a parameter {name!r} (tried {path}; name it with the "
                                                    "option param_names)") from None

@@ -27,19 +27,27 @@ sp.activations.dropout_masks_whole   the dropout masks (1 byte per element)     
 
 from __future__ import annotations
 
+from collections.abc import Sequence, Sized
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.vocab import Collective
 from distcheck.engine.mutants import mutant
 from distcheck.parallel.sp import reference as ref
 from distcheck.parallel.tp.reference import column_parallel_parts, row_parallel_parts
 
+if TYPE_CHECKING:
+    from distcheck.parallel.comm.reference import CommResult
+
 __all__ = ["sp_layer_norm_shard_statistics", "sp_layer_norm_grads_shard_only", "sp_dropout_same_mask_every_rank",
            "sp_mlp_all_reduce_kept", "sp_attention_residual_dropped", "sp_collectives_gather_full_inputs",
            "sp_bytes_dropout_masks_whole"]
 
 
-def _bounds(shards):
+def _bounds(shards: Sequence[Sized]) -> list[tuple[int, int]]:
     out, start = [], 0
     for a in shards:
         out.append((start, start + len(a)))
@@ -47,7 +55,9 @@ def _bounds(shards):
     return out
 
 
-def _mlp_tail(shards, normed, W_up, W_down, b_down, keep, p, log, *, same_mask=False, all_reduce=False):
+def _mlp_tail(shards: Sequence[np.ndarray], normed: Sequence[np.ndarray], W_up: ArrayLike, W_down: ArrayLike,
+              b_down: ArrayLike | None, keep: np.ndarray | None, p: float, log: list | None, *, same_mask: bool = False,
+              all_reduce: bool = False) -> list[np.ndarray]:
     bounds = _bounds(shards)
     tp = len(shards)
     full = ref.all_gather_sequence(normed, log=log)
@@ -72,8 +82,10 @@ def _mlp_tail(shards, normed, W_up, W_down, b_down, keep, p, log, *, same_mask=F
 
 
 @mutant("sp.layer_norm.shard_statistics", "sp.mlp.exact")
-def sp_layer_norm_shard_statistics(x_shards, ln_weight, ln_bias, W_up, W_down, b_down=None, *, keep=None, p=0.5,
-                                   eps=0.0, log=None):
+def sp_layer_norm_shard_statistics(x_shards: Sequence[ArrayLike], ln_weight: ArrayLike, ln_bias: ArrayLike,
+                                   W_up: ArrayLike, W_down: ArrayLike, b_down: ArrayLike | None = None, *,
+                                   keep: np.ndarray | None = None, p: float = 0.5,
+                                   eps: float = 0.0, log: list | None = None) -> list[np.ndarray]:
     """Layer norm with one mean and one variance over the rank's whole sequence shard (tokens and hidden)."""
     shards = [np.asarray(a, dtype=float) for a in x_shards]
     normed = []
@@ -84,7 +96,8 @@ def sp_layer_norm_shard_statistics(x_shards, ln_weight, ln_bias, W_up, W_down, b
 
 
 @mutant("sp.layer_norm.grads_shard_only", "sp.layer_norm.param_grads")
-def sp_layer_norm_grads_shard_only(x_shards, dy_shards, eps=0.0, *, log=None):
+def sp_layer_norm_grads_shard_only(x_shards: Sequence[ArrayLike], dy_shards: Sequence[ArrayLike], eps: float = 0.0, *,
+                                   log: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The layer norm's weight and bias gradients over the rank's own tokens (rank 0's), not all-reduced."""
     dw, db = ref.layer_norm_param_grads(x_shards[0], dy_shards[0], eps)
     if log is not None:  # it claims the all-reduces it skipped: only the values can kill it
@@ -93,8 +106,10 @@ def sp_layer_norm_grads_shard_only(x_shards, dy_shards, eps=0.0, *, log=None):
 
 
 @mutant("sp.dropout.same_mask_every_rank", "sp.mlp.exact")
-def sp_dropout_same_mask_every_rank(x_shards, ln_weight, ln_bias, W_up, W_down, b_down=None, *, keep=None, p=0.5,
-                                    eps=0.0, log=None):
+def sp_dropout_same_mask_every_rank(x_shards: Sequence[ArrayLike], ln_weight: ArrayLike, ln_bias: ArrayLike,
+                                    W_up: ArrayLike, W_down: ArrayLike, b_down: ArrayLike | None = None, *,
+                                    keep: np.ndarray | None = None, p: float = 0.5,
+                                    eps: float = 0.0, log: list | None = None) -> list[np.ndarray]:
     """Every rank applies the mask of the first tokens (one random state on every rank) to its own shard."""
     shards = [np.asarray(a, dtype=float) for a in x_shards]
     normed = [ref.layer_norm(a, ln_weight, ln_bias, eps) for a in shards]
@@ -102,8 +117,10 @@ def sp_dropout_same_mask_every_rank(x_shards, ln_weight, ln_bias, W_up, W_down, 
 
 
 @mutant("sp.mlp.all_reduce_kept", "sp.mlp.exact")
-def sp_mlp_all_reduce_kept(x_shards, ln_weight, ln_bias, W_up, W_down, b_down=None, *, keep=None, p=0.5,
-                           eps=0.0, log=None):
+def sp_mlp_all_reduce_kept(x_shards: Sequence[ArrayLike], ln_weight: ArrayLike, ln_bias: ArrayLike, W_up: ArrayLike,
+                           W_down: ArrayLike, b_down: ArrayLike | None = None, *, keep: np.ndarray | None = None,
+                           p: float = 0.5,
+                           eps: float = 0.0, log: list | None = None) -> list[np.ndarray]:
     """The partial outputs all-reduced and each rank keeping its rows: right values, twice the bytes."""
     shards = [np.asarray(a, dtype=float) for a in x_shards]
     normed = [ref.layer_norm(a, ln_weight, ln_bias, eps) for a in shards]
@@ -111,8 +128,10 @@ def sp_mlp_all_reduce_kept(x_shards, ln_weight, ln_bias, W_up, W_down, b_down=No
 
 
 @mutant("sp.attention.residual_dropped", "sp.attention.bounded")
-def sp_attention_residual_dropped(x_shards, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, *,
-                                  causal=True, eps=0.0, log=None):
+def sp_attention_residual_dropped(x_shards: Sequence[ArrayLike], ln_weight: ArrayLike, ln_bias: ArrayLike,
+                                  Wq: ArrayLike, Wk: ArrayLike, Wv: ArrayLike, Wo: ArrayLike, num_heads: int,
+                                  num_kv_heads: int, *,
+                                  causal: bool = True, eps: float = 0.0, log: list | None = None) -> list[np.ndarray]:
     """The block returns each rank's reduce-scattered attention output without adding back its
     tokens' residual x."""
     out = ref.sp_attention_block(x_shards, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads, num_kv_heads,
@@ -121,7 +140,7 @@ def sp_attention_residual_dropped(x_shards, ln_weight, ln_bias, Wq, Wk, Wv, Wo, 
 
 
 @mutant("sp.comm.gather_full_inputs", "sp.comm.bytes")
-def sp_collectives_gather_full_inputs(inputs):
+def sp_collectives_gather_full_inputs(inputs: Sequence[np.ndarray]) -> tuple[CommResult, CommResult]:
     """The block's all-gather fed every rank's whole S-byte input instead of the shard the
     reduce-scatter left it: n S gathered."""
     from distcheck.parallel.comm.reference import ring_all_gather, ring_reduce_scatter
@@ -130,11 +149,10 @@ def sp_collectives_gather_full_inputs(inputs):
 
 
 @mutant("sp.activations.dropout_masks_whole", "sp.activations.saved")
-def sp_bytes_dropout_masks_whole(s, b, h, a, t=1, *, sequence_parallel=False):
+def sp_bytes_dropout_masks_whole(s: int, b: int, h: int, a: int, t: int = 1, *,
+                                 sequence_parallel: bool = False) -> int | Fraction:
     """Sequence parallelism that shards the stored activations over the sequence but keeps the two
     dropout masks of the replicated regions whole (s b h bytes each on every rank)."""
-    from fractions import Fraction
-
     from distcheck.parallel.activations.reference import bytes_per_layer
 
     got = bytes_per_layer(s, b, h, a, t, sequence_parallel=sequence_parallel)

@@ -24,10 +24,13 @@ also right). ``require_log=False`` checks the numbers only.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from hypothesis import strategies as st
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ImplementationError, PropertyFailure
 from distcheck.core.exactness import assert_bitwise_equal, assert_within, gamma, to_exact
@@ -37,17 +40,20 @@ from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
 from distcheck.parallel.sp import strategies as ds
 
+if TYPE_CHECKING:
+    from distcheck.parallel.comm.reference import CommResult
+
 __all__ = ["mlp_exact", "attention_bounded", "layer_norm_param_grads", "comm_bytes", "activations_saved",
            "sp_collectives"]
 
 
-def _ref(name):
+def _ref(name: str) -> Callable[..., Any]:
     from distcheck.parallel.sp import reference
 
     return getattr(reference, name)
 
 
-def _call_logged(what: str, fn, *args, **kwargs):
+def _call_logged(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, list | None]:
     import inspect
 
     try:
@@ -61,7 +67,7 @@ def _call_logged(what: str, fn, *args, **kwargs):
     return call_impl(what, fn, *args, log=log, **kwargs), log
 
 
-def _check_block_log(log, tp: int, what: str, require_log: bool) -> None:
+def _check_block_log(log: list | None, tp: int, what: str, require_log: bool) -> None:
     """One forward's log must hold the closed forms' all-gathers and reduce-scatters and no all-reduce."""
     expected = {Collective.ALL_GATHER: int(form_value("sp.block.all_gathers_per_forward")),
                 Collective.REDUCE_SCATTER: int(form_value("sp.block.reduce_scatters_per_forward")),
@@ -81,11 +87,12 @@ def _check_block_log(log, tp: int, what: str, require_log: bool) -> None:
                           f"{dict(expected)}", expected=expected, got=got)
 
 
-def _shards(x, tp):
+def _shards(x: ArrayLike, tp: int) -> list[np.ndarray]:
     return _ref("sequence_shards")(x, tp)
 
 
-def mlp_exact(case, *, impl=None, require_log: bool = True) -> None:
+def mlp_exact(case: ds.SPBlockCase, *, impl: Callable[..., Sequence[ArrayLike]] | None = None,
+              require_log: bool = True) -> None:
     """The sequence-parallel MLP block, concatenated over the ranks == the single-device block, bit for
     bit; one all-gather and one reduce-scatter per forward (see the module doc)."""
     impl = impl or _ref("sp_mlp_block")
@@ -99,13 +106,14 @@ def mlp_exact(case, *, impl=None, require_log: bool = True) -> None:
     _check_block_log(log, case.tp, "sp_mlp_block", require_log)
 
 
-def _check_shards(what, got, tp):
+def _check_shards(what: str, got: object, tp: int) -> None:
     if not isinstance(got, (list, tuple)) or len(got) != tp:
         raise PropertyFailure(f"{what} must return one output shard per rank (tp={tp})", expected=tp,
                               got=type(got).__name__ if not isinstance(got, (list, tuple)) else len(got))
 
 
-def attention_bounded(case, *, impl=None, require_log: bool = True) -> None:
+def attention_bounded(case: ds.SPAttentionCase, *, impl: Callable[..., Sequence[ArrayLike]] | None = None,
+                      require_log: bool = True) -> None:
     """The sequence-parallel attention block within gamma_{H e + 1} (|heads||Wo| + |x|) of the exact
     single-device result; one all-gather and one reduce-scatter per forward."""
     from distcheck.parallel.tp.heads import attention_heads
@@ -124,7 +132,8 @@ def attention_bounded(case, *, impl=None, require_log: bool = True) -> None:
     _check_block_log(log, case.tp, "sp_attention_block", require_log)
 
 
-def layer_norm_param_grads(case, *, impl=None, require_log: bool = True) -> None:
+def layer_norm_param_grads(case: ds.SPNormGradCase, *, impl: Callable[..., tuple[ArrayLike, ArrayLike]] | None = None,
+                           require_log: bool = True) -> None:
     """The layer norm's weight and bias gradients summed over the sequence shards == the single-device
     gradients, bit for bit; one all-reduce per parameter at tp >= 2."""
     impl = impl or _ref("sp_layer_norm_param_grads")
@@ -145,7 +154,7 @@ def layer_norm_param_grads(case, *, impl=None, require_log: bool = True) -> None
                               "per parameter (weight, bias)", expected=2, got=count)
 
 
-def sp_collectives(inputs):
+def sp_collectives(inputs: Sequence[np.ndarray]) -> tuple[CommResult, CommResult]:
     """Reference slot of ``sp.comm.bytes``: a ring reduce-scatter of the ranks' inputs, then a ring
     all-gather of the shards it leaves; ``(reduce-scatter CommResult, all-gather CommResult)``."""
     from distcheck.parallel.comm.reference import ring_all_gather, ring_reduce_scatter
@@ -154,7 +163,8 @@ def sp_collectives(inputs):
     return rs, ring_all_gather(list(rs.outputs))
 
 
-def comm_bytes(case, *, impl=sp_collectives) -> None:
+def comm_bytes(case: tuple[int, int], *,
+               impl: Callable[[Sequence[np.ndarray]], tuple[CommResult, CommResult]] = sp_collectives) -> None:
     """A ring reduce-scatter then a ring all-gather of a block's S-byte output send what a ring all-reduce
     of it sends: the same per-rank volumes (as a multiset: with uneven chunks the ring all-reduce's
     phases hand the larger chunk to other ranks), each equal to sp.block.bytes_per_rank when t divides
@@ -178,13 +188,14 @@ def comm_bytes(case, *, impl=sp_collectives) -> None:
                                   expected=form, got=sp_sent)
 
 
-def _bytes_per_layer(s, b, h, a, t=1, *, sequence_parallel=False):
+def _bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, *, sequence_parallel: bool = False) -> int | Fraction:
     from distcheck.parallel.activations.reference import bytes_per_layer
 
     return bytes_per_layer(s, b, h, a, t, sequence_parallel=sequence_parallel)
 
 
-def activations_saved(case, *, impl=_bytes_per_layer) -> None:
+def activations_saved(case: tuple[int, int, int, int, int], *,
+                      impl: Callable[..., int | Fraction] = _bytes_per_layer) -> None:
     """The activation bytes per layer that the stored-tensor reference (``impl``, the slot
     ``bytes_per_layer(s, b, h, a, t, *, sequence_parallel)``) counts with and without sequence
     parallelism differ by sp.activations.bytes_saved_per_layer, exactly."""
@@ -197,11 +208,11 @@ def activations_saved(case, *, impl=_bytes_per_layer) -> None:
                               expected=form, got=saved)
 
 
-def _a(rows) -> np.ndarray:
+def _a(rows: ArrayLike) -> np.ndarray:
     return np.array(rows, dtype=float)
 
 
-def _mlp_edges():
+def _mlp_edges() -> tuple[ds.SPBlockCase, ...]:
     """tp = 2 over 3 tokens (uneven shards) and ffn = 3, tokens of different means and scales, a bias,
     and a dropout mask that differs between the shards."""
     x = _a([[1, -1, 1, -1], [2, 4, 4, 2], [-3, -3, -1, -1]])  # m + c z with (m, c) = (0, 1), (3, 1), (-2, 1)
@@ -211,7 +222,7 @@ def _mlp_edges():
                            keep=np.array([[1, 1, 0, 1], [0, 1, 1, 1], [0, 1, 1, 1]], dtype=bool)),)
 
 
-def _attention_edges():
+def _attention_edges() -> tuple[ds.SPAttentionCase, ...]:
     """GQA over tp = 2: 4 query heads over 2 kv heads (one kv head and two query heads per rank), 3 tokens
     in uneven shards."""
     x = _a([[1, -1], [2, 0], [-1, 1]])
@@ -220,7 +231,7 @@ def _attention_edges():
                                Wo=_a([[1, 0], [0, 1], [1, 1], [2, 0]]), num_heads=4, num_kv_heads=2),)
 
 
-def _grad_edges():
+def _grad_edges() -> tuple[ds.SPNormGradCase, ...]:
     """tp = 2 over 3 tokens: the second shard's tokens carry gradient the first never sees."""
     return (ds.SPNormGradCase(x=_a([[1, -1], [3, 1], [0, 2]]), dy=_a([[1, 2], [0, -1], [3, 1]]), tp=2),)
 
@@ -229,14 +240,14 @@ _sizes = lambda: st.tuples(st.integers(1, 8), st.integers(1, 40))  # noqa: E731
 _shapes = lambda: st.tuples(*(st.integers(1, 64) for _ in range(5)))  # noqa: E731
 
 
-def _comm_edges():
+def _comm_edges() -> tuple[tuple[int, int], ...]:
     """(t, elements): one rank (nothing sent); t dividing the elements (the closed form applies); uneven
     chunks (3 ranks, 7 elements: the phases hand the larger chunk to different ranks); more ranks than
     elements (empty chunks); the largest t and size the strategy draws."""
     return ((1, 1), (2, 4), (4, 8), (3, 5), (3, 7), (8, 3), (8, 40))
 
 
-def _shape_edges():
+def _shape_edges() -> tuple[tuple[int, int, int, int, int], ...]:
     """(s, b, h, a, t): all ones (t = 1: nothing saved); t dividing none of s, h and a (fractional bytes per
     rank); one head over several ranks; the largest shape the strategy draws."""
     return ((1, 1, 1, 1, 1), (2, 1, 4, 2, 1), (2, 1, 4, 2, 2), (4, 2, 2, 1, 3), (5, 3, 7, 3, 2), (4, 2, 8, 1, 4),

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import as_array, as_arrays, check_float, check_positive_int, check_type
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 
-def _check_log(log) -> None:
+def _check_log(log: object) -> None:
     if log is not None:
         check_type("log", log, list, "must be a list (collectives are appended to it) or None")
 
@@ -76,7 +77,7 @@ def sequence_bounds(s: int, tp: int) -> list[tuple[int, int]]:
     return split_bounds(split_sizes(s, tp))
 
 
-def sequence_shards(x, tp: int) -> list[np.ndarray]:
+def sequence_shards(x: ArrayLike, tp: int) -> list[np.ndarray]:
     """Rank r's tokens ``x[rows_r]`` of ``x`` (s, h), for r = 0 .. tp-1. Raises ConfigError as
     :func:`sequence_bounds` or for an ``x`` that is not a 2-D finite array."""
     x = as_array("x", x, min_ndim=2)
@@ -111,7 +112,7 @@ def reduce_scatter_sequence(partials: Sequence[np.ndarray], bounds: Sequence[tup
     return out
 
 
-def _check_norm(h: int, weight, bias):
+def _check_norm(h: int, weight: ArrayLike, bias: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     weight, bias = as_array("ln_weight", weight), as_array("ln_bias", bias)
     for name, a in (("ln_weight", weight), ("ln_bias", bias)):
         if a.shape != (h,):
@@ -119,7 +120,7 @@ def _check_norm(h: int, weight, bias):
     return weight, bias
 
 
-def layer_norm(x, weight, bias, eps: float = 0.0) -> np.ndarray:
+def layer_norm(x: ArrayLike, weight: ArrayLike, bias: ArrayLike, eps: float = 0.0) -> np.ndarray:
     """Layer norm of each token over the hidden dim, with weight and bias: (s, h) -> (s, h).
 
     Raises ConfigError on shapes, a negative or non-finite ``eps``, or ``eps == 0`` with a constant
@@ -129,7 +130,7 @@ def layer_norm(x, weight, bias, eps: float = 0.0) -> np.ndarray:
     return plain_layer_norm(x, eps) * weight + bias
 
 
-def dropout(y, keep, p: float) -> np.ndarray:
+def dropout(y: np.ndarray, keep: ArrayLike | None, p: float) -> np.ndarray:
     """Inverted dropout: ``y / (1 - p)`` where ``keep``, else 0. ``keep`` None: ``y`` unchanged.
     Raises ConfigError unless ``0 <= p < 1`` and ``keep`` has ``y``'s shape."""
     if keep is None:
@@ -143,7 +144,7 @@ def dropout(y, keep, p: float) -> np.ndarray:
     return np.where(keep, y / (1 - p), 0.0)
 
 
-def _keep_rows(keep, s: int, h: int):
+def _keep_rows(keep: ArrayLike | None, s: int, h: int) -> np.ndarray | None:
     if keep is None:
         return None
     keep = np.asarray(keep, dtype=bool)
@@ -152,7 +153,8 @@ def _keep_rows(keep, s: int, h: int):
     return keep
 
 
-def mlp_block(x, ln_weight, ln_bias, W_up, W_down, b_down=None, *, keep=None, p: float = 0.5,
+def mlp_block(x: ArrayLike, ln_weight: ArrayLike, ln_bias: ArrayLike, W_up: ArrayLike, W_down: ArrayLike,
+              b_down: ArrayLike | None = None, *, keep: ArrayLike | None = None, p: float = 0.5,
               eps: float = 0.0) -> np.ndarray:
     """Single-device pre-norm MLP block ``x + dropout(relu(LN(x) W_up) W_down + b_down)``, (s, h).
 
@@ -162,7 +164,7 @@ def mlp_block(x, ln_weight, ln_bias, W_up, W_down, b_down=None, *, keep=None, p:
     return x + dropout(y, _keep_rows(keep, *x.shape), p)
 
 
-def _sp_input(x_shards) -> tuple[list[np.ndarray], int, list[tuple[int, int]]]:
+def _sp_input(x_shards: Sequence[ArrayLike]) -> tuple[list[np.ndarray], int, list[tuple[int, int]]]:
     shards = as_arrays("x_shards", x_shards, min_ndim=2)
     h = shards[0].shape[-1]
     for i, a in enumerate(shards):
@@ -175,7 +177,8 @@ def _sp_input(x_shards) -> tuple[list[np.ndarray], int, list[tuple[int, int]]]:
     return shards, start, bounds
 
 
-def sp_mlp_block(x_shards, ln_weight, ln_bias, W_up, W_down, b_down=None, *, keep=None, p: float = 0.5,
+def sp_mlp_block(x_shards: Sequence[ArrayLike], ln_weight: ArrayLike, ln_bias: ArrayLike, W_up: ArrayLike,
+                 W_down: ArrayLike, b_down: ArrayLike | None = None, *, keep: ArrayLike | None = None, p: float = 0.5,
                  eps: float = 0.0, log: list | None = None) -> list[np.ndarray]:
     """The sequence-parallel MLP block over ``tp = len(x_shards)`` ranks; one output shard per rank.
 
@@ -205,7 +208,8 @@ def sp_mlp_block(x_shards, ln_weight, ln_bias, W_up, W_down, b_down=None, *, kee
             for a, o, (lo, hi) in zip(shards, outs, bounds, strict=True)]
 
 
-def attention_block(x, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int, *,
+def attention_block(x: ArrayLike, ln_weight: ArrayLike, ln_bias: ArrayLike, Wq: ArrayLike, Wk: ArrayLike, Wv: ArrayLike,
+                    Wo: ArrayLike, num_heads: int, num_kv_heads: int, *,
                     causal: bool = True, eps: float = 0.0) -> np.ndarray:
     """Single-device pre-norm attention block ``x + attention(LN(x))``, (s, h); attention as
     :func:`distcheck.parallel.tp.attention` (GQA, scaled, causal). Raises ConfigError on shapes or heads."""
@@ -214,7 +218,8 @@ def attention_block(x, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads: int, num_k
     return x + attention(normed, Wq, Wk, Wv, Wo, num_heads, num_kv_heads, causal)
 
 
-def sp_attention_block(x_shards, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads: int, num_kv_heads: int, *,
+def sp_attention_block(x_shards: Sequence[ArrayLike], ln_weight: ArrayLike, ln_bias: ArrayLike, Wq: ArrayLike,
+                       Wk: ArrayLike, Wv: ArrayLike, Wo: ArrayLike, num_heads: int, num_kv_heads: int, *,
                        causal: bool = True, eps: float = 0.0, log: list | None = None) -> list[np.ndarray]:
     """The sequence-parallel attention block over ``tp = len(x_shards)`` ranks (heads split as
     :func:`distcheck.parallel.tp.tp_attention_parts`): layer norm on the shards, one all-gather, the
@@ -229,11 +234,11 @@ def sp_attention_block(x_shards, ln_weight, ln_bias, Wq, Wk, Wv, Wo, num_heads: 
     return [a + o for a, o in zip(shards, outs, strict=True)]
 
 
-def _xhat(x, eps):
+def _xhat(x: ArrayLike, eps: float) -> np.ndarray:
     return plain_layer_norm(as_array("x", x, min_ndim=2), eps)
 
 
-def layer_norm_param_grads(x, dy, eps: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def layer_norm_param_grads(x: ArrayLike, dy: ArrayLike, eps: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Gradients of the layer norm's ``weight`` and ``bias`` on the whole sequence:
     ``(sum_t dy_t * xhat_t, sum_t dy_t)``, each (h,); ``x`` and ``dy`` (s, h)."""
     x, dy = as_array("x", x, min_ndim=2), as_array("dy", dy, min_ndim=2)
@@ -242,7 +247,7 @@ def layer_norm_param_grads(x, dy, eps: float = 0.0) -> tuple[np.ndarray, np.ndar
     return (dy * _xhat(x, eps)).sum(axis=0), dy.sum(axis=0)
 
 
-def sp_layer_norm_param_grads(x_shards, dy_shards, eps: float = 0.0, *,
+def sp_layer_norm_param_grads(x_shards: Sequence[ArrayLike], dy_shards: Sequence[ArrayLike], eps: float = 0.0, *,
                               log: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The same gradients under sequence parallelism: each rank's sums over its own tokens, then one
     all-reduce per parameter (Megatron all-reduces the gradients of parameters marked

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
+from numpy.typing import ArrayLike
 
 from distcheck.core.validate import check_at_least, check_interval
 from distcheck.engine.strategies import defines, draw_ints
@@ -27,7 +28,7 @@ __all__ = ["SPBlockCase", "SPAttentionCase", "SPNormGradCase", "sp_mlp_block_cas
            "sp_norm_grad_cases", "exact_norm_rows"]
 
 
-def _show(a) -> str:
+def _show(a: ArrayLike | None) -> str:
     return "None" if a is None else repr(np.asarray(a).tolist())
 
 
@@ -92,14 +93,14 @@ class SPNormGradCase:
         return f"SPNormGradCase(tp={self.tp}, x={_show(self.x)}, dy={_show(self.dy)})"
 
 
-def _v_rows(*, min_tokens, max_tokens, max_hidden):
+def _v_rows(*, min_tokens: int, max_tokens: int, max_hidden: int) -> None:
     check_interval("min_tokens", min_tokens, "max_tokens", max_tokens)
     check_at_least("min_tokens", min_tokens, 1)
     check_at_least("max_hidden", max_hidden, 2)
 
 
 @defines(_v_rows)
-def exact_norm_rows(draw, *, min_tokens: int = 1, max_tokens: int = 6, max_hidden: int = 8) -> np.ndarray:
+def exact_norm_rows(draw: st.DrawFn, *, min_tokens: int = 1, max_tokens: int = 6, max_hidden: int = 8) -> np.ndarray:
     """An (s, h) float64 array, h even, whose every row ``m + c z`` (z a balanced +-1 vector, m in
     [-3, 3], c in [1, 3]) has an exact layer norm: ``z`` (module doc)."""
     s = draw(st.integers(min_tokens, max_tokens))
@@ -112,7 +113,8 @@ def exact_norm_rows(draw, *, min_tokens: int = 1, max_tokens: int = 6, max_hidde
     return np.array(rows, dtype=np.float64)
 
 
-def _v_mlp(*, min_tp, max_tp, max_tokens, max_hidden, max_ffn, dropout, bias):
+def _v_mlp(*, min_tp: int, max_tp: int, max_tokens: int, max_hidden: int, max_ffn: int, dropout: bool | None,
+           bias: bool | None) -> None:
     check_interval("min_tp", min_tp, "max_tp", max_tp)
     check_at_least("min_tp", min_tp, 1)
     check_at_least("max_tokens", max_tokens, max_tp)
@@ -121,7 +123,7 @@ def _v_mlp(*, min_tp, max_tp, max_tokens, max_hidden, max_ffn, dropout, bias):
 
 
 @defines(_v_mlp)
-def sp_mlp_block_cases(draw, *, min_tp: int = 1, max_tp: int = 4, max_tokens: int = 6, max_hidden: int = 6,
+def sp_mlp_block_cases(draw: st.DrawFn, *, min_tp: int = 1, max_tp: int = 4, max_tokens: int = 6, max_hidden: int = 6,
                        max_ffn: int = 6, dropout: bool | None = None, bias: bool | None = None) -> SPBlockCase:
     """An :class:`SPBlockCase`; ``dropout`` / ``bias``: always (True), never (False) or either (None)."""
     tp = draw(st.integers(min_tp, max_tp))
@@ -142,7 +144,8 @@ def sp_mlp_block_cases(draw, *, min_tp: int = 1, max_tp: int = 4, max_tokens: in
     )
 
 
-def _v_attention(*, min_tp, max_tp, max_tokens, max_kv_heads, max_group, max_head_dim, max_hidden):
+def _v_attention(*, min_tp: int, max_tp: int, max_tokens: int, max_kv_heads: int, max_group: int, max_head_dim: int,
+                 max_hidden: int) -> None:
     check_interval("min_tp", min_tp, "max_tp", max_tp)
     check_at_least("min_tp", min_tp, 1)
     check_at_least("max_tokens", max_tokens, max_tp)
@@ -153,7 +156,8 @@ def _v_attention(*, min_tp, max_tp, max_tokens, max_kv_heads, max_group, max_hea
 
 
 @defines(_v_attention)
-def sp_attention_block_cases(draw, *, min_tp: int = 1, max_tp: int = 4, max_tokens: int = 5, max_kv_heads: int = 4,
+def sp_attention_block_cases(draw: st.DrawFn, *, min_tp: int = 1, max_tp: int = 4, max_tokens: int = 5,
+                             max_kv_heads: int = 4,
                              max_group: int = 2, max_head_dim: int = 2, max_hidden: int = 6) -> SPAttentionCase:
     """An :class:`SPAttentionCase` (grouped-query when num_heads > num_kv_heads)."""
     pairs = [(t, kv) for t in range(min_tp, max_tp + 1) for kv in range(t, max_kv_heads + 1) if kv % t == 0]
@@ -172,7 +176,7 @@ def sp_attention_block_cases(draw, *, min_tp: int = 1, max_tp: int = 4, max_toke
     )
 
 
-def _v_grad(*, min_tp, max_tp, max_tokens, max_hidden):
+def _v_grad(*, min_tp: int, max_tp: int, max_tokens: int, max_hidden: int) -> None:
     check_interval("min_tp", min_tp, "max_tp", max_tp)
     check_at_least("min_tp", min_tp, 1)
     check_at_least("max_tokens", max_tokens, max_tp)
@@ -180,7 +184,7 @@ def _v_grad(*, min_tp, max_tp, max_tokens, max_hidden):
 
 
 @defines(_v_grad)
-def sp_norm_grad_cases(draw, *, min_tp: int = 1, max_tp: int = 4, max_tokens: int = 6,
+def sp_norm_grad_cases(draw: st.DrawFn, *, min_tp: int = 1, max_tp: int = 4, max_tokens: int = 6,
                        max_hidden: int = 6) -> SPNormGradCase:
     """An :class:`SPNormGradCase`: exact layer-norm rows and an integer output gradient."""
     tp = draw(st.integers(min_tp, max_tp))
