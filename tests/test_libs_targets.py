@@ -147,3 +147,16 @@ def test_torchtitan_clip_hook_passes_the_pp_mesh_only_under_pp(monkeypatch):
     titan_clip_grad_norm(iter(["p"]), 1.5, StepInfo(StepLayout(dp_shard=2), {"pp": "PP"}, 1, 1, 1, 1.5))
     titan_clip_grad_norm(iter(["p"]), 1.5, StepInfo(StepLayout(pp=2), {"pp": "PP"}, 1, 1, 1, 1.5))
     assert seen == [(["p"], 1.5, {"foreach": True, "pp_mesh": None}), (["p"], 1.5, {"foreach": True, "pp_mesh": "PP"})]
+
+
+@pytest.mark.multiprocess
+def test_deepspeed_ulysses_distributed_attention_certified():
+    # DeepSpeed-Ulysses' DistributedAttention on head-tail shards: output and gradients within the bound at 2 and 4
+    pytest.importorskip("deepspeed")
+    from distcheck.libs import world_rows
+    from distcheck.libs.targets import target
+
+    mod = target("deepspeed")
+    rows = world_rows(mod, mod.WORLD_CERTIFY, max_examples=3, seed=0)
+    assert [(r.check, r.verdict, r.world_size, r.examples) for r in rows] == [
+        (f"libs.deepspeed.ulysses.{p}", PASS, ws, 3) for ws in (2, 4) for p in ("forward", "grads")]

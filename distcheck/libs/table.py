@@ -24,6 +24,8 @@ UNITS = (
     ("DeepSpeed ZeRO-2 estimator", "deepspeed", "memory-estimator", ("libs.deepspeed.zero2.",)),
     ("DeepSpeed ZeRO-3 estimator", "deepspeed", "memory-estimator; memory-estimator-stages (ZeRO-2 against ZeRO-3)",
      ("libs.deepspeed.zero3.", "libs.deepspeed.zero.")),
+    ("DeepSpeed-Ulysses DistributedAttention (gloo, 2 and 4 ranks)", "deepspeed", "context-parallel-attention",
+     ("libs.deepspeed.ulysses.",)),
     ("accelerate estimate-memory, training", "accelerate", "memory-estimator; bad-input",
      ("libs.accelerate.float32.", "libs.accelerate.float16.", "libs.accelerate.training_usage.")),
     ("Megatron-core theoretical memory", "megatron-core", "memory-estimator", ("libs.megatron.theoretical_memory.",)),
