@@ -31,6 +31,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.params",
     "distcheck.parallel.zero",
     "distcheck.runners",
+    "distcheck.libs",
 )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from distcheck.core.results import CheckResult
 from distcheck.runners.findings import Finding, label_findings
 
 __all__ = ["LIB_FINDINGS", "label", "versions"]
@@ -170,5 +171,7 @@ def versions() -> dict[str, str]:
     return {lib: dist_version(lib) or "not installed" for lib in sorted({f.library for f in LIB_FINDINGS})}
 
 
-def label(rows):
+def label(rows: list[CheckResult]) -> list[CheckResult]:
+    """``rows`` with every FAIL a record explains labelled ``finding``
+    (:func:`distcheck.runners.findings.label_findings`)."""
     return label_findings(rows, LIB_FINDINGS, versions=versions())
