@@ -19,7 +19,7 @@ from distcheck.runners.findings import Finding, label_findings
 __all__ = ["LIB_FINDINGS", "label", "versions"]
 
 _DS_SEEN = ("0.19.8",)
-_ACC_SEEN = ("1.15.0",)
+_ACC_SEEN = ("1.15.0", "1.16.0")
 _MEG_SEEN = ("0.16.1",)
 _TT_SEEN = ("0.3.0",)
 _DS_UNIT = ("DeepSpeed's estimate_zero{stage}_model_states_mem_needs_all_cold (and _all_live) prints "
