@@ -64,7 +64,8 @@ def _reduce_scatter_sequence(x):
         return x
     chunks = torch.stack(x.chunk(tp, dim=1)).contiguous()  # (tp, b, s / tp, h): rank r's block is chunk r
     out = torch.empty_like(chunks[0])
-    dist.reduce_scatter_tensor(out, chunks.flatten(0, 1))
+    # reduce_scatter_single in torch 2.13 (reduce_scatter_tensor is deprecated there), the old name before
+    (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, chunks.flatten(0, 1))
     return out
 
 

@@ -113,3 +113,50 @@ def test_one_target_under_distcheck_certify(tmp_path, capsys):
     assert "convention: K = 14" in by["fit"]["note"]
     assert "GiB printed as GB" in by["printed_unit"]["failure"]
     assert "distcheck.libs.targets.deepspeed:ZERO3" in capsys.readouterr().out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_torchtitan_clip_grad_norm_certified_without_and_with_a_pp_mesh():
+    # torchtitan's clip_grad_norm_ as its trainer calls it (pp_mesh under pp only), in torch's composition: every
+    # property of the training-step contract passes on FSDP2 shards, tp shards and two pipeline stages
+    pytest.importorskip("torchtitan")
+    from distcheck.libs import world_rows
+    from distcheck.libs.targets import target
+
+    mod = target("torchtitan")
+    rows = world_rows(mod, mod.WORLD_CERTIFY, max_examples=2, seed=0)
+    props = ("params", "loss", "grad_norm", "clipping", "tokens")
+    assert [(r.check, r.verdict, r.world_size, r.examples) for r in rows] == [
+        (f"libs.torchtitan.clip_grad_norm_{name}.{p}", PASS, 2, 2) for name in ("fsdp", "tp", "pp") for p in props]
+    assert rows[0].extra["reproduce"].startswith(
+        "distcheck certify distcheck.libs.targets.torchtitan:CLIP_GRAD_NORM --contract training-step --world-sizes 2")
+
+
+def test_torchtitan_clip_hook_passes_the_pp_mesh_only_under_pp(monkeypatch):
+    # the hook calls torchtitan's function as its trainer does: foreach=True, pp_mesh=None without pp
+    pytest.importorskip("torchtitan")
+    import torchtitan.distributed.utils as tu
+
+    from distcheck.libs.targets.torchtitan import titan_clip_grad_norm
+    from distcheck.parallel.step.hooks import StepInfo
+    from distcheck.parallel.step.reference import StepLayout
+
+    seen = []
+    monkeypatch.setattr(tu, "clip_grad_norm_", lambda params, max_norm, **kw: seen.append((params, max_norm, kw)))
+    titan_clip_grad_norm(iter(["p"]), 1.5, StepInfo(StepLayout(dp_shard=2), {"pp": "PP"}, 1, 1, 1, 1.5))
+    titan_clip_grad_norm(iter(["p"]), 1.5, StepInfo(StepLayout(pp=2), {"pp": "PP"}, 1, 1, 1, 1.5))
+    assert seen == [(["p"], 1.5, {"foreach": True, "pp_mesh": None}), (["p"], 1.5, {"foreach": True, "pp_mesh": "PP"})]
+
+
+@pytest.mark.multiprocess
+def test_deepspeed_ulysses_distributed_attention_certified():
+    # DeepSpeed-Ulysses' DistributedAttention on head-tail shards: output and gradients within the bound at 2 and 4
+    pytest.importorskip("deepspeed")
+    from distcheck.libs import world_rows
+    from distcheck.libs.targets import target
+
+    mod = target("deepspeed")
+    rows = world_rows(mod, mod.WORLD_CERTIFY, max_examples=3, seed=0)
+    assert [(r.check, r.verdict, r.world_size, r.examples) for r in rows] == [
+        (f"libs.deepspeed.ulysses.{p}", PASS, ws, 3) for ws in (2, 4) for p in ("forward", "grads")]

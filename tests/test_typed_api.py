@@ -24,18 +24,19 @@ import distcheck
 TYPED: tuple[str, ...] = (
     "distcheck.core",
     "distcheck.engine",
+    "distcheck.libs",
     "distcheck.parallel.activations",
     "distcheck.parallel.checkpoint",
     "distcheck.parallel.comm",
+    "distcheck.parallel.dp",
     "distcheck.parallel.layout",
     "distcheck.parallel.memory",
     "distcheck.parallel.params",
+    "distcheck.parallel.sp",
     "distcheck.parallel.step",
+    "distcheck.parallel.tp",
     "distcheck.parallel.zero",
     "distcheck.runners",
-    "distcheck.parallel.tp",
-    "distcheck.parallel.sp",
-    "distcheck.parallel.dp",
 )
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Schedule", "Collective", "ContextParallel", "Router", "Axis", "LAYOUT_ORDER", "Verdict", "names"]
+__all__ = ["Schedule", "Collective", "PointToPoint", "ContextParallel", "Router", "Axis", "LAYOUT_ORDER", "Verdict",
+           "names"]
 
 
 class _Name(StrEnum):
@@ -67,6 +68,14 @@ class Collective(_Name):
     REDUCE_SCATTER = "reduce_scatter"
     ALL_TO_ALL = "all_to_all"
     BROADCAST = "broadcast"
+
+
+class PointToPoint(_Name):
+    """Point-to-point exchanges, not collectives: ``send_recv``, every rank sends one block to the next and
+    receives one from the previous (torch.distributed's ``send``/``recv``, ``batch_isend_irecv``): the ring
+    attention's pass (:mod:`distcheck.parallel.cp`)."""
+
+    SEND_RECV = "send_recv"
 
 
 class ContextParallel(_Name):

@@ -19,8 +19,16 @@ table "What distcheck finds in real libraries". ``distcheck libs`` is the comman
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from distcheck.core.results import FAIL, PASS, SKIP, CheckResult
 from distcheck.core.validate import check_choice, check_nonnegative_int, check_positive_int
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from distcheck.libs.targets import WorldRun
 
 __all__ = ["run_libs", "TARGET_NAMES", "DEFAULT_EXAMPLES", "PROFILE"]
 
@@ -31,7 +39,7 @@ DEFAULT_EXAMPLES = 60
 PROFILE = "dev"
 
 
-def run_libs(targets=None, *, max_examples: int = DEFAULT_EXAMPLES, seed: int = 0,
+def run_libs(targets: Sequence[str] | None = None, *, max_examples: int = DEFAULT_EXAMPLES, seed: int = 0,
              require_installed: bool = False) -> list[CheckResult]:
     """The contract rows of ``targets`` (default: all of :data:`TARGET_NAMES`), findings labelled.
 
@@ -41,7 +49,9 @@ def run_libs(targets=None, *, max_examples: int = DEFAULT_EXAMPLES, seed: int = 
     ``require_installed`` (so that a CI job cannot pass having checked nothing). A target whose module
     does not import is a skip naming what to install (an adapter's ``extra_rows(required=...)``,
     :func:`distcheck.engine.findings.not_loaded`; a FAIL under ``require_installed`` only when the extra
-    should have provided it), never a finding. Raises ConfigError
+    should have provided it), never a finding. An adapter's ``WORLD_CERTIFY`` runs
+    (:class:`distcheck.libs.targets.WorldRun`) are certified on gloo worlds of their sizes, at most
+    ``min(max_examples, run.max_examples)`` examples per property and world. Raises ConfigError
     for an unknown target name or bad counts.
     """
     from distcheck.libs.findings import label
@@ -63,6 +73,7 @@ def run_libs(targets=None, *, max_examples: int = DEFAULT_EXAMPLES, seed: int = 
         mine: list[CheckResult] = []
         for attr, contract in mod.CERTIFY:
             mine += certified_rows(f"{mod.__name__}:{attr}", contract, max_examples=max_examples, seed=seed)
+        mine += world_rows(mod, getattr(mod, "WORLD_CERTIFY", ()), max_examples=max_examples, seed=seed)
         extra_rows = getattr(mod, "extra_rows", None)
         mine += extra_rows(required=require_installed) if extra_rows is not None else []
         for row in mine:
@@ -83,13 +94,13 @@ def certified_rows(ref: str, contract: str, *, max_examples: int, seed: int) -> 
     from distcheck.libs.targets import library
     from distcheck.parallel.memory.estimators import Estimator, named_conventions
 
-    obj = import_target(ref)[0]
+    obj: Any = import_target(ref)[0]
     cert = certify(ref, contract, examples=max_examples, seed=seed, profile=PROFILE)
     command = (f"distcheck certify {ref} --contract {contract} --seed {seed} --profile {PROFILE} "
                f"--examples {max_examples}")
     rows = []
     for v in cert.verdicts:
-        extra: dict = {"contract": contract, "reproduce": v.reproduce or command}
+        extra: dict[str, Any] = {"contract": contract, "reproduce": v.reproduce or command}
         if isinstance(obj, Estimator) and v.property == "fit" and v.verdict == PASS:
             extra["conventions"] = [c.short for c in named_conventions(obj)]
         detail = (v.note or v.statement) if v.verdict == PASS else (v.failure or "")
@@ -97,4 +108,51 @@ def certified_rows(ref: str, contract: str, *, max_examples: int, seed: int) -> 
         rows.append(CheckResult(check=f"libs.{obj.name}.{v.property}", backend=backend,
                                 verdict=v.verdict, world_size=v.world_size, examples=v.examples,
                                 max_error=v.max_error, bound=v.bound, detail=detail, extra=extra))
+    return rows
+
+
+def world_rows(mod: ModuleType, runs: Sequence[WorldRun], *, max_examples: int, seed: int) -> list[CheckResult]:
+    """Certify the ``runs`` of adapter ``mod`` on gloo worlds; one row per property and world,
+    ``libs.<run.name>.<property>``, its world size in the row.
+
+    The runs of one world size share one :class:`distcheck.runners.pool.RankPool` (forked from this
+    process, the runs' ``preload`` modules imported first). A pass's detail is the property's note (or
+    statement) and where it ran, a failure's the shrunk counterexample and the reason, a skip's its reason;
+    ``extra["reproduce"]`` is the ``distcheck certify`` command of the property (its seed, profile, examples,
+    world size and options).
+    """
+    from distcheck.certify import certify
+    from distcheck.libs.targets import library
+    from distcheck.runners.pool import RankPool
+
+    rows = []
+    for ws in sorted({w for run in runs for w in run.world_sizes}):
+        mine = [run for run in runs if ws in run.world_sizes]
+        preload = tuple(dict.fromkeys(m for run in mine for m in run.preload))
+        with RankPool(ws, backend="gloo", timeout_s=max(run.timeout_s for run in mine), preload=preload) as pool:
+            for run in mine:
+                n = min(max_examples, run.max_examples)
+                rows += _world_run_rows(mod, run, pool, ws, n, seed, library(mod.DIST), certify)
+    return rows
+
+
+def _world_run_rows(mod: ModuleType, run: WorldRun, pool: Any, ws: int, n: int, seed: int, backend: str,
+                    certify: Any) -> list[CheckResult]:
+    ref = f"{mod.__name__}:{run.attr}"
+    opts = "".join(f" --option {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in run.options.items())
+    cert = certify(ref, run.contract, world=pool, examples=n, seed=seed, profile=PROFILE, options=dict(run.options),
+                   dtypes=run.dtypes, timeout_s=run.timeout_s)
+    command = (f"distcheck certify {ref} --contract {run.contract} --world-sizes {ws} --seed {seed} "
+               f"--profile {PROFILE} --examples {n}{opts}")
+    rows = []
+    for v in cert.verdicts:
+        if v.verdict == PASS:
+            detail = f"{v.note or v.statement} (world size {v.world_size}, {v.dtype})"
+        elif v.verdict == SKIP:
+            detail = v.failure or "skip"
+        else:
+            detail = f"{v.counterexample}: {v.failure}" if v.counterexample else (v.failure or "")
+        rows.append(CheckResult(check=f"libs.{run.name}.{v.property}", backend=backend, verdict=v.verdict,
+                                world_size=v.world_size, examples=v.examples, max_error=v.max_error, bound=v.bound,
+                                detail=detail, extra={"contract": run.contract, "reproduce": command}))
     return rows

@@ -13,11 +13,13 @@ input. The libraries come from the optional extra: ``pip install 'distcheck[libs
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["add_libs_parser", "run_libs_command"]
 
 
-def add_libs_parser(sub, *, seed) -> argparse.ArgumentParser:
+def add_libs_parser(sub: Any, *, seed: Callable[[str], int]) -> argparse.ArgumentParser:
     """Add the ``libs`` subcommand to ``sub`` (argparse subparsers); ``seed`` is the argument type
     ``distcheck check`` uses for ``--seed``."""
     from distcheck.libs import DEFAULT_EXAMPLES, TARGET_NAMES

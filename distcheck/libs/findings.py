@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 
+from distcheck.core.results import CheckResult
 from distcheck.runners.findings import Finding, label_findings
 
 __all__ = ["LIB_FINDINGS", "label", "versions"]
 
 _DS_SEEN = ("0.19.8",)
-_ACC_SEEN = ("1.15.0",)
+_ACC_SEEN = ("1.15.0", "1.16.0")
 _MEG_SEEN = ("0.16.1",)
 _TT_SEEN = ("0.3.0",)
 _DS_UNIT = ("DeepSpeed's estimate_zero{stage}_model_states_mem_needs_all_cold (and _all_live) prints "
@@ -170,5 +171,7 @@ def versions() -> dict[str, str]:
     return {lib: dist_version(lib) or "not installed" for lib in sorted({f.library for f in LIB_FINDINGS})}
 
 
-def label(rows):
+def label(rows: list[CheckResult]) -> list[CheckResult]:
+    """``rows`` with every FAIL a record explains labelled ``finding``
+    (:func:`distcheck.runners.findings.label_findings`)."""
     return label_findings(rows, LIB_FINDINGS, versions=versions())

@@ -24,10 +24,16 @@ UNITS = (
     ("DeepSpeed ZeRO-2 estimator", "deepspeed", "memory-estimator", ("libs.deepspeed.zero2.",)),
     ("DeepSpeed ZeRO-3 estimator", "deepspeed", "memory-estimator; memory-estimator-stages (ZeRO-2 against ZeRO-3)",
      ("libs.deepspeed.zero3.", "libs.deepspeed.zero.")),
-    ("accelerate estimate-memory, training", "accelerate", "memory-estimator; bad-input", ("libs.accelerate.",)),
+    ("DeepSpeed-Ulysses DistributedAttention (gloo, 2 and 4 ranks)", "deepspeed", "context-parallel-attention",
+     ("libs.deepspeed.ulysses.",)),
+    ("accelerate estimate-memory, training", "accelerate", "memory-estimator; bad-input",
+     ("libs.accelerate.float32.", "libs.accelerate.float16.", "libs.accelerate.training_usage.")),
     ("Megatron-core theoretical memory", "megatron-core", "memory-estimator", ("libs.megatron.theoretical_memory.",)),
     ("Megatron-core RankGenerator", "megatron-core", "rank-layout; bad-input", ("libs.megatron.rank_generator.",)),
-    ("torchtitan ParallelDims (fake backend)", "torchtitan", "rank-layout; bad-input", ("libs.torchtitan.",)),
+    ("torchtitan ParallelDims (fake backend)", "torchtitan", "rank-layout; bad-input",
+     ("libs.torchtitan.parallel_dims.",)),
+    ("torchtitan clip_grad_norm_, without and with a pp mesh (gloo, 2 ranks)", "torchtitan",
+     "training-step (layouts dp_shard=2, tp=2, pp=2)", ("libs.torchtitan.clip_grad_norm_",)),
 )
 _TARGET_OF = {"deepspeed": "deepspeed", "accelerate": "accelerate", "megatron-core": "megatron",
               "torchtitan": "torchtitan"}

@@ -7,17 +7,23 @@ e.g. ``("ZERO2", "memory-estimator")``, so that ``distcheck certify
 distcheck.libs.targets.deepspeed:ZERO2 --contract memory-estimator`` certifies one and
 ``distcheck libs`` certifies them all. A module may also have ``extra_rows(*, required)``:
 rows that are not a certification (an estimator that cannot be imported at all: a skip naming
-what to install, a FAIL when ``required``; :func:`distcheck.engine.findings.not_loaded`).
+what to install, a FAIL when ``required``; :func:`distcheck.engine.findings.not_loaded`) and
+``WORLD_CERTIFY``: :class:`WorldRun` entries, targets certified on real gloo worlds (the
+``training-step``, ``context-parallel-attention`` and ``checkpoint`` contracts), each with its row name,
+world sizes and example cap.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from importlib import import_module
 from types import ModuleType
+from typing import Any
 
+from distcheck.core.results import CheckResult
 from distcheck.engine.contracts.targets import distribution_version
 
-__all__ = ["TARGETS", "target", "installed", "dist_version", "library", "ep_placement_row"]
+__all__ = ["TARGETS", "WorldRun", "target", "installed", "dist_version", "library", "ep_placement_row"]
 
 #: target name -> adapter module (distcheck.libs.targets.<module>)
 TARGETS = {
@@ -26,6 +32,26 @@ TARGETS = {
     "megatron": "megatron",
     "torchtitan": "torchtitan",
 }
+
+
+@dataclass(frozen=True)
+class WorldRun:
+    """A target of an adapter module certified on real worlds (``distcheck libs`` opens gloo pools of
+    ``world_sizes`` ranks): ``attr`` the module-level target, ``contract`` its contract, ``name`` the rows'
+    ``libs.<name>.<property>``, ``max_examples`` the cap on Hypothesis examples per property and world (every
+    example is a run of every rank), ``options`` the contract's options, ``dtypes`` (None: the contract's),
+    ``timeout_s`` the seconds one example may take, ``preload`` the modules the pool's parent imports before
+    forking its ranks (each rank would otherwise import them itself)."""
+
+    attr: str
+    contract: str
+    name: str
+    world_sizes: tuple[int, ...] = (2,)
+    max_examples: int = 3
+    options: dict[str, Any] = field(default_factory=dict)
+    dtypes: tuple[str, ...] | None = None
+    timeout_s: float = 300.0
+    preload: tuple[str, ...] = ()
 
 
 def target(name: str) -> ModuleType:
@@ -42,6 +68,7 @@ def dist_version(dist: str) -> str | None:
 
 
 def installed(dist: str) -> bool:
+    """Whether distribution ``dist`` is installed."""
     return dist_version(dist) is not None
 
 
@@ -50,7 +77,8 @@ def library(dist: str) -> str:
     return f"{dist} {dist_version(dist) or 'not installed'}"
 
 
-def ep_placement_row(check: str, backend: str, got, *, tp: int, data: int, ep: int, call: str):
+def ep_placement_row(check: str, backend: str, got: list[list[int]], *, tp: int, data: int, ep: int,
+                     call: str) -> CheckResult:
     """The row naming which expert-parallel placement a library's ep groups ``got`` follow.
 
     ``got`` are the groups the library builds (``call``, shown in the detail) for one stage of ``tp * data``
@@ -58,7 +86,7 @@ def ep_placement_row(check: str, backend: str, got, *, tp: int, data: int, ep: i
     :func:`distcheck.parallel.layout.ep_placements` at the same degrees (chosen so that the placements differ). A pass
     names the one it matches (``extra["conventions"]``) and the other, with both groups; a FAIL when it matches
     none, or when the degrees do not tell the placements apart."""
-    from distcheck.core.results import FAIL, PASS, CheckResult
+    from distcheck.core.results import FAIL, PASS
     from distcheck.parallel.layout import ep_placements
     from distcheck.parallel.layout.contracts import canonical
 

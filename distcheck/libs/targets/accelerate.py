@@ -19,7 +19,9 @@ signature, refusing every call, cannot read as "refuses bad input").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 from distcheck.parallel.layout.contracts import Probe, ProbeSet
 from distcheck.parallel.memory.estimators import Estimator
@@ -30,20 +32,20 @@ DIST = "accelerate"
 TITLE = "accelerate estimate-memory, training with Adam"
 
 
-def _components(dtype: str, p: int, n: int, o) -> dict:
+def _components(dtype: str, p: int, n: int, o: Mapping[str, Any]) -> dict[str, int]:
     from accelerate.commands.estimate import estimate_training_usage
 
     c = estimate_training_usage(4 * p, dtype)
     return {"weights": c["model"], "grads": c["gradients"], "optimizer": c["optimizer"], "step": c["step"]}
 
 
-def _total(dtype: str, p: int, n: int, o) -> int:
+def _total(dtype: str, p: int, n: int, o: Mapping[str, Any]) -> int:
     from accelerate.commands.estimate import estimate_training_usage
 
     return max(estimate_training_usage(4 * p, dtype).values())  # the column estimate_command prints
 
 
-def _printed(dtype: str, p: int, n: int, o) -> str:
+def _printed(dtype: str, p: int, n: int, o: Mapping[str, Any]) -> str:
     from accelerate.utils import convert_bytes
 
     return convert_bytes(_total(dtype, p, n, o))

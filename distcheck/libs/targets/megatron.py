@@ -23,6 +23,7 @@ not import (never a finding: :func:`distcheck.engine.findings.not_loaded`).
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from distcheck.core.vocab import Axis
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
@@ -47,7 +48,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _with_ep(base: dict):
+def _with_ep(base: dict[str, Any]) -> Any:
     from hypothesis import strategies as st
 
     # expert tp (etp) and ep split the tp*cp*dp ranks of a stage: etp*ep must divide them
@@ -56,7 +57,7 @@ def _with_ep(base: dict):
         lambda etp: st.sampled_from(_divisors(ranks // etp)).map(lambda ep: dict(base, etp=etp, ep=ep)))
 
 
-def _configs():
+def _configs() -> Any:
     from hypothesis import strategies as st
 
     base = st.fixed_dictionaries({"tp": st.integers(1, 4), "cp": st.integers(1, 3), "dp": st.integers(1, 4),

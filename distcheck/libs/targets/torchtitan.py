@@ -11,14 +11,36 @@ data-parallel group (``batch``), with :class:`distcheck.parallel.layout.Parallel
 
     distcheck certify distcheck.libs.targets.torchtitan:PARALLEL_DIMS --contract rank-layout
     distcheck certify distcheck.libs.targets.torchtitan:BAD_INPUT --contract bad-input
+
+``CLIP_GRAD_NORM`` (training-step contract, on gloo worlds): torch's composition
+(:func:`distcheck.parallel.step.plans.fsdp2_tp`: FSDP2 over the dp axes, torchtitan's Llama tensor-parallel
+plan over tp, pipeline stages under pp) stepped with torchtitan's own
+``torchtitan.distributed.utils.clip_grad_norm_(parameters, max_norm, foreach=True, pp_mesh=...)``, called as
+torchtitan's trainer calls it: ``pp_mesh`` is the mesh's pp dimension under pipeline parallelism and None
+without it (``parallel_dims.get_optional_mesh("pp")``). The contract holds the reported norm to the global
+norm (replicated parameters counted once) and the clipped gradients, parameters and AdamW state to the
+single-device float64 step. ``distcheck libs`` certifies it at world size 2 under three pinned layouts,
+``dp_shard=2`` and ``tp=2`` (no pp mesh: the norm is a DTensor over the FSDP2 shards, or over the tp shards
+with the norms' weights replicated) and ``pp=2`` (the pp mesh: each stage's norm summed over the pipeline,
+pytorch/torchtitan#596); at world size 4 every composition is drawn::
+
+    distcheck certify distcheck.libs.targets.torchtitan:CLIP_GRAD_NORM --contract training-step --world-sizes 2 \
+        --option layout=pp=2
 """
 
 from __future__ import annotations
 
-from distcheck.core.vocab import Axis
-from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
+from typing import Any
 
-__all__ = ["DIST", "TITLE", "CERTIFY", "PARALLEL_DIMS", "BAD_INPUT", "extra_rows"]
+from distcheck.core.results import CheckResult
+from distcheck.core.vocab import Axis
+from distcheck.libs.targets import WorldRun
+from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
+from distcheck.parallel.step.hooks import StepInfo, StepTarget
+from distcheck.parallel.step.plans import fsdp2_tp
+
+__all__ = ["DIST", "TITLE", "CERTIFY", "WORLD_CERTIFY", "PARALLEL_DIMS", "BAD_INPUT", "CLIP_GRAD_NORM",
+           "titan_clip_grad_norm", "extra_rows"]
 
 DIST = "torchtitan"
 TITLE = "torchtitan ParallelDims"
@@ -28,11 +50,11 @@ MAX_WORLD = 16
 DEGREES = (Axis.DP_REPLICATE.value, Axis.DP_SHARD.value, Axis.CP.value, Axis.TP.value, Axis.PP.value)
 
 
-def _world(c: dict) -> int:
+def _world(c: dict[str, int]) -> int:
     return c[Axis.DP_REPLICATE] * c[Axis.DP_SHARD] * c[Axis.CP] * c[Axis.TP] * c[Axis.PP]
 
 
-def _with_ep(c: dict):
+def _with_ep(c: dict[str, int]) -> Any:
     from hypothesis import strategies as st
 
     host = c[Axis.DP_SHARD] * c[Axis.CP] * c[Axis.TP]
@@ -41,14 +63,14 @@ def _with_ep(c: dict):
         lambda t: dict(c, ep=t[0], dp_shard=-1 if t[1] else c[Axis.DP_SHARD], world_size=_world(c)))
 
 
-def _configs():
+def _configs() -> Any:
     from hypothesis import strategies as st
 
     base = st.fixed_dictionaries({k: st.integers(1, 4 if k == Axis.DP_SHARD else 2) for k in DEGREES})
     return base.filter(lambda c: _world(c) <= MAX_WORLD).flatmap(_with_ep)
 
 
-def _rank_groups(ctx, cfg):
+def _rank_groups(ctx: Any, cfg: dict[str, int]) -> dict[str, list[int]]:
     import logging
 
     from torchtitan.distributed.parallel_dims import ParallelDims
@@ -60,24 +82,24 @@ def _rank_groups(ctx, cfg):
     return {name: [int(r) for r in mesh.mesh.flatten().tolist()] for name, mesh in dims._single_axis_meshes.items()}
 
 
-def _groups(cfg: dict) -> dict:
+def _groups(cfg: dict[str, int]) -> dict[str, list[list[int]]]:
     from distcheck.runners.fake import run_fake
 
     world = cfg["world_size"]
-    seen: dict[str, set] = {}
+    seen: dict[str, set[tuple[int, ...]]] = {}
     for rank in range(world):
         for name, group in run_fake(_rank_groups, cfg, world_size=world, rank=rank).items():
             seen.setdefault(name, set()).add(tuple(sorted(group)))
     return {name: [list(g) for g in groups] for name, groups in seen.items()}
 
 
-def _order(cfg: dict) -> str:
+def _order(cfg: dict[str, int]) -> str:
     from distcheck.parallel.layout import TORCHTITAN_DENSE_ORDER
 
     return f"{TORCHTITAN_DENSE_ORDER} (ep borrowed from tp-cp-dp_shard)"
 
 
-def _reference(cfg: dict) -> dict:
+def _reference(cfg: dict[str, int]) -> dict[str, list[list[int]]]:
     from distcheck.parallel.layout import ParallelConfig, TorchtitanLayout, derive_degree, groups, torchtitan_layout
 
     kw = {k: v for k, v in cfg.items() if k != "world_size"}
@@ -108,11 +130,37 @@ BAD_INPUT = ProbeSet("torchtitan.parallel_dims", DIST, _PD_IMPORT, (
     Probe("dp_shard=2 in a world of 2", _PD.format(1, 2, 1, 1, 2) + ".dp_shard"),
 ))
 
+
+
+def titan_clip_grad_norm(parameters: Any, max_norm: float, info: StepInfo) -> Any:
+    """The step's clipping hook: ``torchtitan.distributed.utils.clip_grad_norm_`` as torchtitan's trainer calls
+    it (``foreach=True``; ``pp_mesh`` the mesh's pp dimension when pp > 1, else None). Returns its norm."""
+    from torchtitan.distributed.utils import clip_grad_norm_
+
+    pp_mesh = info.mesh["pp"] if info.layout.pp > 1 else None
+    return clip_grad_norm_(list(parameters), max_norm, foreach=True, pp_mesh=pp_mesh)
+
+
+#: torch's composition stepped with torchtitan's clip_grad_norm_ (training-step contract)
+CLIP_GRAD_NORM = StepTarget(fsdp2_tp, clip_grad_norm=titan_clip_grad_norm)
+
 #: the targets of this module and the contract each is certified under
 CERTIFY = (("PARALLEL_DIMS", "rank-layout"), ("BAD_INPUT", "bad-input"))
+#: the targets certified on gloo worlds of 2 ranks: clip_grad_norm_ without a pp mesh (FSDP2 shards; tp shards with
+#: tp-replicated norms) and with one (two pipeline stages)
+_STEP_PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor.parallel", "torch.distributed.pipelining",
+                 "torchtitan.distributed.utils")
+WORLD_CERTIFY = (
+    WorldRun("CLIP_GRAD_NORM", "training-step", "torchtitan.clip_grad_norm_fsdp", world_sizes=(2,),
+             max_examples=3, options={"layout": "dp_shard=2"}, preload=_STEP_PRELOAD),
+    WorldRun("CLIP_GRAD_NORM", "training-step", "torchtitan.clip_grad_norm_tp", world_sizes=(2,),
+             max_examples=3, options={"layout": "tp=2"}, preload=_STEP_PRELOAD),
+    WorldRun("CLIP_GRAD_NORM", "training-step", "torchtitan.clip_grad_norm_pp", world_sizes=(2,), max_examples=3,
+             options={"layout": "pp=2"}, preload=_STEP_PRELOAD),
+)
 
 
-def extra_rows(*, required: bool = False) -> list:
+def extra_rows(*, required: bool = False) -> list[CheckResult]:
     """``libs.torchtitan.parallel_dims.ep_placement``: the expert-parallel placement torchtitan follows, named
     (:func:`distcheck.libs.targets.ep_placement_row`), from ``ParallelDims`` of a 4-rank world with
     dp_shard = tp = ep = 2 built on the fake backend (``required`` is unused: the library is installed here)."""

@@ -6,9 +6,10 @@ Llama 3 Herd of Models", §3.3.2), cp the world size. Attention is causal on the
 scaled by 1/sqrt(e), query head h reading KV head h // (H / Hkv).
 
 * ``ALL_GATHER_ATTENTION``: Llama 3's context parallelism (§3.3.2): K and V all-gathered
-  (``all_gather_into_tensor``), the rank's queries attend the whole sequence with the mask on the
-  gathered keys' global positions; the backward reduce-scatters dK and dV (``reduce_scatter_tensor``,
-  an ``autograd.Function``: the collectives are not differentiable).
+  (``all_gather_single``; ``all_gather_into_tensor`` where torch lacks it, deprecated in 2.13), the rank's
+  queries attend the whole sequence with the mask on the gathered keys' global positions; the backward
+  reduce-scatters dK and dV (``reduce_scatter_single``, or ``reduce_scatter_tensor``; an
+  ``autograd.Function``: the collectives are not differentiable).
 * ``ULYSSES_ATTENTION``: DeepSpeed-Ulysses (Jacobs et al. 2023, §3.1): ``all_to_all_single`` of q, k, v
   from sequence shards to head shards (rank r: query heads [r H/cp, (r+1) H/cp) and KV heads
   [r Hkv/cp, (r+1) Hkv/cp)), attention on the whole sequence, and the output's all-to-all back; the
@@ -72,7 +73,8 @@ def _function():
         def forward(ctx, x):
             n = dist.get_world_size()
             out = x.new_empty((n * x.shape[0], *x.shape[1:]))  # the shards stacked on dim 0, rank order
-            dist.all_gather_into_tensor(out, x.contiguous())
+            # torch 2.13 renames all_gather_into_tensor (deprecated, a FutureWarning) to all_gather_single
+            (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, x.contiguous())
             return out.reshape(n, *x.shape).movedim(0, 2).reshape(x.shape[0], x.shape[1], n * x.shape[2], x.shape[3])
 
         @staticmethod
@@ -80,7 +82,8 @@ def _function():
             n = dist.get_world_size()
             b, h, nl, e = g.shape
             got = g.new_empty((b, h, nl // n, e))
-            dist.reduce_scatter_tensor(got, g.reshape(b, h, n, nl // n, e).movedim(2, 0).reshape(n * b, h, nl // n, e))
+            reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+            reduce_scatter(got, g.reshape(b, h, n, nl // n, e).movedim(2, 0).reshape(n * b, h, nl // n, e))
             return got
 
     def seq_to_heads(x):

@@ -38,7 +38,7 @@ import numpy as np
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_bool, check_divides, check_positive_int, check_type
-from distcheck.core.vocab import Collective, ContextParallel, names
+from distcheck.core.vocab import Collective, ContextParallel, PointToPoint, names
 from distcheck.parallel.cp import reference as ref
 
 __all__ = ["RING_PASS", "VARIANTS", "check_ulysses", "check_shards", "ring_attention", "ring_attention_backward",
@@ -46,7 +46,7 @@ __all__ = ["RING_PASS", "VARIANTS", "check_ulysses", "check_shards", "ring_atten
            "ring_step", "all_gather_step", "ulysses_step", "sent_bytes", "to_head_shards"]
 
 #: the log name of one ring pass: every rank sends one block to the next (torch.distributed's send/recv)
-RING_PASS = "send_recv"
+RING_PASS = PointToPoint.SEND_RECV
 #: the three ways of splitting attention over cp ranks: K/V rotated, K/V all-gathered, heads all-to-all
 VARIANTS = names(ContextParallel)
 
