@@ -9,6 +9,8 @@ ep.residual.dropped_not_passed       a token whose choices are all dropped      
                                      returns 0 instead of itself
 ep.router.softmax_over_all           ``topk_then_softmax`` gates taken from the  ep.layer.forward
                                      softmax over all experts
+ep.combine.experts_permuted          the combine reading expert e + 1's outputs  ep.layer.forward
+                                     for expert e's slots
 ep.backward.experts_permuted         the input gradients of expert e's slots     ep.layer.backward
                                      returned as expert e + 1's
 ep.capacity.global_batch             capacity from the global batch (ep T_r      ep.tokens.conserved
@@ -27,7 +29,8 @@ from distcheck.engine.mutants import mutant
 from distcheck.parallel.ep import reference as ref
 
 __all__ = ["ep_combine_weights_twice", "ep_residual_dropped_not_passed", "ep_router_softmax_over_all",
-           "ep_backward_experts_permuted", "ep_capacity_global_batch", "ep_aux_loss_local_batch"]
+           "ep_combine_experts_permuted", "ep_backward_experts_permuted", "ep_capacity_global_batch",
+           "ep_aux_loss_local_batch"]
 
 
 def _split(y, ep):
@@ -74,6 +77,16 @@ def ep_router_softmax_over_all(x_shards, wg, w1_shards, w2_shards, *, k=2, capac
                                router=Router.SOFTMAX_THEN_TOPK, log=log)
     _, aux = ref.ep_moe_layer(x_shards, wg, w1_shards, w2_shards, k=k, capacity_factor=capacity_factor, router=router)
     return outs, aux
+
+
+@mutant("ep.combine.experts_permuted", "ep.layer.forward")
+def ep_combine_experts_permuted(x_shards, wg, w1_shards, w2_shards, *, k=2, capacity_factor=1.0,
+                                router=Router.TOPK_THEN_SOFTMAX, log=None):
+    """The combine all-to-all's blocks put back one expert off: expert e's slots read expert e + 1's outputs."""
+    def combine(x, r, back):
+        return ref._combine(x, r, np.roll(back, -1, axis=1))
+
+    return _forward_with(x_shards, wg, w1_shards, w2_shards, k, capacity_factor, router, log, combine)
 
 
 @mutant("ep.backward.experts_permuted", "ep.layer.backward")
