@@ -85,3 +85,19 @@ def test_example_certified_on_four_ranks():
     with warnings.catch_warnings(), RankPool(world_size=4, backend="gloo", timeout_s=120) as pool:
         warnings.simplefilter("ignore")
         certify("examples.my_moe:make", "moe-layer", pool=pool, seed=0, examples=8).assert_certified()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world", [2, 4])
+def test_check_rows_on_gloo(world):
+    pytest.importorskip("torch")
+    from distcheck.certify.runs import contract_rows
+    from distcheck.parallel.ep.checks import CERTIFY
+    from distcheck.runners import RankPool
+
+    with warnings.catch_warnings(), RankPool(world_size=world, backend="gloo", timeout_s=120) as pool:
+        warnings.simplefilter("ignore")
+        rows = {r.check: r for r in contract_rows(pool, CERTIFY, examples=4)}
+    props = ("forward", "grads", "tokens", "aux_loss", "all_to_all.forward", "all_to_all.backward")
+    assert set(rows) == {f"ep.all_to_all.{p}[{dt}]" for p in props for dt in ("float64", "float32")}
+    assert {r.verdict for r in rows.values()} == {"pass"}, [r.detail for r in rows.values() if r.verdict != "pass"]
