@@ -28,7 +28,8 @@ these conventions as options:
 * ``router_grad`` ``summed`` (the router's gradient summed over the ranks, the single device's) or ``local``
   (this rank's tokens' share, left to data parallelism's all-reduce as fairscale and DeepSpeed leave it);
 * ``capacity_factor``: a fixed factor (``"1"``), or empty to draw it from {1/2, 1, 3/2, 2};
-  ``tokens_multiple_of_experts``: every rank holds a multiple of E tokens (fairscale asserts it).
+  ``tokens_multiple_of_experts``: every rank holds a multiple of E tokens (fairscale asserts it); ``k``: a fixed
+  top-k (0: drawn from 1 and 2; fairscale's ``Top2Gate`` is 2); ``local_experts``: E/ep fixed (0: drawn from 1, 2).
 
 Cases (:func:`moe_cases`): entries multiples of 1/4, a token's logits ``±a_e + d`` with distinct integers
 ``a_e`` and ``|d| <= 1/4``, so no two logits of a token tie (top-k is the same in any implementation) and
@@ -93,16 +94,18 @@ ITEMSIZE = {"float64": 8, "float32": 4}
 
 
 def moe_cases(ep: int, *, capacity_factor: float | None = None, tokens_multiple_of_experts: bool = False,
-              max_local_experts: int = 2) -> SearchStrategy[EPMoECase]:
+              max_local_experts: int = 2, k: int = 0, local_experts: int = 0) -> SearchStrategy[EPMoECase]:
     """:class:`~distcheck.parallel.ep.strategies.EPMoECase` examples on ``ep`` ranks with tie-free logits (module
-    doc): h, f in 1..2, 1 or 2 tokens per rank (or 1 or 2 multiples of E), E = ep * (1 .. max_local_experts)."""
+    doc): h, f in 1..2, 1 or 2 tokens per rank (or 1 or 2 multiples of E), E = ep * (1 .. max_local_experts), top-k
+    with k drawn from 1..2 (``k`` > 0: that k, E at least k); ``local_experts`` > 0 fixes E/ep."""
 
     @st.composite
     def draw(d: Any) -> EPMoECase:
-        E = ep * d(st.integers(1, max_local_experts))
+        least = max(1, -(-k // ep))
+        E = ep * (max(local_experts, least) if local_experts else d(st.integers(least, max(max_local_experts, least))))
         n = E * d(st.integers(1, 2)) if tokens_multiple_of_experts else d(st.integers(1, 2))
         h, f = d(st.integers(1, 2)), d(st.integers(1, 2))
-        k = d(st.integers(1, min(2, E)))
+        kk = k if k > 0 else d(st.integers(1, min(2, E)))
         T = ep * n
 
         def q(shape: tuple[int, ...], lo: int, hi: int) -> np.ndarray:
@@ -117,7 +120,7 @@ def moe_cases(ep: int, *, capacity_factor: float | None = None, tokens_multiple_
         cf = capacity_factor if capacity_factor is not None else d(st.sampled_from(_FACTORS))
         router = d(st.sampled_from(names(Router)))
         return EPMoECase(x=x, wg=wg, w1=q((E, h, f), -8, 8), w2=q((E, f, h), -8, 8), dout=q((T, h), -8, 8), ep=ep,
-                         k=k, capacity_factor=cf, router=router)
+                         k=kk, capacity_factor=cf, router=router)
 
     return draw()
 
@@ -230,6 +233,8 @@ class MoELayerContract(Contract):
                ROUTER_GRADS),
         Option("capacity_factor", "", str, "a fixed capacity factor (empty: drawn from 0.5, 1, 1.5, 2)"),
         Option("tokens_multiple_of_experts", False, bool, "every rank holds a multiple of E tokens"),
+        Option("k", 0, int, "a fixed top-k (0: drawn from 1 and 2)", min_value=0, max_value=2),
+        Option("local_experts", 0, int, "experts per rank, fixed (0: drawn from 1 and 2)", min_value=0, max_value=4),
     )
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
@@ -242,7 +247,8 @@ class MoELayerContract(Contract):
 
     def cases(self, world_size: int, dtype: str, options: dict) -> SearchStrategy[EPMoECase]:
         return moe_cases(world_size, capacity_factor=_factor(options),
-                         tokens_multiple_of_experts=bool(options["tokens_multiple_of_experts"]))
+                         tokens_multiple_of_experts=bool(options["tokens_multiple_of_experts"]), k=int(options["k"]),
+                         local_experts=int(options["local_experts"]))
 
     def run_rank(self, ctx: RankContext, target: Target, case: EPMoECase, dtype: str, options: dict) -> dict:
         import torch

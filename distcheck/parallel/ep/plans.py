@@ -24,7 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["all_to_all_moe", "ALL_TO_ALL_MOE", "all_to_all_function"]
+__all__ = ["all_to_all_moe", "ALL_TO_ALL_MOE", "all_to_all_function", "fairscale_moe", "FAIRSCALE_MOE",
+           "FAIRSCALE_OPTIONS"]
+
+#: the moe-layer options that name fairscale 0.4's conventions (``fairscale/nn/moe/top2gate.py``, ``moe_layer.py``)
+FAIRSCALE_OPTIONS = {"k": 2, "residual": False, "renormalise": True, "aux_scope": "per_rank",
+                     "aux_counts": "first_choice", "aux_scale": "1/E", "router_grad": "local", "capacity_factor": "1",
+                     "tokens_multiple_of_experts": True}
 
 _FUNCTIONS: list[Any] = []
 
@@ -131,3 +137,48 @@ def all_to_all_moe(ctx: Any, spec: Any) -> Any:
 
 
 ALL_TO_ALL_MOE = all_to_all_moe
+
+
+def fairscale_moe(ctx: Any, spec: Any) -> Any:
+    """fairscale's ``MOELayer(Top2Gate(h, E), experts)`` on the world group, the contract's weights loaded: the
+    gate's ``wg.weight`` is ``wg`` transposed (E, h); each local expert ``relu(x @ w1) @ w2`` is a module of its
+    own. ``layer(x)`` feeds (T/ep, 1, h) (fairscale wants (s, t, m)) and returns the output with ``moe.l_aux``;
+    ``grads()`` reads the gate's and the experts' gradients (the gate's left local: fairscale leaves it to DDP).
+    Run with :data:`FAIRSCALE_OPTIONS` (its conventions); ``k`` must be 2 (``Top2Gate``)."""
+    import torch
+    from fairscale.nn.moe import MOELayer, Top2Gate
+
+    class Expert(torch.nn.Module):
+        def __init__(self, w1: torch.Tensor, w2: torch.Tensor) -> None:
+            super().__init__()
+            self.w1, self.w2 = torch.nn.Parameter(w1.clone()), torch.nn.Parameter(w2.clone())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x @ self.w1) @ self.w2
+
+    class Layer:
+        def __init__(self) -> None:
+            h, E = spec.wg.shape
+            gate = Top2Gate(h, E).to(dtype=spec.dtype, device=spec.device)
+            with torch.no_grad():
+                gate.wg.weight.copy_(spec.wg.T)
+            self.experts = [Expert(spec.w1[i], spec.w2[i]) for i in range(spec.w1.shape[0])]
+            self.gate = gate
+            self.moe = MOELayer(gate, torch.nn.ModuleList(self.experts))
+
+        def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out = self.moe(x[:, None, :])
+            return out.reshape(x.shape), self.moe.l_aux
+
+        def grads(self) -> dict[str, torch.Tensor | None]:
+            g = self.gate.wg.weight.grad
+            w1 = [e.w1.grad for e in self.experts if e.w1.grad is not None]
+            w2 = [e.w2.grad for e in self.experts if e.w2.grad is not None]
+            n = len(self.experts)
+            return {"wg": None if g is None else g.T, "w1": torch.stack(w1) if len(w1) == n else None,
+                    "w2": torch.stack(w2) if len(w2) == n else None}
+
+    return Layer()
+
+
+FAIRSCALE_MOE = fairscale_moe
