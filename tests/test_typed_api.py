@@ -26,6 +26,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.engine",
     "distcheck.parallel.activations",
     "distcheck.parallel.comm",
+    "distcheck.parallel.ep",
     "distcheck.parallel.layout",
     "distcheck.parallel.memory",
     "distcheck.parallel.params",
