@@ -17,7 +17,8 @@ from tests.package_checks import assert_mutant_killed, assert_property_holds
 
 PROPERTIES = ["ep.layer.forward", "ep.layer.backward", "ep.tokens.conserved", "ep.aux_loss"]
 MUTANTS = ["ep.combine.weights_twice", "ep.residual.dropped_not_passed", "ep.router.softmax_over_all",
-           "ep.backward.experts_permuted", "ep.capacity.global_batch", "ep.aux_loss.local_batch"]
+           "ep.combine.experts_permuted", "ep.backward.experts_permuted", "ep.capacity.global_batch",
+           "ep.aux_loss.local_batch"]
 
 
 def test_discovered_and_lazy_public_names():

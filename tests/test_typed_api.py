@@ -29,6 +29,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.checkpoint",
     "distcheck.parallel.comm",
     "distcheck.parallel.dp",
+    "distcheck.parallel.ep",
     "distcheck.parallel.layout",
     "distcheck.parallel.memory",
     "distcheck.parallel.params",

@@ -22,6 +22,8 @@ token), capacity_factor, capacity (C, slots per expert and group), h (hidden siz
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
 from distcheck.core.closed_form import ClosedForm, Input, register
@@ -66,12 +68,12 @@ _buf = (ep - 1) / ep * E * C * h * B
 _SHAPE = (_V, _h, _L, _Ld, _A, _m, _fe, _fd, _E, _S, _tied)
 
 
-def _form(name, expr, inputs, unit, source, description, constraints=()):
+def _form(name: Any, expr: Any, inputs: Any, unit: Any, source: Any, description: Any, constraints: Any = ()) -> Any:
     return register(ClosedForm(name=name, expr=expr, inputs=inputs, unit=unit, source=source,
                                description=description, constraints=constraints))
 
 
-def _params(experts):
+def _params(experts: Any) -> Any:
     return (V * h * (2 - tied) + h + L * (A + 2 * h) + Ld * m * h * fd
             + (L - Ld) * (h * E + (experts + S) * m * h * fe))
 

@@ -24,6 +24,7 @@ Two published configurations (their ``config.json`` on the Hugging Face hub, and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_positive_int
@@ -126,7 +127,7 @@ def param_tensors(cfg: MoEConfig, *, active: bool = False) -> dict[str, tuple[in
 
 def param_counts(cfg: MoEConfig) -> tuple[int, int]:
     """``(total, active)`` parameters: the sums of :func:`param_tensors`' shapes."""
-    def count(tensors):
+    def count(tensors: Any) -> Any:
         total = 0
         for shape in tensors.values():
             n = 1

@@ -4,6 +4,8 @@ capacity factor of 1 and k = E the buffer holds exactly the k T choices of the r
 
 from __future__ import annotations
 
+from typing import Any
+
 from distcheck.core.vocab import Collective
 from distcheck.engine.catalogue import get
 from distcheck.engine.proofs import proof, zero
@@ -12,7 +14,7 @@ __all__ = ["all_to_alls_are_comm_all_to_all"]
 
 
 @proof("proof.ep.all_to_alls_are_comm_all_to_all")
-def all_to_alls_are_comm_all_to_all():
+def all_to_alls_are_comm_all_to_all() -> Any:
     """ep.{dispatch,combine}.bytes_per_rank.{forward,backward} == comm.bytes_per_rank.all_to_all at
     S = E C h B, n = ep; and E ep.capacity == k T at capacity_factor = 1 and k = E (no slot padded)."""
     comm = get(f"comm.bytes_per_rank.{Collective.ALL_TO_ALL}")

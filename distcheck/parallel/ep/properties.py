@@ -30,6 +30,7 @@ of each evaluation is at most gamma_{T + E + 4}).
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -44,29 +45,29 @@ from distcheck.parallel.ep import strategies as ds
 __all__ = ["layer_forward", "layer_backward", "tokens_conserved", "aux_loss_matches"]
 
 
-def _ref():
+def _ref() -> Any:
     from distcheck.parallel.ep import reference
 
     return reference
 
 
-def _args(case):
+def _args(case: Any) -> Any:
     r = _ref()
     return (np.split(case.x, case.ep), case.wg, r.expert_shards(case.w1, case.ep), r.expert_shards(case.w2, case.ep))
 
 
-def _kw(case):
+def _kw(case: Any) -> Any:
     return dict(k=case.k, capacity_factor=case.capacity_factor, router=case.router)
 
 
-def _shards(got, ep, what):
+def _shards(got: Any, ep: Any, what: Any) -> Any:
     if not isinstance(got, (list, tuple)) or len(got) != ep:
         raise PropertyFailure(f"{what} must be one array per rank (ep={ep})", expected=ep,
                               got=len(got) if isinstance(got, (list, tuple)) else type(got).__name__)
     return np.concatenate([np.asarray(a, dtype=np.float64) for a in got])
 
 
-def _check_bytes(case, log, phases, where):
+def _check_bytes(case: Any, log: Any, phases: Any, where: Any) -> Any:
     cap = _ref().expert_capacity(case.x.shape[0] // case.ep, case.wg.shape[1], case.k, case.capacity_factor)
     shape = dict(num_experts=case.wg.shape[1], capacity=cap, h=case.x.shape[1], bytes_per_element=8, ep=case.ep)
     sent = [Fraction(case.ep - 1, case.ep) * int(np.prod(sh)) * 8 for c, sh in log if c == Collective.ALL_TO_ALL]
@@ -76,7 +77,7 @@ def _check_bytes(case, log, phases, where):
         raise PropertyFailure(f"{where}: bytes per rank of the all-to-alls ({log}) vs {forms}", expected=want, got=sent)
 
 
-def layer_forward(case, *, impl=None, require_log: bool = True) -> None:
+def layer_forward(case: Any, *, impl: Any = None, require_log: bool = True) -> None:
     """``impl`` on the case's shards: every rank's output == the single-device MoE's rows, bit for bit; the
     all-to-all bytes == the closed forms (module doc)."""
     ref = _ref()
@@ -90,7 +91,7 @@ def layer_forward(case, *, impl=None, require_log: bool = True) -> None:
         _check_bytes(case, log, ("dispatch.bytes_per_rank.forward", "combine.bytes_per_rank.forward"), where)
 
 
-def layer_backward(case, *, impl=None, require_log: bool = True) -> None:
+def layer_backward(case: Any, *, impl: Any = None, require_log: bool = True) -> None:
     """``impl`` (the backward): dx, dw1, dw2 == the single-device MoE's bit for bit, dwg within the derived
     bound, the backward's all-to-all bytes == the closed forms (module doc)."""
     ref = _ref()
@@ -113,7 +114,7 @@ def layer_backward(case, *, impl=None, require_log: bool = True) -> None:
         _check_bytes(case, log, ("combine.bytes_per_rank.backward", "dispatch.bytes_per_rank.backward"), where)
 
 
-def _dz_magnitude(case) -> np.ndarray:
+def _dz_magnitude(case: Any) -> np.ndarray:
     """``sum_t |x_t| |dz_t|`` (h, E): the magnitudes of the router gradient's terms."""
     from distcheck.parallel.ep import reference as ref
 
@@ -127,7 +128,7 @@ def _dz_magnitude(case) -> np.ndarray:
     return np.abs(x).T @ np.abs(ref._router_dz(x, wg, r, dg, case.router))
 
 
-def probe(case):
+def probe(case: Any) -> Any:
     """The marker layer of ``ep.tokens.conserved`` for the case's routing features: ``(x, wg, w1, w2)`` with
     h' = h + E + 1 (features, E marker columns, a channel of ones whose router row is 0)."""
     T, h = case.x.shape
@@ -142,7 +143,7 @@ def probe(case):
     return x, wg, w1, w2
 
 
-def tokens_conserved(case, *, impl=None) -> None:
+def tokens_conserved(case: Any, *, impl: Any = None) -> None:
     """On :func:`probe`'s layer: each token's processed experts (its nonzero markers) are its top-k when
     capacity allows, else exactly the choices GShard's priority keeps per rank (module doc)."""
     ref = _ref()
@@ -171,7 +172,7 @@ def tokens_conserved(case, *, impl=None) -> None:
                               expected=np.nonzero(want[bad])[0].tolist(), got=np.nonzero(got[bad])[0].tolist())
 
 
-def aux_loss_matches(case, *, impl=None) -> None:
+def aux_loss_matches(case: Any, *, impl: Any = None) -> None:
     """The layer's aux loss == Switch/GShard's on the whole batch within ``2 gamma_{T+E+4}`` relative."""
     ref = _ref()
     impl = impl or ref.ep_moe_layer
@@ -186,12 +187,12 @@ def aux_loss_matches(case, *, impl=None) -> None:
     assert_within(np.array(want), np.array(value), bound, what=f"ep={case.ep} aux loss (whole batch)")
 
 
-def _edges():
+def _edges() -> Any:
     """ep = 2 and 4 with drops (capacity factor 1/2) and without (2), both router conventions, k = 1 and 2;
     routings that differ between ranks (rank 0's tokens all to one expert); one rank."""
     rng = np.random.default_rng(3)
 
-    def case(ep, n, E, h, f, k, cf, router, skew=False):
+    def case(ep: Any, n: Any, E: Any, h: Any, f: Any, k: Any, cf: Any, router: Any, skew: Any = False) -> Any:
         x = rng.integers(-8, 9, (ep * n, h)) / 4
         wg = rng.integers(-8, 9, (h, E)) / 4
         if skew:

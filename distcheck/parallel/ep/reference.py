@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ __all__ = ["ROUTERS", "Routing", "rowdot", "softmax", "route", "expert_capacity"
 ROUTERS = names(Router)
 
 
-def rowdot(a, w) -> np.ndarray:
+def rowdot(a: Any, w: Any) -> np.ndarray:
     """``a @ w`` for a (n, p) and w (p, q), each entry summed over p in index order whatever n (row-local,
     so a token's result does not depend on the batch it is computed in)."""
     a, w = np.asarray(a, dtype=np.float64), np.asarray(w, dtype=np.float64)
@@ -68,7 +69,7 @@ def rowdot(a, w) -> np.ndarray:
     return out
 
 
-def softmax(logits) -> np.ndarray:
+def softmax(logits: Any) -> np.ndarray:
     """Row softmax of (n, m) logits, the row max subtracted first."""
     z = np.asarray(logits, dtype=np.float64)
     e = np.exp(z - z.max(axis=-1, keepdims=True))
@@ -94,7 +95,7 @@ class Routing:
         return self.slots >= 0
 
 
-def check_moe(x, wg, w1, w2, k) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def check_moe(x: Any, wg: Any, w1: Any, w2: Any, k: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The arrays as float64 and k; ConfigError naming the one whose shape is wrong (x (T, h), wg (h, E),
     w1 (E, h, f), w2 (E, f, h), 1 <= k <= E)."""
     x, wg, w1, w2 = as_array("x", x), as_array("wg", wg), as_array("w1", w1), as_array("w2", w2)
@@ -113,7 +114,7 @@ def check_moe(x, wg, w1, w2, k) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return x, wg, w1, w2, k
 
 
-def route(logits, k: int, router: str = Router.TOPK_THEN_SOFTMAX) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def route(logits: Any, k: int, router: str = Router.TOPK_THEN_SOFTMAX) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(experts, gates, probs)`` for (T, E) logits: the top-k experts (T, k) in decreasing logit order (ties
     to the lower index), their gates under ``router`` (module doc) and the full softmax (T, E)."""
     check_choice("router", router, ROUTERS)
@@ -127,7 +128,7 @@ def route(logits, k: int, router: str = Router.TOPK_THEN_SOFTMAX) -> tuple[np.nd
     return experts, gates, probs
 
 
-def expert_capacity(tokens: int, num_experts: int, k: int, capacity_factor) -> int:
+def expert_capacity(tokens: int, num_experts: int, k: int, capacity_factor: Any) -> int:
     """Slots per expert for a group of ``tokens``: ``ceil(k tokens capacity_factor / num_experts)`` (GShard
     §2.2; Switch Transformers eq. 3), the factor read exactly; ConfigError for a factor that is not > 0."""
     tokens = check_positive_int("tokens", tokens)
@@ -141,7 +142,7 @@ def expert_capacity(tokens: int, num_experts: int, k: int, capacity_factor) -> i
     return math.ceil(Fraction(k * tokens) * cf / num_experts)
 
 
-def assign_slots(experts, num_experts: int, capacity: int) -> np.ndarray:
+def assign_slots(experts: Any, num_experts: int, capacity: int) -> np.ndarray:
     """(T, k) slot of each choice in its expert's buffer of ``capacity`` slots, -1 when dropped: choice 0 of
     every token in token order first, then choice 1, ... (GShard, Algorithm 1)."""
     experts = np.asarray(experts)
@@ -156,7 +157,7 @@ def assign_slots(experts, num_experts: int, capacity: int) -> np.ndarray:
     return slots
 
 
-def aux_loss(probs, experts, num_experts: int, alpha: float = 1.0) -> float:
+def aux_loss(probs: Any, experts: Any, num_experts: int, alpha: float = 1.0) -> float:
     """``alpha E sum_e f_e P_e`` (module doc; Switch Transformers eq. 4-6): ``f_e`` the share of the T k
     choices routed to e, ``P_e`` the mean full-softmax probability of e."""
     probs, experts = np.asarray(probs, dtype=np.float64), np.asarray(experts)
@@ -164,18 +165,18 @@ def aux_loss(probs, experts, num_experts: int, alpha: float = 1.0) -> float:
     return _aux_from_sums(counts, probs.sum(axis=0), experts.size, probs.shape[0], num_experts, alpha)
 
 
-def _aux_from_sums(counts, prob_sums, choices, tokens, E, alpha) -> float:
+def _aux_from_sums(counts: Any, prob_sums: Any, choices: Any, tokens: Any, E: Any, alpha: Any) -> float:
     f = counts / choices
     P = prob_sums / tokens
     return float(alpha * E * np.sum(f * P))
 
 
-def expert_mlp(x, w1, w2) -> np.ndarray:
+def expert_mlp(x: Any, w1: Any, w2: Any) -> np.ndarray:
     """One expert on its slots: ``relu(x @ w1) @ w2`` by :func:`rowdot`; x (n, h), w1 (h, f), w2 (f, h)."""
     return rowdot(np.maximum(rowdot(x, w1), 0.0), w2)
 
 
-def _routing(x, wg, k, capacity_factor, router, groups) -> Routing:
+def _routing(x: Any, wg: Any, k: Any, capacity_factor: Any, router: Any, groups: Any) -> Routing:
     T, E = x.shape[0], wg.shape[1]
     groups = check_positive_int("groups", groups)
     if T % groups:
@@ -187,7 +188,7 @@ def _routing(x, wg, k, capacity_factor, router, groups) -> Routing:
     return Routing(experts, gates, probs, slots, cap, groups)
 
 
-def _buffers(x, r: Routing, E: int) -> np.ndarray:
+def _buffers(x: Any, r: Routing, E: int) -> np.ndarray:
     """(groups, E, C, h) dispatch buffers, zeros in the empty slots."""
     n = x.shape[0] // r.groups
     buf = np.zeros((r.groups, E, r.capacity, x.shape[1]))
@@ -196,7 +197,7 @@ def _buffers(x, r: Routing, E: int) -> np.ndarray:
     return buf
 
 
-def _combine(x, r: Routing, outs) -> np.ndarray:
+def _combine(x: Any, r: Routing, outs: Any) -> np.ndarray:
     """``x + sum_kept g_j out_j`` per token, the choices added in order; outs (groups, E, C, h)."""
     n = x.shape[0] // r.groups
     y = x.copy()
@@ -207,7 +208,8 @@ def _combine(x, r: Routing, outs) -> np.ndarray:
     return y
 
 
-def moe_layer(x, wg, w1, w2, *, k: int = 2, capacity_factor=1.0, router: str = Router.TOPK_THEN_SOFTMAX,
+def moe_layer(x: Any, wg: Any, w1: Any, w2: Any, *, k: int = 2, capacity_factor: Any = 1.0,
+              router: str = Router.TOPK_THEN_SOFTMAX,
               groups: int = 1, alpha: float = 1.0) -> tuple[np.ndarray, float, Routing]:
     """The single-device MoE layer: ``(out (T, h), aux loss, routing)`` with capacity per group of T/groups
     contiguous tokens (module doc). Raises ConfigError for shapes, k, the factor, or groups not dividing T."""
@@ -222,7 +224,7 @@ def moe_layer(x, wg, w1, w2, *, k: int = 2, capacity_factor=1.0, router: str = R
     return _combine(x, r, outs), aux_loss(r.probs, r.experts, E, alpha), r
 
 
-def expert_shards(w, ep: int) -> list[np.ndarray]:
+def expert_shards(w: Any, ep: int) -> list[np.ndarray]:
     """Rank r's experts ``w[r E/ep : (r+1) E/ep]``; ConfigError unless ep divides the expert count."""
     w = np.asarray(w, dtype=np.float64)
     ep = check_positive_int("ep", ep)
@@ -233,7 +235,7 @@ def expert_shards(w, ep: int) -> list[np.ndarray]:
     return [w[i * n:(i + 1) * n] for i in range(ep)]
 
 
-def _ep_inputs(x_shards, wg, w1_shards, w2_shards, k):
+def _ep_inputs(x_shards: Any, wg: Any, w1_shards: Any, w2_shards: Any, k: Any) -> Any:
     ep = len(x_shards)
     if ep == 0 or len(w1_shards) != ep or len(w2_shards) != ep:
         raise ConfigError("ep", ep, "x_shards, w1_shards and w2_shards must hold one entry per rank (ep >= 1)")
@@ -246,7 +248,8 @@ def _ep_inputs(x_shards, wg, w1_shards, w2_shards, k):
     return ep, x, wg, w1, w2, k
 
 
-def _ep_forward(x_shards, wg, w1_shards, w2_shards, k, capacity_factor, router, log):
+def _ep_forward(x_shards: Any, wg: Any, w1_shards: Any, w2_shards: Any, k: Any, capacity_factor: Any, router: Any,
+                log: Any) -> Any:
     ep, x, wg, w1, w2, k = _ep_inputs(x_shards, wg, w1_shards, w2_shards, k)
     E, h = wg.shape[1], x.shape[1]
     r = _routing(x, wg, k, capacity_factor, router, ep)        # each rank routes its own tokens
@@ -267,7 +270,7 @@ def _ep_forward(x_shards, wg, w1_shards, w2_shards, k, capacity_factor, router, 
     return ep, x, wg, w1, w2, r, send, back
 
 
-def ep_moe_layer(x_shards, wg, w1_shards, w2_shards, *, k: int = 2, capacity_factor=1.0,
+def ep_moe_layer(x_shards: Any, wg: Any, w1_shards: Any, w2_shards: Any, *, k: int = 2, capacity_factor: Any = 1.0,
                  router: str = Router.TOPK_THEN_SOFTMAX, alpha: float = 1.0,
                  log: list | None = None) -> tuple[list[np.ndarray], float]:
     """The expert-parallel layer on ``ep = len(x_shards)`` ranks: rank r's tokens (T/ep, h) and experts
@@ -294,7 +297,7 @@ def ep_moe_layer(x_shards, wg, w1_shards, w2_shards, *, k: int = 2, capacity_fac
 # slots' dx in choice order + dz wg^T``; ``dwg = x^T dz``.
 
 
-def _gate_grads(dout, r: Routing, outs, E):
+def _gate_grads(dout: Any, r: Routing, outs: Any, E: Any) -> Any:
     n = dout.shape[0] // r.groups
     dg = np.zeros(r.gates.shape)
     dy = np.zeros((r.groups, E, r.capacity, dout.shape[1]))
@@ -305,13 +308,13 @@ def _gate_grads(dout, r: Routing, outs, E):
     return dg, dy
 
 
-def _expert_backward(xs, w1, w2, dy):
+def _expert_backward(xs: Any, w1: Any, w2: Any, dy: Any) -> Any:
     a = rowdot(xs, w1)
     da = rowdot(dy, w2.T) * (a > 0)
     return rowdot(da, w1.T), rowdot(xs.T, da), rowdot(np.maximum(a, 0.0).T, dy)
 
 
-def _router_dz(x, wg, r: Routing, dg, router):
+def _router_dz(x: Any, wg: Any, r: Routing, dg: Any, router: Any) -> Any:
     z = rowdot(x, wg)
     if router == Router.SOFTMAX_THEN_TOPK:
         dp = np.zeros(z.shape)
@@ -323,7 +326,7 @@ def _router_dz(x, wg, r: Routing, dg, router):
     return dz
 
 
-def _token_dx(dout, r: Routing, dxs):
+def _token_dx(dout: Any, r: Routing, dxs: Any) -> Any:
     """``dout + sum_kept dx_slot`` per token in choice order; dxs (groups, E, C, h)."""
     n = dout.shape[0] // r.groups
     dx = dout.copy()
@@ -334,8 +337,8 @@ def _token_dx(dout, r: Routing, dxs):
     return dx
 
 
-def moe_layer_backward(x, wg, w1, w2, dout, *, k: int = 2, capacity_factor=1.0,
-                       router: str = Router.TOPK_THEN_SOFTMAX, groups: int = 1):
+def moe_layer_backward(x: Any, wg: Any, w1: Any, w2: Any, dout: Any, *, k: int = 2, capacity_factor: Any = 1.0,
+                       router: str = Router.TOPK_THEN_SOFTMAX, groups: int = 1) -> Any:
     """``(dx, dwg, dw1, dw2)`` of ``sum(out * dout)`` for :func:`moe_layer` (shapes of x, wg, w1, w2)."""
     x, wg, w1, w2, k = check_moe(x, wg, w1, w2, k)
     dout = _check_dout(dout, x.shape)
@@ -354,15 +357,16 @@ def moe_layer_backward(x, wg, w1, w2, dout, *, k: int = 2, capacity_factor=1.0,
     return _token_dx(dout, r, dxs) + rowdot(dz, wg.T), rowdot(x.T, dz), dw1, dw2
 
 
-def _check_dout(dout, shape):
+def _check_dout(dout: Any, shape: Any) -> Any:
     dout = as_array("dout", dout)
     if dout.shape != shape:
         raise ConfigError("dout.shape", dout.shape, f"must equal the tokens' shape {shape}")
     return dout
 
 
-def ep_moe_layer_backward(x_shards, wg, w1_shards, w2_shards, dout_shards, *, k: int = 2, capacity_factor=1.0,
-                          router: str = Router.TOPK_THEN_SOFTMAX, log: list | None = None):
+def ep_moe_layer_backward(x_shards: Any, wg: Any, w1_shards: Any, w2_shards: Any, dout_shards: Any, *, k: int = 2,
+                          capacity_factor: Any = 1.0,
+                          router: str = Router.TOPK_THEN_SOFTMAX, log: list | None = None) -> Any:
     """``(dx_shards, dwg, dw1_shards, dw2_shards)`` of :func:`ep_moe_layer`: the slot gradients go to the
     experts' ranks by an all-to-all and their input gradients come back by a second (logged, (E, C, h)
     each); ``dwg`` is the all-reduce (logged, (h, E)) of the ranks' partial router gradients, summed in rank

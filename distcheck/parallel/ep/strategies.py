@@ -11,6 +11,7 @@ Public path: :mod:`distcheck.strategies` (Hypothesis' conventions are listed the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -23,7 +24,7 @@ from distcheck.engine.strategies import defines, draw_ints
 __all__ = ["EPMoECase", "ep_moe_cases"]
 
 
-def _show(a) -> str:
+def _show(a: Any) -> str:
     return repr(np.asarray(a).tolist())
 
 
@@ -49,7 +50,8 @@ class EPMoECase:
                 f"dout={_show(self.dout)})")
 
 
-def _v(*, min_ep, max_ep, max_tokens, max_local_experts, max_h, max_ffn, max_k):
+def _v(*, min_ep: Any, max_ep: Any, max_tokens: Any, max_local_experts: Any, max_h: Any, max_ffn: Any,
+       max_k: Any) -> Any:
     check_interval("min_ep", min_ep, "max_ep", max_ep)
     check_at_least("min_ep", min_ep, 1)
     for name, value in (("max_tokens", max_tokens), ("max_local_experts", max_local_experts), ("max_h", max_h),
@@ -58,7 +60,7 @@ def _v(*, min_ep, max_ep, max_tokens, max_local_experts, max_h, max_ffn, max_k):
 
 
 @defines(_v)
-def ep_moe_cases(draw, *, min_ep: int = 1, max_ep: int = 4, max_tokens: int = 3, max_local_experts: int = 2,
+def ep_moe_cases(draw: Any, *, min_ep: int = 1, max_ep: int = 4, max_tokens: int = 3, max_local_experts: int = 2,
                  max_h: int = 2, max_ffn: int = 2, max_k: int = 2) -> EPMoECase:
     """An :class:`EPMoECase`: 1 to ``max_tokens`` tokens and experts per rank, top-k with k <= ``max_k``."""
     ep = draw(st.integers(min_ep, max_ep))
@@ -69,7 +71,7 @@ def ep_moe_cases(draw, *, min_ep: int = 1, max_ep: int = 4, max_tokens: int = 3,
     router = draw(st.sampled_from(names(_Router)))
     T = ep * n
 
-    def q(shape):
+    def q(shape: Any) -> Any:
         return draw_ints(draw, shape, 8) / 4
 
     return EPMoECase(x=q((T, h)), wg=q((h, E)), w1=q((E, h, f)), w2=q((E, f, h)), dout=q((T, h)), ep=ep, k=k,
