@@ -86,7 +86,7 @@ class DeadlockError(DistcheckError, ValueError):
         detail = "; ".join(f"rank {r} at {a} waits for {d}" for r, (a, d) in sorted(self.blocked.items()))
         super().__init__(f"deadlock: rank {self.rank} cannot run {self.action} ({detail})")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[DeadlockError], tuple[dict[int, tuple[Action, Action]]]]:
         return (type(self), (self.blocked,))
 
 

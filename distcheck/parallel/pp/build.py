@@ -8,8 +8,10 @@ overlap]`` (kind codes of :mod:`distcheck.parallel.pp.order`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.parallel.pp.order import B, F, I, W
 
@@ -23,14 +25,16 @@ def interleave(*arrays: np.ndarray) -> np.ndarray:
     return np.stack(arrays, axis=1).ravel()
 
 
-def rank_arrays(kind, stage, microbatch, overlap=None) -> list[np.ndarray]:
+def rank_arrays(kind: ArrayLike, stage: ArrayLike, microbatch: ArrayLike,
+                overlap: ArrayLike | None = None) -> list[np.ndarray]:
     """``[kind, stage, microbatch, overlap]`` with the engine's dtypes."""
     kind = np.asarray(kind, np.int8)
     return [kind, np.asarray(stage, np.int64), np.asarray(microbatch, np.int64),
             np.zeros(kind.size, bool) if overlap is None else np.asarray(overlap, bool)]
 
 
-def one_f_one_b_rank(total: int, warmup: int, fwd, bwd) -> list[np.ndarray]:
+def one_f_one_b_rank(total: int, warmup: int, fwd: Callable[..., tuple[np.ndarray, np.ndarray]],
+                     bwd: Callable[..., tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
     """One rank of a 1F1B-shaped order: ``warmup`` forwards, then (forward, backward) steps,
     then the remaining backwards. ``fwd(k)``/``bwd(k)`` map the rank's k-th forward/backward
     (an array of k) to ``(stage, microbatch)`` arrays."""
@@ -95,7 +99,7 @@ class RankBuilder:
             stage, mb = self.pending_w.popleft()
             self._single(W, stage, mb, False)
 
-    def repeat(self, n: int, pattern) -> None:
+    def repeat(self, n: int, pattern: Sequence[tuple[int, int] | tuple[int, int, bool]]) -> None:
         """``n`` times the ``pattern`` of ``(kind, stage)`` or ``(kind, stage, True)`` (the first
         member of an overlapped pair); each element takes the next micro-batch of its counter.
         Input passes made here never enter the weight-pass queue."""

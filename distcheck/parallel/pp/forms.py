@@ -40,6 +40,8 @@ DualPipeV) are in :mod:`distcheck.parallel.pp.forms_zero_bubble`, registered wit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sympy as sp
 
 from distcheck.core.closed_form import ClosedForm, Input, register
@@ -74,7 +76,8 @@ _BASE = (_P, _M, _TF, _TB)
 _INTER = (_P, _M, _V, _TF, _TB)
 
 
-def _form(name, expr, inputs, unit, source, description, constraints=()) -> ClosedForm:
+def _form(name: str, expr: sp.Expr, inputs: tuple[Input, ...], unit: str, source: str, description: str,
+          constraints: Sequence[str] = ()) -> ClosedForm:
     return register(ClosedForm(name, sp.simplify(expr), inputs, unit, source, description, tuple(constraints)))
 
 

@@ -34,6 +34,8 @@ docs/PIPELINES.md; the ``*.published*`` forms carry the regimes in their constra
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sympy as sp
 
 from distcheck.core.closed_form import ClosedForm, Input, register
@@ -72,11 +74,13 @@ _WORK = m * (t_f + t_i + t_w)
 _PER_ROUND = m / sp.Max(1, sp.floor(m / p))
 
 
-def _form(name, expr, inputs, unit, source, description, constraints=()) -> ClosedForm:
+def _form(name: str, expr: sp.Expr, inputs: Sequence[Input], unit: str, source: str, description: str,
+          constraints: Sequence[str] = ()) -> ClosedForm:
     return register(ClosedForm(name, expr, tuple(inputs), unit, source, description, tuple(constraints)))
 
 
-def _trio(schedule: str, bubble, work, inputs, source, constraints, what: str, steady=None) -> tuple[ClosedForm, ...]:
+def _trio(schedule: str, bubble: sp.Expr, work: sp.Expr, inputs: Sequence[Input], source: str,
+          constraints: Sequence[str], what: str, steady: sp.Expr | None = None) -> tuple[ClosedForm, ...]:
     """bubble_ticks, bubble_fraction and bubble_ratio of one schedule (and their .steady forms)."""
     out = [
         # builds pp.bubble_ticks.interleaved_zb, pp.bubble_ticks.zb_h1, pp.bubble_ticks.zb_h2, pp.bubble_ticks.zb_v

@@ -25,26 +25,34 @@ pp.zb_h2_as_h1               ZB-H2 served with ZB-H1's order (no extra       pp.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.vocab import Schedule
 from distcheck.engine.mutants import mutant
+
+if TYPE_CHECKING:
+    from distcheck.parallel.pp.order import Order
+    from distcheck.parallel.pp.simulator import _Units
+    from distcheck.parallel.pp.timeline import Timeline
 
 __all__ = ["bubble_ratio_as_fraction", "stash_ignores_few_microbatches", "replay_single_sweep", "order_w_before_i",
            "zb_h1_bubble_b_as_full", "order_w_deferred", "simulate_1f1b_as_gpipe", "order_zb_h2_as_h1"]
 
 
 @mutant("pp.ratio_as_fraction", "pp.bubble_fraction.formula")
-def bubble_ratio_as_fraction(schedule, p, m, v=1):
+def bubble_ratio_as_fraction(schedule: str, p: int, m: int, v: int = 1) -> Fraction:
     """(p-1)/m (idle relative to IDEAL time; (p-1)/(v m) interleaved) labelled as idle / total."""
     return Fraction(p - 1, v * m)
 
 
 @mutant("pp.stash_ignores_m", "pp.stash.formula")
-def stash_ignores_few_microbatches(schedule, p, m, v=1):
+def stash_ignores_few_microbatches(schedule: str, p: int, m: int, v: int = 1) -> int:
     """Activation stash of 1F1B taken as p micro-batches (interleaved: (v+1) p - 1 chunks) without
     the min with m (v m): too many when there are fewer micro-batches than stages (m < p)."""
     if schedule in (Schedule.GPIPE, Schedule.LOOPED_BFS):
@@ -53,7 +61,9 @@ def stash_ignores_few_microbatches(schedule, p, m, v=1):
 
 
 @mutant("pp.engine_single_sweep", "pp.engine.matches_plain_replay")
-def replay_single_sweep(order, num_stages, num_microbatches, t_f=1, t_b=2, *, t_fb=None, routes=None):
+def replay_single_sweep(order: Mapping[int, Sequence[Any]] | Sequence[Sequence[Any]], num_stages: int,
+                        num_microbatches: int, t_f: int = 1, t_b: int = 2, *, t_fb: int | None = None,
+                        routes: tuple[ArrayLike, ArrayLike] | None = None) -> Timeline:
     """The array engine stopped after one sweep up the ranks, without the sweep that proves the
     result: a backward that waits on a later rank starts too early."""
     from distcheck.parallel.pp import simulator
@@ -80,7 +90,7 @@ def replay_single_sweep(order, num_stages, num_microbatches, t_f=1, t_b=2, *, t_
     return simulator.Timeline(compiled, rank_of, start, end, units.cost, units.rank, units.paired)
 
 
-def _one_sweep(u) -> np.ndarray:
+def _one_sweep(u: _Units) -> np.ndarray:
     end = np.zeros(u.count + 1, np.int64)
     deps = np.where(u.deps >= 0, u.deps, u.count)
     incl = np.cumsum(u.cost)
@@ -91,13 +101,13 @@ def _one_sweep(u) -> np.ndarray:
     return end[:-1]
 
 
-def _reordered(o, index: np.ndarray):
+def _reordered(o: Order, index: np.ndarray) -> Order:
     return replace(o, kind=o.kind[index], stage=o.stage[index], microbatch=o.microbatch[index],
                    overlap=o.overlap[index])
 
 
 @mutant("pp.zb_w_before_i", "pp.zero_bubble.w_after_i")
-def order_w_before_i(schedule, p, m, v=None):
+def order_w_before_i(schedule: str, p: int, m: int, v: int | None = None) -> Order:
     """The schedule's order with every weight pass moved to just before its own input pass."""
     from distcheck.parallel.pp.schedules import order_arrays
 
@@ -115,14 +125,14 @@ def order_w_before_i(schedule, p, m, v=None):
 
 
 @mutant("pp.zb_b_as_full_backward", "pp.zero_bubble.bubble_formula")
-def zb_h1_bubble_b_as_full(p, t_f, t_i, t_w):
+def zb_h1_bubble_b_as_full(p: int, t_f: int, t_i: int, t_w: int) -> int:
     """ZB-H1 bubble as (p-1)(t_f + t_i - 2 t_w): DeepSeek's ZB1P formula, whose B is the FULL
     backward, fed the input-gradient cost t_i."""
     return (p - 1) * (t_f + t_i - 2 * t_w)
 
 
 @mutant("pp.zb_h1_w_deferred", "pp.zero_bubble.stash_bound")
-def order_w_deferred(schedule, p, m, v=None):
+def order_w_deferred(schedule: str, p: int, m: int, v: int | None = None) -> Order:
     """The schedule's order with every weight pass held back until the rank's input passes are done."""
     from distcheck.parallel.pp.schedules import order_arrays
 
@@ -135,7 +145,7 @@ def order_w_deferred(schedule, p, m, v=None):
 
 
 @mutant("pp.1f1b_as_gpipe", "pp.simulator.closed_forms")
-def simulate_1f1b_as_gpipe(schedule, p, m, v=1, t_f=1, t_b=2):
+def simulate_1f1b_as_gpipe(schedule: str, p: int, m: int, v: int = 1, t_f: int = 1, t_b: int = 2) -> Timeline:
     """1F1B simulated with GPipe's order (every forward before any backward): the same step time,
     but each rank stashes all m micro-batches instead of min(p, m)."""
     from distcheck.parallel.pp.reference import simulate
@@ -144,7 +154,7 @@ def simulate_1f1b_as_gpipe(schedule, p, m, v=1, t_f=1, t_b=2):
 
 
 @mutant("pp.zb_h2_as_h1", "pp.zero_bubble.closed_forms")
-def order_zb_h2_as_h1(schedule, p, m, v=None):
+def order_zb_h2_as_h1(schedule: str, p: int, m: int, v: int | None = None) -> Order:
     """ZB-H2 served with ZB-H1's order: without ZB-H2's extra warm-up forwards the bubble it removes stays."""
     from distcheck.parallel.pp.schedules import order_arrays
 

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_positive_int
@@ -103,7 +105,7 @@ def from_arrays(num_stages: int, num_microbatches: int, ranks: Sequence[Sequence
                  last_stage=None if routes is None else np.asarray(routes[1], np.int64))
 
 
-def _items(order) -> list:
+def _items(order: object) -> list:
     if isinstance(order, Mapping):
         return list(order.items())
     if isinstance(order, Sequence) and not isinstance(order, (str, bytes)):
@@ -111,7 +113,8 @@ def _items(order) -> list:
     raise ConfigError("order", type(order).__name__, "must be a dict {rank: [Action, ...]} or a list of lists")
 
 
-def compile_order(order, num_stages: int, num_microbatches: int, routes=None) -> Order:
+def compile_order(order: Mapping[int, Sequence[Any]] | Sequence[Sequence[Any]], num_stages: int, num_microbatches: int,
+                  routes: tuple[ArrayLike, ArrayLike] | None = None) -> Order:
     """Turn ``{rank: [Action | (Action, Action) | None, ...]}`` (or a list of lists) into an :class:`Order`.
 
     ``None`` entries (idle slots of a torch ``pipeline_order``) are dropped; a 2-tuple of
@@ -176,7 +179,7 @@ def _route(order: Order) -> tuple[np.ndarray, np.ndarray]:
     return first, last
 
 
-def check_order(order: Order, rank_of: np.ndarray, stage_to_rank=None
+def check_order(order: Order, rank_of: np.ndarray, stage_to_rank: Mapping[int, int] | Sequence[int] | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Check ranges, duplicates, placement and completeness of ``order``.
 

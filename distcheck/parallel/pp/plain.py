@@ -15,8 +15,10 @@ micro-batch its first and last stage (DualPipe's two directions).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from distcheck.core.errors import ConfigError
 from distcheck.parallel.pp.actions import Action, DeadlockError, Span
@@ -39,8 +41,9 @@ class PlainTimeline:
     peak_in_flight: tuple[int, ...]
 
 
-def plain_replay(order, num_stages: int, num_microbatches: int, *, t_f: int = 1, t_b: int = 2, t_i: int = 1,
-                 t_w: int = 1, t_fb: int | None = None, routes=None) -> PlainTimeline:
+def plain_replay(order: dict[int, Any] | Sequence[Sequence[Any]], num_stages: int, num_microbatches: int,
+                 *, t_f: int = 1, t_b: int = 2, t_i: int = 1, t_w: int = 1, t_fb: int | None = None,
+                 routes: tuple[Sequence[int], Sequence[int]] | None = None) -> PlainTimeline:
     """Replay ``{rank: [Action | (Action, Action), ...]}`` action by action (module docstring).
 
     Raises DeadlockError (every blocked rank, its next action and the dependency it waits

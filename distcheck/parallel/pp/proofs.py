@@ -27,7 +27,7 @@ __all__ = ["gpipe_bubble_from_schedule", "bubble_conventions", "interleaved_rati
 
 
 @proof("proof.pp.gpipe_bubble")
-def gpipe_bubble_from_schedule():
+def gpipe_bubble_from_schedule() -> tuple[bool, str]:
     """1 - busy/total of the GPipe schedule == (p-1)/(m+p-1) == pp.bubble_fraction.gpipe."""
     p, m = sp.symbols("p m", integer=True, positive=True)
     t_f, t_b = sp.symbols("t_f t_b", integer=True, positive=True)  # ticks per forward / backward
@@ -42,7 +42,7 @@ def gpipe_bubble_from_schedule():
 
 
 @proof("proof.pp.conventions")
-def bubble_conventions():
+def bubble_conventions() -> tuple[bool, str]:
     """fraction = ratio / (1 + ratio) for every schedule."""
     details = []
     ok = True
@@ -57,7 +57,7 @@ def bubble_conventions():
 
 
 @proof("proof.pp.interleaved_over_v")
-def interleaved_ratio_over_v():
+def interleaved_ratio_over_v() -> tuple[bool, str]:
     """bubble_ratio.interleaved == bubble_ratio.1f1b / v."""
     inter = get(f"pp.bubble_ratio.{Schedule.INTERLEAVED}")
     plain = get(f"pp.bubble_ratio.{Schedule.ONE_F_ONE_B}")
@@ -67,7 +67,7 @@ def interleaved_ratio_over_v():
 
 
 @proof("proof.pp.bubble_vanishes")
-def bubble_vanishes():
+def bubble_vanishes() -> tuple[bool, str]:
     """lim_{m -> oo} bubble_fraction = 0 for every schedule (taken as m = p + k, k -> oo: the
     regime m >= p where every schedule's forms hold)."""
     out = []
@@ -79,14 +79,14 @@ def bubble_vanishes():
     return all(lim == 0 for _, lim in out), ", ".join(f"{s}: {lim}" for s, lim in out)
 
 
-def _at(name: str, **values):
+def _at(name: str, **values: sp.Expr) -> sp.Expr:
     """The form's expression with some inputs replaced by expressions in shared symbols."""
     f = get(name)
     return f.expr.subs({f.symbols[k]: v for k, v in values.items()})
 
 
 @proof("proof.pp.b_readings")
-def b_readings():
+def b_readings() -> tuple[bool, str]:
     """B full at b = t_i + t_w == B input at b = t_i (1F1B, ZB-H1); 1F1B split == idle_ticks.1f1b
     at t_b = t_i + t_w; ZB-H1 == 1F1B / 3 at t_f = t_i = t_w."""
     p, t_f, t_i, t_w, t = sp.symbols("p t_f t_i t_w t", integer=True, positive=True)

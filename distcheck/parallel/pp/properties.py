@@ -9,7 +9,9 @@ Everything is exact (integer ticks, Fraction bubbles). Implementation slots:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from distcheck.core.errors import PropertyFailure
 from distcheck.core.vocab import Schedule
@@ -18,22 +20,25 @@ from distcheck.engine.registry import Property, register
 from distcheck.engine.runner import call_impl
 from distcheck.parallel.pp import strategies as ds
 
+if TYPE_CHECKING:
+    from distcheck.parallel.pp.timeline import Timeline
+
 __all__ = ["simulator_matches_closed_forms", "bubble_fraction_formula", "formula_matches_simulator", "stash_formula",
            "stash_formula_matches_simulator"]
 
 
-def _equal(what: str, expected, got, params) -> None:
+def _equal(what: str, expected: int | Fraction, got: Any, params: ds.PipelineParams) -> None:
     if Fraction(expected) != Fraction(got):
         raise PropertyFailure(f"{what} for {params}", expected=expected, got=got)
 
 
-def _simulate(*args, **kwargs):
+def _simulate(*args: Any, **kwargs: Any) -> Timeline:
     from distcheck.parallel.pp.reference import simulate
 
     return simulate(*args, **kwargs)
 
 
-def simulator_matches_closed_forms(pp, *, impl=_simulate) -> None:
+def simulator_matches_closed_forms(pp: ds.PipelineParams, *, impl: Callable[..., Timeline] = _simulate) -> None:
     """step_ticks, busy ticks per rank, bubble_fraction, bubble_ratio and the activation
     stash equal the closed forms ``pp.*.<schedule>``; the two bubble conventions
     satisfy fraction = ratio / (1 + ratio); GPipe stashes m, 1F1B at most p."""
@@ -62,7 +67,8 @@ def bubble_fraction_formula(schedule: str, p: int, m: int, v: int = 1) -> Fracti
     return Fraction(_form(f"pp.bubble_fraction.{schedule}", p=p, m=m, v=v))
 
 
-def formula_matches_simulator(pp, *, impl=bubble_fraction_formula) -> None:
+def formula_matches_simulator(pp: ds.PipelineParams, *,
+                              impl: Callable[..., Fraction] = bubble_fraction_formula) -> None:
     """A bubble-fraction formula (idle / TOTAL time) must equal the simulated fraction exactly."""
     got = call_impl("bubble_fraction", impl, pp.schedule, pp.p, pp.m, pp.v)
     tl = _simulate(pp.schedule, pp.p, pp.m, pp.v, pp.t_f, pp.t_b)
@@ -75,7 +81,7 @@ def stash_formula(schedule: str, p: int, m: int, v: int = 1) -> int:
     return int(_form(f"pp.peak_in_flight.{schedule}", p=p, m=m, v=v))
 
 
-def stash_formula_matches_simulator(pp, *, impl=stash_formula) -> None:
+def stash_formula_matches_simulator(pp: ds.PipelineParams, *, impl: Callable[..., int] = stash_formula) -> None:
     """An activation-stash formula (peak micro-batches, or chunks, in flight on the busiest
     rank) must equal the simulated peak exactly; m < p is where a formula without min(p, m) breaks."""
     got = call_impl("peak_in_flight", impl, pp.schedule, pp.p, pp.m, pp.v)
@@ -83,7 +89,7 @@ def stash_formula_matches_simulator(pp, *, impl=stash_formula) -> None:
     _equal("peak in flight of the formula vs the simulator", max(tl.peak_in_flight), got, pp)
 
 
-def _edges():
+def _edges() -> tuple[ds.PipelineParams, ...]:
     """One stage (no bubble); fewer micro-batches than stages (m < p: the stash is m, not p);
     interleaved with v m below (v + 1) p - 1; the lesson's GPipe p = 4, m = 4 (bubble 3/7); 1F1B with
     more micro-batches than stages (m > p: the stash stops at p, GPipe's would be m)."""

@@ -46,6 +46,7 @@ Beyond them a ConfigError points to the closed forms, which answer any size exac
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.vocab import Schedule
@@ -82,14 +83,14 @@ _TORCH_COMPUTE = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I", "
 _TORCH_FREE = {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"}
 
 
-def _torch_kind_name(ctype) -> str:
+def _torch_kind_name(ctype: object) -> str:
     name = getattr(ctype, "name", None)
     if isinstance(name, str):
         return name
     return str(ctype)
 
 
-def _convert_torch_action(rank: int, a, out: list, pairs: bool = False) -> None:
+def _convert_torch_action(rank: int, a: Any, out: list, pairs: bool = False) -> None:
     name = _torch_kind_name(getattr(a, "computation_type", None))
     if name in _TORCH_COMPUTE:
         try:
@@ -114,7 +115,8 @@ def _convert_torch_action(rank: int, a, out: list, pairs: bool = False) -> None:
         )
 
 
-def from_torch_actions(pipeline_order, *, pairs: bool = False) -> dict[int, list]:
+def from_torch_actions(pipeline_order: Mapping[int, Sequence[Any]] | Sequence[Sequence[Any]], *,
+                       pairs: bool = False) -> dict[int, list]:
     """Convert a ``torch.distributed.pipelining`` ``pipeline_order`` to :func:`replay`'s format.
 
     Torch is not imported: each entry is duck-typed through its

@@ -124,7 +124,7 @@ def _one_f_one_b(p: int, m: int) -> Order:
 def _interleaved(p: int, m: int, v: int) -> Order:
     """Megatron-LM's interleaved 1F1B: micro-batches in groups of p, chunk by chunk (backwards
     walk the chunks in reverse); rank r warms up with min(2 (p - r - 1) + (v - 1) p, v m) forwards."""
-    def split(k, forward, r):
+    def split(k: np.ndarray, forward: bool, r: int) -> tuple[np.ndarray, np.ndarray]:
         group, within = np.divmod(k, p * v)
         chunk = within // p if forward else v - 1 - within // p
         return chunk * p + r, group * p + within % p

@@ -29,9 +29,12 @@ by the property ``pp.engine.matches_plain_replay``.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_positive_int
@@ -210,7 +213,8 @@ def _list_schedule(u: _Units, order: Order, deps: np.ndarray) -> np.ndarray:
     return np.asarray(end, np.int64)
 
 
-def _raise_deadlock(u: _Units, order: Order, deps: np.ndarray, end: np.ndarray, pos, offsets) -> None:
+def _raise_deadlock(u: _Units, order: Order, deps: np.ndarray, end: np.ndarray, pos: np.ndarray,
+                    offsets: np.ndarray) -> None:
     done = end >= 0 if u.unit_of is None else (end >= 0)[u.unit_of]
     blocked = {}
     for r in range(order.num_ranks):
@@ -226,7 +230,8 @@ def _raise_deadlock(u: _Units, order: Order, deps: np.ndarray, end: np.ndarray, 
     raise DeadlockError(blocked)
 
 
-def run(order: Order, costs: Costs, *, stage_to_rank=None, engine: str = "sweeps") -> Timeline:
+def run(order: Order, costs: Costs, *, stage_to_rank: Mapping[int, int] | Sequence[int] | None = None,
+        engine: str = "sweeps") -> Timeline:
     """Simulate ``order`` under ``costs`` and return its :class:`~distcheck.parallel.pp.timeline.Timeline`.
 
     ``engine`` is ``"sweeps"`` (the default; see the module docstring) or ``"list"`` (plain
@@ -260,9 +265,10 @@ def run(order: Order, costs: Costs, *, stage_to_rank=None, engine: str = "sweeps
 
 
 
-def replay(order, num_stages: int, num_microbatches: int, t_f: int = 1, t_b: int = 2, t_i: int | None = None,
-           t_w: int | None = None, stage_to_rank=None, *, t_fb: int | None = None, routes=None,
-           engine: str = "sweeps") -> Timeline:
+def replay(order: Order | Mapping[int, Sequence[Any]] | Sequence[Sequence[Any]], num_stages: int,
+           num_microbatches: int, t_f: int = 1, t_b: int = 2, t_i: int | None = None, t_w: int | None = None,
+           stage_to_rank: Mapping[int, int] | Sequence[int] | None = None, *, t_fb: int | None = None,
+           routes: tuple[ArrayLike, ArrayLike] | None = None, engine: str = "sweeps") -> Timeline:
     """Run a per-rank action order and return its :class:`~distcheck.parallel.pp.timeline.Timeline`.
 
     Each rank runs its list in order; an action starts at ``max(time the rank is free, time

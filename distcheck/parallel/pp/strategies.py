@@ -7,6 +7,7 @@ Public path: :mod:`distcheck.strategies` (Hypothesis' conventions are listed the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -43,12 +44,13 @@ class PipelineParams:
         return dict(schedule=self.schedule, p=self.p, m=self.m, v=self.v, t_f=self.t_f, t_b=self.t_b)
 
 
-def _interleaved_stages(min_stages, max_stages, min_microbatches, max_microbatches) -> list[int]:
+def _interleaved_stages(min_stages: int, max_stages: int, min_microbatches: int, max_microbatches: int) -> list[int]:
     return [p for p in range(min_stages, max_stages + 1) if -(-min_microbatches // p) * p <= max_microbatches]
 
 
-def _v_pipeline_params(*, schedules, min_stages, max_stages, min_microbatches, max_microbatches, min_v, max_v,
-                       min_t_f, max_t_f, min_t_b, max_t_b):
+def _v_pipeline_params(*, schedules: Sequence[str], min_stages: int, max_stages: int, min_microbatches: int,
+                       max_microbatches: int, min_v: int, max_v: int,
+                       min_t_f: int, max_t_f: int, min_t_b: int, max_t_b: int) -> None:
     chosen = check_subset("schedules", schedules, SCHEDULES)
     check_interval("min_stages", min_stages, "max_stages", max_stages)
     check_interval("min_microbatches", min_microbatches, "max_microbatches", max_microbatches)
@@ -66,7 +68,7 @@ def _v_pipeline_params(*, schedules, min_stages, max_stages, min_microbatches, m
 
 @defines(_v_pipeline_params)
 def pipeline_params(
-    draw,
+    draw: st.DrawFn,
     *,
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES,
     min_stages: int = 1, max_stages: int = 8,
@@ -116,7 +118,7 @@ class ZeroBubbleCase:
     t_fb: int | None = None
 
 
-def _v_zero_bubble_cases(*, schedules, max_stages, max_cost):
+def _v_zero_bubble_cases(*, schedules: Sequence[str], max_stages: int, max_cost: int) -> None:
     check_subset("schedules", schedules, ZB_SCHEDULES)
     check_interval("min_stages", 1, "max_stages", max_stages)
     check_interval("min_cost", 1, "max_cost", max_cost)
@@ -125,7 +127,7 @@ def _v_zero_bubble_cases(*, schedules, max_stages, max_cost):
 
 
 @defines(_v_zero_bubble_cases)
-def zero_bubble_cases(draw, *, schedules: tuple[str, ...] = ZB_SCHEDULES, max_stages: int = 6,
+def zero_bubble_cases(draw: st.DrawFn, *, schedules: tuple[str, ...] = ZB_SCHEDULES, max_stages: int = 6,
                       max_cost: int = 4) -> ZeroBubbleCase:
     """A :class:`ZeroBubbleCase` inside its closed forms' constraints
     (:mod:`distcheck.parallel.pp.forms_zero_bubble`): m >= p for ZB-H1 and interleaved ZB
@@ -139,7 +141,8 @@ def zero_bubble_cases(draw, *, schedules: tuple[str, ...] = ZB_SCHEDULES, max_st
         m = 2 * draw(st.integers(p, 3 * p))
     else:
         p = draw(st.integers(1, max_stages))
-        lo = {Schedule.ZB_H1: p, Schedule.INTERLEAVED_ZB: p, Schedule.ZB_H2: 2 * p - 1}.get(s, 2 * p)
+        least: dict[str, int] = {Schedule.ZB_H1: p, Schedule.INTERLEAVED_ZB: p, Schedule.ZB_H2: 2 * p - 1}
+        lo = least.get(s, 2 * p)
         m = draw(st.integers(lo, lo + 3 * p))
     if s == Schedule.INTERLEAVED_ZB:
         rounds = max(1, m // p)
@@ -170,13 +173,13 @@ class OrderCase:
     split: bool
 
 
-def _v_order_cases(*, max_stages, max_swaps):
+def _v_order_cases(*, max_stages: int, max_swaps: int) -> None:
     check_interval("min_stages", 1, "max_stages", max_stages)
     check_interval("min_swaps", 0, "max_swaps", max_swaps, at_least=0)
 
 
 @defines(_v_order_cases)
-def order_cases(draw, *, max_stages: int = 5, max_swaps: int = 3) -> OrderCase:
+def order_cases(draw: st.DrawFn, *, max_stages: int = 5, max_swaps: int = 3) -> OrderCase:
     """An :class:`OrderCase` of any schedule of :data:`distcheck.parallel.pp.SCHEDULES` (its own
     constraints on p and m), costs t_f in [1, 3] and an even t_b in [2, 6]. Swapped orders
     may deadlock: that is part of what they test."""
@@ -184,9 +187,10 @@ def order_cases(draw, *, max_stages: int = 5, max_swaps: int = 3) -> OrderCase:
     p = draw(st.integers(1, max_stages))
     if s == Schedule.DUALPIPE:
         p += p % 2
-    v = {Schedule.INTERLEAVED: draw(st.integers(2, 3)), Schedule.LOOPED_BFS: draw(st.integers(1, 3)),
-         Schedule.INTERLEAVED_ZB: draw(st.integers(1, 3))}.get(s, 2 if s in (Schedule.ZB_V, Schedule.DUALPIPE,
-                                                                            Schedule.DUALPIPEV) else 1)
+    chunks: dict[str, int] = {Schedule.INTERLEAVED: draw(st.integers(2, 3)),
+                              Schedule.LOOPED_BFS: draw(st.integers(1, 3)),
+                              Schedule.INTERLEAVED_ZB: draw(st.integers(1, 3))}
+    v = chunks.get(s, 2 if s in (Schedule.ZB_V, Schedule.DUALPIPE, Schedule.DUALPIPEV) else 1)
     if s == Schedule.INTERLEAVED:
         m = p * draw(st.integers(1, 3))
     elif s in (Schedule.DUALPIPE, Schedule.DUALPIPEV):

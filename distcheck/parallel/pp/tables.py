@@ -15,8 +15,8 @@ functions only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypedDict
+from collections.abc import Iterable, Sequence
+from typing import Any, TypedDict
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.results import FAIL, PASS, SKIP, CheckResult
@@ -26,6 +26,7 @@ from distcheck.parallel.pp.actions import DeadlockError
 from distcheck.parallel.pp.reference import from_torch_actions
 from distcheck.parallel.pp.schedules import placement, schedule_order, simulate
 from distcheck.parallel.pp.simulator import replay
+from distcheck.parallel.pp.timeline import Timeline
 
 __all__ = ["TORCH_SCHEDULES", "torch_table", "table_timeline", "check_table", "run_table_checks"]
 
@@ -53,14 +54,14 @@ class ReplayCosts(TypedDict):
 COSTS: ReplayCosts = {"t_f": 1, "t_b": 2, "t_i": 1, "t_w": 1, "t_fb": 3}
 
 
-def _schedule_class(name: str):
+def _schedule_class(name: str) -> type:
     from torch.distributed.pipelining import schedules
 
     check_choice("schedule", name, tuple(TORCH_SCHEDULES))
     return getattr(schedules, name)
 
 
-def torch_table(schedule: str, p: int, m: int, v: int | None = None):
+def torch_table(schedule: str, p: int, m: int, v: int | None = None) -> list[list[Any]]:
     """The schedule's ``pipeline_order`` for ``p`` ranks and ``m`` micro-batches, built without a
     process group: ``list[list[_Action | None]]`` (index = rank). ``v`` defaults to the
     schedule's stages per rank (:data:`TORCH_SCHEDULES`). Raises what torch raises for shapes
@@ -74,13 +75,13 @@ def torch_table(schedule: str, p: int, m: int, v: int | None = None):
     return get_schedule_ops(cls, p, m, num_stages_per_rank=v)
 
 
-def _replay_table(schedule: str, table, p: int, m: int):
+def _replay_table(schedule: str, table: list[list[Any]], p: int, m: int) -> tuple[dict[int, list], Timeline]:
     sim, v = TORCH_SCHEDULES[schedule]
     order = from_torch_actions(table, pairs=True)
     return order, replay(order, v * p, m, stage_to_rank=placement(sim, p, v).tolist(), **COSTS)
 
 
-def table_timeline(schedule: str, p: int, m: int):
+def table_timeline(schedule: str, p: int, m: int) -> Timeline:
     """The simulator's timeline of torch's table (the lesson's costs)."""
     return _replay_table(schedule, torch_table(schedule, p, m), p, m)[1]
 
@@ -94,7 +95,7 @@ def _first_difference(ours: dict, theirs: dict) -> str:
     return ""
 
 
-def _names(units) -> str:
+def _names(units: Iterable[object]) -> str:
     return "[" + ", ".join("&".join(str(a) for a in u) if isinstance(u, tuple) else str(u) for u in units) + "]"
 
 

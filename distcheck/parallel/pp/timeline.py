@@ -17,6 +17,7 @@ import numpy as np
 
 from distcheck.core.errors import ConfigError
 from distcheck.parallel.pp.actions import KINDS, MAX_GRID_CELLS, Action, Span
+from distcheck.parallel.pp.order import Order
 
 __all__ = ["Timeline"]
 
@@ -54,8 +55,8 @@ class Timeline:
     Two timelines are equal when their sizes, figures and spans are equal.
     """
 
-    def __init__(self, order, rank_of: np.ndarray, start: np.ndarray, end: np.ndarray, unit_cost: np.ndarray,
-                 unit_rank: np.ndarray, unit_paired: np.ndarray | None = None):
+    def __init__(self, order: Order, rank_of: np.ndarray, start: np.ndarray, end: np.ndarray, unit_cost: np.ndarray,
+                 unit_rank: np.ndarray, unit_paired: np.ndarray | None = None) -> None:
         p = order.num_ranks
         self.order = order
         self.rank_of, self.start, self.end = rank_of, start, end
@@ -165,7 +166,7 @@ class Timeline:
                 text += f".{stages[rank].index(a.stage)}"
             return text
 
-        def label(rank: int, cell) -> str:
+        def label(rank: int, cell: Action | tuple[Action, ...] | None) -> str:
             if cell is None:
                 return "."
             return "+".join(one(rank, a) for a in cell) if isinstance(cell, tuple) else one(rank, cell)
