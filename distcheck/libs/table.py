@@ -27,7 +27,9 @@ UNITS = (
     ("accelerate estimate-memory, training", "accelerate", "memory-estimator; bad-input", ("libs.accelerate.",)),
     ("Megatron-core theoretical memory", "megatron-core", "memory-estimator", ("libs.megatron.theoretical_memory.",)),
     ("Megatron-core RankGenerator", "megatron-core", "rank-layout; bad-input", ("libs.megatron.rank_generator.",)),
-    ("torchtitan ParallelDims (fake backend)", "torchtitan", "rank-layout; bad-input", ("libs.torchtitan.",)),
+    ("torchtitan ParallelDims (fake backend)", "torchtitan", "rank-layout; bad-input",
+     ("libs.torchtitan.parallel_dims.",)),
+    ("torchtitan CheckpointManager (gloo, CPU)", "torchtitan", "checkpoint", ("libs.torchtitan.checkpoint_manager.",)),
 )
 _TARGET_OF = {"deepspeed": "deepspeed", "accelerate": "accelerate", "megatron-core": "megatron",
               "torchtitan": "torchtitan"}
