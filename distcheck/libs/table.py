@@ -34,6 +34,7 @@ UNITS = (
      ("libs.torchtitan.parallel_dims.",)),
     ("torchtitan clip_grad_norm_, without and with a pp mesh (gloo, 2 ranks)", "torchtitan",
      "training-step (layouts dp_shard=2, tp=2, pp=2)", ("libs.torchtitan.clip_grad_norm_",)),
+    ("torchtitan CheckpointManager (gloo, CPU)", "torchtitan", "checkpoint", ("libs.torchtitan.checkpoint_manager.",)),
 )
 _TARGET_OF = {"deepspeed": "deepspeed", "accelerate": "accelerate", "megatron-core": "megatron",
               "torchtitan": "torchtitan"}

@@ -1,4 +1,5 @@
-"""torchtitan's ``ParallelDims`` (rank-layout and bad-input contracts, through the fake backend).
+"""torchtitan's ``ParallelDims`` (rank-layout and bad-input contracts, through the fake backend) and its
+``CheckpointManager`` (checkpoint contract, on gloo worlds).
 
 ``torchtitan.distributed.parallel_dims.ParallelDims(dp_replicate, dp_shard, cp, tp, pp, ep,
 world_size).build_mesh()`` builds the meshes every rank uses. The adapter draws degrees
@@ -26,6 +27,23 @@ pytorch/torchtitan#596); at world size 4 every composition is drawn::
 
     distcheck certify distcheck.libs.targets.torchtitan:CLIP_GRAD_NORM --contract training-step --world-sizes 2 \
         --option layout=pp=2
+
+Checkpoint manager: ``CHECKPOINT_MANAGER`` is ``torchtitan.components.checkpoint.CheckpointManager`` as a
+target of the ``checkpoint`` contract (:mod:`distcheck.parallel.checkpoint.contracts`), on real gloo worlds
+(CPU): every rank builds a manager with ``CheckpointManager.Config(enable=True, folder="checkpoint",
+interval=1, keep_latest_k=0, async_mode="disabled", last_save_model_only=False)``, ``base_folder`` the
+contract's shared folder, ``model_parts`` one part whose state is the contract's model state dict
+(``get_state_dict``'s FQN keys: ``ModelWrapper`` calls only ``state_dict()`` and ``load_state_dict(sd,
+strict=False)`` on a part), ``optimizers`` a Stateful holding torch's FQN-keyed optimizer state dict,
+``dataloader`` and ``lr_schedulers`` None, ``states={}``, ``sd_adapter=None``. ``save`` is
+``manager.save(curr_step=STEP)`` (``dcp.save`` of the flattened state into ``checkpoint/step-2``) and
+``load`` a fresh manager's ``load()``: it finds the latest ``step-N`` folder holding a ``.metadata``,
+``dcp.load``s into the flattened state and calls the model wrapper's ``load_state_dict``. Covered: the
+manager's flattening, step folders, step discovery and load policy over FSDP2 / tp / replicated layouts
+resharded at 2 ranks; not covered: torchtitan's ``OptimizersContainer`` (its own flattening of optimizer
+state; the contract's optimizer is torch's Adam), async saves and Hugging Face formats.
+
+    distcheck certify distcheck.libs.targets.torchtitan:CHECKPOINT_MANAGER --contract checkpoint
 """
 
 from __future__ import annotations
@@ -40,7 +58,8 @@ from distcheck.parallel.step.hooks import StepInfo, StepTarget
 from distcheck.parallel.step.plans import fsdp2_tp
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "WORLD_CERTIFY", "PARALLEL_DIMS", "BAD_INPUT", "CLIP_GRAD_NORM",
-           "titan_clip_grad_norm", "extra_rows"]
+           "titan_clip_grad_norm", "CHECKPOINT_MANAGER",
+           "TorchtitanCheckpointManager", "extra_rows"]
 
 DIST = "torchtitan"
 TITLE = "torchtitan ParallelDims"
@@ -145,7 +164,7 @@ def titan_clip_grad_norm(parameters: Any, max_norm: float, info: StepInfo) -> An
 CLIP_GRAD_NORM = StepTarget(fsdp2_tp, clip_grad_norm=titan_clip_grad_norm)
 
 #: the targets of this module and the contract each is certified under
-CERTIFY = (("PARALLEL_DIMS", "rank-layout"), ("BAD_INPUT", "bad-input"))
+CERTIFY = (("PARALLEL_DIMS", "rank-layout"), ("BAD_INPUT", "bad-input"), ("CHECKPOINT_MANAGER", "checkpoint"))
 #: the targets certified on gloo worlds of 2 ranks: clip_grad_norm_ without a pp mesh (FSDP2 shards; tp shards with
 #: tp-replicated norms) and with one (two pipeline stages)
 _STEP_PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor.parallel", "torch.distributed.pipelining",
@@ -171,3 +190,95 @@ def extra_rows(*, required: bool = False) -> list[CheckResult]:
     call = "ParallelDims(dp_replicate=1, dp_shard=2, cp=1, tp=2, pp=1, ep=2, world_size=4).build_mesh()['ep']"
     return [ep_placement_row("libs.torchtitan.parallel_dims.ep_placement", library(DIST), _groups(cfg)[Axis.EP.value],
                              tp=2, data=2, ep=2, call=call)]
+
+
+class _ModelPart:
+    """The model part handed to torchtitan's ``ModelWrapper``: ``state_dict()`` is the contract's model state
+    (its tensors, so that ``dcp.load`` fills them in place) and ``load_state_dict(sd, strict=False)``, which
+    the manager calls after ``dcp.load``, copies the model keys of the flattened dict back into it."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.state
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
+        for k in self.state:
+            if k in state_dict:
+                self.state[k] = state_dict[k]
+
+
+class _OptimizerState:
+    """The ``optimizers`` Stateful handed to the manager: torch's FQN-keyed optimizer state dict of the contract
+    (``get_state_dict``'s ``optim``), loaded in place by ``dcp.load`` and written back by ``load_state_dict``."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.state.update(state_dict)
+
+
+class TorchtitanCheckpointManager:
+    """torchtitan's ``CheckpointManager`` as a target of the ``checkpoint`` contract (section "checkpoint
+    manager" of the module doc). ``save(state, path)`` and ``load(state, path)`` take the contract's state
+    ``{"model": ..., "optim": ...}`` and a folder every rank names alike; :data:`STEP` is the step saved."""
+
+    name = "torchtitan.checkpoint_manager"
+    distribution = DIST
+    #: the manager's ``checkpoint.exclude_from_loading`` (none: every state is restored)
+    exclude_from_loading: tuple[str, ...] = ()
+
+    @classmethod
+    def _manager(cls, state: dict[str, Any], path: str) -> Any:
+        import logging
+
+        from torch.nn import Module
+        from torchtitan.components.checkpoint import CheckpointManager
+
+        logging.getLogger("torchtitan").setLevel(logging.ERROR)
+        part = _ModelPart(state["model"])
+        # ModelWrapper accepts an nn.Module or a list of them; it calls only state_dict / load_state_dict
+        part_module: Module = part  # type: ignore[assignment]
+        config = CheckpointManager.Config(enable=True, folder=FOLDER, interval=1, keep_latest_k=0,
+                                          async_mode="disabled", last_save_model_only=False,
+                                          initial_load_model_only=False,
+                                          exclude_from_loading=list(cls.exclude_from_loading))
+        return CheckpointManager(config, dataloader=None, model_parts=[part_module],
+                                 optimizers=_OptimizerState(state["optim"]), lr_schedulers=None,
+                                 states={}, sd_adapter=None, base_folder=path)
+
+    @classmethod
+    def save(cls, state: dict[str, Any], path: str) -> None:
+        """``CheckpointManager(...).save(curr_step=STEP)``: ``dcp.save`` of the flattened state into
+        ``<path>/checkpoint/step-<STEP>``. RuntimeError when the manager reports that it saved nothing."""
+        manager = cls._manager(state, path)
+        try:
+            if not manager.save(curr_step=STEP):
+                raise RuntimeError(f"torchtitan CheckpointManager.save(curr_step={STEP}) saved nothing")
+        finally:
+            manager.close()
+
+    @classmethod
+    def load(cls, state: dict[str, Any], path: str) -> None:
+        """``CheckpointManager(...).load()`` (the latest step found under ``<path>/checkpoint``): ``dcp.load``
+        into the flattened state, then the model part's ``load_state_dict``. RuntimeError when the manager
+        reports that it found no checkpoint."""
+        manager = cls._manager(state, path)
+        try:
+            if not manager.load():
+                raise RuntimeError(f"torchtitan CheckpointManager.load() found no checkpoint under {path}/{FOLDER}")
+        finally:
+            manager.close()
+
+
+#: the manager's ``checkpoint.folder``, under the contract's folder
+FOLDER = "checkpoint"
+#: the step saved (not 0: a step-0 checkpoint is loaded model-only, by design of the manager)
+STEP = 2
+#: the target ``distcheck.libs.targets.torchtitan:CHECKPOINT_MANAGER``
+CHECKPOINT_MANAGER = TorchtitanCheckpointManager
