@@ -34,6 +34,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.tp",
     "distcheck.parallel.sp",
     "distcheck.parallel.dp",
+    "distcheck.parallel.pp",
 )
 
 
