@@ -35,6 +35,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.sp",
     "distcheck.parallel.dp",
     "distcheck.parallel.pp",
+    "distcheck.viz",
 )
 
 
