@@ -36,6 +36,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.dp",
     "distcheck.parallel.pp",
     "distcheck.viz",
+    "distcheck.reportdoc",
 )
 
 
