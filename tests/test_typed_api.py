@@ -33,11 +33,14 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.layout",
     "distcheck.parallel.memory",
     "distcheck.parallel.params",
+    "distcheck.parallel.pp",
     "distcheck.parallel.sp",
     "distcheck.parallel.step",
     "distcheck.parallel.tp",
     "distcheck.parallel.zero",
+    "distcheck.reportdoc",
     "distcheck.runners",
+    "distcheck.viz",
 )
 
 

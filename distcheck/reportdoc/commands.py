@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from distcheck.reportdoc.document import ReportFiles, Table, write_report
+
+if TYPE_CHECKING:
+    from distcheck.audit.report import AuditResult
 
 __all__ = ["write_check_report", "write_audit_report", "audit_tables"]
 
@@ -20,7 +24,7 @@ def write_check_report(directory: str | Path, results: Sequence, *, seconds: flo
     return write_report(directory, title, results=results, notes=[summary, *notes], summary=summary)
 
 
-def _number(value, unit: str) -> str:
+def _number(value: object, unit: str) -> str:
     if value is None:
         return "-"
     if isinstance(value, list):
@@ -30,7 +34,7 @@ def _number(value, unit: str) -> str:
     return f"{text} {unit}".strip()
 
 
-def audit_tables(results) -> list[Table]:
+def audit_tables(results: AuditResult | Sequence[AuditResult]) -> list[Table]:
     """One claims table per answer key, and its consistency checks when it has any.
 
     Built from ``distcheck.audit.to_json`` (the audit's public JSON), so the
@@ -53,7 +57,8 @@ def audit_tables(results) -> list[Table]:
     return tables
 
 
-def write_audit_report(directory: str | Path, results, *, title: str = "distcheck audit") -> ReportFiles:
+def write_audit_report(directory: str | Path, results: AuditResult | Sequence[AuditResult], *,
+                       title: str = "distcheck audit") -> ReportFiles:
     """Every audited key's claims and checks (:func:`audit_tables`)."""
     from distcheck import audit
 

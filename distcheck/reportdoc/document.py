@@ -35,6 +35,10 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.outputs import write_folder
@@ -102,14 +106,14 @@ def _slug(text: str) -> str:
     return slug[:60] or "figure"
 
 
-def figure_image(fig, caption: str, name: str | None = None, *, dpi: int = 110) -> FigureImage:
+def figure_image(fig: Figure, caption: str, name: str | None = None, *, dpi: int = 110) -> FigureImage:
     """Render a matplotlib figure to a :class:`FigureImage` (PNG at ``dpi``)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     return FigureImage(caption=caption, name=_slug(name or caption), png=buf.getvalue())
 
 
-def _fmt_err(x) -> str:
+def _fmt_err(x: float | None) -> str:
     return "-" if x is None else f"{x:.1e}"
 
 

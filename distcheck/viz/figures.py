@@ -6,8 +6,16 @@ import io
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from distcheck.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from distcheck.parallel.layout import ParallelConfig
+    from distcheck.parallel.pp import Timeline
 
 __all__ = [
     "MAX_GANTT_CELLS", "MAX_DIAGRAM_RANKS", "KIND_COLOURS", "require_matplotlib", "pipeline_gantt", "memory_bars",
@@ -28,7 +36,7 @@ _GROUP_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#93786
                   "#CCB974", "#64B5CD")
 
 
-def require_matplotlib():
+def require_matplotlib() -> ModuleType:
     """Import and return matplotlib, or raise ConfigError saying how to install it."""
     try:
         import matplotlib
@@ -38,18 +46,18 @@ def require_matplotlib():
     return matplotlib
 
 
-def _new_figure(width: float, height: float):
+def _new_figure(width: float, height: float) -> Figure:
     require_matplotlib()
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _pct(q) -> str:
+def _pct(q: int | float | Fraction) -> str:
     return f"{float(q) * 100:.1f}%"
 
 
-def _frac(q) -> str:
+def _frac(q: int | Fraction | str) -> str:
     q = Fraction(q)
     return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
 
@@ -57,7 +65,7 @@ def _frac(q) -> str:
 # ----------------------------------------------------------------------------------------------- Gantt
 
 
-def pipeline_gantt(timeline, *, name: str = "", labels: bool | None = None):
+def pipeline_gantt(timeline: Timeline, *, name: str = "", labels: bool | None = None) -> Figure:
     """A Gantt chart of a pipeline timeline: one row per rank (stage), one column per tick.
 
     Each action is one rectangle spanning its ticks (forward, backward, and the
@@ -138,8 +146,9 @@ def pipeline_gantt(timeline, *, name: str = "", labels: bool | None = None):
 # ----------------------------------------------------------------------------------------------- memory
 
 
-def memory_bars(bars: Sequence[tuple[str, Mapping[str, int | Fraction | None]]], capacity_bytes, *, usable_bytes=None,
-                highlight: int | None = None, title: str = "", groups: Sequence[tuple[str, int]] = ()):
+def memory_bars(bars: Sequence[tuple[str, Mapping[str, int | Fraction | None]]], capacity_bytes: int | float, *,
+                usable_bytes: int | float | None = None,
+                highlight: int | None = None, title: str = "", groups: Sequence[tuple[str, int]] = ()) -> Figure:
     """Stacked bars of memory per GPU (GB = 1e9 bytes) with the GPU's capacity line.
 
     Args:
@@ -211,7 +220,7 @@ def memory_bars(bars: Sequence[tuple[str, Mapping[str, int | Fraction | None]]],
 # ----------------------------------------------------------------------------------------------- layout
 
 
-def layout_diagram(cfg):
+def layout_diagram(cfg: ParallelConfig) -> Figure:
     """The rank groups of each parallel axis of a :class:`distcheck.parallel.layout.ParallelConfig`.
 
     One panel per axis of degree > 1 (tp, cp, pp, dp, in that order; one panel
@@ -282,7 +291,7 @@ def layout_diagram(cfg):
 # ----------------------------------------------------------------------------------------------- save
 
 
-def save_figure(fig, path: str | Path, *, dpi: int = 110) -> Path:
+def save_figure(fig: Figure, path: str | Path, *, dpi: int = 110) -> Path:
     """Write ``fig`` to ``path`` (``.png`` or ``.svg``) atomically; return the path.
 
     SVG keeps text as text and a fixed hash salt, so the same figure gives the

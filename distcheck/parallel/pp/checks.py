@@ -29,15 +29,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from distcheck.core.errors import ConfigError, DistributedError
 from distcheck.core.results import FAIL, PASS, SKIP, CheckResult
 from distcheck.core.validate import check_choice, check_positive_int
 from distcheck.engine.drivers import describe_failure
+from distcheck.engine.world import RankContext, World
 from distcheck.parallel.pp.actions import Action, DeadlockError
 from distcheck.parallel.pp.schedules import placement, simulate
 from distcheck.parallel.pp.simulator import replay
 from distcheck.parallel.pp.tables import COSTS, TORCH_SCHEDULES, _schedule_class, check_table, run_table_checks
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["STAGE", "PRELOAD", "SCHEDULES", "world_rows", "world_free_rows", "pipeline_rank", "schedule_step",
            "default_pipeline_examples", "run_pipelining_checks", "check_table", "run_table_checks"]
@@ -55,12 +60,13 @@ def world_free_rows() -> list[CheckResult]:
     return run_table_checks()
 
 
-def world_rows(world, *, timeout_s: float = 120.0) -> list[CheckResult]:
+def world_rows(world: World, *, timeout_s: float = 120.0) -> list[CheckResult]:
     """The grads, executed-order and executed-timeline rows of every schedule on ``world``."""
     return run_pipelining_checks(world, tables=False)
 
 
-def _row(check, backend, world_size, ok, detail, *, max_error=None, bound=0.0) -> CheckResult:
+def _row(check: str, backend: str, world_size: int, ok: bool, detail: str, *, max_error: float | None = None,
+         bound: float | None = 0.0) -> CheckResult:
     return CheckResult(check, backend, PASS if ok else FAIL, world_size, 1, max_error=max_error, bound=bound,
                        detail=detail)
 
@@ -68,7 +74,7 @@ def _row(check, backend, world_size, ok, detail, *, max_error=None, bound=0.0) -
 # --------------------------------------------------------------------------- the rank function
 
 
-def _blocks(num_stages: int, d: int, seed: int):
+def _blocks(num_stages: int, d: int, seed: int) -> list[torch.nn.Sequential]:
     import torch
     from torch import nn
 
@@ -83,25 +89,25 @@ def _blocks(num_stages: int, d: int, seed: int):
     return blocks
 
 
-def _sum_sq_loss(y, t):
+def _sum_sq_loss(y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return 0.5 * (y - t).pow(2).sum()
 
 
-def _record(stage, log: list) -> None:
+def _record(stage: Any, log: list) -> None:
     """Wrap a stage's compute methods so each call appends (kind, stage, micro-batch)."""
     fwd, bwd, bww = stage.forward_one_chunk, stage.backward_one_chunk, stage.backward_weight_one_chunk
     idx = stage.stage_index
 
-    def forward_one_chunk(fwd_chunk_id, *a, **k):
+    def forward_one_chunk(fwd_chunk_id: int, *a: Any, **k: Any) -> Any:
         log.append(("F", idx, fwd_chunk_id))
         return fwd(fwd_chunk_id, *a, **k)
 
-    def backward_one_chunk(bwd_chunk_id, *a, **k):
+    def backward_one_chunk(bwd_chunk_id: int, *a: Any, **k: Any) -> Any:
         full = k.get("full_backward", a[1] if len(a) > 1 else True)
         log.append(("B" if full else "I", idx, bwd_chunk_id))
         return bwd(bwd_chunk_id, *a, **k)
 
-    def backward_weight_one_chunk(bwd_chunk_id, *a, **k):
+    def backward_weight_one_chunk(bwd_chunk_id: int, *a: Any, **k: Any) -> Any:
         log.append(("W", idx, bwd_chunk_id))
         return bww(bwd_chunk_id, *a, **k)
 
@@ -121,7 +127,7 @@ def _table_units(actions: list) -> list:
     return out
 
 
-def pipeline_rank(ctx, example: dict) -> dict:
+def pipeline_rank(ctx: RankContext, example: dict) -> dict:
     """Rank function: one ``step`` of a torch schedule against the unsplit model.
 
     ``example``: ``{"schedule": a key of TORCH_SCHEDULES, "m": micro-batches, "d": width,
@@ -132,7 +138,7 @@ def pipeline_rank(ctx, example: dict) -> dict:
     return schedule_step(ctx, _schedule_class(name), sim, v, example)
 
 
-def schedule_step(ctx, cls, schedule: str, v: int, example: dict) -> dict:
+def schedule_step(ctx: RankContext, cls: type, schedule: str, v: int, example: dict) -> dict:
     """One ``step`` of the torch schedule class ``cls`` (a ``PipelineScheduleSingle`` when
     ``v == 1``, else ``PipelineScheduleMulti``) on this rank's stages, placed as the simulator's
     ``schedule`` places them, against the unsplit model on the whole batch.
@@ -219,7 +225,8 @@ def default_pipeline_examples(world_size: int) -> list[dict]:
     return [{"schedule": name, "m": 2 * world_size, "d": 4, "rows_per_mb": 2, "seed": 41} for name in SCHEDULES]
 
 
-def run_pipelining_checks(world, *, examples: Sequence[dict] | None = None, tables: bool = True) -> list[CheckResult]:
+def run_pipelining_checks(world: World, *, examples: Sequence[dict] | None = None,
+                          tables: bool = True) -> list[CheckResult]:
     """The table rows (:func:`run_table_checks`, if ``tables``) plus, for each example on
     ``world`` (any object with ``.run``, ``.world_size`` and ``.backend``), its grads,
     executed-order and executed-timeline rows; ``skip`` rows on a backend without send/recv."""

@@ -32,13 +32,17 @@ and the pp package, so moving the base is a change of one import.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from hypothesis import strategies as st
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.vocab import Schedule, names
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import make_target, resolve
+from distcheck.engine.contracts.targets import Target, make_target, resolve
+from distcheck.engine.world import RankContext
 
 __all__ = ["PipelineTable", "PipelineSchedule"]
 
@@ -62,7 +66,7 @@ _OPTIONS = (
 )
 
 
-def _torch_schedule_class(obj) -> bool:
+def _torch_schedule_class(obj: object) -> bool:
     if not isinstance(obj, type):
         return False
     try:
@@ -72,7 +76,7 @@ def _torch_schedule_class(obj) -> bool:
     return issubclass(obj, (PipelineScheduleSingle, PipelineScheduleMulti))
 
 
-def _schedule_options(obj, ref: str | None, options: dict) -> dict:
+def _schedule_options(obj: object, ref: str | None, options: dict) -> dict:
     """``schedule`` and ``v`` made explicit (torch's own classes map to theirs)."""
     from distcheck.parallel.pp.schedules import FIXED_V
     from distcheck.parallel.pp.tables import TORCH_SCHEDULES
@@ -102,7 +106,7 @@ def _valid_m(schedule: str, p: int, v: int) -> list[int]:
     return out
 
 
-def _plain(table) -> list[list]:
+def _plain(table: Sequence[Sequence[Any]]) -> list[list]:
     """A table as plain data: per rank, ``(kind, microbatch, stage)`` or a list of two of them."""
     from distcheck.parallel.pp.actions import Action
     from distcheck.parallel.pp.reference import from_torch_actions
@@ -158,7 +162,7 @@ class PipelineTable(Contract):
     dtypes = ("float64",)
     needs_world = False
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         options = _schedule_options(obj, ref, options)
         if _torch_schedule_class(obj):
             return make_target(obj, ref, "torch-class"), options
@@ -167,21 +171,22 @@ class PipelineTable(Contract):
         raise ProtocolError("target", ref or repr(obj), "must be a function table(p, m) -> {rank: [action, ...]} or a "
                                                         "torch.distributed.pipelining schedule class")
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[tuple[int, int]] | None:
         shapes = [(p, m) for p in range(1, max(1, options["max_stages"]) + 1)
                   for m in _valid_m(options["schedule"], p, options["v"])]
         return st.sampled_from(shapes) if shapes else None
 
-    def skip_reason(self, world_size, dtype, options):
+    def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         return f"{options['schedule']} allows no (p, m) with p <= {options['max_stages']}"
 
-    def cannot_fail(self, world_size, options):
+    def cannot_fail(self, world_size: int, options: dict) -> str | None:
         if options["max_stages"] < 2:  # every table drawn has p = 1: one stage, nothing crosses a rank
             return (f"max_stages = {options['max_stages']} is degenerate: every table drawn has one "
                     "stage (p = 1), so no activation crosses a rank; give max_stages >= 2")
         return super().cannot_fail(world_size, options)
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Target, case: tuple[int, int], dtype: str,
+                 options: dict) -> list[list]:
         p, m = case
         obj = resolve(target)
         if target.kind == "torch-class":
@@ -194,7 +199,8 @@ class PipelineTable(Contract):
             raise ProtocolError("target", target.ref, f"returned {type(table).__name__}, not a per-rank table")
         return _plain(table)
 
-    def check(self, case, results, world_size, dtype, options):
+    def check(self, case: tuple[int, int], results: list, world_size: int, dtype: str, options: dict) -> dict[str,
+              Outcome]:
         p, m = case
         return _outcomes(results[0], options["schedule"], p, m, options["v"])
 
@@ -214,28 +220,28 @@ class PipelineSchedule(Contract):
     options = _OPTIONS
     dtypes = ("float64",)
 
-    def resolve(self, obj, ref, options):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         if not _torch_schedule_class(obj):
             raise ProtocolError("target", ref or repr(obj), "must be a torch.distributed.pipelining schedule class "
                                                             "(PipelineScheduleSingle or PipelineScheduleMulti)")
         return make_target(obj, ref, "torch-class"), _schedule_options(obj, ref, options)
 
-    def cases(self, world_size, dtype, options):
+    def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[dict] | None:
         ms = _valid_m(options["schedule"], world_size, options["v"])
         if not ms:
             return None
         return st.builds(lambda m, d, rows, seed: {"m": m, "d": d, "rows_per_mb": rows, "seed": seed},
                          st.sampled_from(ms), st.integers(1, 4), st.integers(1, 3), st.integers(0, 2**16))
 
-    def skip_reason(self, world_size, dtype, options):
+    def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         return f"{options['schedule']} allows no m at p = {world_size}"
 
-    def run_rank(self, ctx, target, case, dtype, options):
+    def run_rank(self, ctx: RankContext, target: Target, case: dict, dtype: str, options: dict) -> dict:
         from distcheck.parallel.pp.checks import schedule_step
 
         return schedule_step(ctx, resolve(target), options["schedule"], options["v"], case)
 
-    def check(self, case, results, world_size, dtype, options):
+    def check(self, case: dict, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
         rows = [[tuple(a) if not isinstance(a, list) else a for a in r["table"]] for r in results]
         plain = [[[(k, mb, s) for k, s, mb in u] if isinstance(u, list) else (u[0], u[2], u[1]) for u in row]
                  for row in rows]  # the rank function's (kind, stage, mb) as (kind, mb, stage)

@@ -25,7 +25,9 @@ Everything is exact (integer ticks, Fraction bubbles).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from distcheck.core.errors import PropertyFailure
 from distcheck.core.vocab import Schedule
@@ -35,23 +37,29 @@ from distcheck.engine.runner import call_impl
 from distcheck.parallel.pp import strategies as ds
 from distcheck.parallel.pp.actions import Action, DeadlockError
 
+if TYPE_CHECKING:
+    from hypothesis import strategies as st
+
+    from distcheck.parallel.pp.order import Order
+    from distcheck.parallel.pp.timeline import Timeline
+
 __all__ = ["matches_plain_replay", "zero_bubble_closed_forms", "w_after_i", "stash_bound", "zb_h1_bubble_formula",
            "bubble_formula_matches_simulator", "perturbed_order", "STASH_BOUND"]
 
 
-def _replay(*args, **kwargs):
+def _replay(*args: Any, **kwargs: Any) -> Timeline:
     from distcheck.parallel.pp.simulator import replay
 
     return replay(*args, **kwargs)
 
 
-def _order_arrays(schedule, p, m, v=None):
+def _order_arrays(schedule: str, p: int, m: int, v: int | None = None) -> Order:
     from distcheck.parallel.pp.schedules import order_arrays
 
     return order_arrays(schedule, p, m, v)
 
 
-def _routes(case):
+def _routes(case: ds.OrderCase) -> tuple[list[int], list[int]] | None:
     if case.schedule != Schedule.DUALPIPE:
         return None
     half = case.m // 2
@@ -59,7 +67,7 @@ def _routes(case):
             [case.p - 1 if j < half else 2 * case.p - 1 for j in range(case.m)])
 
 
-def perturbed_order(case) -> dict[int, list]:
+def perturbed_order(case: ds.OrderCase) -> dict[int, list]:
     """The named order of an :class:`~distcheck.parallel.pp.strategies.OrderCase`, every B split
     into I then W when ``case.split``, then ``case.swaps`` adjacent swaps inside ranks."""
     from distcheck.parallel.pp.schedules import schedule_order
@@ -78,7 +86,7 @@ def perturbed_order(case) -> dict[int, list]:
     return order
 
 
-def matches_plain_replay(case, *, impl=_replay) -> None:
+def matches_plain_replay(case: ds.OrderCase, *, impl: Callable[..., Timeline] = _replay) -> None:
     """Spans, figures and grid equal the plain replay's; a deadlock is the same deadlock."""
     from distcheck.parallel.pp.plain import plain_replay
 
@@ -117,7 +125,7 @@ def matches_plain_replay(case, *, impl=_replay) -> None:
                               got="another grid")
 
 
-def _simulate(case, generator=_order_arrays):
+def _simulate(case: ds.ZeroBubbleCase, generator: Callable[..., Order] = _order_arrays) -> tuple[Timeline, Order]:
     from distcheck.parallel.pp.simulator import Costs, run
 
     order = call_impl("schedule_order", generator, case.schedule, case.p, case.m, case.v)
@@ -129,12 +137,12 @@ def _simulate(case, generator=_order_arrays):
         raise PropertyFailure(f"the order of {case} cannot finish", expected="a timeline", got=str(exc)) from None
 
 
-def _equal(what, expected, got, case) -> None:
+def _equal(what: str, expected: int | Fraction, got: Any, case: ds.ZeroBubbleCase) -> None:
     if Fraction(expected) != Fraction(got):
         raise PropertyFailure(f"{what} for {case}", expected=expected, got=got)
 
 
-def zero_bubble_closed_forms(case, *, impl=_order_arrays) -> None:
+def zero_bubble_closed_forms(case: ds.ZeroBubbleCase, *, impl: Callable[..., Order] = _order_arrays) -> None:
     """Simulated bubble (barrier, steady), fraction, ratio, peak and copies == the catalogue forms."""
     tl, _ = _simulate(case, impl)
     s = case.schedule
@@ -156,7 +164,7 @@ def zero_bubble_closed_forms(case, *, impl=_order_arrays) -> None:
         _equal("parameter copies", form_value(f"pp.parameter_copies.{s}", **vals), copies, case)
 
 
-def w_after_i(case, *, impl=_order_arrays) -> None:
+def w_after_i(case: ds.ZeroBubbleCase, *, impl: Callable[..., Order] = _order_arrays) -> None:
     """Every W comes after its own I on the same rank, and starts after that I ends."""
     order = call_impl("schedule_order", impl, case.schedule, case.p, case.m, case.v)
     key = order.stage * order.num_microbatches + order.microbatch
@@ -180,11 +188,12 @@ def w_after_i(case, *, impl=_order_arrays) -> None:
 
 
 #: published activation bounds, in (stage, micro-batch) activations per rank
-STASH_BOUND = {Schedule.ZB_H1: lambda p: p, Schedule.ZB_H2: lambda p: 2 * p - 1, Schedule.ZB_V: lambda p: 2 * p,
-               Schedule.DUALPIPE: lambda p: p + 1, Schedule.DUALPIPEV: lambda p: 2 * p + 1}
+STASH_BOUND: dict[str, Callable[[int], int]] = {
+    Schedule.ZB_H1: lambda p: p, Schedule.ZB_H2: lambda p: 2 * p - 1, Schedule.ZB_V: lambda p: 2 * p,
+    Schedule.DUALPIPE: lambda p: p + 1, Schedule.DUALPIPEV: lambda p: 2 * p + 1}
 
 
-def stash_bound(case, *, impl=_order_arrays) -> None:
+def stash_bound(case: ds.ZeroBubbleCase, *, impl: Callable[..., Order] = _order_arrays) -> None:
     """No rank holds more activations than the schedule's published bound (module docstring)."""
     tl, _ = _simulate(case, impl)
     bound = STASH_BOUND[case.schedule](case.p)
@@ -199,18 +208,19 @@ def zb_h1_bubble_formula(p: int, t_f: int, t_i: int, t_w: int) -> int | Fraction
     return form_value("pp.bubble_ticks.zb_h1.published", p=p, t_f=t_f, t_i=t_i, t_w=t_w)
 
 
-def bubble_formula_matches_simulator(case, *, impl=zb_h1_bubble_formula) -> None:
+def bubble_formula_matches_simulator(case: ds.ZeroBubbleCase, *,
+                                     impl: Callable[..., int | Fraction] = zb_h1_bubble_formula) -> None:
     """In the published regime (t_w <= t_f, t_i; m >= p) a ZB-H1 bubble formula equals the simulated bubble."""
     tl, _ = _simulate(case)
     got = call_impl("bubble", impl, case.p, case.t_f, case.t_i, case.t_w)
     _equal("ZB-H1 bubble of the formula vs the simulator", max(tl.idle_ticks), got, case)
 
 
-def _regime_h1():
+def _regime_h1() -> st.SearchStrategy[ds.ZeroBubbleCase]:
     return ds.zero_bubble_cases(schedules=(Schedule.ZB_H1,)).filter(lambda c: c.t_w <= min(c.t_f, c.t_i))
 
 
-def _engine_edges():
+def _engine_edges() -> tuple[ds.OrderCase, ...]:
     """The lesson's GPipe, a 1F1B order swapped into a deadlock, DualPipe with its pairs and routes,
     ZB-V split and swapped."""
     C = ds.OrderCase
@@ -218,7 +228,7 @@ def _engine_edges():
             C(Schedule.DUALPIPE, 4, 8, 2, 1, 2, 0, 0, False), C(Schedule.ZB_V, 2, 4, 2, 2, 4, 2, 5, True))
 
 
-def _zb_edges():
+def _zb_edges() -> tuple[ds.ZeroBubbleCase, ...]:
     """Every split schedule at its smallest shape (one rank; DualPipe two), then p = 4 with
     t_w > t_f (ZB-H1 outside the published regime)."""
     Z = ds.ZeroBubbleCase
@@ -227,7 +237,7 @@ def _zb_edges():
             Z(Schedule.ZB_H1, 4, 8, 1, 1, 1, 2), Z(Schedule.ZB_H2, 4, 8, 1, 1, 1, 1))
 
 
-def _formula_edges():
+def _formula_edges() -> tuple[ds.ZeroBubbleCase, ...]:
     """Equal costs (one third of 1F1B's bubble), and t_w = t_f < t_i."""
     Z = ds.ZeroBubbleCase
     return (Z(Schedule.ZB_H1, 4, 8, 1, 1, 1, 1), Z(Schedule.ZB_H1, 3, 6, 1, 2, 3, 2))
