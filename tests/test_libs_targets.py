@@ -26,7 +26,8 @@ def _verdicts(rows):
 
 def test_deepspeed_zero_estimators():
     pytest.importorskip("deepspeed")
-    rows = run_libs(["deepspeed"], max_examples=30)
+    # the estimator rows (the adapter's Ulysses rows on gloo worlds are test_deepspeed_ulysses_...'s)
+    rows = [r for r in run_libs(["deepspeed"], max_examples=30) if r.check.startswith("libs.deepspeed.zero")]
     got = {r.check: r for r in rows}
     assert got["libs.deepspeed.zero2.fit"].extra["conventions"] == ["K = 16", "fp32 gradients on top of 16-bit ones"]
     assert got["libs.deepspeed.zero3.fit"].extra["conventions"] == ["K = 14", "fp32 gradients instead of 16-bit ones"]
