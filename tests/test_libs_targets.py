@@ -213,7 +213,8 @@ def test_deepspeed_moe_layer_on_gloo():
     checked under GShard's all-choices aux counts fails aux_loss (the row can fail); with two experts per rank
     the router gradient's unchosen experts carry rounding-size values (DeepSpeed differentiates through the
     softmax over all experts) where the contract's bound is 0, and the sampled second expert (DeepSpeed's
-    default) fails forward."""
+    default) fails forward; in float64 forward, grads and aux_loss fail by float32 roundings (the gate computes in
+    float32)."""
     pytest.importorskip("deepspeed")
     import warnings
 
@@ -232,15 +233,18 @@ def test_deepspeed_moe_layer_on_gloo():
                                              preload=("deepspeed.moe.layer",)) as pool:
         warnings.simplefilter("ignore")
 
-        def verdicts(attr, **options):
-            cert = certify(ref + attr, "moe-layer", pool=pool, seed=0, examples=5, dtypes=("float32",),
+        def verdicts(attr, dtype="float32", **options):
+            cert = certify(ref + attr, "moe-layer", pool=pool, seed=0, examples=5, dtypes=(dtype,),
                            options={**DEEPSPEED_OPTIONS, **options})
             return {v.property: v for v in cert.verdicts}
 
         counts = verdicts("MOE", local_experts=1, aux_counts="all_choices")
+        f64 = verdicts("MOE", "float64", local_experts=1)  # the gate rounds in float32 whatever the dtype
         two = verdicts("MOE", local_experts=2)
         sampled = verdicts("MOE_SAMPLED", local_experts=2)
     assert {p: v.verdict for p, v in counts.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "aux_loss": FAIL}
     assert {p: v.verdict for p, v in two.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "grads": FAIL}
     assert "gradient of wg" in two["grads"].failure and "bound 0" in two["grads"].failure
     assert sampled["forward"].verdict == FAIL and "output: " in sampled["forward"].failure
+    assert {p: v.verdict for p, v in f64.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "forward": FAIL,
+                                                      "grads": FAIL, "aux_loss": FAIL}
