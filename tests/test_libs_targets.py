@@ -160,7 +160,8 @@ def test_deepspeed_ulysses_distributed_attention_certified():
     from distcheck.libs.targets import target
 
     mod = target("deepspeed")
-    rows = world_rows(mod, mod.WORLD_CERTIFY, max_examples=3, seed=0)
+    rows = world_rows(mod, [run for run in mod.WORLD_CERTIFY if run.name == "deepspeed.ulysses"], max_examples=3,
+                      seed=0)
     assert [(r.check, r.verdict, r.world_size, r.examples) for r in rows] == [
         (f"libs.deepspeed.ulysses.{p}", PASS, ws, 3) for ws in (2, 4) for p in ("forward", "grads")]
 
@@ -201,3 +202,50 @@ def test_torchtitan_checkpoint_manager_on_gloo():
     bad = verdicts("tests.test_libs_targets:_OptimizerNotLoaded")
     assert bad["round_trip"].verdict == FAIL and "exp_avg" in bad["round_trip"].failure
     assert bad["next_step"].verdict == FAIL
+
+
+MOE_PROPERTIES = ("forward", "grads", "tokens", "aux_loss", "all_to_all.forward", "all_to_all.backward")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_deepspeed_moe_layer_on_gloo():
+    """DeepSpeed's MoE (k=2) on 2 gloo ranks: the libs row certified with one expert per rank; the same layer
+    checked under GShard's all-choices aux counts fails aux_loss (the row can fail); with two experts per rank
+    the router gradient's unchosen experts carry rounding-size values (DeepSpeed differentiates through the
+    softmax over all experts) where the contract's bound is 0, and the sampled second expert (DeepSpeed's
+    default) fails forward; in float64 forward, grads and aux_loss fail by float32 roundings (the gate computes in
+    float32)."""
+    pytest.importorskip("deepspeed")
+    import warnings
+
+    from distcheck.certify.engine import certify
+    from distcheck.libs import world_rows
+    from distcheck.libs.targets import target
+    from distcheck.libs.targets.deepspeed_moe import DEEPSPEED_OPTIONS
+    from distcheck.runners import RankPool
+
+    mod = target("deepspeed")
+    rows = world_rows(mod, [run for run in mod.WORLD_CERTIFY if run.name == "deepspeed.moe"], max_examples=5, seed=0)
+    assert [(r.check, r.verdict, r.world_size) for r in rows] == [
+        (f"libs.deepspeed.moe.{p}", PASS, 2) for p in MOE_PROPERTIES]
+    ref = "distcheck.libs.targets.deepspeed_moe:"
+    with warnings.catch_warnings(), RankPool(world_size=2, backend="gloo", timeout_s=120,
+                                             preload=("deepspeed.moe.layer",)) as pool:
+        warnings.simplefilter("ignore")
+
+        def verdicts(attr, dtype="float32", **options):
+            cert = certify(ref + attr, "moe-layer", pool=pool, seed=0, examples=5, dtypes=(dtype,),
+                           options={**DEEPSPEED_OPTIONS, **options})
+            return {v.property: v for v in cert.verdicts}
+
+        counts = verdicts("MOE", local_experts=1, aux_counts="all_choices")
+        f64 = verdicts("MOE", "float64", local_experts=1)  # the gate rounds in float32 whatever the dtype
+        two = verdicts("MOE", local_experts=2)
+        sampled = verdicts("MOE_SAMPLED", local_experts=2)
+    assert {p: v.verdict for p, v in counts.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "aux_loss": FAIL}
+    assert {p: v.verdict for p, v in two.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "grads": FAIL}
+    assert "gradient of wg" in two["grads"].failure and "bound 0" in two["grads"].failure
+    assert sampled["forward"].verdict == FAIL and "output: " in sampled["forward"].failure
+    assert {p: v.verdict for p, v in f64.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "forward": FAIL,
+                                                      "grads": FAIL, "aux_loss": FAIL}

@@ -23,6 +23,9 @@ autograd (``_SeqAllToAll``). ``deepspeed.comm`` wraps the pool's process group
 unavailable (it would be compiled on first use, and no all-to-all uses it). The contract draws cp dividing H and Hkv::
 
     distcheck certify distcheck.libs.targets.deepspeed:ULYSSES --contract context-parallel-attention --world-sizes 2
+
+``MOE`` (moe-layer contract, on a gloo world of two): ``deepspeed.moe.layer.MoE`` with ``k=2``, the adapter and
+its conventions in :mod:`distcheck.libs.targets.deepspeed_moe`, certified with one expert per rank.
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ from types import ModuleType
 from typing import Any
 
 from distcheck.libs.targets import WorldRun
+from distcheck.libs.targets.deepspeed_moe import DEEPSPEED_OPTIONS, MOE
 from distcheck.parallel.memory.estimators import Estimator, EstimatorFamily
 
-__all__ = ["DIST", "TITLE", "CERTIFY", "WORLD_CERTIFY", "ZERO2", "ZERO3", "STAGES", "ULYSSES", "ulysses_attention"]
+__all__ = ["DIST", "TITLE", "CERTIFY", "WORLD_CERTIFY", "ZERO2", "ZERO3", "STAGES", "ULYSSES", "ulysses_attention",
+           "MOE"]
 
 DIST = "deepspeed"
 TITLE = "DeepSpeed ZeRO-2 and ZeRO-3 model-state estimators"
@@ -174,8 +179,11 @@ def ulysses_attention(q: Any, k: Any, v: Any) -> Any:
 
 #: DeepSpeed-Ulysses' DistributedAttention (context-parallel-attention contract)
 ULYSSES = ulysses_attention
-#: the targets certified on gloo worlds: Ulysses at 2 and 4 ranks, float32
+#: the targets certified on gloo worlds: Ulysses at 2 and 4 ranks, float32; MoE at 2 ranks, one expert each, float32
 WORLD_CERTIFY = (
     WorldRun("ULYSSES", "context-parallel-attention", "deepspeed.ulysses", world_sizes=(2, 4), max_examples=5,
              dtypes=("float32",), timeout_s=120.0, preload=("deepspeed.sequence.layer",)),
+    WorldRun("MOE", "moe-layer", "deepspeed.moe", world_sizes=(2,), max_examples=5,
+             options={**DEEPSPEED_OPTIONS, "local_experts": 1}, dtypes=("float32",), timeout_s=120.0,
+             preload=("deepspeed.moe.layer",)),
 )
