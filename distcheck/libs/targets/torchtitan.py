@@ -164,9 +164,10 @@ def titan_clip_grad_norm(parameters: Any, max_norm: float, info: StepInfo) -> An
 CLIP_GRAD_NORM = StepTarget(fsdp2_tp, clip_grad_norm=titan_clip_grad_norm)
 
 #: the targets of this module and the contract each is certified under
-CERTIFY = (("PARALLEL_DIMS", "rank-layout"), ("BAD_INPUT", "bad-input"), ("CHECKPOINT_MANAGER", "checkpoint"))
+CERTIFY = (("PARALLEL_DIMS", "rank-layout"), ("BAD_INPUT", "bad-input"))
 #: the targets certified on gloo worlds of 2 ranks: clip_grad_norm_ without a pp mesh (FSDP2 shards; tp shards with
-#: tp-replicated norms) and with one (two pipeline stages)
+#: tp-replicated norms) and with one (two pipeline stages); the checkpoint manager, saving under one layout and
+#: loading under another (6 examples per dtype: each is a save and a load of every rank)
 _STEP_PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor.parallel", "torch.distributed.pipelining",
                  "torchtitan.distributed.utils")
 WORLD_CERTIFY = (
@@ -176,6 +177,8 @@ WORLD_CERTIFY = (
              max_examples=3, options={"layout": "tp=2"}, preload=_STEP_PRELOAD),
     WorldRun("CLIP_GRAD_NORM", "training-step", "torchtitan.clip_grad_norm_pp", world_sizes=(2,), max_examples=3,
              options={"layout": "pp=2"}, preload=_STEP_PRELOAD),
+    WorldRun("CHECKPOINT_MANAGER", "checkpoint", "torchtitan.checkpoint_manager", world_sizes=(2,), max_examples=6,
+             preload=("torch.distributed.checkpoint", "torchtitan.components.checkpoint")),
 )
 
 
