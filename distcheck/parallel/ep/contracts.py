@@ -289,6 +289,7 @@ class MoELayerContract(Contract):
             return None if t is None else str(t.dtype).removeprefix("torch.")
 
         keys = ("wg", "w1", "w2")
+        aux = aux.detach() if isinstance(aux, torch.Tensor) else aux  # read, not differentiated: no UserWarning
         return {"out": back(out), "dx": back(x.grad), "aux": float(aux), "grads": {g: back(grads.get(g)) for g in keys},
                 "dtypes": {"out": kind(out), "dx": kind(x.grad), **{g: kind(grads.get(g)) for g in keys}},
                 "forward": list(forward.records), "backward": list(backward.records)}
