@@ -28,6 +28,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.activations",
     "distcheck.parallel.checkpoint",
     "distcheck.parallel.comm",
+    "distcheck.parallel.cp",
     "distcheck.parallel.dp",
     "distcheck.parallel.ep",
     "distcheck.parallel.layout",
