@@ -23,6 +23,7 @@ import distcheck
 #: joins this tuple (and the mypy overrides in pyproject.toml) once it is complete
 TYPED: tuple[str, ...] = (
     "distcheck.audit",
+    "distcheck.certify",
     "distcheck.core",
     "distcheck.engine",
     "distcheck.libs",
