@@ -41,6 +41,7 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.step",
     "distcheck.parallel.tp",
     "distcheck.parallel.zero",
+    "distcheck.plan",
     "distcheck.report",
     "distcheck.reportdoc",
     "distcheck.runners",
