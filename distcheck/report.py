@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from distcheck.core.results import (
     FAIL,
@@ -24,6 +25,9 @@ from distcheck.core.results import (
     to_json,
 )
 from distcheck.core.text import clean
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "FAIL",
@@ -59,7 +63,8 @@ def _cut_middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
-def render_table(results: Iterable[CheckResult], title: str = "distcheck check", console=None) -> None:
+def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
+                 console: Console | None = None) -> None:
     """Print the results as a rich table (check / backend / world size / examples / verdict / max error / detail).
 
     Each row takes one line: long check names are cut in the middle and the detail is cut to
@@ -118,7 +123,7 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
     _print_notable(results, console, style)
 
 
-def _print_notable(results: list[CheckResult], console, style: dict) -> None:
+def _print_notable(results: list[CheckResult], console: Console, style: dict) -> None:
     """Below the table: the full detail of every FAIL and finding row, with how to reproduce it
     (the seed and the replay call of a property or mutant; the command and the upstream reference
     of a finding), and every recorded finding that no longer reproduces."""

@@ -22,12 +22,15 @@ import distcheck
 #: the packages held to the rule; the rest of distcheck is annotated package by package and each
 #: joins this tuple (and the mypy overrides in pyproject.toml) once it is complete
 TYPED: tuple[str, ...] = (
+    "distcheck.audit",
+    "distcheck.certify",
     "distcheck.core",
     "distcheck.engine",
     "distcheck.libs",
     "distcheck.parallel.activations",
     "distcheck.parallel.checkpoint",
     "distcheck.parallel.comm",
+    "distcheck.parallel.cp",
     "distcheck.parallel.dp",
     "distcheck.parallel.ep",
     "distcheck.parallel.layout",
@@ -38,6 +41,8 @@ TYPED: tuple[str, ...] = (
     "distcheck.parallel.step",
     "distcheck.parallel.tp",
     "distcheck.parallel.zero",
+    "distcheck.plan",
+    "distcheck.report",
     "distcheck.reportdoc",
     "distcheck.runners",
     "distcheck.viz",

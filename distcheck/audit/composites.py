@@ -29,6 +29,10 @@ They exist so that the conventions of :mod:`distcheck.audit.conventions` can nam
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distcheck.audit.quantity import InputValues
 
 __all__ = ["composites"]
 
@@ -45,7 +49,7 @@ def composites() -> list:
     w_in = I("weight_bytes", "bytes per parameter of the working weights", "bytes_per_param", "positive", 2)
     g_in = I("grad_bytes", "bytes per parameter of the gradients", "bytes_per_param", "positive", 2)
     for s in range(4):
-        def zero(v, s=s):
+        def zero(v: InputValues, s: int = s) -> int | Fraction:
             w, g, k = v["weight_bytes"], v["grad_bytes"], v["k"]
             sharded = (k if s >= 1 else 0) + (g if s >= 2 else 0) + (w if s >= 3 else 0)
             return (w + g + k - sharded) * v["params"] + Fraction(sharded * v["params"]) / v["dp"]

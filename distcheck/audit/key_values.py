@@ -7,10 +7,15 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from distcheck.audit.numbers import PrintedNumber, parse_printed
 from distcheck.core.errors import AnswerKeyError
 from distcheck.core.validate import check_type
+
+if TYPE_CHECKING:
+    from distcheck.audit.quantity import Quantity, QuantityInput
 
 __all__ = ["parse_input_string", "input_step", "ROUNDED_INPUT_KINDS"]
 
@@ -20,7 +25,7 @@ _MAX_ABS = Fraction(10) ** 60  # inputs and figures beyond this are refused, not
 _WITH_UNIT = re.compile(r"^\s*(?P<num>[^A-Za-z%]+?)\s*(?P<unit>[A-Za-z%][A-Za-z/%_ -]*)?\s*$")
 
 
-def _err(msg, path, line, fld):
+def _err(msg: str, path: str | None, line: int | None, fld: str | None) -> AnswerKeyError:
     # a field named by a quoted TOML key may hold a newline or another control character: escape
     # it, so that every error stays one line
     if isinstance(fld, str) and not fld.isprintable():
@@ -28,7 +33,7 @@ def _err(msg, path, line, fld):
     return AnswerKeyError(msg, path=path, line=line, field=fld)
 
 
-def _is_number(x) -> bool:
+def _is_number(x: object) -> bool:
     return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, float)
 
 
@@ -37,11 +42,11 @@ def _exact_float(x: float) -> Fraction:
     return Fraction(repr(x))
 
 
-def _finite(x) -> bool:
+def _finite(x: object) -> bool:
     return not isinstance(x, float) or math.isfinite(x)
 
 
-def _printed_from_literal(raw: str | None, value) -> PrintedNumber | None:
+def _printed_from_literal(raw: str | None, value: float) -> PrintedNumber | None:
     """Read the printed number from the raw TOML literal if it matches ``value``."""
     if raw is None:
         return None
@@ -58,7 +63,8 @@ def _printed_from_literal(raw: str | None, value) -> PrintedNumber | None:
     return p
 
 
-def _number(value, what: str, path, line, fld, *, raw: str | None = None) -> PrintedNumber:
+def _number(value: Any, what: str, path: str | None, line: int | None, fld: str | None, *,
+            raw: str | None = None) -> PrintedNumber:
     """An exact printed number from a TOML int/float/string; AnswerKeyError otherwise."""
     if isinstance(value, bool):
         raise _err(f"{what} must be a number, got a boolean", path, line, fld)
@@ -89,8 +95,9 @@ def _number(value, what: str, path, line, fld, *, raw: str | None = None) -> Pri
     raise _err(f"{what} must be a number or a printed number string, got {type(value).__name__}", path, line, fld)
 
 
-def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
-    qi = q.input(name)
+def _check_input_value(q: Quantity, name: str, v: Any, path: str | None, line: int | None, fl: str | None,
+                       qmod: ModuleType) -> None:
+    qi: Any = q.input(name)  # None only for a preset (kind "preset", returned below) or a layout input
     if qi is None and name != "model":  # the order of a layout quantity, or a degree it needs
         _check_layout_input(name, v, path, line, fl)
         return
@@ -138,7 +145,7 @@ def _check_input_value(q, name, v, path, line, fl, qmod) -> None:
     raise _err(f"must be a number, a string like '80 GB' or '@claim-id', got {type(v).__name__}", path, line, fl)
 
 
-def _check_layout_input(name, v, path, line, fl) -> None:
+def _check_layout_input(name: str, v: Any, path: str | None, line: int | None, fl: str | None) -> None:
     from distcheck.audit import layout_order
     from distcheck.core.errors import ConfigError
 
@@ -154,7 +161,7 @@ def _check_layout_input(name, v, path, line, fl) -> None:
         raise _err("value too large", path, line, fl)
 
 
-def _domain(qi, value, path, line, fl) -> None:
+def _domain(qi: QuantityInput, value: Any, path: str | None, line: int | None, fl: str | None) -> None:
     from distcheck.closed_form import Input
     from distcheck.core.errors import ConfigError
 
@@ -164,7 +171,7 @@ def _domain(qi, value, path, line, fl) -> None:
         raise _err(str(exc), path, line, fl) from None
 
 
-def _parse_quantity_string(text: str, target_unit: str, qmod) -> Fraction | None:
+def _parse_quantity_string(text: str, target_unit: str, qmod: ModuleType) -> Fraction | None:
     """'80 GB' -> 80e9 when target_unit is bytes; '3/7' -> 3/7. None if not convertible."""
     m = _WITH_UNIT.match(text)
     if not m:
@@ -184,7 +191,8 @@ def _parse_quantity_string(text: str, target_unit: str, qmod) -> Fraction | None
     return p.value * f
 
 
-def _claimed(value, q, unit, raw, path, line, fl):
+def _claimed(value: Any, q: Quantity, unit: str, raw: str | None, path: str | None, line: int | None,
+             fl: str | None) -> tuple[Fraction | tuple[Fraction, ...], str, Fraction]:
     """(exact claimed value, text as printed, inferred step)."""
     if q.array:
         if not isinstance(value, list) or not 0 < len(value) <= _MAX_ARRAY:

@@ -41,8 +41,10 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from types import ModuleType
 from typing import Any
 
 from distcheck.audit.files import MAX_KEY_BYTES, as_path, path_text, read_key_bytes
@@ -204,7 +206,7 @@ def parse_key(text: str, path: str = "<string>") -> AnswerKey:
     return validate_data(data, path=path, text=text)
 
 
-def _check_str(d: dict, key: str, path, line, fld, *, required: bool) -> str:
+def _check_str(d: dict, key: str, path: str | None, line: int | None, fld: str | None, *, required: bool) -> str:
     if key not in d:
         if required:
             raise _err(f"missing required field {key!r}", path, line, fld)
@@ -290,7 +292,8 @@ def validate_data(data: object, *, path: str = "<data>", text: str | None = None
     return AnswerKey(path=path, title=title, source=source, meta=dict(meta), claims=tuple(claims), checks=tuple(checks))
 
 
-def _table_head(raw, kind: str, i: int, lines: dict, fields: tuple, path, ids):
+def _table_head(raw: Any, kind: str, i: int, lines: dict, fields: tuple, path: str,
+                ids: dict[str, int | None]) -> tuple[str, str, Callable[[str], int | None]]:
     """The checks every [[claim]] and [[check]] starts with: a table, known fields, a valid unique id.
     Returns (id, field prefix for errors, line of a field)."""
     header = lines.get("__header__")
@@ -298,7 +301,7 @@ def _table_head(raw, kind: str, i: int, lines: dict, fields: tuple, path, ids):
     if not isinstance(raw, dict):
         raise _err(f"each {kind} must be a table", path, header, base)
 
-    def ln(key):
+    def ln(key: str) -> int | None:
         return lines.get(key, header)
 
     for k in raw:
@@ -314,7 +317,7 @@ def _table_head(raw, kind: str, i: int, lines: dict, fields: tuple, path, ids):
     return cid, f"{kind}[{i}] ({cid})", ln
 
 
-def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
+def _claim(rc: Any, i: int, cl: dict, lines: _Lines, path: str, ids: dict[str, int | None], qmod: ModuleType) -> Claim:
     header = cl.get("__header__")
     cid, base, ln = _table_head(rc, "claim", i, cl, _CLAIM_FIELDS, path, ids)
 
@@ -396,7 +399,7 @@ def _claim(rc, i, cl, lines, path, ids, qmod) -> Claim:
 
 
 
-def _check(rk, i, kl, path, ids, claim_ids) -> Check:
+def _check(rk: Any, i: int, kl: dict, path: str, ids: dict[str, int | None], claim_ids: set[str]) -> Check:
     header = kl.get("__header__")
     cid, base, ln = _table_head(rk, "check", i, kl, _CHECK_FIELDS, path, ids)
     kind = _check_str(rk, "kind", path, ln("kind"), f"{base}.kind", required=True)

@@ -57,7 +57,7 @@ from distcheck.audit.claim_units import (
 )
 from distcheck.audit.constraints import TRIM_ENDS_DIVISIBLE
 from distcheck.audit.presets import _DECODER_INPUTS, _PRESET_FIELDS, nominal_params, preset_names
-from distcheck.audit.quantity import Quantity, QuantityInput, _ev, _form_inputs, _from_form, _pick
+from distcheck.audit.quantity import InputValues, Quantity, QuantityInput, _ev, _form_inputs, _from_form, _pick
 from distcheck.audit.worked_examples import (
     column_shard,
     matrix_of,
@@ -94,13 +94,13 @@ __all__ = [
 # ----------------------------------------------------------------------------- quantities
 
 
-def _int_check(name, value) -> int:
+def _int_check(name: str, value: int | Fraction) -> int:
     if Fraction(value).denominator != 1:
         raise ConfigError(name, value, "must be an integer")
     return int(value)
 
 
-def _trim_ends(values):
+def _trim_ends(values: InputValues) -> int:
     L, p, k = (_int_check(n, values[n]) for n in ("num_layers", "p", "trimmed"))
     if (L + 2 * k) % p:
         raise ConfigError("num_layers", L, f"plus 2*trimmed={2 * k} must be a multiple of p={p}")
@@ -252,7 +252,7 @@ def _composites() -> list[Quantity]:
         lambda v: v["in_features"] * v["out_features"] + v.get("bias", 0) * v["out_features"],
     ))
 
-    def _layer(v):
+    def _layer(v: InputValues) -> int | Fraction:
         att = _ev("params.attention_per_layer", **_pick(v, ("hidden_size", "num_heads", "num_kv_heads", "head_dim",
                                                               "qkv_bias", "out_bias")))
         mlp = _ev("params.mlp_per_layer", **_pick(v, ("hidden_size", "ffn_hidden_size", "swiglu", "mlp_bias")))
@@ -346,7 +346,7 @@ def _composites() -> list[Quantity]:
     return out
 
 
-def _ep_inside(v):
+def _ep_inside(v: InputValues) -> int | Fraction:
     """layout.world_size (ep adds no GPUs) once ep is checked to divide dp*cp."""
     if Fraction(v["dp"] * v.get("cp", 1)) % v["ep"]:
         raise ConfigError("ep", v["ep"], f"must divide dp*cp={v['dp'] * v.get('cp', 1)} when ep is inside dp")

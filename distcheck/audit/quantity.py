@@ -49,7 +49,7 @@ class QuantityInput:
         return d
 
 
-def _jsonable(x):
+def _jsonable(x: Any) -> Any:
     if isinstance(x, Fraction):
         return int(x) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
     return x

@@ -31,7 +31,7 @@ _STYLE = {
 FORMATS = ("table", "markdown", "json")
 
 
-def _list(results) -> list[AuditResult]:
+def _list(results: AuditResult | Sequence[AuditResult]) -> list[AuditResult]:
     """``results`` as a list of AuditResults; ConfigError for anything else."""
     if isinstance(results, AuditResult):
         return [results]
@@ -121,12 +121,12 @@ def to_markdown(results: AuditResult | Sequence[AuditResult]) -> str:
     return "\n".join(out)
 
 
-def _explanation(v) -> str:
+def _explanation(v: ClaimVerdict) -> str:
     """A claim's explanation, with the note on an old quantity name the key used (Claim.alias_note)."""
     return f"{v.explanation}; {v.claim.alias_note}" if v.claim.alias else v.explanation
 
 
-def _exact(x):
+def _exact(x: Any) -> Any:
     if x is None:
         return None
     if isinstance(x, tuple):
@@ -193,7 +193,7 @@ def render_quantity_list(fmt: str = "table") -> str:
     if fmt == "json":
         return json.dumps({"quantities": items, "conventions": describe_conventions()}, indent=2)
 
-    def listed(items):
+    def listed(items: Sequence[dict[str, Any]]) -> str:
         parts = []
         for i in items:
             d = "" if i["default"] is None else f"={i['default']}"
@@ -201,7 +201,7 @@ def render_quantity_list(fmt: str = "table") -> str:
             parts.append(f"{i['name']}{d}{u}")
         return ", ".join(parts)
 
-    def inputs(q):
+    def inputs(q: dict[str, Any]) -> str:
         # inputs only the conventions read (Quantity.convention_inputs) after the formula's own
         extra = listed(q["convention_inputs"])
         return (listed(q["inputs"]) or "-") + (f"; for conventions: {extra}" if extra else "")

@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import TypedDict, TypeGuard
+from typing import Any, TypedDict, TypeGuard
 
 from distcheck.audit import conventions as conv
 from distcheck.audit import layout_order
@@ -128,7 +128,7 @@ def _in_unit(value: Exact, quantity_unit: str, unit: str, around: InputValues | 
     return Fraction(value) / f
 
 
-def _matches(value_in_unit, claimed, step: Fraction) -> bool:
+def _matches(value_in_unit: Exact, claimed: Any, step: Fraction) -> bool:
     half = step / 2
     if isinstance(value_in_unit, tuple) or isinstance(claimed, tuple):
         if not (isinstance(value_in_unit, tuple) and isinstance(claimed, tuple)) or len(value_in_unit) != len(claimed):
@@ -142,7 +142,7 @@ def _not_whole(value: Exact, quantity_unit: str) -> TypeGuard[Fraction]:
     return not isinstance(value, tuple) and is_whole_unit(quantity_unit) and Fraction(value).denominator != 1
 
 
-def _fmt(value, unit: str = "") -> str:
+def _fmt(value: Any, unit: str = "") -> str:
     if unit == "flag" and not isinstance(value, tuple) and value in (0, 1):
         return "true" if value else "false"
     if isinstance(value, tuple):
@@ -150,7 +150,7 @@ def _fmt(value, unit: str = "") -> str:
     return format_exact(value, 9) + (f" {unit}" if unit else "")
 
 
-def _distance(value_in_unit, claimed) -> Fraction:
+def _distance(value_in_unit: Exact, claimed: Any) -> Fraction:
     if isinstance(value_in_unit, tuple):
         if not isinstance(claimed, tuple) or len(claimed) != len(value_in_unit):
             return Fraction(10) ** 80
@@ -189,7 +189,7 @@ def _input_line(c: Claim, name: str | None) -> int | None:
 
 
 class _Missing(Exception):
-    def __init__(self, names):
+    def __init__(self, names: list[str]) -> None:
         self.names = names
 
 
@@ -251,7 +251,7 @@ def _resolve(c: Claim, q: qmod.Quantity, key: AnswerKey) -> tuple[dict, str | No
     return values, model if isinstance(model, str) else None
 
 
-def _num(x) -> Fraction:
+def _num(x: Any) -> Fraction:
     return _exact_float(x) if isinstance(x, float) else Fraction(x)
 
 
@@ -389,7 +389,7 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         **base)
 
 
-def _one_component(q: qmod.Quantity, values: dict, value, c: Claim, around: InputValues) -> str:
+def _one_component(q: qmod.Quantity, values: dict, value: Exact, c: Claim, around: InputValues) -> str:
     """Which single component (a flag of the quantity) the difference is, if exactly one (distcheck.audit.explain)."""
     flags = tuple(n for n in q.input_names if n in COMPONENT_FLAGS)
     if not flags or isinstance(value, tuple) or isinstance(c.claimed, tuple):
@@ -407,7 +407,7 @@ def _one_component(q: qmod.Quantity, values: dict, value, c: Claim, around: Inpu
 
 
 def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: dict[str, Fraction] | None = None,
-            extra: dict | None = None):
+            extra: dict | None = None) -> tuple[list[tuple[str, Exact, str]], tuple[str, Exact, str] | None]:
     """(reproducing [(names, value, unit)] at the fewest changes, closest (names, value, unit) or None).
 
     ``value`` is in ``unit``: the claim's unit, or the unit a "GB read as GiB" variant reads it in. ``extra``: the

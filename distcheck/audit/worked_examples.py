@@ -8,8 +8,9 @@ its exercises.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from types import ModuleType
 from typing import Any
 
 from distcheck.core.errors import ConfigError
@@ -18,7 +19,7 @@ __all__ = ["vector_of", "matrix_of", "vecmat", "column_shard", "row_partial", "s
            "sliced_activation_matches"]
 
 
-def _tp():
+def _tp() -> ModuleType:
     from distcheck.parallel.tp import reference
 
     return reference
@@ -60,7 +61,7 @@ def vecmat(x: list[Fraction], w: list[list[Fraction]]) -> tuple[Fraction, ...]:
     return _fractions(_exact(x) @ _exact(w))
 
 
-def _shard(values, n: int) -> tuple[int, int]:
+def _shard(values: Mapping[str, Any], n: int) -> tuple[int, int]:
     tp, shard = int(values["tp"]), int(values["shard"])
     if tp > n:
         raise ConfigError("tp", tp, f"must be <= the split dimension {n}")
@@ -83,7 +84,7 @@ def row_partial(values: Mapping[str, Any]) -> tuple[Fraction, ...]:
     return _fractions(_tp().row_parallel_parts(_exact(x), _exact(w), tp)[shard])
 
 
-def _relu(v):
+def _relu(v: Sequence[Fraction]) -> tuple[Fraction, ...]:
     return tuple(max(Fraction(0), a) for a in v)
 
 
@@ -123,7 +124,7 @@ def sliced_activation_matches(values: Mapping[str, Any]) -> int:
     norm = int(values.get("layer_norm", 0))
     eps = Fraction(values.get("eps", 0))
 
-    def act(v):
+    def act(v: Sequence[Fraction]) -> list[tuple[Fraction, Fraction | None]]:
         if not norm:
             return [(a, None) for a in _relu(v)]
         mean = sum(v, Fraction(0)) / len(v)

@@ -20,9 +20,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from distcheck.core.outputs import check_output_target
 from distcheck.errors import ConfigError
+
+if TYPE_CHECKING:
+    from distcheck.certify.certificate import Certification
 
 __all__ = ["add_parser", "run", "render_contracts"]
 
@@ -133,12 +137,13 @@ def render_contracts() -> str:
 
 
 class _Job:
-    def __init__(self, target, contract, world_sizes, backend, dtypes, examples, options):
+    def __init__(self, target: str, contract: str, world_sizes: list[int], backend: str, dtypes: list[str] | None,
+                 examples: int | None, options: dict) -> None:
         self.target, self.contract, self.world_sizes, self.backend = target, contract, world_sizes, backend
         self.dtypes, self.examples, self.options = dtypes, examples, options
 
 
-def _jobs(args) -> tuple[list[_Job], str, int | None, float]:
+def _jobs(args: argparse.Namespace) -> tuple[list[_Job], str, int | None, float]:
     """The certifications to run, the profile, the seed and the timeout."""
     from distcheck.certify.config import load_config
 
@@ -218,7 +223,8 @@ def run(args: argparse.Namespace) -> int:
     return _finish(args, _certify_all(jobs, profile, seed, timeout, batch=args.batch), time.perf_counter())
 
 
-def _certify_all(jobs, profile, seed, timeout, world=None, launcher="local", batch: int = 1) -> list:
+def _certify_all(jobs: list[_Job], profile: str, seed: int | None, timeout: float, world: Any = None,
+                 launcher: str = "local", batch: int = 1) -> list[Certification]:
     from distcheck.certify.engine import certify, default_seed
 
     seed = default_seed(profile) if seed is None else seed  # one seed for the whole run, recorded
@@ -228,7 +234,7 @@ def _certify_all(jobs, profile, seed, timeout, world=None, launcher="local", bat
             for job in jobs]
 
 
-def _command(args, certs) -> str:
+def _command(args: argparse.Namespace, certs: list[Certification]) -> str:
     """The command that reproduces the whole run: this one, with the seed made explicit."""
     argv = list(getattr(args, "argv", None) or ["certify"])
     seed = certs[0].seed if certs else None
@@ -241,7 +247,7 @@ def _command(args, certs) -> str:
     return " ".join(shlex.quote(str(a)) for a in [*head, *argv])
 
 
-def _finish(args, certs, started: float) -> int:
+def _finish(args: argparse.Namespace, certs: list[Certification], started: float) -> int:
     from distcheck.certify.certificate import NOTHING_CAN_FAIL, Certificate
     from distcheck.certify.config import target_rows
     from distcheck.report import exit_code, print_report
@@ -267,7 +273,7 @@ def _finish(args, certs, started: float) -> int:
     return code
 
 
-def _run_torchrun(args, jobs, profile, seed, timeout) -> int:
+def _run_torchrun(args: argparse.Namespace, jobs: list[_Job], profile: str, seed: int | None, timeout: float) -> int:
     from distcheck.certify.launch import LeaderWorld, follow, side_group
     from distcheck.runners.torchrun_world import FINAL_EXCHANGE_TIMEOUT_S, TorchrunWorld
 

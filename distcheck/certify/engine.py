@@ -52,13 +52,12 @@ class LocalWorld:
 
     What the rank function raises is reported as a rank pool reports it, a
     :class:`~distcheck.errors.RankFailure` of rank 0 with the traceback (the exception chained), so
-    that a target that raises fails the example's properties instead of stopping the run.
-    """
+    that a target that raises fails the example's properties instead of stopping the run."""
 
     world_size = 1
     backend = "local"
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._ctx = SimpleNamespace(rank=0, world_size=1, backend="local", device="cpu", local_rank=0, scratch={})
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
@@ -192,16 +191,16 @@ class _Run:
     drawn: Drawn | None = None  # the compositions drawn (every example run, with its outcomes)
 
 
-def _example_test(run: _Run, world, contract: Contract, target, dtype: str, options: dict, batch: int):
+def _example_test(run: _Run, world: World, contract: Contract, target: Any, dtype: str, options: dict,
+                  batch: int) -> Callable[[Any], None]:
     """The body Hypothesis calls for each example (or batch of ``batch`` examples) of one run.
 
     Before the first failure every property of ``run.remaining`` counts the example. The first
     failure fixes the target of the run: that property (or, for a crash, the crash), and from then
     on an example is interesting only when the target fails there again. In a batch, the failing
-    case is the counterexample (the others shrink to the strategy's simplest cases alongside).
-    """
+    case is the counterexample (the others shrink to the strategy's simplest cases alongside)."""
 
-    def test(drawn):
+    def test(drawn: Any) -> None:
         cases = drawn if batch > 1 else [drawn]
         run.calls += len(cases)
         if run.abort is not None:
@@ -247,8 +246,8 @@ def _skips(contract: Contract, dtype: str, options: dict, ws: int, backend: str,
                             failure=reason) for p in contract.properties]
 
 
-def _certify_dtype(world, contract: Contract, target, dtype: str, options: dict, run_settings, seed: int,
-                   replay: str, batch: int = 1, compositions: list | None = None) -> list[PropertyVerdict]:
+def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, options: dict, run_settings: settings,
+                   seed: int, replay: str, batch: int = 1, compositions: list | None = None) -> list[PropertyVerdict]:
     ws, backend = world.world_size, world.backend
     specs = {p.name: p for p in contract.properties}
     degenerate = contract.cannot_fail(ws, options)  # below its smallest world, no claim can fail: none is run
@@ -453,21 +452,22 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
 class _Borrowed:
     """A world given by the caller: entered and left without closing it."""
 
-    def __init__(self, world):
+    def __init__(self, world: Any) -> None:  # a World, or LocalWorld (no run_on)
         self.world = world
 
     @property
     def world_size(self) -> int:
         return self.world.world_size
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         return self.world
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 
-def _worlds(contract: Contract, pool, world, world_sizes, backend: str, timeout_s: float) -> list:
+def _worlds(contract: Contract, pool: World | None, world: World | None, world_sizes: Sequence[int] | None,
+            backend: str, timeout_s: float) -> list[_Borrowed | _LazyPool]:
     if (given := pool if pool is not None else world) is not None:
         return [_Borrowed(given)]
     if not contract.needs_world:

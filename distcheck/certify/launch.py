@@ -72,7 +72,7 @@ def follow(world: World, side_group: Any) -> int:
             return 1
 
 
-def side_group(timeout_s: float):
+def side_group(timeout_s: float) -> Any:
     """A gloo group over the whole world whose timeout covers rank 0's pauses between steps."""
     import torch.distributed as dist
 

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from distcheck.certify.certificate import Certification
+    from distcheck.engine.contracts.contract import Contract
     from distcheck.runners.pool import RankPool
 
 __all__ = ["MARKER", "add_options", "configure", "generate_tests", "distcheck_pools", "distcheck_world",
@@ -177,7 +179,7 @@ def distcheck_certify(rank_pool: RankPool, request: pytest.FixtureRequest) -> Ca
         defaults["profile"] = profile
 
     @functools.wraps(certify)
-    def run(target, contract, **kwargs):
+    def run(target: Any, contract: str | Contract, **kwargs: Any) -> Certification:
         cert = certify(target, contract, **{**{k: v for k, v in defaults.items() if v is not None}, **kwargs})
         if not cert.can_fail:  # nothing here can fail (a world below the contract's smallest): skip, never pass
             from distcheck.certify.certificate import NOTHING_CAN_FAIL
@@ -188,7 +190,7 @@ def distcheck_certify(rank_pool: RankPool, request: pytest.FixtureRequest) -> Ca
     return run
 
 
-def _selected_profile(config) -> str | None:
+def _selected_profile(config: Any) -> str | None:
     """The distcheck profile the plugin made current (None when the user chose a foreign one)."""
     from hypothesis import settings
 

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from distcheck.plan.cli_output import EXIT_FAIL, EXIT_OK, _check_outputs, _console, _exact, _frac, _gbv, _write_outputs
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from rich.console import Console
 
-def _memory_inputs(args):
+    from distcheck.plan.estimate import Estimate
+    from distcheck.plan.inputs import Hardware, Layout, Workload
+    from distcheck.plan.model import ModelSpec
+    from distcheck.plan.planner import Plan
+    from distcheck.reportdoc import Table
+
+
+def _memory_inputs(args: argparse.Namespace) -> tuple[ModelSpec, Hardware, Workload]:
     from distcheck.plan import Hardware, Workload, resolve_model
 
     model = resolve_model(args.model, params=args.params, hidden_size=args.hidden_size, num_layers=args.num_layers,
@@ -24,7 +36,8 @@ def _memory_inputs(args):
     return model, hardware, workload
 
 
-def _explicit_layout(args, model, hardware, workload):
+def _explicit_layout(args: argparse.Namespace, model: ModelSpec, hardware: Hardware,
+                     workload: Workload) -> Layout | None:
     from distcheck.core.errors import ConfigError
     from distcheck.core.validate import check_positive_int
     from distcheck.plan import Layout
@@ -47,7 +60,7 @@ def _explicit_layout(args, model, hardware, workload):
                   zero=0 if given["zero"] is None else given["zero"])
 
 
-def _header(model, hardware, workload) -> str:
+def _header(model: ModelSpec, hardware: Hardware, workload: Workload) -> str:
     from distcheck.plan.planner import gb
 
     nodes = f"{hardware.nodes} node{'s' if hardware.nodes > 1 else ''} of {hardware.gpus_per_node}"
@@ -57,7 +70,7 @@ def _header(model, hardware, workload) -> str:
             f"{workload.num_microbatches} micro-batches per step, {workload.schedule}")
 
 
-def _lesson_lines(p) -> list[str]:
+def _lesson_lines(p: Plan) -> list[str]:
     from distcheck.plan.planner import gb
 
     cap = gb(p.hardware.usable_bytes)
@@ -72,7 +85,7 @@ def _lesson_lines(p) -> list[str]:
     return lines
 
 
-def _estimate_row(i, e) -> list[str]:
+def _estimate_row(i: int, e: Estimate) -> list[str]:
     lay = e.layout
     comm = _gbv(e.comm_total) + ("" if e.comm_complete else "+")
     return [str(i), str(lay.tp), str(lay.cp), str(lay.pp), str(lay.dp), str(lay.zero), _gbv(e.state),
@@ -84,7 +97,7 @@ _COLUMNS = ("#", "tp", "cp", "pp", "dp", "ZeRO", "state GB", "activations GB", "
             "bubble", "comm GB/step", "question")
 
 
-def _layouts_table(estimates, title: str):
+def _layouts_table(estimates: Sequence[Estimate], title: str) -> Table:
     from distcheck.reportdoc import Table
 
     return Table(title, _COLUMNS, tuple(tuple(_estimate_row(i, e)) for i, e in enumerate(estimates, 1)),
@@ -94,7 +107,7 @@ def _layouts_table(estimates, title: str):
                       "model's shape")
 
 
-def _estimate_json(e) -> dict:
+def _estimate_json(e: Estimate) -> dict:
     return {
         "layout": e.layout.as_dict(), "label": e.layout.label, "question": e.layout.lesson_step,
         "params_per_gpu": _exact(e.params_per_gpu),
@@ -108,7 +121,7 @@ def _estimate_json(e) -> dict:
     }
 
 
-def _inputs_json(model, hardware, workload) -> dict:
+def _inputs_json(model: ModelSpec, hardware: Hardware, workload: Workload) -> dict:
     return {
         "model": {"name": model.name, "params": model.params},
         "hardware": {"gpus": hardware.gpus, "gpus_per_node": hardware.gpus_per_node,
@@ -120,7 +133,8 @@ def _inputs_json(model, hardware, workload) -> dict:
     }
 
 
-def _memory_figures(model, hardware, workload, chosen, fmt_caption: str):
+def _memory_figures(model: ModelSpec, hardware: Hardware, workload: Workload, chosen: Layout,
+                    fmt_caption: str) -> list[tuple[Figure, str, str]]:
     """The memory chart and, for up to 64 ranks, the chosen layout's diagram, as (Figure, caption, name)."""
     from distcheck import viz
     from distcheck.parallel import layout as layout_ref
@@ -194,7 +208,8 @@ def run_memory(args: argparse.Namespace) -> int:
     return EXIT_OK if rec is not None else EXIT_FAIL
 
 
-def _print_plan(console, result, header, lesson, verdict, args) -> None:
+def _print_plan(console: Console, result: Plan, header: str, lesson: list[str], verdict: str,
+                args: argparse.Namespace) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -221,7 +236,8 @@ def _print_plan(console, result, header, lesson, verdict, args) -> None:
         console.print(f"[dim]{len(result.estimates) - len(shown)} more: --all, or --format json[/]", highlight=False)
 
 
-def _report_one(args, console, model, hardware, workload, e, header, convs) -> int:
+def _report_one(args: argparse.Namespace, console: Console, model: ModelSpec, hardware: Hardware, workload: Workload,
+                e: Estimate, header: str, convs: list[str]) -> int:
     from rich.markup import escape
     from rich.table import Table as RichTable
 

@@ -4,19 +4,29 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import argparse
+
+    from matplotlib.figure import Figure
+    from rich.console import Console
+
+    from distcheck.core.results import CheckResult
+    from distcheck.reportdoc import Table
 
 __all__ = ["EXIT_OK", "EXIT_FAIL"]
 
 EXIT_OK, EXIT_FAIL = 0, 1
 
-def _console():
+def _console() -> Console:
     from rich.console import Console
 
     out = Console()
     return out if out.is_terminal else Console(width=200)
 
 
-def _exact(x):
+def _exact(x: Any) -> Any:
     """JSON for an exact number: an int as is, a Fraction as {"exact": "p/q", "approx": float}."""
     if x is None or isinstance(x, (int, str)):
         return x
@@ -24,17 +34,17 @@ def _exact(x):
     return int(q) if q.denominator == 1 else {"exact": f"{q.numerator}/{q.denominator}", "approx": float(q)}
 
 
-def _frac(q) -> str:
+def _frac(q: int | Fraction) -> str:
     q = Fraction(q)
     return str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
 
 
-def _gbv(x) -> str:
+def _gbv(x: int | Fraction | None) -> str:
     """Bytes as a GB number without the unit (table cells)."""
     return "-" if x is None else f"{float(Fraction(x)) / 1e9:,.2f}"
 
 
-def _check_outputs(args) -> None:
+def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse a bad --figure or --report before any work."""
     from distcheck.core.errors import ConfigError
 
@@ -57,7 +67,8 @@ def _check_outputs(args) -> None:
         require_matplotlib()
 
 
-def _write_outputs(args, figs, title, notes, tables, results=None, summary=None) -> None:
+def _write_outputs(args: argparse.Namespace, figs: list[tuple[Figure, str, str]], title: str, notes: list[str],
+                   tables: list[Table], results: list[CheckResult] | None = None, summary: str | None = None) -> None:
     from distcheck import viz
     from distcheck.reportdoc import figure_image, write_report
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from distcheck.core.vocab import Schedule
 from distcheck.plan.cli_output import _check_outputs, _console, _exact, _frac, _write_outputs
+
+if TYPE_CHECKING:
+    from distcheck.core.results import CheckResult
+    from distcheck.parallel.pp.timeline import Timeline
 
 #: the torch.distributed.pipelining class of each simulated schedule (``--torch auto``)
 _TORCH_FOR = {Schedule.GPIPE: "ScheduleGPipe", Schedule.ONE_F_ONE_B: "Schedule1F1B",
@@ -17,7 +22,7 @@ _TORCH_FOR = {Schedule.GPIPE: "ScheduleGPipe", Schedule.ONE_F_ONE_B: "Schedule1F
 #: the schedules whose forms take (p, m, v, t_f, t_b) like GPipe's
 _FULL_BACKWARD = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.LOOPED_BFS)
 
-def _timeline_facts(t) -> list[tuple[str, str]]:
+def _timeline_facts(t: Timeline) -> list[tuple[str, str]]:
     return [
         ("step", f"{t.step_ticks} ticks"),
         ("busy per rank", ", ".join(map(str, t.busy_ticks)) + " ticks"),
@@ -28,7 +33,7 @@ def _timeline_facts(t) -> list[tuple[str, str]]:
     ]
 
 
-def _closed_form_rows(t, schedule: str, p: int, m: int, v: int, t_f: int, t_b: int):
+def _closed_form_rows(t: Timeline, schedule: str, p: int, m: int, v: int, t_f: int, t_b: int) -> list[CheckResult]:
     """CheckResult rows: the simulator's figures against the catalogue's closed forms (for a split
     schedule, its bubble and stash forms where their regime holds; ``skip`` rows name it otherwise)."""
     from distcheck.closed_form import get
@@ -107,7 +112,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
     return exit_code(rows)
 
 
-def _torch_part(args, v: int) -> dict:
+def _torch_part(args: argparse.Namespace, v: int) -> dict:
     """Replay torch's schedule table; a CheckResult row compares it with the simulator."""
     from distcheck.core.errors import ConfigError
     from distcheck.parallel import pp as pipeline
@@ -146,21 +151,22 @@ def _torch_part(args, v: int) -> dict:
     return {"schedule": schedule, "timeline": timeline, "row": row, "v": torch_v, "raw": raw}
 
 
-def _timeline_json(t) -> dict:
+def _timeline_json(t: Timeline) -> dict:
     return {"num_ranks": t.num_ranks, "num_stages": t.num_stages, "num_microbatches": t.num_microbatches,
             "step_ticks": t.step_ticks, "busy_ticks": list(t.busy_ticks), "idle_ticks": list(t.idle_ticks),
             "bubble_fraction": _exact(t.bubble_fraction), "bubble_ratio": _exact(t.bubble_ratio),
             "peak_in_flight": list(t.peak_in_flight), "render": t.render().splitlines()}
 
 
-def _row_json(r) -> dict:
+def _row_json(r: CheckResult) -> dict:
     return {"check": r.check, "backend": r.backend, "verdict": r.verdict, "detail": r.detail}
 
 
 _MAX_PRINTED_TICKS = 160
 
 
-def _print_pipeline(t, name, rows, torch_part, args) -> None:
+def _print_pipeline(t: Timeline, name: str, rows: list[CheckResult], torch_part: dict[str, Any] | None,
+                    args: argparse.Namespace) -> None:
     from rich.markup import escape
 
     from distcheck.report import FAIL, FINDING, PASS
@@ -169,7 +175,7 @@ def _print_pipeline(t, name, rows, torch_part, args) -> None:
     console.print(f"[bold]distcheck plan pp[/]: {escape(name)}, p = {args.p}, m = {args.m}; forward "
                   f"{args.t_f}, backward {args.t_b} tick(s) per stage, communication free", highlight=False)
 
-    def show(tl, title):
+    def show(tl: Timeline, title: str) -> None:
         console.print(f"\n[bold]{escape(title)}[/]", highlight=False)
         if tl.step_ticks <= _MAX_PRINTED_TICKS:
             console.print(tl.render(), highlight=False, markup=False, soft_wrap=True)
@@ -185,10 +191,10 @@ def _print_pipeline(t, name, rows, torch_part, args) -> None:
         else:
             console.print(f"\n[bold]torch's {torch_part['schedule']} table[/] (does not replay; its actions per rank, "
                           "stage + kind + micro-batch):", highlight=False)
-            for r, line in enumerate(torch_part["raw"]):
-                console.print(f"rank {r} | {line}", highlight=False, markup=False, soft_wrap=True)
+            for rank, line in enumerate(torch_part["raw"]):
+                console.print(f"rank {rank} | {line}", highlight=False, markup=False, soft_wrap=True)
     console.print()
-    style = {PASS: "green", FAIL: "bold red", FINDING: "magenta"}
+    style: dict[str, str] = {PASS: "green", FAIL: "bold red", FINDING: "magenta"}
     for r in rows:
         console.print(f"[{style.get(r.verdict, 'yellow')}]{r.verdict:<7}[/] {escape(r.check)}: {escape(r.detail)}",
                       highlight=False)

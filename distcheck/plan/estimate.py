@@ -236,39 +236,42 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
 # drawn inputs. A name without an evaluator is evaluated by the catalogue.
 
 
-def _volume(collective: str, size_bytes, n) -> Fraction:
+def _volume(collective: str, size_bytes: int | Fraction, n: int | Fraction) -> Fraction:
     from distcheck.parallel.comm.ideal import volume
 
     return volume(collective, Fraction(size_bytes), int(n))
 
 
-def _table2(row: str, s, b, h, a, t) -> int | Fraction:
+def _table2(row: str, s: int | Fraction, b: int | Fraction, h: int | Fraction, a: int | Fraction,
+            t: int | Fraction) -> int | Fraction:
     from distcheck.parallel.activations.reference import table2_bytes_per_layer
 
     return table2_bytes_per_layer(row, int(s), int(b), int(h), int(a), int(t))
 
 
-def _tp_comm_bytes(s, b, h, t, bytes_per_element) -> Fraction:
+def _tp_comm_bytes(s: int, b: int, h: int, t: int, bytes_per_element: int | Fraction) -> Fraction:
     # Narayanan et al. 2021 section 3.2: 8bsh(t-1)/t elements per layer per micro-batch, forward + backward
     return Fraction(bytes_per_element) * Fraction(8 * b * s * h * (t - 1), t)
 
 
-def _cp_all_gather_bytes(s, b, num_kv_heads, head_dim, bytes_per_element, cp) -> Fraction:
+def _cp_all_gather_bytes(s: int, b: int, num_kv_heads: int, head_dim: int, bytes_per_element: int, cp: int) -> Fraction:
     # Llama 3 section 3.3.2, nccl-tests' factor: all-gathers of K and V (forward) or reduce-scatters of dK, dV
     # (backward) of the whole sequence, (cp-1)/cp of S = s b Hkv e B each
     return Fraction(2 * (cp - 1) * s * b * num_kv_heads * head_dim * bytes_per_element, cp)
 
 
-def _cp_all_gather_buffer(s, b, num_kv_heads, head_dim, bytes_per_element) -> int:
+def _cp_all_gather_buffer(s: int, b: int, num_kv_heads: int, head_dim: int, bytes_per_element: int) -> int:
     return 2 * s * b * num_kv_heads * head_dim * bytes_per_element  # the gathered K and V of the whole sequence
 
 
-def _bubble_fraction(p, m, t_f=1, t_b=2) -> Fraction:  # GPipe and 1F1B: (p - 1) / (m + p - 1), any t_f, t_b
+def _bubble_fraction(p: int, m: int, t_f: int = 1,
+                     t_b: int = 2) -> Fraction:  # GPipe and 1F1B: (p - 1) / (m + p - 1), any t_f, t_b
     return Fraction(p - 1, m + p - 1)
 
 
-def _moe_params(vocab_size, h, num_layers, dense_layers, attention_params, mlp_matrices, expert_ffn, dense_ffn,
-                num_experts, shared_experts, tied, k=None) -> int:  # ep.params.total; with k, ep.params.active
+def _moe_params(vocab_size: int, h: int, num_layers: int, dense_layers: int, attention_params: int, mlp_matrices: int,
+                expert_ffn: int, dense_ffn: int, num_experts: int, shared_experts: int, tied: int,
+                k: int | None = None) -> int:  # ep.params.total; with k, ep.params.active
     experts = num_experts if k is None else k
     return (vocab_size * h * (2 - tied) + h + num_layers * (attention_params + 2 * h)
             + dense_layers * mlp_matrices * h * dense_ffn
@@ -276,7 +279,8 @@ def _moe_params(vocab_size, h, num_layers, dense_layers, attention_params, mlp_m
             * (h * num_experts + (experts + shared_experts) * mlp_matrices * h * expert_ffn))
 
 
-def _moe_bytes(dense_params, expert_params, tp, ep, bytes_per_parameter) -> Fraction:  # ep.memory.bytes_per_gpu
+def _moe_bytes(dense_params: int, expert_params: int, tp: int, ep: int,
+               bytes_per_parameter: int | Fraction) -> Fraction:  # ep.memory.bytes_per_gpu
     return (Fraction(dense_params, tp) + Fraction(expert_params, ep * tp)) * bytes_per_parameter
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import format_bytes
@@ -46,7 +47,7 @@ from distcheck.plan.model import ModelSpec
 __all__ = ["Question", "Plan", "valid_layouts", "rank_key", "plan", "smallest_tp_pp_before_activations", "gb"]
 
 
-def gb(n_bytes) -> str:
+def gb(n_bytes: Any) -> str:  # callers' values are typed wider (int | Fraction | str) than they hold
     """Bytes as GB with two decimals: ``'68.98 GB'`` (GB = 1e9 bytes)."""
     return format_bytes(n_bytes, "GB")
 

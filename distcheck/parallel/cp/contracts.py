@@ -27,12 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from hypothesis.strategies import SearchStrategy
 
 from distcheck.core.exactness import unit_roundoff
 from distcheck.engine.contracts.checks import combine, compare
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
+from distcheck.engine.contracts.targets import Target, check_call_shape, make_target, resolve
+from distcheck.engine.world import RankContext
 from distcheck.parallel.cp import strategies as ds
 
 __all__ = ["CPCase", "ContextParallelAttention", "entry_bounds"]
@@ -83,7 +85,7 @@ class ContextParallelAttention(Contract):
     )
     options = (Option("load_balance", True, bool, "the head-tail split into 2 cp chunks (false: contiguous shards)"),)
 
-    def resolve(self, obj: Any, ref: str | None, options: dict):
+    def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         shown = ref or repr(obj)
         if not callable(obj) or isinstance(obj, type):
             raise ProtocolError("target", shown, f"must be a function fn(q, k, v) -> out for contract {self.name}")
@@ -102,14 +104,14 @@ class ContextParallelAttention(Contract):
         reason = cpu_refusal("cuda" if torch.cuda.is_available() else "cpu")
         return {} if reason is None else {p.name: reason for p in self.properties}
 
-    def cases(self, world_size: int, dtype: str, options: dict):
+    def cases(self, world_size: int, dtype: str, options: dict) -> SearchStrategy[CPCase]:
         balanced = bool(options["load_balance"])
         inner = ds.cp_attention_cases(min_cp=world_size, max_cp=world_size, max_chunk=2, max_kv_heads=2 * world_size,
                                       divisible_heads=True)
         return inner.map(lambda c: CPCase(ds.CPAttentionCase(q=c.q, k=c.k, v=c.v, dout=c.dout, cp=c.cp, causal=True,
                                                              balanced=balanced)))
 
-    def run_rank(self, ctx, target, case: CPCase, dtype: str, options: dict):
+    def run_rank(self, ctx: RankContext, target: Target, case: CPCase, dtype: str, options: dict) -> dict[str, Any]:
         import torch
 
         from distcheck.engine.contracts.layer import torch_dtype
@@ -118,7 +120,7 @@ class ContextParallelAttention(Contract):
         p = _positions(c)[ctx.rank]
         dt = torch_dtype(dtype)
 
-        def local(a, grad=True):
+        def local(a: np.ndarray, grad: bool = True) -> Any:
             t = torch.as_tensor(np.ascontiguousarray(np.transpose(a[p], (1, 0, 2))[None]), dtype=dt, device=ctx.device)
             return t.clone().requires_grad_(grad)
 
@@ -131,10 +133,10 @@ class ContextParallelAttention(Contract):
                                  f"{getattr(out, 'shape', type(out).__name__)}")
         torch.autograd.backward(out, dout)
 
-        def back(t):
+        def back(t: Any) -> np.ndarray | None:
             return None if t is None else np.transpose(t.detach().to(torch.float64).cpu().numpy()[0], (1, 0, 2))
 
-        def kind(t):
+        def kind(t: Any) -> str | None:
             return None if t is None else str(t.dtype).removeprefix("torch.")
 
         return {"out": back(out), "dq": back(q.grad), "dk": back(k.grad), "dv": back(v.grad),
@@ -152,7 +154,7 @@ class ContextParallelAttention(Contract):
         widen = 1 + 2.0**-30
         bounds = [(a + b) * widen for a, b in zip(mine, own, strict=True)]
 
-        def one(what, expected, key, bound):
+        def one(what: str, expected: np.ndarray, key: str, bound: float) -> Outcome:
             return compare(what, dtype, [expected[p] for p in positions], [r[key] for r in results],
                            [r["dtypes"][key] for r in results], [np.full(expected[p].shape, bound) for p in positions])
 
@@ -161,7 +163,7 @@ class ContextParallelAttention(Contract):
                                    for k, g, b in zip(("dq", "dk", "dv"), grads, bounds[1:], strict=True)))}
 
 
-def _positions(c: ds.CPAttentionCase):
+def _positions(c: ds.CPAttentionCase) -> list[np.ndarray]:
     from distcheck.parallel.cp import reference as ref
 
     s = c.q.shape[0]

@@ -53,7 +53,8 @@ qo = s * b * H * e * B    # one q or output tensor of the whole sequence
 L = s / cp
 
 
-def _form(name, expr, inputs, unit, source, description, constraints=()):
+def _form(name: str, expr: sp.Expr, inputs: tuple[Input, ...], unit: str, source: str, description: str,
+          constraints: tuple[str, ...] = ()) -> ClosedForm:
     return register(ClosedForm(name=name, expr=expr, inputs=inputs, unit=unit, source=source,
                                description=description, constraints=constraints))
 

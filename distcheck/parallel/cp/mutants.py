@@ -21,6 +21,8 @@ cp.ring.skip_last_rotation          a ring of cp - 1 steps: every rank misses   
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from distcheck.core.vocab import Collective
@@ -28,12 +30,14 @@ from distcheck.engine.mutants import mutant
 from distcheck.parallel.cp import reference as ref
 from distcheck.parallel.cp import variants as var
 
+_Shards = Sequence[np.ndarray]
+
 __all__ = ["cp_merge_no_max_subtraction", "cp_all_gather_local_causal_mask", "cp_balance_contiguous_chunks",
            "cp_ulysses_heads_not_divisible", "cp_ring_skip_last_rotation"]
 
 
 @mutant("cp.merge.no_max_subtraction", "cp.merge.online_softmax")
-def cp_merge_no_max_subtraction(a, b):
+def cp_merge_no_max_subtraction(a: ref.Partial, b: ref.Partial) -> ref.Partial:
     """The merge without the max: both partials rescaled by ``exp(m)`` to a common max of 0."""
     with np.errstate(over="ignore", invalid="ignore"):  # the overflow is the mistake shown
         wa = np.where(np.isfinite(a.m), np.exp(np.where(np.isfinite(a.m), a.m, 0.0)), 0.0)
@@ -42,8 +46,10 @@ def cp_merge_no_max_subtraction(a, b):
 
 
 @mutant("cp.all_gather.local_causal_mask", "cp.all_gather.attention")
-def cp_all_gather_local_causal_mask(q_shards, k_shards, v_shards, dout_shards, positions, *, causal=True, log=None,
-                                    grad_log=None):
+def cp_all_gather_local_causal_mask(q_shards: _Shards, k_shards: _Shards, v_shards: _Shards,
+                                    dout_shards: _Shards, positions: _Shards, *,
+                                    causal: bool = True, log: var.Log | None = None,
+                                    grad_log: var.Log | None = None) -> var.Step:
     """The all-gather variant masking by local indices: query i of a shard reads gathered keys 0 .. i."""
     k_all, v_all = np.concatenate(k_shards), np.concatenate(v_shards)
     if log is not None:
@@ -56,14 +62,16 @@ def cp_all_gather_local_causal_mask(q_shards, k_shards, v_shards, dout_shards, p
 
 
 @mutant("cp.balance.contiguous_chunks", "cp.balance.equal_work")
-def cp_balance_contiguous_chunks(s, cp):
+def cp_balance_contiguous_chunks(s: int, cp: int) -> list[np.ndarray]:
     """Rank r holds its two chunks side by side, chunks 2r and 2r + 1: the contiguous split."""
     return ref.contiguous_positions(s, cp)
 
 
 @mutant("cp.ulysses.heads_not_divisible", "cp.ulysses.attention")
-def cp_ulysses_heads_not_divisible(q_shards, k_shards, v_shards, dout_shards, positions, *, causal=True, log=None,
-                                   grad_log=None):
+def cp_ulysses_heads_not_divisible(q_shards: _Shards, k_shards: _Shards, v_shards: _Shards,
+                                   dout_shards: _Shards, positions: _Shards, *,
+                                   causal: bool = True, log: var.Log | None = None,
+                                   grad_log: var.Log | None = None) -> var.Step:
     """Ulysses splitting the heads with ``array_split`` when cp does not divide them, never refusing (the
     numbers come out right on one host; the all-to-all's equal buffers cannot exist)."""
     cp, H, Hkv = len(q_shards), q_shards[0].shape[1], k_shards[0].shape[1]
@@ -84,15 +92,17 @@ def cp_ulysses_heads_not_divisible(q_shards, k_shards, v_shards, dout_shards, po
     dq, dk, dv = ref.full_attention_backward(q, k, v, do, causal, q_pos=order, k_pos=order)
     bounds = np.cumsum([0] + [len(x) for x in q_shards])
 
-    def split(a):
+    def split(a: np.ndarray) -> list[np.ndarray]:
         return [a[bounds[r]:bounds[r + 1]] for r in range(cp)]
 
     return split(out), (split(dq), split(dk), split(dv))
 
 
 @mutant("cp.ring.skip_last_rotation", "cp.ring.attention")
-def cp_ring_skip_last_rotation(q_shards, k_shards, v_shards, dout_shards, positions, *, causal=True, log=None,
-                               grad_log=None):
+def cp_ring_skip_last_rotation(q_shards: _Shards, k_shards: _Shards, v_shards: _Shards,
+                               dout_shards: _Shards, positions: _Shards, *,
+                               causal: bool = True, log: var.Log | None = None,
+                               grad_log: var.Log | None = None) -> var.Step:
     """A ring of cp - 1 steps in the forward: the last block is never attended (nor its pass sent)."""
     cp = len(q_shards)
     fwd = var._ring_forward(q_shards, k_shards, v_shards, positions, causal, None, steps=max(1, cp - 1))

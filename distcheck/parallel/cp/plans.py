@@ -29,6 +29,7 @@ checks`); the ring of ``examples/my_ring_attention.py`` is certified by ``distch
 from __future__ import annotations
 
 import math
+from typing import Any
 
 __all__ = ["all_gather_attention", "ulysses_attention", "torch_context_parallel", "cpu_refusal",
            "ALL_GATHER_ATTENTION", "ULYSSES_ATTENTION", "TORCH_CONTEXT_PARALLEL", "CPU_OP", "CPU_REFUSAL_ERROR",
@@ -43,7 +44,7 @@ CPU_REFUSAL = (f"torch's context_parallel refuses the CPU attention op on every 
                "where a GPU is present")
 
 
-def _positions(rank: int, cp: int, length: int, device):
+def _positions(rank: int, cp: int, length: int, device: Any) -> Any:
     """Rank ``rank``'s global positions: chunks ``rank`` and ``2 cp - 1 - rank`` of ``length // 2`` tokens."""
     import torch
 
@@ -52,7 +53,7 @@ def _positions(rank: int, cp: int, length: int, device):
                       torch.arange((2 * cp - 1 - rank) * c, (2 * cp - rank) * c, device=device)])
 
 
-def _attend(q, k, v, q_pos, k_pos):
+def _attend(q: Any, k: Any, v: Any, q_pos: Any, k_pos: Any) -> Any:
     """Causal attention of q (1, H, Lq, e) over k, v (1, Hkv, Lk, e) on global positions (autograd's)."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -61,7 +62,7 @@ def _attend(q, k, v, q_pos, k_pos):
     return s.softmax(-1) @ v
 
 
-def _function():
+def _function() -> tuple[Any, Any, Any]:
     """The autograd Functions, built on first use (``import distcheck`` stays free of torch)."""
     import torch
     import torch.distributed as dist
@@ -70,7 +71,7 @@ def _function():
         """(1, h, L, e) shards -> (1, h, cp L, e) in rank order; backward: the reduce-scatter of the gradient."""
 
         @staticmethod
-        def forward(ctx, x):
+        def forward(ctx: Any, x: Any) -> Any:
             n = dist.get_world_size()
             out = x.new_empty((n * x.shape[0], *x.shape[1:]))  # the shards stacked on dim 0, rank order
             # torch 2.13 renames all_gather_into_tensor (deprecated, a FutureWarning) to all_gather_single
@@ -78,7 +79,7 @@ def _function():
             return out.reshape(n, *x.shape).movedim(0, 2).reshape(x.shape[0], x.shape[1], n * x.shape[2], x.shape[3])
 
         @staticmethod
-        def backward(ctx, g):
+        def backward(ctx: Any, g: Any) -> Any:
             n = dist.get_world_size()
             b, h, nl, e = g.shape
             got = g.new_empty((b, h, nl // n, e))
@@ -86,7 +87,7 @@ def _function():
             reduce_scatter(got, g.reshape(b, h, n, nl // n, e).movedim(2, 0).reshape(n * b, h, nl // n, e))
             return got
 
-    def seq_to_heads(x):
+    def seq_to_heads(x: Any) -> Any:
         """(1, h, L, e) sequence shard -> (1, h/cp, cp L, e) head shard over the whole sequence."""
         n = dist.get_world_size()
         b, h, L, e = x.shape
@@ -95,7 +96,7 @@ def _function():
         dist.all_to_all_single(got, send)
         return got.movedim(0, 2).reshape(b, h // n, n * L, e)
 
-    def heads_to_seq(x):
+    def heads_to_seq(x: Any) -> Any:
         """The inverse of :func:`seq_to_heads`."""
         n = dist.get_world_size()
         b, hn, nl, e = x.shape
@@ -106,35 +107,35 @@ def _function():
 
     class ToHeads(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x):
+        def forward(ctx: Any, x: Any) -> Any:
             return seq_to_heads(x)
 
         @staticmethod
-        def backward(ctx, g):
+        def backward(ctx: Any, g: Any) -> Any:
             return heads_to_seq(g)
 
     class ToSequence(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x):
+        def forward(ctx: Any, x: Any) -> Any:
             return heads_to_seq(x)
 
         @staticmethod
-        def backward(ctx, g):
+        def backward(ctx: Any, g: Any) -> Any:
             return seq_to_heads(g)
 
     return GatherSequence, ToHeads, ToSequence
 
 
-_FUNCTIONS: list = []
+_FUNCTIONS: list[Any] = []
 
 
-def _functions():
+def _functions() -> list[Any]:
     if not _FUNCTIONS:
         _FUNCTIONS.extend(_function())
     return _FUNCTIONS
 
 
-def all_gather_attention(q, k, v):
+def all_gather_attention(q: Any, k: Any, v: Any) -> Any:
     """Llama 3's all-gather of K and V on this rank's head-tail shards (module doc)."""
     import torch
     import torch.distributed as dist
@@ -145,7 +146,7 @@ def all_gather_attention(q, k, v):
     return _attend(q, gather.apply(k), gather.apply(v), _positions(rank, n, L, q.device), k_pos)
 
 
-def ulysses_attention(q, k, v):
+def ulysses_attention(q: Any, k: Any, v: Any) -> Any:
     """DeepSpeed-Ulysses' all-to-alls on this rank's head-tail shards (module doc)."""
     import torch
     import torch.distributed as dist
@@ -171,7 +172,7 @@ def cpu_refusal(device_type: str) -> str | None:
     return None if any(op in t for t in tables) else CPU_REFUSAL
 
 
-def torch_context_parallel(q, k, v):
+def torch_context_parallel(q: Any, k: Any, v: Any) -> Any:
     """torch's ring attention on this rank's shards (module doc)."""
     import torch
     import torch.nn.functional as F

@@ -14,7 +14,7 @@ __all__ = ["ring_forward_equals_all_gather", "balanced_work_is_the_mean"]
 
 
 @proof("proof.cp.ring_forward_equals_all_gather")
-def ring_forward_equals_all_gather():
+def ring_forward_equals_all_gather() -> tuple[bool, str]:
     """cp.ring.bytes_per_rank.forward == cp.all_gather.bytes_per_rank.forward == two ring all-gathers of one
     K (V) tensor, comm.bytes_per_rank.all_gather at S = s b Hkv e B, n = cp."""
     ring, ag = get("cp.ring.bytes_per_rank.forward"), get("cp.all_gather.bytes_per_rank.forward")
@@ -28,7 +28,7 @@ def ring_forward_equals_all_gather():
 
 
 @proof("proof.cp.balanced_work_is_the_mean")
-def balanced_work_is_the_mean():
+def balanced_work_is_the_mean() -> tuple[bool, str]:
     """sum over r of cp.causal_work.contiguous, over cp, == cp.causal_work.balanced: the head-tail split
     gives every rank the mean (and the contiguous split's total is the s (s + 1) / 2 causal pairs)."""
     contiguous, balanced = get("cp.causal_work.contiguous"), get("cp.causal_work.balanced")

@@ -36,9 +36,13 @@ the values read, bit for bit (``exp(0) = 1``; the sums of multiples of 1/4 are e
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from types import ModuleType
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError, ImplementationError, PropertyFailure
 from distcheck.core.exactness import assert_bitwise_equal, assert_within, gamma, to_exact
@@ -54,19 +58,19 @@ __all__ = ["attention_matches", "ring_attention", "all_gather_attention", "ulyss
 U = 2.0**-53
 
 
-def _ref():
+def _ref() -> ModuleType:
     from distcheck.parallel.cp import reference
 
     return reference
 
 
-def _variants():
+def _variants() -> ModuleType:
     from distcheck.parallel.cp import variants
 
     return variants
 
 
-def _positions(case):
+def _positions(case: ds.CPAttentionCase) -> list[np.ndarray]:
     r = _ref()
     return (r.load_balanced_positions if case.balanced else r.contiguous_positions)(case.q.shape[0], case.cp)
 
@@ -75,7 +79,7 @@ def _g(k: int) -> float:
     return float(gamma(k))
 
 
-def _eps(case) -> float:
+def _eps(case: ds.CPAttentionCase) -> float:
     s, H, e = case.q.shape
     mq, mk = float(np.abs(case.q).max(initial=0)), float(np.abs(case.k).max(initial=0))
     delta = _g(e + 2) * e * mq * mk / math.sqrt(e)
@@ -83,7 +87,7 @@ def _eps(case) -> float:
     return 4 * (math.expm1(2 * delta + 4 * U * R) + _g(2 * s + 2 * e + 8 * case.cp + 16))
 
 
-def _unshard(shards, positions, what, s):
+def _unshard(shards: Any, positions: Sequence[np.ndarray], what: str, s: int) -> np.ndarray | None:
     if not isinstance(shards, (list, tuple)) or len(shards) != len(positions):
         raise PropertyFailure(f"{what} must be one shard per rank (cp={len(positions)})", expected=len(positions),
                               got=type(shards).__name__ if not isinstance(shards, (list, tuple)) else len(shards))
@@ -99,7 +103,8 @@ def _unshard(shards, positions, what, s):
     return out
 
 
-def attention_matches(case, variant: str, *, impl=None, require_log: bool = True) -> None:
+def attention_matches(case: ds.CPAttentionCase, variant: str, *, impl: Callable[..., Any] | None = None,
+                      require_log: bool = True) -> None:
     """``impl`` (a ``*_step`` of :mod:`~distcheck.parallel.cp.variants`) on the case's shards: outputs and
     ``(dq, dk, dv)`` reassembled by position equal full attention's within the derived bound (module doc);
     the bytes per rank of its forward ``log`` and backward ``grad_log`` equal ``cp.<variant>.bytes_per_rank.*``.
@@ -152,22 +157,25 @@ def attention_matches(case, variant: str, *, impl=None, require_log: bool = True
                                   f"cp.{variant}.bytes_per_rank.{phase}", expected=form, got=sent)
 
 
-def ring_attention(case, *, impl=None, require_log: bool = True) -> None:
+def ring_attention(case: ds.CPAttentionCase, *, impl: Callable[..., Any] | None = None,
+                   require_log: bool = True) -> None:
     """:func:`attention_matches` for the ring."""
     attention_matches(case, ContextParallel.RING, impl=impl, require_log=require_log)
 
 
-def all_gather_attention(case, *, impl=None, require_log: bool = True) -> None:
+def all_gather_attention(case: ds.CPAttentionCase, *, impl: Callable[..., Any] | None = None,
+                         require_log: bool = True) -> None:
     """:func:`attention_matches` for the all-gather of K and V."""
     attention_matches(case, ContextParallel.ALL_GATHER, impl=impl, require_log=require_log)
 
 
-def ulysses_attention(case, *, impl=None, require_log: bool = True) -> None:
+def ulysses_attention(case: ds.CPAttentionCase, *, impl: Callable[..., Any] | None = None,
+                      require_log: bool = True) -> None:
     """:func:`attention_matches` for Ulysses, whose refusals of indivisible heads are part of the claim."""
     attention_matches(case, ContextParallel.ULYSSES, impl=impl, require_log=require_log)
 
 
-def merge_online_softmax(case, *, impl=None) -> None:
+def merge_online_softmax(case: ds.CPMergeCase, *, impl: Callable[..., Any] | None = None) -> None:
     """The merge ``impl(a, b) -> Partial`` (module doc): commutative bit for bit, any order within the bound
     of the single block, exact on exact cases."""
     ref = _ref()
@@ -176,7 +184,7 @@ def merge_online_softmax(case, *, impl=None) -> None:
              for lo, hi in zip(case.bounds[:-1], case.bounds[1:], strict=True)]
     blocks = [parts[i] for i in case.order]
 
-    def merge(a, b):
+    def merge(a: Any, b: Any) -> Any:
         got = call_impl("merge_partials", impl, a, b)
         if not all(hasattr(got, f) for f in ("m", "l", "acc")):
             raise PropertyFailure("merge_partials must return a Partial (m, l, acc)", expected="Partial", got=got)
@@ -214,7 +222,7 @@ def merge_online_softmax(case, *, impl=None) -> None:
         assert_within(expected, out, bound, what=f"online-softmax merge, {how} of {len(blocks)} blocks")
 
 
-def balance_equal_work(case, *, impl=None) -> None:
+def balance_equal_work(case: tuple[int, int], *, impl: Callable[..., Any] | None = None) -> None:
     """``impl(s, cp)`` (:func:`~distcheck.parallel.cp.reference.load_balanced_positions`): the ranks' positions
     partition 0 .. s-1 in shards of s/cp tokens, and every rank's causal work is cp.causal_work.balanced."""
     ref = _ref()
@@ -232,16 +240,17 @@ def balance_equal_work(case, *, impl=None) -> None:
                               got=work)
 
 
-def _a(x):
+def _a(x: ArrayLike) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _attention_edges():
+def _attention_edges() -> tuple[ds.CPAttentionCase, ...]:
     """cp = 2 and 4 over the head-tail split, causal, grouped-query (2 query heads per kv head); contiguous
     shards; no mask; one rank."""
     rng = np.random.default_rng(7)
 
-    def case(cp, s, H, Hkv, e, causal=True, balanced=True):
+    def case(cp: int, s: int, H: int, Hkv: int, e: int, causal: bool = True,
+             balanced: bool = True) -> ds.CPAttentionCase:
         q = rng.integers(-8, 9, (s, H, e)) / 4
         k, v = rng.integers(-8, 9, (s, Hkv, e)) / 4, rng.integers(-8, 9, (s, Hkv, e)) / 4
         return ds.CPAttentionCase(q=q, k=k, v=v, dout=rng.integers(-8, 9, (s, H, e)) / 4, cp=cp, causal=causal,
@@ -251,7 +260,7 @@ def _attention_edges():
             case(2, 4, 2, 2, 1, causal=False), case(1, 2, 2, 1, 2))
 
 
-def _ulysses_edges():
+def _ulysses_edges() -> tuple[ds.CPAttentionCase, ...]:
     """Ulysses' refusals (cp = 2 with one kv head; cp = 2 with 3 heads), then cases it must compute."""
     base = _attention_edges()
     one_kv = base[0]                                           # cp=2, H=2, Hkv=1: Hkv not divisible
@@ -260,7 +269,7 @@ def _ulysses_edges():
     return (one_kv, three) + base[1:]
 
 
-def _merge_edges():
+def _merge_edges() -> tuple[ds.CPMergeCase, ...]:
     """Logits near 750 (exp overflows unless the max is subtracted); an exact case in three blocks; one block."""
     big = _a([[[750.0, 749.5, 748.0, 750.25]]])
     v = _a([[[1.0]], [[-2.0]], [[0.5]], [[0.25]]])

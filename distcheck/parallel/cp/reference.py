@@ -37,9 +37,11 @@ exact), so the reference for context parallelism is tensor parallelism's single-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import MAX_RANKS, as_array, check_at_most, check_bool, check_positive_int
@@ -78,19 +80,20 @@ def contiguous_positions(s: int, cp: int) -> list[np.ndarray]:
     return [np.arange(r * n, (r + 1) * n) for r in range(cp)]
 
 
-def shard(x, positions) -> list[np.ndarray]:
+def shard(x: ArrayLike, positions: Sequence[ArrayLike]) -> list[np.ndarray]:
     """Rows ``x[positions[r]]`` for each rank r (x is (s, ...))."""
     x = as_array("x", x)
     return [x[np.asarray(p, dtype=np.int64)] for p in positions]
 
 
-def causal_work(positions) -> list[int]:
+def causal_work(positions: Sequence[ArrayLike]) -> list[int]:
     """Per rank: the (query, key) pairs its causal attention computes, ``sum_i (p_i + 1)`` over its
     positions (a query at position p reads the keys 0 .. p)."""
     return [int(np.sum(np.asarray(p, dtype=np.int64) + 1)) for p in positions]
 
 
-def check_qkv(q, k, v, what: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def check_qkv(q: ArrayLike, k: ArrayLike, v: ArrayLike,
+              what: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The arrays as float64 and the GQA group ``num_heads / num_kv_heads``; ConfigError naming the
     array whose shape is wrong (q (s_q, H, e); k, v (s_k, Hkv, e); Hkv | H)."""
     q, k, v = as_array(f"q{what}", q), as_array(f"k{what}", k), as_array(f"v{what}", v)
@@ -103,7 +106,7 @@ def check_qkv(q, k, v, what: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarr
     return q, k, v, q.shape[1] // k.shape[1]
 
 
-def full_attention(q, k, v, causal: bool = True) -> np.ndarray:
+def full_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, causal: bool = True) -> np.ndarray:
     """Attention on the whole sequence (positions 0 .. s-1), (s, H, e): tensor parallelism's
     single-device reference (:func:`distcheck.parallel.tp.heads.attention_heads`) on
     ``x = [q | k | v]`` with selector projections (module doc)."""
@@ -122,7 +125,8 @@ def full_attention(q, k, v, causal: bool = True) -> np.ndarray:
     return attention_heads(x, Wq, Wk, Wv, H, Hkv, causal).reshape(s, H, e)
 
 
-def _scores(q, k, q_pos, k_pos, causal, group):
+def _scores(q: np.ndarray, k: np.ndarray, q_pos: ArrayLike, k_pos: ArrayLike, causal: bool,
+            group: int) -> np.ndarray:
     """(H, s_q, s_k) scaled scores, masked to -inf where a key follows the query (global positions)."""
     kk = np.repeat(k, group, axis=1)
     scores = np.einsum("qhe,khe->hqk", q, kk) / np.sqrt(q.shape[2])
@@ -132,7 +136,9 @@ def _scores(q, k, q_pos, k_pos, causal, group):
     return scores
 
 
-def full_attention_backward(q, k, v, dout, causal: bool = True, q_pos=None, k_pos=None):
+def full_attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, dout: ArrayLike, causal: bool = True,
+                            q_pos: ArrayLike | None = None,
+                            k_pos: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients ``(dq, dk, dv)`` of ``sum(out * dout)`` for attention of q over k, v (shapes as
     :func:`full_attention`; positions 0 .. s-1 unless given), by the explicit formulas:
     ``P = softmax(S)``, ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - rowsum(dO * O))``,
@@ -151,7 +157,8 @@ def full_attention_backward(q, k, v, dout, causal: bool = True, q_pos=None, k_po
     return _grads_from_p(q, k, v, dout, p, group)
 
 
-def _grads_from_p(q, k, v, dout, p, group, out=None):
+def _grads_from_p(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, p: np.ndarray, group: int,
+                  out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dq, dk, dv) from the probabilities ``p`` (H, s_q, s_k) of the rows' whole softmax; ``out`` the rows'
     attention output (computed from p when None: then p must hold every key of the rows)."""
     vv = np.repeat(v, group, axis=1)
@@ -184,7 +191,8 @@ def empty_partial(s_q: int, H: int, e: int) -> Partial:
     return Partial(np.full((s_q, H), -np.inf), np.zeros((s_q, H)), np.zeros((s_q, H, e)))
 
 
-def block_partial(q, k, v, q_pos, k_pos, causal: bool = True) -> Partial:
+def block_partial(q: ArrayLike, k: ArrayLike, v: ArrayLike, q_pos: ArrayLike, k_pos: ArrayLike,
+                  causal: bool = True) -> Partial:
     """The :class:`Partial` of queries ``q`` (positions ``q_pos``) over one block of keys and values
     (positions ``k_pos``): :func:`scores_partial` of the block's masked scores."""
     q, k, v, group = check_qkv(q, k, v)
@@ -192,7 +200,7 @@ def block_partial(q, k, v, q_pos, k_pos, causal: bool = True) -> Partial:
     return scores_partial(np.transpose(scores, (1, 0, 2)), np.repeat(v, group, axis=1))
 
 
-def scores_partial(scores, v) -> Partial:
+def scores_partial(scores: ArrayLike, v: ArrayLike) -> Partial:
     """The :class:`Partial` of scores (s_q, H, n_k) (-inf where masked) over values (n_k, H, e): each row's
     max subtracted before ``exp``; a row with no finite score gives ``(-inf, 0, 0)``."""
     scores, v = np.asarray(scores, dtype=np.float64), as_array("v", v)  # -inf marks a masked score
@@ -206,7 +214,7 @@ def scores_partial(scores, v) -> Partial:
     return Partial(m, p.sum(axis=-1), np.einsum("qhk,khe->qhe", p, v))
 
 
-def _rescale(m_part, m_new):
+def _rescale(m_part: np.ndarray, m_new: np.ndarray) -> np.ndarray:
     """exp(m_part - m_new), 0 where the part saw no key (m_part = -inf)."""
     finite = np.isfinite(m_part)
     return np.where(finite, np.exp(np.where(finite, m_part - np.where(finite, m_new, 0.0), 0.0)), 0.0)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
+from numpy.typing import ArrayLike
 
 from distcheck.core.validate import check_at_least, check_interval
 from distcheck.engine.strategies import defines, draw_ints
@@ -22,7 +23,7 @@ from distcheck.engine.strategies import defines, draw_ints
 __all__ = ["CPAttentionCase", "CPMergeCase", "cp_attention_cases", "cp_merge_cases", "cp_balance_cases"]
 
 
-def _show(a) -> str:
+def _show(a: ArrayLike) -> str:
     return repr(np.asarray(a).tolist())
 
 
@@ -62,11 +63,12 @@ class CPMergeCase:
                 f"scores={_show(self.scores)}, v={_show(self.v)})")
 
 
-def _quarters(draw, shape, max_shape):
+def _quarters(draw: st.DrawFn, shape: tuple[int, ...], max_shape: tuple[int, ...] | None) -> np.ndarray:
     return draw_ints(draw, shape, 8, max_shape=max_shape) / 4
 
 
-def _v_attention(*, min_cp, max_cp, max_chunk, max_kv_heads, max_group, max_head_dim, divisible_heads):
+def _v_attention(*, min_cp: int, max_cp: int, max_chunk: int, max_kv_heads: int, max_group: int, max_head_dim: int,
+                 divisible_heads: bool | None) -> None:
     check_interval("min_cp", min_cp, "max_cp", max_cp)
     check_at_least("min_cp", min_cp, 1)
     check_at_least("max_chunk", max_chunk, 1)
@@ -76,7 +78,7 @@ def _v_attention(*, min_cp, max_cp, max_chunk, max_kv_heads, max_group, max_head
 
 
 @defines(_v_attention)
-def cp_attention_cases(draw, *, min_cp: int = 1, max_cp: int = 4, max_chunk: int = 2, max_kv_heads: int = 4,
+def cp_attention_cases(draw: st.DrawFn, *, min_cp: int = 1, max_cp: int = 4, max_chunk: int = 2, max_kv_heads: int = 4,
                        max_group: int = 2, max_head_dim: int = 2,
                        divisible_heads: bool | None = None) -> CPAttentionCase:
     """A :class:`CPAttentionCase`; ``divisible_heads``: cp divides both head counts always (True), or either
@@ -96,7 +98,7 @@ def cp_attention_cases(draw, *, min_cp: int = 1, max_cp: int = 4, max_chunk: int
                            causal=draw(st.booleans()), balanced=draw(st.booleans()))
 
 
-def _v_merge(*, max_blocks, max_block_keys, max_rows, max_head_dim, exact):
+def _v_merge(*, max_blocks: int, max_block_keys: int, max_rows: int, max_head_dim: int, exact: bool | None) -> None:
     check_at_least("max_blocks", max_blocks, 1)
     check_at_least("max_block_keys", max_block_keys, 1)
     check_at_least("max_rows", max_rows, 1)
@@ -104,8 +106,8 @@ def _v_merge(*, max_blocks, max_block_keys, max_rows, max_head_dim, exact):
 
 
 @defines(_v_merge)
-def cp_merge_cases(draw, *, max_blocks: int = 4, max_block_keys: int = 3, max_rows: int = 2, max_head_dim: int = 2,
-                   exact: bool | None = None) -> CPMergeCase:
+def cp_merge_cases(draw: st.DrawFn, *, max_blocks: int = 4, max_block_keys: int = 3, max_rows: int = 2,
+                   max_head_dim: int = 2, exact: bool | None = None) -> CPMergeCase:
     """A :class:`CPMergeCase`: 1 to ``max_blocks`` key blocks, a random merge order, an offset of the scores
     drawn from {0, 3/4, 750} (750: ``exp`` overflows without the max subtracted); ``exact`` always, never or
     either (None)."""
@@ -126,13 +128,13 @@ def cp_merge_cases(draw, *, max_blocks: int = 4, max_block_keys: int = 3, max_ro
                        exact=is_exact)
 
 
-def _v_balance(*, max_cp, max_chunk):
+def _v_balance(*, max_cp: int, max_chunk: int) -> None:
     check_at_least("max_cp", max_cp, 1)
     check_at_least("max_chunk", max_chunk, 1)
 
 
 @defines(_v_balance)
-def cp_balance_cases(draw, *, max_cp: int = 8, max_chunk: int = 8) -> tuple[int, int]:
+def cp_balance_cases(draw: st.DrawFn, *, max_cp: int = 8, max_chunk: int = 8) -> tuple[int, int]:
     """``(s, cp)`` with 2 cp dividing s: the sequence lengths load balancing splits into 2 cp chunks."""
     cp = draw(st.integers(1, max_cp))
     return 2 * cp * draw(st.integers(1, max_chunk)), cp

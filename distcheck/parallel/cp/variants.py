@@ -34,7 +34,11 @@ into ``log`` and the backward into ``grad_log``: the implementation slot of the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import overload
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_bool, check_divides, check_positive_int, check_type
@@ -50,8 +54,30 @@ RING_PASS = PointToPoint.SEND_RECV
 #: the three ways of splitting attention over cp ranks: K/V rotated, K/V all-gathered, heads all-to-all
 VARIANTS = names(ContextParallel)
 
+#: per-rank inputs: one array (or nested list) per rank
+Arrays = Sequence[ArrayLike]
+#: a communication log: ``(name, shape)`` per record, appended in order
+Log = list[tuple[str, tuple[int, ...]]]
+#: the outputs and ``(dq, dk, dv)`` shards of a variant's step
+Step = tuple[list[np.ndarray], tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]]
+_Grads = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+_Checked = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray] | None]
+_CheckedGrads = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]]
 
-def check_shards(q_shards, k_shards, v_shards, positions, dout_shards=None, log=None):
+
+@overload
+def check_shards(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays, positions: Arrays, dout_shards: Arrays,
+                 log: Log | None = None) -> _CheckedGrads: ...
+
+
+@overload
+def check_shards(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays, positions: Arrays, dout_shards: None = None,
+                 log: Log | None = None) -> _Checked: ...
+
+
+def check_shards(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                 positions: Arrays, dout_shards: Arrays | None = None,
+                 log: Log | None = None) -> _Checked:
     """The shards as float64 lists and the positions as int arrays; ConfigError naming the first bad one
     (one entry per rank, equal shard lengths, positions a permutation of 0 .. s-1)."""
     if log is not None:
@@ -85,19 +111,22 @@ def check_shards(q_shards, k_shards, v_shards, positions, dout_shards=None, log=
     return qs, ks, vs, pos, douts
 
 
-def _log(log, name, shape):
+def _log(log: Log | None, name: str, shape: tuple[int, ...]) -> None:
     if log is not None:
         log.append((name, tuple(int(d) for d in shape)))
 
 
 # ---------------------------------------------------------------- ring
 
-def ring_attention(q_shards, k_shards, v_shards, positions, *, causal: bool = True, log=None) -> list[np.ndarray]:
+def ring_attention(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                   positions: Arrays, *, causal: bool = True, log: Log | None = None) -> list[np.ndarray]:
     """Ring attention's outputs, one (s/cp, H, e) shard per rank (module doc)."""
     return [o for o, _ in _ring_forward(q_shards, k_shards, v_shards, positions, causal, log)]
 
 
-def _ring_forward(q_shards, k_shards, v_shards, positions, causal, log, steps=None):
+def _ring_forward(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                  positions: Arrays, causal: bool, log: Log | None,
+                  steps: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     check_bool("causal", causal)
     qs, ks, vs, pos, _ = check_shards(q_shards, k_shards, v_shards, positions, log=log)
     cp = len(qs)
@@ -112,7 +141,9 @@ def _ring_forward(q_shards, k_shards, v_shards, positions, causal, log, steps=No
     return [ref.finalize(a) for a in acc]
 
 
-def ring_attention_backward(q_shards, k_shards, v_shards, dout_shards, positions, *, causal: bool = True, log=None):
+def ring_attention_backward(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                            dout_shards: Arrays, positions: Arrays, *, causal: bool = True,
+                            log: Log | None = None) -> _Grads:
     """Ring attention's ``(dq, dk, dv)`` shards: each step's block gradients from the rows' global
     softmax (the forward's ``lse``), dK and dV accumulated while they travel (module doc)."""
     fwd = _ring_forward(q_shards, k_shards, v_shards, positions, causal, None)
@@ -137,7 +168,8 @@ def ring_attention_backward(q_shards, k_shards, v_shards, dout_shards, positions
     return dq, dk, dv
 
 
-def _block_grads(q, k, v, dout, fwd, q_pos, k_pos, causal):
+def _block_grads(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, fwd: tuple[np.ndarray, np.ndarray],
+                 q_pos: np.ndarray, k_pos: np.ndarray, causal: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One block's contribution to (dq, dk, dv), its probabilities ``exp(S - lse)`` from the rows' global
     log-sum-exp."""
     out, lse = fwd
@@ -150,7 +182,9 @@ def _block_grads(q, k, v, dout, fwd, q_pos, k_pos, causal):
 
 # ---------------------------------------------------------------- all-gather of K and V
 
-def all_gather_attention(q_shards, k_shards, v_shards, positions, *, causal: bool = True, log=None):
+def all_gather_attention(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                         positions: Arrays, *, causal: bool = True,
+                         log: Log | None = None) -> list[np.ndarray]:
     """Outputs with K and V all-gathered (Llama 3, §3.3.2): each rank's queries over the whole sequence."""
     check_bool("causal", causal)
     qs, ks, vs, pos, _ = check_shards(q_shards, k_shards, v_shards, positions, log=log)
@@ -160,8 +194,9 @@ def all_gather_attention(q_shards, k_shards, v_shards, positions, *, causal: boo
     return [ref.finalize(ref.block_partial(q, k_all, v_all, p, p_all, causal))[0] for q, p in zip(qs, pos, strict=True)]
 
 
-def all_gather_attention_backward(q_shards, k_shards, v_shards, dout_shards, positions, *, causal: bool = True,
-                                  log=None):
+def all_gather_attention_backward(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                                  dout_shards: Arrays, positions: Arrays, *,
+                                  causal: bool = True, log: Log | None = None) -> _Grads:
     """``(dq, dk, dv)``: each rank's gradients over the gathered K, V, and dK, dV reduce-scattered (the sum in
     rank order) back to the sequence shards."""
     qs, ks, vs, pos, douts = check_shards(q_shards, k_shards, v_shards, positions, dout_shards, log)
@@ -193,7 +228,7 @@ def check_ulysses(cp: int, num_heads: int, num_kv_heads: int) -> None:
     check_divides("cp", cp, "num_kv_heads", num_kv_heads)
 
 
-def to_head_shards(shards, cp, log=None):
+def to_head_shards(shards: Sequence[np.ndarray], cp: int, log: Log | None = None) -> list[np.ndarray]:
     """All-to-all: sequence shards (s/cp, X, e) -> head shards (s, X/cp, e), the sequence in rank order."""
     _log(log, Collective.ALL_TO_ALL, shards[0].shape)
     full = np.concatenate(shards)
@@ -201,7 +236,7 @@ def to_head_shards(shards, cp, log=None):
     return [full[:, r * n:(r + 1) * n] for r in range(cp)]
 
 
-def _to_sequence(heads, lengths, log):
+def _to_sequence(heads: Sequence[np.ndarray], lengths: Sequence[int], log: Log | None) -> list[np.ndarray]:
     """All-to-all back: head shards (s, X/cp, e) -> sequence shards (s/cp, X, e)."""
     full = np.concatenate(heads, axis=1)
     bounds = np.cumsum([0] + list(lengths))
@@ -210,7 +245,9 @@ def _to_sequence(heads, lengths, log):
     return out
 
 
-def ulysses_attention(q_shards, k_shards, v_shards, positions, *, causal: bool = True, log=None):
+def ulysses_attention(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                      positions: Arrays, *, causal: bool = True,
+                      log: Log | None = None) -> list[np.ndarray]:
     """Outputs of Ulysses attention (module doc). Raises ConfigError unless cp divides both head counts."""
     check_bool("causal", causal)
     qs, ks, vs, pos, _ = check_shards(q_shards, k_shards, v_shards, positions, log=log)
@@ -223,7 +260,9 @@ def ulysses_attention(q_shards, k_shards, v_shards, positions, *, causal: bool =
     return _to_sequence(outs, [len(q) for q in qs], log)
 
 
-def ulysses_attention_backward(q_shards, k_shards, v_shards, dout_shards, positions, *, causal: bool = True, log=None):
+def ulysses_attention_backward(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                               dout_shards: Arrays, positions: Arrays, *,
+                               causal: bool = True, log: Log | None = None) -> _Grads:
     """``(dq, dk, dv)`` of Ulysses attention: the output gradient to head shards, each head's gradients on the
     whole sequence, and dq, dk, dv back to sequence shards (4 all-to-alls)."""
     qs, ks, vs, pos, douts = check_shards(q_shards, k_shards, v_shards, positions, dout_shards, log)
@@ -234,38 +273,46 @@ def ulysses_attention_backward(q_shards, k_shards, v_shards, dout_shards, positi
     dh = to_head_shards(douts, cp, log)
     grads = [full_grads(q, k, v, d, p_all, causal) for q, k, v, d in zip(qh, kh, vh, dh, strict=True)]
     lengths = [len(q) for q in qs]
-    return tuple(_to_sequence([g[i] for g in grads], lengths, log) for i in range(3))
+    dq, dk, dv = (_to_sequence([g[i] for g in grads], lengths, log) for i in range(3))
+    return dq, dk, dv
 
 
-def full_grads(q, k, v, dout, p_all, causal):
+def full_grads(q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, p_all: np.ndarray,
+               causal: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dq, dk, dv) of attention on one rank's whole sequence in the order ``p_all``."""
     return ref.full_attention_backward(q, k, v, dout, causal, q_pos=p_all, k_pos=p_all)
 
 
 # ---------------------------------------------------------------- steps and bytes
 
-def ring_step(q_shards, k_shards, v_shards, dout_shards, positions, *, causal=True, log=None, grad_log=None):
+def ring_step(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+              dout_shards: Arrays, positions: Arrays, *, causal: bool = True,
+              log: Log | None = None, grad_log: Log | None = None) -> Step:
     """Ring attention's forward (into ``log``) and backward (into ``grad_log``): ``(outs, (dq, dk, dv))``."""
     outs = ring_attention(q_shards, k_shards, v_shards, positions, causal=causal, log=log)
     return outs, ring_attention_backward(q_shards, k_shards, v_shards, dout_shards, positions, causal=causal,
                                          log=grad_log)
 
 
-def all_gather_step(q_shards, k_shards, v_shards, dout_shards, positions, *, causal=True, log=None, grad_log=None):
+def all_gather_step(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                    dout_shards: Arrays, positions: Arrays, *, causal: bool = True,
+                    log: Log | None = None, grad_log: Log | None = None) -> Step:
     """The all-gather variant's forward (into ``log``) and backward (into ``grad_log``)."""
     outs = all_gather_attention(q_shards, k_shards, v_shards, positions, causal=causal, log=log)
     return outs, all_gather_attention_backward(q_shards, k_shards, v_shards, dout_shards, positions, causal=causal,
                                                log=grad_log)
 
 
-def ulysses_step(q_shards, k_shards, v_shards, dout_shards, positions, *, causal=True, log=None, grad_log=None):
+def ulysses_step(q_shards: Arrays, k_shards: Arrays, v_shards: Arrays,
+                 dout_shards: Arrays, positions: Arrays, *, causal: bool = True,
+                 log: Log | None = None, grad_log: Log | None = None) -> Step:
     """Ulysses' forward (into ``log``) and backward (into ``grad_log``)."""
     outs = ulysses_attention(q_shards, k_shards, v_shards, positions, causal=causal, log=log)
     return outs, ulysses_attention_backward(q_shards, k_shards, v_shards, dout_shards, positions, causal=causal,
                                             log=grad_log)
 
 
-def sent_bytes(log, cp: int, itemsize: int = 8) -> int:
+def sent_bytes(log: Log, cp: int, itemsize: int = 8) -> int:
     """The bytes one rank sends for the records of ``log``: a ring pass sends its block; a collective
     what :func:`distcheck.parallel.comm.reference.simulate` makes the busiest rank send (S the logged
     shape's bytes: the full tensor for all-gather and reduce-scatter, one rank's buffer for all-to-all)."""
