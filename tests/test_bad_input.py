@@ -26,6 +26,8 @@ CERT = ["certify", PP, "--contract", "pipeline-table", "--option", "schedule=1f1
 MEMORY = ["plan", "memory", "--model", "llama-3-8b", "--gpus", "8"]
 SHAPE = ["plan", "memory", "--gpus", "8", "--hidden-size", "64", "--num-layers", "2", "--ffn-hidden-size", "128",
          "--num-heads", "4", "--num-kv-heads", "4", "--vocab-size", "100"]
+#: explicit MoE sizes appended to SHAPE (4 experts, top-2, expert FFN 32)
+MOE = ["--num-experts", "4", "--experts-per-token", "2", "--expert-ffn", "32"]
 PIPE = ["plan", "pp", "--p", "4", "--m", "8"]
 LAYOUT = ["plan", "layout", "--tp", "2", "--pp", "2", "--dp", "2"]
 
@@ -141,6 +143,16 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("plan memory --reserve", [*MEMORY, "--reserve", f"{DIGITS_60}GB"], "reserve", False),
     ("plan memory --reserve", [*MEMORY, "--reserve", "90 GB"], "reserve", False),
     ("plan memory --seq-len", [*MEMORY, "--seq-len", "0"], "seq_len", False),
+    ("plan memory --num-experts", [*SHAPE, "--num-experts", "0", *MOE[2:]], "num_experts", False),
+    ("plan memory --experts-per-token", [*SHAPE, *MOE[:2], "--experts-per-token", "5", *MOE[4:]],
+     "k=5 must be at most num_experts=4", False),
+    ("plan memory --expert-ffn", [*SHAPE, *MOE[:4], "--expert-ffn", "0"], "expert_ffn", False),
+    ("plan memory --dense-layers", [*SHAPE, *MOE, "--dense-layers", "3"], "dense_layers", False),
+    ("plan memory --dense-ffn", [*SHAPE, *MOE, "--dense-layers", "1", "--dense-ffn", "0"], "dense_ffn", False),
+    ("plan memory --shared-experts", [*SHAPE, *MOE, "--shared-experts", "-1"], "shared_experts", False),
+    ("plan memory --ep", [*SHAPE, *MOE, "--ep", "0"], "ep=0", False),
+    ("plan memory --ep", [*SHAPE, *MOE, "--ep", "3"], "ep=3", False),
+    ("plan memory --ep", [*SHAPE, "--ep", "2"], "--ep", False),
     ("plan memory --micro-batch", [*MEMORY, "--micro-batch", "0"], "micro_batch", False),
     ("plan memory --num-microbatches", [*MEMORY, "--num-microbatches", "0"], "num_microbatches", False),
     ("plan memory --recompute", [*MEMORY, "--recompute", "some"], "--recompute", False),

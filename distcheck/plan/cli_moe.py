@@ -62,7 +62,12 @@ def run_moe(args: argparse.Namespace, name: str, cfg: MoEConfig) -> int:
     hardware = Hardware(gpus=args.gpus, gpu_memory=args.gpu_memory, gpus_per_node=args.gpus_per_node,
                         reserve=args.reserve)
     if args.tp is not None or args.ep is not None:
-        rows = [moe_estimate(cfg, hardware, args.bytes_per_param, tp=args.tp or 1, ep=args.ep or 1)]
+        from distcheck.core.validate import check_positive_int
+
+        # 0 is a degree the user gave, not an absent one: it is refused, never read as 1
+        tp = 1 if args.tp is None else check_positive_int("tp", args.tp)
+        ep = 1 if args.ep is None else check_positive_int("ep", args.ep)
+        rows = [moe_estimate(cfg, hardware, args.bytes_per_param, tp=tp, ep=ep)]
     else:
         rows = moe_plan(cfg, hardware, args.bytes_per_param)
         if not rows:

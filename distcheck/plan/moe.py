@@ -106,6 +106,8 @@ def resolve_moe(model: str | None = None, *, hidden_size: int | None = None, num
     if h % heads:
         raise ConfigError("num_heads", heads, f"must divide hidden_size={h}")
     hd = h // heads
+    if dense_layers and not dense_ffn:  # a dense layer needs its FFN's size (0 is the default of no dense layer)
+        raise ConfigError("dense_ffn", dense_ffn, f"must be >= 1 with dense_layers={dense_layers}")
     cfg = models.MoEConfig(vocab_size=int(vocab_size or 0), h=h, num_layers=int(num_layers or 0),
                            attention_shapes=((h, h), (h, kv * hd), (h, kv * hd), (h, h)),
                            num_experts=check_positive_int("num_experts", num_experts), k=int(experts_per_token or 0),
