@@ -25,7 +25,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
 from distcheck.core.cache import hypothesis_storage
 from distcheck.errors import DistcheckError
@@ -40,13 +43,13 @@ BACKENDS = ("gloo", "threaded", "nccl", "none")
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one clear line and exit code 2."""
 
-    def error(self, message: str):  # argparse API
+    def error(self, message: str) -> NoReturn:  # argparse API
         from distcheck.core.text import for_terminal
 
         self.exit(EXIT_USAGE, f"{self.prog}: error: {for_terminal(message)} (see '{self.prog} --help')\n")
 
 
-def _stage_list(stages: tuple[str, ...]):
+def _stage_list(stages: tuple[str, ...]) -> Callable[[str], list[str]]:
     """An argparse type: comma-separated stage names, each one of ``stages``."""
 
     def parse(text: str) -> list[str]:
@@ -171,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_check(args) -> int:
+def _run_check(args: argparse.Namespace) -> int:
     """``distcheck check``: refuse bad input (exit 2) before anything starts, then run the stages
     with :mod:`distcheck.stages` (here, or as one rank of a torchrun launch)."""
     from distcheck.stages import run_local, run_torchrun, select_stages
@@ -215,7 +218,7 @@ def _check_golden_keys(folder: Path | None) -> None:
         load_golden(path)
 
 
-def _check_worlds(backend: str, world_sizes) -> None:
+def _check_worlds(backend: str, world_sizes: Sequence[int]) -> None:
     """Refuse, before anything starts, worlds this host cannot run (bad input: exit 2).
 
     An explicitly chosen backend that cannot run here (NCCL without enough GPUs) is an
@@ -234,7 +237,7 @@ def _check_worlds(backend: str, world_sizes) -> None:
             raise _UsageError(f"--backend {backend} cannot run here: {exc}") from None
 
 
-def _run_audit(args) -> int:
+def _run_audit(args: argparse.Namespace) -> int:
     from distcheck import audit
 
     if args.format is None:
@@ -373,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, _exit_by_signal if argv is None else handler)
 
 
-def _exit_by_signal(signum, frame) -> None:
+def _exit_by_signal(signum: int, frame: FrameType | None) -> None:
     """SIGINT or SIGTERM after :func:`main` returned (the table printed, the process on its way out):
     exit at once with 128 + the signal's number (130, 143), as a shell reports a program it stopped,
     never by the signal itself (a return code of -2 or -15). Standard output is flushed first."""
@@ -385,7 +388,7 @@ def _exit_by_signal(signum, frame) -> None:
     os._exit(128 + signum)
 
 
-def _run_command(args, argv: list[str] | None) -> int:
+def _run_command(args: argparse.Namespace, argv: list[str] | None) -> int:
     """Run the parsed subcommand; return its exit code."""
     if args.command == "check":
         return _run_check(args)
@@ -418,7 +421,7 @@ _RESEND_S = 0.2
 _GRACE_S = 2.0
 
 
-def _terminate(signum, frame):
+def _terminate(signum: int, frame: FrameType | None) -> None:
     """SIGTERM: unwind :func:`main` (pools closed, folders removed), exit 143; SIGINT (Ctrl-C): the same
     as a KeyboardInterrupt, exit 130.
 
@@ -442,7 +445,7 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
 
 
-def _in_gc_callback(frame) -> bool:
+def _in_gc_callback(frame: FrameType | None) -> bool:
     import gc
 
     codes = {getattr(cb, "__code__", None) for cb in gc.callbacks} - {None}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from distcheck.audit.files import as_path
 from distcheck.audit.keys import UNDECIDED, AnswerKey, load_key
@@ -114,7 +115,7 @@ def _detail(verdict: str, expect: str, ok: bool, explanation: str) -> str:
     return f"{head}: {explanation}"
 
 
-def _undecided_row(p: Path, v, expect: str, ok: bool) -> CheckResult:
+def _undecided_row(p: Path, v: Any, expect: str, ok: bool) -> CheckResult:
     """The strict row of an undecided claim (ambiguous or not-checkable: nothing says whether its figure
     is right). It is a skip, never a pass, when the key records that verdict with a reason (its ``note``);
     it FAILs when the key expects another verdict, or records it without a reason."""

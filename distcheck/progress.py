@@ -15,7 +15,7 @@ when the work ends, leaving the command's output as it would be without it.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
@@ -41,7 +41,7 @@ class Progress:
     whether or not the bar is showing.
     """
 
-    def __init__(self, description: str, total: int | None = None, *, quiet: bool = False, console=None,
+    def __init__(self, description: str, total: int | None = None, *, quiet: bool = False, console: Any = None,
                  delay_s: float = DELAY_S):
         from rich.console import Console
 
@@ -82,7 +82,7 @@ class Progress:
                 self._timer.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -37,6 +37,8 @@ reason, never a pass.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
 
 from distcheck.certify import pytest_support as _certify  # stdlib and pytest only: no torch at load
@@ -97,7 +99,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """A test whose certification could fail nothing is skipped with the reason, not passed or failed."""
     from distcheck.engine.contracts.errors import NothingCanFail
 

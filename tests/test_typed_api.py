@@ -4,8 +4,8 @@ Public means named in a module's ``__all__``, or a public method (not ``_``-pref
 ``__all__`` names. Each such callable must annotate every parameter (``self``/``cls`` aside) and its
 return. Each definition is checked once, in the module that defines it (a face or a catalogue that
 re-exports a name does not check it again). Modules whose import fails on a missing optional
-dependency are skipped. mypy's ``disallow_untyped_defs`` overrides in pyproject.toml hold the same
-packages to the same rule, private functions included.
+dependency are skipped. mypy's ``disallow_untyped_defs`` in pyproject.toml holds all of distcheck to the
+same rule, private functions included.
 """
 
 from __future__ import annotations
@@ -19,34 +19,9 @@ from typing import Any
 
 import distcheck
 
-#: the packages held to the rule; the rest of distcheck is annotated package by package and each
-#: joins this tuple (and the mypy overrides in pyproject.toml) once it is complete
-TYPED: tuple[str, ...] = (
-    "distcheck.audit",
-    "distcheck.certify",
-    "distcheck.core",
-    "distcheck.engine",
-    "distcheck.libs",
-    "distcheck.parallel.activations",
-    "distcheck.parallel.checkpoint",
-    "distcheck.parallel.comm",
-    "distcheck.parallel.cp",
-    "distcheck.parallel.dp",
-    "distcheck.parallel.ep",
-    "distcheck.parallel.layout",
-    "distcheck.parallel.memory",
-    "distcheck.parallel.params",
-    "distcheck.parallel.pp",
-    "distcheck.parallel.sp",
-    "distcheck.parallel.step",
-    "distcheck.parallel.tp",
-    "distcheck.parallel.zero",
-    "distcheck.plan",
-    "distcheck.report",
-    "distcheck.reportdoc",
-    "distcheck.runners",
-    "distcheck.viz",
-)
+#: the packages held to the rule: all of distcheck (mypy's disallow_untyped_defs in pyproject.toml holds it too,
+#: private functions included)
+TYPED: tuple[str, ...] = ("distcheck",)
 
 
 #: public callables typed by a type comment instead of their signature, each with the reason (mypy reads the
