@@ -24,6 +24,8 @@ TOKENS_OVER_WORLD         tokens all-reduced over the whole world: tp replicas  
 CLIP_WITHOUT_CLAMP        max_norm / norm applied even when it exceeds 1              clipping
 STAGE_LOCAL_NORM          torch's clip_grad_norm_ on a pipeline stage: the norm of    grad_norm
                           that stage's gradients only (pytorch/torchtitan#596)
+NO_SYNC_EVERY_MICRO_BATCH DDP's no_sync() left on for the last micro-batch too: the   params
+                          gradients are never all-reduced (each replica steps alone)
 ========================  ==========================================================  =============
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 from distcheck.parallel.step.hooks import StepTarget, all_reduce_dp
 from distcheck.parallel.step.model import token_loss_sum
+from distcheck.parallel.step.plans import ddp
 from examples.my_step import apply_fsdp, apply_tp, parallelize
 
 
@@ -138,3 +141,11 @@ LOSS_OF_OWN_SHARD = StepTarget(parallelize, report_loss=loss_of_own_shard)
 TOKENS_OVER_WORLD = StepTarget(parallelize, report_loss=tokens_over_world)
 CLIP_WITHOUT_CLAMP = StepTarget(parallelize, clip_grad_norm=clip_without_clamp)
 STAGE_LOCAL_NORM = StepTarget(parallelize, clip_grad_norm=stage_local_norm)
+
+
+def no_sync_every_micro_batch(model, info):
+    """``model.no_sync()`` around every micro-batch, the last one too."""
+    return model.no_sync()
+
+
+NO_SYNC_EVERY_MICRO_BATCH = StepTarget(ddp, accumulate=no_sync_every_micro_batch, axes=("dp_replicate",))

@@ -428,7 +428,7 @@ def test_the_contracts_are_listed():
 
 def test_every_recorded_finding_has_a_distinct_check_and_labels_only_its_symptom():
     checks = [f.check for f in LIB_FINDINGS]
-    assert len(checks) == len(set(checks)) and len(checks) == 10
+    assert len(checks) == len(set(checks)) and len(checks) == 14
     record = next(f for f in LIB_FINDINGS if f.check == "libs.deepspeed.zero.baseline_n1")
     seen = ("P=1, N=1, largest_layer_params=1: nothing is sharded, yet the stages differ: deepspeed.zero2 20 bytes "
             "(= 20·P), deepspeed.zero3 22 bytes (= 18·P + 4)")
@@ -436,6 +436,24 @@ def test_every_recorded_finding_has_a_distinct_check_and_labels_only_its_symptom
                   CheckResult(record.check, "deepspeed 0.19.8", FAIL, detail=seen.replace("20·P", "21·P"))])
     assert rows[0].verdict == FINDING and rows[0].detail.endswith("Observed: " + seen)
     assert rows[1].verdict == FAIL and "not the recorded finding" in rows[1].detail
+
+
+def test_accelerate_mean_loss_finding_matches_its_symptom_only():
+    # the shrunk case under accelerate's DDP (dp_replicate=2), both ranks off the reference: the finding; one rank
+    # off (the replicas disagree: not the mean of means) or another layout stays FAIL
+    case = ("StepCase(dp_replicate=2, dp_shard=1, tp=1, pp=1, m=1, clip binds; 2 steps, lr=0.0078125, "
+            "max_norm=0.015625; 1 micro-batches of 1 x 2 tokens per dp rank, kept lengths [step][dp rank]"
+            "[micro-batch] [[[[1]], [[1]]], [[[1]], [[2]]]]; dim=8, layers=1, heads=1/1 (q/kv), head_dim=2, ffn=4, "
+            "vocab=8, untied head; seed=0)")
+    seen = (f"{case}: step 2 reported loss (global token mean): ranks [0, 1] differ from the reference; rank 0: "
+            "expected 2.6798510454358606, got 2.1168971040660205, error 0.563 > bound 1.25e-09")
+    check = "libs.accelerate.ga_mean_loss.loss"
+    rows = label([CheckResult(check, "accelerate 1.16.0", FAIL, detail=d) for d in (
+        seen, seen.replace("ranks [0, 1] differ", "ranks [1] differ"),
+        seen.replace("dp_replicate=2, dp_shard=1", "dp_replicate=1, dp_shard=2"))])
+    assert [r.verdict for r in rows] == [FINDING, FAIL, FAIL]
+    assert rows[0].extra["finding"]["reproduce"].startswith(
+        "distcheck certify distcheck.libs.targets.accelerate:GA_MEAN_LOSS --contract training-step")
 
 
 def test_summary_rows_fold_a_target_into_one_verdict():

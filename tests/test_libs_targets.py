@@ -41,7 +41,13 @@ def test_deepspeed_zero_estimators():
 
 def test_accelerate_training_estimate():
     pytest.importorskip("accelerate")
-    rows = run_libs(["accelerate"], max_examples=30)
+    from distcheck.libs import certified_rows
+    from distcheck.libs.findings import label
+    from distcheck.libs.targets import target
+
+    mod = target("accelerate")  # the estimator rows (the gradient-accumulation loops run on gloo worlds below)
+    rows = label([r for attr, contract in mod.CERTIFY
+                  for r in certified_rows(f"{mod.__name__}:{attr}", contract, max_examples=30, seed=0)])
     got = {r.check: r for r in rows}
     assert got["libs.accelerate.float32.fit"].extra["conventions"] == ["fp32 weights with no separate master copy"]
     assert got["libs.accelerate.float16.fit"].verdict == FINDING
@@ -250,3 +256,59 @@ def test_deepspeed_moe_layer_on_gloo():
     assert sampled["forward"].verdict == FAIL and "output: " in sampled["forward"].failure
     assert {p: v.verdict for p, v in f64.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "forward": FAIL,
                                                       "grads": FAIL, "aux_loss": FAIL}
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_accelerate_gradient_accumulation_under_ddp():
+    # accelerate's own loop (prepare, accumulate, backward, clip_grad_norm_, reduce) on two gloo ranks: the guide's
+    # token-weighted loss is certified; the basic loop's mean loss per micro-batch is the recorded finding on every
+    # property it moves (the tokens still add up)
+    pytest.importorskip("accelerate")
+    from distcheck.libs import world_rows
+    from distcheck.libs.findings import label
+    from distcheck.libs.targets import target
+
+    mod = target("accelerate")
+    rows = label(world_rows(mod, mod.WORLD_CERTIFY, max_examples=4, seed=0))
+    props = ("params", "loss", "grad_norm", "clipping", "tokens")
+    assert [(r.check, r.verdict, r.world_size) for r in rows] == [
+        *((f"libs.accelerate.ga_token_sum.{p}", PASS, 2) for p in props),
+        *((f"libs.accelerate.ga_mean_loss.{p}", PASS if p == "tokens" else FINDING, 2) for p in props)]
+    found = next(r for r in rows if r.check == "libs.accelerate.ga_mean_loss.loss")
+    assert "StepCase(dp_replicate=2, dp_shard=1, tp=1, pp=1, m=1," in found.detail, found.detail
+    assert found.extra["finding"]["reproduce"].startswith(
+        "distcheck certify distcheck.libs.targets.accelerate:GA_MEAN_LOSS --contract training-step --world-sizes 2")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_accelerate_mean_loss_fails_with_equal_rank_counts_and_unequal_micro_batches(gloo2):
+    # the accumulation bug alone: both ranks hold 3 tokens per step (so DDP's mean over ranks is right), but their
+    # two micro-batches hold 1 and 2: the mean of the micro-batch means weighs tokens unequally. The guide's loop
+    # holds on the same case
+    pytest.importorskip("accelerate")
+    from distcheck.certify import get_contract
+    from distcheck.libs.targets.accelerate import GA_MEAN_LOSS, GA_TOKEN_SUM
+    from distcheck.parallel.step.case import BINDING_MAX_NORM, StepCase
+    from distcheck.parallel.step.harness import run_step
+    from distcheck.parallel.step.model import TinyConfig
+    from distcheck.parallel.step.reference import StepLayout
+
+    cfg = TinyConfig(dim=8, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=2, ffn_dim=4, vocab_size=8, tied=False)
+    lengths = ((((1,), (2,)), ((2,), (1,))),) * 2  # [step][dp rank][micro-batch][sequence]
+    case = StepCase(StepLayout(dp_replicate=2), cfg, 2, 1, 2, lengths, BINDING_MAX_NORM, 2.0**-7, 0)
+    contract = get_contract("training-step")
+    outcomes = {}
+    for name, t in (("mean", GA_MEAN_LOSS), ("token_sum", GA_TOKEN_SUM)):
+        outcomes[name] = contract.check(case, gloo2.run(run_step, t, case, timeout_s=300), 2, "float64", {})
+    assert {p: o.ok for p, o in outcomes["token_sum"].items()} == dict.fromkeys(
+        ("params", "loss", "grad_norm", "clipping", "tokens"), True)
+    mean = outcomes["mean"]
+    assert {p: o.ok for p, o in mean.items()} == {"params": False, "loss": False, "grad_norm": False,
+                                                  "clipping": False, "tokens": True}
+    # the first step's gradient is already wrong; its reported loss (the mean of the ranks' token means) is right,
+    # as the ranks' counts are equal: the loss differs from step 2 on, after the wrong update
+    assert mean["params"].message.startswith("step 1 "), mean["params"].message
+    assert mean["grad_norm"].message.startswith("step 1 "), mean["grad_norm"].message
+    assert mean["loss"].message.startswith("step 2 "), mean["loss"].message

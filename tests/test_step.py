@@ -143,6 +143,38 @@ def test_contract_declares_its_smallest_world_and_degenerate_layouts():
     assert c.cannot_fail(4, c.parse_options({"layout": "dp_shard=2,tp=2"})) is None
 
 
+def test_axes_restrict_the_layouts_drawn_and_pinned():
+    # a StepTarget's axes (a DDP loop: dp_replicate only) become the axes option; other axes are never drawn, a
+    # pinned layout outside them is refused, and a world with no such layout is a skip with the reason
+    from hypothesis import find
+
+    from distcheck.certify import get_contract
+    from distcheck.core.errors import ConfigError
+    from distcheck.engine.contracts.errors import ProtocolError
+    from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.plans import DDP_STEP, ddp, ddp_no_sync
+
+    c = get_contract("training-step")
+    _, opts = c.resolve(DDP_STEP, "distcheck.parallel.step.plans:DDP_STEP", c.parse_options({}))
+    assert opts["axes"] == "dp_replicate"
+    for ws in (2, 4):
+        drawn = c.cases(ws, "float64", opts)
+        assert find(drawn, lambda case: True).layout == ref.StepLayout(dp_replicate=ws)
+    with pytest.raises(ConfigError, match="outside the axes dp_replicate"):
+        c.resolve(DDP_STEP, None, c.parse_options({"layout": "dp_shard=2"}))
+    with pytest.raises(ConfigError, match="parallelizes only dp_replicate, not tp"):
+        c.resolve(DDP_STEP, None, c.parse_options({"axes": "dp_replicate,tp"}))
+    with pytest.raises(ConfigError, match="axis 'dp' must be one of"):
+        c.resolve(ddp, None, c.parse_options({"axes": "dp"}))
+    with pytest.raises(ProtocolError, match="replaces accumulate, which the pipeline schedule does not call"):
+        c.resolve(StepTarget(ddp, accumulate=ddp_no_sync), None, c.parse_options({}))
+    with pytest.raises(ProtocolError, match="accumulate hook of a StepTarget must take 2 arguments"):
+        c.resolve(StepTarget(ddp, accumulate=lambda model: None, axes=("dp_replicate",)), None, c.parse_options({}))
+    _, tp_only = c.resolve(ddp, None, c.parse_options({"axes": "tp"}))
+    assert "no layout of 3 ranks has only the axes tp above 1" in c.cannot_fail(3, tp_only)
+    assert c.cannot_fail(2, tp_only) is None and c.cases(3, "float64", tp_only) is None
+
+
 def test_world_of_eight_is_drawn_under_thorough_only():
     # the budget: worlds of at most 4 ranks under dev and ci, 8 under thorough; nothing runs here
     from types import SimpleNamespace
@@ -242,6 +274,19 @@ def test_torch_composition_certified():
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+def test_ddp_accumulation_loop_certified():
+    # DDP over the world, no_sync() before the last micro-batch: the accumulate hook is entered around every
+    # micro-batch (its mutant, no_sync on the last one too, fails params in TORCH_MUTANTS)
+    from distcheck.certify import certify
+
+    cert = certify("distcheck.parallel.step.plans:DDP_STEP", "training-step", world_sizes=[2], examples=3,
+                   timeout_s=300)
+    cert.assert_certified()
+    assert {r.columns["layout"] for r in cert.compositions} == {"dp_replicate=2"}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_torch_composition_certified_under_pp_and_tp():
     # pp = 2 x tp = 2 at world size 4: each stage (no embedding on the last, no norm or head on the first) under
     # torchtitan's tensor-parallel plan, through torch.distributed.pipelining; clipping's norm summed over pp
@@ -264,6 +309,7 @@ TORCH_MUTANTS = [
     ("TOKENS_OVER_WORLD", "tokens", "tp=2"),
     ("CLIP_WITHOUT_CLAMP", "clipping", "dp_shard=2"),
     ("STAGE_LOCAL_NORM", "grad_norm", "pp=2"),
+    ("NO_SYNC_EVERY_MICRO_BATCH", "params", "dp_replicate=2"),
 ]
 
 

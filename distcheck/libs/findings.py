@@ -29,6 +29,27 @@ _NOT_REPORTED = "not found in the library's issue tracker; recorded in docs/LIBR
 _BYTES_UNIT = r"(?:KiB printed as KB|MiB printed as MB|GiB printed as GB|TiB printed as TB)"
 
 
+_ACC_GA_SEEN = ("1.16.0",)
+#: the shrunk case of the training-step contract under accelerate's DDP (every world of 2 ranks is dp_replicate=2)
+_GA_CASE = r"StepCase\(dp_replicate=2, dp_shard=1, tp=1, pp=1, m=[1-3], clip (?:binds|free); .+?; seed=\d+\)"
+#: both ranks agree with each other (DDP's all-reduce ran) and differ from the token-mean step
+_FLOAT = r"[-+.\deE]+"
+_GA_DIFFER = (rf": ranks \[0, 1\] differ from the reference; rank 0(?: at index \([\d, ]+\))?: "
+              rf"expected {_FLOAT}, got {_FLOAT}, error {_FLOAT} > bound {_FLOAT}(?: \(and \d+ more of \d+ checks\))?")
+_GA_SUMMARY = ("accelerate's basic gradient-accumulation loop under DDP (Accelerator.accumulate, a mean-reduced "
+               "cross_entropy per micro-batch, Accelerator.backward dividing by gradient_accumulation_steps, DDP "
+               "averaging the ranks) weighs a token of a micro-batch with n_k tokens 1/(dp m n_k) instead of 1/T: the "
+               "mean of per-micro-batch and per-rank means, wrong whenever token counts differ; smallest case: "
+               "dp_replicate=2, m=1, 1 and 2 tokens on the two ranks. The token-weighted loop of accelerate's own "
+               "guide (GA_TOKEN_SUM) is certified")
+_GA_REPRODUCE = ("distcheck certify distcheck.libs.targets.accelerate:GA_MEAN_LOSS --contract training-step "
+                 "--world-sizes 2   # and GA_TOKEN_SUM, the guide's fix: certified")
+_GA_REPORTED = ("documented upstream: accelerate's guide 'Performing gradient accumulation with Accelerate', section "
+                "'Gradient accumulation on training samples of variable size' (the Hugging Face blog 'Fixing Gradient "
+                "Accumulation', October 2024); the basic loop of the guide's first sections and of "
+                "Accelerator.accumulate's docstring is unchanged")
+
+
 def _exact(text: str) -> str:
     return re.escape(text)
 
@@ -133,6 +154,17 @@ LIB_FINDINGS: tuple[Finding, ...] = (
                    "gradients 6000, step 8000; then -1 for every part"),
         reported=_NOT_REPORTED,
     ),
+    *(Finding(
+        name=f"accelerate.ga_mean_loss.{prop}",
+        check=f"libs.accelerate.ga_mean_loss.{prop}",
+        symptom=_GA_CASE + r": step [1-3] " + what + _GA_DIFFER,
+        summary=_GA_SUMMARY, library="accelerate", seen_on=_ACC_GA_SEEN, reproduce=_GA_REPRODUCE, reported=_GA_REPORTED,
+    ) for prop, what in (
+        ("params", r"(?:AdamW exp_avg(?:_sq)? of )?[\w.]+"),
+        ("loss", r"reported loss \(global token mean\)"),
+        ("grad_norm", r"reported grad norm"),
+        ("clipping", r"clipping factor \(reference norm [-+.\deE]+\)"),
+    )),
     Finding(
         name="megatron.rank_generator.bad_input_accepted",
         check="libs.megatron.rank_generator.refused",

@@ -16,7 +16,9 @@ grad-norm clipping and the AdamW state, against the single-device float64 step.
 - ``model``: the tiny Llama-style decoder (torch, built on first use) and its cut to a pipeline stage;
 - ``contracts`` (+ ``harness``, the rank side): the ``training-step`` contract, whose target is a
   torchtitan-style ``parallelize(model, mesh, layout) -> model`` or a :class:`~.hooks.StepTarget`;
-- ``hooks``: the step's overridable hooks (loss, reported loss, grad-norm clipping) and their defaults.
+- ``hooks``: the step's overridable hooks (loss, reported loss, grad-norm clipping, the micro-batch's
+  accumulation context and backward) and their defaults;
+- ``plans``: torch's composition (FSDP2 x tp, torchtitan's plan) and the plain DDP accumulation loop.
 
 Sources: Rajbhandari et al. 2020, "ZeRO" (§7); Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models" (§4.2.2); torch's ``clip_grad_norm_`` and FSDP2
@@ -38,7 +40,7 @@ __all__ = [
     "local_shard", "sharded_grad_norm", "clip_scale", "step_comm_bytes", "NORM_EPS", "TinyConfig",
     "build_model", "token_loss_sum", "IGNORE_INDEX", "pipeline_stage", "stage_of", "StepInfo", "StepTarget",
     "all_reduce_dp", "torch_clip", "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
-    "PP_SCHEDULES",
+    "PP_SCHEDULES", "AXES", "no_accumulate", "loss_backward",
 ]
 
 __getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts"))

@@ -9,7 +9,9 @@ a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
 :class:`~distcheck.parallel.step.hooks.StepTarget` that also replaces the step's hooks (the loss of a
 micro-batch, the reported loss and tokens, the grad-norm clipping). distcheck runs the step
 (:mod:`distcheck.parallel.step.harness`). Hypothesis draws the layout (every factorisation of the world
-size into dp_replicate x dp_shard x tp x pp, or the one ``--option layout=...`` pins), the decoder's sizes
+size into dp_replicate x dp_shard x tp x pp whose axes above 1 are among ``--option axes=...`` or a
+:class:`~distcheck.parallel.step.hooks.StepTarget`'s ``axes``, or the one ``--option layout=...`` pins), the
+decoder's sizes
 (tied or untied head, 1 or 2 layers, grouped-query heads; under pp = 2 one layer per stage, untied, the
 schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of ``torch.distributed.pipelining``, pp with tp too: each
 stage under the tensor-parallel plan), the micro-batches (gradient-accumulation steps), every sequence's
@@ -118,6 +120,22 @@ def layouts(world_size: int) -> list[StepLayout]:
     return sorted(found, key=lambda lay: (sum(getattr(lay, a) > 1 for a in _AXES), lay.pp, lay.tp, lay.dp_replicate))
 
 
+def _axes(text: str) -> tuple[str, ...]:
+    """The ``axes`` option, ``"dp_replicate,dp_shard"``, as a tuple (empty: every axis). ConfigError naming the
+    option for an axis that is not a mesh dim."""
+    names = tuple(filter(None, (p.strip() for p in text.split(","))))
+    for name in names:
+        if name not in _AXES:
+            raise ConfigError("option axes", text, f"axis {name!r} must be one of {', '.join(_AXES)}")
+    return names or _AXES
+
+
+def _allowed(world_size: int, options: dict) -> list[StepLayout]:
+    """:func:`layouts` of ``world_size`` with every axis outside the ``axes`` option at 1."""
+    allowed = _axes(options.get("axes", ""))
+    return [lay for lay in layouts(world_size) if all(getattr(lay, a) == 1 for a in _AXES if a not in allowed)]
+
+
 def _cases(choices: list[StepLayout]) -> st.SearchStrategy[StepCase]:
     @st.composite
     def draw(draw: st.DrawFn) -> StepCase:
@@ -206,12 +224,19 @@ class TrainingStep(Contract):
     options = (
         Option("layout", "", str, "pin the composition, e.g. dp_shard=2,tp=2 (axes left out are 1; default: draw "
                                   "every factorisation of the world size)"),
+        Option("axes", "", str, "the mesh dims drawn above 1, e.g. dp_replicate,dp_shard (default: all four, or a "
+                                "StepTarget's own axes)"),
     )
 
     def cannot_fail(self, world_size: int, options: dict) -> str | None:
         base = super().cannot_fail(world_size, options)
-        if base or not options.get("layout"):
+        if base:
             return base
+        if not options.get("layout"):
+            if not _allowed(world_size, options):
+                return (f"no layout of {world_size} ranks has only the axes {options.get('axes')} above 1 (tp in "
+                        "{1, 2, 4}, pp in {1, 2})")
+            return None
         lay = parse_layout(options["layout"])
         if lay.world_size == 1:
             return (f"the pinned layout {lay} degenerates to one device: every reduction of the step is the "
@@ -232,13 +257,37 @@ class TrainingStep(Contract):
     def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         from distcheck.parallel.step.hooks import StepTarget
 
-        parse_layout(options.get("layout", ""))
         shown = ref or repr(obj)
         if isinstance(obj, StepTarget):
-            fns = [obj.parallelize, obj.loss_fn, obj.report_loss, obj.clip_grad_norm]
-            for fn, n in zip(fns, (3, 3, 3, 3), strict=True):
-                check_call_shape(fn, shown, "every hook of a StepTarget must take its three arguments", n)
+            for field, n in StepTarget.HOOKS:
+                check_call_shape(getattr(obj, field), shown, f"the {field} hook of a StepTarget must take {n} "
+                                 "arguments", n)
+            bad = [a for a in obj.axes if a not in _AXES]
+            if bad:
+                raise ProtocolError("target", shown, f"StepTarget axes {bad} must be among {', '.join(_AXES)}")
+            if obj.loop_hooks and "pp" in (obj.axes or _AXES):
+                raise ProtocolError("target", shown, f"replaces {', '.join(obj.loop_hooks)}, which the pipeline "
+                                    "schedule does not call: name its axes without pp (StepTarget(..., axes=...))")
+            if obj.axes:
+                given = _axes(options.get("axes", "")) if options.get("axes") else ()
+                outside = sorted(set(given) - set(obj.axes))
+                if outside:
+                    raise ConfigError("option axes", options["axes"], f"the target parallelizes only "
+                                      f"{', '.join(obj.axes)}, not {', '.join(outside)}")
+                options = dict(options, axes=options.get("axes") or ",".join(obj.axes))
+        elif not (callable(obj) and not isinstance(obj, type)):
+            raise ProtocolError("target", shown, "must be parallelize(model, mesh, layout) -> model or a StepTarget")
+        allowed = _axes(options.get("axes", ""))
+        if options.get("layout"):
+            lay = parse_layout(options["layout"])
+            outside = [a for a in _AXES if getattr(lay, a) > 1 and a not in allowed]
+            if outside:
+                raise ConfigError("option layout", options["layout"], f"sets {', '.join(outside)} above 1, outside "
+                                  f"the axes {', '.join(allowed)}")
+        if isinstance(obj, StepTarget):
             return make_target(obj, ref, "hooks"), options
+        check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
+        return make_target(obj, ref, "parallelize"), options
         if callable(obj) and not isinstance(obj, type):
             check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
             return make_target(obj, ref, "parallelize"), options
@@ -249,7 +298,8 @@ class TrainingStep(Contract):
             return None
         if options.get("layout"):
             return _cases([parse_layout(options["layout"])])
-        return _cases(layouts(world_size))
+        allowed = _allowed(world_size, options)
+        return _cases(allowed) if allowed else None
 
     def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"

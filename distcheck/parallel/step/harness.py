@@ -4,8 +4,9 @@ and the single-device float64 reference step (:func:`reference_step`). torch is 
 Every rank builds the case's decoder, cuts it to its pipeline stage when pp > 1
 (:func:`~distcheck.parallel.step.model.pipeline_stage`), calls the target's ``parallelize(model, mesh, layout)``
 on the ``DeviceMesh`` of dims ``(pp, dp_replicate, dp_shard, tp)``, builds AdamW on what it returns, and runs the
-case's steps. A step, on dp index d: for each of the m micro-batches, ``loss_fn(logits, labels, info)``
-then ``backward()`` (under pp > 1 the schedule runs them: ``loss_fn`` on the last stage);
+case's steps. A step, on dp index d: for each of the m micro-batches, inside ``accumulate(model, info)``, the
+forward, ``loss_fn(logits, labels, info)`` and ``backward(loss, model, info)`` (under pp > 1 the schedule runs
+them: ``loss_fn`` on the last stage);
 ``report_loss`` over the rank's summed per-token losses and tokens; the gradients
 (local shards) are kept, ``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is
 measured from the local shards before and after; ``optimizer.step()``; every parameter and AdamW moment
@@ -105,6 +106,9 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage, token_loss_sum
 
     layout = case.layout
+    if layout.pp > 1 and target.loop_hooks:
+        raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
+                           f"not call (layout {layout}): leave pp out of the target's axes")
     mesh = mesh_for(ctx, layout)
     d = layout.dp_index(ctx.rank)
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
@@ -125,9 +129,10 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         for k in range(case.microbatches if layout.pp == 1 else 0):
             x, y = tokens[s, d, k].to(ctx.device), labels[s, d, k].to(ctx.device)
             n_k = int((y != IGNORE_INDEX).sum())
-            info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm)
-            logits = model(x)
-            target.loss_fn(logits, y, info).backward()
+            info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k)
+            with target.accumulate(model, info):
+                logits = model(x)
+                target.backward(target.loss_fn(logits, y, info), model, info)
             loss_sum += token_loss_sum(logits.detach(), y).cpu()
             mine += n_k
         info = StepInfo(layout, mesh, total, 0, case.microbatches, case.max_norm)

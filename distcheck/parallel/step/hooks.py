@@ -16,6 +16,17 @@ A target of the ``training-step`` contract is a torchtitan-style ``parallelize(m
   their total norm before clipping (a tensor, a DTensor, or a float). Default :func:`torch_clip`:
   ``torch.nn.utils.clip_grad_norm_`` (on DTensor gradients it returns a DTensor; distcheck reads its
   ``full_tensor()``).
+* ``accumulate(model, info) -> context manager``: entered around each micro-batch's forward and backward
+  (``info.microbatch`` is its index, 0 to m - 1): where a loop skips DDP's gradient all-reduce before the
+  last micro-batch (``model.no_sync()``, accelerate's ``Accelerator.accumulate``). Default
+  :func:`no_accumulate`: ``contextlib.nullcontext()``.
+* ``backward(loss, model, info) -> None``: the backward of one micro-batch's loss. Default
+  :func:`loss_backward`: ``loss.backward()``; accelerate's loop calls ``accelerator.backward(loss)``.
+
+``axes`` names the mesh dims the target parallelizes (default all four): a DDP-only loop names
+``("dp_replicate",)``, and only layouts with every other axis at 1 are drawn. ``accumulate`` and
+``backward`` are the micro-batch loop's; under pipeline parallelism the schedule runs the forwards and
+backwards, so a target that replaces either must leave ``pp`` out of its axes.
 
 ``info`` (:class:`StepInfo`) carries the layout, the mesh (dims ``pp, dp_replicate, dp_shard, tp``) and the
 token counts. Under pipeline parallelism ``loss_fn`` runs on the last stage only (the schedule's
@@ -24,11 +35,16 @@ token counts. Under pipeline parallelism ``loss_fn`` runs on the last stage only
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["StepInfo", "StepTarget", "token_mean_loss", "all_reduce_dp", "torch_clip", "dp_groups", "as_float"]
+__all__ = ["AXES", "StepInfo", "StepTarget", "token_mean_loss", "all_reduce_dp", "torch_clip", "no_accumulate",
+           "loss_backward", "dp_groups", "as_float"]
+
+#: the mesh dims of the step, in torchtitan's order
+AXES = ("pp", "dp_replicate", "dp_shard", "tp")
 
 
 @dataclass(frozen=True)
@@ -36,7 +52,8 @@ class StepInfo:
     """What a hook may need: ``layout`` (:class:`~distcheck.parallel.step.reference.StepLayout`), ``mesh``
     (the ``DeviceMesh`` with dims ``pp, dp_replicate, dp_shard, tp``), ``global_tokens`` (non-ignored tokens of
     the whole step: every dp rank, every micro-batch), ``microbatch_tokens`` (this rank's, this micro-batch),
-    ``num_microbatches`` (m, gradient-accumulation steps), ``max_norm``."""
+    ``num_microbatches`` (m, gradient-accumulation steps), ``max_norm``, ``microbatch`` (the index of the micro-batch
+    being run, 0 to m - 1; 0 outside the micro-batch loop)."""
 
     layout: Any
     mesh: Any
@@ -44,6 +61,7 @@ class StepInfo:
     microbatch_tokens: int
     num_microbatches: int
     max_norm: float
+    microbatch: int = 0
 
 
 def token_mean_loss(logits: Any, labels: Any, info: StepInfo) -> Any:
@@ -94,6 +112,17 @@ def torch_clip(parameters: Iterable[Any], max_norm: float, info: StepInfo) -> An
     return norm
 
 
+def no_accumulate(model: Any, info: StepInfo) -> contextlib.AbstractContextManager:
+    """The default ``accumulate`` hook: ``contextlib.nullcontext()`` (every micro-batch's backward runs as the
+    model's wrapper runs it)."""
+    return contextlib.nullcontext()
+
+
+def loss_backward(loss: Any, model: Any, info: StepInfo) -> None:
+    """The default ``backward`` hook: ``loss.backward()``."""
+    loss.backward()
+
+
 def as_float(value: Any) -> float:
     """A reported number as a Python float (a DTensor's ``full_tensor()``, a tensor's item)."""
     if hasattr(value, "full_tensor"):
@@ -106,10 +135,24 @@ def as_float(value: Any) -> float:
 @dataclass(frozen=True)
 class StepTarget:
     """A ``training-step`` target with its own hooks: ``parallelize(model, mesh, layout) -> model`` and any of
-    ``loss_fn``, ``report_loss``, ``clip_grad_norm`` (module doc; the defaults when left out). Every field
-    must be a module-level function (each rank imports it again)."""
+    ``loss_fn``, ``report_loss``, ``clip_grad_norm``, ``accumulate``, ``backward`` (module doc; the defaults when
+    left out), and ``axes``, the mesh dims it parallelizes (a subset of :data:`AXES`; empty: all four). Every
+    hook must be a module-level function (each rank imports it again)."""
 
     parallelize: Callable
     loss_fn: Callable = token_mean_loss
     report_loss: Callable = all_reduce_dp
     clip_grad_norm: Callable = torch_clip
+    accumulate: Callable = no_accumulate
+    backward: Callable = loss_backward
+    axes: tuple[str, ...] = ()
+
+    #: (field, number of arguments) of every hook
+    HOOKS = (("parallelize", 3), ("loss_fn", 3), ("report_loss", 3), ("clip_grad_norm", 3), ("accumulate", 2),
+             ("backward", 3))
+
+    @property
+    def loop_hooks(self) -> tuple[str, ...]:
+        """The micro-batch loop's hooks this target replaces (``accumulate``, ``backward``)."""
+        return tuple(n for n, d in (("accumulate", no_accumulate), ("backward", loss_backward))
+                     if getattr(self, n) is not d)

@@ -11,6 +11,11 @@ with ``torch.nn.utils.clip_grad_norm_`` on the DTensor gradients (the contract's
 ``examples/my_step.py`` is the same composition written as a user's file, the worked example of
 docs/CERTIFY.md.
 
+:data:`DDP_STEP` is the plain DDP gradient-accumulation loop (``torch.nn.parallel.DistributedDataParallel`` over
+the world, ``model.no_sync()`` before the last micro-batch), a :class:`~distcheck.parallel.step.hooks.StepTarget`
+with ``axes=("dp_replicate",)``: ``distcheck certify distcheck.parallel.step.plans:DDP_STEP --contract
+training-step --world-sizes 2``.
+
 torch is imported inside the functions.
 """
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["fsdp2_tp", "apply_tp", "apply_fsdp"]
+__all__ = ["fsdp2_tp", "apply_tp", "apply_fsdp", "ddp", "ddp_no_sync", "DDP_STEP"]
 
 
 def apply_tp(model: Any, tp_mesh: Any) -> None:
@@ -71,3 +76,31 @@ def fsdp2_tp(model: Any, mesh: Any, layout: Any) -> Any:
             model.output.weight = model.tok_embeddings.weight
     apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
     return model
+
+
+def ddp(model: Any, mesh: Any, layout: Any) -> Any:
+    """``parallelize(model, mesh, layout) -> model``: ``DistributedDataParallel(model)`` over the mesh's
+    ``dp_replicate`` group. RuntimeError for a layout with another axis above 1."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if layout.world_size != layout.dp_replicate:
+        raise RuntimeError(f"DDP replicates over the whole world: layout {layout} is not dp_replicate only")
+    return DistributedDataParallel(model, process_group=mesh.get_group("dp_replicate"))
+
+
+def ddp_no_sync(model: Any, info: Any) -> Any:
+    """The ``accumulate`` hook of a DDP loop: ``model.no_sync()`` on every micro-batch but the last (DDP's
+    all-reduce then runs once per step, on the accumulated gradients), ``contextlib.nullcontext()`` on the last."""
+    import contextlib
+
+    return model.no_sync() if info.microbatch < info.num_microbatches - 1 else contextlib.nullcontext()
+
+
+def _ddp_step() -> Any:
+    from distcheck.parallel.step.hooks import StepTarget
+
+    return StepTarget(ddp, accumulate=ddp_no_sync, axes=("dp_replicate",))
+
+
+#: the plain DDP gradient-accumulation loop (module doc)
+DDP_STEP = _ddp_step()
