@@ -110,12 +110,9 @@ def deepspeed_moe(ctx: Any, spec: Any, *, sampling: bool = False) -> Any:
             return out, l_aux
 
         def grads(self) -> dict[str, torch.Tensor | None]:
-            g = self.gate.wg.weight.grad
-            w1 = [e.w1.grad for e in self.experts if e.w1.grad is not None]
-            w2 = [e.w2.grad for e in self.experts if e.w2.grad is not None]
-            n = len(self.experts)
-            return {"wg": None if g is None else g.T, "w1": torch.stack(w1) if len(w1) == n else None,
-                    "w2": torch.stack(w2) if len(w2) == n else None}
+            from distcheck.parallel.ep.plans import layer_grads
+
+            return layer_grads(self.gate.wg.weight, self.experts)
 
     return Layer()
 

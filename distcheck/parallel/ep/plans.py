@@ -22,10 +22,11 @@ MoE of ``examples/my_moe.py`` is certified by ``distcheck certify`` (``tests/tes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["all_to_all_moe", "ALL_TO_ALL_MOE", "all_to_all_function", "fairscale_moe", "FAIRSCALE_MOE",
-           "FAIRSCALE_OPTIONS"]
+           "FAIRSCALE_OPTIONS", "layer_grads"]
 
 #: the moe-layer options that name fairscale 0.4's conventions (``fairscale/nn/moe/top2gate.py``, ``moe_layer.py``)
 FAIRSCALE_OPTIONS = {"k": 2, "residual": False, "renormalise": True, "aux_scope": "per_rank",
@@ -171,14 +172,24 @@ def fairscale_moe(ctx: Any, spec: Any) -> Any:
             return out.reshape(x.shape), self.moe.l_aux
 
         def grads(self) -> dict[str, torch.Tensor | None]:
-            g = self.gate.wg.weight.grad
-            w1 = [e.w1.grad for e in self.experts if e.w1.grad is not None]
-            w2 = [e.w2.grad for e in self.experts if e.w2.grad is not None]
-            n = len(self.experts)
-            return {"wg": None if g is None else g.T, "w1": torch.stack(w1) if len(w1) == n else None,
-                    "w2": torch.stack(w2) if len(w2) == n else None}
+            return layer_grads(self.gate.wg.weight, self.experts)
 
     return Layer()
 
 
 FAIRSCALE_MOE = fairscale_moe
+
+
+def layer_grads(wg: Any, experts: Sequence[Any]) -> dict[str, Any]:
+    """The gradients the ``moe-layer`` contract reads from a library's layer: ``wg`` the router's
+    ``Linear(h, E)`` weight, whose gradient (E, h) is returned transposed, (h, E); ``experts`` this rank's
+    experts, each with ``w1`` (h, f) and ``w2`` (f, h), their gradients stacked to (E_local, h, f) and
+    (E_local, f, h). Each entry is None when that weight (or any expert's) has no gradient."""
+    import torch
+
+    g = wg.grad
+    w1 = [e.w1.grad for e in experts if e.w1.grad is not None]
+    w2 = [e.w2.grad for e in experts if e.w2.grad is not None]
+    n = len(experts)
+    return {"wg": None if g is None else g.T, "w1": torch.stack(w1) if len(w1) == n else None,
+            "w2": torch.stack(w2) if len(w2) == n else None}
