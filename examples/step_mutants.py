@@ -24,8 +24,8 @@ TOKENS_OVER_WORLD         tokens all-reduced over the whole world: tp replicas  
 CLIP_WITHOUT_CLAMP        max_norm / norm applied even when it exceeds 1              clipping
 STAGE_LOCAL_NORM          torch's clip_grad_norm_ on a pipeline stage: the norm of    grad_norm
                           that stage's gradients only (pytorch/torchtitan#596)
-NO_SYNC_EVERY_MICRO_BATCH DDP's no_sync() left on for the last micro-batch too: the   params
-                          gradients are never all-reduced (each replica steps alone)
+NO_SYNC_EVERY_MICRO_BATCH DDP's no_sync() left on for the last micro-batch too: the   params, loss,
+                          gradients are never all-reduced (each replica steps alone)  grad_norm, clipping
 ========================  ==========================================================  =============
 """
 

@@ -168,8 +168,22 @@ def test_axes_restrict_the_layouts_drawn_and_pinned():
         c.resolve(ddp, None, c.parse_options({"axes": "dp"}))
     with pytest.raises(ProtocolError, match="replaces accumulate, which the pipeline schedule does not call"):
         c.resolve(StepTarget(ddp, accumulate=ddp_no_sync), None, c.parse_options({}))
-    with pytest.raises(ProtocolError, match="accumulate hook of a StepTarget must take 2 arguments"):
+    with pytest.raises(ProtocolError, match="accumulate hook of a StepTarget must take 2 positional arguments"):
         c.resolve(StepTarget(ddp, accumulate=lambda model: None, axes=("dp_replicate",)), None, c.parse_options({}))
+    with pytest.raises(ConfigError, match="names no axis"):
+        c.resolve(ddp, None, c.parse_options({"axes": ","}))
+    with pytest.raises(ConfigError, match="names an axis twice"):
+        c.resolve(ddp, None, c.parse_options({"axes": "tp,tp"}))
+    with pytest.raises(ConfigError, match="sets dp_replicate twice"):
+        c.resolve(ddp, None, c.parse_options({"layout": "dp_replicate=2,dp_replicate=1"}))
+    for axes in (None, 3, "dp_replicate", ("dp_replicate", "dp_replicate")):
+        with pytest.raises(ProtocolError, match="StepTarget axes"):
+            c.resolve(StepTarget(ddp, axes=axes), None, c.parse_options({}))  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match="accumulate hook of a StepTarget must be callable, not 5"):
+        c.resolve(StepTarget(ddp, accumulate=5, axes=("dp_replicate",)), None, c.parse_options({}))
+    # the option may narrow the draw to leave pp out for a target with the default axes
+    _, narrowed = c.resolve(StepTarget(ddp, accumulate=ddp_no_sync), None, c.parse_options({"axes": "dp_replicate"}))
+    assert narrowed["axes"] == "dp_replicate"
     _, tp_only = c.resolve(ddp, None, c.parse_options({"axes": "tp"}))
     assert "no layout of 3 ranks has only the axes tp above 1" in c.cannot_fail(3, tp_only)
     assert c.cannot_fail(2, tp_only) is None and c.cases(3, "float64", tp_only) is None

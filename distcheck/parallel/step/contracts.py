@@ -97,13 +97,15 @@ PP_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B)
 
 def parse_layout(text: str) -> StepLayout:
     """``"dp_shard=2,tp=2"`` as a :class:`StepLayout` (axes left out are 1). Raises ConfigError naming the
-    option for an unknown axis or a degree that is not a positive int."""
+    option for an unknown axis, an axis set twice or a degree that is not a positive int."""
     degrees: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, value = part.partition("=")
         name = name.strip()
         if name not in _AXES:
             raise ConfigError("option layout", text, f"axis {name!r} must be one of {', '.join(_AXES)}")
+        if name in degrees:
+            raise ConfigError("option layout", text, f"sets {name} twice")
         try:
             degrees[name] = check_positive_int(f"option layout {name}", int(value))
         except ValueError:
@@ -121,13 +123,48 @@ def layouts(world_size: int) -> list[StepLayout]:
 
 
 def _axes(text: str) -> tuple[str, ...]:
-    """The ``axes`` option, ``"dp_replicate,dp_shard"``, as a tuple (empty: every axis). ConfigError naming the
-    option for an axis that is not a mesh dim."""
+    """The ``axes`` option, ``"dp_replicate,dp_shard"``, as a tuple (the empty option: every axis). ConfigError
+    naming the option for an axis that is not a mesh dim, one named twice, or a value that names none."""
     names = tuple(filter(None, (p.strip() for p in text.split(","))))
     for name in names:
         if name not in _AXES:
             raise ConfigError("option axes", text, f"axis {name!r} must be one of {', '.join(_AXES)}")
+    if len(set(names)) < len(names):
+        raise ConfigError("option axes", text, "names an axis twice")
+    if text.strip() and not names:
+        raise ConfigError("option axes", text, f"names no axis: give one or more of {', '.join(_AXES)}, "
+                          "comma-separated")
     return names or _AXES
+
+
+def _target_axes(axes: Any, shown: str) -> tuple[str, ...]:
+    """A :class:`StepTarget`'s ``axes`` checked: a tuple (or list) of distinct mesh dim names, possibly empty.
+    ProtocolError naming the target otherwise (a bare string included: ``("dp_replicate",)``, not
+    ``"dp_replicate"``)."""
+    if isinstance(axes, str) or not isinstance(axes, (tuple, list)) or not all(isinstance(a, str) for a in axes):
+        raise ProtocolError("target", shown, f"StepTarget axes={axes!r} must be a tuple of mesh dim names, e.g. "
+                            "axes=(\"dp_replicate\",)")
+    bad = [a for a in axes if a not in _AXES]
+    if bad:
+        raise ProtocolError("target", shown, f"StepTarget axes {bad} must be among {', '.join(_AXES)}")
+    if len(set(axes)) < len(axes):
+        raise ProtocolError("target", shown, f"StepTarget axes={tuple(axes)!r} names an axis twice")
+    return tuple(axes)
+
+
+def _check_hooks(obj: Any, shown: str) -> None:
+    """Every hook of a :class:`StepTarget` callable with its number of arguments, else ProtocolError naming it."""
+    import inspect
+
+    for field, n in obj.HOOKS:
+        fn = getattr(obj, field)
+        if not callable(fn):
+            raise ProtocolError("target", shown, f"the {field} hook of a StepTarget must be callable, not {fn!r}")
+        try:
+            have = f" (its signature is {inspect.signature(fn)})"
+        except (TypeError, ValueError):
+            have = ""
+        check_call_shape(fn, shown, f"the {field} hook of a StepTarget must take {n} positional arguments{have}", n)
 
 
 def _allowed(world_size: int, options: dict) -> list[StepLayout]:
@@ -258,40 +295,33 @@ class TrainingStep(Contract):
         from distcheck.parallel.step.hooks import StepTarget
 
         shown = ref or repr(obj)
+        given = _axes(options["axes"]) if options.get("axes") else ()
         if isinstance(obj, StepTarget):
-            for field, n in StepTarget.HOOKS:
-                check_call_shape(getattr(obj, field), shown, f"the {field} hook of a StepTarget must take {n} "
-                                 "arguments", n)
-            bad = [a for a in obj.axes if a not in _AXES]
-            if bad:
-                raise ProtocolError("target", shown, f"StepTarget axes {bad} must be among {', '.join(_AXES)}")
-            if obj.loop_hooks and "pp" in (obj.axes or _AXES):
+            _check_hooks(obj, shown)
+            own = _target_axes(obj.axes, shown)
+            outside = sorted(set(given) - set(own or _AXES))
+            if outside:
+                raise ConfigError("option axes", options["axes"], f"the target parallelizes only "
+                                  f"{', '.join(own)}, not {', '.join(outside)}")
+            drawn = given or own or _AXES
+            if obj.loop_hooks and "pp" in drawn:
                 raise ProtocolError("target", shown, f"replaces {', '.join(obj.loop_hooks)}, which the pipeline "
-                                    "schedule does not call: name its axes without pp (StepTarget(..., axes=...))")
-            if obj.axes:
-                given = _axes(options.get("axes", "")) if options.get("axes") else ()
-                outside = sorted(set(given) - set(obj.axes))
-                if outside:
-                    raise ConfigError("option axes", options["axes"], f"the target parallelizes only "
-                                      f"{', '.join(obj.axes)}, not {', '.join(outside)}")
-                options = dict(options, axes=options.get("axes") or ",".join(obj.axes))
-        elif not (callable(obj) and not isinstance(obj, type)):
+                                    "schedule does not call: leave pp out of its axes (StepTarget(..., axes=...) "
+                                    "or --option axes=...)")
+            if own and not given:
+                options = dict(options, axes=",".join(own))
+        elif not callable(obj) or isinstance(obj, type):
             raise ProtocolError("target", shown, "must be parallelize(model, mesh, layout) -> model or a StepTarget")
+        else:
+            check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
         allowed = _axes(options.get("axes", ""))
         if options.get("layout"):
             lay = parse_layout(options["layout"])
-            outside = [a for a in _AXES if getattr(lay, a) > 1 and a not in allowed]
-            if outside:
-                raise ConfigError("option layout", options["layout"], f"sets {', '.join(outside)} above 1, outside "
-                                  f"the axes {', '.join(allowed)}")
-        if isinstance(obj, StepTarget):
-            return make_target(obj, ref, "hooks"), options
-        check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
-        return make_target(obj, ref, "parallelize"), options
-        if callable(obj) and not isinstance(obj, type):
-            check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
-            return make_target(obj, ref, "parallelize"), options
-        raise ProtocolError("target", shown, "must be parallelize(model, mesh, layout) -> model or a StepTarget")
+            outside_layout = [a for a in _AXES if getattr(lay, a) > 1 and a not in allowed]
+            if outside_layout:
+                raise ConfigError("option layout", options["layout"], f"sets {', '.join(outside_layout)} above 1, "
+                                  f"outside the axes {', '.join(allowed)}")
+        return make_target(obj, ref, "hooks" if isinstance(obj, StepTarget) else "parallelize"), options
 
     def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         if dtype != "float64":

@@ -136,8 +136,10 @@ def as_float(value: Any) -> float:
 class StepTarget:
     """A ``training-step`` target with its own hooks: ``parallelize(model, mesh, layout) -> model`` and any of
     ``loss_fn``, ``report_loss``, ``clip_grad_norm``, ``accumulate``, ``backward`` (module doc; the defaults when
-    left out), and ``axes``, the mesh dims it parallelizes (a subset of :data:`AXES`; empty: all four). Every
-    hook must be a module-level function (each rank imports it again)."""
+    left out), and ``axes``, the mesh dims it parallelizes (a tuple, a subset of :data:`AXES`; empty: all four).
+    The StepTarget itself must be a module-level object: each rank imports it again by its reference
+    (``module:NAME``); its hooks may be any callables taking their arguments (module functions, lambdas,
+    ``functools.partial``)."""
 
     parallelize: Callable
     loss_fn: Callable = token_mean_loss
