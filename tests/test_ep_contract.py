@@ -65,6 +65,10 @@ def test_example_and_plan_certified_global_capacity_twin_fails():
         plan = certify("distcheck.parallel.ep.plans:ALL_TO_ALL_MOE", "moe-layer", pool=pool, seed=0, examples=10)
         bad = certify("examples.my_moe:make_global_capacity", "moe-layer", pool=pool, seed=0, examples=20,
                       dtypes=("float32",))
+        # the example keeps its gates as they are: held to renormalised gates (the bound then also covers the
+        # router gradient through the softmax over all experts), forward and grads fail
+        unnormalised = certify("examples.my_moe:make", "moe-layer", pool=pool, seed=0, examples=20,
+                               dtypes=("float32",), options={"renormalise": True, "k": 2})
     good.assert_certified()
     plan.assert_certified()
     failed = {v.property: v for v in bad.verdicts if v.verdict == FAIL}
@@ -73,6 +77,7 @@ def test_example_and_plan_certified_global_capacity_twin_fails():
     # the smallest counterexample: one token per rank, two experts, top-1: C = 1 per rank, 2 from the whole batch
     assert one.counterexample.startswith("EPMoECase(ep=2, k=1,") and "x=[[-1.0], [-1.0]]" in one.counterexample
     assert "all_to_all x2 (S=8 B)" in one.failure and "all_to_all x2 (S=16 B)" in one.failure
+    assert {v.property for v in unnormalised.verdicts if v.verdict == FAIL} == {"forward", "grads"}
 
 
 @pytest.mark.multiprocess

@@ -217,10 +217,10 @@ MOE_PROPERTIES = ("forward", "grads", "tokens", "aux_loss", "all_to_all.forward"
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_deepspeed_moe_layer_on_gloo():
-    """DeepSpeed's MoE (k=2) on 2 gloo ranks: the libs row certified with one expert per rank; the same layer
-    checked under GShard's all-choices aux counts fails aux_loss (the row can fail); with two experts per rank
-    the router gradient's unchosen experts carry rounding-size values (DeepSpeed differentiates through the
-    softmax over all experts) where the contract's bound is 0, and the sampled second expert (DeepSpeed's
+    """DeepSpeed's MoE (k=2) on 2 gloo ranks: the libs row certified with one or two experts per rank; the same
+    layer checked under GShard's all-choices aux counts fails aux_loss (the row can fail); with two experts per
+    rank the router gradient's unchosen experts carry rounding-size values (DeepSpeed differentiates through the
+    softmax over all experts), within the bound under renormalise, and the sampled second expert (DeepSpeed's
     default) fails forward; in float64 forward, grads and aux_loss fail by float32 roundings (the gate computes in
     float32)."""
     pytest.importorskip("deepspeed")
@@ -251,8 +251,9 @@ def test_deepspeed_moe_layer_on_gloo():
         two = verdicts("MOE", local_experts=2)
         sampled = verdicts("MOE_SAMPLED", local_experts=2)
     assert {p: v.verdict for p, v in counts.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "aux_loss": FAIL}
-    assert {p: v.verdict for p, v in two.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "grads": FAIL}
-    assert "gradient of wg" in two["grads"].failure and "bound 0" in two["grads"].failure
+    # two experts per rank: the router gradient at experts no token chose is rounded from terms that cancel (the
+    # softmax over all experts, then the division by the kept sum), within the bound under renormalise
+    assert {p: v.verdict for p, v in two.items()} == dict.fromkeys(MOE_PROPERTIES, PASS)
     assert sampled["forward"].verdict == FAIL and "output: " in sampled["forward"].failure
     assert {p: v.verdict for p, v in f64.items()} == {**dict.fromkeys(MOE_PROPERTIES, PASS), "forward": FAIL,
                                                       "grads": FAIL, "aux_loss": FAIL}

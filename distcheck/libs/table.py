@@ -26,7 +26,7 @@ UNITS = (
      ("libs.deepspeed.zero3.", "libs.deepspeed.zero.")),
     ("DeepSpeed-Ulysses DistributedAttention (gloo, 2 and 4 ranks)", "deepspeed", "context-parallel-attention",
      ("libs.deepspeed.ulysses.",)),
-    ("DeepSpeed MoE (TopKGate k=2, gloo, 2 ranks, one expert each)", "deepspeed", "moe-layer",
+    ("DeepSpeed MoE (TopKGate k=2, gloo, 2 ranks, one or two experts each)", "deepspeed", "moe-layer",
      ("libs.deepspeed.moe.",)),
     ("accelerate estimate-memory, training", "accelerate", "memory-estimator; bad-input",
      ("libs.accelerate.float32.", "libs.accelerate.float16.", "libs.accelerate.training_usage.")),

@@ -19,7 +19,10 @@ these conventions as options:
   DeepSpeed's ``MOELayer`` return;
 * ``renormalise`` (default false): the gates are fixed before dropping (a dropped choice's share is lost);
   true: the kept choices' gates are divided by their sum (fairscale's and DeepSpeed's ``top2gating``:
-  ``gates1_s /= denom_s``), the softmax over the kept choices' logits, 0 when none is kept;
+  ``gates1_s /= denom_s``), the softmax over the kept choices' logits, 0 when none is kept. Its router
+  gradient is bounded for either way of computing it: through the softmax over the kept logits, or through the
+  softmax over all E experts and then the division (the libraries' way), where the gradient of an expert no
+  token chose is exactly 0 but rounded from terms that cancel (:func:`_renormalised_dz_magnitude`);
 * ``aux_scope`` ``global`` (the loss over the whole batch, every rank the same) or ``per_rank`` (each rank's
   tokens, GShard's per-group ``l_aux``); ``aux_counts`` ``all_choices`` (``f_e`` the share of the T k choices
   routed to e, Switch Transformers eq. 5 generalised) or ``first_choice`` (the share of tokens whose top-1 is
@@ -45,7 +48,10 @@ Properties:
   ``N = T + E + h + f + 2k + 8`` terms in any order. So ``|got - exact| <= ((1+eps)^2 (1+u)^N - 1) M <=
   3 (eps + gamma_N) M`` entrywise (Higham, "Accuracy and Stability of Numerical Algorithms", Lemma 3.3 and
   §3.1), with ``M`` the same computation on absolute values (the reference run on |x|, |w1|, |w2|, |dout|, the
-  routing's slots and the gates, which only widens relu's mask). The bound at the dtype's unit roundoff plus the
+  routing's slots and the gates, which only widens relu's mask). Under ``renormalise`` M also holds the router
+  gradient's terms through the softmax over all experts (the ``renormalise`` option above), whose products carry
+  up to four rounded factors (two probabilities, a gate, the division by the kept sum): ``(1+eps)^4 (1+u)^N - 1
+  <= 3 (eps + gamma_N)`` still holds, as ``2E + 8 <= 3N``. The bound at the dtype's unit roundoff plus the
   reference's own at 2^-53.
 * ``tokens`` (exact): a token the reference drops entirely (every choice over its expert's capacity on its
   rank) gets exactly the pass-through (x, or 0 without the residual), bit for bit; a token with a kept choice
@@ -140,6 +146,7 @@ def expected(case: EPMoECase, options: dict, *, magnitude: bool = False) -> dict
     n = T // ep
     r = ref._routing(x, wg, case.k, case.capacity_factor, case.router, ep)
     router = case.router
+    kept_sum = np.ones((T, 1))
     if options["renormalise"]:
         kept_sum = np.sum(np.where(r.kept, r.gates, 0.0), axis=1, keepdims=True)
         gates = np.where(r.kept, r.gates / np.where(kept_sum > 0, kept_sum, 1.0), 0.0)
@@ -159,6 +166,8 @@ def expected(case: EPMoECase, options: dict, *, magnitude: bool = False) -> dict
         dxs[:, e] = got.reshape(ep, r.capacity, h)
     if magnitude:
         dz = _dz_magnitude(r, dg, router, E)
+        if options["renormalise"]:
+            dz = dz + _renormalised_dz_magnitude(r, dg, kept_sum)
     else:
         dz = ref._router_dz(x, wg, r, dg, router)
     dx = ref._token_dx(dout if options["residual"] else np.zeros_like(dout), r, dxs) + ref.rowdot(dz, wg.T)
@@ -181,6 +190,20 @@ def _dz_magnitude(r: Any, dg: np.ndarray, router: str, E: int) -> np.ndarray:
     dz = np.zeros(r.probs.shape)
     np.put_along_axis(dz, r.experts, dzk, axis=1)
     return dz
+
+
+def _renormalised_dz_magnitude(r: Any, dg: np.ndarray, kept_sum: np.ndarray) -> np.ndarray:
+    """``|dz|`` bounded entrywise for renormalised gates differentiated through the softmax over all E experts
+    (DeepSpeed's and fairscale's ``top2gating``: ``g_i = p_i / S``, S the kept probabilities' sum):
+    ``dp_i = (dg_i - sum_l g_l dg_l) / S`` at a kept choice, 0 elsewhere, then ``p_e (dp_e - sum_i p_i dp_i)``.
+    The inner sum is exactly 0, so an expert no token chose has an exact gradient of 0, but its rounded value is
+    not: bounded with ``|dp_i| <= (|dg_i| + sum_l g_l |dg_l|) / S`` by ``p_e (|dp_e| + sum_i p_i |dp_i|)``
+    (``dg`` and ``r.gates`` the renormalised gates' magnitudes)."""
+    s = np.where(kept_sum > 0, kept_sum, 1.0)
+    dpk = np.where(r.kept, (dg + np.sum(r.gates * dg, axis=1, keepdims=True)) / s, 0.0)
+    dp = np.zeros(r.probs.shape)
+    np.put_along_axis(dp, r.experts, dpk, axis=1)
+    return r.probs * (dp + np.sum(r.probs * dp, axis=1, keepdims=True))
 
 
 def _aux(r: Any, options: dict, ep: int, E: int) -> list[float]:
