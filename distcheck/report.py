@@ -154,7 +154,8 @@ def _reproduce_lines(r: CheckResult) -> list[tuple[str, str]]:
                 lines.append((key, str(r.extra[key])))
         if "seed" in r.extra:
             lines.append(("seed", f"{r.extra['seed']} (profile {r.extra.get('profile', '?')})"))
-        if r.extra.get("reproduce"):
+        again = " ".join(str(r.extra.get("reproduce") or "").split())
+        if again and again not in flat:  # a certify failure's detail already ends with its command
             lines.append(("reproduce", str(r.extra["reproduce"])))
         if r.extra.get("replay"):
             lines.append(("replay", str(r.extra["replay"])))
