@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from distcheck.core.vocab import Axis
 from distcheck.libs.targets import WorldRun
 from distcheck.parallel.layout.contracts import Probe, ProbeSet
 from distcheck.parallel.memory.estimators import Estimator
@@ -215,7 +216,7 @@ def report_token_mean(loss_sum: Any, tokens: Any, info: StepInfo) -> tuple[Any, 
     return accelerator.reduce(loss_sum.clone(), reduction="sum") / seen, seen
 
 
-_DDP = ("dp_replicate",)
+_DDP = (Axis.DP_REPLICATE.value,)
 #: accelerate's basic gradient-accumulation loop: the mean of per-micro-batch means (module doc)
 GA_MEAN_LOSS = StepTarget(prepare, loss_fn=mean_loss, report_loss=report_mean, clip_grad_norm=clip,
                           accumulate=accumulate, backward=backward, axes=_DDP)

@@ -60,7 +60,7 @@ from hypothesis import strategies as st
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_positive_int
-from distcheck.core.vocab import Schedule
+from distcheck.core.vocab import Axis, Schedule
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
@@ -90,7 +90,8 @@ _PROPERTIES = (
                            "add up to them", "exact"),
 )
 
-_AXES = ("dp_replicate", "dp_shard", "tp", "pp")
+#: the step's axes in the order its compositions are shown (the vocabulary's names)
+_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP))
 #: the pipeline schedules drawn under pp > 1 (torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B)
 PP_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B)
 

@@ -39,10 +39,11 @@ def mesh_for(ctx: RankContext, layout: StepLayout) -> Any:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
+    from distcheck.parallel.step.hooks import AXES
+
     key = (id(dist.group.WORLD), ctx.rank, *layout.shape)
     if key not in _MESHES:
-        _MESHES[key] = init_device_mesh(ctx.device.type, layout.shape,
-                                        mesh_dim_names=("pp", "dp_replicate", "dp_shard", "tp"))
+        _MESHES[key] = init_device_mesh(ctx.device.type, layout.shape, mesh_dim_names=AXES)
     return _MESHES[key]
 
 

@@ -40,11 +40,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from distcheck.core.vocab import Axis
+
 __all__ = ["AXES", "StepInfo", "StepTarget", "token_mean_loss", "all_reduce_dp", "torch_clip", "no_accumulate",
            "loss_backward", "dp_groups", "as_float"]
 
-#: the mesh dims of the step, in torchtitan's order
-AXES = ("pp", "dp_replicate", "dp_shard", "tp")
+#: the mesh dims of the step, in torchtitan's order (the vocabulary's names)
+AXES: tuple[str, ...] = tuple(a.value for a in (Axis.PP, Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP))
 
 
 @dataclass(frozen=True)

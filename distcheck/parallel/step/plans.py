@@ -97,9 +97,10 @@ def ddp_no_sync(model: Any, info: Any) -> Any:
 
 
 def _ddp_step() -> Any:
+    from distcheck.core.vocab import Axis
     from distcheck.parallel.step.hooks import StepTarget
 
-    return StepTarget(ddp, accumulate=ddp_no_sync, axes=("dp_replicate",))
+    return StepTarget(ddp, accumulate=ddp_no_sync, axes=(Axis.DP_REPLICATE.value,))
 
 
 #: the plain DDP gradient-accumulation loop (module doc)
