@@ -305,7 +305,7 @@ class TrainingStep(Contract):
                 raise ConfigError("option axes", options["axes"], f"the target parallelizes only "
                                   f"{', '.join(own)}, not {', '.join(outside)}")
             drawn = given or own or _AXES
-            if obj.loop_hooks and "pp" in drawn:
+            if obj.loop_hooks and Axis.PP.value in drawn:
                 raise ProtocolError("target", shown, f"replaces {', '.join(obj.loop_hooks)}, which the pipeline "
                                     "schedule does not call: leave pp out of its axes (StepTarget(..., axes=...) "
                                     "or --option axes=...)")
