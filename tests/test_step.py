@@ -312,6 +312,27 @@ def test_torch_composition_certified_under_pp_and_tp():
     assert {r.columns["layout"] for r in cert.compositions} == {"tp=2, pp=2"}
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_cancelling_compositions_hold_to_the_bound(monkeypatch):
+    # every sequence keeps one token and clipping binds: a softmax over one key leaves the query and key
+    # projections' gradients exactly 0 in exact arithmetic, which the reference rounds to 0 and the
+    # tensor-parallel ranks do not (the README's line at 4 ranks failed there: "expected 0, got -1.08e-21,
+    # bound 0"); torch's composition must hold to the bound on every layout of 4 ranks, tp = 4 included
+    from distcheck.certify import certify
+    from distcheck.parallel.step import contracts as sc
+    from distcheck.parallel.step.case import BINDING_MAX_NORM
+
+    def cancelling(self, world_size, dtype, options):
+        return sc._cases(sc.layouts(world_size), one_token=True, max_norms=(BINDING_MAX_NORM,))
+
+    monkeypatch.setattr(sc.TrainingStep, "cases", cancelling)
+    cert = certify("examples.my_step:parallelize", "training-step", world_sizes=[4], examples=16, timeout_s=600)
+    cert.assert_certified()
+    assert "tp=4" in {r.columns["layout"] for r in cert.compositions}
+    assert {r.columns["clip"] for r in cert.compositions} == {"binds"}
+
+
 #: each torch mutant, the property it must fail, and a layout on two ranks where it shows
 TORCH_MUTANTS = [
     ("LOCAL_SHARD_NORM", "grad_norm", "dp_shard=2"),
@@ -341,6 +362,11 @@ def test_torch_mutant_fails_naming_the_composition(target, prop, layout):
     # the certificate's "Compositions drawn" table: the pinned layout only, the property failing on one of them
     assert cert.compositions and {r.columns["layout"] for r in cert.compositions} == {layout.replace(",", ", ")}
     assert any(r.verdicts[prop] == "FAIL" for r in cert.compositions), cert.compositions
+    # the shrunk case fails on the bug, not on rounding: its first failing value is far outside the bound
+    import re
+
+    for error, bound in re.findall(r"error ([0-9.e+-]+) > bound ([0-9.e+-]+)", verdict.failure):
+        assert float(bound) > 0 and float(error) > 2**10 * float(bound), verdict.failure
 
 
 def _worked_example() -> str:

@@ -34,20 +34,13 @@ Properties (each its own verdict):
 * ``tokens``: the reported token count is the step's, and the ranks' own counts (one per dp index) add up
   to it. Exact (integers).
 
-The bound (float64). The parallel step performs the reference's operations on the same values in another
-order: the inner sums of the tensor-parallel matmuls split across ranks, the gradient sums over
-micro-batches and dp ranks (reduce-scatter, all-reduce), the norm's sum of squares over shards. Two orders
-of a sum of n terms differ by at most ``2 gamma_{n-1} sum |terms|`` (Higham, *Accuracy and Stability of
-Numerical Algorithms*, 2nd ed., Lemma 3.1 and §4.2), ``gamma_n = n u / (1 - n u)``, u = 2^-53; the longest
-sum here has n <= 2^9 terms (the tokens of a step times the widest width), so ``2 gamma_{n-1} <= 2^-43``.
-Through the step (softmax, RMSNorm's rsqrt, the cross-entropy, clipping and at most 3 AdamW updates, whose
-``m / (sqrt(v) + eps)`` amplifies a gradient's relative error by at most about 1 per step while |g| >> eps)
-the first-order error of every compared value is that relative error times an amplification kappa. With the
-drawn sizes (unit-scale weights, width <= 16, <= 2 layers, <= 3 steps) the bound assumes kappa <= 2^11 and
-holds each value v of a tensor V to ``|v - v_ref| <= 2^-32 (|v_ref| + max |V_ref|)`` (the tensor's scale keeps
-a value near 0 from demanding an impossible relative accuracy). kappa is an estimate for these sizes, not a
-proved constant; the errors seen from torch's composition stay below 2^-48 of the scale, and every bug class
-the mutants carry moves a value by more than 2^-12 of it.
+The bound (float64): :mod:`distcheck.parallel.step.bound`. Each parameter and AdamW moment is held to
+``2^-32 (|v_ref| + S_kind)``, ``S_kind`` the largest magnitude of that kind of value anywhere in the step's
+model (a floor from the magnitudes of the terms, so a value that cancels to 0 in the reference keeps the
+rounding its terms carry), and each parameter also to its moments' bounds carried through AdamW's update
+(exact, eps = 1e-8 amplifies a moment's deviation where ``v`` is near 0). The reported loss, grad norm and
+clipping factor are sums of terms of one sign (per-token losses, squares, a quotient of them), so each is its
+own magnitude: ``2^-31 |v_ref|``. The bound module's doc says what is proved and what is estimated.
 """
 
 from __future__ import annotations
@@ -64,6 +57,7 @@ from distcheck.core.vocab import Axis, Schedule
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
+from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds, value_bound
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
 from distcheck.parallel.step.model import TinyConfig, stage_of
 from distcheck.parallel.step.reference import StepLayout
@@ -74,8 +68,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainingStep", "BOUND", "layouts", "parse_layout", "PP_SCHEDULES"]
 
-#: the relative bound of every compared float64 value (module doc)
-BOUND = 2.0**-32
 
 _PROPERTIES = (
     PropertySpec("params", "after every step each rank's parameters and AdamW moments equal the single-device "
@@ -174,7 +166,12 @@ def _allowed(world_size: int, options: dict) -> list[StepLayout]:
     return [lay for lay in layouts(world_size) if all(getattr(lay, a) == 1 for a in _AXES if a not in allowed)]
 
 
-def _cases(choices: list[StepLayout]) -> st.SearchStrategy[StepCase]:
+def _cases(choices: list[StepLayout], *, one_token: bool = False,
+           max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM)) -> st.SearchStrategy[StepCase]:
+    """The drawn examples on ``choices`` (module doc). ``one_token``: every sequence keeps one token (the
+    compositions in which values cancel exactly: a softmax over one key leaves the query and key projections'
+    gradients exactly 0); ``max_norms``: the clipping thresholds drawn from."""
+
     @st.composite
     def draw(draw: st.DrawFn) -> StepCase:
         layout = draw(st.sampled_from(choices))
@@ -189,21 +186,22 @@ def _cases(choices: list[StepLayout]) -> st.SearchStrategy[StepCase]:
         m = draw(st.integers(pp if schedule == Schedule.ONE_F_ONE_B else 1, 3))
         mbs = draw(st.integers(1, 2))
         steps = draw(st.integers(2, 3))
-        length = st.integers(1, seq_len)
+        length = st.just(1) if one_token else st.integers(1, seq_len)
         lengths = tuple(tuple(tuple(tuple(draw(st.lists(length, min_size=mbs, max_size=mbs))) for _ in range(m))
                               for _ in range(layout.dp)) for _ in range(steps))
-        max_norm = draw(st.sampled_from((BINDING_MAX_NORM, FREE_MAX_NORM)))
+        max_norm = draw(st.sampled_from(max_norms))
         lr = draw(st.sampled_from((2.0**-7, 2.0**-4)))
         return StepCase(layout, cfg, m, mbs, seq_len, lengths, max_norm, lr, draw(st.integers(0, 2**16)), schedule)
 
     return draw()
 
 
-def _within(what: str, ref: Any, got: list, ranks: list[int] | None = None) -> Outcome:
-    """Every rank's ``got[i]`` (rank ``ranks[i]``, default i) against ``ref`` under the bound, in one short line:
-    the ranks at fault, and the worst entry (its index, expected, got, error, bound)."""
+def _within(what: str, ref: Any, got: list, ranks: list[int] | None = None, bound: Any = None) -> Outcome:
+    """Every rank's ``got[i]`` (rank ``ranks[i]``, default i) against ``ref`` under ``bound`` (an array of ``ref``'s
+    shape, or a scalar; default ``2^-31 |ref|``, a scalar that sums terms of one sign: module doc), in one short
+    line: the ranks at fault, and the worst entry (its index, expected, got, error, bound)."""
     e = np.atleast_1d(np.asarray(ref, dtype=np.float64))
-    bound = BOUND * (np.abs(e) + (float(np.max(np.abs(e))) if e.size else 0.0))
+    bound = 2 * value_bound(e, 0.0) if bound is None else np.broadcast_to(np.asarray(bound, np.float64), e.shape)
     worst, bad, detail = 0.0, [], ""
     ranks = list(range(len(got))) if ranks is None else ranks
     for r, g in zip(ranks, got, strict=True):
@@ -343,7 +341,14 @@ class TrainingStep(Contract):
         return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case)
 
     def check(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
-        ref = results[0]["reference"]
+        import torch
+
+        from distcheck.parallel.step.case import batch
+        from distcheck.parallel.step.harness import ADAMW, parallel_states, reference_step
+
+        tokens, labels = (torch.from_numpy(a) for a in batch(case))
+        ref = reference_step(case, tokens, labels, parallel_states(results))
+        bounds = param_bounds(ref, lr=case.lr, **ADAMW)
         out: dict[str, list[Outcome]] = {p.name: [] for p in _PROPERTIES}
         for s, r in enumerate(ref):
             if case.clip_binds and not r["norm"] > case.max_norm:
@@ -355,11 +360,13 @@ class TrainingStep(Contract):
                 # the ranks of the parameter's pipeline stage hold it (every rank when pp = 1)
                 held = [i for i in range(len(steps)) if case.layout.coordinates(i)["pp"] ==
                         stage_of(name, case.config.n_layers, case.layout.pp)]
-                out["params"].append(_within(f"{at} {name}", want, [steps[i]["params"].get(name) for i in held], held))
+                out["params"].append(_within(f"{at} {name}", want, [steps[i]["params"].get(name) for i in held], held,
+                                             bounds[s][name][0]))
                 for j, moment in enumerate(("exp_avg", "exp_avg_sq")):
                     w = r["state"][name][j]
                     got = [steps[i]["state"].get(name, (None, None))[j] for i in held]
-                    out["params"].append(_within(f"{at} AdamW {moment} of {name}", w, got, held))
+                    out["params"].append(_within(f"{at} AdamW {moment} of {name}", w, got, held,
+                                                 bounds[s][name][j + 1]))
             out["loss"].append(_within(f"{at} reported loss (global token mean)", r["loss"],
                                        [st_["loss"] for st_ in steps]))
             out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps]))
@@ -372,7 +379,9 @@ class TrainingStep(Contract):
         # a rank whose local gradients are all zero shows no factor: it is held to the reference's own
         scale = _within(f"{at} clipping factor (reference norm {r['norm']:.17g})", r["scale"],
                         [r["scale"] if st_["scale"] is None else st_["scale"] for st_ in steps])
-        uneven = [i for i, st_ in enumerate(steps) if st_["residual"] > BOUND * 2 * max(r["scale"], 1e-300)]
+        # the residual of one factor, in gradient units: the rounding of scale * g, against the gradients' own size
+        uneven = [i for i, st_ in enumerate(steps)
+                  if st_["residual"] > 2 * BOUND * r["scale"] * kind_floor([st_.get("grad_max", 0.0)])]
         if uneven:
             return _first([scale, Outcome(False, bound=BOUND, ranks=tuple(uneven), message=f"{at}: ranks {uneven} "
                                           "scaled their gradients by more than one factor")])

@@ -10,8 +10,10 @@ them: ``loss_fn`` on the last stage);
 ``report_loss`` over the rank's summed per-token losses and tokens; the gradients
 (local shards) are kept, ``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is
 measured from the local shards before and after; ``optimizer.step()``; every parameter and AdamW moment
-is gathered to a full tensor (``full_tensor()``). Rank 0 also runs the reference: the same decoder on the
-whole step's batch at once, the token-mean loss, ``clip_grad_norm_`` and AdamW, float64.
+is gathered to a full tensor (``full_tensor()``). The contract's check (in the parent) then runs the reference
+(:func:`reference_step`): the same decoder on the whole step's batch at once, the token-mean loss,
+``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached after the step before
+(:func:`parallel_states`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "mesh_for"]
+__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
 ADAMW: dict = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -73,25 +75,26 @@ def _record(model: Any, opt: Any) -> dict:
     return {"params": params, "state": state}
 
 
-def _scale(before: list, after: list) -> tuple[float | None, float]:
-    """The factor that took ``before`` to ``after`` (least squares over the local shards) and the largest
-    entry of ``after - scale * before``; None when every local gradient is zero."""
+def _scale(before: list, after: list) -> tuple[float | None, float, float]:
+    """The factor that took ``before`` to ``after`` (least squares over the local shards), the largest
+    entry of ``after - scale * before`` and the largest ``|before|``; None (and 0s) when every local gradient is
+    zero."""
     import torch
 
     num = sum(float(torch.sum(a * b)) for a, b in zip(after, before, strict=True))
     den = sum(float(torch.sum(b * b)) for b in before)
     if den == 0:
-        return None, 0.0
+        return None, 0.0, 0.0
     s = num / den
-    resid = max((float(torch.max(torch.abs(a - s * b))) for a, b in zip(after, before, strict=True) if b.numel()),
-                default=0.0)
-    return s, resid
+    pairs = [(a, b) for a, b in zip(after, before, strict=True) if b.numel()]
+    resid = max((float(torch.max(torch.abs(a - s * b))) for a, b in pairs), default=0.0)
+    return s, resid, max((float(torch.max(torch.abs(b))) for _, b in pairs), default=0.0)
 
 
 def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
     ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
-    ``state`` (full tensors by name); on rank 0 also ``reference``, the same from :func:`reference_step`."""
+    ``state`` (full tensors by name); and ``dp_index``."""
     import logging
     import warnings
 
@@ -141,14 +144,11 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         params = [p for p in model.parameters() if p.grad is not None]
         before = [_local(p.grad) for p in params]
         norm = target.clip_grad_norm(model.parameters(), case.max_norm, info)
-        scale, resid = _scale(before, [_local(p.grad) for p in params])
+        scale, resid, grad_max = _scale(before, [_local(p.grad) for p in params])
         opt.step()
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
-                      "residual": resid, "local_tokens": int(mine), **_record(model, opt)})
-    out = {"steps": steps, "dp_index": d}
-    if ctx.rank == 0:
-        out["reference"] = reference_step(case, tokens, labels)
-    return out
+                      "residual": resid, "grad_max": grad_max, "local_tokens": int(mine), **_record(model, opt)})
+    return {"steps": steps, "dp_index": d}
 
 
 def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case: StepCase, tokens: Any,
@@ -184,9 +184,34 @@ def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, 
     return sum(sums[-m:], torch.zeros((), dtype=torch.float64)) if last else torch.zeros((), dtype=torch.float64)
 
 
-def reference_step(case: StepCase, tokens: Any, labels: Any) -> list[dict]:
+def parallel_states(results: list[dict]) -> list[dict]:
+    """The state the parallel run reached after each step, from every rank's record (:func:`run_step`'s
+    ``steps``): ``params`` and ``state`` by name, each parameter taken from the lowest rank that holds it (its
+    pipeline stage's)."""
+    out = []
+    for s in range(len(results[0]["steps"])):
+        params: dict = {}
+        state: dict = {}
+        for res in results:
+            rec = res["steps"][s]
+            for name, value in rec["params"].items():
+                if value is not None and name not in params:
+                    params[name] = value
+                    state[name] = rec["state"].get(name, (None, None))
+        out.append({"params": params, "state": state})
+    return out
+
+
+def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None) -> list[dict]:
     """The single-device float64 step on the whole batch of each step: ``loss`` (token mean), ``tokens``,
-    ``norm`` (before clipping), ``scale`` (min(1, max_norm / (norm + 1e-6))), ``params`` and ``state``."""
+    ``norm`` (before clipping), ``scale`` (min(1, max_norm / (norm + 1e-6))), ``params`` and ``state``.
+
+    ``starts`` (:func:`parallel_states`): step s + 1 starts from the parameters and AdamW moments the parallel run
+    reached after step s (step 1 from the case's weights), so that every step is held to the single-device step
+    from the same state: a deviation within the bound is not compounded into later steps (AdamW's
+    ``m / (sqrt(v) + eps)`` amplifies the rounding of a gradient that cancels by up to 1/eps), and each step's
+    arithmetic is checked on its own (:mod:`distcheck.parallel.step.bound`). None: the reference's own
+    trajectory."""
     import torch
 
     from distcheck.parallel.step.case import weights
@@ -196,6 +221,8 @@ def reference_step(case: StepCase, tokens: Any, labels: Any) -> list[dict]:
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     out = []
     for s in range(case.steps):
+        if s and starts is not None:
+            _load(model, opt, starts[s - 1])
         x = tokens[s].reshape(-1, case.seq_len)
         y = labels[s].reshape(-1, case.seq_len)
         total = int((y != IGNORE_INDEX).sum())
@@ -207,3 +234,18 @@ def reference_step(case: StepCase, tokens: Any, labels: Any) -> list[dict]:
         out.append({"loss": float(loss.detach()), "tokens": total, "norm": norm,
                     "scale": min(1.0, case.max_norm / (norm + 1e-6)), **_record(model, opt)})
     return out
+
+
+def _load(model: Any, opt: Any, start: dict) -> None:
+    """Set ``model``'s parameters and ``opt``'s AdamW moments (not its step count) to ``start``'s arrays by name;
+    a name ``start`` lacks keeps the reference's own value."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if start["params"].get(name) is not None:
+                p.copy_(torch.from_numpy(start["params"][name]))
+            state = opt.state.get(p, {})
+            for key, value in zip(("exp_avg", "exp_avg_sq"), start["state"].get(name, (None, None)), strict=True):
+                if value is not None and key in state:
+                    state[key].copy_(torch.from_numpy(value))
