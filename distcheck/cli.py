@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="audit answer keys (TOML): which figures hold, under which convention",
         description=(
             "Recompute every claim of each answer key from the closed forms and give a verdict: holds, "
-            "wrong, holds-under-another-convention, ambiguous or not-checkable. The key format is "
+            "holds-through-input-rounding, wrong, holds-under-another-convention, ambiguous or not-checkable. "
+            "The key format is "
             "documented in docs/AUDIT.md."
         ),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -423,7 +424,10 @@ def test_list_quantities_gives_inputs_units_defaults_and_sources():
 
 
 def test_every_verdict_name_is_documented():
-    assert VERDICTS == ("holds", "wrong", "holds-under-another-convention", "ambiguous", "not-checkable")
+    assert VERDICTS == ("holds", "holds-through-input-rounding", "wrong", "holds-under-another-convention",
+                        "ambiguous", "not-checkable")
+    doc = (Path(__file__).parent.parent / "docs" / "AUDIT.md").read_text()
+    assert all(f"| `{v}` |" in doc for v in VERDICTS)
 
 
 # ----------------------------------------------------------------------------- every convention, one by one

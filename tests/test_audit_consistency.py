@@ -344,3 +344,87 @@ def test_base_unit_of_every_family():
     assert unit_factor(base_unit("GB/s"), "GB/s") == 10**9
     with pytest.raises(ConfigError, match="unit='parsecs' is not a known unit"):
         base_unit("parsecs")
+
+
+# ----------------------------------------------------------------------------- claims that contradict each other
+
+
+def _busbw_key(*claims: tuple[str, str, str], checks: str = "") -> str:
+    """A key of all-gather busbw claims on 1e9 bytes in 0.01 s (printed: +-0.005 s) over 8 ranks."""
+    out = META
+    for cid, claimed, rounding in claims:
+        out += _bw_claim(cid, claimed, "GB/s", time_s="0.01", quantity="comm.busbw.all_gather", extra=", n = 8")
+        out += f"rounding = {rounding}\n" if rounding else ""
+    return out + checks
+
+
+def test_two_busbw_claims_that_hold_only_through_different_times_cannot_both_hold(tmp_path, capsys):
+    """busbw = 87.5 GB/s (the value at the printed 0.01 s) and "busbw = algbw = 100 GB/s" (which 0.01 +-0.005 s
+    also allows, at t = 7/804 to 7/796 s) both held, while the automatic same-inputs check called them a
+    contradiction. They cannot both be right: each is `ambiguous`, naming the time that makes each hold and the
+    contradiction, and the audit exits 1 with or without --strict."""
+    from distcheck import cli
+    from distcheck.audit import audit_exit_code, audit_file, render
+    from distcheck.audit.report import to_dict
+
+    p = tmp_path / "busbw.toml"
+    p.write_text(_busbw_key(("ag", "87.5", ""), ("eq", "100", "1")))
+    result = audit_file(p)
+    v = {c.claim.id: c for c in result.claims}
+    assert {i: c.verdict for i, c in v.items()} == {"ag": "ambiguous", "eq": "ambiguous"}
+    assert v["ag"].contradicts == [{"check": "auto:ag=eq", "claims": ("eq",), "was": "holds"}]
+    assert v["eq"].contradicts == [{"check": "auto:ag=eq", "claims": ("ag",), "was": "holds-through-input-rounding"}]
+    assert v["ag"].rounding.inputs[0].holds_for == (F(35, 3502), F(35, 3498))   # 87.5 +- 0.05 GB/s = 0.875e9 / t
+    assert v["eq"].rounding.inputs[0].holds_for == (F(7, 804), F(7, 796))       # 100 +- 0.5 GB/s
+    settle = ("time_s decides: ag holds for time_s from 0.00999428898 (35/3502) to 0.0100057176 (35/3498) s "
+              "(the printed 0.01 (1/100) included); eq holds for time_s from 0.00870646766 (7/804) to "
+              "0.00879396985 (7/796) s (nearest 0.00879396985 (7/796) s, -12.1% from the printed 0.01 (1/100)")
+    (auto,) = result.checks
+    assert auto.verdict == "contradiction" and settle in auto.explanation
+    assert "but it contradicts eq, which also holds (check auto:ag=eq): they cannot all hold; " + settle \
+        in v["ag"].explanation
+    assert "but it contradicts ag, which also holds (check auto:ag=eq)" in v["eq"].explanation
+    # every report shows it next to both claims
+    md = render(result, "markdown")
+    assert md.count("**ambiguous**") == 2 and md.count("(check auto:ag=eq)") == 2
+    claims = {c["id"]: c for c in to_dict(result)["claims"]}
+    assert claims["eq"]["contradicts"] == [{"check": "auto:ag=eq", "claims": ["ag"], "was":
+                                            "holds-through-input-rounding"}]
+    assert claims["eq"]["input_rounding"]["inputs"][0]["holds_for"][0]["exact"] == "7/804"
+    assert "but it contradicts ag" in render(result, "table")
+    assert audit_exit_code(result) == 1 and audit_exit_code(result, strict=True) == 1
+    assert cli.main(["audit", str(p)]) == 1 and cli.main(["audit", str(p), "--strict"]) == 1
+    capsys.readouterr()
+
+
+def test_an_explicit_equal_check_over_the_same_claims_resolves_them_too():
+    key = _busbw_key(("ag", "87.5", ""), ("eq", "100", "1"),
+                     checks='[[check]]\nid = "same"\nkind = "equal"\nparts = ["ag", "eq"]\nexpect = "contradiction"\n')
+    result = audit_key(parse_key(key))
+    assert [k.id for k in result.checks] == ["same"]  # it replaces the automatic check
+    assert [c.verdict for c in result.claims] == ["ambiguous", "ambiguous"]
+    assert "time_s decides" in result.checks[0].explanation
+
+
+def test_claims_that_agree_or_fail_are_left_alone():
+    """100 GB/s (+-0.5) and 100.2 GB/s (+-0.05) both need t near 7/800 s: they agree and both hold through the
+    rounding; beside 87.5 GB/s, a figure no time within 0.01 +-0.005 s gives (200 GB/s, over the span's 175) is
+    wrong, and the contradiction leaves the one that holds alone."""
+    result = audit_key(parse_key(_busbw_key(("a", "100", "1"), ("b", '"100.2"', ""))))
+    assert [c.verdict for c in result.claims] == ["holds-through-input-rounding"] * 2
+    assert [k.verdict for k in result.checks] == ["consistent"]
+    result = audit_key(parse_key(_busbw_key(("a", "87.5", ""), ("b", "200", "1"))))
+    assert [c.verdict for c in result.claims] == ["holds", "wrong"]
+    assert [k.verdict for k in result.checks] == ["contradiction"] and not result.claims[0].contradicts
+
+
+def test_two_figures_that_meet_only_at_a_tie_cannot_both_hold():
+    """4.5e9 bytes in 1 s is 4.5 GB/s: printed as 4 and as 5 (each to the nearest unit), each holds (both ends of
+    a figure are closed), but no one tie rule prints 4.5 as both. Both were `holds`; the tie rule decides."""
+    key = META + "".join(
+        f'[[claim]]\nid = "{i}"\nquantity = "comm.algbw"\ninputs = {{ size_bytes = 4500000000, time_s = 1 }}\n'
+        f'claimed = {c}\nunit = "GB/s"\nrounding = 1\n' for i, c in (("four", 4), ("five", 5)))
+    result = audit_key(parse_key(key))
+    assert [c.verdict for c in result.claims] == ["ambiguous", "ambiguous"]
+    assert "the tie rule the source rounded with decides: four holds at the printed inputs, read exactly; five " \
+        "holds at the printed inputs, read exactly" in result.checks[0].explanation

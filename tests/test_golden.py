@@ -80,8 +80,10 @@ def test_shipped_ambiguous_golden_claim_is_a_skip_with_its_reason():
 
 
 def test_the_golden_keys_exercise_every_verdict():
+    """Every verdict but holds-through-input-rounding: the shipped sources print their inputs exactly (no claim
+    of theirs reads an input printed with precision); tests/test_audit_rounded_inputs.py exercises that one."""
     seen = {v.verdict for p in GOLDEN for v in audit_file(p).claims}
-    assert seen == set(VERDICTS)
+    assert seen == set(VERDICTS) - {"holds-through-input-rounding"}
 
 
 def test_pinned_golden_values():

@@ -73,8 +73,10 @@ __all__ = [
 
 HOLDS, WRONG, OTHER, AMBIGUOUS, NOT_CHECKABLE = (
     "holds", "wrong", "holds-under-another-convention", "ambiguous", "not-checkable")
+#: holds, but not at the printed inputs: only at values the rounding of an input printed with precision allows
+HOLDS_ROUNDED = "holds-through-input-rounding"
 #: the verdicts a claim can get (and a golden claim's ``expect`` may name)
-VERDICTS = (HOLDS, WRONG, OTHER, AMBIGUOUS, NOT_CHECKABLE)
+VERDICTS = (HOLDS, HOLDS_ROUNDED, WRONG, OTHER, AMBIGUOUS, NOT_CHECKABLE)
 #: the verdicts that leave a claim undecided: nothing here says whether its figure is right
 UNDECIDED = (AMBIGUOUS, NOT_CHECKABLE)
 #: the verdicts a [[check]] can get

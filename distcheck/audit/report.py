@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from distcheck.audit.numbers import format_exact
+from distcheck.audit.rounded_inputs import RoundingReading
 from distcheck.audit.verdict import AuditResult, ClaimVerdict
 from distcheck.core.validate import check_choice, check_type
 
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 __all__ = ["render_table", "to_markdown", "to_json", "to_dict", "render", "render_quantity_list"]
 
 _STYLE = {
-    "holds": "green", "wrong": "bold red", "holds-under-another-convention": "cyan", "ambiguous": "yellow",
+    "holds": "green", "holds-through-input-rounding": "yellow", "wrong": "bold red",
+    "holds-under-another-convention": "cyan", "ambiguous": "yellow",
     "not-checkable": "dim", "consistent": "green", "contradiction": "bold red",
 }
 
@@ -136,8 +138,27 @@ def _exact(x: Any) -> Any:
             "approx": float(q)}
 
 
+def _rounding(r: RoundingReading | None) -> dict | None:
+    """How a verdict depends on the rounding of the inputs printed with precision, JSON-ready (None without)."""
+    if r is None:
+        return None
+    return {
+        "holds_at_printed_inputs": r.at_printed,
+        "inputs": [{"input": i.name, "unit": i.unit, "printed": _exact(i.printed), "half_step": _exact(i.half_step),
+                    "holds_for": None if i.holds_for is None else [_exact(x) for x in i.holds_for],
+                    "nearest": _exact(i.nearest), "relative": _exact(i.relative)} for i in r.inputs],
+        "joint": {n: _exact(x) for n, x in r.joint} or None,
+    }
+
+
 def to_dict(result: AuditResult) -> dict:
-    """A JSON-ready dict of one result (exact values as strings ``"p/q"`` plus a float)."""
+    """A JSON-ready dict of one result (exact values as strings ``"p/q"`` plus a float).
+
+    Each claim's ``input_rounding`` says how its verdict depends on its inputs printed with precision (null
+    when it has none): ``holds_at_printed_inputs``, and per input its ``printed`` value, ``half_step``,
+    ``holds_for`` (the values of it alone that make the figure hold, or null), the ``nearest`` of them and its
+    ``relative`` distance from the printed value; ``joint`` a point where it holds when no input alone does.
+    ``contradicts`` lists the contradicting checks that made a claim that held ambiguous (docs/AUDIT.md)."""
     check_type("result", result, AuditResult, "must be an AuditResult (see audit_file)")
     return {
         "path": result.path,
@@ -152,7 +173,11 @@ def to_dict(result: AuditResult) -> dict:
                 "quantity_unit": v.quantity_unit, "computed": _exact(v.computed),
                 "computed_in_unit": _exact(v.computed_in_unit), "verdict": v.verdict, "convention": v.convention,
                 "alternatives": [{"convention": a["convention"], "value": _exact(a["value"]),
-                                  "unit": a.get("unit", v.claim.unit)} for a in v.alternatives],
+                                  "unit": a.get("unit", v.claim.unit), "input_rounding": _rounding(a.get("rounding"))}
+                                 for a in v.alternatives],
+                "input_rounding": _rounding(v.rounding),
+                "contradicts": [{"check": x["check"], "claims": list(x["claims"]), "was": x["was"]}
+                                for x in v.contradicts],
                 "explanation": _explanation(v), "expect": v.claim.expect, "note": v.claim.note,
                 "alias": v.claim.alias or None,
             }

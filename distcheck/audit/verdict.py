@@ -6,9 +6,16 @@ A claim gets one of
 * ``holds``: the value recomputed under the default convention (the quantity it
   names, the inputs it gives, its unit) lies within half a rounding step of the
   printed figure;
+* ``holds-through-input-rounding``: it does not at the printed inputs, but does at
+  values that the rounding of inputs printed with precision allows
+  (:mod:`distcheck.audit.rounded_inputs`); the verdict names each such input, the
+  values of it that make the figure hold and how far they are from the printed one;
 * ``holds-under-another-convention``: it does not, but exactly one minimal set
   of documented alternatives (:mod:`distcheck.audit.conventions`) reproduces it;
-* ``ambiguous``: several minimal sets reproduce it and the default does not;
+* ``ambiguous``: several minimal sets reproduce it and the default does not; or it
+  holds, but contradicts another claim that holds on the same inputs (a consistency
+  check finds the two figures cannot both be right): the rounding of an input decides
+  which, and the verdict names that input's values for each claim;
 * ``wrong``: no documented convention (up to ``MAX_CHANGES`` at once) reproduces it;
 * ``not-checkable``: the quantity has no closed form (a measurement on an
   unpublished random draw, a reported fact), or a required input is missing.
@@ -38,6 +45,7 @@ from distcheck.audit.key_values import _domain, _exact_float, parse_input_string
 from distcheck.audit.keys import (
     AMBIGUOUS,
     HOLDS,
+    HOLDS_ROUNDED,
     NOT_CHECKABLE,
     OTHER,
     UNDECIDED,
@@ -48,7 +56,7 @@ from distcheck.audit.keys import (
 )
 from distcheck.audit.numbers import format_exact
 from distcheck.audit.quantity import InputValues
-from distcheck.audit.rounded_inputs import input_steps, meets, span_of_inputs
+from distcheck.audit.rounded_inputs import RoundingReading, describe, input_steps, meets, read_rounding, span_of_inputs
 from distcheck.core.errors import AnswerKeyError, ConfigError
 from distcheck.core.validate import check_type
 from distcheck.core.vocab import Axis
@@ -69,7 +77,12 @@ class ClaimVerdict:
     (holds-under-another-convention); ``alternatives`` lists every reproducing set
     (ambiguous) or the closest one tried (wrong), each ``{"convention", "value", "unit"}``:
     the value in ``unit``, which is the claim's unit except when the variant reads the
-    figure in another unit ("GB read as GiB": the value is then in GiB).
+    figure in another unit ("GB read as GiB": the value is then in GiB), and ``"rounding"``
+    (a RoundingReading) when the variant reproduces it only through the rounding of its inputs.
+    ``rounding`` says how the verdict depends on the inputs printed with precision (None when
+    the claim has none, or is judged at the printed values); ``contradicts`` lists the
+    contradicting consistency checks that made a claim that held ``ambiguous``, each
+    ``{"check": id, "claims": (the other claims that held), "was": the verdict it had}``.
     """
 
     claim: Claim
@@ -81,6 +94,8 @@ class ClaimVerdict:
     convention: str | None = None
     alternatives: list = field(default_factory=list)
     inputs: dict = field(default_factory=dict)
+    rounding: RoundingReading | None = None
+    contradicts: list = field(default_factory=list)
 
     @property
     def error(self) -> float | None:
@@ -329,23 +344,29 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
     printed = f"printed {c.claimed_text}" + ("" if c.unit == "flag" else f" {c.unit}") + (
         " (exact)" if c.step == 0 else f" (+-{float(c.step / 2):g})")
     # a count computed as a fraction counts nothing: the inputs do not divide evenly, and no figure holds
+    # the printed precision of the formula's own inputs (a bridged figure is judged at the printed inputs)
+    steps = {} if set(values) - set(q.input_names) or qmod.bridge_between(q.unit, c.unit) else {
+        n: st for n, st in input_steps(c, q).items() if n in q.input_names}
     uneven = None
     if _not_whole(value, q.unit):
         full = {i.name: Fraction(str(i.default)) for i in q.inputs if i.default is not None} | values
         noun = (qmod.unit_family(c.unit) or ":").split(":", 1)[1] or q.unit
         uneven = f"{q.name} counts whole {noun}: {uneven_split(q.name, full, Fraction(value))}"
     elif _matches(in_unit, c.claimed, c.step):
-        return ClaimVerdict(verdict=HOLDS, explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}", **base)
-    # the printed precision of the formula's own inputs (a bridged figure is judged at the printed inputs)
-    steps = {} if set(values) - set(q.input_names) or qmod.bridge_between(q.unit, c.unit) else {
-        n: st for n, st in input_steps(c, q).items() if n in q.input_names}
+        # the values of its rounded inputs at which it holds, should another claim on them contradict it
+        at = read_rounding(q, values, steps, c.unit, c.claimed, c.step, _value_in) if steps else None
+        return ClaimVerdict(verdict=HOLDS, explanation=f"recomputed {_fmt(in_unit, c.unit)}; {printed}",
+                            rounding=at, **base)
     span = span_of_inputs(q, values, steps, c.unit, _value_in) if uneven is None else None
     rounded = ", ".join(f"{n} = {format_exact(values[n], 9)} +-{format_exact(steps[n] / 2, 3)}" for n in steps)
     if meets(span, c.claimed, c.step):
         assert span is not None  # meets is False without a span
-        return ClaimVerdict(verdict=HOLDS, explanation=(
-            f"recomputed {_fmt(in_unit, c.unit)} at the printed inputs; within their printed precision ({rounded}) "
-            f"it lies in [{_fmt(span[0])}, {_fmt(span[1])}] {c.unit}, which meets {printed}"), **base)
+        reading = read_rounding(q, values, steps, c.unit, c.claimed, c.step, _value_in)
+        needs = f": it holds with {describe(reading, _fmt)}" if reading is not None else ""
+        return ClaimVerdict(verdict=HOLDS_ROUNDED, rounding=reading, explanation=(
+            f"recomputed {_fmt(in_unit, c.unit)} at the printed inputs, outside {printed}; it holds only through "
+            f"the rounding of its inputs ({rounded}), over which the value lies in [{_fmt(span[0])}, "
+            f"{_fmt(span[1])}] {c.unit}{needs}"), **base)
     default = f"default gives {_fmt(in_unit, c.unit)}" + (f" ({uneven})" if uneven else "") + (
         f" (in [{_fmt(span[0])}, {_fmt(span[1])}] within the printed precision of {rounded})" if span else "")
 
@@ -355,16 +376,16 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         for name, alt in layout_order.alternatives(q.name, full):
             alt_in = _in_unit(alt, q.unit, c.unit, around)
             if _matches(alt_in, c.claimed, c.step):
-                matches.append((name, alt_in, c.unit))
+                matches.append((name, alt_in, c.unit, None))
     if len(matches) == 1:
-        name, v, u = matches[0]
+        name, v, u, r = matches[0]
         return ClaimVerdict(
-            verdict=OTHER, convention=name, alternatives=[{"convention": name, "value": v, "unit": u}],
-            explanation=f"{default}; {printed} is reproduced with {name}: {_fmt(v, u)}", **base)
+            verdict=OTHER, convention=name, alternatives=[_alternative(name, v, u, r)], rounding=r,
+            explanation=f"{default}; {printed} is reproduced with {name}: {_fmt(v, u)}{_through(r)}", **base)
     if len(matches) > 1:
-        listed = "; ".join(f"{n} -> {_fmt(v, u)}" for n, v, u in matches)
+        listed = "; ".join(f"{n} -> {_fmt(v, u)}{_through(r)}" for n, v, u, r in matches)
         return ClaimVerdict(
-            verdict=AMBIGUOUS, alternatives=[{"convention": n, "value": v, "unit": u} for n, v, u in matches],
+            verdict=AMBIGUOUS, alternatives=[_alternative(n, v, u, r) for n, v, u, r in matches],
             explanation=f"{default}; {printed} is reproduced by several conventions: {listed}", **base)
     near = "; no documented convention reproduces it"
     alts = []
@@ -389,6 +410,20 @@ def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
         **base)
 
 
+def _alternative(name: str, value: Exact, unit: str, reading: RoundingReading | None) -> dict:
+    out: dict[str, object] = {"convention": name, "value": value, "unit": unit}
+    if reading is not None:
+        out["rounding"] = reading
+    return out
+
+
+def _through(reading: RoundingReading | None) -> str:
+    """How a convention's value reproduces the figure only through the rounding of the inputs ("" at the printed)."""
+    if reading is None:
+        return ""
+    return f" (at the printed inputs it does not: only through their rounding, with {describe(reading, _fmt)})"
+
+
 def _one_component(q: qmod.Quantity, values: dict, value: Exact, c: Claim, around: InputValues) -> str:
     """Which single component (a flag of the quantity) the difference is, if exactly one (distcheck.audit.explain)."""
     flags = tuple(n for n in q.input_names if n in COMPONENT_FLAGS)
@@ -407,18 +442,21 @@ def _one_component(q: qmod.Quantity, values: dict, value: Exact, c: Claim, aroun
 
 
 def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: dict[str, Fraction] | None = None,
-            extra: dict | None = None) -> tuple[list[tuple[str, Exact, str]], tuple[str, Exact, str] | None]:
-    """(reproducing [(names, value, unit)] at the fewest changes, closest (names, value, unit) or None).
+            extra: dict | None = None) -> tuple[list[tuple[str, Exact, str, RoundingReading | None]],
+                                                tuple[str, Exact, str] | None]:
+    """(reproducing [(names, value, unit, rounding)] at the fewest changes, closest (names, value, unit) or None).
 
-    ``value`` is in ``unit``: the claim's unit, or the unit a "GB read as GiB" variant reads it in. ``extra``: the
-    claim's convention inputs (a variant's quantity takes those it has; all make variants that need them apply)."""
+    ``value`` is in ``unit``: the claim's unit, or the unit a "GB read as GiB" variant reads it in; ``rounding`` is
+    None when the value at the printed inputs reproduces the figure, else how the rounding of the inputs printed
+    with precision does (:func:`distcheck.audit.rounded_inputs.read_rounding`). ``extra``: the claim's convention
+    inputs (a variant's quantity takes those it has; all make variants that need them apply)."""
     extra = extra or {}
     around = {i.name: Fraction(i.default) for i in q.convention_inputs if i.default is not None} | extra
     given = dict(values) | extra
     if model is not None:
         given["model"] = model
     axes = conv.axes_for(q.name, c.unit, given)
-    matches: list[tuple[str, Exact, str]] = []
+    matches: list[tuple[str, Exact, str, RoundingReading | None]] = []
     closest = None
     best = None
     for k in range(1, min(conv.MAX_CHANGES, len(axes)) + 1):
@@ -453,11 +491,12 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: 
                 if best is None or d < best:
                     best, closest = d, (name, value_in, unit)
                 if _matches(value_in, c.claimed, c.step):
-                    matches.append((name, value_in, unit))
+                    matches.append((name, value_in, unit, None))
                 elif steps and qmod.bridge_between(alt_q.unit, unit) is None:  # printed precision (not bridged)
                     kept = {n: st for n, st in steps.items() if n in vals and vals[n] == values.get(n)}
                     if meets(span_of_inputs(alt_q, vals, kept, unit, _value_in), c.claimed, c.step):
-                        matches.append((name, value_in, unit))
+                        matches.append((name, value_in, unit, read_rounding(
+                            alt_q, vals, kept, unit, c.claimed, c.step, _value_in) or RoundingReading(False, ())))
         if matches:
             break
     return matches, closest
@@ -473,7 +512,54 @@ def audit_key(key: AnswerKey) -> AuditResult:
     check_type("key", key, AnswerKey, "must be an AnswerKey (see load_key, parse_key)")
     verdicts = [audit_claim(c, key) for c in key.claims]
     recomputed = [(v.claim, v.inputs) for v in verdicts if v.computed is not None]
-    return AuditResult(key.path, key.title, key.source, verdicts, check_key(key, recomputed))
+    checks = check_key(key, recomputed)
+    _settle(verdicts, checks)
+    return AuditResult(key.path, key.title, key.source, verdicts, checks)
+
+
+#: the verdicts of a figure that holds under the default reading (the claimed quantity, inputs and unit)
+_HELD = (HOLDS, HOLDS_ROUNDED)
+
+
+def _held_at(v: ClaimVerdict) -> str:
+    """Where claim verdict ``v`` holds, as text: the values of its rounded inputs that make it hold."""
+    if v.rounding is None or not v.rounding.inputs:
+        return f"{v.claim.id} holds at the printed inputs, read exactly"
+    return f"{v.claim.id} holds for {describe(v.rounding, _fmt)}"
+
+
+def _settle(verdicts: list[ClaimVerdict], checks: list[CheckVerdict]) -> None:
+    """Claims that contradict each other cannot all hold (docs/AUDIT.md, "Claims that contradict each other").
+
+    For each consistency check that finds a contradiction among two or more claims that hold under the default
+    reading, where one of them holds only through the rounding of its inputs or the check relates claims on the
+    same inputs by an identity (an automatic check): each of those claims becomes ``ambiguous``, its explanation
+    naming the check, the other claims and, for each claim, the values of its rounded inputs that make it hold;
+    the check's explanation gets the same. The check stays a contradiction. Changes ``verdicts`` and ``checks``
+    in place."""
+    by_id = {v.claim.id: v for v in verdicts}
+    was = {v.claim.id: v.verdict for v in verdicts}
+    for k in checks:
+        if k.verdict != "contradiction":
+            continue
+        held = [by_id[i] for i in dict.fromkeys(k.claims) if i in by_id and was[i] in _HELD]
+        if len(held) < 2 or not (k.automatic or any(was[v.claim.id] == HOLDS_ROUNDED for v in held)):
+            continue
+        decided = [v for v in held if v.rounding is not None and v.rounding.inputs]
+        if decided:
+            names = list(dict.fromkeys(r.name for v in decided for r in v.rounding.inputs))  # type: ignore[union-attr]
+            what = f"{', '.join(names)} decide{'s' if len(names) == 1 else ''}"
+        else:  # held at the printed values, each: the figures meet only at a tie
+            what = "the tie rule the source rounded with decides"
+        settle = f"{what}: " + "; ".join(_held_at(v) for v in held)
+        k.explanation += f"; they cannot all hold: {settle}"
+        for v in held:
+            others = [o.claim.id for o in held if o is not v]
+            v.contradicts.append({"check": k.id, "claims": tuple(others), "was": was[v.claim.id]})
+            v.explanation += (f"; but it contradicts {', '.join(others)}, which also "
+                              f"{'holds' if len(others) == 1 else 'hold'} (check {k.id}): they cannot all hold; "
+                              f"{settle}")
+            v.verdict = AMBIGUOUS
 
 
 def audit_file(path: str | Path) -> AuditResult:

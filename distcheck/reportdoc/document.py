@@ -153,7 +153,7 @@ th{background:#f6f8fa}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .v-pass,.v-holds,.v-yes,.v-consistent{color:#1a7f37;font-weight:600}
 .v-FAIL,.v-wrong,.v-no,.v-contradiction{color:#cf222e;font-weight:600}
-.v-skip,.v-ambiguous{color:#9a6700}
+.v-skip,.v-ambiguous,.v-holds-through-input-rounding{color:#9a6700}
 .v-finding{color:#8250df;font-weight:600}
 p.note{color:#57606a;font-size:.85rem;margin-top:-1rem}
 """
@@ -167,8 +167,8 @@ def _cell(text: str) -> str:
     if _NUMERIC.match(text):
         classes.append("num")
     if re.fullmatch(r"[A-Za-z-]+", text) and text in {
-            "pass", "FAIL", "skip", "finding", "holds", "wrong", "ambiguous", "yes", "no", "consistent",
-            "contradiction"}:
+            "pass", "FAIL", "skip", "finding", "holds", "holds-through-input-rounding", "wrong", "ambiguous", "yes",
+            "no", "consistent", "contradiction"}:
         classes.append(f"v-{text}")
     attr = f' class="{" ".join(classes)}"' if classes else ""
     return f"<td{attr}>{html.escape(text)}</td>"
