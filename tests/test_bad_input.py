@@ -254,7 +254,8 @@ NO_VALUE = {
     "--all": "a switch: shows every layout; takes no value",
     "--sequence-parallel": "a switch (and --no-sequence-parallel); takes no value",
     "--list-contracts": "a switch: lists the contracts; takes no value",
-    "--require-installed": "a switch: a missing library fails instead of skipping; takes no value",
+    "--require-installed": "a switch: a missing library is an error (the default now); takes no value",
+    "--allow-skips": "a switch: a missing library is a skip row; takes no value (tests/test_libs_contracts.py)",
     "--strict": "a switch: audit fails unless every claim is decided (tests/test_cli.py); takes no value",
 }
 
