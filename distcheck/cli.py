@@ -363,6 +363,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"distcheck: error: {for_terminal(first)}\n")
         usage = (_UsageError, AnswerKeyError, ConfigError, UnknownQuantityError, OSError)
         return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAIL
+    except SystemExit as exc:  # distcheck never exits from inside a command: code it ran did (a target, a library)
+        from distcheck.core.text import for_terminal
+
+        sys.stderr.write(f"distcheck: error: code run by `distcheck {args.command}` called "
+                         f"sys.exit({for_terminal(repr(exc.code))}): the run stopped there, nothing it had "
+                         "left was checked\n")
+        return EXIT_FAIL
     except KeyboardInterrupt:
         _TERM["state"] = "handled"
         sys.stderr.write("distcheck: interrupted\n")

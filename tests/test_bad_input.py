@@ -53,6 +53,7 @@ CONFIGS = {
     "entry-option": ENTRY.replace('schedule = "1f1b"', 'schedule = "1f1b", max_stages = 1000000'),
     "entry-dtypes": f'{ENTRY}dtypes = ["float8"]\n',
     "not-toml": "[tool.distcheck\n",
+    "timeout-str": '[tool.distcheck]\ntimeout = "x"\n',
 }
 
 
@@ -78,6 +79,10 @@ def _fs(tmp_path: Path) -> dict[str, str]:
     big.touch()
     os.truncate(big, 4 * 2**20 + 1)
     out["cfg-big"] = str(big)
+    out["cfg-missing"] = str(tmp_path / "missing" / "pyproject.toml")
+    binary = tmp_path / "binary.toml"  # not UTF-8: a compiled file named by mistake
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe" + bytes(range(256)))
+    out["cfg-binary"] = str(binary)
     for name, text in CONFIGS.items():
         path = tmp_path / f"{name}.toml"
         path.write_text(text)
@@ -222,6 +227,15 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
         ("backend", "backend='mpi'"), ("tool-int", "tool.distcheck=1"), ("tool-not-table", "tool=1"),
         ("entry-type", "examples='x'"), ("entry-option", "max_stages=1000000"), ("entry-dtypes", "float8"),
         ("not-toml", "not valid TOML"))],
+    # ---- certify --config with a target: the file is read and checked all the same (it used to be ignored)
+    ("certify --config", [*CERT, "--config", "{fifo}"], "--config", True),
+    ("certify --config", [*CERT, "--config", "{cfg-missing}"], "cannot be read", False),
+    ("certify --config", [*CERT, "--config", "{cfg-binary}"], "is not UTF-8 text", False),
+    ("certify --config", [*CERT, "--config", "{dir}"], "--config", False),
+    *[("certify --config", [*CERT, "--config", f"{{cfg:{name}}}"], needle, False) for name, needle in (
+        ("not-toml", "not valid TOML"), ("timeout-nan", "timeout=nan"), ("timeout-str", "timeout='x' must be an int"),
+        ("ws-str", "world-sizes"), ("seed-neg", "seed=-1"), ("backend", "backend='mpi'"),
+        ("tool-not-table", "tool=1"), ("entry-type", "examples='x'"), ("entry-option", "max_stages=1000000"))],
     ("certify --format", [*CERT, "--format", "xml"], "--format", False),
     # ---- libs
     ("libs --target", ["libs", "--target", "nope"], "--target", False),
@@ -240,7 +254,8 @@ NO_VALUE = {
     "--all": "a switch: shows every layout; takes no value",
     "--sequence-parallel": "a switch (and --no-sequence-parallel); takes no value",
     "--list-contracts": "a switch: lists the contracts; takes no value",
-    "--require-installed": "a switch: a missing library fails instead of skipping; takes no value",
+    "--require-installed": "a switch: a missing library is an error (the default now); takes no value",
+    "--allow-skips": "a switch: a missing library is a skip row; takes no value (tests/test_libs_contracts.py)",
     "--strict": "a switch: audit fails unless every claim is decided (tests/test_cli.py); takes no value",
 }
 

@@ -191,3 +191,30 @@ def test_cli_hang_fails_once_with_the_stacks_in_the_output_and_the_certificate(t
     assert {v["world_size"] for v in skipped} == {2, 3}
     md = (tmp_path / "c.md").read_text()
     assert "--- rank 1 ---" in md and _sleep_line() in md and md.count(HUNG_REASON) == 19
+
+
+@pytest.mark.multiprocess
+def test_the_configs_timeout_and_defaults_apply_to_a_target_given_on_the_command_line(tmp_path):
+    # --config with a target used to be ignored: the step waited out the default 120 s
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.distcheck]\ntimeout = 3\nworld-sizes = [2]\ndtypes = ["float64"]\nexamples = 2\n')
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "distcheck", "certify", HANGING, "--contract", "row-parallel-linear",
+           "--config", str(config), "--certificate", str(tmp_path / "c.json")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, err = proc.communicate()
+        pytest.fail(f"the config's timeout (3 s) was not applied:\n{out[-2000:]}{err[-2000:]}")
+    assert proc.returncode == 1, out + err
+    cert = json.loads((tmp_path / "c.json").read_text())["certifications"][0]
+    assert cert["world_sizes"] == [2] and cert["dtypes"] == ["float64"]
+    failed = [v for v in cert["verdicts"] if v["verdict"] == "FAIL"]
+    assert len(failed) == 1 and failed[0]["hung"] and "timeout_s=3" in failed[0]["failure"]
+    # a flag overrides the file
+    proc = subprocess.run([*cmd[:-2], "--timeout", "2", "--format", "json"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 1 and "timeout_s=2" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]

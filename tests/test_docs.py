@@ -18,8 +18,19 @@ follows its language in the info string (GitHub highlights by the first word onl
 
 Further words of the info string are pytest markers (``slow``, ``multiprocess``). Each block
 runs in a subprocess of its own with a timeout (120 s; 600 s when ``slow``). A block without
-``runnable`` never runs: the README's two leading commands, which create virtual environments,
-the GPU and multi-node commands, and the full test suite.
+``runnable`` does not run as a block: the README's two leading commands, which create virtual
+environments, the GPU and multi-node commands, and the full test suite.
+
+Every command of any other shell block (``bash``, ``sh``, ``shell``) of these documents and of
+examples/README.md whose trailing comment starts with ``exit N`` (``# exit 0``, ``# exit 1: why``)
+runs all the same, found by :func:`documented_commands` (one ``slow`` test each, named
+``doc:line`` of its first line): exactly as written (its ``\\``-continued lines joined), with bash,
+from the checkout's root, this environment's ``distcheck`` first on PATH, and must exit N. A
+command that needs what this machine lacks, read from the command itself (``--backend nccl``
+without CUDA, a target of an optional extra that is not installed, ``distcheck libs`` without its
+libraries), is skipped with that reason (:func:`missing_for`), never run and passed. The files it
+writes (``--certificate``, ``--report``, ``--output``, ``--figure``) are removed after it, and a file
+of the same name that was there is put back.
 """
 
 from __future__ import annotations
@@ -94,20 +105,32 @@ def _split_comment(line: str) -> tuple[str, str]:
     return (line[:m.start()], line[m.end():]) if m else (line, "")
 
 
-def shell_commands(body: str) -> list[tuple[str, int]]:
-    """(command, expected exit code) for each command of a bash block."""
-    out, pending = [], ""
-    for raw in body.splitlines():
+def shell_lines(body: str) -> list[tuple[int, str, str]]:
+    """(line of the command's first line in ``body``, counted from 0; the command; its trailing comment)
+    for each command of a bash block: a line ending in ``\\`` continues on the next (joined with one space,
+    as the shell's tokens see it), blank lines and ``#`` comment lines are skipped."""
+    out, pending, first = [], "", 0
+    for n, raw in enumerate(body.splitlines()):
         code, comment = _split_comment(raw)
         if pending:
             code = pending + " " + code.strip()
+        else:
+            first = n
         if code.rstrip().endswith("\\"):
             pending = code.rstrip()[:-1].rstrip()
             continue
         pending = ""
         if code.strip():
-            m = EXIT.search(comment)
-            out.append((code.strip(), int(m[1]) if m else 0))
+            out.append((first, code.strip(), comment))
+    return out
+
+
+def shell_commands(body: str) -> list[tuple[str, int]]:
+    """(command, expected exit code) for each command of a bash block."""
+    out = []
+    for _, code, comment in shell_lines(body):
+        m = EXIT.search(comment)
+        out.append((code, int(m[1]) if m else 0))
     return out
 
 
@@ -229,6 +252,208 @@ def test_the_harness_reads_commands_exit_codes_and_shown_values():
     assert proc.returncode == 1 and "line 11: the doc shows 7,000,001, the code gives 7000000" in proc.stderr
     far = Block(ROOT / "README.md", 10, "python", ("python", "runnable"), "0.036  # -> ~3e-2\n")
     assert _run([sys.executable, "-c", python_script(far)], far).returncode == 1
+
+
+# ---- every documented command that states its exit code runs as written
+
+#: the documents whose commands are run: the docs above and examples/README.md
+EXIT_DOCS = [*DOCS, ROOT / "examples" / "README.md"]
+SHELLS = {"bash", "sh", "shell"}
+#: a trailing comment that states the command's exit code: ``# exit 0``, ``# exit 1: 30 passed``
+STATED_EXIT = re.compile(r"^\s*exit (\d+)\b")
+#: flags whose value is a file or folder a command writes (removed after the run, or restored if it was there)
+OUTPUT_FLAGS = ("--certificate", "--report", "--output", "--figure")
+#: seconds one documented command may take (the training-step and checkpoint lines take minutes on 2 cores)
+COMMAND_TIMEOUT_S = 1500
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    doc: Path
+    line: int  # the command's first line in the document
+    command: str  # its lines joined, without the comment
+    exit_code: int  # the code its comment states
+
+    @property
+    def name(self) -> str:
+        return f"{self.doc.relative_to(ROOT)}:{self.line}"
+
+
+def documented_commands(docs: list[Path] = EXIT_DOCS) -> list[DocCommand]:
+    """Each command of a shell block (not ``runnable``: test_runnable_block runs those) whose trailing comment
+    starts with ``exit N``."""
+    out = []
+    for doc in docs:
+        for block in fenced_blocks(doc):
+            if block.language not in SHELLS or block.runnable:
+                continue
+            for offset, command, comment in shell_lines(block.body):
+                m = STATED_EXIT.match(comment)
+                if m:
+                    out.append(DocCommand(doc, block.line + 1 + offset, command, int(m[1])))
+    return out
+
+
+def _extras() -> dict[str, str]:
+    """distribution (lower case) -> the pyproject.toml extra that installs it."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return {re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].lower(): name for name, reqs in extras.items()
+            for req in reqs}
+
+
+def _not_installed(dist: str) -> str | None:
+    """Why ``dist`` is missing here (naming its extra), or None when it is installed."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version(dist)
+        return None
+    except importlib.metadata.PackageNotFoundError:
+        extra = _extras().get(dist.lower())
+        how = f"the {extra} extra: pip install -e '.[{extra}]'" if extra else f"pip install {dist}"
+        return f"needs {dist} ({how}), which is not installed here"
+
+
+def missing_for(command: str) -> str | None:
+    """Why ``command`` cannot run here, read from the command itself, or None when it can: a GPU backend
+    without CUDA, a target whose module is not installed (an optional extra), ``distcheck libs`` without its
+    libraries (unless ``--allow-skips``)."""
+    import importlib.util
+    import shlex
+
+    words = shlex.split(command)
+    backend = next((w.split("=", 1)[1] for w in words if w.startswith("--backend=")), None)
+    backend = backend or next((b for a, b in zip(words, words[1:], strict=False) if a == "--backend"), None)
+    if backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "needs CUDA GPUs (--backend nccl); this machine has none"
+    for i, word in enumerate(words[:-1]):
+        if word != "distcheck":
+            continue
+        sub = words[i + 1]
+        if sub == "libs" and "--allow-skips" not in words:
+            from distcheck.libs import TARGET_NAMES
+            from distcheck.libs.targets import target
+
+            chosen = [b for a, b in zip(words, words[1:], strict=False) if a == "--target"] or TARGET_NAMES
+            for name in chosen:
+                if (why := _not_installed(target(name).DIST)) is not None:
+                    return why
+        if sub == "certify" and i + 2 < len(words) and ":" in words[i + 2]:
+            module = words[i + 2].split(":", 1)[0]
+            if module.startswith("distcheck.libs.targets."):
+                from distcheck.libs.targets import target
+
+                if (why := _not_installed(target(module.rsplit(".", 1)[1]).DIST)) is not None:
+                    return why
+            elif importlib.util.find_spec(module.split(".")[0]) is None:
+                return _not_installed(module.split(".")[0]) or f"needs {module}, which does not import here"
+    return None
+
+
+def _outputs(command: str) -> list[Path]:
+    """The files and folders ``command`` writes (the values of :data:`OUTPUT_FLAGS`), from the checkout's root."""
+    import shlex
+
+    words, out = shlex.split(command), []
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag in OUTPUT_FLAGS:
+            value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+            if value:
+                out.append(ROOT / value)
+    return out
+
+
+def _run_as_written(command: str, tmp_path: Path) -> tuple[int, str]:
+    """Run ``command`` with bash from the checkout's root, this environment's ``distcheck`` first on PATH;
+    (exit code, the output's tail). The command and every process it starts run in a session of their own,
+    killed together if it runs past :data:`COMMAND_TIMEOUT_S`. What it writes is removed after, and a file of
+    the same name that was there before is put back."""
+    import shutil
+    import signal
+
+    saved = []
+    for path in _outputs(command):
+        if path.exists() or path.is_symlink():
+            keep = tmp_path / f"saved-{len(saved)}"
+            shutil.move(path, keep)
+            saved.append((path, keep))
+        else:
+            saved.append((path, None))
+    proc = subprocess.Popen(["bash", "-c", command], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        try:
+            out, _ = proc.communicate(timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            pytest.fail(f"`{command}` did not finish in {COMMAND_TIMEOUT_S} s:\n{out[-3000:]}")
+    finally:
+        for path, keep in saved:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+            if keep is not None:
+                shutil.move(keep, path)
+    return proc.returncode, out[-4000:]
+
+
+DOC_COMMANDS = documented_commands()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(COMMAND_TIMEOUT_S + 60)
+@pytest.mark.parametrize("doc", [pytest.param(c, id=c.name) for c in DOC_COMMANDS])
+def test_documented_command_exits_as_its_comment_says(doc: DocCommand, tmp_path):
+    why = missing_for(doc.command)
+    if why is not None:
+        pytest.skip(f"{doc.name}: {why}")
+    code, out = _run_as_written(doc.command, tmp_path)
+    assert code == doc.exit_code, f"{doc.name}: `{doc.command}` exited {code}, the doc says {doc.exit_code}:\n{out}"
+
+
+def test_the_documented_commands_are_found_joined_and_skipped_by_what_they_need(tmp_path):
+    names = {c.name: c for c in DOC_COMMANDS}
+    # the README's multi-line line: joined, its comment on the last line, numbered from the first
+    row = next(c for c in DOC_COMMANDS if "--certificate row.json" in c.command)
+    assert row.command == ("distcheck certify examples.my_tp_layers:RowParallelLinear --contract row-parallel-linear "
+                           "--world-sizes 2,4 --certificate row.json --certificate row.md") and row.exit_code == 0
+    assert (ROOT / "README.md").read_text().splitlines()[row.line - 1].startswith(
+        "distcheck certify examples.my_tp_layers:RowParallelLinear")
+    assert {c.exit_code for c in DOC_COMMANDS} == {0, 1, 2} and len(names) == len(DOC_COMMANDS) >= 12
+    for line in ("distcheck certify examples.my_step:parallelize --contract training-step --world-sizes 4",
+                 "distcheck certify distcheck.parallel.checkpoint.plans:TORCH_DCP --contract checkpoint "
+                 "--world-sizes 2,4"):
+        assert any(c.command == line and c.exit_code == 0 for c in DOC_COMMANDS), line
+    assert not any("distcheck audit chapter" in c.command for c in DOC_COMMANDS)  # a runnable block's: run there
+    doc = tmp_path / "doc.md"
+    doc.write_text("```bash\nrun a   # exit 0\nrun b \\\n  --x   # exit 1: why\nrun c  # a note: exit 2\n"
+                   "```\n\n```bash runnable\nrun d   # exit 0\n```\n\n```python\nx = 1  # exit 0\n```\n")
+    found = documented_commands([doc])
+    assert [(c.line, c.command, c.exit_code) for c in found] == [(2, "run a", 0), (3, "run b --x", 1)]
+    # what CI lacks is read from the command: skipped with the reason, never run and passed
+    import importlib.util
+
+    import torch
+
+    nccl = missing_for("distcheck check --backend nccl --world-sizes 2")
+    assert (nccl is None) if torch.cuda.is_available() else ("CUDA" in (nccl or ""))
+
+    if importlib.util.find_spec("fairscale") is None:
+        why = missing_for("distcheck certify fairscale.nn.model_parallel.layers:RowParallelLinear --contract x")
+        assert why is not None and "pip install -e '.[fairscale]'" in why
+    assert missing_for("distcheck certify examples.my_tp_layers:RowParallelLinear --contract row-parallel-linear") \
+        is None
+    assert _outputs("distcheck certify a:b --certificate x.json --report=out --world-sizes 2") == [
+        ROOT / "x.json", ROOT / "out"]
 
 
 # ---- what the README says about the code, held by the code

@@ -481,12 +481,36 @@ def test_run_libs_skips_or_fails_a_missing_library(monkeypatch):
 
 
 def test_cli_libs_exit_codes(monkeypatch, capsys):
-    from distcheck.cli import main
+    import tomllib
+    from pathlib import Path
 
+    from distcheck.cli import main
+    from distcheck.libs import EXTRA, TARGET_NAMES
+    from distcheck.libs.targets import target
+
+    # nothing installed: nothing can be checked, so exit 2 and one line naming what to install (it was exit 0,
+    # "0 passed, 0 failed, 4 skipped")
     monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: None)
-    assert main(["libs", "--target", "accelerate"]) == 0
+    assert main(["libs"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("distcheck: error: libs='deepspeed, accelerate, megatron-core, torchtitan' are not "
+                          "installed") and f"pip install 'distcheck[{EXTRA}]'" in err and "--allow-skips" in err
+    # the extra named is pyproject.toml's, the one that installs every target's library
+    extras = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    requirements = extras["project"]["optional-dependencies"][EXTRA]
+    listed = {req.split(">")[0].split("=")[0].split("<")[0] for req in requirements}
+    assert {target(name).DIST for name in TARGET_NAMES} <= listed
+    assert main(["libs", "--target", "accelerate", "--require-installed"]) == 2  # the default, still accepted
+    assert "libs='accelerate' is not installed, so nothing of its can be checked" in capsys.readouterr().err
+    # one of the chosen libraries missing is enough: refused before anything runs
+    monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: None if dist == "torchtitan" else "1.0")
+    assert main(["libs", "--target", "deepspeed", "--target", "torchtitan"]) == 2
+    assert "libs='torchtitan' is not installed" in capsys.readouterr().err
+    # the user who accepts skips asks for them
+    monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: None)
+    assert main(["libs", "--target", "accelerate", "--allow-skips"]) == 0
     assert "accelerate is not installed" in capsys.readouterr().out
-    assert main(["libs", "--target", "accelerate", "--require-installed"]) == 1
     assert main(["libs", "--examples", "0"]) == 2
 
 

@@ -4,9 +4,13 @@
     distcheck certify                    # every [[tool.distcheck.certify]] target of ./pyproject.toml
     distcheck certify --list-contracts
 
+The config (``--config``, else the nearest ``pyproject.toml``) is read and checked on every run, with a
+target or without; its ``[tool.distcheck]`` settings are the flags' defaults (``_jobs``).
+
 Exit codes: 0 certified, 1 a property failed, 2 bad input (one line on stderr: an unknown contract
 or option with close matches, a target that does not import or does not follow the contract's
-protocol, a backend that cannot run here) or nothing certified: a target none of whose properties
+protocol or whose module exits while it is imported, a backend that cannot run here, a config file that
+cannot be read or breaks a rule) or nothing certified: a target none of whose properties
 was able to fail (every row a skip, e.g. a world below the contract's smallest; stderr says
 "nothing here can fail" and why, and the certificate says so too, never "certified").
 :func:`add_parser` is called by :mod:`distcheck.cli`.
@@ -91,17 +95,20 @@ def add_parser(sub: argparse._SubParsersAction, *, world_sizes: Callable[[str], 
     p.add_argument("--world-sizes", type=world_sizes, default=None, metavar="N[,N...]",
                    help="world sizes (default 2, or the config's)")
     p.add_argument("--backend", choices=BACKENDS, default=None,
-                   help="gloo (CPU processes, default), threaded (in-process ranks) or nccl (one GPU per rank)")
-    p.add_argument("--examples", type=_positive_int, default=None, help="Hypothesis examples per property")
+                   help="gloo (CPU processes, default, or the config's), threaded (in-process ranks) or nccl "
+                        "(one GPU per rank)")
+    p.add_argument("--examples", type=_positive_int, default=None,
+                   help="Hypothesis examples per property (default: the config's, else the profile's)")
     p.add_argument("--batch", type=_batch, default=1,
                    help=f"examples per world step, 1 to {MAX_BATCH} (default 1; larger batches amortize the round "
                         "trip)")
     p.add_argument("--seed", type=_seed, default=None,
-                   help="Hypothesis seed (default: 0 under the derandomized ci profile, else drawn and recorded)")
+                   help="Hypothesis seed (default: the config's, else 0 under the derandomized ci profile, else "
+                        "drawn and recorded)")
     p.add_argument("--profile", choices=("dev", "ci", "thorough"), default=None,
-                   help="Hypothesis settings profile (default ci)")
+                   help="Hypothesis settings profile (default ci, or the config's)")
     p.add_argument("--dtypes", default=None, metavar="DTYPE[,DTYPE...]",
-                   help="float64, float32, bfloat16 (default: all three)")
+                   help="float64, float32, bfloat16 (default: the config's, else the contract's)")
     p.add_argument("--option", action="append", type=_option, default=[], metavar="NAME=VALUE",
                    help="a contract option, e.g. gather_output=false (repeatable)")
     p.add_argument("--certificate", action="append", default=[], metavar="PATH",
@@ -115,7 +122,10 @@ def add_parser(sub: argparse._SubParsersAction, *, world_sizes: Callable[[str], 
                    help="seconds one world step (an example, or a --batch of them) may take, default 120 (or "
                         "[tool.distcheck] timeout); a step past it fails the target as hung, with every stuck "
                         "rank's stack, and skips the properties left")
-    p.add_argument("--config", default=None, metavar="PYPROJECT", help="pyproject.toml to read (default: nearest)")
+    p.add_argument("--config", default=None, metavar="PYPROJECT",
+                   help="pyproject.toml to read (default: the nearest), with a target or without: a file that cannot "
+                        "be read or breaks a rule is bad input (exit 2); its [tool.distcheck] settings are the "
+                        "defaults of these flags, its [[tool.distcheck.certify]] entries run only without a target")
     p.add_argument("--format", choices=("table", "json"), default="table", help="report format")
     p.add_argument("--list-contracts", action="store_true", help="list the contracts, their properties and options")
     return p
@@ -144,30 +154,38 @@ class _Job:
 
 
 def _jobs(args: argparse.Namespace) -> tuple[list[_Job], str, int | None, float]:
-    """The certifications to run, the profile, the seed and the timeout."""
-    from distcheck.certify.config import load_config
+    """The certifications to run, the profile, the seed and the timeout.
+
+    The config (``--config``, else the nearest ``pyproject.toml``) is read and checked on every run, with a
+    target or without: a file that cannot be read, is not TOML or breaks a rule under ``[tool.distcheck]`` is
+    a ConfigError (exit 2) before anything runs. Its settings (``timeout``, ``profile``, ``seed``) and its
+    defaults (``world-sizes``, ``backend``, ``dtypes``, ``examples``) apply to a command-line target as to its
+    own entries, a flag overriding each; its ``[[tool.distcheck.certify]]`` entries run only without a target."""
+    from distcheck.certify.config import check_entries, load_config
 
     cli_options = dict(args.option)
+    cfg = load_config(args.config, field="--config") if args.config is not None else load_config()
+    seed = args.seed if args.seed is not None else cfg.seed
+    profile, timeout = args.profile or cfg.profile, args.timeout or cfg.timeout
     if args.target is not None:
         if args.contract is None:
             from distcheck.engine.contracts.contract import contracts
 
             raise ConfigError("--contract", None, "is required with a target (contracts: "
                                                   f"{', '.join(c.name for c in contracts())})")
-        job = _Job(args.target, args.contract, list(args.world_sizes or (2,)), args.backend or "gloo", args.dtypes,
-                   args.examples, cli_options)
-        return [job], args.profile or "ci", args.seed, args.timeout or 120.0
+        check_entries(cfg.targets, f"{cfg.path}: [[tool.distcheck.certify]]")  # not run, but bad input all the same
+        job = _Job(args.target, args.contract, list(args.world_sizes or cfg.world_sizes), args.backend or cfg.backend,
+                   args.dtypes or cfg.dtypes, args.examples or cfg.examples, cli_options)
+        return [job], profile, seed, timeout
     if args.contract is not None or cli_options:
         raise ConfigError("target", None, "is required with --contract or --option (MODULE:OBJECT)")
-    cfg = load_config(args.config, field="--config") if args.config is not None else load_config()
     if not cfg.targets:
         where = cfg.path or "pyproject.toml (none found)"
         raise ConfigError("target", None, f"is required: give MODULE:OBJECT --contract NAME, or list targets under "
                                           f"[[tool.distcheck.certify]] in {where}")
     jobs = [_Job(e.target, e.contract, list(args.world_sizes or e.world_sizes), args.backend or e.backend,
                  args.dtypes or e.dtypes, args.examples or e.examples, e.options) for e in cfg.targets]
-    seed = args.seed if args.seed is not None else cfg.seed
-    return jobs, args.profile or cfg.profile, seed, args.timeout or cfg.timeout
+    return jobs, profile, seed, timeout
 
 
 def _check_jobs(jobs: list[_Job], *, from_config: bool) -> None:

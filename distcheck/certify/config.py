@@ -11,7 +11,9 @@
     world-sizes = [2, 4]        # per target: world-sizes, backend, dtypes, examples, options
     options = { gather_output = false }
 
-``distcheck certify`` with no target runs every ``[[tool.distcheck.certify]]`` entry;
+``distcheck certify`` with no target runs every ``[[tool.distcheck.certify]]`` entry; with a target it
+reads and checks the file all the same, and the table's settings (``timeout``, ``profile``, ``seed``)
+and defaults (``world-sizes``, ``backend``, ``dtypes``, ``examples``) apply to that target;
 :func:`config_rows` gives ``distcheck check`` the same runs as report rows. The file is read
 with :mod:`tomllib`, only when it is a regular file of at most 4 MiB
 (:func:`distcheck.core.files.read_regular_file`, the reader of answer keys too). Every value is
@@ -66,13 +68,18 @@ class TargetEntry:
 
 @dataclass
 class CertifyConfig:
-    """``[tool.distcheck]`` of one file: run settings and the targets."""
+    """``[tool.distcheck]`` of one file: run settings, the defaults of every target (a command-line
+    target's too: ``world_sizes``, ``backend``, ``dtypes``, ``examples``) and the targets."""
 
     path: Path | None
     targets: list[TargetEntry]
     profile: str = "ci"
     seed: int | None = None
     timeout: float = 120.0
+    world_sizes: list[int] = field(default_factory=lambda: [2])
+    backend: str = "gloo"
+    dtypes: list[str] | None = None
+    examples: int | None = None
 
 
 def find_pyproject(start: Path | None = None) -> Path | None:
@@ -94,7 +101,8 @@ def _check_keys(where: str, table: dict, known: dict) -> None:
         kind = known[key]
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             kinds = kind if isinstance(kind, tuple) else (kind,)
-            raise ConfigError(f"{where}.{key}", value, f"must be a {' or '.join(k.__name__ for k in kinds)}")
+            names = " or ".join(k.__name__ for k in kinds)
+            raise ConfigError(f"{where}.{key}", value, f"must be {'an' if names[0] in 'aeiou' else 'a'} {names}")
         _check_value(f"{where}.{key}", key, value)
 
 
@@ -198,7 +206,9 @@ def load_config(path: str | Path | None = None, *, field: str = "config") -> Cer
                                    backend=merged.get("backend", "gloo"), dtypes=merged.get("dtypes"),
                                    examples=merged.get("examples"), options=dict(merged.get("options", {}))))
     return CertifyConfig(path=path, targets=targets, profile=table.get("profile", "ci"), seed=table.get("seed"),
-                         timeout=float(table.get("timeout", 120.0)))
+                         timeout=float(table.get("timeout", 120.0)), world_sizes=list(table.get("world-sizes", [2])),
+                         backend=table.get("backend", "gloo"), dtypes=table.get("dtypes"),
+                         examples=table.get("examples"))
 
 
 def check_entries(entries: list[TargetEntry], where: str = "[[tool.distcheck.certify]]") -> None:

@@ -35,7 +35,13 @@ from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.engine.contracts.targets import distribution_version, import_target, package_version, reference_of
+from distcheck.engine.contracts.targets import (
+    distribution_version,
+    from_signal,
+    import_target,
+    package_version,
+    reference_of,
+)
 from distcheck.engine.world import RankContext, World
 from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
@@ -52,7 +58,11 @@ class LocalWorld:
 
     What the rank function raises is reported as a rank pool reports it, a
     :class:`~distcheck.errors.RankFailure` of rank 0 with the traceback (the exception chained), so
-    that a target that raises fails the example's properties instead of stopping the run."""
+    that a target that raises fails the example's properties instead of stopping the run. That holds
+    for any ``BaseException``, as on a rank: a target that calls ``sys.exit(0)`` or raises
+    ``KeyboardInterrupt`` fails (``rank 0 raised SystemExit: 0``) and never ends the run as if
+    it had passed; only a real Ctrl-C or SIGTERM (:func:`~distcheck.engine.contracts.targets.from_signal`)
+    goes through."""
 
     world_size = 1
     backend = "local"
@@ -63,7 +73,9 @@ class LocalWorld:
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         try:
             return [fn(self._ctx, *args)]
-        except Exception as exc:
+        except BaseException as exc:  # what the target raised is its failure (see the class doc)
+            if from_signal(exc):
+                raise
             import traceback
 
             raise RankFailure(0, "".join(traceback.format_exception(exc))) from exc

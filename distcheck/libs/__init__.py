@@ -30,9 +30,11 @@ if TYPE_CHECKING:
 
     from distcheck.libs.targets import WorldRun
 
-__all__ = ["run_libs", "TARGET_NAMES", "DEFAULT_EXAMPLES", "PROFILE"]
+__all__ = ["run_libs", "TARGET_NAMES", "DEFAULT_EXAMPLES", "PROFILE", "EXTRA"]
 
 TARGET_NAMES = ("deepspeed", "accelerate", "megatron", "torchtitan")
+#: the optional extra of pyproject.toml that installs every target's library (``pip install 'distcheck[libs]'``)
+EXTRA = "libs"
 #: Hypothesis examples per property (each third-party call is cheap; the layout examples build meshes)
 DEFAULT_EXAMPLES = 60
 #: the settings profile of every certification: seeded, not derandomized, so that ``--seed`` replays a run
@@ -66,7 +68,7 @@ def run_libs(targets: Sequence[str] | None = None, *, max_examples: int = DEFAUL
     for name in names:
         mod = target(name)
         if dist_version(mod.DIST) is None:
-            why = f"{mod.DIST} is not installed (pip install 'distcheck[libs]')"
+            why = f"{mod.DIST} is not installed (pip install 'distcheck[{EXTRA}]')"
             rows.append(CheckResult(check=f"libs.{name}", backend="-", verdict=FAIL if require_installed else SKIP,
                                     detail=why, extra={"target": name}))
             continue

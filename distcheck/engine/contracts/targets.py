@@ -18,8 +18,8 @@ from typing import Any
 
 from distcheck.engine.contracts.errors import ProtocolError, TargetError
 
-__all__ = ["Target", "import_target", "reference_of", "make_target", "describe", "resolve", "package_version",
-           "distribution_version", "require_distribution", "check_call_shape", "built_on_first_use"]
+__all__ = ["Target", "import_target", "from_signal", "reference_of", "make_target", "describe", "resolve",
+           "package_version", "distribution_version", "require_distribution", "check_call_shape", "built_on_first_use"]
 
 
 @dataclass(frozen=True)
@@ -43,21 +43,62 @@ def import_target(text: str) -> tuple[Any, str]:
     """Import ``"package.module:attr.path"`` and return ``(object, text)``.
 
     Raises TargetError (a ConfigError) naming the target: no colon, a module that cannot be
-    imported (with the import error's message), or a missing attribute.
+    imported (with the import error's message), or a missing attribute. Whatever the module's code
+    raises while it is imported or its attribute is looked up (a module ``__getattr__``) is the
+    target's failure, ``SystemExit`` (``sys.exit(0)`` at import), ``KeyboardInterrupt`` and any other
+    ``BaseException`` included; only a real Ctrl-C or SIGTERM (:func:`from_signal`) goes through.
     """
     if not isinstance(text, str) or text.count(":") != 1 or not all(text.split(":")):
         raise TargetError("target", text, "must be 'module:object' (e.g. mypkg.layers:MyColumnParallel)")
     module_name, attr = text.split(":")
+    missing = object()
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is bad input, reported in one line
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise TargetError("target", text, f"cannot be imported: {type(exc).__name__}: {first}") from None
+    except BaseException as exc:  # any import failure is bad input, reported in one line
+        if from_signal(exc):  # Ctrl-C or SIGTERM while importing: the run is interrupted, not the target bad
+            raise
+        raise TargetError("target", text, f"cannot be imported: {_user_failure(exc, 'imported')}") from None
     for part in attr.split("."):
-        if not hasattr(obj, part):
+        try:
+            obj = getattr(obj, part, missing)
+        except BaseException as exc:  # the module's __getattr__ (or a property) raised
+            if from_signal(exc):
+                raise
+            raise TargetError("target", text, f"cannot be looked up: {_user_failure(exc, 'looked up')}") from None
+        if obj is missing:
             raise TargetError("target", text, f"names no object: {module_name} has no attribute {attr!r}")
-        obj = getattr(obj, part)
     return obj, text
+
+
+def _user_failure(exc: BaseException, doing: str) -> str:
+    """``Type: first line`` of what the target's code raised while it was ``doing`` (imported, looked up);
+    a ``SystemExit`` or another exception that is not an ``Exception`` (``KeyboardInterrupt``, a
+    ``BaseException`` of its own) says so."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): its code calls sys.exit while it is {doing}"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return text if isinstance(exc, Exception) else f"{text} (raised while it is {doing})"
+
+
+def from_signal(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by a Python signal handler installed for SIGINT or SIGTERM (the command
+    line's: a real Ctrl-C or SIGTERM), rather than by the code that was running.
+
+    The handler's own frame is then the innermost of the traceback. A ``SystemExit``, a
+    ``KeyboardInterrupt`` or any other ``BaseException`` that a target raises itself (``sys.exit(0)`` at
+    import) is the target's doing: a bad target or a failure, never the end of the run. Under the default
+    SIGINT handler (written in C, no frame) a Ctrl-C cannot be told apart from the target's own
+    ``raise KeyboardInterrupt``; both are then the target's."""
+    import signal
+
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    handlers = {getattr(signal.getsignal(s), "__code__", None) for s in (signal.SIGINT, signal.SIGTERM)} - {None}
+    return tb.tb_frame.f_code in handlers
 
 
 def reference_of(obj: Any) -> str | None:

@@ -131,9 +131,10 @@ def extra_rows(*, required: bool = False) -> list[CheckResult]:
 
     When :data:`THEORETICAL_MEMORY` does not import (the megatron-core wheel has no ``megatron.training``)
     the row is a skip naming what to install (:func:`distcheck.engine.findings.not_loaded`), even when
-    ``required``: ``--require-installed`` requires what the libs extra installs (megatron-core, which is
-    installed here), and no PyPI distribution of the extra ships this module. When it imports, a skip: its
-    estimator takes Megatron-LM's argument namespace and has no adapter, so nothing here is certified."""
+    ``required``: ``distcheck libs`` (without ``--allow-skips``) requires what the libs extra installs
+    (megatron-core, which is installed here), and no PyPI distribution of the extra ships this module. When
+    it imports, a skip: its estimator takes Megatron-LM's argument namespace and has no adapter, so nothing
+    here is certified."""
     from importlib import import_module
 
     from distcheck.engine.findings import not_loaded
