@@ -88,10 +88,10 @@ def test_reference_loads_rank0s_initial_weights():
     other = {k: v + 1 for k, v in initial.items()}
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
     target = StepTarget(_fsdp, model=pid_seeded)
-    mine = reference_step(case, tokens, labels, target, initial)
-    theirs = reference_step(case, tokens, labels, target, other)
+    mine = reference_step(case, tokens, labels, target=target, initial=initial)
+    theirs = reference_step(case, tokens, labels, target=target, initial=other)
     assert mine[0]["loss"] != theirs[0]["loss"]
-    again = reference_step(case, tokens, labels, target, initial)
+    again = reference_step(case, tokens, labels, target=target, initial=initial)
     assert all(np.array_equal(mine[-1]["params"][k], again[-1]["params"][k]) for k in mine[-1]["params"])
 
 
@@ -110,9 +110,10 @@ def test_a_model_returning_its_own_loss_gives_the_reference_of_the_plain_model()
     case = _case()
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
     initial = build_target_model(LMWithLoss, case.config, case.seed).state_dict()
-    own = reference_step(case, tokens, labels, OWN_LOSS, initial)
+    own = reference_step(case, tokens, labels, target=OWN_LOSS, initial=initial)
     plain_initial = {k.removeprefix("lm."): v for k, v in initial.items()}
-    plain = reference_step(case, tokens, labels, StepTarget(_fsdp, model=build_model), plain_initial)
+    plain = reference_step(case, tokens, labels, target=StepTarget(_fsdp, model=build_model),
+                           initial=plain_initial)
     for o, p in zip(own, plain, strict=True):
         assert o["tokens"] == p["tokens"] == sum(sum(sum(mb) for mb in rank) for rank in case.lengths[0])
         assert o["loss"] == pytest.approx(p["loss"], rel=1e-14) and o["norm"] == pytest.approx(p["norm"], rel=1e-13)
