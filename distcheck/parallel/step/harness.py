@@ -121,9 +121,9 @@ def build_target_model(factory: Any, config: Any, seed: int) -> Any:
 
 
 def same_weights(model: Any) -> dict:
-    """Every floating tensor of ``model``'s ``state_dict`` overwritten with rank 0's (``broadcast`` over the
-    default group, in the state_dict's order) when a process group is up; returns a copy of the result (rank 0's
-    initial weights, what the reference loads)."""
+    """Every tensor of ``model``'s ``state_dict`` (parameters and buffers) overwritten with rank 0's (``broadcast``
+    over the default group, in the state_dict's order) when a process group is up; returns a copy of the result
+    (rank 0's initial weights, what the reference loads)."""
     import torch
     import torch.distributed as dist
 
