@@ -17,7 +17,8 @@ grad-norm clipping and the AdamW state, against the single-device float64 step.
 - ``contracts`` (+ ``harness``, the rank side): the ``training-step`` contract, whose target is a
   torchtitan-style ``parallelize(model, mesh, layout) -> model`` or a :class:`~.hooks.StepTarget`;
 - ``hooks``: the step's overridable hooks (loss, reported loss, grad-norm clipping, the micro-batch's
-  accumulation context and backward) and their defaults;
+  accumulation context and backward, the model's inputs and its own loss) and their defaults, and the user's
+  own model (``StepTarget(model=..., config=...)``);
 - ``plans``: torch's composition (FSDP2 x tp, torchtitan's plan) and the plain DDP accumulation loop.
 
 Sources: Rajbhandari et al. 2020, "ZeRO" (§7); Korthikanti et al. 2022, "Reducing Activation
@@ -40,7 +41,8 @@ __all__ = [
     "local_shard", "sharded_grad_norm", "clip_scale", "step_comm_bytes", "NORM_EPS", "TinyConfig",
     "build_model", "token_loss_sum", "IGNORE_INDEX", "pipeline_stage", "stage_of", "StepInfo", "StepTarget",
     "all_reduce_dp", "torch_clip", "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
-    "PP_SCHEDULES", "AXES", "no_accumulate", "loss_backward",
+    "PP_SCHEDULES", "AXES", "no_accumulate", "loss_backward", "token_ids", "cross_entropy_sum", "call_model",
+    "MAX_LEN_FIELDS",
 ]
 
 __getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts"))

@@ -10,7 +10,8 @@ binds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -27,13 +28,18 @@ FREE_MAX_NORM = 2.0**20
 
 @dataclass(frozen=True)
 class StepCase:
-    """``layout``; ``config`` (:class:`TinyConfig`); ``microbatches`` (m per dp rank) of ``micro_batch_size``
+    """``layout``; ``config`` (the model's: a :class:`TinyConfig` drawn for the layout, or the config object a
+    :class:`~distcheck.parallel.step.hooks.StepTarget` carries for its own model; token ids are drawn below its
+    ``vocab_size``); ``microbatches`` (m per dp rank) of ``micro_batch_size``
     sequences of ``seq_len`` tokens; ``lengths[step][dp index][micro-batch][sequence]``, the non-ignored
     tokens of each (right-padded, labels -100 after them); ``max_norm``; ``lr``; ``seed`` (weights and token
-    ids); ``schedule`` (the ``torch.distributed.pipelining`` schedule, a ``Schedule`` name, when pp > 1)."""
+    ids); ``schedule`` (the ``torch.distributed.pipelining`` schedule, a ``Schedule`` name, when pp > 1);
+    ``target`` (the resolved ``StepTarget`` the case was drawn for, a picklable ``Target``, or None: the contract's
+    check runs the reference with its model factory and its ``batch`` and ``loss`` hooks; not compared, not
+    shown)."""
 
     layout: StepLayout
-    config: TinyConfig
+    config: TinyConfig | Any
     microbatches: int
     micro_batch_size: int
     seq_len: int
@@ -42,6 +48,7 @@ class StepCase:
     lr: float
     seed: int
     schedule: str = ""
+    target: Any = field(default=None, compare=False, repr=False)
 
     @property
     def steps(self) -> int:
@@ -62,15 +69,19 @@ class StepCase:
     def __repr__(self) -> str:
         c = self.config
         kept = [[[list(mb) for mb in rank] for rank in step] for step in self.lengths]
+        if isinstance(c, TinyConfig):
+            sizes = (f"dim={c.dim}, layers={c.n_layers}, heads={c.n_heads}/{c.n_kv_heads} (q/kv), "
+                     f"head_dim={c.head_dim}, ffn={c.ffn_dim}, vocab={c.vocab_size}, "
+                     f"{'tied' if c.tied else 'untied'} head")
+        else:
+            sizes = f"model config {c!r}"
         return (f"StepCase({self.composition()}; {self.steps} steps, lr={self.lr:g}, max_norm={self.max_norm:g}; "
                 f"{self.microbatches} micro-batches of {self.micro_batch_size} x {self.seq_len} tokens per dp rank, "
-                f"kept lengths [step][dp rank][micro-batch] {kept}; dim={c.dim}, layers={c.n_layers}, "
-                f"heads={c.n_heads}/{c.n_kv_heads} (q/kv), head_dim={c.head_dim}, ffn={c.ffn_dim}, "
-                f"vocab={c.vocab_size}, {'tied' if c.tied else 'untied'} head; seed={self.seed})")
+                f"kept lengths [step][dp rank][micro-batch] {kept}; {sizes}; seed={self.seed})")
 
 
 def weights(case: StepCase) -> dict[str, np.ndarray]:
-    """The decoder's float64 weights, by ``named_parameters()`` name (the tied head once, as the embedding):
+    """The tiny decoder's float64 weights, by ``named_parameters()`` name (the tied head once, as the embedding):
     embeddings N(0, 1/2^2), linear weights N(0, 1/fan_in), norm weights 1 + N(0, 1/10^2)."""
     c = case.config
     rng = np.random.default_rng(case.seed)
@@ -98,7 +109,8 @@ def weights(case: StepCase) -> dict[str, np.ndarray]:
 
 def batch(case: StepCase) -> tuple[np.ndarray, np.ndarray]:
     """``(tokens, labels)``, int64 arrays of shape ``(steps, dp, m, micro_batch_size, seq_len)``: token ids
-    drawn from the seed, labels the ids of the next draw with -100 after each sequence's length."""
+    drawn from the seed below ``case.config.vocab_size``, labels the ids of the next draw with -100 after each
+    sequence's length (a causal language model's batch: ``labels[..., i]`` is position i's target)."""
     rng = np.random.default_rng(case.seed + 1)
     shape = (case.steps, case.layout.dp, case.microbatches, case.micro_batch_size, case.seq_len)
     tokens = rng.integers(0, case.config.vocab_size, shape)

@@ -7,7 +7,10 @@ Llama, :mod:`distcheck.parallel.step.model`; ``mesh`` a ``DeviceMesh`` of dims `
 "dp_shard", "tp")``; under pp > 1 ``model`` is already this rank's stage, torchtitan's split; ``layout``
 a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
 :class:`~distcheck.parallel.step.hooks.StepTarget` that also replaces the step's hooks (the loss of a
-micro-batch, the reported loss and tokens, the grad-norm clipping). distcheck runs the step
+micro-batch, the reported loss and tokens, the grad-norm clipping) and may bring its own model: a factory
+``model(config) -> nn.Module``, with the ``batch`` and ``loss`` hooks for its inputs and a loss it computes
+itself (:mod:`distcheck.parallel.step.hooks`; no pipeline split: ``pp`` is left out of its axes, and its
+config fixes the vocabulary and caps the sequence length drawn). distcheck runs the step
 (:mod:`distcheck.parallel.step.harness`). Hypothesis draws the layout (every factorisation of the world
 size into dp_replicate x dp_shard x tp x pp whose axes above 1 are among ``--option axes=...`` or a
 :class:`~distcheck.parallel.step.hooks.StepTarget`'s ``axes``, or the one ``--option layout=...`` pins), the
@@ -151,6 +154,8 @@ def _check_hooks(obj: Any, shown: str) -> None:
 
     for field, n in obj.HOOKS:
         fn = getattr(obj, field)
+        if field == "model" and fn is None:  # distcheck's tiny Llama
+            continue
         if not callable(fn):
             raise ProtocolError("target", shown, f"the {field} hook of a StepTarget must be callable, not {fn!r}")
         try:
@@ -160,17 +165,54 @@ def _check_hooks(obj: Any, shown: str) -> None:
         check_call_shape(fn, shown, f"the {field} hook of a StepTarget must take {n} positional arguments{have}", n)
 
 
+#: why a user model's axes leave pp out
+_NO_SPLIT = ("a user model has no pipeline split: distcheck cuts only its own tiny Llama into stages "
+             "(model.pipeline_stage), so pp is left out of the axes of a StepTarget with a model factory")
+#: the shortest sequence a user config must allow: tp = 4 cuts each sequence into 4 shards
+MIN_SEQ_LEN = 4
+
+
+def _user_config(obj: Any, shown: str) -> tuple[int | None, int | None]:
+    """``(vocab_size, longest sequence)`` of a :class:`StepTarget`'s own ``config`` (None, None when it carries
+    none). ProtocolError naming the target for a config without a model factory, a ``vocab_size`` that is not a
+    positive int, or a declared longest sequence (``hooks.MAX_LEN_FIELDS``) that is not an int >= 4."""
+    from distcheck.parallel.step.hooks import MAX_LEN_FIELDS
+
+    cfg = obj.config
+    if cfg is None:
+        return None, None
+    if obj.model is None:
+        raise ProtocolError("target", shown, "StepTarget config is given without a model factory: pass model=... "
+                            "(a callable config -> nn.Module), or leave config out for the tiny Llama")
+    vocab = getattr(cfg, "vocab_size", None)
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        raise ProtocolError("target", shown, f"StepTarget config.vocab_size={vocab!r} must be a positive int: token "
+                            "ids are drawn below it")
+    for name in MAX_LEN_FIELDS:
+        longest = getattr(cfg, name, None)
+        if longest is None:
+            continue
+        if isinstance(longest, bool) or not isinstance(longest, int) or longest < MIN_SEQ_LEN:
+            raise ProtocolError("target", shown, f"StepTarget config.{name}={longest!r} must be an int >= "
+                                f"{MIN_SEQ_LEN}: the sequences drawn are cut into up to {MIN_SEQ_LEN} tp shards")
+        return vocab, longest
+    return vocab, None
+
+
 def _allowed(world_size: int, options: dict) -> list[StepLayout]:
     """:func:`layouts` of ``world_size`` with every axis outside the ``axes`` option at 1."""
     allowed = _axes(options.get("axes", ""))
     return [lay for lay in layouts(world_size) if all(getattr(lay, a) == 1 for a in _AXES if a not in allowed)]
 
 
-def _cases(choices: list[StepLayout], *, one_token: bool = False,
+def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = None, spec: Any = None, *,
+           one_token: bool = False,
            max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM)) -> st.SearchStrategy[StepCase]:
-    """The drawn examples on ``choices`` (module doc). ``one_token``: every sequence keeps one token (the
-    compositions in which values cancel exactly: a softmax over one key leaves the query and key projections'
-    gradients exactly 0); ``max_norms``: the clipping thresholds drawn from."""
+    """The drawn examples on ``choices`` (module doc). ``config``: a user model's own (fixed; else the tiny
+    Llama's sizes are drawn), ``longest`` its longest sequence (caps the drawn length), ``spec`` the resolved
+    StepTarget each case carries (its reference runs the target's model and hooks); ``one_token``: every
+    sequence keeps one token (the compositions in which values cancel exactly: a softmax over one key leaves the
+    query and key projections' gradients exactly 0); ``max_norms``: the clipping thresholds drawn from."""
 
     @st.composite
     def draw(draw: st.DrawFn) -> StepCase:
@@ -178,10 +220,12 @@ def _cases(choices: list[StepLayout], *, one_token: bool = False,
         tp, pp = layout.tp, layout.pp
         n_kv = tp
         # under pp: one layer per stage, the head untied (embedding and head on different stages)
-        cfg = TinyConfig(dim=8, n_layers=pp if pp > 1 else draw(st.integers(1, 2)),
-                         n_heads=n_kv * draw(st.integers(1, 2)), n_kv_heads=n_kv, head_dim=2, ffn_dim=4 * tp,
-                         vocab_size=4 * max(tp, 2), tied=pp == 1 and draw(st.booleans()))
-        seq_len = tp * draw(st.integers(1 if tp > 1 else 2, 2 if tp > 1 else 4))
+        cfg = config if config is not None else TinyConfig(
+            dim=8, n_layers=pp if pp > 1 else draw(st.integers(1, 2)), n_heads=n_kv * draw(st.integers(1, 2)),
+            n_kv_heads=n_kv, head_dim=2, ffn_dim=4 * tp, vocab_size=4 * max(tp, 2),
+            tied=pp == 1 and draw(st.booleans()))
+        low, high = (1, 2) if tp > 1 else (2, 4)
+        seq_len = tp * draw(st.integers(low, high if longest is None else max(low, min(high, longest // tp))))
         schedule = draw(st.sampled_from(PP_SCHEDULES)) if pp > 1 else ""
         m = draw(st.integers(pp if schedule == Schedule.ONE_F_ONE_B else 1, 3))
         mbs = draw(st.integers(1, 2))
@@ -191,7 +235,8 @@ def _cases(choices: list[StepLayout], *, one_token: bool = False,
                               for _ in range(layout.dp)) for _ in range(steps))
         max_norm = draw(st.sampled_from(max_norms))
         lr = draw(st.sampled_from((2.0**-7, 2.0**-4)))
-        return StepCase(layout, cfg, m, mbs, seq_len, lengths, max_norm, lr, draw(st.integers(0, 2**16)), schedule)
+        return StepCase(layout, cfg, m, mbs, seq_len, lengths, max_norm, lr, draw(st.integers(0, 2**16)), schedule,
+                        spec)
 
     return draw()
 
@@ -298,10 +343,16 @@ class TrainingStep(Contract):
         if isinstance(obj, StepTarget):
             _check_hooks(obj, shown)
             own = _target_axes(obj.axes, shown)
+            _user_config(obj, shown)
+            if obj.model is not None:
+                if Axis.PP.value in own:
+                    raise ProtocolError("target", shown, f"StepTarget axes={tuple(own)!r} name pp: {_NO_SPLIT}")
+                own = own or tuple(a for a in _AXES if a != Axis.PP.value)
             outside = sorted(set(given) - set(own or _AXES))
             if outside:
+                why = f" ({_NO_SPLIT})" if obj.model is not None and Axis.PP.value in outside else ""
                 raise ConfigError("option axes", options["axes"], f"the target parallelizes only "
-                                  f"{', '.join(own)}, not {', '.join(outside)}")
+                                  f"{', '.join(own)}, not {', '.join(outside)}{why}")
             drawn = given or own or _AXES
             if obj.loop_hooks and Axis.PP.value in drawn:
                 raise ProtocolError("target", shown, f"replaces {', '.join(obj.loop_hooks)}, which the pipeline "
@@ -330,6 +381,19 @@ class TrainingStep(Contract):
         allowed = _allowed(world_size, options)
         return _cases(allowed) if allowed else None
 
+    def cases_for(self, target: Any, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
+        """:meth:`cases`; for a :class:`StepTarget` each case carries the target (its reference runs the target's
+        model factory and ``batch`` and ``loss`` hooks), and a user model's own config is fixed (its vocabulary,
+        its longest sequence capping the drawn length)."""
+        from distcheck.parallel.step.hooks import StepTarget
+
+        obj = resolve(target)
+        if not isinstance(obj, StepTarget) or dtype != "float64":
+            return self.cases(world_size, dtype, options)
+        _, longest = _user_config(obj, target.ref)
+        choices = ([parse_layout(options["layout"])] if options.get("layout") else _allowed(world_size, options))
+        return _cases(choices, obj.config, longest, target) if choices else None
+
     def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"
 
@@ -347,19 +411,23 @@ class TrainingStep(Contract):
         from distcheck.parallel.step.harness import ADAMW, parallel_states, reference_step
 
         tokens, labels = (torch.from_numpy(a) for a in batch(case))
-        ref = reference_step(case, tokens, labels, parallel_states(results))
+        own = resolve(case.target) if case.target is not None else None
+        ref = reference_step(case, tokens, labels, parallel_states(results), own, results[0].get("initial"))
         bounds = param_bounds(ref, lr=case.lr, **ADAMW)
         out: dict[str, list[Outcome]] = {p.name: [] for p in _PROPERTIES}
         for s, r in enumerate(ref):
-            if case.clip_binds and not r["norm"] > case.max_norm:
+            # the tiny Llama's drawn sizes keep every norm above the binding threshold; a user model's may not
+            # (its clipping is still checked against the reference's factor)
+            if case.clip_binds and not r["norm"] > case.max_norm and isinstance(case.config, TinyConfig):
                 raise RuntimeError(f"distcheck defect: a case drawn as 'clip binds' has norm {r['norm']} <= "
                                    f"max_norm {case.max_norm} at step {s}; please report it")
             at = f"step {s + 1}"
             steps = [res["steps"][s] for res in results]
             for name, want in r["params"].items():
                 # the ranks of the parameter's pipeline stage hold it (every rank when pp = 1)
-                held = [i for i in range(len(steps)) if case.layout.coordinates(i)["pp"] ==
-                        stage_of(name, case.config.n_layers, case.layout.pp)]
+                held = list(range(len(steps))) if case.layout.pp == 1 else [
+                    i for i in range(len(steps))
+                    if case.layout.coordinates(i)["pp"] == stage_of(name, case.config.n_layers, case.layout.pp)]
                 out["params"].append(_within(f"{at} {name}", want, [steps[i]["params"].get(name) for i in held], held,
                                              bounds[s][name][0]))
                 for j, moment in enumerate(("exp_avg", "exp_avg_sq")):
@@ -367,12 +435,25 @@ class TrainingStep(Contract):
                     got = [steps[i]["state"].get(name, (None, None))[j] for i in held]
                     out["params"].append(_within(f"{at} AdamW {moment} of {name}", w, got, held,
                                                  bounds[s][name][j + 1]))
+            out["params"].append(self._extra(at, r["params"], steps))
             out["loss"].append(_within(f"{at} reported loss (global token mean)", r["loss"],
                                        [st_["loss"] for st_ in steps]))
             out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps]))
             out["clipping"].append(self._clipping(at, r, steps))
             out["tokens"].append(self._tokens(at, r["tokens"], steps, [res["dp_index"] for res in results]))
         return {name: _first(outs) for name, outs in out.items()}
+
+    @staticmethod
+    def _extra(at: str, ref: dict, steps: list[dict]) -> Outcome:
+        """A parameter some rank holds under a name the reference lacks: a weight the reference ties (and lists
+        once, ``named_parameters()``) that the parallelize function left as two parameters."""
+        extra = {i: sorted(set(st_["params"]) - set(ref)) for i, st_ in enumerate(steps)}
+        bad = [i for i, names in extra.items() if names]
+        if not bad:
+            return Outcome(True, max_error=0.0, bound=0.0)
+        return Outcome(False, bound=0.0, ranks=tuple(bad), message=f"{at}: ranks {bad} hold parameters the reference "
+                       f"does not have: {', '.join(extra[bad[0]])} (a weight tied in the model, untied by the "
+                       "parallelize function?)")
 
     @staticmethod
     def _clipping(at: str, r: dict, steps: list[dict]) -> Outcome:

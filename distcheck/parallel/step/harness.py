@@ -14,6 +14,12 @@ is gathered to a full tensor (``full_tensor()``). The contract's check (in the p
 (:func:`reference_step`): the same decoder on the whole step's batch at once, the token-mean loss,
 ``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached after the step before
 (:func:`parallel_states`).
+
+A target with its own model (``StepTarget(model=...)``) is built by :func:`build_target_model` (seeded, CPU,
+float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`; rank 0 returns it as
+``initial``); each micro-batch's forward is ``model`` called on the ``batch`` hook's inputs and its loss sum the
+``loss`` hook's; the reference is the same factory loaded with rank 0's initial ``state_dict`` and the same two
+hooks on the whole batch.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for"]
+__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for", "build_target_model",
+           "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
 ADAMW: dict = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -91,6 +98,50 @@ def _scale(before: list, after: list) -> tuple[float | None, float, float]:
     return s, resid, max((float(torch.max(torch.abs(b))) for _, b in pairs), default=0.0)
 
 
+def build_target_model(factory: Any, config: Any, seed: int) -> Any:
+    """``factory(config)`` built on CPU under ``torch.manual_seed(seed)`` with float64 the default dtype (the
+    global generator and default dtype restored after), then cast to float64: the same weights for the same seed
+    whatever ran before. Raises ProtocolError naming the factory when it does not return an ``nn.Module``."""
+    import torch
+
+    from distcheck.engine.contracts.errors import ProtocolError
+
+    dtype = torch.get_default_dtype()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        torch.set_default_dtype(torch.float64)
+        try:
+            model = factory(config)
+        finally:
+            torch.set_default_dtype(dtype)
+    if not isinstance(model, torch.nn.Module):
+        raise ProtocolError("model", repr(factory), f"the StepTarget's model factory must return a torch.nn.Module, "
+                            f"not {type(model).__name__}")
+    return model.to(dtype=torch.float64, device="cpu")
+
+
+def same_weights(model: Any) -> dict:
+    """Every tensor of ``model``'s ``state_dict`` (parameters and buffers) overwritten with rank 0's (``broadcast``
+    over the default group, in the state_dict's order) when a process group is up; returns a copy of the result
+    (rank 0's initial weights, what the reference loads)."""
+    import torch
+    import torch.distributed as dist
+
+    state = model.state_dict()
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        with torch.no_grad():
+            for t in state.values():
+                dist.broadcast(t, src=0)
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def _sum64(value: Any) -> Any:
+    import torch
+
+    value = value.full_tensor() if hasattr(value, "full_tensor") else value
+    return value.detach().to(device="cpu", dtype=torch.float64)
+
+
 def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
     ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
@@ -101,22 +152,30 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     import torch
 
     from distcheck.parallel.step.case import batch, weights
-    from distcheck.parallel.step.hooks import StepInfo, as_float
+    from distcheck.parallel.step.hooks import StepInfo, as_float, call_model
 
     # DTensor's hints that two mesh dims could be flattened (performance only) would fill every report
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     # FSDP2's warning that the root returned a view: the step and the default hooks read the logits out of place
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
-    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage, token_loss_sum
+    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
 
     layout = case.layout
     if layout.pp > 1 and target.loop_hooks:
         raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
                            f"not call (layout {layout}): leave pp out of the target's axes")
+    if layout.pp > 1 and target.model is not None:
+        raise RuntimeError(f"a user model has no pipeline split (layout {layout}): leave pp out of the target's axes")
     mesh = mesh_for(ctx, layout)
     d = layout.dp_index(ctx.rank)
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
-    model = build_model(case.config, weights(case), device=ctx.device)
+    initial = None
+    if target.model is None:
+        model = build_model(case.config, weights(case), device=ctx.device)
+    else:
+        model = build_target_model(target.model, case.config, case.seed)
+        initial = same_weights(model)
+        model = model.to(ctx.device)
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
     model = target.parallelize(model, mesh, layout)
@@ -133,11 +192,12 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         for k in range(case.microbatches if layout.pp == 1 else 0):
             x, y = tokens[s, d, k].to(ctx.device), labels[s, d, k].to(ctx.device)
             n_k = int((y != IGNORE_INDEX).sum())
-            info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k)
+            info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss)
             with target.accumulate(model, info):
-                logits = model(x)
-                target.backward(target.loss_fn(logits, y, info), model, info)
-            loss_sum += token_loss_sum(logits.detach(), y).cpu()
+                out = call_model(model, target.batch(x, y, info))
+                target.backward(target.loss_fn(out, y, info), model, info)
+            with torch.no_grad():
+                loss_sum += _sum64(target.loss(out, y, info))
             mine += n_k
         info = StepInfo(layout, mesh, total, 0, case.microbatches, case.max_norm)
         loss, seen = target.report_loss(loss_sum, mine, info)
@@ -148,7 +208,10 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         opt.step()
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
                       "residual": resid, "grad_max": grad_max, "local_tokens": int(mine), **_record(model, opt)})
-    return {"steps": steps, "dp_index": d}
+    result: dict = {"steps": steps, "dp_index": d}
+    if ctx.rank == 0 and initial is not None:  # the reference (in the contract's check) loads rank 0's weights
+        result["initial"] = {k: v.numpy() for k, v in initial.items()}
+    return result
 
 
 def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case: StepCase, tokens: Any,
@@ -202,7 +265,8 @@ def parallel_states(results: list[dict]) -> list[dict]:
     return out
 
 
-def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None) -> list[dict]:
+def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,
+                   target: StepTarget | None = None, initial: dict | None = None) -> list[dict]:
     """The single-device float64 step on the whole batch of each step: ``loss`` (token mean), ``tokens``,
     ``norm`` (before clipping), ``scale`` (min(1, max_norm / (norm + 1e-6))), ``params`` and ``state``.
 
@@ -211,13 +275,23 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
     from the same state: a deviation within the bound is not compounded into later steps (AdamW's
     ``m / (sqrt(v) + eps)`` amplifies the rounding of a gradient that cancels by up to 1/eps), and each step's
     arithmetic is checked on its own (:mod:`distcheck.parallel.step.bound`). None: the reference's own
-    trajectory."""
+    trajectory. ``target`` (default: the tiny Llama and the default hooks) gives the model factory and the
+    ``batch`` and ``loss`` hooks; a factory's model starts from ``initial`` (rank 0's initial ``state_dict``,
+    numpy arrays or tensors by name; None: the factory's own seeded weights)."""
     import torch
 
     from distcheck.parallel.step.case import weights
-    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, token_loss_sum
+    from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
+    from distcheck.parallel.step.model import IGNORE_INDEX, build_model
+    from distcheck.parallel.step.reference import StepLayout
 
-    model = build_model(case.config, weights(case))
+    target = target or StepTarget(lambda model, mesh, layout: model)
+    if target.model is None:
+        model = build_model(case.config, weights(case))
+    else:
+        model = build_target_model(target.model, case.config, case.seed)
+        if initial is not None:
+            model.load_state_dict({k: torch.as_tensor(v) for k, v in initial.items()})
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     out = []
     for s in range(case.steps):
@@ -226,8 +300,9 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
         x = tokens[s].reshape(-1, case.seq_len)
         y = labels[s].reshape(-1, case.seq_len)
         total = int((y != IGNORE_INDEX).sum())
+        info = StepInfo(StepLayout(), None, total, total, 1, case.max_norm, 0, target.loss)
         opt.zero_grad()
-        loss = token_loss_sum(model(x), y) / total
+        loss = target.loss(call_model(model, target.batch(x, y, info)), y, info) / total
         loss.backward()
         norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm))
         opt.step()

@@ -31,6 +31,31 @@ backwards, so a target that replaces either must leave ``pp`` out of its axes.
 ``info`` (:class:`StepInfo`) carries the layout, the mesh (dims ``pp, dp_replicate, dp_shard, tp``) and the
 token counts. Under pipeline parallelism ``loss_fn`` runs on the last stage only (the schedule's
 ``loss_fn``), and the default ``report_loss`` also sums the loss over the pp group.
+
+**The user's own model.** ``model(config) -> nn.Module`` is a factory (default None: distcheck's tiny Llama,
+:mod:`~distcheck.parallel.step.model`, with the weights of :func:`~distcheck.parallel.step.case.weights`). It is
+called with ``config``, the StepTarget's own config object when it carries one, else the sizes distcheck drew
+for the layout (a :class:`~distcheck.parallel.step.model.TinyConfig`: heads, ffn width and vocabulary divisible
+by tp; the factory may map them onto its own config or ignore them). Each rank builds it on CPU under
+``torch.manual_seed(case seed)`` with float64 the default dtype, then takes rank 0's ``state_dict`` (broadcast
+over the world), so the reference and every rank start from the same weights even when the factory draws from
+another generator; the reference is the same factory on one device, float64, loaded from rank 0's copy.
+Token ids are drawn below ``config.vocab_size`` (a user config must have it); a user config naming its longest
+sequence (``max_seq_len``, ``n_positions``, ``max_position_embeddings`` or ``block_size``, the first present)
+caps the drawn sequence length. A user model has no pipeline split: ``pp`` is left out of its axes.
+
+* ``batch(tokens, labels, info) -> inputs``: the forward's arguments for one micro-batch of the drawn causal-LM
+  data (token ids ``(b, s)`` int64; labels ``(b, s)``, the next-token targets already aligned with the ids,
+  ``IGNORE_INDEX`` -100 after each sequence's length): a dict is passed as keywords (``model(**inputs)``), a
+  tuple as positional arguments, anything else as the one argument. Default :func:`token_ids`: ``tokens``.
+  The labels stay distcheck's: token counts and the reference's weighting come from them.
+* ``loss(output, labels, info) -> Tensor``: the micro-batch's **sum** of per-token losses (0-d, differentiable)
+  read off the model's output. Default :func:`cross_entropy_sum`: the output is the logits, cross-entropy
+  summed over the non-ignored labels. distcheck does the weighting: the default ``loss_fn`` is this sum times
+  ``dp / global_tokens``, the default ``report_loss`` sums it over micro-batches and dp ranks, the reference
+  divides the whole step's sum by its tokens. A model that returns its own loss as a per-micro-batch token mean
+  (Hugging Face's ``model(input_ids, labels=labels).loss``) gives the sum back as ``output.loss *
+  info.microbatch_tokens``, so every token still weighs ``1/T`` of the step.
 """
 
 from __future__ import annotations
@@ -43,7 +68,11 @@ from typing import Any
 from distcheck.core.vocab import Axis
 
 __all__ = ["AXES", "StepInfo", "StepTarget", "token_mean_loss", "all_reduce_dp", "torch_clip", "no_accumulate",
-           "loss_backward", "dp_groups", "as_float"]
+           "loss_backward", "dp_groups", "as_float", "token_ids", "cross_entropy_sum", "call_model", "MAX_LEN_FIELDS"]
+
+#: the config attributes read, in this order, as a user model's longest sequence (torchtitan, Hugging Face's
+#: GPT-2, Hugging Face's Llama, nanoGPT)
+MAX_LEN_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "block_size")
 
 #: the mesh dims of the step, in torchtitan's order (the vocabulary's names)
 AXES: tuple[str, ...] = tuple(a.value for a in (Axis.PP, Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP))
@@ -55,7 +84,9 @@ class StepInfo:
     (the ``DeviceMesh`` with dims ``pp, dp_replicate, dp_shard, tp``), ``global_tokens`` (non-ignored tokens of
     the whole step: every dp rank, every micro-batch), ``microbatch_tokens`` (this rank's, this micro-batch),
     ``num_microbatches`` (m, gradient-accumulation steps), ``max_norm``, ``microbatch`` (the index of the micro-batch
-    being run, 0 to m - 1; 0 outside the micro-batch loop)."""
+    being run, 0 to m - 1; 0 outside the micro-batch loop), ``token_loss`` (the target's ``loss`` hook, which the
+    default ``loss_fn`` weighs; None: :func:`cross_entropy_sum`). In the reference step ``info`` describes one
+    device: every degree 1, ``mesh`` None, one micro-batch holding every token of the step."""
 
     layout: Any
     mesh: Any
@@ -64,13 +95,37 @@ class StepInfo:
     num_microbatches: int
     max_norm: float
     microbatch: int = 0
+    token_loss: Callable | None = None
+
+
+def token_ids(tokens: Any, labels: Any, info: StepInfo) -> Any:
+    """The default ``batch`` hook: the token ids, the forward's one argument (``model(tokens)``)."""
+    return tokens
+
+
+def cross_entropy_sum(output: Any, labels: Any, info: StepInfo) -> Any:
+    """The default ``loss`` hook: ``output`` is the logits ``(b, s, vocab)``; the sum of the per-token
+    cross-entropies over the labels that are not ``IGNORE_INDEX`` (``reduction="sum"``)."""
+    from distcheck.parallel.step.model import token_loss_sum
+
+    return token_loss_sum(output, labels)
+
+
+def call_model(model: Any, inputs: Any) -> Any:
+    """``model`` called on a ``batch`` hook's ``inputs``: a dict as keywords, a tuple as positional arguments,
+    anything else as the one argument."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, tuple):
+        return model(*inputs)
+    return model(inputs)
 
 
 def token_mean_loss(logits: Any, labels: Any, info: StepInfo) -> Any:
-    """``sum of the micro-batch's per-token losses * dp / global_tokens`` (module doc)."""
-    from distcheck.parallel.step.model import token_loss_sum
-
-    return token_loss_sum(logits, labels) * info.layout.dp / info.global_tokens
+    """``sum of the micro-batch's per-token losses * dp / global_tokens`` (module doc): the sum is the target's
+    ``loss`` hook's (``info.token_loss``) of the model's output, by default the cross-entropy of the logits."""
+    loss = info.token_loss or cross_entropy_sum
+    return loss(logits, labels, info) * info.layout.dp / info.global_tokens
 
 
 def dp_groups(mesh: Any) -> list:
@@ -137,8 +192,12 @@ def as_float(value: Any) -> float:
 @dataclass(frozen=True)
 class StepTarget:
     """A ``training-step`` target with its own hooks: ``parallelize(model, mesh, layout) -> model`` and any of
-    ``loss_fn``, ``report_loss``, ``clip_grad_norm``, ``accumulate``, ``backward`` (module doc; the defaults when
-    left out), and ``axes``, the mesh dims it parallelizes (a tuple, a subset of :data:`AXES`; empty: all four).
+    ``loss_fn``, ``report_loss``, ``clip_grad_norm``, ``accumulate``, ``backward``, ``batch``, ``loss`` (module doc;
+    the defaults when left out), ``axes``, the mesh dims it parallelizes (a tuple, a subset of :data:`AXES`; empty:
+    all four, or all but ``pp`` for a user model), and the user's own model: ``model``, a factory
+    ``model(config) -> nn.Module`` (None: distcheck's tiny Llama), and ``config``, what the factory is called
+    with (None: the sizes drawn for the layout, a ``TinyConfig``; given: it must have ``vocab_size``, and is
+    shipped to the ranks inside each example, so it must pickle).
     The StepTarget itself must be a module-level object: each rank imports it again by its reference
     (``module:NAME``); its hooks may be any callables taking their arguments (module functions, lambdas,
     ``functools.partial``)."""
@@ -150,13 +209,18 @@ class StepTarget:
     accumulate: Callable = no_accumulate
     backward: Callable = loss_backward
     axes: tuple[str, ...] = ()
+    model: Callable | None = None
+    config: Any = None
+    batch: Callable = token_ids
+    loss: Callable = cross_entropy_sum
 
-    #: (field, number of arguments) of every hook
+    #: (field, number of arguments) of every hook (``model`` only when given)
     HOOKS = (("parallelize", 3), ("loss_fn", 3), ("report_loss", 3), ("clip_grad_norm", 3), ("accumulate", 2),
-             ("backward", 3))
+             ("backward", 3), ("model", 1), ("batch", 3), ("loss", 3))
 
     @property
     def loop_hooks(self) -> tuple[str, ...]:
-        """The micro-batch loop's hooks this target replaces (``accumulate``, ``backward``)."""
-        return tuple(n for n, d in (("accumulate", no_accumulate), ("backward", loss_backward))
-                     if getattr(self, n) is not d)
+        """The micro-batch loop's hooks this target replaces (``accumulate``, ``backward``, ``batch``, ``loss``):
+        under pp > 1 the pipeline schedule runs the forwards, the loss and the backwards itself."""
+        return tuple(n for n, d in (("accumulate", no_accumulate), ("backward", loss_backward), ("batch", token_ids),
+                                    ("loss", cross_entropy_sum)) if getattr(self, n) is not d)

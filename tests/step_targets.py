@@ -1,0 +1,86 @@
+"""``training-step`` targets with their own models, for tests/test_step_own_model.py (imported by reference on
+every rank, so module-level; torch imported at the top: only the world tests and the ranks import this module).
+
+* ``OWN_LOSS``: a model in Hugging Face's causal-LM shape, ``forward(input_ids, labels=None)`` returning
+  ``(loss, logits)`` as a named tuple, ``loss`` the token mean over its micro-batch; the ``batch`` hook passes
+  the labels as a keyword, the ``loss`` hook gives distcheck the sum back (``out.loss * microbatch_tokens``),
+  FSDP2 over the dp ranks. ``OWN_LOSS_MEAN_OF_MEANS`` backpropagates the model's mean as it is (over the
+  micro-batches, times dp for FSDP2's average): the mean of per-micro-batch means.
+* ``SHORT``: a user config with a vocabulary of 5 and sequences of at most 4 tokens (only its cases are drawn).
+* ``PID_SEEDED``: a factory whose weights depend on the process (a generator seeded by the pid): every rank
+  and the reference must still start from one set of weights (rank 0's, broadcast).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from distcheck.parallel.step import StepTarget, build_model, token_loss_sum
+
+CausalLMOutput = namedtuple("CausalLMOutput", "loss logits")
+
+
+class LMWithLoss(nn.Module):
+    """distcheck's tiny Llama inside a module that computes its own loss when given labels: the mean
+    cross-entropy over the non-ignored labels (Hugging Face's ``labels=`` without ``num_items_in_batch``)."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.lm = build_model(config)
+
+    def forward(self, input_ids, labels=None):
+        logits = self.lm(input_ids)
+        if labels is None:
+            return CausalLMOutput(None, logits)
+        return CausalLMOutput(token_loss_sum(logits, labels) / (labels != -100).sum(), logits)
+
+
+def fsdp(model, mesh, layout):
+    from torch.distributed.fsdp import fully_shard
+
+    return fully_shard(model, mesh=mesh["dp_replicate", "dp_shard"])
+
+
+def labels_as_keyword(tokens, labels, info):
+    return {"input_ids": tokens, "labels": labels}
+
+
+def mean_times_tokens(output, labels, info):
+    return output.loss * info.microbatch_tokens
+
+
+def mean_of_means(output, labels, info):
+    return output.loss * info.layout.dp / info.num_microbatches
+
+
+_DP = ("dp_replicate", "dp_shard")
+OWN_LOSS = StepTarget(fsdp, model=LMWithLoss, batch=labels_as_keyword, loss=mean_times_tokens, axes=_DP)
+OWN_LOSS_MEAN_OF_MEANS = StepTarget(fsdp, model=LMWithLoss, batch=labels_as_keyword, loss=mean_times_tokens,
+                                    loss_fn=mean_of_means, axes=_DP)
+
+
+def pid_seeded(config):
+    """The tiny Llama with every weight drawn from a generator seeded by this process's id."""
+    model = build_model(config)
+    gen = torch.Generator().manual_seed(os.getpid())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) / p.shape[-1] ** 0.5)
+    return model
+
+
+PID_SEEDED = StepTarget(fsdp, model=pid_seeded, axes=_DP)
+
+
+@dataclass(frozen=True)
+class ShortConfig:
+    vocab_size: int = 5
+    block_size: int = 4
+
+
+SHORT = StepTarget(fsdp, model=LMWithLoss, config=ShortConfig(), axes=_DP + ("tp",))
