@@ -148,7 +148,8 @@ ALL_GATHER_PADDED = register(ClosedForm(
 # --- time of a ring collective: alpha-beta, NCCL's latency model (src/graph/tuning.cc)
 
 #: NCCL 2.30's tuning constants for the ring algorithm and the Simple protocol, in seconds (src/graph/tuning.cc:
-#: baseLatencies Ring Simple 8.4 us; hwLatencies NVLINK Ring Simple 3.4 us, NET Ring Simple 14.0 us)
+#: baseLatencies Ring Simple 8.4 us; hwLatencies NVLINK Ring Simple 3.4 us, NET Ring Simple 14.0 us); the same
+#: figures as distcheck.parallel.comm.ideal.NCCL_LATENCY_S (the planner's, without sympy; a test holds them equal)
 NCCL_LATENCY_S = {"base": Fraction(84, 10**7), "intra": Fraction(34, 10**7), "inter": Fraction(14, 10**6)}
 
 _nodes = Input("nodes", "nodes the group spans (1: inside one node)", "nodes", default=1)
