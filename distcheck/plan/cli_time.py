@@ -38,7 +38,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, ...]:
     from distcheck.core.errors import ConfigError
     from distcheck.core.validate import check_positive_int
     from distcheck.plan import Hardware, Workload, resolve_model
-    from distcheck.plan.hardware import accelerator, parse_overrides
+    from distcheck.plan.hardware import accelerator, parse_figure, parse_overrides
     from distcheck.plan.steptime import Assumptions, parse_overlap
 
     if args.params is not None:
@@ -53,7 +53,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, ...]:
         if value is not None:
             if figure in overrides:
                 raise ConfigError(flag, value, f"repeats --hw {figure}: give one of the two")
-            overrides[figure] = str(value)
+            overrides[figure] = parse_figure(figure, str(value), flag)
     acc = accelerator(args.hardware, overrides)
     hardware = Hardware(gpus=args.gpus, gpu_memory=acc.hbm_bytes, gpus_per_node=acc.gpus_per_node,
                         reserve=args.reserve)
@@ -123,6 +123,20 @@ def _highlights(p: TimePlan, shown: int) -> list[int]:
     return sorted(keep)
 
 
+def _figure_text(figure: str, value: Any) -> str:
+    """A catalogue figure in its usual unit: '989.5 TFLOP/s', '80 GB', '450 GB/s', '8.4 us', '8'."""
+    v = float(Fraction(value))
+    if figure == "peak_flops":
+        return f"{v / 1e12:,.1f} TFLOP/s"
+    if figure == "hbm_bytes":
+        return f"{v / 1e9:,.4g} GB"
+    if figure.endswith("bandwidth"):
+        return f"{v / 1e9:,.4g} GB/s"
+    if figure.startswith("latency"):
+        return f"{v * 1e6:,.4g} us"
+    return str(value)
+
+
 def _tables(p: TimePlan) -> list[Table]:
     from distcheck.reportdoc import Table
 
@@ -134,7 +148,7 @@ def _tables(p: TimePlan) -> list[Table]:
                     tuple((str(i + 1), r) for i, r in sorted(p.reasons.items())))
     acc = p.accelerator
     hw = Table(f"Hardware: {acc.title}", ("figure", "value", "source"),
-               tuple((f, str(_exact(getattr(acc, f))), acc.source(f)) for f in dict(acc.sources)))
+               tuple((f, _figure_text(f, getattr(acc, f)), acc.source(f)) for f in dict(acc.sources)))
     return [ranked, reasons, hw]
 
 

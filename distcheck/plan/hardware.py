@@ -28,7 +28,7 @@ from distcheck.core.units import parse_bandwidth, parse_bytes, parse_flop_rate, 
 from distcheck.core.validate import check_choice, check_positive_int
 from distcheck.parallel.comm.ideal import NCCL_LATENCY_S
 
-__all__ = ["Accelerator", "ACCELERATORS", "FIGURES", "accelerator", "parse_overrides"]
+__all__ = ["Accelerator", "ACCELERATORS", "FIGURES", "accelerator", "parse_overrides", "parse_figure"]
 
 #: the figures of an entry that a user may override, with the unit each is written in
 FIGURES = {
@@ -125,10 +125,9 @@ def _parse_figure(key: str, value: Any) -> int | Fraction:
     if isinstance(value, str):
         text = value.strip()
         if key == "gpus_per_node":
-            try:
-                return check_positive_int(key, int(text))
-            except ValueError:
-                raise ConfigError(key, value, "must be a whole number of GPUs") from None
+            if not text.isdigit():
+                raise ConfigError(key, value, "must be a whole number of GPUs")
+            return check_positive_int(key, int(text))
         if key == "peak_flops":
             return parse_flop_rate(text, key)
         if key == "hbm_bytes":
@@ -162,8 +161,19 @@ def parse_overrides(items: Sequence[str] | None) -> dict[str, int | Fraction]:
             raise ConfigError("--hw", key, f"is not a figure of the hardware catalogue ({', '.join(FIGURES)})")
         if key in out:
             raise ConfigError("--hw", key, "is given twice")
-        out[key] = _parse_figure(key, value)
+        out[key] = parse_figure(key, value, f"--hw {key}")
     return out
+
+
+def parse_figure(key: str, value: Any, field: str | None = None) -> int | Fraction:
+    """One figure of :data:`FIGURES` from a string with its unit (or an exact number in the figure's unit).
+    Raises ConfigError naming ``field`` (default: ``key``) when it does not parse or is out of range."""
+    try:
+        return _parse_figure(key, value)
+    except ConfigError as exc:
+        if field is None or exc.field == "--hw":
+            raise
+        raise ConfigError(field, value, exc.rule) from None
 
 
 def _gbs(x: int | str) -> Fraction:
