@@ -95,3 +95,28 @@ def test_forms_refuse_out_of_domain_inputs():
         get("flops.utilization").evaluate(achieved_flops_per_gpu=1, peak_flops=0)
     with pytest.raises(ConfigError, match="busbw"):
         get("comm.time_s.ring.all_reduce").evaluate(size_bytes=1, n=2, busbw=-1)
+
+
+def test_throughput_claims_are_read_in_their_units():
+    from distcheck.audit import audit_key, parse_key
+    from distcheck.audit.claim_units import unit_factor
+
+    assert unit_factor("flops_per_second", "TFLOP/s") == 10**12 == unit_factor("flops_per_second", "TFLOPS")
+    assert unit_factor("flops", "PFLOPs") == 10**15 and unit_factor("seconds", "ms") == F(1, 1000)
+    assert unit_factor("tokens_per_second", "M tokens/s") == 10**6 and unit_factor("gpu_hours", "M GPU-hours") == 10**6
+    with pytest.raises(ConfigError, match="does not measure"):
+        unit_factor("flops_per_second", "TFLOPs")  # a count of FLOPs is not a rate
+    text = '[meta]\ntitle = "t"\nsource = "s"\n' + "".join(
+        f'\n[[claim]]\nid = "c{i}"\nquantity = "{q}"\ninputs = {inputs}\nclaimed = {claimed}\nunit = "{unit}"\n'
+        for i, (q, inputs, claimed, unit) in enumerate([
+            ("flops.achieved_per_gpu", "{ flops_per_token = 428e9, tokens_per_second = 1e6, gpus = 1024 }",
+             '"~418"', "TFLOP/s"),
+            ("flops.tokens_per_second", "{ tokens_per_step = 4194304, step_time_s = 8 }", '"0.52"', "M tokens/s"),
+            ("flops.compute_time_s", '{ flops = 1e15, peak_flops = "1000 TFLOP/s", efficiency = 0.5 }', 2000, "ms"),
+            ("flops.gpu_hours", '{ tokens = 15e12, flops_per_token = 6e9, peak_flops = "1000 TFLOP/s", mfu = 0.5 }',
+             '"0.05"', "M GPU-hours"),
+            ("flops.model_per_token", "{ params = 1e9, num_layers = 2, seq_len = 1024, attention_width = 512 }",
+             '"6.01"', "GFLOPs"),
+        ]))
+    verdicts = [v.verdict for v in audit_key(parse_key(text, "k.toml")).claims]
+    assert verdicts == ["holds"] * 5, verdicts

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 #: the columns of the ranking (table, Markdown, HTML)
 COLUMNS = ("#", "tp", "cp", "pp", "dp", "ZeRO", "m", "step s", "compute s", "tp s", "cp s", "pp s", "dp s",
-           "bubble s", "tokens/s", "MFU", "HFU", "GB/GPU", "crosses")
+           "bubble s", "hidden s", "tokens/s", "MFU", "HFU", "GB/GPU", "crosses")
 #: the most bars the figure draws (the shown layouts, and the fastest that crosses a node)
 MAX_BARS = 40
 
@@ -71,11 +71,16 @@ def _s(x: Fraction) -> str:
     return f"{float(x):,.3f}"
 
 
+def _hidden(st: StepTime) -> Fraction:
+    """Seconds of communication the assumed overlaps hide (not part of the step)."""
+    return sum((x.seconds - x.exposed for x in st.axes.values()), Fraction(0))
+
+
 def _row(i: int, st: StepTime) -> list[str]:
     lay, t = st.layout, st.terms
     return [str(i), str(lay.tp), str(lay.cp), str(lay.pp), str(lay.dp), str(lay.zero), str(st.num_microbatches),
             _s(st.seconds), _s(t["compute"]), _s(t["tp"]), _s(t["cp"]), _s(t["pp"]), _s(t["dp"]), _s(t["bubble"]),
-            f"{float(st.tokens_per_second):,.0f}", f"{float(st.mfu):.1%}", f"{float(st.hfu):.1%}",
+            _s(_hidden(st)), f"{float(st.tokens_per_second):,.0f}", f"{float(st.mfu):.1%}", f"{float(st.hfu):.1%}",
             f"{float(Fraction(st.estimate.total)) / 1e9:,.2f}", ",".join(st.crossing) or "-"]
 
 
@@ -83,7 +88,7 @@ def _layout_json(i: int, st: StepTime, reason: str | None) -> dict:
     return {
         "rank": i, "layout": st.layout.as_dict(), "label": st.layout.label, "num_microbatches": st.num_microbatches,
         "tokens_per_step": st.tokens_per_step, "step_time_s": _exact(st.seconds),
-        "terms_s": {k: _exact(v) for k, v in st.terms.items()},
+        "terms_s": {k: _exact(v) for k, v in st.terms.items()}, "hidden_s": _exact(_hidden(st)),
         "tokens_per_second": _exact(st.tokens_per_second), "mfu": _exact(st.mfu), "hfu": _exact(st.hfu),
         "model_flops_per_token": _exact(st.model_flops_per_token),
         "hardware_flops_per_token": _exact(st.hardware_flops_per_token),
@@ -142,8 +147,9 @@ def _tables(p: TimePlan) -> list[Table]:
 
     ranked = Table("The layouts that fit, ranked by step time", COLUMNS,
                    tuple(tuple(_row(i, st)) for i, st in enumerate(p.ranked, 1)),
-                   note="seconds per step by term, after overlap; m = micro-batches per replica at the global "
-                        "batch; crosses = the axes whose groups span nodes")
+                   note="seconds per step by term, after overlap; hidden = communication the assumed overlaps hide "
+                        "(not in the step); m = micro-batches per replica at the global batch; crosses = the axes "
+                        "whose groups span nodes")
     reasons = Table("Layouts whose TP or CP crosses a node", ("#", "why"),
                     tuple((str(i + 1), r) for i, r in sorted(p.reasons.items())))
     acc = p.accelerator
