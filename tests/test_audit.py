@@ -440,6 +440,10 @@ CONVENTION_CASES = [
     # PaLM 540B's MFU with 6N alone: 6 x 540.35e9 x 238,300 / (6144 x 275e12) = 45.73% (46.23% with attention)
     ("6N alone: the attention term 12 L H Q T left out (Kaplan et al. 2020's C = 6N per token)", "flops.mfu.palm",
      _PALM, "45.7", "%", Fraction(6 * 540_350_000_000 * 238_300 * 100, 6144 * 275 * 10**12)),
+    # the same with the forward counted twice (8N + 16LHQT): 61.64%
+    ("hardware FLOPs: the whole forward counted again (full recomputation, 8N + 16 L H Q T; an HFU)",
+     "flops.mfu.palm", _PALM, "61.6", "%",
+     Fraction((8 * 540_350_000_000 + 16 * 118 * 48 * 256 * 2048) * 238_300 * 100, 6144 * 275 * 10**12)),
     # 430 TFLOP/s of an H100 (989.5 dense): 43.46%; against the sparse 1,979: 21.73%
     ("peak read as the datasheet's figure with 2:4 structured sparsity (twice the dense peak)", "flops.utilization",
      "{ achieved_flops_per_gpu = 430e12, peak_flops = 989.5e12 }", "21.7", "%", Fraction(430 * 100, 1979)),

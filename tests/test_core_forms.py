@@ -630,6 +630,10 @@ def _flops_checks():
             fwd = flops.forward_flops_per_token(cfg, s)
             no_core = 3 * (sum(fwd.values()) - fwd["scores"] - fwd["context"])
             yield "flops.mfu.palm", dict(palm, attention=0), flops.mfu(no_core, tps, gpus, peak)
+            # the whole forward again, head included (PaLM's 2N): an HFU under full recomputation
+            yield "flops.mfu.palm", dict(palm, recompute=1), flops.hfu(model + sum(fwd.values()), tps, gpus, peak)
+            yield ("flops.mfu.palm", dict(palm, recompute=1, attention=0),
+                   flops.hfu(no_core + sum(fwd.values()) - fwd["scores"] - fwd["context"], tps, gpus, peak))
             yield ("flops.achieved_per_gpu", dict(flops_per_token=model, tokens_per_second=tps, gpus=gpus),
                    flops.mfu(model, tps, gpus, peak) * peak)
             yield ("flops.utilization", dict(achieved_flops_per_gpu=F(model) * tps / gpus, peak_flops=peak),

@@ -260,6 +260,10 @@ _ATTENTION_FLOPS = Axis("attention FLOPs counted or left out", (Variant(
     "6N alone: the attention term 12 L H Q T left out (Kaplan et al. 2020's C = 6N per token)", "attention = 0",
     set={"attention": Fraction(0)}),))
 
+_RECOMPUTED = Axis("model or hardware FLOPs (recomputation counted)", (Variant(
+    "hardware FLOPs: the whole forward counted again (full recomputation, 8N + 16 L H Q T; an HFU)",
+    "recompute = 1", set={"recompute": Fraction(1)}),))
+
 _PEAK_SPARSITY = Axis("peak FLOP/s dense or with 2:4 sparsity", (
     Variant("peak read as the datasheet's figure with 2:4 structured sparsity (twice the dense peak)",
             "peak_flops x 2", scale={"peak_flops": Scale(Fraction(2))}),
@@ -315,6 +319,7 @@ def _build() -> tuple[tuple[str, Axis], ...]:
             quantity="comm.busbw.all_reduce"),))),
     ]
     rows.append(("flops.mfu.palm", _ATTENTION_FLOPS))
+    rows.append(("flops.mfu.palm", _RECOMPUTED))
     for name in ("flops.mfu", "flops.hfu", "flops.mfu.palm", "flops.utilization"):
         rows.append((name, _PEAK_SPARSITY))
     for s in range(4):

@@ -134,16 +134,18 @@ N_in = Input("params", "parameters N (PaLM counts every parameter; its embedding
 H_in = Input("num_heads", "query heads H", "count")
 Q_in = Input("head_dim", "width of one head Q", "elements")
 att_in = Input("attention", "1: the attention term 12 L H Q T counted; 0: 6N alone", kind="flag", default=1)
-N, H, Q, att = (i.symbol for i in (N_in, H_in, Q_in, att_in))
+rec_in = Input("recompute", "1: the whole forward counted again, 2N + 4 L H Q T (full recomputation: hardware "
+               "FLOPs, HFU); 0: model FLOPs", kind="flag", default=0)
+N, H, Q, att, rec = (i.symbol for i in (N_in, H_in, Q_in, att_in, rec_in))
 
 MFU_PALM = register(ClosedForm(
     name="flops.mfu.palm",
-    expr=(6 * N + att * 12 * L * H * Q * s) * tps / (g * peak),
-    inputs=(N_in, L_in, H_in, Q_in, s_in, tps_in, g_in, peak_in, att_in),
+    expr=(6 * N + att * 12 * L * H * Q * s + rec * (2 * N + att * 4 * L * H * Q * s)) * tps / (g * peak),
+    inputs=(N_in, L_in, H_in, Q_in, s_in, tps_in, g_in, peak_in, att_in, rec_in),
     unit="fraction",
     source=_PALM,
     description="MFU as PaLM computes it: (6N + 12 L H Q T) x tokens per second / (chips x peak FLOP/s), "
-                "T = seq_len",
+                "T = seq_len; with recompute = 1 the forward counted twice, 8N + 16 L H Q T (an HFU)",
 ))
 
 ach_in = Input("achieved_flops_per_gpu", "FLOP/s one GPU achieves (model or hardware FLOPs, as the source "
