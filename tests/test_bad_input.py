@@ -170,7 +170,8 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("plan memory --figure", [*MEMORY, "--figure", "chart.txt"], "figure", False),
     ("plan memory --report", [*MEMORY, "--report", "{file}"], "plain.txt", False),
     # ---- plan time
-    ("plan time --model", [*TIME[:2], "--gpus", "8", "--model", "mixtral-8x7b"], "model", False),
+    ("plan time --model", [*TIME[:2], "--gpus", "8", "--model", "gpt-9"], "model", False),
+    ("plan time --model", [*TIME[:2], "--gpus", "8", "--model", "mixtral-8x7b"], "is a mixture-of-experts", False),
     ("plan time --params", [*TIME[:2], "--gpus", "8", "--params", "13e9"], "--params", False),
     ("plan time --hidden-size", [*TSHAPE, "--hidden-size", "0"], "hidden_size", False),
     ("plan time --num-layers", [*TSHAPE, "--num-layers", "0"], "num_layers", False),

@@ -644,6 +644,19 @@ def _flops_checks():
                    F(model) / (peak * F(3, 5)))
         for tokens, step in ((2048, F(1, 3)), (10**6, F(27, 10))):
             yield "flops.tokens_per_second", dict(tokens_per_step=tokens, step_time_s=step), tokens / step
+    from distcheck.parallel import ep
+
+    for moe, (heads, qk, v) in flops.MOE_ATTENTION.items():  # P the active matmul weights; W the mean head width
+        layers, head = flops.moe_matmul_params(moe)
+        for s in (1, 4096):
+            yield ("flops.model_per_token", dict(params=layers + head, num_layers=moe.num_layers, seq_len=s,
+                                                 attention_width=F(heads * (qk + v), 2)),
+                   flops.moe_training_flops_per_token(moe, s).model)
+    small = ep.MoEConfig(vocab_size=40, h=16, num_layers=3, dense_layers=1, dense_ffn=24, num_experts=4, k=2,
+                         shared_experts=1, expert_ffn=8, attention_shapes=((16, 16), (16, 8), (16, 8), (16, 16)))
+    layers, head = flops.moe_matmul_params(small)
+    yield ("flops.recompute_per_token.full", dict(layer_params=layers, num_layers=3, seq_len=32, attention_width=16),
+           flops.moe_training_flops_per_token(small, 32, "full", attention=(4, 4, 4)).recompute)
     for h, L, a, V, s, batch in product((32, 48), (1, 3), (2, 4), (10, 64), (16, 64), (1, 3)):
         gpt = TransformerConfig(hidden_size=h, num_layers=L, ffn_hidden_size=4 * h, num_heads=a, vocab_size=V,
                                 swiglu=False, norm="layer")

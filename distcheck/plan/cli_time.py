@@ -39,8 +39,13 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, ...]:
     from distcheck.core.validate import check_positive_int
     from distcheck.plan import Hardware, Workload, resolve_model
     from distcheck.plan.hardware import accelerator, parse_figure, parse_overrides
+    from distcheck.plan.moe import resolve_moe
     from distcheck.plan.steptime import Assumptions, parse_overlap
 
+    if args.model is not None and resolve_moe(args.model) is not None:
+        raise ConfigError("--model", args.model, "is a mixture-of-experts model: plan time times dense models (its "
+                                                 "FLOPs: distcheck.parallel.flops.moe_training_flops_per_token; its "
+                                                 "memory: plan memory)")
     if args.params is not None:
         raise ConfigError("--params", args.params, "has no shape, and a step time needs one: give --model or the "
                                                    "shape (--hidden-size, --num-layers, ...)")
