@@ -425,6 +425,11 @@ def _cp_checks():
                 yield "cp.causal_work.contiguous", dict(s=s, cp=cp_, rank=r), w
             yield "cp.causal_work.contiguous.max", dict(s=s, cp=cp_), max(contiguous)
             yield "cp.causal_work.imbalance.contiguous", dict(s=s, cp=cp_), max(contiguous) / mean
+            block = s // (2 * cp_)
+            for n in cpr.blockwise_scores(cpr.load_balanced_positions(s, cp_), block):
+                yield "cp.scores_per_rank.balanced", dict(s=s, cp=cp_), n
+            for r, n in enumerate(cpr.blockwise_scores(cpr.contiguous_positions(s, cp_), block)):
+                yield "cp.scores_per_rank.contiguous", dict(s=s, cp=cp_, rank=r), n
 
 
 def _bandwidth_checks():
