@@ -692,3 +692,15 @@ def test_cli_exits_1_on_a_wrong_claim_and_writes_json(tmp_path):
     data = json.loads(proc.stdout)
     assert [c["verdict"] for c in data[0]["claims"]] == ["holds", "wrong"]
     assert data[0]["claims"][1]["computed"] == {"exact": "3/7", "approx": 3 / 7}
+
+
+def test_the_closest_alternative_of_a_wrong_figure_is_a_single_convention():
+    # 1e9 params, 9.5 GB: no reading reproduces it; 8-bit Adam's 10 GB read as GiB (9.31 GiB) is nearer than any
+    # single reading, but a combination of two conventions is named only when it reproduces the figure
+    v = one(key(claim("a", "memory.train_state_bytes", "{ params = 1e9 }", "9.5", "GB")))
+    assert v.verdict == "wrong"
+    assert [a["convention"] for a in v.alternatives] == ["10 B/param (8-bit Adam moments)"]
+    assert v.alternatives[0]["value"] == 10 and "closest: 10 B/param (8-bit Adam moments) -> 10 GB" in v.explanation
+    # a combination that reproduces the figure within its rounding is still found: 9.31 GiB printed as 9.3 GB
+    both = one(key(claim("a", "memory.train_state_bytes", "{ params = 1e9 }", "9.3", "GB")))
+    assert both.verdict != "wrong" and any(" + " in a["convention"] for a in both.alternatives), both.explanation

@@ -381,7 +381,7 @@ def _one_component(q: qmod.Quantity, values: dict, value: Exact, c: Claim, aroun
 def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: dict[str, Fraction] | None = None,
             extra: dict | None = None) -> tuple[list[tuple[str, Exact, str, RoundingReading | None]],
                                                 tuple[str, Exact, str] | None]:
-    """(reproducing [(names, value, unit, rounding)] at the fewest changes, closest (names, value, unit) or None).
+    """(reproducing [(names, value, unit, rounding)] at the fewest changes, closest single change or None).
 
     ``value`` is in ``unit``: the claim's unit, or the unit a "GB read as GiB" variant reads it in; ``rounding`` is
     None when the value at the printed inputs reproduces the figure, else how the rounding of the inputs printed
@@ -425,7 +425,7 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: 
                 # the figure read in `unit` is claimed (in that unit); compare there, report in the claim's unit
                 name = " + ".join(v.name for v in variants)
                 d = _distance(value_in, c.claimed)
-                if best is None or d < best:
+                if k == 1 and (best is None or d < best):  # a combination is offered only when it reproduces
                     best, closest = d, (name, value_in, unit)
                 if _matches(value_in, c.claimed, c.step):
                     matches.append((name, value_in, unit, None))
