@@ -149,9 +149,9 @@ def check_splits(phase: str, a: list[list[int]], b: list[list[int]], row_bytes: 
         ranks.append(r)
         out = sum(send) - send[r]
         back = sum(recv) - recv[r]
-        bad.append(f"rank {r}: {_show(mine)}; the split sizes give the dispatch sent {list(send)} B / received "
-                   f"{list(recv)} B and the combine the reverse ({out} B and {back} B to the other ranks: "
-                   f"{a[r]} and {b[r]} rows of {row_bytes} B)")
+        bad.append(f"rank {r}: {_show(mine)}; the split sizes give the dispatch sent {list(send)} B, received "
+                   f"{list(recv)} B, and the combine the reverse (rows {a[r]} out, {b[r]} in, of {row_bytes} B; "
+                   f"{out} B sent to the other ranks and {back} B received from them)")
     if not bad:
         return Outcome(True, max_error=0.0, bound=0.0)
     return Outcome(False, bound=0.0, ranks=tuple(ranks),
