@@ -207,3 +207,17 @@ def test_dropless_example_certified_on_four_ranks():
         warnings.simplefilter("ignore")
         certify("examples.my_moe:make_dropless", "moe-layer", pool=pool, seed=0, examples=8,
                 options={"dropless": True}).assert_certified()
+
+
+def test_dropless_split_sizes_are_recorded_on_the_threaded_backend_too():
+    # torch.distributed calls the threaded group's all_to_all_single past the dispatcher: the recorder hooks it
+    pytest.importorskip("torch")
+    from distcheck.certify.engine import certify
+
+    good = certify("examples.my_moe:make_dropless", "moe-layer", world_sizes=[2], backend="threaded", seed=0,
+                   examples=5, dtypes=("float32",), options={"dropless": True})
+    good.assert_certified()
+    padded = certify("examples.my_moe:make_dropless_padded", "moe-layer", world_sizes=[2], backend="threaded",
+                     seed=0, examples=5, dtypes=("float32",), options={"dropless": True})
+    assert {v.property for v in padded.verdicts if v.verdict == FAIL} == {"all_to_all.forward",
+                                                                          "all_to_all.backward"}

@@ -14,8 +14,9 @@ data all-to-all is an ``all_to_all_single`` with ``input_split_sizes`` and ``out
 So each phase's data all-to-alls on rank r are, as a multiset of (bytes sent to each rank, bytes received from
 each rank), ``{(a_r h B, b_r h B), (b_r h B, a_r h B)}``, B the bytes of one element; the bytes a rank sends to
 the others are the sums less its own split. Integer collectives (the counts) are not data and are not part of
-these rows. :func:`split_recorder` records every all-to-all's split sizes in bytes (torch's dispatcher: gloo and
-NCCL worlds); :func:`expected_splits` computes ``a`` and ``b`` from the reference's routing.
+these rows. :func:`split_recorder` records every all-to-all's split sizes in bytes (from torch's dispatcher on
+gloo and NCCL worlds, from the process group's methods on the threaded backend); :func:`expected_splits`
+computes ``a`` and ``b`` from the reference's routing.
 
 A rank whose experts receive no rows still takes part in every all-to-all, forward and backward: its combine's
 input must stay in the autograd graph (an expert run on zero rows is), or its backward issues no all-to-all and
@@ -27,6 +28,7 @@ wrong split sizes show as wrong outputs or a rank that died, never as a hang.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -98,9 +100,66 @@ def _bytes(t: Any, sizes: Sequence[int], group: int) -> tuple[int, ...]:
     return tuple([rows // group * row] * group)
 
 
+_TLS = threading.local()
+_THREADED: dict[str, bool] = {"installed": False}
+_LOCK = threading.Lock()
+
+
+def _stack() -> list:
+    stack = getattr(_TLS, "stack", None)
+    if stack is None:
+        stack = _TLS.stack = []
+        _TLS.depth = 0
+    return stack
+
+
+def _install_threaded_hooks() -> None:
+    """On the threaded backend ``torch.distributed`` calls the process group's methods directly, past the
+    dispatcher: wrap its ``all_to_all_single`` and ``alltoall`` once per process, recording into the innermost
+    recorder of the calling thread (unless the call is inside an op the dispatcher already recorded)."""
+    import torch.distributed as dist
+
+    if _THREADED["installed"] or not dist.is_initialized() or dist.get_backend() != "threaded":
+        return
+    from torch.testing._internal.distributed.multi_threaded_pg import ProcessLocalGroup
+
+    def record(args: tuple[Any, ...], single: bool) -> tuple[bool, Splits]:
+        size = dist.get_world_size()
+        if single:
+            out, inp, out_sizes, in_sizes = args[0], args[1], args[2] or [], args[3] or []
+            return inp.is_floating_point(), (_bytes(inp, in_sizes, size), _bytes(out, out_sizes, size))
+        outs, ins = args[0], args[1]
+        return (bool(ins) and ins[0].is_floating_point(),
+                (tuple(t.numel() * t.element_size() for t in ins), tuple(t.numel() * t.element_size() for t in outs)))
+
+    def wrap(method: str, single: bool) -> Any:
+        original = getattr(ProcessLocalGroup, method)
+
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            stack = _stack()
+            if stack and _TLS.depth == 0:
+                stack[-1].records.append(record(args, single))
+            _TLS.depth += 1
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                _TLS.depth -= 1
+
+        counted.__wrapped__ = original  # type: ignore[attr-defined]
+        return counted
+
+    with _LOCK:
+        if not _THREADED["installed"]:
+            for method, single in (("all_to_all_single", True), ("alltoall", False)):
+                if hasattr(ProcessLocalGroup, method):
+                    setattr(ProcessLocalGroup, method, wrap(method, single))
+            _THREADED["installed"] = True
+
+
 def split_recorder(world_size: int) -> Any:  # a factory: torch is imported lazily
     """A ``TorchDispatchMode`` whose ``records`` list every all-to-all run under it as
-    :func:`classify_split` gives it. Point-to-point and other collectives are not recorded."""
+    :func:`classify_split` gives it (on the threaded backend, from the process group's methods). Point-to-point
+    and other collectives are not recorded."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _Splits(TorchDispatchMode):
@@ -120,9 +179,32 @@ def split_recorder(world_size: int) -> Any:  # a factory: torch is imported lazi
             if any(t is DTensor or (isinstance(t, type) and issubclass(t, DTensor)) for t in types):
                 return NotImplemented
             hit = classify_split(func, args, world_size)
-            if hit is not None:
-                self.records.append(hit)
-            return func(*args, **kwargs)
+            if hit is None:
+                return func(*args, **kwargs)
+            self.records.append(hit)
+            _stack()
+            _TLS.depth += 1  # the threaded group's methods reached from here are this one op
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _TLS.depth -= 1
+
+        def __enter__(self) -> Any:
+            _stack().append(self)
+            try:
+                _install_threaded_hooks()
+                return super().__enter__()
+            except BaseException:
+                _stack().remove(self)
+                raise
+
+        def __exit__(self, *exc: object) -> Any:
+            try:
+                return super().__exit__(*exc)
+            finally:
+                stack = _stack()
+                if stack and stack[-1] is self:
+                    stack.pop()
 
     return _Splits()
 
