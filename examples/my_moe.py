@@ -28,6 +28,8 @@ outputs back::
         --world-sizes 2                 # fails: local experts numbered over the non-empty ones only
     distcheck certify examples.my_moe:make_dropless_padded --contract moe-layer --option dropless=true \\
         --world-sizes 2                 # fails the all-to-all rows only: padded to n rows per expert
+    distcheck certify examples.my_moe:make_dropless_no_graph --contract moe-layer --option dropless=true \\
+        --world-sizes 2 --timeout 10    # hangs: FAIL at the timeout, a rank stuck in the backward's all-to-all
 """
 
 from __future__ import annotations
@@ -138,7 +140,10 @@ class _AllToAllV(torch.autograd.Function):
 class DroplessMoE(MoE):
     """No capacity: every choice goes to its expert (module doc). ``bug``: ``"skip_empty"`` numbers the local
     experts over those that received rows only (a rank whose first expert got nothing runs the next one's rows
-    through it); ``"padded"`` sends (E, n, h) buffers, every expert padded to the n rows it could get."""
+    through it); ``"padded"`` sends (E, n, h) buffers, every expert padded to the n rows it could get;
+    ``"no_graph"`` skips the experts that received no rows, right otherwise, but a rank whose experts all got
+    nothing builds its combine's input outside the autograd graph: its backward issues no all-to-all and the
+    other ranks wait (a hang, not gloo's: gloo moves zero-length splits)."""
 
     def __init__(self, spec: Any, bug: str = "") -> None:
         super().__init__(spec)
@@ -165,13 +170,14 @@ class DroplessMoE(MoE):
             recv = got_counts.view(ep, m).sum(1).tolist()
             rows = _AllToAllV.apply(x[order // k], recv, send)       # by source rank, then local expert
             expert_of = torch.arange(ep * m).remainder(m).repeat_interleave(got_counts)
-            # the twin keeps its rows in the graph (rows * 0): a rank whose experts all got nothing would
-            # otherwise build its combine's input outside autograd and issue no backward all-to-all
-            outs = rows * 0 if self.bug else torch.zeros_like(rows)
+            # the skip_empty twin keeps its rows in the graph (rows * 0): a rank whose experts all got nothing
+            # would otherwise build its combine's input outside autograd and issue no backward all-to-all, the
+            # no_graph twin's hang
+            outs = rows * 0 if self.bug == "skip_empty" else torch.zeros_like(rows)
             ran = 0
             for i in range(m):
                 at = (expert_of == i).nonzero().reshape(-1)
-                if self.bug == "skip_empty" and at.numel() == 0:
+                if self.bug in ("skip_empty", "no_graph") and at.numel() == 0:
                     continue
                 w = ran if self.bug == "skip_empty" else i
                 outs = outs.index_put((at,), torch.relu(rows[at] @ self.w1[w]) @ self.w2[w])
@@ -236,6 +242,11 @@ def make_dropless_skip_empty(ctx: Any, spec: Any) -> DroplessMoE:
     """The known-wrong dropless twin: a local expert that received no rows is skipped and the next one's rows run
     through its weights (the experts numbered over the non-empty ones)."""
     return DroplessMoE(spec, bug="skip_empty")
+
+
+def make_dropless_no_graph(ctx: Any, spec: Any) -> DroplessMoE:
+    """Hangs where a rank's experts receive no rows: its backward skips the combine's all-to-all (class doc)."""
+    return DroplessMoE(spec, bug="no_graph")
 
 
 def make_dropless_padded(ctx: Any, spec: Any) -> DroplessMoE:

@@ -221,3 +221,20 @@ def test_dropless_split_sizes_are_recorded_on_the_threaded_backend_too():
                      seed=0, examples=5, dtypes=("float32",), options={"dropless": True})
     assert {v.property for v in padded.verdicts if v.verdict == FAIL} == {"all_to_all.forward",
                                                                           "all_to_all.backward"}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_rank_whose_experts_got_nothing_and_left_the_graph_hangs_in_the_backward():
+    # the hang a dropless layer can meet is the layer's, not gloo's: a rank whose experts received no rows builds its
+    # combine's input outside autograd, so its backward issues no all-to-all while the other ranks wait in theirs
+    pytest.importorskip("torch")
+    from distcheck.certify.engine import certify
+
+    cert = certify("examples.my_moe:make_dropless_no_graph", "moe-layer", world_sizes=[2], backend="gloo", seed=0,
+                   examples=10, dtypes=("float32",), options={"dropless": True}, timeout_s=10)
+    hung = [v for v in cert.verdicts if v.verdict == FAIL]
+    assert len(hung) == 1 and hung[0].hung and "step did not finish within timeout_s=10" in hung[0].failure
+    # the case that hung: one token per rank, both choosing expert 1 (rank 1's): rank 0's expert gets no rows
+    assert hung[0].counterexample.startswith("EPMoECase(ep=2, k=1, capacity_factor=inf")
+    assert "wg=[[0.0, 1.0]]" in hung[0].counterexample
