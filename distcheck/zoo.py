@@ -144,6 +144,10 @@ def discover(folder: Path | None = None, only: list[str] | None = None) -> dict[
     if root not in sys.path:
         sys.path.insert(0, root)
     package = folder.name
+    loaded = sys.modules.get(package)
+    if loaded is not None and str(folder) not in list(getattr(loaded, "__path__", [])):
+        for key in [k for k in sys.modules if k == package or k.startswith(f"{package}.")]:
+            del sys.modules[key]  # another folder of the same name was imported before: load this one
     if package not in sys.modules:
         spec = importlib.util.spec_from_file_location(package, folder / "__init__.py",
                                                       submodule_search_locations=[str(folder)])
@@ -154,10 +158,9 @@ def discover(folder: Path | None = None, only: list[str] | None = None) -> dict[
         spec.loader.exec_module(module)
     out: dict[str, Entry] = {}
     for n in (only or names):
-        module = importlib.import_module(f"{package}.{n}")
-        entry = getattr(module, "ENTRY", None)
-        check_entry(n, entry)
-        out[n] = entry
+        found = getattr(importlib.import_module(f"{package}.{n}"), "ENTRY", None)
+        check_entry(n, found)
+        out[n] = found
     return out
 
 
