@@ -87,8 +87,8 @@ class ZooRow:
         return bool(self.caught) and bool(self.certified)
 
 
-def check_entry(name: str, entry: Any) -> None:
-    """Raise ConfigError naming the field when ``entry`` (the ``ENTRY`` of ``zoo/<name>.py``) is incomplete or
+def check_entry(name: str, entry: Any) -> Entry:
+    """Return ``entry``; raise ConfigError naming the field when ``entry`` (the ``ENTRY`` of ``zoo/<name>.py``) is incomplete or
     its reference is not well formed."""
     if not isinstance(entry, Entry):
         raise ConfigError(f"zoo/{name}.py ENTRY", type(entry).__name__, "must be a distcheck.zoo.Entry")
@@ -116,6 +116,7 @@ def check_entry(name: str, entry: Any) -> None:
         raise ConfigError(f"zoo/{name}.py ENTRY.world_size", entry.world_size, "must be an integer >= 2")
     if not isinstance(entry.examples, int) or entry.examples < 1:
         raise ConfigError(f"zoo/{name}.py ENTRY.examples", entry.examples, "must be an integer >= 1")
+    return entry
 
 
 def default_folder() -> Path:
@@ -159,8 +160,7 @@ def discover(folder: Path | None = None, only: list[str] | None = None) -> dict[
     out: dict[str, Entry] = {}
     for n in (only or names):
         found = getattr(importlib.import_module(f"{package}.{n}"), "ENTRY", None)
-        check_entry(n, found)
-        out[n] = found
+        out[n] = check_entry(n, found)
     return out
 
 
