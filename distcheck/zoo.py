@@ -88,8 +88,8 @@ class ZooRow:
 
 
 def check_entry(name: str, entry: Any) -> Entry:
-    """Return ``entry``; raise ConfigError naming the field when ``entry`` (the ``ENTRY`` of ``zoo/<name>.py``) is incomplete or
-    its reference is not well formed."""
+    """Return ``entry``; raise ConfigError naming the field when ``entry`` (the ``ENTRY`` of ``zoo/<name>.py``)
+    is incomplete or its reference is not well formed."""
     if not isinstance(entry, Entry):
         raise ConfigError(f"zoo/{name}.py ENTRY", type(entry).__name__, "must be a distcheck.zoo.Entry")
     for f in ("reference", "url", "library", "versions", "bug_class", "contract", "property", "summary"):
