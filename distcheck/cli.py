@@ -205,7 +205,10 @@ def _run_zoo(args: argparse.Namespace) -> int:
     if args.list:
         print(zoo.metadata_markdown(entries), end="")
         return 0
-    rows = [zoo.run_entry(name, entry, seed=args.seed) for name, entry in entries.items()]
+    rows = []
+    for i, (name, entry) in enumerate(entries.items(), 1):
+        sys.stderr.write(f"distcheck zoo: [{i}/{len(entries)}] {name}\n")
+        rows.append(zoo.run_entry(name, entry, seed=args.seed))
     render = {"table": zoo.to_table, "markdown": zoo.to_markdown, "json": zoo.to_json}[args.format]
     text = render(rows)
     print(text, end="" if text.endswith("\n") else "\n")
