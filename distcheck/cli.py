@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from distcheck.core.cache import hypothesis_storage
 from distcheck.errors import DistcheckError
@@ -172,48 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     from distcheck.libs.cli import add_libs_parser  # `distcheck libs` (docs/LIBRARIES.md)
 
     add_libs_parser(sub, seed=_seed)
-    _add_zoo_parser(sub)
+    from distcheck.zoo.cli import add_zoo_parser  # `distcheck zoo` (docs/ZOO.md)
+
+    add_zoo_parser(sub, seed=_seed)
     return parser
-
-
-def _add_zoo_parser(sub: Any) -> None:
-    """``distcheck zoo`` (distcheck.zoo; the entries are the repository's zoo/ folder)."""
-    zoo = sub.add_parser(
-        "zoo",
-        help="reproduce public silent bugs of distributed training: each caught, each fixed twin certified",
-        description=(
-            "Run every entry of the zoo (zoo/ at the repository's root, one module per public report): certify "
-            "the buggy target, which must FAIL on the entry's property, and its fixed twin, which must certify. "
-            "Exit 0 only if every bug is caught and every twin certified."
-        ),
-    )
-    zoo.add_argument("--entry", "--only", action="append", dest="entry", metavar="NAME",
-                     help="run only this entry (repeatable)")
-    zoo.add_argument("--dir", type=Path, default=None, help="the zoo folder (default: ./zoo)")
-    zoo.add_argument("--seed", type=_seed, default=0, metavar="N", help="seed of the drawn examples (default 0)")
-    zoo.add_argument("--allow-skips", action="store_true",
-                     help="an entry whose library is not installed is a skip, not a failure")
-    zoo.add_argument("--list", action="store_true", help="print the entries' metadata (markdown) without running")
-    zoo.add_argument("--format", choices=("table", "markdown", "json"), default="table", help="report format")
-
-
-def _run_zoo(args: argparse.Namespace) -> int:
-    """``distcheck zoo``: exit 0 only if every bug is caught on its property and every twin certifies."""
-    from distcheck import zoo
-
-    entries = zoo.discover(args.dir, args.entry)
-    if args.list:
-        print(zoo.metadata_markdown(entries), end="")
-        return 0
-    rows = []
-    for i, (name, entry) in enumerate(entries.items(), 1):
-        sys.stderr.write(f"distcheck zoo: [{i}/{len(entries)}] {name}\n")
-        rows.append(zoo.run_entry(name, entry, seed=args.seed))
-    render = {"table": zoo.to_table, "markdown": zoo.to_markdown, "json": zoo.to_json}[args.format]
-    text = render(rows)
-    print(text, end="" if text.endswith("\n") else "\n")
-    bad = [r for r in rows if not (r.ok or (r.skip and args.allow_skips))]
-    return 1 if bad else 0
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -455,7 +417,9 @@ def _run_command(args: argparse.Namespace, argv: list[str] | None) -> int:
 
         return run_libs_command(args)
     if args.command == "zoo":
-        return _run_zoo(args)
+        from distcheck.zoo.cli import run_zoo
+
+        return run_zoo(args)
     return _run_audit(args)
 
 

@@ -34,6 +34,7 @@ from distcheck.certify.compositions import Drawn
 from distcheck.certify.hangs import HUNG_REASON
 from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
+from distcheck.certify.reproduce import LOCAL_BACKEND, reproduce_command
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import (
@@ -66,7 +67,7 @@ class LocalWorld:
     goes through."""
 
     world_size = 1
-    backend = "local"
+    backend = LOCAL_BACKEND
 
     def __init__(self) -> None:
         self._ctx = SimpleNamespace(rank=0, world_size=1, backend="local", device="cpu", local_rank=0, scratch={})
@@ -321,44 +322,6 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
                                           seconds=time.perf_counter() - started, note=s.note)
         remaining = []
     return [verdicts[p] for p in specs]
-
-
-def reproduce_command(ref: str, contract: str, *, world_size: int | None, backend: str, seed: int, profile: str,
-                      examples: int | None, dtype: str | None, options: dict, launcher: str = "local",
-                      importable: bool = True, batch: int = 1) -> str:
-    """The ``distcheck certify`` command line that replays one run (one world size, one dtype).
-
-    A target with no ``module:object`` name (an object built in a test) is replayed by the
-    equivalent :func:`certify` call instead.
-    """
-    import json
-    import shlex
-
-    if not importable:
-        return (f"certify(<the object {ref}>, contract={contract!r}, world_sizes=[{world_size}], backend={backend!r}, "
-                f"seed={seed}, profile={profile!r}, examples={examples!r}, dtypes=[{dtype!r}], options={options!r}, "
-                f"batch={batch})")
-    parts = ["distcheck", "certify", ref, "--contract", contract]
-    if launcher == "torchrun":
-        parts = ["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m", *parts, "--launcher", "torchrun"]
-    elif world_size is not None and backend != LocalWorld.backend:  # a world-free contract runs in the process
-        parts += ["--world-sizes", str(world_size)]
-    if backend != LocalWorld.backend:
-        parts += ["--backend", backend]
-    parts += ["--seed", str(seed), "--profile", profile]
-    if examples is not None:
-        parts += ["--examples", str(examples)]
-    if batch != 1:
-        parts += ["--batch", str(batch)]
-    if dtype is not None:
-        parts += ["--dtypes", dtype]
-    for key, value in sorted(options.items()):
-        if isinstance(value, dict):
-            text = json.dumps(value)
-        else:
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-        parts += ["--option", f"{key}={text}"]
-    return " ".join(shlex.quote(p) for p in parts)
 
 
 def default_seed(profile: str) -> int:
