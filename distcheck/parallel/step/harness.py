@@ -141,10 +141,14 @@ def _sum64(value: Any) -> Any:
     return value.detach().to(device="cpu", dtype=torch.float64)
 
 
-def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
+def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bool = False) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
     ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
-    ``state`` (full tensors by name); and ``dp_index``."""
+    ``state`` (full tensors by name; a plain tensor as this rank holds it), ``dp_index`` and ``shard_dims`` (the
+    target's declared layouts of the names this rank holds); on rank 0 also ``reference``
+    (:func:`reference_step`, from every rank's records). ``record`` (the replay of a failure only): also
+    ``trace``, every tensor of the step (:class:`~distcheck.parallel.step.trace.Recorder`), and on rank 0
+    ``reference_trace`` (:func:`~distcheck.parallel.step.trace.reference_trace`)."""
     import logging
     import warnings
 
@@ -158,6 +162,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     # FSDP2's warning that the root returned a view: the step and the default hooks read the logits out of place
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
+    from distcheck.parallel.step.trace import NoRecorder, Recorder, assemble_params, declared, normalize
 
     layout = case.layout
     if layout.pp > 1 and target.loop_hooks:
@@ -175,12 +180,15 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         model = build_target_model(target.model, case.config, case.seed)
         initial = same_weights(model)
         model = model.to(ctx.device)
+    shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
     model = target.parallelize(model, mesh, layout)
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
+    rec = Recorder(model, dp_index=d, pipelined=layout.pp > 1) if record else NoRecorder()
     steps = []
     for s in range(case.steps):
+        rec.begin_step(s)
         opt.zero_grad()
         total = int((labels[s] != IGNORE_INDEX).sum())
         loss_sum = torch.zeros((), dtype=torch.float64)
@@ -192,6 +200,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
             x, y = tokens[s, d, k].to(ctx.device), labels[s, d, k].to(ctx.device)
             n_k = int((y != IGNORE_INDEX).sum())
             info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss)
+            rec.begin_microbatch(k)
             with target.accumulate(model, info):
                 out = call_model(model, target.batch(x, y, info))
                 target.backward(target.loss_fn(out, y, info), model, info)
@@ -200,23 +209,36 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
             mine += n_k
         info = StepInfo(layout, mesh, total, 0, case.microbatches, case.max_norm)
         loss, seen = target.report_loss(loss_sum, mine, info)
+        rec.after_backward(model, loss, seen)
         params = [p for p in model.parameters() if p.grad is not None]
         before = [_local(p.grad) for p in params]
         norm = target.clip_grad_norm(model.parameters(), case.max_norm, info)
+        rec.after_clip(model, norm)
         scale, resid, grad_max = _scale(before, [_local(p.grad) for p in params])
         opt.step()
+        rec.after_optimizer(model, opt)
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
                       "residual": resid, "grad_max": grad_max, "local_tokens": int(mine), **_record(model, opt)})
-    result: dict = {"steps": steps, "dp_index": d}
+    modules = [normalize(n) for n, _ in model.named_modules()]
+    names = modules + [f"{n}:input" for n in modules] + [normalize(n) for n, _ in model.named_parameters()]
+    result: dict = {"steps": steps, "dp_index": d, "shard_dims": declared(target.shard_dims, names)}
+    if record:
+        result["trace"] = rec.close()
     # the reference runs here, on rank 0, from every rank's records: never in the parent, which forks the next
     # world's ranks (a process that has run torch's thread pools does not fork safely)
     import torch.distributed as dist
 
     records: list = [None] * ctx.world_size
-    dist.all_gather_object(records, {"steps": steps})
+    dist.all_gather_object(records, {"steps": steps, "shard_dims": result["shard_dims"]})
     if ctx.rank == 0:
-        result["reference"] = reference_step(case, tokens, labels, parallel_states(records),
-                                             target if target.model is not None else None, initial)
+        # plain tp shards (Megatron style) as full tensors: the reference starts each step from the ranks' state
+        starts = parallel_states(assemble_params(layout, records, shapes))
+        own = target if target.model is not None else None
+        result["reference"] = reference_step(case, tokens, labels, starts, own, initial)
+        if record:
+            from distcheck.parallel.step.trace import reference_trace
+
+            result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
 
 
