@@ -1,6 +1,7 @@
-"""The first divergence of a failing training step (distcheck/parallel/step/trace.py): the mapping of recorded
-pieces back to full tensors, the bound, the order of the report, the recorder on the tiny decoder (one process,
-no world), and the engine's replay of a failure (run only when a case fails)."""
+"""The first divergence of a failing training step (distcheck/parallel/step/trace.py, mapping.py, divergence.py):
+the mapping of recorded pieces back to full tensors, the bound, the order of the report, the recorder on the tiny
+decoder (one process, no world), the engine's replay of a failure (run only when a case fails), and on real worlds
+the bugs placed inside a model named by their first divergence."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.parallel.step import trace
+from distcheck.parallel.step import divergence, mapping, trace
 from distcheck.parallel.step.reference import StepLayout
 from tests.addition_contract import AdditionContract, add_without_carry, good_add
 
@@ -29,11 +30,11 @@ def test_shard_pieces_are_concatenated_in_mesh_order_and_a_bad_entry_names_its_r
     # mesh ranks (3, 1): rank 3 is coordinate 0 and holds the first half of dim 1
     pieces = {3: _dt(full[:, :3], full.shape, [("shard", 1)], (3, 1), (0,)),
               1: _dt(full[:, 3:], full.shape, [("shard", 1)], (3, 1), (1,))}
-    (c,) = trace.assemble(pieces, full.shape, StepLayout(tp=4))
+    (c,) = mapping.assemble(pieces, full.shape, StepLayout(tp=4))
     assert np.array_equal(c.array, full) and c.ranks == [1, 3]
     pieces[1]["local"] = pieces[1]["local"] + np.array([[0, 0, 0], [0, 1, 0]])
-    (c,) = trace.assemble(pieces, full.shape, StepLayout(tp=4))
-    fit = trace.within(full, c.array, np.zeros(full.shape))
+    (c,) = mapping.assemble(pieces, full.shape, StepLayout(tp=4))
+    fit = divergence.within(full, c.array, np.zeros(full.shape))
     assert not fit.ok and fit.index == (1, 4) and fit.expected == 10 and fit.got == 11
     assert set(c.owner[fit.bad].tolist()) == {1}
 
@@ -47,19 +48,19 @@ def test_two_mesh_dims_sharding_one_dim_are_undone_innermost_first():
         for j in range(2):
             pieces[2 * i + j] = _dt(np.array_split(np.array_split(full, 2)[i], 2)[j], (8,), [("shard", 0)] * 2,
                                     mesh, (i, j), (2, 2))
-    (c,) = trace.assemble(pieces, (8,), StepLayout(dp_shard=2, tp=2))
+    (c,) = mapping.assemble(pieces, (8,), StepLayout(dp_shard=2, tp=2))
     assert np.array_equal(c.array, full)
 
 
 def test_partial_pieces_are_summed_and_replicas_compared_one_by_one():
     a, b = np.array([1.0, 2.0]), np.array([0.5, -1.0])
-    summed = trace.assemble({0: _dt(a, (2,), [("partial", "sum")], (0, 1), (0,)),
+    summed = mapping.assemble({0: _dt(a, (2,), [("partial", "sum")], (0, 1), (0,)),
                              1: _dt(b, (2,), [("partial", "sum")], (0, 1), (1,))}, (2,), TP2)
     assert len(summed) == 1 and np.array_equal(summed[0].array, a + b) and (summed[0].owner == -1).all()
-    avg = trace.assemble({0: _dt(a, (2,), [("partial", "avg")], (0, 1), (0,)),
+    avg = mapping.assemble({0: _dt(a, (2,), [("partial", "avg")], (0, 1), (0,)),
                           1: _dt(b, (2,), [("partial", "avg")], (0, 1), (1,))}, (2,), TP2)
     assert np.array_equal(avg[0].array, (a + b) / 2)
-    replicas = trace.assemble({0: _dt(a, (2,), [("replicate",)], (0, 1), (0,)),
+    replicas = mapping.assemble({0: _dt(a, (2,), [("replicate",)], (0, 1), (0,)),
                                1: _dt(b, (2,), [("replicate",)], (0, 1), (1,))}, (2,), TP2)
     assert sorted((c.ranks, c.array.tolist()) for c in replicas) == [([0], a.tolist()), ([1], b.tolist())]
 
@@ -67,51 +68,52 @@ def test_partial_pieces_are_summed_and_replicas_compared_one_by_one():
 def test_strided_shards_and_incomplete_meshes_are_not_mapped_with_the_reason():
     strided = {r: _dt(np.zeros(2), (4,), [("strided", 0, 2), ("shard", 0)], (0, 1, 2, 3), (r // 2, r % 2), (2, 2))
                for r in range(4)}
-    with pytest.raises(trace.Unmapped, match="_StridedShard"):
-        trace.assemble(strided, (4,), StepLayout(dp_shard=2, tp=2))
-    with pytest.raises(trace.Unmapped, match=r"only \[0\] recorded it"):
-        trace.assemble({0: _dt(np.zeros(2), (4,), [("shard", 0)], (0, 1), (0,))}, (4,), TP2)
+    with pytest.raises(mapping.Unmapped, match="_StridedShard"):
+        mapping.assemble(strided, (4,), StepLayout(dp_shard=2, tp=2))
+    with pytest.raises(mapping.Unmapped, match=r"only \[0\] recorded it"):
+        mapping.assemble({0: _dt(np.zeros(2), (4,), [("shard", 0)], (0, 1), (0,))}, (4,), TP2)
 
 
 def test_plain_tensors_are_mapped_over_each_tp_group_from_their_shapes():
     full = np.arange(24.0).reshape(2, 3, 4)
     lay = StepLayout(dp_replicate=2, tp=2)  # ranks 0, 1: replica 0's tp group; 2, 3: replica 1's
     seq = {r: {"local": full[:, :2] if r % 2 == 0 else full[:, 2:]} for r in range(4)}  # uneven sequence shards
-    cands = trace.assemble(seq, full.shape, lay)
+    cands = mapping.assemble(seq, full.shape, lay)
     assert sorted(c.ranks for c in cands) == [[0, 1], [2, 3]] and all(np.array_equal(c.array, full) for c in cands)
-    same = trace.assemble({0: {"local": full}, 1: {"local": full}}, full.shape, TP2)
+    same = mapping.assemble({0: {"local": full}, 1: {"local": full}}, full.shape, TP2)
     assert [c.ranks for c in same] == [[0], [1]]
-    with pytest.raises(trace.Unmapped, match="split along one dim"):
-        trace.assemble({0: {"local": full[:, :2, :2]}, 1: {"local": full[:, 1:, 2:]}}, full.shape, TP2)
+    with pytest.raises(mapping.Unmapped, match="split along one dim"):
+        mapping.assemble({0: {"local": full[:, :2, :2]}, 1: {"local": full[:, 1:, 2:]}}, full.shape, TP2)
 
 
 def test_declared_layouts_override_the_shapes():
     full = np.arange(8.0).reshape(2, 4)
     halves = {0: {"local": full[:, :2]}, 1: {"local": full[:, 2:]}}
-    (c,) = trace.assemble(halves, full.shape, TP2, 1)
+    (c,) = mapping.assemble(halves, full.shape, TP2, 1)
     assert np.array_equal(c.array, full)
-    with pytest.raises(trace.Unmapped, match="split on dim 0"):
-        trace.assemble(halves, full.shape, TP2, 0)
+    with pytest.raises(mapping.Unmapped, match="split on dim 0"):
+        mapping.assemble(halves, full.shape, TP2, 0)
     parts = {0: {"local": full - 1}, 1: {"local": np.ones_like(full)}}
-    (c,) = trace.assemble(parts, full.shape, TP2, "sum")
+    (c,) = mapping.assemble(parts, full.shape, TP2, "sum")
     assert np.array_equal(c.array, full)
     # a replicated gradient of one micro-batch may also be a partial sum over tp (a sequence-parallel norm's)
-    own = trace.assemble(parts, full.shape, TP2, alternative_sum=True)
+    own = mapping.assemble(parts, full.shape, TP2, alternative_sum=True)
     assert all(np.array_equal(c.alternative.array, full) for c in own)
 
 
 def test_shard_dims_are_checked_and_evaluated():
-    trace.check_shard_dims({"layers.0.attention.wq.weight": 0, "layers.0.attention.wo": "sum"}, "t")
-    trace.check_shard_dims(lambda name: None, "t")
+    mapping.check_shard_dims({"layers.0.attention.wq.weight": 0, "layers.0.attention.wo": "sum"}, "t")
+    mapping.check_shard_dims(lambda name: None, "t")
     with pytest.raises(ProtocolError, match=r"shard_dims\['w'\] = 'rows'"):
-        trace.check_shard_dims({"w": "rows"}, "t")
+        mapping.check_shard_dims({"w": "rows"}, "t")
     with pytest.raises(ProtocolError, match="must be a dim"):
-        trace.check_shard_dims({"w": True}, "t")
+        mapping.check_shard_dims({"w": True}, "t")
     with pytest.raises(ProtocolError, match="1 positional argument"):
-        trace.check_shard_dims(lambda a, b: 0, "t")
-    assert trace.declared(lambda n: 1 if n.endswith("wo.weight") else None, ["a.wo.weight", "b"]) == {"a.wo.weight": 1}
+        mapping.check_shard_dims(lambda a, b: 0, "t")
+    answer = mapping.declared(lambda n: 1 if n.endswith("wo.weight") else None, ["a.wo.weight", "b"])
+    assert answer == {"a.wo.weight": 1}
     with pytest.raises(ProtocolError, match="must be a dim"):
-        trace.declared(lambda n: "x", ["a"])
+        mapping.declared(lambda n: "x", ["a"])
 
 
 def test_names_lose_the_wrappers_components():
@@ -126,7 +128,7 @@ def test_plain_param_shards_become_full_tensors_for_the_check():
     results = [{"steps": [{"params": {name: w[2 * r:2 * r + 2], "norm.weight": np.ones(8)},
                            "state": {name: (w[2 * r:2 * r + 2], None), "norm.weight": (None, None)}}]}
                for r in range(2)]
-    out = trace.assemble_params(case.layout, results, {name: (4, 8), "norm.weight": (8,)})
+    out = mapping.assemble_params(case.layout, results, {name: (4, 8), "norm.weight": (8,)})
     assert all(np.array_equal(res["steps"][0]["params"][name], w) for res in out)
     assert all(np.array_equal(res["steps"][0]["state"][name][0], w) for res in out)
     assert results[0]["steps"][0]["params"][name].shape == (2, 8)  # the input is left as it was
@@ -138,16 +140,16 @@ def test_plain_param_shards_become_full_tensors_for_the_check():
 def test_the_bound_is_the_contracts_per_kind():
     ref = np.array([1.0, -4.0])
     # a tensor's value: 2^-32 (|v_ref| + S), S the largest magnitude of its kind in the step
-    bound = trace.recorded_bound(trace.OUTPUT, ref, 8.0)
+    bound = divergence.recorded_bound(trace.OUTPUT, ref, 8.0)
     assert np.array_equal(bound, 2.0**-32 * np.array([1 + 8, 4 + 8]))
-    assert trace.within(ref, ref + 2.0**-32 * np.array([9, 12]), bound).ok
-    fit = trace.within(ref, ref + 2.0**-32 * np.array([10, 0]), bound)
+    assert divergence.within(ref, ref + 2.0**-32 * np.array([9, 12]), bound).ok
+    fit = divergence.within(ref, ref + 2.0**-32 * np.array([10, 0]), bound)
     assert not fit.ok and fit.index == (0,) and fit.bound == 2.0**-32 * 9
     # a reported loss or norm (a sum of terms of one sign): 2^-31 |v_ref|; the tokens exact
-    assert trace.recorded_bound(trace.NORM, np.float64(3.0), 8.0) == 2.0**-31 * 3
-    assert trace.recorded_bound(trace.TOKENS, np.float64(3.0), 8.0) == 0
-    assert not trace.within(np.float64(3), np.nextafter(3.0, 4.0), np.zeros(())).ok
-    assert not trace.within(ref, np.array([np.nan, -4.0]), bound).ok
+    assert divergence.recorded_bound(trace.NORM, np.float64(3.0), 8.0) == 2.0**-31 * 3
+    assert divergence.recorded_bound(trace.TOKENS, np.float64(3.0), 8.0) == 0
+    assert not divergence.within(np.float64(3), np.nextafter(3.0, 4.0), np.zeros(())).ok
+    assert not divergence.within(ref, np.array([np.nan, -4.0]), bound).ok
 
 
 # ---------------------------------------------------------------------------------------------- the recorder
@@ -168,11 +170,12 @@ def _traces(case, monkeypatch, perturb=None):
     micro-batches), with ``perturb(model)`` applied to the ranks' decoder."""
     import torch
 
+    from distcheck.parallel.step import harness
     from distcheck.parallel.step import model as model_module
     from distcheck.parallel.step.case import batch
 
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
-    ref = trace.reference_trace(case, tokens, labels)
+    ref = harness.reference_trace(case, tokens, labels)
     if perturb is not None:
         build = model_module.build_model
 
@@ -182,7 +185,7 @@ def _traces(case, monkeypatch, perturb=None):
             return m
 
         monkeypatch.setattr(model_module, "build_model", built)
-    ranks = trace.reference_trace(case, tokens, labels)["events"]
+    ranks = harness.reference_trace(case, tokens, labels)["events"]
     results = [{"trace": [ev for ev in ranks if ev[1] is None or ev[2] == case.layout.dp_index(r)]}
                for r in range(case.layout.world_size)]
     return ref, results
@@ -211,7 +214,7 @@ def test_the_same_step_has_no_divergence(monkeypatch):
     pytest.importorskip("torch")
     case = _case(StepLayout(dp_replicate=2))
     ref, results = _traces(case, monkeypatch)
-    text = trace.first_divergence(case, results, ref)
+    text = divergence.first_divergence(case, results, ref)
     assert text.startswith("first divergence: none of the ") and "skipped" not in text, text
 
 
@@ -225,7 +228,7 @@ def test_the_first_divergence_is_the_module_that_changed(monkeypatch):
 
     case = _case(StepLayout(dp_replicate=2))
     ref, results = _traces(case, monkeypatch, scale_w2)
-    text = trace.first_divergence(case, results, ref)
+    text = divergence.first_divergence(case, results, ref)
     # later outputs (feed_forward, layers.1, norm, the logits) diverge too: the first in call order is named
     assert text.startswith("first divergence: output of layers.1.feed_forward.w2, step 1, micro-batch 0, ranks 0-1: "
                            "error "), text
@@ -240,7 +243,7 @@ def test_a_tied_weight_is_named_with_its_other_name(monkeypatch):
 
     case = _case(tied=True)
     ref, results = _traces(case, monkeypatch, untie)
-    text = trace.first_divergence(case, results, ref)
+    text = divergence.first_divergence(case, results, ref)
     assert text.startswith("first divergence: grad of tok_embeddings.weight (tied to output.weight in the reference), "
                            "step 1, micro-batch 0, rank 0: "), text
 
@@ -248,7 +251,7 @@ def test_a_tied_weight_is_named_with_its_other_name(monkeypatch):
 def test_a_reported_value_is_a_divergence_and_tokens_are_exact():
     ev = [(0, None, None, 0, trace.TOKENS, "", 0, {"local": np.float64(5)})]
     results = [{"trace": ev}, {"trace": [(0, None, None, 0, trace.TOKENS, "", 0, {"local": np.float64(6)})]}]
-    text = trace.first_divergence(_case(StepLayout(dp_replicate=2)), results, {"events": ev, "tied": {}})
+    text = divergence.first_divergence(_case(StepLayout(dp_replicate=2)), results, {"events": ev, "tied": {}})
     assert text == "first divergence: the reported tokens, step 1, rank 1: expected 5, got 6 (exact); 0 recorded " \
                    "tensors matched before it"
 
@@ -260,9 +263,10 @@ def test_a_pipeline_schedules_micro_batches_are_its_last_calls():
     ran = [(0, None, 0, c, trace.OUTPUT, "layers.1", 0, {"local": np.full(2, v)}) for c, v in enumerate((9, 0, 1))]
     results = [{"trace": []}, {"trace": ran}]
     reference = {"events": ref, "tied": {}}
-    assert trace.first_divergence(_case(lay, m=2), results, reference).startswith("first divergence: none of the 2 ")
+    text = divergence.first_divergence(_case(lay, m=2), results, reference)
+    assert text.startswith("first divergence: none of the 2 ")
     ran[2] = (0, None, 0, 2, trace.OUTPUT, "layers.1", 0, {"local": np.full(2, 5.0)})
-    assert trace.first_divergence(_case(lay, m=2), results, reference).startswith(
+    assert divergence.first_divergence(_case(lay, m=2), results, reference).startswith(
         "first divergence: output of layers.1, step 1, micro-batch 1, rank 1: ")
 
 
@@ -274,7 +278,7 @@ def test_a_tensor_no_rank_mapped_is_said_skipped():
              [(0, 0, 0, 0, trace.OUTPUT, "a", 0, {"local": np.zeros(3)}),
               (0, 0, 0, 0, trace.OUTPUT, "b", 0, {"local": np.zeros(2)})]]
     results = [{"trace": ranks[0]}, {"trace": ranks[1]}]
-    text = trace.first_divergence(_case(TP2, m=1), results, {"events": ref, "tied": {}})
+    text = divergence.first_divergence(_case(TP2, m=1), results, {"events": ref, "tied": {}})
     assert text.startswith("first divergence: output of b, step 1, micro-batch 0, rank 0: error 1.00e+00"), text
     assert text.endswith("; not mapped, skipped: output of a (the tp ranks' shapes [(3,), (3,)] are not the "
                          "reference's (4,) split along one dim over tp (StepTarget(shard_dims=...) can say how it is "
@@ -366,6 +370,18 @@ def test_a_bug_inside_the_model_is_named_by_the_first_divergence(target, diverge
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@pytest.mark.parametrize(("target", "diverges"), [
+    ("TIED_HEAD_NOT_RETIED", "grad of wte.weight (tied to lm_head.weight in the reference), step 1, micro-batch 0, "),
+    ("LAYERNORM_OFF_PLAN", "reduced grad of h.0.ln_1.weight (after every micro-batch, before clipping), step 1, "),
+])
+def test_a_users_own_model_is_recorded_by_its_own_names(target, diverges):
+    # the GPT-2-style decoder of examples/my_gpt.py (a model factory, its own module names) under a wrong plan
+    failure = _failure(f"examples.gpt_mutants:{target}", "params", "tp=2")
+    assert f"; first divergence: {diverges}" in failure, failure
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_declared_partial_sums_move_the_first_divergence_to_the_bug():
     # wo and w2 output partial sums by design (their blocks reduce them); layers.0's MLP never does. Declared, the
     # partial sums are added up and the MLP is named; undeclared, wo's partial output is taken for a wrong one
@@ -395,7 +411,7 @@ def test_a_correct_step_recorded_has_no_divergence_and_maps_every_tensor(layout,
     # pieces, FSDP2's strided shards over tp gathered whole, pipeline stages; nothing leaves its bound or is skipped
     from hypothesis import HealthCheck, Phase, given, settings
 
-    from distcheck.certify.engine import explain_entry
+    from distcheck.certify.explain import explain_entry
     from distcheck.engine.contracts.contract import get_contract
     from distcheck.engine.contracts.targets import import_target
     from distcheck.parallel.step.contracts import _cases, parse_layout

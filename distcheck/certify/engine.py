@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certification, PropertyVerdict
 from distcheck.certify.compositions import Drawn
+from distcheck.certify.explain import explain_failure
 from distcheck.certify.hangs import HUNG_REASON, Hung, hung_verdicts, skipped_after_hang
 from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from distcheck.runners.pool import RankPool
 
 __all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
-           "rank_entry_batch", "explain_entry", "HUNG_REASON"]
+           "rank_entry_batch", "HUNG_REASON"]
 
 
 class LocalWorld:
@@ -84,32 +85,6 @@ class LocalWorld:
 def rank_entry(ctx: RankContext, contract: Contract, target: Any, case: Any, dtype: str, options: dict) -> Any:
     """What every rank runs for one example (a module-level function, so it pickles)."""
     return contract.run_rank(ctx, target, case, dtype, options)
-
-
-def explain_entry(ctx: RankContext, contract: Contract, target: Any, case: Any, dtype: str, options: dict) -> Any:
-    """What every rank runs for the replay of a failure's final case (:meth:`Contract.explain_rank`)."""
-    return contract.explain_rank(ctx, target, case, dtype, options)
-
-
-def _explain(world: World, contract: Contract, target: Any, case: Any, dtype: str, options: dict,
-             cache: dict[str, str]) -> str:
-    """The contract's explanation of a failure on its final ``case``: one more world step, the replay through
-    :meth:`Contract.explain_rank`, then :meth:`Contract.explain` (once per distinct case; "" for a contract that
-    explains nothing). A replay that fails, or an explanation that raises, is said in the text: the failure it
-    explains stands either way."""
-    if not contract.explains():
-        return ""
-    key = repr(case)
-    if key not in cache:
-        try:
-            results = world.run(explain_entry, contract, target, case, dtype, options)
-            cache[key] = contract.explain(case, results, world.world_size, dtype, options) or ""
-        except DistributedError as exc:
-            cache[key] = f"the recorded replay of this case failed: {_crash(exc).message}"
-        except Exception as exc:  # noqa: BLE001 - a defect of the explanation must not hide the failure it explains
-            cache[key] = (f"the recorded replay could not be explained ({type(exc).__name__}: {exc}); a distcheck "
-                          "defect, please report it")
-    return cache[key]
 
 
 def rank_entry_batch(ctx: RankContext, contract: Contract, target: Any, cases: list, dtype: str, options: dict) -> list:
@@ -321,7 +296,8 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
                 raise
             case, message, ranks, outcome = run.last
             if outcome is not None:  # a property's failure: the contract may replay its final case to explain it
-                why = _explain(world, contract, target, case, dtype, options, explained)
+                why = explain_failure(world, contract, target, case, dtype, options, explained,
+                                      lambda exc: _crash(exc).message)
                 message += f"; {why}" if why else ""
             failed = run.remaining if run.target is None or run.target[0] == "crash" else [run.target[1]]
             if not isinstance(exc, AssertionError):  # e.g. Hypothesis' Flaky: the failure did not replay

@@ -62,9 +62,10 @@ from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
 from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds, value_bound
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.divergence import explain_step
+from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
 from distcheck.parallel.step.model import TinyConfig, stage_of
 from distcheck.parallel.step.reference import StepLayout
-from distcheck.parallel.step.trace import assemble_params, check_shard_dims, explain_step
 
 if TYPE_CHECKING:
     from distcheck.engine.contracts.targets import Target
@@ -416,7 +417,7 @@ class TrainingStep(Contract):
 
     def explain(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> str:
         """The first tensor of the recorded replay that leaves its bound
-        (:func:`~distcheck.parallel.step.trace.explain_step`)."""
+        (:func:`~distcheck.parallel.step.divergence.explain_step`)."""
         return explain_step(case, results)
 
     def check(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:

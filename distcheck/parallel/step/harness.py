@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for", "build_target_model",
-           "same_weights"]
+__all__ = ["ADAMW", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for",
+           "build_target_model", "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
 ADAMW: dict = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -148,7 +148,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     target's declared layouts of the names this rank holds); on rank 0 also ``reference``
     (:func:`reference_step`, from every rank's records). ``record`` (the replay of a failure only): also
     ``trace``, every tensor of the step (:class:`~distcheck.parallel.step.trace.Recorder`), and on rank 0
-    ``reference_trace`` (:func:`~distcheck.parallel.step.trace.reference_trace`)."""
+    ``reference_trace`` (:func:`reference_trace`)."""
     import logging
     import warnings
 
@@ -161,8 +161,9 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     # FSDP2's warning that the root returned a view: the step and the default hooks read the logits out of place
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    from distcheck.parallel.step.mapping import assemble_params, declared
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
-    from distcheck.parallel.step.trace import NoRecorder, Recorder, assemble_params, declared, normalize
+    from distcheck.parallel.step.trace import NoRecorder, Recorder, normalize
 
     layout = case.layout
     if layout.pp > 1 and target.loop_hooks:
@@ -236,8 +237,6 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         own = target if target.model is not None else None
         result["reference"] = reference_step(case, tokens, labels, starts, own, initial)
         if record:
-            from distcheck.parallel.step.trace import reference_trace
-
             result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
 
@@ -337,6 +336,59 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
         out.append({"loss": float(loss.detach()), "tokens": total, "norm": norm,
                     "scale": min(1.0, case.max_norm / (norm + 1e-6)), **_record(model, opt)})
     return out
+
+
+def reference_trace(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,
+                    target: Any = None, initial: dict | None = None) -> dict:
+    """The single-device float64 step recorded (:mod:`~distcheck.parallel.step.trace`): each dp rank's
+    micro-batches run one at a time (``tokens``, ``labels``: ``(steps, dp, m, micro_batch_size, seq_len)``), the loss
+    of each its per-token sum (the target's ``loss`` hook) times ``dp / T``, the gradients divided by dp after the
+    last, torch's ``clip_grad_norm_`` and AdamW; step s + 1 from ``starts[s]``; ``target`` and ``initial`` as
+    :func:`reference_step` takes them (the model factory, its ``batch`` and ``loss`` hooks, rank 0's initial
+    weights). Returns ``{"events": [...], "tied": {name: [the other names of the same tensor]}}``."""
+    import torch
+
+    from distcheck.parallel.step.case import weights
+    from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
+    from distcheck.parallel.step.model import IGNORE_INDEX, build_model
+    from distcheck.parallel.step.reference import StepLayout
+    from distcheck.parallel.step.trace import Recorder, tied_names
+
+    target = target or StepTarget(lambda model, mesh, layout: model)
+    if target.model is None:
+        model = build_model(case.config, weights(case))
+    else:
+        model = build_target_model(target.model, case.config, case.seed)
+        if initial is not None:
+            model.load_state_dict({k: torch.as_tensor(v) for k, v in initial.items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
+    rec = Recorder(model)
+    dp = case.layout.dp
+    for s in range(case.steps):
+        if s and starts is not None:
+            _load(model, opt, starts[s - 1])
+        rec.begin_step(s)
+        opt.zero_grad()
+        total = int((labels[s] != IGNORE_INDEX).sum())
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        for d in range(dp):
+            rec.dp_index = d
+            for k in range(case.microbatches):
+                rec.begin_microbatch(k)
+                x, y = tokens[s, d, k], labels[s, d, k]
+                info = StepInfo(StepLayout(), None, total, int((y != IGNORE_INDEX).sum()), 1, case.max_norm, 0,
+                                target.loss)
+                per_token = target.loss(call_model(model, target.batch(x, y, info)), y, info)
+                (per_token * dp / total).backward()
+                loss_sum += per_token.detach()
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.div_(dp)
+        rec.after_backward(model, loss_sum / total, total)
+        rec.after_clip(model, torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm))
+        opt.step()
+        rec.after_optimizer(model, opt)
+    return {"events": rec.close(), "tied": tied_names(model)}
 
 
 def _load(model: Any, opt: Any, start: dict) -> None:
