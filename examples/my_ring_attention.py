@@ -31,11 +31,13 @@ def _positions(rank: int, cp: int, length: int, device) -> torch.Tensor:
     return torch.cat([first, last])
 
 
-def _pass(t: torch.Tensor) -> torch.Tensor:
-    """Send ``t`` to the next rank, return the previous rank's."""
-    rank, n = dist.get_rank(), dist.get_world_size()
+def _pass(t: torch.Tensor, group) -> torch.Tensor:
+    """Send ``t`` to the next rank of ``group``, return the previous rank's."""
+    rank, n = dist.get_rank(group), dist.get_world_size(group)
+    t = t.contiguous()
     got = torch.empty_like(t)
-    ops = [dist.P2POp(dist.isend, t.contiguous(), (rank + 1) % n), dist.P2POp(dist.irecv, got, (rank - 1) % n)]
+    ops = [dist.P2POp(dist.isend, t, dist.get_global_rank(group, (rank + 1) % n), group),
+           dist.P2POp(dist.irecv, got, dist.get_global_rank(group, (rank - 1) % n), group)]
     for req in dist.batch_isend_irecv(ops):
         req.wait()
     return got
@@ -51,8 +53,8 @@ def _scores(q, k, q_pos, k_pos, causal):
 
 class _Ring(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, local_mask):
-        rank, n = dist.get_rank(), dist.get_world_size()
+    def forward(ctx, q, k, v, local_mask, group):
+        rank, n = dist.get_rank(group), dist.get_world_size(group)
         L = q.shape[2]
         pos = [_positions(j, n, L, q.device) for j in range(n)]
         q_pos = torch.arange(L, device=q.device) if local_mask else pos[rank]
@@ -73,17 +75,18 @@ class _Ring(torch.autograd.Function):
             acc = acc * scale[..., None] + p @ vb.repeat_interleave(group, dim=1)
             m = m_new
             if t < n - 1:
-                kb, vb = _pass(kb), _pass(vb)
+                kb, vb = _pass(kb, group), _pass(vb, group)
         out = acc / l_sum[..., None]
         lse = m + torch.log(l_sum)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.local_mask = local_mask
+        ctx.local_mask, ctx.group = local_mask, group
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        rank, n = dist.get_rank(), dist.get_world_size()
+        group = ctx.group
+        rank, n = dist.get_rank(group), dist.get_world_size(group)
         L, e = q.shape[2], q.shape[3]
         pos = [_positions(j, n, L, q.device) for j in range(n)]
         q_pos = torch.arange(L, device=q.device) if ctx.local_mask else pos[rank]
@@ -105,17 +108,18 @@ class _Ring(torch.autograd.Function):
             dkb = dkb + dk_h.reshape(b, hkv, group, L, e).sum(2)
             dvb = dvb + dv_h.reshape(b, hkv, group, L, e).sum(2)
             if t < n - 1:
-                kb, vb = _pass(kb), _pass(vb)
+                kb, vb = _pass(kb, group), _pass(vb, group)
             if n > 1:
-                dkb, dvb = _pass(dkb), _pass(dvb)
-        return dq, dkb, dvb, None
+                dkb, dvb = _pass(dkb, group), _pass(dvb, group)
+        return dq, dkb, dvb, None, None
 
 
-def ring_attention(q, k, v):
-    """Causal ring attention on this rank's head-tail shard (module doc): certified."""
-    return _Ring.apply(q, k, v, False)
+def ring_attention(q, k, v, group=None):
+    """Causal ring attention on this rank's head-tail shard (module doc) over the ranks of ``group`` (default:
+    the world; the training step's cp group under ``examples.my_step:parallelize_own_ring``): certified."""
+    return _Ring.apply(q, k, v, False, group if group is not None else dist.group.WORLD)
 
 
-def ring_attention_local_mask(q, k, v):
+def ring_attention_local_mask(q, k, v, group=None):
     """The same ring with the causal mask on local positions (the shard's own indices): fails."""
-    return _Ring.apply(q, k, v, True)
+    return _Ring.apply(q, k, v, True, group if group is not None else dist.group.WORLD)

@@ -56,7 +56,7 @@ from hypothesis import strategies as st
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_positive_int
-from distcheck.core.vocab import Axis, Schedule
+from distcheck.core.vocab import Axis, ExpertPlacement, Schedule, names
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
@@ -86,36 +86,75 @@ _PROPERTIES = (
 )
 
 #: the step's axes in the order its compositions are shown (the vocabulary's names)
-_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP))
+_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP, Axis.CP,
+                                                 Axis.EP))
+#: the axes a StepTarget with its own model draws unless it names its axes: its model has no pipeline split, and
+#: no attention core or MoE layers distcheck knows (a user model's context or expert parallelism is named)
+_OWN_MODEL_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP))
+#: where ep's ranks come from (the vocabulary's names): every placement is drawn where it fits
+EP_PLACEMENTS: tuple[str, ...] = names(ExpertPlacement)
+#: the layout option's key for ep's placement
+_PLACEMENT_KEY = "ep_placement"
 #: the pipeline schedules drawn under pp > 1 (torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B)
 PP_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B)
 
 
 def parse_layout(text: str) -> StepLayout:
-    """``"dp_shard=2,tp=2"`` as a :class:`StepLayout` (axes left out are 1). Raises ConfigError naming the
-    option for an unknown axis, an axis set twice or a degree that is not a positive int."""
-    degrees: dict[str, int] = {}
+    """``"dp_shard=2,tp=2"`` or ``"dp_shard=2,cp=2,ep=4,ep_placement=megatron"`` as a :class:`StepLayout` (axes
+    left out are 1; ``ep_placement`` defaults to ``torchtitan`` when ep > 1). Raises ConfigError naming the option
+    for an unknown axis, an axis set twice, a degree that is not a positive int, an unknown placement, or a layout
+    :class:`StepLayout` refuses (an ep its placement's ranks do not hold)."""
+    degrees: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, value = part.partition("=")
         name = name.strip()
-        if name not in _AXES:
-            raise ConfigError("option layout", text, f"axis {name!r} must be one of {', '.join(_AXES)}")
+        if name not in (*_AXES, _PLACEMENT_KEY):
+            raise ConfigError("option layout", text, f"axis {name!r} must be one of {', '.join(_AXES)} (or "
+                              f"{_PLACEMENT_KEY}={'|'.join(EP_PLACEMENTS)})")
         if name in degrees:
             raise ConfigError("option layout", text, f"sets {name} twice")
+        if name == _PLACEMENT_KEY:
+            degrees[name] = value.strip()
+            if degrees[name] not in EP_PLACEMENTS:
+                raise ConfigError("option layout", text, f"{_PLACEMENT_KEY} must be one of {', '.join(EP_PLACEMENTS)}")
+            continue
         try:
             degrees[name] = check_positive_int(f"option layout {name}", int(value))
         except ValueError:
             raise ConfigError("option layout", text, f"{name} must be a positive integer") from None
-    return StepLayout(**degrees)
+    if degrees.get(Axis.EP.value, 1) > 1:
+        degrees.setdefault(_PLACEMENT_KEY, ExpertPlacement.TORCHTITAN.value)
+    elif _PLACEMENT_KEY in degrees:
+        raise ConfigError("option layout", text, f"names {_PLACEMENT_KEY} without ep > 1")
+    try:
+        return StepLayout(**degrees)
+    except ConfigError as exc:
+        raise ConfigError("option layout", text, str(exc)) from None
 
 
 def layouts(world_size: int) -> list[StepLayout]:
-    """Every ``dp_replicate x dp_shard x tp x pp`` factorisation of ``world_size`` with tp in {1, 2, 4} and pp in
-    {1, 2} (pp = 2 x tp = 2 included: each stage's decoder under the tensor-parallel plan), the simplest first
-    (fewest axes above 1, then FSDP before HSDP before tp before pp)."""
-    found = [StepLayout(dr, ds, tp, pp) for dr, ds, tp, pp in product(range(1, world_size + 1), repeat=4)
-             if dr * ds * tp * pp == world_size and tp in (1, 2, 4) and pp in (1, 2)]
-    return sorted(found, key=lambda lay: (sum(getattr(lay, a) > 1 for a in _AXES), lay.pp, lay.tp, lay.dp_replicate))
+    """Every ``dp_replicate x dp_shard x tp x pp x cp`` factorisation of ``world_size`` with tp in {1, 2, 4}, pp in
+    {1, 2} and cp in {1, 2, 4} (pp = 2 x tp = 2 included: each stage's decoder under the tensor-parallel plan;
+    cp with tp too, not with pp), and for each with tp = pp = 1 every ep > 1 that each placement of
+    :data:`EP_PLACEMENTS` borrows from its data-parallel ranks (experts are not tensor-parallel, and the MoE
+    decoder has no pipeline split), the simplest first (fewest axes above 1, then dense before expert-parallel,
+    then FSDP before HSDP before tp before pp before cp)."""
+    found = [StepLayout(dr, ds, tp, pp, cp) for dr, ds, tp, pp, cp in product(range(1, world_size + 1), repeat=5)
+             if dr * ds * tp * pp * cp == world_size and tp in (1, 2, 4) and pp in (1, 2) and cp in (1, 2, 4)
+             and (cp == 1 or pp == 1)]
+    experts = []
+    for lay in found:
+        if lay.tp > 1 or lay.pp > 1:
+            continue
+        for ep in range(2, lay.dp_cp + 1):
+            for placement in EP_PLACEMENTS:
+                try:
+                    experts.append(StepLayout(lay.dp_replicate, lay.dp_shard, 1, 1, lay.cp, ep, placement))
+                except ConfigError:  # this placement's ranks do not hold ep
+                    continue
+    return sorted(found + experts, key=lambda lay: (sum(getattr(lay, a) > 1 for a in _AXES), lay.ep > 1, lay.cp,
+                                                    lay.pp, lay.tp, lay.dp_replicate, lay.ep,
+                                                    EP_PLACEMENTS.index(lay.ep_placement) if lay.ep > 1 else 0))
 
 
 def _axes(text: str) -> tuple[str, ...]:
@@ -206,26 +245,34 @@ def _allowed(world_size: int, options: dict) -> list[StepLayout]:
 
 
 def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = None, spec: Any = None, *,
-           one_token: bool = False,
+           one_token: bool = False, moe: bool = False,
            max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM)) -> st.SearchStrategy[StepCase]:
     """The drawn examples on ``choices`` (module doc). ``config``: a user model's own (fixed; else the tiny
     Llama's sizes are drawn), ``longest`` its longest sequence (caps the drawn length), ``spec`` the resolved
     StepTarget each case carries (its reference runs the target's model and hooks); ``one_token``: every
     sequence keeps one token (the compositions in which values cancel exactly: a softmax over one key leaves the
-    query and key projections' gradients exactly 0); ``max_norms``: the clipping thresholds drawn from."""
+    query and key projections' gradients exactly 0); ``moe``: the tiny Llama may be drawn with MoE layers on a
+    layout with tp = pp = 1 (ep among the axes drawn; a layout with ep > 1 always has them); ``max_norms``: the
+    clipping thresholds drawn from."""
 
     @st.composite
     def draw(draw: st.DrawFn) -> StepCase:
         layout = draw(st.sampled_from(choices))
-        tp, pp = layout.tp, layout.pp
+        tp, pp, cp = layout.tp, layout.pp, layout.cp
         n_kv = tp
+        experts = 0
+        if config is None and (layout.ep > 1 or (moe and tp == 1 and pp == 1 and draw(st.booleans()))):
+            experts = max(layout.ep, 2) * draw(st.integers(1, 2))  # every ep rank holds 1 or 2 experts
         # under pp: one layer per stage, the head untied (embedding and head on different stages)
         cfg = config if config is not None else TinyConfig(
             dim=8, n_layers=pp if pp > 1 else draw(st.integers(1, 2)), n_heads=n_kv * draw(st.integers(1, 2)),
             n_kv_heads=n_kv, head_dim=2, ffn_dim=4 * tp, vocab_size=4 * max(tp, 2),
-            tied=pp == 1 and draw(st.booleans()))
-        low, high = (1, 2) if tp > 1 else (2, 4)
-        seq_len = tp * draw(st.integers(low, high if longest is None else max(low, min(high, longest // tp))))
+            tied=pp == 1 and draw(st.booleans()), n_experts=experts,
+            top_k=draw(st.integers(1, 2)) if experts else 1, rope=cp > 1 or draw(st.booleans()))
+        # a sequence is cut into 2 cp head-tail chunks, each into tp sequence-parallel shards
+        unit = tp * (2 * cp if cp > 1 else 1)
+        low, high = (1, 2) if unit > 1 else (2, 4)
+        seq_len = unit * draw(st.integers(low, high if longest is None else max(low, min(high, longest // unit))))
         schedule = draw(st.sampled_from(PP_SCHEDULES)) if pp > 1 else ""
         m = draw(st.integers(pp if schedule == Schedule.ONE_F_ONE_B else 1, 3))
         mbs = draw(st.integers(1, 2))
@@ -305,8 +352,9 @@ class TrainingStep(Contract):
     options = (
         Option("layout", "", str, "pin the composition, e.g. dp_shard=2,tp=2 (axes left out are 1; default: draw "
                                   "every factorisation of the world size)"),
-        Option("axes", "", str, "the mesh dims drawn above 1, e.g. dp_replicate,dp_shard (default: all four, or a "
-                                "StepTarget's own axes)"),
+        Option("axes", "", str, "the axes drawn above 1, e.g. dp_replicate,dp_shard (default: all six, dp_replicate, "
+                                "dp_shard, tp, pp, cp and ep, or a StepTarget's own axes; a StepTarget with its "
+                                "own model: dp_replicate, dp_shard and tp)"),
     )
 
     def cannot_fail(self, world_size: int, options: dict) -> str | None:
@@ -316,7 +364,7 @@ class TrainingStep(Contract):
         if not options.get("layout"):
             if not _allowed(world_size, options):
                 return (f"no layout of {world_size} ranks has only the axes {options.get('axes')} above 1 (tp in "
-                        "{1, 2, 4}, pp in {1, 2})")
+                        "{1, 2, 4}, pp in {1, 2}, cp in {1, 2, 4}, ep borrowed from dp x cp)")
             return None
         lay = parse_layout(options["layout"])
         if lay.world_size == 1:
@@ -327,13 +375,20 @@ class TrainingStep(Contract):
         return None
 
     def composition(self, case: StepCase) -> dict[str, str]:
-        """The "Compositions drawn" columns of ``case``: ``layout`` (the axes above 1, ``dp_shard=2, tp=2``),
-        ``schedule`` (``-`` when pp = 1), ``micro-batches`` (m per dp rank, the gradient-accumulation steps),
-        ``steps`` (optimizer steps) and ``clip`` (``binds`` or ``free``)."""
+        """The "Compositions drawn" columns of ``case``: ``layout`` (the axes above 1, ``dp_shard=2, tp=2``; ep with
+        its placement, ``cp=2, ep=4 (megatron)``), ``schedule`` (``-`` when pp = 1), ``micro-batches`` (m per dp
+        rank, the gradient-accumulation steps), ``steps`` (optimizer steps), ``clip`` (``binds`` or ``free``) and
+        ``model`` (``dense`` or ``MoE``, with ``RoPE``; ``own`` for a user's model)."""
         lay = case.layout
-        return {"layout": ", ".join(f"{a}={getattr(lay, a)}" for a in _AXES if getattr(lay, a) > 1) or "one device",
+        axes = [f"{a}={getattr(lay, a)}" for a in _AXES if getattr(lay, a) > 1]
+        if lay.ep > 1:
+            axes[-1] += f" ({lay.ep_placement})"
+        c = case.config
+        model = ("own" if not isinstance(c, TinyConfig) else
+                 ("MoE" if c.n_experts else "dense") + (", RoPE" if c.rope else ""))
+        return {"layout": ", ".join(axes) or "one device",
                 "schedule": case.schedule or "-", "micro-batches (GA steps)": str(case.microbatches),
-                "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free"}
+                "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free", "model": model}
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         from distcheck.parallel.step.hooks import StepTarget
@@ -347,7 +402,7 @@ class TrainingStep(Contract):
             if obj.model is not None:
                 if Axis.PP.value in own:
                     raise ProtocolError("target", shown, f"StepTarget axes={tuple(own)!r} name pp: {_NO_SPLIT}")
-                own = own or tuple(a for a in _AXES if a != Axis.PP.value)
+                own = own or _OWN_MODEL_AXES
             outside = sorted(set(given) - set(own or _AXES))
             if outside:
                 why = f" ({_NO_SPLIT})" if obj.model is not None and Axis.PP.value in outside else ""
@@ -373,13 +428,32 @@ class TrainingStep(Contract):
                                   f"outside the axes {', '.join(allowed)}")
         return make_target(obj, ref, "hooks" if isinstance(obj, StepTarget) else "parallelize"), options
 
+    def skipped(self, target: Any, options: dict) -> dict[str, str]:
+        """Every property of a target stepping under torch's ``context_parallel``
+        (:data:`distcheck.parallel.step.plans.TORCH_CONTEXT_PARALLEL`, its ``accumulate`` hook) where torch refuses
+        the attention op (without a GPU, torch 2.13): torch's refusal as the reason
+        (:func:`distcheck.parallel.cp.plans.cpu_refusal`)."""
+        from distcheck.parallel.step.hooks import StepTarget
+        from distcheck.parallel.step.plans import torch_context_parallel
+
+        obj = resolve(target)
+        if not isinstance(obj, StepTarget) or obj.accumulate is not torch_context_parallel:
+            return {}
+        import torch
+
+        from distcheck.parallel.cp.plans import cpu_refusal
+
+        reason = cpu_refusal("cuda" if torch.cuda.is_available() else "cpu")
+        return {} if reason is None else {p.name: reason for p in self.properties}
+
     def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         if dtype != "float64":
             return None
+        moe = Axis.EP.value in _axes(options.get("axes", ""))
         if options.get("layout"):
-            return _cases([parse_layout(options["layout"])])
+            return _cases([parse_layout(options["layout"])], moe=moe)
         allowed = _allowed(world_size, options)
-        return _cases(allowed) if allowed else None
+        return _cases(allowed, moe=moe) if allowed else None
 
     def cases_for(self, target: Any, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         """:meth:`cases`; for a :class:`StepTarget` each case carries the target (its reference runs the target's
@@ -392,7 +466,8 @@ class TrainingStep(Contract):
             return self.cases(world_size, dtype, options)
         _, longest = _user_config(obj, target.ref)
         choices = ([parse_layout(options["layout"])] if options.get("layout") else _allowed(world_size, options))
-        return _cases(choices, obj.config, longest, target) if choices else None
+        moe = Axis.EP.value in _axes(options.get("axes", ""))
+        return _cases(choices, obj.config, longest, target, moe=moe) if choices else None
 
     def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"
@@ -440,7 +515,8 @@ class TrainingStep(Contract):
                                        [st_["loss"] for st_ in steps]))
             out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps]))
             out["clipping"].append(self._clipping(at, r, steps))
-            out["tokens"].append(self._tokens(at, r["tokens"], steps, [res["dp_index"] for res in results]))
+            out["tokens"].append(self._tokens(at, r["tokens"], steps, [(res["dp_index"], res.get("cp_index", 0))
+                                                                       for res in results]))
         return {name: _first(outs) for name, outs in out.items()}
 
     @staticmethod
@@ -469,14 +545,16 @@ class TrainingStep(Contract):
         return scale
 
     @staticmethod
-    def _tokens(at: str, total: int, steps: list[dict], dp_index: list[int]) -> Outcome:
+    def _tokens(at: str, total: int, steps: list[dict], batch_index: list[tuple[int, int]]) -> Outcome:
+        """``batch_index[i]``: rank i's (dp index, cp index), the ranks holding different tokens."""
         bad = [(i, st_["tokens"]) for i, st_ in enumerate(steps) if st_["tokens"] != total]
-        own: dict[int, int] = {}
-        for d, st_ in zip(dp_index, steps, strict=True):
+        own: dict[tuple[int, int], int] = {}
+        for d, st_ in zip(batch_index, steps, strict=True):
             own.setdefault(d, st_["local_tokens"])
         msgs = [f"rank {i} reports {t:g} tokens" for i, t in bad]
         if sum(own.values()) != total:
-            msgs.append(f"the dp ranks' own counts {[own[d] for d in sorted(own)]} add up to {sum(own.values())}")
+            msgs.append(f"the dp (and cp) ranks' own counts {[own[d] for d in sorted(own)]} add up to "
+                        f"{sum(own.values())}")
         if not msgs:
             return Outcome(True, max_error=0.0, bound=0.0)
         return Outcome(False, bound=0.0, ranks=tuple(i for i, _ in bad),

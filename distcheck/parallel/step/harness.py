@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for", "build_target_model",
-           "same_weights"]
+__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for", "expert_mesh_for", "cp_positions",
+           "build_target_model", "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
 ADAMW: dict = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -43,16 +43,35 @@ _MESHES: dict = {}
 
 
 def mesh_for(ctx: RankContext, layout: StepLayout) -> Any:
-    """The ``DeviceMesh`` of ``layout`` on this world (dims ``pp, dp_replicate, dp_shard, tp``, torchtitan's
-    order), built once per world and rank."""
+    """The ``DeviceMesh`` of ``layout`` on this world (dims ``pp, dp_replicate, dp_shard, cp, tp``, torchtitan's
+    order), built once per world and rank, with torchtitan's flattened dims ``dp_shard_cp`` (``dp_shard x cp``,
+    FSDP2's shard dim under context parallelism) and ``dp_cp`` (``dp_replicate x dp_shard x cp``)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from distcheck.parallel.step.hooks import AXES
+    from distcheck.parallel.step.hooks import AXES, FLAT_AXES
 
     key = (id(dist.group.WORLD), ctx.rank, *layout.shape)
     if key not in _MESHES:
-        _MESHES[key] = init_device_mesh(ctx.device.type, layout.shape, mesh_dim_names=AXES)
+        mesh = init_device_mesh(ctx.device.type, layout.shape, mesh_dim_names=AXES)
+        # DeviceMesh has no public flatten (torch 2.13); torchtitan's ParallelDims calls the same method
+        mesh["dp_shard", "cp"]._flatten(FLAT_AXES[0])
+        mesh["dp_replicate", "dp_shard", "cp"]._flatten(FLAT_AXES[1])
+        _MESHES[key] = mesh
+    return _MESHES[key]
+
+
+def expert_mesh_for(device_type: str, layout: StepLayout) -> Any:
+    """The experts' ``DeviceMesh`` of ``layout`` (:func:`distcheck.parallel.step.hooks.expert_mesh`), built once
+    per world, rank and layout."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from distcheck.parallel.step.hooks import EXPERT_AXES
+
+    key = ("experts", id(dist.group.WORLD), dist.get_rank(), device_type, *layout.expert_shape)
+    if key not in _MESHES:
+        _MESHES[key] = init_device_mesh(device_type, layout.expert_shape, mesh_dim_names=EXPERT_AXES)
     return _MESHES[key]
 
 
@@ -158,6 +177,8 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     # FSDP2's warning that the root returned a view: the step and the default hooks read the logits out of place
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    # torch 2.13 warns on every slice of a flattened dim (mesh["dp_replicate", "dp_shard_cp"], torchtitan's idiom)
+    warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
 
     layout = case.layout
@@ -167,8 +188,9 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     if layout.pp > 1 and target.model is not None:
         raise RuntimeError(f"a user model has no pipeline split (layout {layout}): leave pp out of the target's axes")
     mesh = mesh_for(ctx, layout)
-    d = layout.dp_index(ctx.rank)
+    d, c = layout.dp_index(ctx.rank), layout.coordinates(ctx.rank)["cp"]
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
+    chunk = cp_positions(case.seq_len, layout.cp, c)
     initial = None
     if target.model is None:
         model = build_model(case.config, weights(case), device=ctx.device)
@@ -190,9 +212,13 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
             loss_sum += _pipeline_step(ctx, target, model, mesh, case, tokens[s, d], labels[s, d], total)
             mine += int((labels[s, d] != IGNORE_INDEX).sum())
         for k in range(case.microbatches if layout.pp == 1 else 0):
-            x, y = tokens[s, d, k].to(ctx.device), labels[s, d, k].to(ctx.device)
+            x, y = tokens[s, d, k], labels[s, d, k]
+            if chunk is not None:  # this cp rank's head-tail chunks of every sequence
+                x, y = x[:, chunk], y[:, chunk]
+            x, y = x.to(ctx.device), y.to(ctx.device)
             n_k = int((y != IGNORE_INDEX).sum())
-            info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss)
+            pos = None if chunk is None else chunk.to(ctx.device)
+            info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss, pos, model)
             with target.accumulate(model, info):
                 out = call_model(model, target.batch(x, y, info))
                 target.backward(target.loss_fn(out, y, info), model, info)
@@ -208,7 +234,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         opt.step()
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
                       "residual": resid, "grad_max": grad_max, "local_tokens": int(mine), **_record(model, opt)})
-    result: dict = {"steps": steps, "dp_index": d}
+    result: dict = {"steps": steps, "dp_index": d, "cp_index": c}
     if ctx.rank == 0 and initial is not None:  # the reference (in the contract's check) loads rank 0's weights
         result["initial"] = {k: v.numpy() for k, v in initial.items()}
     return result
@@ -247,6 +273,19 @@ def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, 
     return sum(sums[-m:], torch.zeros((), dtype=torch.float64)) if last else torch.zeros((), dtype=torch.float64)
 
 
+def cp_positions(seq_len: int, cp: int, index: int) -> Any:
+    """The global positions (int64 tensor) of cp rank ``index``'s head-tail chunks of a sequence of ``seq_len``
+    tokens (:func:`distcheck.parallel.cp.reference.load_balanced_positions`: chunks ``index`` and ``2 cp - 1 -
+    index`` of ``2 cp``), None when cp = 1."""
+    import torch
+
+    from distcheck.parallel.cp.reference import load_balanced_positions
+
+    if cp == 1:
+        return None
+    return torch.from_numpy(load_balanced_positions(seq_len, cp)[index].astype("int64"))
+
+
 def parallel_states(results: list[dict]) -> list[dict]:
     """The state the parallel run reached after each step, from every rank's record (:func:`run_step`'s
     ``steps``): ``params`` and ``state`` by name, each parameter taken from the lowest rank that holds it (its
@@ -282,7 +321,7 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
 
     from distcheck.parallel.step.case import weights
     from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
-    from distcheck.parallel.step.model import IGNORE_INDEX, build_model
+    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, load_balance_loss, moe_layers
     from distcheck.parallel.step.reference import StepLayout
 
     target = target or StepTarget(lambda model, mesh, layout: model)
@@ -297,13 +336,25 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
     for s in range(case.steps):
         if s and starts is not None:
             _load(model, opt, starts[s - 1])
-        x = tokens[s].reshape(-1, case.seq_len)
-        y = labels[s].reshape(-1, case.seq_len)
-        total = int((y != IGNORE_INDEX).sum())
-        info = StepInfo(StepLayout(), None, total, total, 1, case.max_norm, 0, target.loss)
+        total = int((labels[s] != IGNORE_INDEX).sum())
+        # the whole step's batch at once; a model with MoE layers one micro-batch index at a time (every dp rank's
+        # sequences of it together), its load-balancing loss being over each global micro-batch
+        parts = ([(tokens[s][:, k], labels[s][:, k]) for k in range(case.microbatches)] if moe_layers(model) else
+                 [(tokens[s], labels[s])])
         opt.zero_grad()
-        loss = target.loss(call_model(model, target.batch(x, y, info)), y, info) / total
-        loss.backward()
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        for xk, yk in parts:
+            x, y = xk.reshape(-1, case.seq_len), yk.reshape(-1, case.seq_len)
+            info = StepInfo(StepLayout(), None, total, int((y != IGNORE_INDEX).sum()), 1, case.max_norm, 0,
+                            target.loss, None, model)
+            ce = target.loss(call_model(model, target.batch(x, y, info)), y, info)
+            part = ce / total
+            aux = load_balance_loss(model)
+            if not isinstance(aux, float):
+                part = part + aux / len(parts)
+            part.backward()
+            loss_sum = loss_sum + ce.detach()
+        loss = loss_sum / total
         norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm))
         opt.step()
         out.append({"loss": float(loss.detach()), "tokens": total, "norm": norm,
