@@ -44,8 +44,8 @@ def _pass(t: torch.Tensor, group) -> torch.Tensor:
 
 
 def _scores(q, k, q_pos, k_pos, causal):
-    group = q.shape[1] // k.shape[1]
-    s = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    rep = q.shape[1] // k.shape[1]
+    s = q @ k.repeat_interleave(rep, dim=1).transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         s = s.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
     return s
@@ -58,7 +58,7 @@ class _Ring(torch.autograd.Function):
         L = q.shape[2]
         pos = [_positions(j, n, L, q.device) for j in range(n)]
         q_pos = torch.arange(L, device=q.device) if local_mask else pos[rank]
-        group = q.shape[1] // k.shape[1]
+        rep = q.shape[1] // k.shape[1]
         m = torch.full(q.shape[:3], float("-inf"), dtype=q.dtype, device=q.device)
         l_sum = torch.zeros_like(m)
         acc = torch.zeros_like(q)
@@ -72,7 +72,7 @@ class _Ring(torch.autograd.Function):
             scale = torch.where(torch.isfinite(m), torch.exp(m - safe), torch.zeros_like(m))
             p = torch.exp(s - safe[..., None])
             l_sum = l_sum * scale + p.sum(-1)
-            acc = acc * scale[..., None] + p @ vb.repeat_interleave(group, dim=1)
+            acc = acc * scale[..., None] + p @ vb.repeat_interleave(rep, dim=1)
             m = m_new
             if t < n - 1:
                 kb, vb = _pass(kb, group), _pass(vb, group)
@@ -90,7 +90,7 @@ class _Ring(torch.autograd.Function):
         L, e = q.shape[2], q.shape[3]
         pos = [_positions(j, n, L, q.device) for j in range(n)]
         q_pos = torch.arange(L, device=q.device) if ctx.local_mask else pos[rank]
-        group = q.shape[1] // k.shape[1]
+        rep = q.shape[1] // k.shape[1]
         D = (dout * out).sum(-1, keepdim=True)
         dq = torch.zeros_like(q)
         kb, vb = k, v
@@ -99,14 +99,14 @@ class _Ring(torch.autograd.Function):
             j = (rank - t) % n
             k_pos = torch.arange(j * L, (j + 1) * L, device=q.device) if ctx.local_mask else pos[j]
             p = torch.exp(_scores(q, kb, q_pos, k_pos, True) - lse[..., None])
-            kk, vv = kb.repeat_interleave(group, dim=1), vb.repeat_interleave(group, dim=1)
+            kk, vv = kb.repeat_interleave(rep, dim=1), vb.repeat_interleave(rep, dim=1)
             ds = p * (dout @ vv.transpose(-1, -2) - D)
             dq = dq + ds @ kk / math.sqrt(e)
             dk_h = ds.transpose(-1, -2) @ q / math.sqrt(e)
             dv_h = p.transpose(-1, -2) @ dout
             b, hkv = k.shape[0], k.shape[1]
-            dkb = dkb + dk_h.reshape(b, hkv, group, L, e).sum(2)
-            dvb = dvb + dv_h.reshape(b, hkv, group, L, e).sum(2)
+            dkb = dkb + dk_h.reshape(b, hkv, rep, L, e).sum(2)
+            dvb = dvb + dv_h.reshape(b, hkv, rep, L, e).sum(2)
             if t < n - 1:
                 kb, vb = _pass(kb, group), _pass(vb, group)
             if n > 1:

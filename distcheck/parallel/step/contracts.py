@@ -88,6 +88,11 @@ _PROPERTIES = (
 #: the step's axes in the order its compositions are shown (the vocabulary's names)
 _AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP, Axis.CP,
                                                  Axis.EP))
+#: the axes drawn unless the target or the axes option names others: the dense step's (cp and ep are drawn when
+#: named, ``--option axes=all`` naming all six: a parallelize function that predates them is not held to them)
+_DEFAULT_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP))
+#: the axes option's word for every axis
+_ALL = "all"
 #: the axes a StepTarget with its own model draws unless it names its axes: its model has no pipeline split, and
 #: no attention core or MoE layers distcheck knows (a user model's context or expert parallelism is named)
 _OWN_MODEL_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP))
@@ -158,8 +163,11 @@ def layouts(world_size: int) -> list[StepLayout]:
 
 
 def _axes(text: str) -> tuple[str, ...]:
-    """The ``axes`` option, ``"dp_replicate,dp_shard"``, as a tuple (the empty option: every axis). ConfigError
-    naming the option for an axis that is not a mesh dim, one named twice, or a value that names none."""
+    """The ``axes`` option, ``"dp_replicate,dp_shard"``, as a tuple (the empty option: the dense step's four,
+    dp_replicate, dp_shard, tp and pp; ``all``: the six, cp and ep too). ConfigError naming the option for an axis
+    that is not one of the six, one named twice, or a value that names none."""
+    if text.strip() == _ALL:
+        return _AXES
     names = tuple(filter(None, (p.strip() for p in text.split(","))))
     for name in names:
         if name not in _AXES:
@@ -168,8 +176,8 @@ def _axes(text: str) -> tuple[str, ...]:
         raise ConfigError("option axes", text, "names an axis twice")
     if text.strip() and not names:
         raise ConfigError("option axes", text, f"names no axis: give one or more of {', '.join(_AXES)}, "
-                          "comma-separated")
-    return names or _AXES
+                          f"comma-separated, or {_ALL}")
+    return names or _DEFAULT_AXES
 
 
 def _target_axes(axes: Any, shown: str) -> tuple[str, ...]:
@@ -352,9 +360,10 @@ class TrainingStep(Contract):
     options = (
         Option("layout", "", str, "pin the composition, e.g. dp_shard=2,tp=2 (axes left out are 1; default: draw "
                                   "every factorisation of the world size)"),
-        Option("axes", "", str, "the axes drawn above 1, e.g. dp_replicate,dp_shard (default: all six, dp_replicate, "
-                                "dp_shard, tp, pp, cp and ep, or a StepTarget's own axes; a StepTarget with its "
-                                "own model: dp_replicate, dp_shard and tp)"),
+        Option("axes", "", str, "the axes drawn above 1, e.g. dp_replicate,dp_shard,cp,ep, or all (the six: "
+                                "dp_replicate, dp_shard, tp, pp, cp, ep; default: a StepTarget's own axes, else "
+                                "the dense step's dp_replicate, dp_shard, tp and pp; a StepTarget with its own "
+                                "model: dp_replicate, dp_shard and tp)"),
     )
 
     def cannot_fail(self, world_size: int, options: dict) -> str | None:
@@ -403,12 +412,12 @@ class TrainingStep(Contract):
                 if Axis.PP.value in own:
                     raise ProtocolError("target", shown, f"StepTarget axes={tuple(own)!r} name pp: {_NO_SPLIT}")
                 own = own or _OWN_MODEL_AXES
-            outside = sorted(set(given) - set(own or _AXES))
+            outside = sorted(set(given) - set(own or _AXES))  # a target naming no axes may be given any
             if outside:
                 why = f" ({_NO_SPLIT})" if obj.model is not None and Axis.PP.value in outside else ""
                 raise ConfigError("option axes", options["axes"], f"the target parallelizes only "
                                   f"{', '.join(own)}, not {', '.join(outside)}{why}")
-            drawn = given or own or _AXES
+            drawn = given or own or _DEFAULT_AXES
             if obj.loop_hooks and Axis.PP.value in drawn:
                 raise ProtocolError("target", shown, f"replaces {', '.join(obj.loop_hooks)}, which the pipeline "
                                     "schedule does not call: leave pp out of its axes (StepTarget(..., axes=...) "
@@ -419,7 +428,8 @@ class TrainingStep(Contract):
             raise ProtocolError("target", shown, "must be parallelize(model, mesh, layout) -> model or a StepTarget")
         else:
             check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
-        allowed = _axes(options.get("axes", ""))
+        # a pinned layout with no axes named (by the option or the target) is the draw: cp and ep may be pinned
+        allowed = _axes(options.get("axes", "") or (_ALL if options.get("layout") else ""))
         if options.get("layout"):
             lay = parse_layout(options["layout"])
             outside_layout = [a for a in _AXES if getattr(lay, a) > 1 and a not in allowed]
