@@ -1,27 +1,31 @@
 """The ``training-step`` contract: a whole training step under composed parallelism (FSDP2 ``dp_shard`` x
-HSDP ``dp_replicate`` x tensor parallelism ``tp`` x gradient accumulation) against the single-device float64
-step, with the token-mean loss, grad-norm clipping and AdamW's state.
+HSDP ``dp_replicate`` x tensor parallelism ``tp`` x pipeline ``pp`` x context parallelism ``cp`` x expert
+parallelism ``ep`` x gradient accumulation) against the single-device float64 step, with the token-mean loss,
+the MoE layers' load-balancing loss, grad-norm clipping and AdamW's state.
 
 Target: a torchtitan-style ``parallelize(model, mesh, layout) -> model`` (``model`` distcheck's tiny
 Llama, :mod:`distcheck.parallel.step.model`; ``mesh`` a ``DeviceMesh`` of dims ``("pp", "dp_replicate",
-"dp_shard", "tp")``; under pp > 1 ``model`` is already this rank's stage, torchtitan's split; ``layout``
-a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
+"dp_shard", "cp", "tp")`` with torchtitan's flattened ``dp_shard_cp`` and ``dp_cp``; under ep the experts' mesh
+is :func:`~distcheck.parallel.step.hooks.expert_mesh`; under pp > 1 ``model`` is already this rank's stage,
+torchtitan's split; ``layout`` a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
 :class:`~distcheck.parallel.step.hooks.StepTarget` that also replaces the step's hooks (the loss of a
 micro-batch, the reported loss and tokens, the grad-norm clipping) and may bring its own model: a factory
 ``model(config) -> nn.Module``, with the ``batch`` and ``loss`` hooks for its inputs and a loss it computes
 itself (:mod:`distcheck.parallel.step.hooks`; no pipeline split: ``pp`` is left out of its axes, and its
 config fixes the vocabulary and caps the sequence length drawn). distcheck runs the step
 (:mod:`distcheck.parallel.step.harness`). Hypothesis draws the layout (every factorisation of the world
-size into dp_replicate x dp_shard x tp x pp whose axes above 1 are among ``--option axes=...`` or a
-:class:`~distcheck.parallel.step.hooks.StepTarget`'s ``axes``, or the one ``--option layout=...`` pins), the
-decoder's sizes
-(tied or untied head, 1 or 2 layers, grouped-query heads; under pp = 2 one layer per stage, untied, the
-schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of ``torch.distributed.pipelining``, pp with tp too: each
-stage under the tensor-parallel plan), the micro-batches (gradient-accumulation steps), every sequence's
-non-ignored length (so token counts differ per rank and per micro-batch), a clipping threshold that binds
-or not, the learning rate and 2 or 3 steps. One world run per example serves every property. Worlds of at
-most 4 ranks run under the ``dev`` and ``ci`` profiles, 8 under ``thorough`` (``max_world_sizes``; a
-larger one is a skip with the reason).
+size into dp_replicate x dp_shard x tp x pp x cp, with ep borrowed from dp x cp in torchtitan's placement or
+Megatron's (:func:`layouts`), whose axes above 1 are among ``--option axes=...`` (default: the dense step's
+dp_replicate, dp_shard, tp and pp; ``all``: cp and ep too) or a :class:`~distcheck.parallel.step.hooks.StepTarget`'s
+``axes``, or the one ``--option layout=...`` pins), the decoder's sizes
+(tied or untied head, 1 or 2 layers, grouped-query heads, RoPE or no positions (RoPE always under cp); under
+pp = 2 one layer per stage, untied, the schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of
+``torch.distributed.pipelining``, pp with tp too: each stage under the tensor-parallel plan; with ep among the
+axes and tp = pp = 1, MoE layers of ep or 2 ep experts, top-1 or top-2, always under ep > 1), the
+micro-batches (gradient-accumulation steps), every sequence's non-ignored length (so token counts differ per
+rank, per micro-batch and per cp chunk), a clipping threshold that binds or not, the learning rate and 2 or 3
+steps. One world run per example serves every property. Worlds of at most 4 ranks run under the ``dev`` and
+``ci`` profiles, 8 under ``thorough`` (``max_world_sizes``; a larger one is a skip with the reason).
 
 Properties (each its own verdict):
 
@@ -34,8 +38,8 @@ Properties (each its own verdict):
 * ``clipping``: the factor each rank's gradients were multiplied by (measured on its local shards before
   and after the hook) is the reference's ``min(1, max_norm / (norm + 1e-6))`` (``step.clip.scale``), the
   same factor for every entry;
-* ``tokens``: the reported token count is the step's, and the ranks' own counts (one per dp index) add up
-  to it. Exact (integers).
+* ``tokens``: the reported token count is the step's, and the ranks' own counts (one per dp and cp index) add
+  up to it. Exact (integers).
 
 The bound (float64): :mod:`distcheck.parallel.step.bound`. Each parameter and AdamW moment is held to
 ``2^-32 (|v_ref| + S_kind)``, ``S_kind`` the largest magnitude of that kind of value anywhere in the step's

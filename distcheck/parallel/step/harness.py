@@ -3,15 +3,18 @@ and the single-device float64 reference step (:func:`reference_step`). torch is 
 
 Every rank builds the case's decoder, cuts it to its pipeline stage when pp > 1
 (:func:`~distcheck.parallel.step.model.pipeline_stage`), calls the target's ``parallelize(model, mesh, layout)``
-on the ``DeviceMesh`` of dims ``(pp, dp_replicate, dp_shard, tp)``, builds AdamW on what it returns, and runs the
-case's steps. A step, on dp index d: for each of the m micro-batches, inside ``accumulate(model, info)``, the
-forward, ``loss_fn(logits, labels, info)`` and ``backward(loss, model, info)`` (under pp > 1 the schedule runs
-them: ``loss_fn`` on the last stage);
+on the ``DeviceMesh`` of dims ``(pp, dp_replicate, dp_shard, cp, tp)`` (:func:`mesh_for`; the experts' mesh,
+:func:`expert_mesh_for`, is built when the target asks for it), builds AdamW on what it returns, and runs the
+case's steps. A step, on dp index d and cp index c: for each of the m micro-batches, inside ``accumulate(model,
+info)``, the forward on its sequences (under cp > 1 their head-tail chunks c and 2 cp - 1 - c, with their global
+positions, :func:`cp_positions`), ``loss_fn(logits, labels, info)`` and ``backward(loss, model, info)`` (under pp
+> 1 the schedule runs them: ``loss_fn`` on the last stage);
 ``report_loss`` over the rank's summed per-token losses and tokens; the gradients
 (local shards) are kept, ``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is
 measured from the local shards before and after; ``optimizer.step()``; every parameter and AdamW moment
 is gathered to a full tensor (``full_tensor()``). The contract's check (in the parent) then runs the reference
-(:func:`reference_step`): the same decoder on the whole step's batch at once, the token-mean loss,
+(:func:`reference_step`): the same decoder on the whole step's batch at once (a decoder with MoE layers one global
+micro-batch at a time: its load-balancing loss is each micro-batch's over every rank's tokens), the token-mean loss,
 ``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached after the step before
 (:func:`parallel_states`).
 

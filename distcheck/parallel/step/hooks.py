@@ -6,12 +6,15 @@ A target of the ``training-step`` contract is a torchtitan-style ``parallelize(m
 
 * ``loss_fn(logits, labels, info) -> Tensor``: the loss of one micro-batch to call ``backward()`` on.
   Default :func:`token_mean_loss`: the micro-batch's sum of per-token cross-entropies (``ignore_index``
-  -100 dropped) divided by the step's global token count, times ``dp`` because FSDP2 and DDP average
-  the gradients over the dp ranks; summed over micro-batches and ranks this is the global token mean.
+  -100 dropped) divided by the step's global token count, plus the MoE layers' load-balancing loss divided by
+  the micro-batches, times ``dp * cp`` because FSDP2 and DDP average the gradients over the ranks holding
+  different tokens; summed over micro-batches and ranks this is the global token mean (and the mean
+  load-balancing loss).
 * ``report_loss(loss_sum, tokens, info) -> (loss, tokens)``: what the step reports (the logged loss
   and tokens seen). ``loss_sum`` is this rank's sum of per-token losses over its micro-batches,
   ``tokens`` its non-ignored tokens (0-d float64 tensors). Default :func:`all_reduce_dp`: both
-  summed over the dp ranks (``dp_replicate`` then ``dp_shard``), loss = sum / tokens.
+  summed over the ranks holding different tokens (``dp_replicate``, ``dp_shard``, then ``cp``), loss = sum /
+  tokens.
 * ``clip_grad_norm(parameters, max_norm, info) -> norm``: clip the gradients in place and return
   their total norm before clipping (a tensor, a DTensor, or a float). Default :func:`torch_clip`:
   ``torch.nn.utils.clip_grad_norm_`` (on DTensor gradients it returns a DTensor; distcheck reads its
@@ -23,13 +26,15 @@ A target of the ``training-step`` contract is a torchtitan-style ``parallelize(m
 * ``backward(loss, model, info) -> None``: the backward of one micro-batch's loss. Default
   :func:`loss_backward`: ``loss.backward()``; accelerate's loop calls ``accelerator.backward(loss)``.
 
-``axes`` names the mesh dims the target parallelizes (default all four): a DDP-only loop names
-``("dp_replicate",)``, and only layouts with every other axis at 1 are drawn. ``accumulate`` and
+``axes`` names the axes the target parallelizes (default: the dense step's dp_replicate, dp_shard, tp and pp, or
+what ``--option axes=...`` names; cp and ep when named): a DDP-only loop names ``("dp_replicate",)``, and only
+layouts with every other axis at 1 are drawn. ``accumulate`` and
 ``backward`` are the micro-batch loop's; under pipeline parallelism the schedule runs the forwards and
 backwards, so a target that replaces either must leave ``pp`` out of its axes.
 
-``info`` (:class:`StepInfo`) carries the layout, the mesh (dims ``pp, dp_replicate, dp_shard, tp``) and the
-token counts. Under pipeline parallelism ``loss_fn`` runs on the last stage only (the schedule's
+``info`` (:class:`StepInfo`) carries the layout, the mesh (dims ``pp, dp_replicate, dp_shard, cp, tp``), the
+token counts, under cp the global positions of this rank's chunks, and the model. Under pipeline parallelism
+``loss_fn`` runs on the last stage only (the schedule's
 ``loss_fn``), and the default ``report_loss`` also sums the loss over the pp group.
 
 **The user's own model.** ``model(config) -> nn.Module`` is a factory (default None: distcheck's tiny Llama,
@@ -43,6 +48,13 @@ another generator; the reference is the same factory on one device, float64, loa
 Token ids are drawn below ``config.vocab_size`` (a user config must have it); a user config naming its longest
 sequence (``max_seq_len``, ``n_positions``, ``max_position_embeddings`` or ``block_size``, the first present)
 caps the drawn sequence length. A user model has no pipeline split: ``pp`` is left out of its axes.
+
+**Context parallelism.** Under cp > 1 each cp rank gets, of every sequence of its dp rank's micro-batch, the
+head-tail chunks of :func:`distcheck.parallel.cp.reference.load_balanced_positions` (chunks c and 2 cp - 1 - c
+of 2 cp; "The Llama 3 Herd of Models", §3.3.2), tokens and labels alike, and ``info.positions`` their global
+positions; the default ``batch`` hook passes them to distcheck's tiny Llama (``positions=``), whose RoPE and
+whose attention core (a ring over the cp ranks, the target's) read them. A user model's ``batch`` hook passes
+them its own way.
 
 * ``batch(tokens, labels, info) -> inputs``: the forward's arguments for one micro-batch of the drawn causal-LM
   data (token ids ``(b, s)`` int64; labels ``(b, s)``, the next-token targets already aligned with the ids,
@@ -244,9 +256,11 @@ def as_float(value: Any) -> float:
 class StepTarget:
     """A ``training-step`` target with its own hooks: ``parallelize(model, mesh, layout) -> model`` and any of
     ``loss_fn``, ``report_loss``, ``clip_grad_norm``, ``accumulate``, ``backward``, ``batch``, ``loss`` (module doc;
-    the defaults when left out), ``axes``, the mesh dims it parallelizes (a tuple, a subset of :data:`AXES`; empty:
-    all four, or all but ``pp`` for a user model), and the user's own model: ``model``, a factory
-    ``model(config) -> nn.Module`` (None: distcheck's tiny Llama), and ``config``, what the factory is called
+    the defaults when left out), ``axes``, the axes it parallelizes (a tuple of names among ``dp_replicate``,
+    ``dp_shard``, ``tp``, ``pp``, ``cp``, ``ep``; empty: the ``axes`` option's, by default the dense step's
+    dp_replicate, dp_shard, tp and pp, or dp_replicate, dp_shard and tp for a user model), and the user's own
+    model: ``model``, a factory ``model(config) -> nn.Module`` (None: distcheck's tiny Llama), and ``config``,
+    what the factory is called
     with (None: the sizes drawn for the layout, a ``TinyConfig``; given: it must have ``vocab_size``, and is
     shipped to the ranks inside each example, so it must pickle).
     The StepTarget itself must be a module-level object: each rank imports it again by its reference
