@@ -1,10 +1,12 @@
 """numpy references of a whole training step under composed parallelism (float64, no torch, no sympy).
 
-The layout is torchtitan's device mesh ``(pp, dp_replicate, dp_shard, tp)`` (``StepLayout``; torchtitan's
+The layout is torchtitan's device mesh ``(pp, dp_replicate, dp_shard, cp, tp)`` (``StepLayout``; torchtitan's
 ``ParallelDims``): ``dp_replicate`` replicas (HSDP's replicate axis, DDP), each fully sharded over
 ``dp_shard`` ranks (FSDP2's ``fully_shard``: dim-0 shards, ``torch.chunk``), ``tp`` tensor-parallel ranks
-(Megatron-style column/row shards, replicated norms), ``pp`` pipeline stages. The data-parallel degree is
-``dp = dp_replicate * dp_shard``; tp and pp ranks see the same data.
+(Megatron-style column/row shards, replicated norms), ``pp`` pipeline stages, ``cp`` context-parallel ranks
+(each the head-tail chunks of every sequence), and ``ep`` expert-parallel ranks borrowed from the ``dp x cp``
+ones (``ep_placement``: torchtitan's or Megatron's; the experts' mesh ``expert_shape``). The data-parallel
+degree is ``dp = dp_replicate * dp_shard``; tp and pp ranks see the same data, cp ranks parts of it.
 
 What a step must compute, whatever the layout:
 
