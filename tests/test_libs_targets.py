@@ -261,6 +261,38 @@ def test_deepspeed_moe_layer_on_gloo():
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+def test_torchtitan_dropless_moe_on_gloo():
+    """torchtitan's router and AllToAllTokenDispatcher (counts exchanged, then all_to_all_single of the actual split
+    sizes) with the contract's experts: the libs rows certified at 2 and 4 ranks under dropless=true and
+    renormalise=true; under the default renormalise=false forward fails and names renormalise=true; in float64
+    grads fails by the float32 scaling of the combine."""
+    pytest.importorskip("torchtitan")
+    import warnings
+
+    from distcheck.certify.engine import certify
+    from distcheck.libs import world_rows
+    from distcheck.libs.targets import target
+    from distcheck.runners import RankPool
+
+    mod = target("torchtitan")
+    rows = world_rows(mod, [run for run in mod.WORLD_CERTIFY if run.name == "torchtitan.moe"], max_examples=5, seed=0)
+    assert [(r.check, r.verdict, r.world_size) for r in rows] == [
+        (f"libs.torchtitan.moe.{p}", PASS, w) for w in (2, 4) for p in MOE_PROPERTIES]
+    ref = "distcheck.libs.targets.torchtitan_moe:MOE"
+    with warnings.catch_warnings(), RankPool(world_size=2, backend="gloo", timeout_s=120) as pool:
+        warnings.simplefilter("ignore")
+        default = certify(ref, "moe-layer", pool=pool, seed=0, examples=5, dtypes=("float32",),
+                          options={"dropless": True})
+        f64 = certify(ref, "moe-layer", pool=pool, seed=0, examples=5, dtypes=("float64",),
+                      options={"dropless": True, "renormalise": True})
+    failed = {v.property: v for v in default.verdicts if v.verdict == FAIL}
+    assert set(failed) == {"forward", "grads"}
+    assert failed["forward"].failure.endswith("certify with --option renormalise=true")
+    assert {v.property for v in f64.verdicts if v.verdict == FAIL} == {"grads"}
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_accelerate_gradient_accumulation_under_ddp():
     # accelerate's own loop (prepare, accumulate, backward, clip_grad_norm_, reduce) on two gloo ranks: the guide's
     # token-weighted loss is certified; the basic loop's mean loss per micro-batch is the recorded finding on every

@@ -494,14 +494,9 @@ class TrainingStep(Contract):
         return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case)
 
     def check(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
-        import torch
+        from distcheck.parallel.step.harness import ADAMW
 
-        from distcheck.parallel.step.case import batch
-        from distcheck.parallel.step.harness import ADAMW, parallel_states, reference_step
-
-        tokens, labels = (torch.from_numpy(a) for a in batch(case))
-        own = resolve(case.target) if case.target is not None else None
-        ref = reference_step(case, tokens, labels, parallel_states(results), own, results[0].get("initial"))
+        ref = results[0]["reference"]
         bounds = param_bounds(ref, lr=case.lr, **ADAMW)
         out: dict[str, list[Outcome]] = {p.name: [] for p in _PROPERTIES}
         for s, r in enumerate(ref):

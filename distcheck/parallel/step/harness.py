@@ -12,17 +12,17 @@ positions, :func:`cp_positions`), ``loss_fn(logits, labels, info)`` and ``backwa
 ``report_loss`` over the rank's summed per-token losses and tokens; the gradients
 (local shards) are kept, ``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is
 measured from the local shards before and after; ``optimizer.step()``; every parameter and AdamW moment
-is gathered to a full tensor (``full_tensor()``). The contract's check (in the parent) then runs the reference
-(:func:`reference_step`): the same decoder on the whole step's batch at once (a decoder with MoE layers one global
-micro-batch at a time: its load-balancing loss is each micro-batch's over every rank's tokens), the token-mean loss,
+is gathered to a full tensor (``full_tensor()``). Rank 0 then runs the reference (:func:`reference_step`,
+from every rank's records): the same decoder on the whole step's batch at once (a decoder with MoE layers one
+global micro-batch at a time: its load-balancing loss is each micro-batch's over every rank's tokens), the
+token-mean loss,
 ``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached after the step before
 (:func:`parallel_states`).
 
 A target with its own model (``StepTarget(model=...)``) is built by :func:`build_target_model` (seeded, CPU,
-float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`; rank 0 returns it as
-``initial``); each micro-batch's forward is ``model`` called on the ``batch`` hook's inputs and its loss sum the
-``loss`` hook's; the reference is the same factory loaded with rank 0's initial ``state_dict`` and the same two
-hooks on the whole batch.
+float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`); each micro-batch's forward is
+``model`` called on the ``batch`` hook's inputs and its loss sum the ``loss`` hook's; the reference is the same
+factory loaded with rank 0's initial ``state_dict`` and the same two hooks on the whole batch.
 """
 
 from __future__ import annotations
@@ -238,8 +238,15 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
                       "residual": resid, "grad_max": grad_max, "local_tokens": int(mine), **_record(model, opt)})
     result: dict = {"steps": steps, "dp_index": d, "cp_index": c}
-    if ctx.rank == 0 and initial is not None:  # the reference (in the contract's check) loads rank 0's weights
-        result["initial"] = {k: v.numpy() for k, v in initial.items()}
+    # the reference runs here, on rank 0, from every rank's records: never in the parent, which forks the next
+    # world's ranks (a process that has run torch's thread pools does not fork safely)
+    import torch.distributed as dist
+
+    records: list = [None] * ctx.world_size
+    dist.all_gather_object(records, {"steps": steps})
+    if ctx.rank == 0:
+        result["reference"] = reference_step(case, tokens, labels, parallel_states(records),
+                                             target if target.model is not None else None, initial)
     return result
 
 
