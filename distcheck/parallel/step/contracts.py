@@ -18,7 +18,7 @@ size into dp_replicate x dp_shard x tp x pp x cp, with ep borrowed from dp x cp 
 Megatron's (:func:`layouts`), whose axes above 1 are among ``--option axes=...`` (default: the dense step's
 dp_replicate, dp_shard, tp and pp; ``all``: cp and ep too) or a :class:`~distcheck.parallel.step.hooks.StepTarget`'s
 ``axes``, or the one ``--option layout=...`` pins), the decoder's sizes
-(tied or untied head, 1 or 2 layers, grouped-query heads, RoPE or no positions (RoPE always under cp); under
+(tied or untied head, 1 or 2 layers, grouped-query heads, RoPE under cp (no positions otherwise); under
 pp = 2 one layer per stage, untied, the schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of
 ``torch.distributed.pipelining``, pp with tp too: each stage under the tensor-parallel plan; with ep among the
 axes and tp = pp = 1, MoE layers of ep or 2 ep experts, top-1 or top-2, always under ep > 1), the
@@ -280,7 +280,7 @@ def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = 
             dim=8, n_layers=pp if pp > 1 else draw(st.integers(1, 2)), n_heads=n_kv * draw(st.integers(1, 2)),
             n_kv_heads=n_kv, head_dim=2, ffn_dim=4 * tp, vocab_size=4 * max(tp, 2),
             tied=pp == 1 and draw(st.booleans()), n_experts=experts,
-            top_k=draw(st.integers(1, 2)) if experts else 1, rope=cp > 1 or draw(st.booleans()))
+            top_k=draw(st.integers(1, 2)) if experts else 1, rope=cp > 1)
         # a sequence is cut into 2 cp head-tail chunks, each into tp sequence-parallel shards
         unit = tp * (2 * cp if cp > 1 else 1)
         low, high = (1, 2) if unit > 1 else (2, 4)
