@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     sc._within = measured
     if args.one_token:
         sc.TrainingStep.cases = lambda self, ws, dtype, options: sc._cases(  # type: ignore[method-assign]
-            sc._allowed(ws, options), one_token=True, moe=sc.Axis.EP.value in sc._axes(options.get("axes", "")),
+            sc.allowed(ws, options), one_token=True, moe=sc.Axis.EP.value in sc.axes_option(options.get("axes", "")),
             max_norms=(BINDING_MAX_NORM,))
     cert = certify("examples.my_step:parallelize", "training-step", world_sizes=[args.world_size],
                    examples=args.examples, timeout_s=900, options={"axes": args.axes} if args.axes else None)

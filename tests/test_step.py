@@ -330,7 +330,7 @@ def test_cancelling_compositions_hold_to_the_bound(monkeypatch):
     from distcheck.parallel.step.case import BINDING_MAX_NORM
 
     def cancelling(self, world_size, dtype, options):
-        return sc._cases(sc._allowed(world_size, options), one_token=True, max_norms=(BINDING_MAX_NORM,))
+        return sc._cases(sc.allowed(world_size, options), one_token=True, max_norms=(BINDING_MAX_NORM,))
 
     monkeypatch.setattr(sc.TrainingStep, "cases", cancelling)
     cert = certify("examples.my_step:parallelize", "training-step", world_sizes=[4], examples=16, timeout_s=600)

@@ -52,20 +52,30 @@ own magnitude: ``2^-31 |v_ref|``. The bound module's doc says what is proved and
 
 from __future__ import annotations
 
-from itertools import product
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from hypothesis import strategies as st
 
 from distcheck.core.errors import ConfigError
-from distcheck.core.validate import check_positive_int
-from distcheck.core.vocab import Axis, ExpertPlacement, Schedule, names
+from distcheck.core.vocab import Axis, Schedule
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
 from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds, value_bound
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.layouts import (
+    ALL,
+    AXES,
+    DEFAULT_AXES,
+    OWN_MODEL_AXES,
+    PP_SCHEDULES,
+    allowed,
+    axes_option,
+    layouts,
+    parse_layout,
+    target_axes,
+)
 from distcheck.parallel.step.model import TinyConfig, stage_of
 from distcheck.parallel.step.reference import StepLayout
 
@@ -88,116 +98,6 @@ _PROPERTIES = (
     PropertySpec("tokens", "the reported tokens are the step's non-ignored tokens, and the dp ranks' own counts "
                            "add up to them", "exact"),
 )
-
-#: the step's axes in the order its compositions are shown (the vocabulary's names)
-_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP, Axis.CP,
-                                                 Axis.EP))
-#: the axes drawn unless the target or the axes option names others: the dense step's (cp and ep are drawn when
-#: named, ``--option axes=all`` naming all six: a parallelize function that predates them is not held to them)
-_DEFAULT_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP))
-#: the axes option's word for every axis
-_ALL = "all"
-#: the axes a StepTarget with its own model draws unless it names its axes: its model has no pipeline split, and
-#: no attention core or MoE layers distcheck knows (a user model's context or expert parallelism is named)
-_OWN_MODEL_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP))
-#: where ep's ranks come from (the vocabulary's names): every placement is drawn where it fits
-EP_PLACEMENTS: tuple[str, ...] = names(ExpertPlacement)
-#: the layout option's key for ep's placement
-_PLACEMENT_KEY = "ep_placement"
-#: the pipeline schedules drawn under pp > 1 (torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B)
-PP_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B)
-
-
-def parse_layout(text: str) -> StepLayout:
-    """``"dp_shard=2,tp=2"`` or ``"dp_shard=2,cp=2,ep=4,ep_placement=megatron"`` as a :class:`StepLayout` (axes
-    left out are 1; ``ep_placement`` defaults to ``torchtitan`` when ep > 1). Raises ConfigError naming the option
-    for an unknown axis, an axis set twice, a degree that is not a positive int, an unknown placement, or a layout
-    :class:`StepLayout` refuses (an ep its placement's ranks do not hold)."""
-    degrees: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.partition("=")
-        name = name.strip()
-        if name not in (*_AXES, _PLACEMENT_KEY):
-            raise ConfigError("option layout", text, f"axis {name!r} must be one of {', '.join(_AXES)} (or "
-                              f"{_PLACEMENT_KEY}={'|'.join(EP_PLACEMENTS)})")
-        if name in degrees:
-            raise ConfigError("option layout", text, f"sets {name} twice")
-        if name == _PLACEMENT_KEY:
-            degrees[name] = value.strip()
-            if degrees[name] not in EP_PLACEMENTS:
-                raise ConfigError("option layout", text, f"{_PLACEMENT_KEY} must be one of {', '.join(EP_PLACEMENTS)}")
-            continue
-        try:
-            degrees[name] = check_positive_int(f"option layout {name}", int(value))
-        except ValueError:
-            raise ConfigError("option layout", text, f"{name} must be a positive integer") from None
-    if degrees.get(Axis.EP.value, 1) > 1:
-        degrees.setdefault(_PLACEMENT_KEY, ExpertPlacement.TORCHTITAN.value)
-    elif _PLACEMENT_KEY in degrees:
-        raise ConfigError("option layout", text, f"names {_PLACEMENT_KEY} without ep > 1")
-    try:
-        return StepLayout(**degrees)
-    except ConfigError as exc:
-        raise ConfigError("option layout", text, str(exc)) from None
-
-
-def layouts(world_size: int) -> list[StepLayout]:
-    """Every ``dp_replicate x dp_shard x tp x pp x cp`` factorisation of ``world_size`` with tp in {1, 2, 4}, pp in
-    {1, 2} and cp in {1, 2, 4} (pp = 2 x tp = 2 included: each stage's decoder under the tensor-parallel plan;
-    cp with tp too, not with pp), and for each with tp = pp = 1 every ep > 1 that each placement of
-    :data:`EP_PLACEMENTS` borrows from its data-parallel ranks (experts are not tensor-parallel, and the MoE
-    decoder has no pipeline split), the simplest first (fewest axes above 1, then dense before expert-parallel,
-    then FSDP before HSDP before tp before pp before cp)."""
-    found = [StepLayout(dr, ds, tp, pp, cp) for dr, ds, tp, pp, cp in product(range(1, world_size + 1), repeat=5)
-             if dr * ds * tp * pp * cp == world_size and tp in (1, 2, 4) and pp in (1, 2) and cp in (1, 2, 4)
-             and (cp == 1 or pp == 1)]
-    experts = []
-    for lay in found:
-        if lay.tp > 1 or lay.pp > 1:
-            continue
-        for ep in range(2, lay.dp_cp + 1):
-            for placement in EP_PLACEMENTS:
-                try:
-                    experts.append(StepLayout(lay.dp_replicate, lay.dp_shard, 1, 1, lay.cp, ep, placement))
-                except ConfigError:  # this placement's ranks do not hold ep
-                    continue
-    return sorted(found + experts, key=lambda lay: (sum(getattr(lay, a) > 1 for a in _AXES), lay.ep > 1, lay.cp,
-                                                    lay.pp, lay.tp, lay.dp_replicate, lay.ep,
-                                                    EP_PLACEMENTS.index(lay.ep_placement) if lay.ep > 1 else 0))
-
-
-def _axes(text: str) -> tuple[str, ...]:
-    """The ``axes`` option, ``"dp_replicate,dp_shard"``, as a tuple (the empty option: the dense step's four,
-    dp_replicate, dp_shard, tp and pp; ``all``: the six, cp and ep too). ConfigError naming the option for an axis
-    that is not one of the six, one named twice, or a value that names none."""
-    if text.strip() == _ALL:
-        return _AXES
-    names = tuple(filter(None, (p.strip() for p in text.split(","))))
-    for name in names:
-        if name not in _AXES:
-            raise ConfigError("option axes", text, f"axis {name!r} must be one of {', '.join(_AXES)}")
-    if len(set(names)) < len(names):
-        raise ConfigError("option axes", text, "names an axis twice")
-    if text.strip() and not names:
-        raise ConfigError("option axes", text, f"names no axis: give one or more of {', '.join(_AXES)}, "
-                          f"comma-separated, or {_ALL}")
-    return names or _DEFAULT_AXES
-
-
-def _target_axes(axes: Any, shown: str) -> tuple[str, ...]:
-    """A :class:`StepTarget`'s ``axes`` checked: a tuple (or list) of distinct mesh dim names, possibly empty.
-    ProtocolError naming the target otherwise (a bare string included: ``("dp_replicate",)``, not
-    ``"dp_replicate"``)."""
-    if isinstance(axes, str) or not isinstance(axes, (tuple, list)) or not all(isinstance(a, str) for a in axes):
-        raise ProtocolError("target", shown, f"StepTarget axes={axes!r} must be a tuple of mesh dim names, e.g. "
-                            "axes=(\"dp_replicate\",)")
-    bad = [a for a in axes if a not in _AXES]
-    if bad:
-        raise ProtocolError("target", shown, f"StepTarget axes {bad} must be among {', '.join(_AXES)}")
-    if len(set(axes)) < len(axes):
-        raise ProtocolError("target", shown, f"StepTarget axes={tuple(axes)!r} names an axis twice")
-    return tuple(axes)
-
 
 def _check_hooks(obj: Any, shown: str) -> None:
     """Every hook of a :class:`StepTarget` callable with its number of arguments, else ProtocolError naming it."""
@@ -248,12 +148,6 @@ def _user_config(obj: Any, shown: str) -> tuple[int | None, int | None]:
                                 f"{MIN_SEQ_LEN}: the sequences drawn are cut into up to {MIN_SEQ_LEN} tp shards")
         return vocab, longest
     return vocab, None
-
-
-def _allowed(world_size: int, options: dict) -> list[StepLayout]:
-    """:func:`layouts` of ``world_size`` with every axis outside the ``axes`` option at 1."""
-    allowed = _axes(options.get("axes", ""))
-    return [lay for lay in layouts(world_size) if all(getattr(lay, a) == 1 for a in _AXES if a not in allowed)]
 
 
 def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = None, spec: Any = None, *,
@@ -375,7 +269,7 @@ class TrainingStep(Contract):
         if base:
             return base
         if not options.get("layout"):
-            if not _allowed(world_size, options):
+            if not allowed(world_size, options):
                 return (f"no layout of {world_size} ranks has only the axes {options.get('axes')} above 1 (tp in "
                         "{1, 2, 4}, pp in {1, 2}, cp in {1, 2, 4}, ep borrowed from dp x cp)")
             return None
@@ -393,7 +287,7 @@ class TrainingStep(Contract):
         rank, the gradient-accumulation steps), ``steps`` (optimizer steps), ``clip`` (``binds`` or ``free``) and
         ``model`` (``dense`` or ``MoE``, with ``RoPE``; ``own`` for a user's model)."""
         lay = case.layout
-        axes = [f"{a}={getattr(lay, a)}" for a in _AXES if getattr(lay, a) > 1]
+        axes = [f"{a}={getattr(lay, a)}" for a in AXES if getattr(lay, a) > 1]
         if lay.ep > 1:
             axes[-1] += f" ({lay.ep_placement})"
         c = case.config
@@ -407,21 +301,21 @@ class TrainingStep(Contract):
         from distcheck.parallel.step.hooks import StepTarget
 
         shown = ref or repr(obj)
-        given = _axes(options["axes"]) if options.get("axes") else ()
+        given = axes_option(options["axes"]) if options.get("axes") else ()
         if isinstance(obj, StepTarget):
             _check_hooks(obj, shown)
-            own = _target_axes(obj.axes, shown)
+            own = target_axes(obj.axes, shown)
             _user_config(obj, shown)
             if obj.model is not None:
                 if Axis.PP.value in own:
                     raise ProtocolError("target", shown, f"StepTarget axes={tuple(own)!r} name pp: {_NO_SPLIT}")
-                own = own or _OWN_MODEL_AXES
-            outside = sorted(set(given) - set(own or _AXES))  # a target naming no axes may be given any
+                own = own or OWN_MODEL_AXES
+            outside = sorted(set(given) - set(own or AXES))  # a target naming no axes may be given any
             if outside:
                 why = f" ({_NO_SPLIT})" if obj.model is not None and Axis.PP.value in outside else ""
                 raise ConfigError("option axes", options["axes"], f"the target parallelizes only "
                                   f"{', '.join(own)}, not {', '.join(outside)}{why}")
-            drawn = given or own or _DEFAULT_AXES
+            drawn = given or own or DEFAULT_AXES
             if obj.loop_hooks and Axis.PP.value in drawn:
                 raise ProtocolError("target", shown, f"replaces {', '.join(obj.loop_hooks)}, which the pipeline "
                                     "schedule does not call: leave pp out of its axes (StepTarget(..., axes=...) "
@@ -433,13 +327,13 @@ class TrainingStep(Contract):
         else:
             check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
         # a pinned layout with no axes named (by the option or the target) is the draw: cp and ep may be pinned
-        allowed = _axes(options.get("axes", "") or (_ALL if options.get("layout") else ""))
+        named = axes_option(options.get("axes", "") or (ALL if options.get("layout") else ""))
         if options.get("layout"):
             lay = parse_layout(options["layout"])
-            outside_layout = [a for a in _AXES if getattr(lay, a) > 1 and a not in allowed]
+            outside_layout = [a for a in AXES if getattr(lay, a) > 1 and a not in named]
             if outside_layout:
                 raise ConfigError("option layout", options["layout"], f"sets {', '.join(outside_layout)} above 1, "
-                                  f"outside the axes {', '.join(allowed)}")
+                                  f"outside the axes {', '.join(named)}")
         return make_target(obj, ref, "hooks" if isinstance(obj, StepTarget) else "parallelize"), options
 
     def skipped(self, target: Any, options: dict) -> dict[str, str]:
@@ -463,11 +357,11 @@ class TrainingStep(Contract):
     def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         if dtype != "float64":
             return None
-        moe = Axis.EP.value in _axes(options.get("axes", ""))
+        moe = Axis.EP.value in axes_option(options.get("axes", ""))
         if options.get("layout"):
             return _cases([parse_layout(options["layout"])], moe=moe)
-        allowed = _allowed(world_size, options)
-        return _cases(allowed, moe=moe) if allowed else None
+        choices = allowed(world_size, options)
+        return _cases(choices, moe=moe) if choices else None
 
     def cases_for(self, target: Any, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         """:meth:`cases`; for a :class:`StepTarget` each case carries the target (its reference runs the target's
@@ -479,8 +373,8 @@ class TrainingStep(Contract):
         if not isinstance(obj, StepTarget) or dtype != "float64":
             return self.cases(world_size, dtype, options)
         _, longest = _user_config(obj, target.ref)
-        choices = ([parse_layout(options["layout"])] if options.get("layout") else _allowed(world_size, options))
-        moe = Axis.EP.value in _axes(options.get("axes", ""))
+        choices = ([parse_layout(options["layout"])] if options.get("layout") else allowed(world_size, options))
+        moe = Axis.EP.value in axes_option(options.get("axes", ""))
         return _cases(choices, obj.config, longest, target, moe=moe) if choices else None
 
     def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:

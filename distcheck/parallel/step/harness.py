@@ -2,22 +2,20 @@
 and the single-device float64 reference step (:func:`reference_step`). torch is imported inside the functions.
 
 Every rank builds the case's decoder, cuts it to its pipeline stage when pp > 1
-(:func:`~distcheck.parallel.step.model.pipeline_stage`), calls the target's ``parallelize(model, mesh, layout)``
-on the ``DeviceMesh`` of dims ``(pp, dp_replicate, dp_shard, cp, tp)`` (:func:`mesh_for`; the experts' mesh,
-:func:`expert_mesh_for`, is built when the target asks for it), builds AdamW on what it returns, and runs the
-case's steps. A step, on dp index d and cp index c: for each of the m micro-batches, inside ``accumulate(model,
-info)``, the forward on its sequences (under cp > 1 their head-tail chunks c and 2 cp - 1 - c, with their global
-positions, :func:`cp_positions`), ``loss_fn(logits, labels, info)`` and ``backward(loss, model, info)`` (under pp
-> 1 the schedule runs them: ``loss_fn`` on the last stage);
-``report_loss`` over the rank's summed per-token losses and tokens; the gradients
-(local shards) are kept, ``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is
-measured from the local shards before and after; ``optimizer.step()``; every parameter and AdamW moment
-is gathered to a full tensor (``full_tensor()``). Rank 0 then runs the reference (:func:`reference_step`,
-from every rank's records): the same decoder on the whole step's batch at once (a decoder with MoE layers one
-global micro-batch at a time: its load-balancing loss is each micro-batch's over every rank's tokens), the
-token-mean loss,
-``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached after the step before
-(:func:`parallel_states`).
+(:func:`~distcheck.parallel.step.model.pipeline_stage`), calls the target's ``parallelize(model, mesh, layout)`` on
+the ``DeviceMesh`` of dims ``(pp, dp_replicate, dp_shard, cp, tp)`` (:func:`mesh_for`; the experts' mesh,
+:func:`~distcheck.parallel.step.hooks.expert_mesh`, is built when the target asks for it), builds AdamW on what it
+returns, and runs the case's steps. A step, on dp index d and cp index c: for each of the m micro-batches, inside
+``accumulate(model, info)``, the forward on its sequences (under cp > 1 their head-tail chunks c and 2 cp - 1 - c,
+with their global positions, :func:`cp_positions`), ``loss_fn(logits, labels, info)`` and ``backward(loss, model,
+info)`` (under pp > 1 the schedule runs them: ``loss_fn`` on the last stage); ``report_loss`` over the rank's
+summed per-token losses and tokens; the gradients (local shards) are kept, ``clip_grad_norm(parameters, max_norm,
+info)`` is called, the scale it applied is measured from the local shards before and after; ``optimizer.step()``;
+every parameter and AdamW moment is gathered to a full tensor (``full_tensor()``). Rank 0 then runs the reference
+(:func:`reference_step`, from every rank's records): the same decoder on the whole step's batch at once (a decoder
+with MoE layers one global micro-batch at a time: its load-balancing loss is each micro-batch's over every rank's
+tokens), the token-mean loss, ``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached
+after the step before (:func:`parallel_states`).
 
 A target with its own model (``StepTarget(model=...)``) is built by :func:`build_target_model` (seeded, CPU,
 float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`); each micro-batch's forward is
@@ -35,7 +33,7 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for", "expert_mesh_for", "cp_positions",
+__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for", "cp_positions",
            "build_target_model", "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
@@ -61,20 +59,6 @@ def mesh_for(ctx: RankContext, layout: StepLayout) -> Any:
         mesh["dp_shard", "cp"]._flatten(FLAT_AXES[0])
         mesh["dp_replicate", "dp_shard", "cp"]._flatten(FLAT_AXES[1])
         _MESHES[key] = mesh
-    return _MESHES[key]
-
-
-def expert_mesh_for(device_type: str, layout: StepLayout) -> Any:
-    """The experts' ``DeviceMesh`` of ``layout`` (:func:`distcheck.parallel.step.hooks.expert_mesh`), built once
-    per world, rank and layout."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    from distcheck.parallel.step.hooks import EXPERT_AXES
-
-    key = ("experts", id(dist.group.WORLD), dist.get_rank(), device_type, *layout.expert_shape)
-    if key not in _MESHES:
-        _MESHES[key] = init_device_mesh(device_type, layout.expert_shape, mesh_dim_names=EXPERT_AXES)
     return _MESHES[key]
 
 

@@ -92,6 +92,8 @@ AXES: tuple[str, ...] = tuple(a.value for a in (Axis.PP, Axis.DP_REPLICATE, Axis
 #: the flattened dims the step's mesh also names (torchtitan's ``ParallelDims``): ``dp_shard x cp``, FSDP2's
 #: shard dim under context parallelism, and ``dp_replicate x dp_shard x cp``, the ranks holding different tokens
 FLAT_AXES: tuple[str, ...] = ("dp_shard_cp", "dp_cp")
+#: the experts' meshes built, by world, rank, device type and shape (:func:`expert_mesh`)
+_EXPERT_MESHES: dict = {}
 #: the dims of the experts' mesh (:func:`expert_mesh`)
 EXPERT_AXES: tuple[str, ...] = (Axis.PP.value, Axis.DP_REPLICATE.value, "efsdp", Axis.EP.value, Axis.TP.value)
 
@@ -227,9 +229,13 @@ def expert_mesh(mesh: Any, layout: Any) -> Any:
     the ranks of ``mesh`` in the same order: ``ep`` consecutive data-parallel ranks (cp innermost) share the
     experts out, ``["dp_replicate", "efsdp"]`` is the experts' data parallelism. Built once per world, rank and
     layout (every rank must call it the first time: it creates process groups)."""
-    from distcheck.parallel.step.harness import expert_mesh_for
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
 
-    return expert_mesh_for(mesh.device_type, layout)
+    key = (id(dist.group.WORLD), dist.get_rank(), mesh.device_type, *layout.expert_shape)
+    if key not in _EXPERT_MESHES:
+        _EXPERT_MESHES[key] = init_device_mesh(mesh.device_type, layout.expert_shape, mesh_dim_names=EXPERT_AXES)
+    return _EXPERT_MESHES[key]
 
 
 def no_accumulate(model: Any, info: StepInfo) -> contextlib.AbstractContextManager:
