@@ -169,8 +169,11 @@ def test_deepspeed_ulysses_distributed_attention_certified():
     mod = target("deepspeed")
     rows = world_rows(mod, [run for run in mod.WORLD_CERTIFY if run.name == "deepspeed.ulysses"], max_examples=3,
                       seed=0)
+    # balance is a skip: DistributedAttention takes no causal_mask keyword, so no score block can be counted
     assert [(r.check, r.verdict, r.world_size, r.examples) for r in rows] == [
-        (f"libs.deepspeed.ulysses.{p}", PASS, ws, 3) for ws in (2, 4) for p in ("forward", "grads")]
+        (f"libs.deepspeed.ulysses.{p}", PASS if p != "balance" else SKIP, ws, 3 if p != "balance" else 0)
+        for ws in (2, 4) for p in ("forward", "grads", "balance")]
+    assert all("causal_mask" in r.detail for r in rows if r.verdict == SKIP), [r.detail for r in rows]
 
 
 class _OptimizerNotLoaded:
