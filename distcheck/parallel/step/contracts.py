@@ -95,8 +95,8 @@ _PROPERTIES = (
                               "counted once", "bounded"),
     PropertySpec("clipping", "every rank's gradients are multiplied by the reference's min(1, max_norm / (norm + "
                              "1e-6))", "bounded"),
-    PropertySpec("tokens", "the reported tokens are the step's non-ignored tokens, and the dp ranks' own counts "
-                           "add up to them", "exact"),
+    PropertySpec("tokens", "the reported tokens are the step's non-ignored tokens, and the dp (and cp) ranks' own "
+                           "counts add up to them", "exact"),
 )
 
 def _check_hooks(obj: Any, shown: str) -> None:
