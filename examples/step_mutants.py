@@ -26,19 +26,38 @@ STAGE_LOCAL_NORM              torch's clip_grad_norm_ on a pipeline stage: the n
                               that stage's gradients only (pytorch/torchtitan#596)
 NO_SYNC_EVERY_MICRO_BATCH     DDP's no_sync() left on for the last micro-batch too: the   params, loss,
                               gradients are never all-reduced (each replica steps alone)  grad_norm, clipping
-AUX_LOSS_PER_RANK             the MoE load-balancing loss of each rank's own tokens,      params
+AUX_LOSS_PER_RANK             the MoE load-balancing loss of each rank's own tokens,      params, grad_norm
                               averaged over the ranks, not the global micro-batch's
                               (arXiv:2501.11873, "Demons in the Detail")
-ROUTER_NOT_REDUCED_OVER_EP    the router sharded with the experts: its gradient reduced   params
-                              over the experts' data-parallel ranks only, not over ep
+ROUTER_NOT_REDUCED_OVER_EP    the router sharded with the experts: its gradient reduced   params, loss,
+                              over the experts' data-parallel ranks only, not over ep     grad_norm
 EXPERT_GRADS_OVER_EXPERT_DP   expert gradients averaged over the experts' own data-       params, grad_norm
                               parallel degree dp cp / ep, not dp cp: ep times too large
                               (pytorch/torchtitan#1551)
-CP_LOSS_MEAN_OF_CHUNKS        each cp rank's chunk mean, averaged over the cp ranks: the  params
+CP_LOSS_MEAN_OF_CHUNKS        each cp rank's chunk mean, averaged over the cp ranks: the  params, grad_norm
                               head-tail chunks keep unequal tokens
 LOCAL_POSITIONS               RoPE positions 0 .. s/cp - 1 on every cp rank, not its      params, loss
                               chunks' global positions
 ============================  ==========================================================  ==================
+
+Bugs inside the model rather than in the loop (each fails ``params``; the first divergence of the failure's
+recorded replay names the module that holds the bug, :mod:`distcheck.parallel.step.trace`)::
+
+    distcheck certify examples.step_mutants:ROW_PARALLEL_NOT_REDUCED --contract training-step --world-sizes 2
+
+========================  ==========================================================  ===========================
+target                    mistake                                                     first divergence
+========================  ==========================================================  ===========================
+ROW_PARALLEL_NOT_REDUCED  Megatron-style plain tensors (examples/my_megatron_step.py)  output of
+                          with layers.0.feed_forward.w2's partial outputs never       layers.0.feed_forward.w2
+                          all-reduced over tp
+SP_NORM_NOT_SUMMED        torch's plan with layers.0.ffn_norm a hand-written          reduced grad of
+                          sequence-parallel RMSNorm whose weight gradient is never    layers.0.ffn_norm.weight
+                          summed over tp
+TIE_LOST                  a tied head split by the tensor-parallel plan                grad of tok_embeddings.weight
+                          (parallelize_module gives output.weight a DTensor of its    (tied to output.weight)
+                          own) and never tied again
+========================  ==========================================================  ===========================
 """
 
 from __future__ import annotations
@@ -48,6 +67,8 @@ import functools
 from distcheck.parallel.step.hooks import StepTarget, all_reduce_dp
 from distcheck.parallel.step.model import moe_layers, token_loss_sum
 from distcheck.parallel.step.plans import ddp
+from examples.my_megatron_step import SequenceParallelRMSNorm, megatron_clip, shard_dims
+from examples.my_megatron_step import apply_tp as megatron_tp
 from examples.my_step import apply_fsdp, apply_tp, parallelize
 
 
@@ -122,12 +143,17 @@ def clip_without_clamp(parameters, max_norm, info):
 
 
 def full_norm(parameters, max_norm, info):
-    """The norm of every gradient's full tensor (works when the parameters live on different meshes)."""
+    """The norm of every gradient's full tensor (works when the parameters live on different meshes); under pp
+    the stages' squares summed over the pp group."""
     import torch
+    import torch.distributed as dist
 
     grads = [p.grad for p in parameters if p.grad is not None]
-    sq = sum(float(torch.sum((g.full_tensor() if hasattr(g, "full_tensor") else g) ** 2)) for g in grads)
-    return _clip(grads, sq**0.5, max_norm)
+    sq = torch.tensor(sum(float(torch.sum((g.full_tensor() if hasattr(g, "full_tensor") else g) ** 2))
+                          for g in grads), dtype=torch.float64)
+    if info.layout.pp > 1:
+        dist.all_reduce(sq, group=info.mesh.get_group("pp"))
+    return _clip(grads, float(sq) ** 0.5, max_norm)
 
 
 def stage_local_norm(parameters, max_norm, info):
@@ -146,15 +172,15 @@ def parallelize_norms_off_plan(model, mesh, layout):
     return model
 
 
-LOCAL_SHARD_NORM              = StepTarget(parallelize, clip_grad_norm=local_shard_norm)
-TP_REPLICATED_TP_TIMES        = StepTarget(parallelize, clip_grad_norm=tp_replicated_tp_times)
-MEAN_OF_MEANS                 = StepTarget(parallelize, loss_fn=mean_of_means)
-WORLD_SIZE_SCALE              = StepTarget(parallelize, loss_fn=world_size_scale)
-NORM_GRADS_NOT_SUMMED         = StepTarget(parallelize_norms_off_plan, clip_grad_norm=full_norm)
-LOSS_OF_OWN_SHARD             = StepTarget(parallelize, report_loss=loss_of_own_shard)
-TOKENS_OVER_WORLD             = StepTarget(parallelize, report_loss=tokens_over_world)
-CLIP_WITHOUT_CLAMP            = StepTarget(parallelize, clip_grad_norm=clip_without_clamp)
-STAGE_LOCAL_NORM              = StepTarget(parallelize, clip_grad_norm=stage_local_norm)
+LOCAL_SHARD_NORM = StepTarget(parallelize, clip_grad_norm=local_shard_norm)
+TP_REPLICATED_TP_TIMES = StepTarget(parallelize, clip_grad_norm=tp_replicated_tp_times)
+MEAN_OF_MEANS = StepTarget(parallelize, loss_fn=mean_of_means)
+WORLD_SIZE_SCALE = StepTarget(parallelize, loss_fn=world_size_scale)
+NORM_GRADS_NOT_SUMMED = StepTarget(parallelize_norms_off_plan, clip_grad_norm=full_norm)
+LOSS_OF_OWN_SHARD = StepTarget(parallelize, report_loss=loss_of_own_shard)
+TOKENS_OVER_WORLD = StepTarget(parallelize, report_loss=tokens_over_world)
+CLIP_WITHOUT_CLAMP = StepTarget(parallelize, clip_grad_norm=clip_without_clamp)
+STAGE_LOCAL_NORM = StepTarget(parallelize, clip_grad_norm=stage_local_norm)
 
 
 def no_sync_every_micro_batch(model, info):
@@ -162,7 +188,7 @@ def no_sync_every_micro_batch(model, info):
     return model.no_sync()
 
 
-NO_SYNC_EVERY_MICRO_BATCH     = StepTarget(ddp, accumulate=no_sync_every_micro_batch, axes=("dp_replicate",))
+NO_SYNC_EVERY_MICRO_BATCH = StepTarget(ddp, accumulate=no_sync_every_micro_batch, axes=("dp_replicate",))
 
 
 def aux_loss_per_rank(logits, labels, info):
@@ -201,9 +227,47 @@ def local_positions(tokens, labels, info):
     return {"tokens": tokens, "positions": torch.arange(tokens.shape[1], device=tokens.device)}
 
 
-_NO_PP                        = ("dp_replicate", "dp_shard", "tp", "cp", "ep")
-AUX_LOSS_PER_RANK             = StepTarget(parallelize, loss_fn=aux_loss_per_rank)
-ROUTER_NOT_REDUCED_OVER_EP    = StepTarget(functools.partial(parallelize, router_with_experts=True))
-EXPERT_GRADS_OVER_EXPERT_DP   = StepTarget(functools.partial(parallelize, divide_experts=False))
-CP_LOSS_MEAN_OF_CHUNKS        = StepTarget(parallelize, loss_fn=cp_loss_mean_of_chunks)
-LOCAL_POSITIONS               = StepTarget(parallelize, batch=local_positions, axes=_NO_PP)
+_NO_PP = ("dp_replicate", "dp_shard", "tp", "cp", "ep")
+AUX_LOSS_PER_RANK = StepTarget(parallelize, loss_fn=aux_loss_per_rank)
+ROUTER_NOT_REDUCED_OVER_EP = StepTarget(functools.partial(parallelize, router_with_experts=True))
+EXPERT_GRADS_OVER_EXPERT_DP = StepTarget(functools.partial(parallelize, divide_experts=False))
+CP_LOSS_MEAN_OF_CHUNKS = StepTarget(parallelize, loss_fn=cp_loss_mean_of_chunks)
+LOCAL_POSITIONS = StepTarget(parallelize, batch=local_positions, axes=_NO_PP)
+
+def parallelize_row_not_reduced(model, mesh, layout):
+    """Megatron-style tensor parallelism with plain tensors, ``layers.0.feed_forward.w2`` never all-reducing its
+    partial outputs; DDP over dp_replicate."""
+    import torch
+
+    if layout.tp > 1:
+        megatron_tp(model, mesh.get_group("tp"), unreduced=("layers.0.feed_forward.w2",))
+    if layout.dp_replicate > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, process_group=mesh.get_group("dp_replicate"))
+    return model
+
+
+def parallelize_sp_norm_not_summed(model, mesh, layout):
+    """torch's composition with ``layers.0.ffn_norm`` replaced, after the plan, by a hand-written
+    sequence-parallel RMSNorm whose weight gradient is never summed over tp."""
+    if layout.tp > 1:
+        apply_tp(model, mesh["tp"])
+        block = model.layers["0"]
+        block.ffn_norm = SequenceParallelRMSNorm(block.ffn_norm, mesh.get_group("tp"), sum_weight_grad=False)
+        if model.config.tied:
+            model.output.weight = model.tok_embeddings.weight
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    return model
+
+
+def parallelize_tie_lost(model, mesh, layout):
+    """torch's composition without the head tied again after the tensor-parallel plan."""
+    if layout.tp > 1:
+        apply_tp(model, mesh["tp"])
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    return model
+
+
+ROW_PARALLEL_NOT_REDUCED = StepTarget(parallelize_row_not_reduced, clip_grad_norm=megatron_clip,
+                                      axes=("dp_replicate", "tp"), shard_dims=shard_dims)
+SP_NORM_NOT_SUMMED = StepTarget(parallelize_sp_norm_not_summed, clip_grad_norm=full_norm)
+TIE_LOST = StepTarget(parallelize_tie_lost)

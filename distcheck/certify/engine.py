@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from distcheck.certify import hangs
 from distcheck.certify.certificate import Certification, PropertyVerdict
 from distcheck.certify.compositions import Drawn
+from distcheck.certify.explain import explain_failure
 from distcheck.certify.hangs import HUNG_REASON
 from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
@@ -278,6 +279,7 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
                            failure=reason)
         for p, reason in contract.skipped(target, options).items() if p in specs}
     remaining = [p for p in specs if p not in verdicts]
+    explained: dict[str, str] = {}
     seen = Drawn(contract, ws, dtype, [] if compositions is None else compositions, skipped=list(verdicts))
     while remaining:
         run = _Run(remaining=list(remaining), stats={p: _Stats() for p in remaining}, drawn=seen)
@@ -301,6 +303,10 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
             if not isinstance(exc, Exception) or run.last is None:
                 raise
             case, message, ranks, outcome = run.last
+            if outcome is not None:  # a property's failure: the contract may replay its final case to explain it
+                why = explain_failure(world, contract, target, case, dtype, options, explained,
+                                      lambda exc: _crash(exc).message)
+                message += f"; {why}" if why else ""
             failed = run.remaining if run.target is None or run.target[0] == "crash" else [run.target[1]]
             if not isinstance(exc, AssertionError):  # e.g. Hypothesis' Flaky: the failure did not replay
                 message = f"{message} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"

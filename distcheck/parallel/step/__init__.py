@@ -19,6 +19,9 @@ against the single-device float64 step.
   torchtitan's shape, and RoPE) and its cut to a pipeline stage;
 - ``contracts`` (+ ``harness``, the rank side): the ``training-step`` contract, whose target is a
   torchtitan-style ``parallelize(model, mesh, layout) -> model`` or a :class:`~.hooks.StepTarget`;
+- ``trace`` (+ ``mapping``, ``divergence``): the first divergence of a failing step: its shrunk case replayed
+  with every tensor recorded on every rank and in the reference, mapped back to full tensors, the first that
+  leaves its bound named;
 - ``hooks``: the step's overridable hooks (loss, reported loss, grad-norm clipping, the micro-batch's
   accumulation context and backward, the model's inputs and its own loss) and their defaults, and the user's
   own model (``StepTarget(model=..., config=...)``);

@@ -64,6 +64,7 @@ from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
 from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds, value_bound
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.divergence import explain_step
 from distcheck.parallel.step.layouts import (
     ALL,
     AXES,
@@ -76,6 +77,7 @@ from distcheck.parallel.step.layouts import (
     parse_layout,
     target_axes,
 )
+from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
 from distcheck.parallel.step.model import TinyConfig, stage_of
 from distcheck.parallel.step.reference import StepLayout
 
@@ -304,6 +306,7 @@ class TrainingStep(Contract):
         given = axes_option(options["axes"]) if options.get("axes") else ()
         if isinstance(obj, StepTarget):
             _check_hooks(obj, shown)
+            check_shard_dims(obj.shard_dims, shown)
             own = target_axes(obj.axes, shown)
             _user_config(obj, shown)
             if obj.model is not None:
@@ -387,10 +390,25 @@ class TrainingStep(Contract):
         obj = resolve(target)
         return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case)
 
+    def explain_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
+        """The replay of a failure's shrunk case with every tensor recorded (:mod:`~distcheck.parallel.step.trace`)."""
+        from distcheck.parallel.step.harness import run_step
+        from distcheck.parallel.step.hooks import StepTarget
+
+        obj = resolve(target)
+        return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case, record=True)
+
+    def explain(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> str:
+        """The first tensor of the recorded replay that leaves its bound
+        (:func:`~distcheck.parallel.step.divergence.explain_step`)."""
+        return explain_step(case, results)
+
     def check(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
         from distcheck.parallel.step.harness import ADAMW
 
         ref = results[0]["reference"]
+        # plain tp shards (Megatron style) as full tensors, the reference's shapes
+        results = assemble_params(case.layout, results, {n: np.shape(v) for n, v in ref[0]["params"].items()})
         bounds = param_bounds(ref, lr=case.lr, **ADAMW)
         out: dict[str, list[Outcome]] = {p.name: [] for p in _PROPERTIES}
         for s, r in enumerate(ref):

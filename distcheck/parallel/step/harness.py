@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for", "cp_positions",
+__all__ = ["ADAMW", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for", "cp_positions",
            "build_target_model", "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
@@ -148,10 +148,14 @@ def _sum64(value: Any) -> Any:
     return value.detach().to(device="cpu", dtype=torch.float64)
 
 
-def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
+def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bool = False) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
     ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
-    ``state`` (full tensors by name); and ``dp_index``."""
+    ``state`` (full tensors by name; a plain tensor as this rank holds it), ``dp_index`` and ``shard_dims`` (the
+    target's declared layouts of the names this rank holds); on rank 0 also ``reference``
+    (:func:`reference_step`, from every rank's records). ``record`` (the replay of a failure only): also
+    ``trace``, every tensor of the step (:class:`~distcheck.parallel.step.trace.Recorder`), and on rank 0
+    ``reference_trace`` (:func:`reference_trace`)."""
     import logging
     import warnings
 
@@ -166,7 +170,9 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     # torch 2.13 warns on every slice of a flattened dim (mesh["dp_replicate", "dp_shard_cp"], torchtitan's idiom)
     warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
+    from distcheck.parallel.step.mapping import assemble_params, declared
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
+    from distcheck.parallel.step.trace import NoRecorder, Recorder, normalize
 
     layout = case.layout
     if layout.pp > 1 and target.loop_hooks:
@@ -185,12 +191,15 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         model = build_target_model(target.model, case.config, case.seed)
         initial = same_weights(model)
         model = model.to(ctx.device)
+    shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
     model = target.parallelize(model, mesh, layout)
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
+    rec = Recorder(model, dp_index=d, pipelined=layout.pp > 1) if record else NoRecorder()
     steps = []
     for s in range(case.steps):
+        rec.begin_step(s)
         opt.zero_grad()
         total = int((labels[s] != IGNORE_INDEX).sum())
         loss_sum = torch.zeros((), dtype=torch.float64)
@@ -206,6 +215,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
             n_k = int((y != IGNORE_INDEX).sum())
             pos = None if chunk is None else chunk.to(ctx.device)
             info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss, pos, model)
+            rec.begin_microbatch(k)
             with target.accumulate(model, info):
                 out = call_model(model, target.batch(x, y, info))
                 target.backward(target.loss_fn(out, y, info), model, info)
@@ -214,23 +224,34 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
             mine += n_k
         info = StepInfo(layout, mesh, total, 0, case.microbatches, case.max_norm)
         loss, seen = target.report_loss(loss_sum, mine, info)
+        rec.after_backward(model, loss, seen)
         params = [p for p in model.parameters() if p.grad is not None]
         before = [_local(p.grad) for p in params]
         norm = target.clip_grad_norm(model.parameters(), case.max_norm, info)
+        rec.after_clip(model, norm)
         scale, resid, grad_max = _scale(before, [_local(p.grad) for p in params])
         opt.step()
+        rec.after_optimizer(model, opt)
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
                       "residual": resid, "grad_max": grad_max, "local_tokens": int(mine), **_record(model, opt)})
-    result: dict = {"steps": steps, "dp_index": d, "cp_index": c}
+    modules = [normalize(n) for n, _ in model.named_modules()]
+    names = modules + [f"{n}:input" for n in modules] + [normalize(n) for n, _ in model.named_parameters()]
+    result: dict = {"steps": steps, "dp_index": d, "cp_index": c, "shard_dims": declared(target.shard_dims, names)}
+    if record:
+        result["trace"] = rec.close()
     # the reference runs here, on rank 0, from every rank's records: never in the parent, which forks the next
     # world's ranks (a process that has run torch's thread pools does not fork safely)
     import torch.distributed as dist
 
     records: list = [None] * ctx.world_size
-    dist.all_gather_object(records, {"steps": steps})
+    dist.all_gather_object(records, {"steps": steps, "shard_dims": result["shard_dims"]})
     if ctx.rank == 0:
-        result["reference"] = reference_step(case, tokens, labels, parallel_states(records),
-                                             target if target.model is not None else None, initial)
+        # plain tp shards (Megatron style) as full tensors: the reference starts each step from the ranks' state
+        starts = parallel_states(assemble_params(layout, records, shapes))
+        own = target if target.model is not None else None
+        result["reference"] = reference_step(case, tokens, labels, starts, own, initial)
+        if record:
+            result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
 
 
@@ -354,6 +375,59 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
         out.append({"loss": float(loss.detach()), "tokens": total, "norm": norm,
                     "scale": min(1.0, case.max_norm / (norm + 1e-6)), **_record(model, opt)})
     return out
+
+
+def reference_trace(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,
+                    target: Any = None, initial: dict | None = None) -> dict:
+    """The single-device float64 step recorded (:mod:`~distcheck.parallel.step.trace`): each dp rank's
+    micro-batches run one at a time (``tokens``, ``labels``: ``(steps, dp, m, micro_batch_size, seq_len)``), the loss
+    of each its per-token sum (the target's ``loss`` hook) times ``dp / T``, the gradients divided by dp after the
+    last, torch's ``clip_grad_norm_`` and AdamW; step s + 1 from ``starts[s]``; ``target`` and ``initial`` as
+    :func:`reference_step` takes them (the model factory, its ``batch`` and ``loss`` hooks, rank 0's initial
+    weights). Returns ``{"events": [...], "tied": {name: [the other names of the same tensor]}}``."""
+    import torch
+
+    from distcheck.parallel.step.case import weights
+    from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
+    from distcheck.parallel.step.model import IGNORE_INDEX, build_model
+    from distcheck.parallel.step.reference import StepLayout
+    from distcheck.parallel.step.trace import Recorder, tied_names
+
+    target = target or StepTarget(lambda model, mesh, layout: model)
+    if target.model is None:
+        model = build_model(case.config, weights(case))
+    else:
+        model = build_target_model(target.model, case.config, case.seed)
+        if initial is not None:
+            model.load_state_dict({k: torch.as_tensor(v) for k, v in initial.items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
+    rec = Recorder(model)
+    dp = case.layout.dp
+    for s in range(case.steps):
+        if s and starts is not None:
+            _load(model, opt, starts[s - 1])
+        rec.begin_step(s)
+        opt.zero_grad()
+        total = int((labels[s] != IGNORE_INDEX).sum())
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        for d in range(dp):
+            rec.dp_index = d
+            for k in range(case.microbatches):
+                rec.begin_microbatch(k)
+                x, y = tokens[s, d, k], labels[s, d, k]
+                info = StepInfo(StepLayout(), None, total, int((y != IGNORE_INDEX).sum()), 1, case.max_norm, 0,
+                                target.loss)
+                per_token = target.loss(call_model(model, target.batch(x, y, info)), y, info)
+                (per_token * dp / total).backward()
+                loss_sum += per_token.detach()
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.div_(dp)
+        rec.after_backward(model, loss_sum / total, total)
+        rec.after_clip(model, torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm))
+        opt.step()
+        rec.after_optimizer(model, opt)
+    return {"events": rec.close(), "tied": tied_names(model)}
 
 
 def _load(model: Any, opt: Any, start: dict) -> None:
