@@ -230,6 +230,22 @@ def test_torch_context_parallel_is_a_skip_without_a_gpu():
         assert c.skipped(target, opts) == ({p: CPU_REFUSAL for p in c.property_names()} if skipped else {})
 
 
+def test_first_divergence_replay_declines_cp_and_moe():
+    from distcheck.parallel.step.case import BINDING_MAX_NORM, StepCase
+    from distcheck.parallel.step.contracts import _unrecorded
+    from distcheck.parallel.step.model import TinyConfig
+
+    dense = TinyConfig(dim=8, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=2, ffn_dim=4, vocab_size=8, tied=False)
+    moe = TinyConfig(**{**dense.__dict__, "n_experts": 2})
+
+    def case(layout, cfg):
+        return StepCase(layout, cfg, 1, 1, 4, ((((1,),),) * layout.dp,) * 2, BINDING_MAX_NORM, 0.01, 0)
+
+    assert _unrecorded(case(StepLayout(dp_shard=2), dense)) == ""
+    assert "head-tail chunks" in _unrecorded(case(StepLayout(cp=2), dense))
+    assert "load-balancing" in _unrecorded(case(StepLayout(dp_shard=2, ep=2, ep_placement="megatron"), moe))
+
+
 # ------------------------------------------------------------------------------------------------- real worlds
 
 
@@ -310,5 +326,9 @@ def test_axes_mutant_fails_naming_the_composition(target, prop, layout, shown):
     assert shown.split(", ")[-1] in verdict.counterexample, verdict.counterexample
     assert {r.columns["layout"] for r in cert.compositions} == {shown}
     assert any(r.verdicts[prop] == "FAIL" for r in cert.compositions), cert.compositions
-    for error, bound in re.findall(r"error ([0-9.e+-]+) > bound ([0-9.e+-]+)", verdict.failure):
+    # the first-divergence replay does not map cp chunks or the global load-balancing loss: it says so, never a line
+    # that could name a right tensor
+    assert "no first divergence recorded: the recorder maps tensors over dp and tp only" in verdict.failure
+    failure = verdict.failure.split("; no first divergence recorded")[0]
+    for error, bound in re.findall(r"error ([0-9.e+-]+) > bound ([0-9.e+-]+)", failure):
         assert float(bound) > 0 and float(error) > 2**10 * float(bound), verdict.failure

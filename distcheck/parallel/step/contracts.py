@@ -196,6 +196,15 @@ def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = 
     return draw()
 
 
+def _unrecorded(case: StepCase) -> str:
+    """Why the first-divergence replay does not cover ``case`` ("" when it does): the recorder maps tensors over dp
+    and tp, its reference runs each dp rank's micro-batches alone: a line there could name a right tensor."""
+    moe = isinstance(case.config, TinyConfig) and case.config.n_experts > 0
+    what = " and ".join(w for w, on in (("cp ranks' head-tail chunks", case.layout.cp > 1),
+                                           ("MoE layers' load-balancing loss over the global micro-batch", moe)) if on)
+    return f"the recorder maps tensors over dp and tp only, not the {what}" if what else ""
+
+
 def _within(what: str, ref: Any, got: list, ranks: list[int] | None = None, bound: Any = None) -> Outcome:
     """Every rank's ``got[i]`` (rank ``ranks[i]``, default i) against ``ref`` under ``bound`` (an array of ``ref``'s
     shape, or a scalar; default ``2^-31 |ref|``, a scalar that sums terms of one sign: module doc), in one short
@@ -391,16 +400,22 @@ class TrainingStep(Contract):
         return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case)
 
     def explain_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
-        """The replay of a failure's shrunk case with every tensor recorded (:mod:`~distcheck.parallel.step.trace`)."""
+        """The replay of a failure's shrunk case with every tensor recorded (:mod:`~distcheck.parallel.step.trace`);
+        none under cp or with MoE layers (:func:`_unrecorded`: every rank returns the reason, nothing runs)."""
         from distcheck.parallel.step.harness import run_step
         from distcheck.parallel.step.hooks import StepTarget
 
+        why = _unrecorded(case)
+        if why:
+            return {"unrecorded": why}
         obj = resolve(target)
         return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case, record=True)
 
     def explain(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> str:
         """The first tensor of the recorded replay that leaves its bound
-        (:func:`~distcheck.parallel.step.divergence.explain_step`)."""
+        (:func:`~distcheck.parallel.step.divergence.explain_step`), or why none was recorded."""
+        if results and results[0].get("unrecorded"):
+            return f"no first divergence recorded: {results[0]['unrecorded']}"
         return explain_step(case, results)
 
     def check(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
