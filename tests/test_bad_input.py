@@ -274,6 +274,12 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("libs --examples", ["libs", "--examples", "0"], "--examples", False),
     ("libs --seed", ["libs", "--seed", "-1"], "--seed", False),
     ("libs --format", ["libs", "--format", "xml"], "--format", False),
+    # ---- zoo (refused before any entry runs)
+    ("zoo --entry", ["zoo", "--entry", "nope", "--list", "--dir", str(Path(__file__).resolve().parent.parent / "zoo")],
+     "--entry='nope' must be one of the entries", False),
+    ("zoo --dir", ["zoo", "--dir", "/nonexistent", "--list"], "--dir='/nonexistent' must be the zoo/ folder", False),
+    ("zoo --seed", ["zoo", "--seed", "-1"], "--seed", False),
+    ("zoo --format", ["zoo", "--format", "xml"], "--format", False),
 ]
 
 #: flags that take no value, so no bad value can be given: each with the reason it has no row

@@ -445,30 +445,3 @@ def test_the_plain_torch_reproduction_still_hangs():
     stuck = out.strip().splitlines()[-1]
     assert stuck.startswith("stuck after 20 s: ranks [0, ") and "2" in stuck  # ranks 0 and 2 never returned
     assert err.count("in full_tensor") >= 2  # their stacks: inside DTensor.full_tensor()
-
-
-def _readme_line(marker):
-    """The README's command containing ``marker`` and the exit code its comment states."""
-    import re
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "README.md")) as f:
-        (line,) = [ln for ln in f.read().splitlines() if ln.startswith("distcheck certify ") and marker in ln]
-    command, comment = line.split("#", 1)
-    return command.strip(), int(re.fullmatch(r"\s*exit (\d+)\s*", comment).group(1)), root
-
-
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_the_readme_checkpoint_line_exits_as_the_readme_says():
-    """The README's ``distcheck certify distcheck.parallel.checkpoint.plans:TORCH_DCP --contract checkpoint
-    --world-sizes 2,4   # exit 0``, run exactly as written (it hung at 4 ranks before the cases avoided
-    torch's empty tp shard)."""
-    import subprocess
-
-    command, code, root = _readme_line("plans:TORCH_DCP --contract checkpoint")
-    assert command == ("distcheck certify distcheck.parallel.checkpoint.plans:TORCH_DCP --contract checkpoint "
-                       "--world-sizes 2,4")
-    proc = subprocess.run(["bash", "-c", command], cwd=root, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == code, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "12 passed, 0 failed, 0 skipped" in proc.stdout  # 3 properties, 2 dtypes, 2 world sizes
