@@ -106,7 +106,8 @@ def _scale(before: list, after: list) -> tuple[float | None, float, float]:
 
 def build_target_model(factory: Any, config: Any, seed: int) -> Any:
     """``factory(config)`` built on CPU under ``torch.manual_seed(seed)`` with float64 the default dtype (the
-    global generator and default dtype restored after), then cast to float64: the same weights for the same seed
+    global generator and default dtype restored after), then its floating-point parameters and buffers cast to
+    float64 (complex buffers, such as a RoPE cache of complex numbers, keep theirs): the same weights for the same seed
     whatever ran before. Raises ProtocolError naming the factory when it does not return an ``nn.Module``."""
     import torch
 
@@ -123,7 +124,9 @@ def build_target_model(factory: Any, config: Any, seed: int) -> Any:
     if not isinstance(model, torch.nn.Module):
         raise ProtocolError("model", repr(factory), f"the StepTarget's model factory must return a torch.nn.Module, "
                             f"not {type(model).__name__}")
-    return model.to(dtype=torch.float64, device="cpu")
+    # floating-point parameters and buffers to float64; a complex buffer (torchtitan's RoPE cache) keeps its dtype:
+    # ``Module.to(dtype)`` would cast it to a real one and drop its imaginary part
+    return model.to(device="cpu")._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
 
 
 def same_weights(model: Any) -> dict:
