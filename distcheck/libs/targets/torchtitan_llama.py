@@ -207,7 +207,7 @@ def _without_wo(model: Any, mesh: Any, layout: Any) -> Any:
     return parallelize(model, mesh, layout, drop=("attention.wo",))
 
 
-_OWN = {"model": build_llama, "loss": logits_ce_sum, "clip_grad_norm": _clip}
+_OWN: dict[str, Any] = {"model": build_llama, "loss": logits_ce_sum, "clip_grad_norm": _clip}
 #: torchtitan's Llama 3 debug-model architecture (:data:`SMALL` sizes) under its own parallelize_llama
 LLAMA = StepTarget(parallelize, loss_fn=titan_loss, config=SMALL, **_OWN)
 #: the same at the debug model's own sizes (:data:`DEBUGMODEL`; the benchmark's, minutes per example on 2 cores)
