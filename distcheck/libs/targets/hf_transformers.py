@@ -32,8 +32,10 @@ parallelism); expert parallelism (``enable_expert_parallel``); sequence parallel
     distcheck certify distcheck.libs.targets.hf_transformers:LLAMA --contract training-step --world-sizes 2,4
     distcheck certify distcheck.libs.targets.hf_transformers:MIXTRAL --contract training-step --world-sizes 2
 
-``WRONG_TP_PLAN`` (a mutant: the Llama plan with ``o_proj`` colwise instead of rowwise, so the heads' partial
-outputs are never summed) must fail; a test marked ``libs`` runs it.
+Mutants that must fail (tests/test_libs_real_models.py, marked ``libs``): ``WRONG_TP_PLAN``, the Llama plan with
+``o_proj`` colwise instead of rowwise (passed to ``DistributedConfig`` as a dict: transformers refuses the shapes
+in the forward), and ``WRONG_LOSS_SCALE``, the loss summed over the step's tokens with no dp factor (right for
+torchtitan's summing FSDP2, half the gradients under transformers' averaging one at dp_shard=2).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from distcheck.libs.targets import WorldRun
 from distcheck.parallel.step.hooks import StepInfo, StepTarget
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "WORLD_CERTIFY", "HFConfig", "build_model", "parallelize", "logits_ce_sum",
-           "input_ids", "LLAMA", "MIXTRAL", "WRONG_TP_PLAN"]
+           "input_ids", "clip_by_mesh", "sum_over_tokens", "LLAMA", "MIXTRAL", "WRONG_TP_PLAN", "WRONG_LOSS_SCALE"]
 
 DIST = "transformers"
 TITLE = "Hugging Face transformers: tp_plan and FSDP2"
@@ -55,7 +57,8 @@ TITLE = "Hugging Face transformers: tp_plan and FSDP2"
 class HFConfig:
     """A tiny random config: ``arch`` (``"llama"`` or ``"mixtral"``), the sizes, ``experts`` and ``top_k``
     (Mixtral's ``num_local_experts``, ``num_experts_per_tok``) and ``tp_plan`` overrides (module-name patterns to
-    styles, replacing entries of the model's ``base_model_tp_plan``: the mutant's)."""
+    styles, replacing entries of the model's own plan, ``model.tp_plan``, passed to ``DistributedConfig`` as a
+    dict instead of ``"auto"``: the mutant's)."""
 
     arch: str = "llama"
     vocab_size: int = 32
@@ -95,9 +98,9 @@ def build_model(cfg: HFConfig) -> Any:
     config = config_cls(**kw)
     if cfg.arch == "mixtral":
         config._experts_implementation = "eager"  # torch._grouped_mm, the default, has no float64
-    if cfg.tp_plan:
-        config.base_model_tp_plan = {**config.base_model_tp_plan, **dict(cfg.tp_plan)}
-    return model_cls(config)
+    model = model_cls(config)
+    model._distcheck_tp_overrides = dict(cfg.tp_plan)  # read by parallelize (the mutant's)
+    return model
 
 
 def parallelize(model: Any, mesh: Any, layout: Any) -> Any:
@@ -126,7 +129,10 @@ def parallelize(model: Any, mesh: Any, layout: Any) -> Any:
         if dist.get_rank() == 0:
             model.save_pretrained(folder)
         dist.barrier()
-        config = DistributedConfig(tp_plan="auto", tp_size=layout.tp, fsdp_size=layout.dp_shard,
+        overrides = getattr(model, "_distcheck_tp_overrides", {})
+        # "auto": the model's own plan; the mutant passes that plan as a dict with its entries replaced
+        plan: Any = {**dict(model.tp_plan), **overrides} if overrides else "auto"
+        config = DistributedConfig(tp_plan=plan, tp_size=layout.tp, fsdp_size=layout.dp_shard,
                                    dp_replicate_size=layout.dp_replicate)
         # the experts' eager loop: the default grouped GEMM (torch._grouped_mm) has no float64
         kw = {"experts_implementation": "eager"} if "mixtral" in type(model).__name__.lower() else {}
@@ -180,8 +186,17 @@ LLAMA = StepTarget(parallelize, config=HFConfig("llama"), **_HOOKS)
 #: MixtralForCausalLM (4 experts, top-2) under transformers' tp_plan and FSDP2
 MIXTRAL = StepTarget(parallelize, config=HFConfig("mixtral"), **_HOOKS)
 #: mutant: the Llama plan with the attention output projection colwise (its partial sums never reduced)
-WRONG_TP_PLAN = StepTarget(parallelize, config=HFConfig("llama", tp_plan=(("layers.*.self_attn.o_proj",
+WRONG_TP_PLAN = StepTarget(parallelize, config=HFConfig("llama", tp_plan=(("model.layers.*.self_attn.o_proj",
                                                                               "colwise"),)), **_HOOKS)
+
+def sum_over_tokens(output: Any, labels: Any, info: StepInfo) -> Any:
+    """A mutant's ``loss_fn``: the micro-batch's loss sum over the step's tokens, no dp factor (torchtitan's
+    scaling, right for an FSDP2 that sums; transformers' FSDP2 averages over dp)."""
+    return logits_ce_sum(output, labels, info) / info.global_tokens
+
+
+#: mutant: torchtitan's loss scaling under transformers' averaging FSDP2 (every gradient divided by dp)
+WRONG_LOSS_SCALE = StepTarget(parallelize, config=HFConfig("llama"), loss_fn=sum_over_tokens, **_HOOKS)
 
 #: nothing world-free to certify
 CERTIFY: tuple[tuple[str, str], ...] = ()

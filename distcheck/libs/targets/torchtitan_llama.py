@@ -44,10 +44,11 @@ user model has no pp axis); activation checkpointing and ``torch.compile`` (off)
 
     distcheck certify distcheck.libs.targets.torchtitan_llama:LLAMA --contract training-step --world-sizes 2,4
 
-``WRONG_LOSS_SCALE`` (a mutant: distcheck's default loss, which multiplies by dp for an FSDP2 that averages, under
-torchtitan's FSDP2 that sums) and ``WRONG_TP_PLAN`` (a mutant: ``attention.wo`` left off torchtitan's plan, so its
-weight is replicated over tp and the partial sums of the heads are never reduced) must fail; tests marked ``libs``
-run them.
+Mutants that must fail (tests/test_libs_real_models.py, marked ``libs``): ``WRONG_LOSS_SCALE``, distcheck's default
+loss (times dp, for an FSDP2 that averages) under torchtitan's FSDP2 that sums: every gradient dp times too large,
+and the first divergence names the reduced gradient of ``tok_embeddings.weight``; ``WRONG_TP_PLAN``,
+``attention.wo`` left off torchtitan's plan: its weight stays a plain tensor beside the heads' DTensor shards,
+which DTensor refuses in the forward ("got mixed torch.Tensor and DTensor").
 """
 
 from __future__ import annotations
