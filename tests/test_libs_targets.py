@@ -94,7 +94,7 @@ def test_torchtitan_parallel_dims_on_the_fake_backend():
 
 @pytest.mark.slow
 def test_readme_table_is_reproduced():
-    for mod in ("deepspeed", "accelerate", "megatron.core", "torchtitan"):
+    for mod in ("deepspeed", "accelerate", "megatron.core", "torchtitan", "transformers"):
         pytest.importorskip(mod)
     from distcheck.libs.table import summary_rows, to_markdown
 
