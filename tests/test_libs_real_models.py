@@ -78,3 +78,25 @@ def test_transformers_llama_and_mixtral_certified_and_a_wrong_plan_fails():
     assert scale["params"].verdict == FAIL and scale["grad_norm"].verdict == FAIL, scale
     assert scale["loss"].verdict == PASS and scale["tokens"].verdict == PASS
     assert "first divergence: grad of lm_head.weight, step 1" in scale["grad_norm"].failure, scale
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_real_step_benchmark_prints_one_table():
+    # benchmarks/bench_real_step.py at its smallest: the table's shape only (no timed assertion); its hand-written
+    # side raises if any value is not the single-device step's, and the certify side asserts its certificate
+    pytest.importorskip("torchtitan")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_real_step.py"), "--examples", "1"],
+                         cwd=root, capture_output=True, text=True, timeout=900, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("|")]
+    assert rows[:2] == ["| side | examples | seconds | examples/s | ratio |", "|---|---|---|---|---|"]
+    assert [r.split(" | ")[0] for r in rows[2:]] == [
+        "| distcheck certify (warm gloo pool)", "| by hand (plain torch and torchtitan, one world)",
+        "| plain step (run_step, record=False)", "| recorded replay (run_step, record=True)"]
+    assert rows[2].endswith("x the hand-written check |") and rows[5].endswith("x the plain step |")
+    assert "dp_shard=2 x tp=2 at world size 4" in out
