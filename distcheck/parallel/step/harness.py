@@ -246,9 +246,10 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     # world's ranks (a process that has run torch's thread pools does not fork safely)
     import torch.distributed as dist
 
-    records: list = [None] * ctx.world_size
-    dist.all_gather_object(records, {"steps": steps, "shard_dims": result["shard_dims"]})
-    if ctx.rank == 0:
+    # only rank 0 reads them: gathered there, not to every rank (every parameter and moment of every step)
+    records: list | None = [None] * ctx.world_size if ctx.rank == 0 else None
+    dist.gather_object({"steps": steps, "shard_dims": result["shard_dims"]}, records, dst=0)
+    if records is not None:  # rank 0
         # plain tp shards (Megatron style) as full tensors: the reference starts each step from the ranks' state
         starts = parallel_states(assemble_params(layout, records, shapes))
         own = target if target.model is not None else None
