@@ -102,8 +102,9 @@ def plain_case(case: Any) -> dict:
             "seq": case.seq_len, "max_norm": case.max_norm, "lr": case.lr, "cfg": case.config}
 
 
-def hand_example(rank: int, mesh: Any, case: dict) -> None:
-    """One example by hand on this rank; rank 0 raises AssertionError when a value is not the reference's."""
+def hand_example(rank: int, mesh: Any, case: dict) -> bool:
+    """One example by hand on this rank; on rank 0 whether every value is the reference's (``torch.allclose``,
+    rtol 1e-9, atol 1e-12: what a hand-written check picks), True on the others."""
     import copy
 
     import torch
@@ -155,7 +156,7 @@ def hand_example(rank: int, mesh: Any, case: dict) -> None:
                  for n, p in model.named_parameters()}
         got.append((float(both[0] / both[1]), float(norm), int(both[1]), state))
     if reference is None:
-        return
+        return True
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=case["lr"], **ADAMW)
     for s, (loss, norm, seen, state) in enumerate(got):
         ref_opt.zero_grad()
@@ -170,13 +171,14 @@ def hand_example(rank: int, mesh: Any, case: dict) -> None:
             want = [p.detach()] + [ref_opt.state[p][k] for k in ("exp_avg", "exp_avg_sq")]
             close += [torch.allclose(a, b, rtol=1e-9, atol=1e-12) for a, b in zip(state[n], want, strict=True)]
         if not all(close):
-            raise AssertionError(f"step {s + 1} of {case} differs from the reference")
+            return False
         # the next step starts from where the parallel run got, as the contract's reference does
         with torch.no_grad():
             for n, p in reference.named_parameters():
                 p.copy_(state[n][0])
                 ref_opt.state[p]["exp_avg"].copy_(state[n][1])
                 ref_opt.state[p]["exp_avg_sq"].copy_(state[n][2])
+    return True
 
 
 def hand_rank(rank: int, port: int, cases: list, out: Any) -> None:
@@ -195,17 +197,17 @@ def hand_rank(rank: int, port: int, cases: list, out: Any) -> None:
         hand_example(rank, mesh, cases[0])
         dist.barrier()
         t0 = time.perf_counter()
-        for case in cases:
-            hand_example(rank, mesh, case)
+        flagged = sum(not hand_example(rank, mesh, case) for case in cases)
         dist.barrier()
         if rank == 0:
-            out.put(time.perf_counter() - t0)
+            out.put((time.perf_counter() - t0, flagged))
     finally:
         dist.destroy_process_group()
 
 
-def run_by_hand(cases: list) -> float:
-    """The seconds of the hand-written loop over ``cases`` (plain numbers), timed inside the ranks."""
+def run_by_hand(cases: list) -> tuple[float, int]:
+    """The seconds of the hand-written loop over ``cases`` (plain numbers), timed inside the ranks, and how many
+    of them its ``torch.allclose`` comparison flagged."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -213,7 +215,8 @@ def run_by_hand(cases: list) -> float:
         port = s.getsockname()[1]
     out = mp.get_context("fork").SimpleQueue()
     mp.start_processes(hand_rank, args=(port, cases, out), nprocs=WORLD, start_method="fork")
-    return float(out.get())
+    seconds, flagged = out.get()
+    return float(seconds), int(flagged)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     import torchtitan
 
     cases, certify_s, plain_s, recorded_s = run_distcheck(TARGETS[args.model], args.examples)
-    hand_s = run_by_hand([plain_case(c) for c in cases])
+    hand_s, flagged = run_by_hand([plain_case(c) for c in cases])
     n = len(cases)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"bench_real_step: torchtitan {torchtitan.__version__} Llama 3 ({args.model} sizes) under parallelize_llama, "
@@ -243,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| plain step (run_step, record=False) | {n} | {plain_s:.2f} | {n / plain_s:.3f} | 1.00x |")
     print(f"| recorded replay (run_step, record=True) | {n} | {recorded_s:.2f} | {n / recorded_s:.3f} | "
           f"{recorded_s / plain_s:.2f}x the plain step |")
+    if flagged:
+        print(f"the hand-written check (torch.allclose, rtol=1e-9, atol=1e-12) flagged {flagged} of {n} examples that "
+              "distcheck certified within its derived bounds")
     return 0
 
 
