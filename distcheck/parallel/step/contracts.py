@@ -65,7 +65,7 @@ from distcheck.engine.contracts.targets import check_call_shape, make_target, re
 from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds, value_bound
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
 from distcheck.parallel.step.divergence import explain_step
-from distcheck.parallel.step.layouts import (
+from distcheck.parallel.step.axes import (
     ALL,
     AXES,
     DEFAULT_AXES,
