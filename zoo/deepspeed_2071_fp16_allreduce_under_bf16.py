@@ -1,5 +1,5 @@
-"""deepspeedai/DeepSpeed#2071: "[BUG] FP16 used for all reduce even if BFLOAT16 is enabled" (fixed by
-deepspeedai/DeepSpeed#2145; the defaults again in #3370).
+"""deepspeedai/DeepSpeed#2071: "[BUG] FP16 used for all reduce even if BFLOAT16 is enabled" (a fix proposed in
+deepspeedai/DeepSpeed#2145; the default revisited in deepspeedai/DeepSpeed#3370).
 
 With ``bf16`` enabled and no explicit ``communication_data_type``, DeepSpeed's engine (and ZeRO's
 ``stage_1_and_2.py``) still cast the gradients to fp16 for the data-parallel all-reduce: a reduction in a
@@ -15,7 +15,7 @@ from distcheck.zoo import Entry
 ENTRY = Entry(
     reference="deepspeedai/DeepSpeed#2071",
     url="https://github.com/deepspeedai/DeepSpeed/issues/2071",
-    library="DeepSpeed (engine, ZeRO stage 1 and 2)", versions="0.6 / 0.7 (July 2022)",
+    library="DeepSpeed (engine, ZeRO stage 1 and 2)", versions="as reported (July 2022)",
     bug_class="mixed-precision reduction: the dp all-reduce in fp16",
     contract="data-parallel-reducer", property="grads",
     bug="torch.distributed.algorithms.ddp_comm_hooks.default_hooks:fp16_compress_hook",

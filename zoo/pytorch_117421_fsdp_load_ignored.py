@@ -31,7 +31,7 @@ class ModelLoadIgnored:
 ENTRY = Entry(
     reference="pytorch/pytorch#117421",
     url="https://github.com/pytorch/pytorch/issues/117421",
-    library="torch (FSDP, FULL_SHARD)", versions="2.1 as reported (January 2024)",
+    library="torch (FSDP, FULL_SHARD)", versions="as reported (January 2024)",
     bug_class="checkpoint restore omission: the model's parameters",
     contract="checkpoint", property="round_trip",
     bug=ModelLoadIgnored, fixed="distcheck.parallel.checkpoint.plans:TORCH_DCP",

@@ -69,7 +69,7 @@ BUG = StepTarget(parallelize_tp_reduce_in_bf16, clip_grad_norm=full_norm)
 ENTRY = Entry(
     reference="pytorch/pytorch#190626",
     url="https://github.com/pytorch/pytorch/issues/190626",
-    library="torch (FSDP2 + tensor parallelism)", versions="2.x main as reported (July 2026)",
+    library="torch (FSDP2 + tensor parallelism)", versions="main as reported (July 2026)",
     bug_class="mixed-precision reduction: the tp all-reduce in bfloat16",
     contract="training-step", property="grad_norm",
     bug=BUG, fixed=FIXED,
