@@ -1,9 +1,12 @@
-"""Wrong checkpoints for the ``checkpoint`` contract, each failing its properties (``tests/test_checkpoint.py``)::
+"""Wrong checkpoints for the ``checkpoint`` and ``checkpoint-restart`` contracts, each failing its properties
+(``tests/test_checkpoint.py``)::
 
     distcheck certify examples.checkpoint_mutants:StepNotRestored --contract checkpoint --world-sizes 2
     distcheck certify examples.checkpoint_mutants:ModelOnly --contract checkpoint --world-sizes 2
     distcheck certify examples.checkpoint_mutants:EveryRankWritesAll --contract checkpoint --world-sizes 2
     distcheck certify examples.checkpoint_mutants:CurrentWorldFiles --contract checkpoint --world-sizes 4
+    distcheck certify examples.checkpoint_mutants:SchedulerNotRestored --contract checkpoint-restart --world-sizes 2
+    distcheck certify examples.checkpoint_mutants:RngNotRestored --contract checkpoint-restart --world-sizes 2
 
 * ``StepNotRestored``: torch.distributed.checkpoint, then Adam's step counts set back to 0 (a loader that
   rebuilds the optimizer and forgets its step): fails ``round_trip`` and ``next_step``.
@@ -16,11 +19,22 @@
   never recording how many ranks saved. Right on the world that saved (it certifies with ``--option
   reshard=false``), wrong on any other: at 4 -> 3 rank 3's shards are never read and load as zeros
   (``round_trip``, ``next_step``); at 2 -> 4 ``rank2.pt`` does not exist.
+
+Whole training states (``checkpoint-restart``), each torch's ``TrainingState`` with one part left out:
+
+* ``SchedulerNotRestored``: the LR scheduler's state is neither saved nor loaded: the restarted run's
+  scheduler starts its warmup again (``resume``: ``lr_scheduler.last_epoch``; ``restart``: the LR and the
+  weight from the second step after the load).
+* ``RngNotRestored``: the RNG state is neither saved nor loaded: the restarted run draws the dropout masks of
+  a fresh job (fails ``resume`` and ``restart`` with dropout; certifies with ``--option dropout=false``,
+  when no step draws from the generator).
 """
 
 from __future__ import annotations
 
 import os
+
+from distcheck.parallel.checkpoint.stateful import TrainingState
 
 
 class StepNotRestored:
@@ -154,3 +168,30 @@ class CurrentWorldFiles:
                     full[tuple(slice(o, o + n) for o, n in zip(at, t.shape, strict=True))] = t
             with torch.no_grad():
                 local.copy_(full[tuple(slice(o, o + n) for o, n in zip(offset, local.shape, strict=True))])
+
+
+class SchedulerNotRestored(TrainingState):
+    """The whole training state but the LR scheduler's."""
+
+    def state_dict(self):
+        state = super().state_dict()
+        del state["lr_scheduler"]
+        return state
+
+    def load_state_dict(self, state) -> None:
+        state = {**state, "lr_scheduler": self.parts.lr_scheduler.state_dict()}  # the fresh scheduler's own
+        super().load_state_dict(state)
+
+
+class RngNotRestored(TrainingState):
+    """The whole training state but the RNG's."""
+
+    def state_dict(self):
+        state = super().state_dict()
+        del state["rng"]
+        return state
+
+    def load_state_dict(self, state) -> None:
+        import torch
+
+        super().load_state_dict({**state, "rng": torch.get_rng_state()})  # the fresh job's generator, as it is
