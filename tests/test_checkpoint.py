@@ -352,6 +352,26 @@ def test_the_load_worlds_are_one_fewer_and_twice_up_to_4():
         load_worlds(0)
 
 
+class _OneWorld:
+    """A world that is not a pool (as a torchrun world is): nothing can be opened beside it."""
+
+    world_size, backend = 4, "gloo"
+
+    def run(self, *args, **kwargs):
+        raise AssertionError("nothing may run before the companion worlds are checked")
+
+
+def test_a_world_that_cannot_open_the_load_worlds_is_refused_before_anything_runs():
+    from distcheck.certify import certify
+
+    with pytest.raises(ConfigError, match="must be a RankPool: contract checkpoint also runs examples on worlds of 3 "
+                                          "ranks"):
+        certify("distcheck.parallel.checkpoint.plans:TORCH_DCP", "checkpoint", world=_OneWorld())
+    with pytest.raises(ConfigError, match="must be a RankPool: contract checkpoint-restart also runs examples on "
+                                          "worlds of 3 ranks"):
+        certify("distcheck.parallel.checkpoint.plans:TRAINING_STATE", "checkpoint-restart", world=_OneWorld())
+
+
 @pytest.mark.multiprocess
 def test_a_loader_of_the_loading_worlds_files_fails_on_another_world_only(pools):
     """examples.checkpoint_mutants:CurrentWorldFiles reads rank0.pt .. rank<M-1>.pt, M the loading world's size:

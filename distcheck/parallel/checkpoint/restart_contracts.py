@@ -145,9 +145,10 @@ class RestartContract(Contract):
 
     name = "checkpoint-restart"
     parallelism = "checkpoint"
-    min_world_size = 1
-    min_world_reason = ("a part of the state not restored changes the restarted run on any world, one rank "
-                        "included")
+    min_world_size = 2
+    min_world_reason = ("one rank holds the whole state unsharded and the world cannot change size under it: the "
+                        "part of a restart that depends on the world (resharding the state, each rank's rows of the "
+                        "batch) is not exercised")
     summary = ("a Stateful training state: k steps, save, load on another world, n - k steps equal n uninterrupted "
                "steps bitwise")
     properties: ClassVar[tuple[PropertySpec, ...]] = _PROPERTIES
@@ -169,7 +170,9 @@ class RestartContract(Contract):
     def companion_worlds(self, world_size: int, options: dict) -> tuple[int, ...]:
         from distcheck.parallel.checkpoint.contracts import load_worlds
 
-        return load_worlds(world_size) if options.get("reshard", True) else ()
+        if not options.get("reshard", True) or self.cannot_fail(world_size, options) is not None:
+            return ()
+        return load_worlds(world_size)
 
     def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[RestartCase]:
         return restart_cases(world_size, dtype, bool(options.get("dropout", True)),
