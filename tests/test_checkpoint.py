@@ -370,6 +370,9 @@ def test_a_world_that_cannot_open_the_load_worlds_is_refused_before_anything_run
     with pytest.raises(ConfigError, match="must be a RankPool: contract checkpoint-restart also runs examples on "
                                           "worlds of 3 ranks"):
         certify("distcheck.parallel.checkpoint.plans:TRAINING_STATE", "checkpoint-restart", world=_OneWorld())
+    with pytest.raises(ConfigError, match=r"companions\[3\].*must be a world of 3 ranks \(its world_size is 4\)"):
+        certify("distcheck.parallel.checkpoint.plans:TORCH_DCP", "checkpoint", world=_OneWorld(),
+                companions={3: _OneWorld()})
 
 
 @pytest.mark.multiprocess
@@ -578,7 +581,7 @@ def test_the_2d_cases_never_draw_tp_along_a_dim_that_leaves_a_tp_rank_empty():
 
     search = settings(max_examples=150, database=None, suppress_health_check=list(HealthCheck), deadline=None,
                       derandomize=True)
-    for n_save, n_load in ((4, 4), (2, 4)):
+    for n_save, n_load in ((4, 4), (2, 4), (3, (3, 2, 4))):
         with pytest.raises(NoSuchExample):
             find(_cases(n_save, "float64", n_load), lambda c: avoided(c.layout_a, c.dims_a, c.shapes)
                  or avoided(c.layout_b, c.dims_b, c.shapes), settings=search)

@@ -200,11 +200,10 @@ class Companions:
             self.opened[n] = RankPool(n, backend=self.backend, timeout_s=self.timeout_s, preload=self.preload)
         return self.opened[n]
 
-    def close(self) -> None:
-        """Close every pool opened here."""
-        for pool in self.opened.values():
-            pool.close()
-        self.opened.clear()
+    def close(self, keep: Sequence[int] = ()) -> None:
+        """Close every pool opened here, but those of the sizes in ``keep``."""
+        for n in [n for n in self.opened if n not in keep]:
+            self.opened.pop(n).close()
 
 
 class _Joined:
@@ -238,6 +237,14 @@ def _companions(contract: Contract, opts: dict, worlds: list, backend: str, time
     """The companion worlds the certification's worlds need (None: the contract names none), every size checked
     before anything starts. Raises ConfigError when a given world is not a pool (a torchrun world cannot open
     others beside it) and BackendUnavailable when the backend cannot run a companion's size here."""
+    if given is not None:
+        if not isinstance(given, dict):
+            raise ConfigError("companions", type(given).__name__, "must be a dict of world size -> world")
+        for n, w in given.items():
+            if isinstance(n, bool) or not isinstance(n, int) or getattr(w, "world_size", None) != n:
+                raise ConfigError(f"companions[{n!r}]", type(w).__name__,
+                                  f"must be a world of {n!r} ranks (its world_size is "
+                                  f"{getattr(w, 'world_size', None)!r})")
     wanted = {n for w in worlds for n in contract.companion_worlds(w.world_size, opts)}
     if not wanted:
         return None
@@ -514,7 +521,9 @@ def _certify_worlds(cert: Certification, worlds: list, others: Companions | None
                     examples: int | None, launcher: str, batch: int, run_settings: settings) -> None:
     """Every world of ``certify`` in turn, its verdicts added to ``cert`` (after a hang, the rest skipped)."""
     hung: PropertyVerdict | None = None  # the step that timed out: the rest of the target is skipped
-    for w in worlds:
+    for i, w in enumerate(worlds):
+        if others is not None:  # the companions no world left needs are closed
+            others.close(keep=[n for later in worlds[i:] for n in contract.companion_worlds(later.world_size, opts)])
         clock = hangs.StepClock()  # the world's slowest finished step: the timeout of a hang's shrinking follows it
         degenerate = contract.cannot_fail(w.world_size, opts) or contract.beyond_profile(w.world_size, profile)
         if hung is not None or degenerate is not None:  # not started: nothing there could fail, or it would hang
