@@ -14,16 +14,16 @@ Each rank builds :class:`TrainingParts` (as torchtitan's ``CheckpointManager`` h
 * ``step``: the steps taken; the RNG is torch's default CPU generator, seeded alike on every rank
   (``torch.manual_seed(case.seed)``, what a job does at start).
 
-One step: the loader's next global batch ``(x, t)`` (``batch`` rows, multiples of 1/4 in [-1, 1]); with
+One step: the loader's next global batch ``(x, t)`` (``rows`` rows, multiples of 1/4 in [-1, 1]); with
 dropout, ``x`` through ``F.dropout(p=1/2)`` whole, so that every rank draws the same mask from the same
 generator state and a sample's mask does not depend on the world size; rank r's rows ``r::N``; the loss
 ``N * sum(model(x_r) * t_r)`` (times N: FSDP2's mean over the N ranks is then the batch's sum; torch 2.13
-refuses ``set_gradient_divide_factor(1.0)`` on gloo in float32, its ``PREMUL_SUM``); backward, ``optimizer.step()``, ``lr_scheduler.step()``, ``zero_grad()``,
-``step += 1``. The loss is linear in the weight, so every gradient is ``sum_i t_i x_i^T`` over the batch:
-products of multiples of 1/4 (times 2 under dropout) summed over at most 8 rows, a dozen significant bits
-with the factor N and its division: exact in float32 and float64 whatever the world size and the order of
-the reduction. Adam is elementwise: equal state gives
-equal bits. That is what makes restart equivalence across world sizes bitwise.
+refuses ``set_gradient_divide_factor(1.0)`` on gloo in float32, its ``PREMUL_SUM``); backward,
+``optimizer.step()``, ``lr_scheduler.step()``, ``zero_grad()``, ``step += 1``. The loss is linear in the
+weight, so every gradient is ``sum_i t_i x_i^T`` over the batch: products of multiples of 1/4 (times 2
+under dropout) summed over at most 8 rows, a dozen significant bits with the factor N and its division:
+exact in float32 and float64 whatever the world size and the order of the reduction. Adam is elementwise:
+equal state gives equal bits. That is what makes restart equivalence across world sizes bitwise.
 
 The user's target is a factory ``make(parts) -> Stateful`` (an object with ``state_dict()`` and
 ``load_state_dict(state)``, torch DCP's ``Stateful`` protocol); the harness saves ``{"train":
