@@ -1,6 +1,7 @@
 """A whole training step under composed parallelism: FSDP2 (``dp_shard``) x HSDP replicas
 (``dp_replicate``) x tensor parallelism (``tp``) x gradient accumulation, with the token-mean loss,
-grad-norm clipping and the AdamW state, against the single-device float64 step.
+grad-norm clipping and the AdamW state, against the single-device float64 step, or in float32 and bf16 mixed
+precision against the single-device step in the same precision.
 
 - ``reference``: numpy references: the global token-mean loss under dp x gradient accumulation, the
   global grad norm from any sharding (replicated parameters counted once), torch's clipping
@@ -14,8 +15,12 @@ grad-norm clipping and the AdamW state, against the single-device float64 step.
   per-micro-batch means, gradients scaled by the world size, norm gradients not summed across tp, the
   loss of rank 0's shard);
 - ``model``: the tiny Llama-style decoder (torch, built on first use) and its cut to a pipeline stage;
-- ``contracts`` (+ ``harness``, the rank side): the ``training-step`` contract, whose target is a
-  torchtitan-style ``parallelize(model, mesh, layout) -> model`` or a :class:`~.hooks.StepTarget`;
+- ``contracts`` (+ ``harness``, the rank side and the references; ``compare``, the comparisons): the
+  ``training-step`` contract, whose target is a torchtitan-style ``parallelize(model, mesh, layout) -> model`` or a
+  :class:`~.hooks.StepTarget`;
+- ``bound``: the float64 bound; ``precision``: the precisions (float64, float32, ``bf16-fsdp``,
+  ``bf16-autocast``) and the criterion that holds a low-precision step to the single-device step in the same
+  precision;
 - ``hooks``: the step's overridable hooks (loss, reported loss, grad-norm clipping, the micro-batch's
   accumulation context and backward, the model's inputs and its own loss) and their defaults, and the user's
   own model (``StepTarget(model=..., config=...)``);
@@ -42,7 +47,7 @@ __all__ = [
     "build_model", "token_loss_sum", "IGNORE_INDEX", "pipeline_stage", "stage_of", "StepInfo", "StepTarget",
     "all_reduce_dp", "torch_clip", "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
     "PP_SCHEDULES", "AXES", "no_accumulate", "loss_backward", "token_ids", "cross_entropy_sum", "call_model",
-    "MAX_LEN_FIELDS",
+    "MAX_LEN_FIELDS", "PRECISIONS",
 ]
 
-__getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts"))
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts", "precision"))

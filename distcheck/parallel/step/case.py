@@ -4,8 +4,8 @@ A :class:`StepCase` holds the composition (:class:`~distcheck.parallel.step.refe
 decoder's sizes, the micro-batches, the non-ignored length of every sequence, the clipping threshold, the
 learning rate, the number of steps and a seed; :func:`weights` and :func:`batch` turn it into the float64
 weights and the token and label arrays every rank and the reference use. Its ``repr`` is the
-counterexample a failing property prints: it names every axis, those at 1 included, and whether clipping
-binds.
+counterexample a failing property prints: it names every axis, those at 1 included, whether clipping
+binds, and the precision when it is not float64 (``precision=bf16-fsdp``).
 """
 
 from __future__ import annotations
@@ -61,10 +61,18 @@ class StepCase:
     def tokens_per_step(self) -> list[int]:
         return [int(sum(sum(sum(mb) for mb in rank) for rank in step)) for step in self.lengths]
 
+    @property
+    def precision(self) -> str:
+        """The precision the case is certified in (its layout's: ``float64``, ``float32``, ``bf16-fsdp``,
+        ``bf16-autocast``)."""
+        return self.layout.precision
+
     def composition(self) -> str:
-        """``dp_replicate=1, dp_shard=2, tp=1, pp=1, m=2, clip binds``: every axis, those at 1 included."""
+        """``dp_replicate=1, dp_shard=2, tp=1, pp=1, m=2, clip binds``: every axis, those at 1 included, and the
+        precision when it is not float64 (``..., clip binds, precision=bf16-fsdp``)."""
         pp = f", schedule={self.schedule}" if self.layout.pp > 1 else ""
-        return f"{self.layout}{pp}, m={self.microbatches}, clip {'binds' if self.clip_binds else 'free'}"
+        prec = "" if self.precision == "float64" else f", precision={self.precision}"
+        return f"{self.layout}{pp}, m={self.microbatches}, clip {'binds' if self.clip_binds else 'free'}{prec}"
 
     def __repr__(self) -> str:
         c = self.config

@@ -44,14 +44,19 @@ rounding its terms carry), and each parameter also to its moments' bounds carrie
 (exact, eps = 1e-8 amplifies a moment's deviation where ``v`` is near 0). The reported loss, grad norm and
 clipping factor are sums of terms of one sign (per-token losses, squares, a quotient of them), so each is its
 own magnitude: ``2^-31 |v_ref|``. The bound module's doc says what is proved and what is estimated.
+
+Precision (``--dtypes``): float64 as above; float32, and bfloat16 mixed precision (``--option mixed_precision``:
+FSDP2's ``MixedPrecisionPolicy``, which the target applies when ``layout.precision`` is ``bf16-fsdp``, and/or
+autocast), each value held to the single-device step in the same precision: its own error against the float64
+shadow, plus the composition's floor (:mod:`distcheck.parallel.step.precision` has the criterion and its argument).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import product
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
 from hypothesis import strategies as st
 
 from distcheck.core.errors import ConfigError
@@ -60,9 +65,12 @@ from distcheck.core.vocab import Axis, Schedule
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
-from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds, value_bound
+from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.compare import first as _first
+from distcheck.parallel.step.compare import within as _within
 from distcheck.parallel.step.model import TinyConfig, stage_of
+from distcheck.parallel.step.precision import UNIT_ROUNDOFF, precision, precision_bounds, precisions_for
 from distcheck.parallel.step.reference import StepLayout
 
 if TYPE_CHECKING:
@@ -106,7 +114,7 @@ def parse_layout(text: str) -> StepLayout:
             degrees[name] = check_positive_int(f"option layout {name}", int(value))
         except ValueError:
             raise ConfigError("option layout", text, f"{name} must be a positive integer") from None
-    return StepLayout(**degrees)
+    return StepLayout(**degrees)  # type: ignore[arg-type]  # only the int degrees are set
 
 
 def layouts(world_size: int) -> list[StepLayout]:
@@ -206,17 +214,20 @@ def _allowed(world_size: int, options: dict) -> list[StepLayout]:
 
 
 def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = None, spec: Any = None, *,
-           one_token: bool = False,
-           max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM)) -> st.SearchStrategy[StepCase]:
+           one_token: bool = False, max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM),
+           precisions: tuple[str, ...] = ("float64",)) -> st.SearchStrategy[StepCase]:
     """The drawn examples on ``choices`` (module doc). ``config``: a user model's own (fixed; else the tiny
     Llama's sizes are drawn), ``longest`` its longest sequence (caps the drawn length), ``spec`` the resolved
     StepTarget each case carries (its reference runs the target's model and hooks); ``one_token``: every
     sequence keeps one token (the compositions in which values cancel exactly: a softmax over one key leaves the
-    query and key projections' gradients exactly 0); ``max_norms``: the clipping thresholds drawn from."""
+    query and key projections' gradients exactly 0); ``max_norms``: the clipping thresholds drawn from;
+    ``precisions``: the precisions drawn from (:mod:`~distcheck.parallel.step.precision`; the layout carries it)."""
 
     @st.composite
     def draw(draw: st.DrawFn) -> StepCase:
         layout = draw(st.sampled_from(choices))
+        if len(precisions) > 1 or precisions[0] != layout.precision:
+            layout = replace(layout, precision=draw(st.sampled_from(precisions)))
         tp, pp = layout.tp, layout.pp
         n_kv = tp
         # under pp: one layer per stage, the head untied (embedding and head on different stages)
@@ -241,51 +252,6 @@ def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = 
     return draw()
 
 
-def _within(what: str, ref: Any, got: list, ranks: list[int] | None = None, bound: Any = None) -> Outcome:
-    """Every rank's ``got[i]`` (rank ``ranks[i]``, default i) against ``ref`` under ``bound`` (an array of ``ref``'s
-    shape, or a scalar; default ``2^-31 |ref|``, a scalar that sums terms of one sign: module doc), in one short
-    line: the ranks at fault, and the worst entry (its index, expected, got, error, bound)."""
-    e = np.atleast_1d(np.asarray(ref, dtype=np.float64))
-    bound = 2 * value_bound(e, 0.0) if bound is None else np.broadcast_to(np.asarray(bound, np.float64), e.shape)
-    worst, bad, detail = 0.0, [], ""
-    ranks = list(range(len(got))) if ranks is None else ranks
-    for r, g in zip(ranks, got, strict=True):
-        if g is None or np.shape(g) != np.shape(ref):
-            bad.append(r)
-            detail = detail or f"rank {r} has {'nothing' if g is None else f'shape {np.shape(g)}'}, expected shape " \
-                               f"{np.shape(ref)}"
-            continue
-        err = np.abs(np.atleast_1d(np.asarray(g, dtype=np.float64)) - e)
-        worst = max(worst, float(err.max()) if err.size else 0.0)
-        over = err > bound
-        if over.any():
-            bad.append(r)
-            i = int(np.argmax(np.where(over, err, -1.0)))
-            if not detail:
-                at = "" if e.size == 1 else f" at index {tuple(int(j) for j in np.unravel_index(i, np.shape(ref)))}"
-                detail = (f"rank {r}{at}: expected {e.flat[i]:.17g}, got {np.ravel(g)[i]:.17g}, error "
-                          f"{err.flat[i]:.3g} > bound {bound.flat[i]:.3g}")
-    top = float(bound.max()) if bound.size else 0.0
-    if not bad:
-        return Outcome(True, max_error=worst, bound=top)
-    good = [r for r in ranks if r not in bad]
-    return Outcome(False, max_error=worst, bound=top, ranks=tuple(bad),
-                   message=f"{what}: ranks {bad} differ from the reference"
-                           + (f" (ranks {good} match)" if good else "") + f"; {detail}")
-
-
-def _first(outcomes: list[Outcome]) -> Outcome:
-    """One outcome: the first failure's message (and how many more failed), the worst error and bound."""
-    failed = [o for o in outcomes if not o.ok]
-    errors = [o.max_error for o in outcomes if o.max_error is not None]
-    bounds = [o.bound for o in outcomes if o.bound is not None]
-    if not failed:
-        return Outcome(True, max_error=max(errors, default=0.0), bound=max(bounds, default=0.0))
-    more = f" (and {len(failed) - 1} more of {len(outcomes)} checks)" if len(failed) > 1 else ""
-    return Outcome(False, max_error=max(errors, default=0.0), bound=max(bounds, default=0.0),
-                   ranks=tuple(sorted({r for o in failed for r in o.ranks})), message=failed[0].message + more)
-
-
 class TrainingStep(Contract):
     """A whole training step under composed parallelism (see the module doc)."""
 
@@ -307,6 +273,10 @@ class TrainingStep(Contract):
                                   "every factorisation of the world size)"),
         Option("axes", "", str, "the mesh dims drawn above 1, e.g. dp_replicate,dp_shard (default: all four, or a "
                                 "StepTarget's own axes)"),
+        Option("mixed_precision", "fsdp,autocast", str,
+               "the bf16 recipes drawn under --dtypes bfloat16: fsdp (FSDP2 MixedPrecisionPolicy(param_dtype=bf16, "
+               "reduce_dtype=fp32), which the target's parallelize applies when layout.precision is bf16-fsdp), "
+               "autocast (torch.autocast around the forward, no policy), or both, comma-separated"),
     )
 
     def cannot_fail(self, world_size: int, options: dict) -> str | None:
@@ -329,11 +299,25 @@ class TrainingStep(Contract):
     def composition(self, case: StepCase) -> dict[str, str]:
         """The "Compositions drawn" columns of ``case``: ``layout`` (the axes above 1, ``dp_shard=2, tp=2``),
         ``schedule`` (``-`` when pp = 1), ``micro-batches`` (m per dp rank, the gradient-accumulation steps),
-        ``steps`` (optimizer steps) and ``clip`` (``binds`` or ``free``)."""
+        ``steps`` (optimizer steps) and ``clip`` (``binds`` or ``free``); under a low precision also ``precision``
+        (``float32``, ``bf16-fsdp``, ``bf16-autocast``)."""
         lay = case.layout
-        return {"layout": ", ".join(f"{a}={getattr(lay, a)}" for a in _AXES if getattr(lay, a) > 1) or "one device",
-                "schedule": case.schedule or "-", "micro-batches (GA steps)": str(case.microbatches),
-                "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free"}
+        out = {"layout": ", ".join(f"{a}={getattr(lay, a)}" for a in _AXES if getattr(lay, a) > 1) or "one device",
+               "schedule": case.schedule or "-", "micro-batches (GA steps)": str(case.microbatches),
+               "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free"}
+        if lay.precision != "float64":
+            out["precision"] = lay.precision
+        return out
+
+    def statement(self, prop: str, dtype: str, options: dict) -> str:
+        """The property's statement; in float32 and bfloat16 the values are held to the single-device step in the
+        same precision (:mod:`distcheck.parallel.step.precision`)."""
+        base = self.spec(prop).statement
+        if dtype == "float64" or prop == "tokens":
+            return base
+        return (base.replace("the single-device float64 step's", f"the single-device {dtype} step's")
+                + f" ({dtype}: within the single-device {dtype} step's own error against the float64 shadow, plus "
+                  "the composition's floor)")
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         from distcheck.parallel.step.hooks import StepTarget
@@ -364,6 +348,7 @@ class TrainingStep(Contract):
             raise ProtocolError("target", shown, "must be parallelize(model, mesh, layout) -> model or a StepTarget")
         else:
             check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
+        precisions_for("bfloat16", options.get("mixed_precision", "fsdp,autocast"))  # a bad option, before any run
         allowed = _axes(options.get("axes", ""))
         if options.get("layout"):
             lay = parse_layout(options["layout"])
@@ -374,12 +359,13 @@ class TrainingStep(Contract):
         return make_target(obj, ref, "hooks" if isinstance(obj, StepTarget) else "parallelize"), options
 
     def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
-        if dtype != "float64":
+        drawn = precisions_for(dtype, options.get("mixed_precision", "fsdp,autocast"))
+        if not drawn:
             return None
         if options.get("layout"):
-            return _cases([parse_layout(options["layout"])])
+            return _cases([parse_layout(options["layout"])], precisions=drawn)
         allowed = _allowed(world_size, options)
-        return _cases(allowed) if allowed else None
+        return _cases(allowed, precisions=drawn) if allowed else None
 
     def cases_for(self, target: Any, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         """:meth:`cases`; for a :class:`StepTarget` each case carries the target (its reference runs the target's
@@ -388,14 +374,16 @@ class TrainingStep(Contract):
         from distcheck.parallel.step.hooks import StepTarget
 
         obj = resolve(target)
-        if not isinstance(obj, StepTarget) or dtype != "float64":
+        if not isinstance(obj, StepTarget):
             return self.cases(world_size, dtype, options)
+        drawn = precisions_for(dtype, options.get("mixed_precision", "fsdp,autocast"))
         _, longest = _user_config(obj, target.ref)
         choices = ([parse_layout(options["layout"])] if options.get("layout") else _allowed(world_size, options))
-        return _cases(choices, obj.config, longest, target) if choices else None
+        return _cases(choices, obj.config, longest, target, precisions=drawn) if choices and drawn else None
 
     def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
-        return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"
+        return (f"{self.name} is certified in float64, float32 and bfloat16 (bf16 mixed precision: "
+                f"distcheck.parallel.step.precision), not {dtype}")
 
     def run_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
         from distcheck.parallel.step.harness import run_step
@@ -408,12 +396,23 @@ class TrainingStep(Contract):
         import torch
 
         from distcheck.parallel.step.case import batch
-        from distcheck.parallel.step.harness import ADAMW, parallel_states, reference_step
+        from distcheck.parallel.step.harness import ADAMW, device_step, parallel_states, reference_step
 
         tokens, labels = (torch.from_numpy(a) for a in batch(case))
         own = resolve(case.target) if case.target is not None else None
-        ref = reference_step(case, tokens, labels, parallel_states(results), own, results[0].get("initial"))
-        bounds = param_bounds(ref, lr=case.lr, **ADAMW)
+        states = parallel_states(results)
+        ref = reference_step(case, tokens, labels, states, own, results[0].get("initial"))
+        prec = precision(case.layout.precision)
+        bounds: list[dict[str, Any]]
+        if prec.name == "float64":
+            bounds = [{"params": b} for b in param_bounds(ref, lr=case.lr, **ADAMW)]
+        else:
+            devices = sorted({res.get("device", "cpu") for res in results})
+            if devices != ["cpu"]:
+                raise ConfigError("dtypes", dtype, f"is certified on CPU worlds only (the ranks ran on {devices}): the "
+                                  "single-device step runs on CPU and must run a rank's kernels")
+            single = device_step(case, tokens, labels, states, own, results[0].get("initial"))
+            bounds = precision_bounds(ref, single, prec, case.layout.tp, lr=case.lr, **ADAMW)
         out: dict[str, list[Outcome]] = {p.name: [] for p in _PROPERTIES}
         for s, r in enumerate(ref):
             # the tiny Llama's drawn sizes keep every norm above the binding threshold; a user model's may not
@@ -422,24 +421,30 @@ class TrainingStep(Contract):
                 raise RuntimeError(f"distcheck defect: a case drawn as 'clip binds' has norm {r['norm']} <= "
                                    f"max_norm {case.max_norm} at step {s}; please report it")
             at = f"step {s + 1}"
+            b = bounds[s]
+            mine = b.get("own", {})
             steps = [res["steps"][s] for res in results]
             for name, want in r["params"].items():
                 # the ranks of the parameter's pipeline stage hold it (every rank when pp = 1)
                 held = list(range(len(steps))) if case.layout.pp == 1 else [
                     i for i in range(len(steps))
                     if case.layout.coordinates(i)["pp"] == stage_of(name, case.config.n_layers, case.layout.pp)]
+                errs = mine.get(name, (None, None, None))
                 out["params"].append(_within(f"{at} {name}", want, [steps[i]["params"].get(name) for i in held], held,
-                                             bounds[s][name][0]))
+                                             b["params"][name][0], errs[0], dtype))
                 for j, moment in enumerate(("exp_avg", "exp_avg_sq")):
                     w = r["state"][name][j]
                     got = [steps[i]["state"].get(name, (None, None))[j] for i in held]
                     out["params"].append(_within(f"{at} AdamW {moment} of {name}", w, got, held,
-                                                 bounds[s][name][j + 1]))
+                                                 b["params"][name][j + 1], errs[j + 1], dtype))
             out["params"].append(self._extra(at, r["params"], steps))
+            scalar: dict[str, tuple[Any, Any]] = {k: b.get(k, (None, None)) for k in ("loss", "norm", "scale")}
             out["loss"].append(_within(f"{at} reported loss (global token mean)", r["loss"],
-                                       [st_["loss"] for st_ in steps]))
-            out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps]))
-            out["clipping"].append(self._clipping(at, r, steps))
+                                       [st_["loss"] for st_ in steps], None, scalar["loss"][0], scalar["loss"][1],
+                                       dtype))
+            out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps],
+                                            None, scalar["norm"][0], scalar["norm"][1], dtype))
+            out["clipping"].append(self._clipping(at, r, steps, scalar["scale"], dtype))
             out["tokens"].append(self._tokens(at, r["tokens"], steps, [res["dp_index"] for res in results]))
         return {name: _first(outs) for name, outs in out.items()}
 
@@ -456,13 +461,20 @@ class TrainingStep(Contract):
                        "parallelize function?)")
 
     @staticmethod
-    def _clipping(at: str, r: dict, steps: list[dict]) -> Outcome:
+    def _clipping(at: str, r: dict, steps: list[dict], held: tuple = (None, None), dtype: str = "float64") -> Outcome:
         # a rank whose local gradients are all zero shows no factor: it is held to the reference's own
         scale = _within(f"{at} clipping factor (reference norm {r['norm']:.17g})", r["scale"],
-                        [r["scale"] if st_["scale"] is None else st_["scale"] for st_ in steps])
-        # the residual of one factor, in gradient units: the rounding of scale * g, against the gradients' own size
+                        [r["scale"] if st_["scale"] is None else st_["scale"] for st_ in steps], None, held[0], held[1],
+                        dtype)
+
+        # the residual of one factor, in gradient units: the rounding of scale * g (twice the gradients' own unit
+        # roundoff in float64's 2^-31, four times it in a lower precision's), against the gradients' own size
+        def rounding(st_: dict) -> float:
+            kind = st_.get("grad_dtype") or "float64"
+            return 2 * BOUND if kind == "float64" else 4 * UNIT_ROUNDOFF.get(kind, UNIT_ROUNDOFF["bfloat16"])
+
         uneven = [i for i, st_ in enumerate(steps)
-                  if st_["residual"] > 2 * BOUND * r["scale"] * kind_floor([st_.get("grad_max", 0.0)])]
+                  if st_["residual"] > rounding(st_) * r["scale"] * kind_floor([st_.get("grad_max", 0.0)])]
         if uneven:
             return _first([scale, Outcome(False, bound=BOUND, ranks=tuple(uneven), message=f"{at}: ranks {uneven} "
                                           "scaled their gradients by more than one factor")])

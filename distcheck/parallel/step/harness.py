@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "parallel_states", "mesh_for", "build_target_model",
-           "same_weights"]
+__all__ = ["ADAMW", "run_step", "reference_step", "device_step", "parallel_states", "mesh_for", "build_target_model",
+           "same_weights", "autocast_for"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
 ADAMW: dict = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -63,10 +63,14 @@ def _name(name: str) -> str:
 
 
 def _full(t: Any) -> Any:
+    """The full tensor (a DTensor's ``full_tensor()``) as a float64 numpy array (exact for every dtype the step
+    holds: bf16, float32, float64)."""
+    import torch
+
     if t is None:
         return None
     t = t.full_tensor() if hasattr(t, "full_tensor") else t
-    return t.detach().cpu().numpy().copy()
+    return t.detach().cpu().to(torch.float64).numpy().copy()
 
 
 def _local(t: Any) -> Any:
@@ -88,6 +92,8 @@ def _scale(before: list, after: list) -> tuple[float | None, float, float]:
     zero."""
     import torch
 
+    # in float64 whatever the gradients' dtype: the factor's own rounding stays far below the gradients'
+    after, before = [a.to(torch.float64) for a in after], [b.to(torch.float64) for b in before]
     num = sum(float(torch.sum(a * b)) for a, b in zip(after, before, strict=True))
     den = sum(float(torch.sum(b * b)) for b in before)
     if den == 0:
@@ -135,6 +141,22 @@ def same_weights(model: Any) -> dict:
     return {k: v.detach().clone() for k, v in state.items()}
 
 
+def autocast_for(precision: str, device: Any) -> Any:
+    """The context the step's forward and loss run in: ``torch.autocast(device type, torch.bfloat16)`` under
+    ``bf16-autocast``, ``contextlib.nullcontext()`` otherwise."""
+    import contextlib
+
+    import torch
+
+    from distcheck.parallel.step.precision import precision as recipe
+
+    prec = recipe(precision)
+    if not prec.autocast:
+        return contextlib.nullcontext()
+    kind = device.type if hasattr(device, "type") else str(device)
+    return torch.autocast(device_type=kind, dtype=getattr(torch, prec.compute))
+
+
 def _sum64(value: Any) -> Any:
     import torch
 
@@ -144,8 +166,11 @@ def _sum64(value: Any) -> Any:
 
 def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
-    ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
-    ``state`` (full tensors by name); and ``dp_index``."""
+    ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards; ``grad_dtype`` the local
+    gradients' dtype name), ``params`` and ``state`` (full tensors by name, float64 arrays of the values the rank
+    holds); ``dp_index`` and ``device`` (the ranks' device type). The model is built in the case's precision's
+    master dtype (``layout.precision``: float64, or float32 for float32 and both bf16 recipes), and under
+    ``bf16-autocast`` each micro-batch's forward and ``loss_fn`` run under ``torch.autocast``."""
     import logging
     import warnings
 
@@ -159,8 +184,10 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     # FSDP2's warning that the root returned a view: the step and the default hooks read the logits out of place
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
+    from distcheck.parallel.step.precision import precision
 
     layout = case.layout
+    master = precision(layout.precision).master
     if layout.pp > 1 and target.loop_hooks:
         raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
                            f"not call (layout {layout}): leave pp out of the target's axes")
@@ -171,11 +198,11 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
     initial = None
     if target.model is None:
-        model = build_model(case.config, weights(case), device=ctx.device)
+        model = build_model(case.config, weights(case), device=ctx.device, dtype=master)
     else:
         model = build_target_model(target.model, case.config, case.seed)
         initial = same_weights(model)
-        model = model.to(ctx.device)
+        model = model.to(device=ctx.device, dtype=getattr(torch, master))
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
     model = target.parallelize(model, mesh, layout)
@@ -194,8 +221,10 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
             n_k = int((y != IGNORE_INDEX).sum())
             info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss)
             with target.accumulate(model, info):
-                out = call_model(model, target.batch(x, y, info))
-                target.backward(target.loss_fn(out, y, info), model, info)
+                with autocast_for(layout.precision, ctx.device):
+                    out = call_model(model, target.batch(x, y, info))
+                    loss = target.loss_fn(out, y, info)
+                target.backward(loss, model, info)
             with torch.no_grad():
                 loss_sum += _sum64(target.loss(out, y, info))
             mine += n_k
@@ -207,8 +236,10 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         scale, resid, grad_max = _scale(before, [_local(p.grad) for p in params])
         opt.step()
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
-                      "residual": resid, "grad_max": grad_max, "local_tokens": int(mine), **_record(model, opt)})
-    result: dict = {"steps": steps, "dp_index": d}
+                      "residual": resid, "grad_max": grad_max, "local_tokens": int(mine),
+                      "grad_dtype": str(before[0].dtype).removeprefix("torch.") if before else "",
+                      **_record(model, opt)})
+    result: dict = {"steps": steps, "dp_index": d, "device": ctx.device.type}
     if ctx.rank == 0 and initial is not None:  # the reference (in the contract's check) loads rank 0's weights
         result["initial"] = {k: v.numpy() for k, v in initial.items()}
     return result
@@ -226,6 +257,7 @@ def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, 
     from distcheck.core.vocab import Schedule
     from distcheck.parallel.step.hooks import StepInfo
     from distcheck.parallel.step.model import IGNORE_INDEX, token_loss_sum
+    from distcheck.parallel.step.precision import precision
 
     layout, m = case.layout, case.microbatches
     stage = layout.coordinates(ctx.rank)["pp"]
@@ -243,7 +275,22 @@ def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, 
     schedule = cls(pipe, n_microbatches=m, loss_fn=loss, scale_grads=False)
     x, y = (a.reshape(m * case.micro_batch_size, case.seq_len).to(ctx.device) for a in (tokens, labels))
     last = stage == layout.pp - 1
-    schedule.step(*((x,) if stage == 0 else ()), **({"target": y} if last else {}))
+    hooks = []
+    if precision(layout.precision).autocast:  # the stage's forwards under autocast, its backwards outside it
+        cast = autocast_for(layout.precision, ctx.device)
+
+        def enter(module: Any, args: Any) -> None:
+            cast.__enter__()
+
+        def leave(module: Any, args: Any, out: Any) -> None:
+            cast.__exit__(None, None, None)
+
+        hooks = [model.register_forward_pre_hook(enter), model.register_forward_hook(leave)]
+    try:
+        schedule.step(*((x,) if stage == 0 else ()), **({"target": y} if last else {}))
+    finally:
+        for hook in hooks:
+            hook.remove()
     return sum(sums[-m:], torch.zeros((), dtype=torch.float64)) if last else torch.zeros((), dtype=torch.float64)
 
 
@@ -265,6 +312,28 @@ def parallel_states(results: list[dict]) -> list[dict]:
     return out
 
 
+def _start_model(case: StepCase, target: StepTarget, initial: dict | None, master: str, dtype: str) -> Any:
+    """The model a reference starts from, on CPU with parameters of ``dtype``: the tiny Llama with the case's
+    weights, or the target's factory loaded with ``initial``; either rounded to ``master`` first (the weights
+    the ranks start from: the case's float64 weights cast to the master dtype)."""
+    import torch
+
+    from distcheck.parallel.step.case import weights
+    from distcheck.parallel.step.model import build_model
+
+    def rounded(value: Any) -> Any:
+        value = torch.as_tensor(value)
+        return value.to(getattr(torch, master)).to(value.dtype) if value.is_floating_point() else value
+
+    if target.model is None:
+        start = {k: rounded(v).numpy() for k, v in weights(case).items()}
+        return build_model(case.config, start, dtype=dtype)
+    model = build_target_model(target.model, case.config, case.seed)
+    state = model.state_dict() if initial is None else {k: torch.as_tensor(v) for k, v in initial.items()}
+    model.load_state_dict({k: rounded(v) for k, v in state.items()})
+    return model.to(dtype=getattr(torch, dtype))
+
+
 def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,
                    target: StepTarget | None = None, initial: dict | None = None) -> list[dict]:
     """The single-device float64 step on the whole batch of each step: ``loss`` (token mean), ``tokens``,
@@ -277,21 +346,19 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
     arithmetic is checked on its own (:mod:`distcheck.parallel.step.bound`). None: the reference's own
     trajectory. ``target`` (default: the tiny Llama and the default hooks) gives the model factory and the
     ``batch`` and ``loss`` hooks; a factory's model starts from ``initial`` (rank 0's initial ``state_dict``,
-    numpy arrays or tensors by name; None: the factory's own seeded weights)."""
+    numpy arrays or tensors by name; None: the factory's own seeded weights). Under a low precision (the case's
+    ``layout.precision``) this is the float64 shadow: step 1 starts from the weights rounded to the master dtype,
+    as the ranks do (:mod:`distcheck.parallel.step.precision`)."""
     import torch
 
-    from distcheck.parallel.step.case import weights
     from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
-    from distcheck.parallel.step.model import IGNORE_INDEX, build_model
+    from distcheck.parallel.step.model import IGNORE_INDEX
+    from distcheck.parallel.step.precision import precision
     from distcheck.parallel.step.reference import StepLayout
 
     target = target or StepTarget(lambda model, mesh, layout: model)
-    if target.model is None:
-        model = build_model(case.config, weights(case))
-    else:
-        model = build_target_model(target.model, case.config, case.seed)
-        if initial is not None:
-            model.load_state_dict({k: torch.as_tensor(v) for k, v in initial.items()})
+    prec = precision(case.layout.precision)
+    model = _start_model(case, target, initial, prec.master, "float64")
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     out = []
     for s in range(case.steps):
@@ -300,7 +367,7 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
         x = tokens[s].reshape(-1, case.seq_len)
         y = labels[s].reshape(-1, case.seq_len)
         total = int((y != IGNORE_INDEX).sum())
-        info = StepInfo(StepLayout(), None, total, total, 1, case.max_norm, 0, target.loss)
+        info = StepInfo(StepLayout(precision=prec.name), None, total, total, 1, case.max_norm, 0, target.loss)
         opt.zero_grad()
         loss = target.loss(call_model(model, target.batch(x, y, info)), y, info) / total
         loss.backward()
@@ -309,6 +376,76 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
         out.append({"loss": float(loss.detach()), "tokens": total, "norm": norm,
                     "scale": min(1.0, case.max_norm / (norm + 1e-6)), **_record(model, opt)})
     return out
+
+
+def device_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,
+                target: StepTarget | None = None, initial: dict | None = None) -> list[dict]:
+    """The single-device step in the case's precision (``layout.precision``), each step from ``starts`` as
+    :func:`reference_step`, recorded as it records (float64 numpy arrays of the low-precision values).
+
+    The same micro-batches as the parallel run (dp index d, then micro-batch k: every dp rank's, one after the
+    other, gradient accumulation on one device), each backpropagated from ``loss(...) / T`` (the whole step's
+    tokens); the parameters, their gradients and AdamW's state in the master dtype. ``bf16-fsdp``: each step's
+    forward and backward run on a copy of the master weights cast to bf16 (FSDP2's ``param_dtype``), whose bf16
+    gradients are cast to fp32 and added to the master gradients micro-batch by micro-batch (FSDP2's
+    ``reduce_dtype=float32`` on one rank); ``bf16-autocast``: the forward and the loss under ``torch.autocast``.
+    Then ``clip_grad_norm_`` and ``AdamW.step()``. ``loss`` is the micro-batches' float64 sum of the ``loss``
+    hook's values over T (as the ranks report it), ``norm`` and ``scale`` torch's, in the master dtype. Runs on
+    CPU with one thread, as every rank does (protocol: ``torch.set_num_threads(1)``), so a micro-batch runs the
+    kernels a rank runs (:mod:`distcheck.parallel.step.precision`)."""
+    import copy
+
+    import torch
+
+    from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
+    from distcheck.parallel.step.model import IGNORE_INDEX
+    from distcheck.parallel.step.precision import precision
+    from distcheck.parallel.step.reference import StepLayout
+
+    target = target or StepTarget(lambda model, mesh, layout: model)
+    prec = precision(case.layout.precision)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = _start_model(case, target, initial, prec.master, prec.master)
+        opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
+        out = []
+        for s in range(case.steps):
+            if s and starts is not None:
+                _load(model, opt, starts[s - 1])
+            opt.zero_grad(set_to_none=True)
+            total = int((labels[s] != IGNORE_INDEX).sum())
+            net = model
+            if prec.policy:  # FSDP2's param_dtype: the forward and backward on the master weights cast
+                net = copy.deepcopy(model)
+                for p in net.parameters():
+                    p.data = p.data.to(getattr(torch, prec.compute))
+            loss_sum = torch.zeros((), dtype=torch.float64)
+            for d in range(case.layout.dp):
+                for k in range(case.microbatches):
+                    x, y = tokens[s, d, k], labels[s, d, k]
+                    info = StepInfo(StepLayout(precision=prec.name), None, total, int((y != IGNORE_INDEX).sum()),
+                                    case.microbatches, case.max_norm, k, target.loss)
+                    with autocast_for(prec.name, "cpu"):
+                        loss = target.loss(call_model(net, target.batch(x, y, info)), y, info)
+                    (loss / total).backward()
+                    loss_sum += loss.detach().to(torch.float64)
+                    if net is not model:  # FSDP2's reduce_dtype: the bf16 gradient cast, then accumulated
+                        with torch.no_grad():
+                            for p, q in zip(model.parameters(), net.parameters(), strict=True):
+                                if q.grad is None:
+                                    continue
+                                g = q.grad.to(p.dtype)
+                                p.grad = g if p.grad is None else p.grad.add_(g)
+                        net.zero_grad(set_to_none=True)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm)
+            scale = torch.clamp(case.max_norm / (norm + 1e-6), max=1.0)
+            opt.step()
+            out.append({"loss": float(loss_sum) / total, "tokens": total, "norm": float(norm), "scale": float(scale),
+                        **_record(model, opt)})
+        return out
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _load(model: Any, opt: Any, start: dict) -> None:

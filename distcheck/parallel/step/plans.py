@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["fsdp2_tp", "apply_tp", "apply_fsdp", "ddp", "ddp_no_sync", "DDP_STEP"]
+__all__ = ["fsdp2_tp", "apply_tp", "apply_fsdp", "mp_policy", "ddp", "ddp_no_sync", "DDP_STEP"]
 
 
 def apply_tp(model: Any, tp_mesh: Any) -> None:
@@ -57,24 +57,38 @@ def apply_tp(model: Any, tp_mesh: Any) -> None:
         })
 
 
-def apply_fsdp(model: Any, dp_mesh: Any) -> None:
-    """FSDP2's ``fully_shard`` on every transformer block, then on the root (torchtitan's ``apply_fsdp``)."""
-    from torch.distributed.fsdp import fully_shard
+def mp_policy(layout: Any) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` for ``layout.precision``: ``param_dtype=torch.bfloat16,
+    reduce_dtype=torch.float32`` under ``bf16-fsdp`` (torchtitan's default mixed precision), none otherwise
+    (:mod:`distcheck.parallel.step.precision`)."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
+    if layout.precision == "bf16-fsdp":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def apply_fsdp(model: Any, dp_mesh: Any, mp: Any = None) -> None:
+    """FSDP2's ``fully_shard`` on every transformer block, then on the root (torchtitan's ``apply_fsdp``), with
+    the mixed-precision policy ``mp`` (default: none)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = mp or MixedPrecisionPolicy()
     for block in model.layers.values():
-        fully_shard(block, mesh=dp_mesh)
-    fully_shard(model, mesh=dp_mesh)
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
 
 
 def fsdp2_tp(model: Any, mesh: Any, layout: Any) -> Any:
     """``parallelize(model, mesh, layout) -> model``: :func:`apply_tp` on ``mesh["tp"]`` when ``layout.tp > 1``
     (the tied head tied again: ``parallelize_module`` gives it its own DTensor), then :func:`apply_fsdp` on
-    ``mesh["dp_replicate", "dp_shard"]``."""
+    ``mesh["dp_replicate", "dp_shard"]`` with :func:`mp_policy` of the layout."""
     if layout.tp > 1:
         apply_tp(model, mesh["tp"])
         if model.config.tied:
             model.output.weight = model.tok_embeddings.weight
-    apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"], mp_policy(layout))
     return model
 
 

@@ -52,17 +52,24 @@ CLIP_EPS = 1e-6
 @dataclass(frozen=True)
 class StepLayout:
     """A composition: ``dp_replicate``, ``dp_shard``, ``tp`` and ``pp`` degrees (each >= 1), torchtitan's
-    mesh axes (mesh order ``pp, dp_replicate, dp_shard, tp``, tp innermost). Raises ConfigError on a
-    degree that is not a positive int."""
+    mesh axes (mesh order ``pp, dp_replicate, dp_shard, tp``, tp innermost), and the ``precision`` the step
+    is certified in (a name of :data:`distcheck.parallel.step.precision.PRECISIONS`: ``float64``, ``float32``,
+    ``bf16-fsdp``, ``bf16-autocast``; a target's ``parallelize`` reads it to choose FSDP2's
+    ``MixedPrecisionPolicy``; not part of ``str``, which shows the degrees). Raises ConfigError on a degree that
+    is not a positive int or an unknown precision."""
 
     dp_replicate: int = 1
     dp_shard: int = 1
     tp: int = 1
     pp: int = 1
+    precision: str = "float64"
 
     def __post_init__(self) -> None:
+        from distcheck.parallel.step.precision import precision
+
         for axis in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP):
             check_positive_int(str(axis), getattr(self, axis))
+        precision(self.precision)
 
     @property
     def dp(self) -> int:
