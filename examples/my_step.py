@@ -4,9 +4,12 @@ column-parallel q/k/v and w1/w3, row-parallel wo and w2, a row-parallel embeddin
 head) on the mesh's ``tp`` dimension, then FSDP2's ``fully_shard`` on every block and the root over the
 ``(dp_replicate, dp_shard)`` sub-mesh (HSDP when both are above 1); the step clips with
 ``torch.nn.utils.clip_grad_norm_`` on the DTensor gradients (the contract's default hook; under pp, the
-contract's ``model`` is already this rank's stage, and the plan names only the modules it holds)::
+contract's ``model`` is already this rank's stage, and the plan names only the modules it holds). FSDP2 takes
+the mixed-precision policy of the precision certified (``layout.precision``: bf16 parameters for compute with
+fp32 reductions under ``bf16-fsdp``, torchtitan's default; none otherwise, the model's own dtype)::
 
     distcheck certify examples.my_step:parallelize --contract training-step --world-sizes 4
+    distcheck certify examples.my_step:parallelize --contract training-step --world-sizes 2,4 --dtypes float32,bfloat16
 """
 
 from __future__ import annotations
@@ -51,21 +54,35 @@ def apply_tp(model, tp_mesh, *, norms: bool = True):
         }))
 
 
-def apply_fsdp(model, dp_mesh):
-    """FSDP2 on every transformer block, then on the root (torchtitan's ``apply_fsdp``)."""
-    from torch.distributed.fsdp import fully_shard
+def mp_policy(layout):
+    """FSDP2's ``MixedPrecisionPolicy`` for the precision certified: bf16 compute, fp32 gradient reductions under
+    ``bf16-fsdp`` (torchtitan's ``mixed_precision_param = "bfloat16"``, ``mixed_precision_reduce = "float32"``);
+    the default (no casting) otherwise."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
+    if layout.precision == "bf16-fsdp":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def apply_fsdp(model, dp_mesh, mp=None):
+    """FSDP2 on every transformer block, then on the root (torchtitan's ``apply_fsdp``), with the mixed-precision
+    policy ``mp`` (default: none)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = mp or MixedPrecisionPolicy()
     for block in model.layers.values():
-        fully_shard(block, mesh=dp_mesh)
-    fully_shard(model, mesh=dp_mesh)
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
 
 
 def parallelize(model, mesh, layout):
     """``parallelize(model, mesh, layout) -> model``: tp on ``mesh["tp"]``, FSDP2 on ``mesh["dp_replicate",
-    "dp_shard"]``."""
+    "dp_shard"]`` with the layout's mixed-precision policy."""
     if layout.tp > 1:
         apply_tp(model, mesh["tp"])
         if model.config.tied:  # parallelize_module gives the head its own DTensor: tie it again (pp = 1 only)
             model.output.weight = model.tok_embeddings.weight
-    apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"], mp_policy(layout))
     return model
