@@ -11,11 +11,11 @@ Both sides run in this one run, on world size 4 with the composition dp_shard = 
   "dp_shard=2,tp=2"})`` on a warm gloo pool of 4 ranks (one example first, untimed, to load what the
   ranks import). Each example: Hypothesis draws the decoder's sizes, the micro-batches, the padded
   lengths, the clip threshold, the learning rate and 2 or 3 steps; every rank builds the decoder,
-  parallelizes it, runs the steps and gathers every parameter and AdamW moment; the parent runs the float64
-  reference (each step from the state the ranks reached) and checks every rank's values against it.
+  parallelizes it, runs the steps and gathers every parameter and AdamW moment; rank 0 runs the float64
+  reference (each step from the state the ranks reached); the parent checks every rank's values against it.
 * **distcheck certify, bfloat16**: the same, ``dtypes=["bfloat16"]``, ``mixed_precision="fsdp"`` (FSDP2's
-  ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 master weights): each example's check
-  also runs the single-device bf16 step and the float64 shadow (``distcheck/parallel/step/precision.py``).
+  ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 master weights): rank 0 also runs the
+  single-device bf16 step beside the float64 shadow (``distcheck/parallel/step/precision.py``).
 * **by hand**: the same examples (the cases the certify side drew, as plain numbers) in plain torch
   with no distcheck: four processes started once with ``torch.multiprocessing`` (``fork``) and
   ``init_process_group("gloo")``, the decoder written out below, the same ``parallelize``, the same

@@ -172,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     from distcheck.libs.cli import add_libs_parser  # `distcheck libs` (docs/LIBRARIES.md)
 
     add_libs_parser(sub, seed=_seed)
+    from distcheck.zoo.cli import add_zoo_parser  # `distcheck zoo` (docs/ZOO.md)
+
+    add_zoo_parser(sub, seed=_seed)
     return parser
 
 
@@ -413,6 +416,10 @@ def _run_command(args: argparse.Namespace, argv: list[str] | None) -> int:
         from distcheck.libs.cli import run_libs_command
 
         return run_libs_command(args)
+    if args.command == "zoo":
+        from distcheck.zoo.cli import run_zoo
+
+        return run_zoo(args)
     return _run_audit(args)
 
 

@@ -27,6 +27,25 @@ STAGE_LOCAL_NORM          torch's clip_grad_norm_ on a pipeline stage: the norm 
 NO_SYNC_EVERY_MICRO_BATCH DDP's no_sync() left on for the last micro-batch too: the   params, loss,
                           gradients are never all-reduced (each replica steps alone)  grad_norm, clipping
 ========================  ==========================================================  =============
+
+Bugs inside the model rather than in the loop (each fails ``params``; the first divergence of the failure's
+recorded replay names the module that holds the bug, :mod:`distcheck.parallel.step.trace`)::
+
+    distcheck certify examples.step_mutants:ROW_PARALLEL_NOT_REDUCED --contract training-step --world-sizes 2
+
+========================  ==========================================================  ===========================
+target                    mistake                                                     first divergence
+========================  ==========================================================  ===========================
+ROW_PARALLEL_NOT_REDUCED  Megatron-style plain tensors (examples/my_megatron_step.py)  output of
+                          with layers.0.feed_forward.w2's partial outputs never       layers.0.feed_forward.w2
+                          all-reduced over tp
+SP_NORM_NOT_SUMMED        torch's plan with layers.0.ffn_norm a hand-written          reduced grad of
+                          sequence-parallel RMSNorm whose weight gradient is never    layers.0.ffn_norm.weight
+                          summed over tp
+TIE_LOST                  a tied head split by the tensor-parallel plan                grad of tok_embeddings.weight
+                          (parallelize_module gives output.weight a DTensor of its    (tied to output.weight)
+                          own) and never tied again
+========================  ==========================================================  ===========================
 """
 
 from __future__ import annotations
@@ -34,6 +53,8 @@ from __future__ import annotations
 from distcheck.parallel.step.hooks import StepTarget, all_reduce_dp
 from distcheck.parallel.step.model import token_loss_sum
 from distcheck.parallel.step.plans import ddp
+from examples.my_megatron_step import SequenceParallelRMSNorm, megatron_clip, shard_dims
+from examples.my_megatron_step import apply_tp as megatron_tp
 from examples.my_step import apply_fsdp, apply_tp, parallelize
 
 
@@ -108,12 +129,17 @@ def clip_without_clamp(parameters, max_norm, info):
 
 
 def full_norm(parameters, max_norm, info):
-    """The norm of every gradient's full tensor (works when the parameters live on different meshes)."""
+    """The norm of every gradient's full tensor (works when the parameters live on different meshes); under pp
+    the stages' squares summed over the pp group."""
     import torch
+    import torch.distributed as dist
 
     grads = [p.grad for p in parameters if p.grad is not None]
-    sq = sum(float(torch.sum((g.full_tensor() if hasattr(g, "full_tensor") else g) ** 2)) for g in grads)
-    return _clip(grads, sq**0.5, max_norm)
+    sq = torch.tensor(sum(float(torch.sum((g.full_tensor() if hasattr(g, "full_tensor") else g) ** 2))
+                          for g in grads), dtype=torch.float64)
+    if info.layout.pp > 1:
+        dist.all_reduce(sq, group=info.mesh.get_group("pp"))
+    return _clip(grads, float(sq) ** 0.5, max_norm)
 
 
 def stage_local_norm(parameters, max_norm, info):
@@ -149,3 +175,42 @@ def no_sync_every_micro_batch(model, info):
 
 
 NO_SYNC_EVERY_MICRO_BATCH = StepTarget(ddp, accumulate=no_sync_every_micro_batch, axes=("dp_replicate",))
+
+
+def parallelize_row_not_reduced(model, mesh, layout):
+    """Megatron-style tensor parallelism with plain tensors, ``layers.0.feed_forward.w2`` never all-reducing its
+    partial outputs; DDP over dp_replicate."""
+    import torch
+
+    if layout.tp > 1:
+        megatron_tp(model, mesh.get_group("tp"), unreduced=("layers.0.feed_forward.w2",))
+    if layout.dp_replicate > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, process_group=mesh.get_group("dp_replicate"))
+    return model
+
+
+def parallelize_sp_norm_not_summed(model, mesh, layout):
+    """torch's composition with ``layers.0.ffn_norm`` replaced, after the plan, by a hand-written
+    sequence-parallel RMSNorm whose weight gradient is never summed over tp."""
+    if layout.tp > 1:
+        apply_tp(model, mesh["tp"])
+        block = model.layers["0"]
+        block.ffn_norm = SequenceParallelRMSNorm(block.ffn_norm, mesh.get_group("tp"), sum_weight_grad=False)
+        if model.config.tied:
+            model.output.weight = model.tok_embeddings.weight
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    return model
+
+
+def parallelize_tie_lost(model, mesh, layout):
+    """torch's composition without the head tied again after the tensor-parallel plan."""
+    if layout.tp > 1:
+        apply_tp(model, mesh["tp"])
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    return model
+
+
+ROW_PARALLEL_NOT_REDUCED = StepTarget(parallelize_row_not_reduced, clip_grad_norm=megatron_clip,
+                                      axes=("dp_replicate", "tp"), shard_dims=shard_dims)
+SP_NORM_NOT_SUMMED = StepTarget(parallelize_sp_norm_not_summed, clip_grad_norm=full_norm)
+TIE_LOST = StepTarget(parallelize_tie_lost)

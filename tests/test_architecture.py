@@ -48,6 +48,7 @@ LAYER_OF = {
     "activations": "public", "params": "public", "layout": "public", "comm": "public",
     "report": "services", "runners": "services", "audit": "services", "golden": "services", "plan": "services",
     "viz": "services", "reportdoc": "services", "progress": "services", "certify": "services", "libs": "services",
+    "zoo": "services",
     "stages": "stages",
     "cli": "entry", "pytest_plugin": "entry", "__main__": "entry",
 }

@@ -437,7 +437,22 @@ def test_every_verdict_name_is_documented():
 #: single change give another value, so a variant that computed the wrong thing (or was missing)
 #: would turn the verdict into `wrong` or `ambiguous`.
 _K = "{ s = 2048, b = 1, h = 12288, a = 96, t = 8 }"
+_PALM = ("{ params = 540350000000, num_layers = 118, num_heads = 48, head_dim = 256, seq_len = 2048, "
+         "tokens_per_second = 238300, gpus = 6144, peak_flops = 275e12 }")
+
 CONVENTION_CASES = [
+    # PaLM 540B's MFU with 6N alone: 6 x 540.35e9 x 238,300 / (6144 x 275e12) = 45.73% (46.23% with attention)
+    ("6N alone: the attention term 12 L H Q T left out (Kaplan et al. 2020's C = 6N per token)", "flops.mfu.palm",
+     _PALM, "45.7", "%", Fraction(6 * 540_350_000_000 * 238_300 * 100, 6144 * 275 * 10**12)),
+    # the same with the forward counted twice (8N + 16LHQT): 61.64%
+    ("hardware FLOPs: the whole forward counted again (full recomputation, 8N + 16 L H Q T; an HFU)",
+     "flops.mfu.palm", _PALM, "61.6", "%",
+     Fraction((8 * 540_350_000_000 + 16 * 118 * 48 * 256 * 2048) * 238_300 * 100, 6144 * 275 * 10**12)),
+    # 430 TFLOP/s of an H100 (989.5 dense): 43.46%; against the sparse 1,979: 21.73%
+    ("peak read as the datasheet's figure with 2:4 structured sparsity (twice the dense peak)", "flops.utilization",
+     "{ achieved_flops_per_gpu = 430e12, peak_flops = 989.5e12 }", "21.7", "%", Fraction(430 * 100, 1979)),
+    ("dense peak meant, the figure given with 2:4 structured sparsity (half of it)", "flops.utilization",
+     "{ achieved_flops_per_gpu = 430e12, peak_flops = 1979e12 }", "43.5", "%", Fraction(430 * 200, 1979)),
     # 1e9 bytes in 0.01 s over 8 ranks: algbw 100 GB/s, ring busbw 175 GB/s, in-network 100 x 7/9 GB/s
     ("in-network (SHARP) all-reduce bus-bandwidth factor (n-1)/(n+1)", "comm.busbw.all_reduce",
      "{ size_bytes = 1000000000, time_s = '1/100', n = 8 }", "77.78", "GB/s", Fraction(700, 9)),
@@ -677,3 +692,15 @@ def test_cli_exits_1_on_a_wrong_claim_and_writes_json(tmp_path):
     data = json.loads(proc.stdout)
     assert [c["verdict"] for c in data[0]["claims"]] == ["holds", "wrong"]
     assert data[0]["claims"][1]["computed"] == {"exact": "3/7", "approx": 3 / 7}
+
+
+def test_the_closest_alternative_of_a_wrong_figure_is_a_single_convention():
+    # 1e9 params, 9.5 GB: no reading reproduces it; 8-bit Adam's 10 GB read as GiB (9.31 GiB) is nearer than any
+    # single reading, but a combination of two conventions is named only when it reproduces the figure
+    v = one(key(claim("a", "memory.train_state_bytes", "{ params = 1e9 }", "9.5", "GB")))
+    assert v.verdict == "wrong"
+    assert [a["convention"] for a in v.alternatives] == ["10 B/param (8-bit Adam moments)"]
+    assert v.alternatives[0]["value"] == 10 and "closest: 10 B/param (8-bit Adam moments) -> 10 GB" in v.explanation
+    # a combination that reproduces the figure within its rounding is still found: 9.31 GiB printed as 9.3 GB
+    both = one(key(claim("a", "memory.train_state_bytes", "{ params = 1e9 }", "9.3", "GB")))
+    assert both.verdict != "wrong" and any(" + " in a["convention"] for a in both.alternatives), both.explanation

@@ -29,6 +29,8 @@ SHAPE = ["plan", "memory", "--gpus", "8", "--hidden-size", "64", "--num-layers",
 #: explicit MoE sizes appended to SHAPE (4 experts, top-2, expert FFN 32)
 MOE = ["--num-experts", "4", "--experts-per-token", "2", "--expert-ffn", "32"]
 PIPE = ["plan", "pp", "--p", "4", "--m", "8"]
+TIME = ["plan", "time", "--model", "llama-3-8b", "--gpus", "8"]
+TSHAPE = ["plan", "time", *SHAPE[2:]]
 LAYOUT = ["plan", "layout", "--tp", "2", "--pp", "2", "--dp", "2"]
 
 ENTRY = f'[[tool.distcheck.certify]]\ntarget = "{PP}"\ncontract = "pipeline-table"\noptions = {{ schedule = "1f1b" }}\n'
@@ -172,6 +174,36 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("plan memory --format", [*MEMORY, "--format", "xml"], "--format", False),
     ("plan memory --figure", [*MEMORY, "--figure", "chart.txt"], "figure", False),
     ("plan memory --report", [*MEMORY, "--report", "{file}"], "plain.txt", False),
+    # ---- plan time
+    ("plan time --model", [*TIME[:2], "--gpus", "8", "--model", "gpt-9"], "model", False),
+    ("plan time --model", [*TIME[:2], "--gpus", "8", "--model", "mixtral-8x7b"], "is a mixture-of-experts", False),
+    ("plan time --params", [*TIME[:2], "--gpus", "8", "--params", "13e9"], "--params", False),
+    ("plan time --hidden-size", [*TSHAPE, "--hidden-size", "0"], "hidden_size", False),
+    ("plan time --num-layers", [*TSHAPE, "--num-layers", "0"], "num_layers", False),
+    ("plan time --ffn-hidden-size", [*TSHAPE, "--ffn-hidden-size", "0"], "ffn_hidden_size", False),
+    ("plan time --num-heads", [*TSHAPE, "--num-heads", "3"], "num_heads", False),
+    ("plan time --num-kv-heads", [*TSHAPE, "--num-kv-heads", "3"], "num_kv_heads", False),
+    ("plan time --vocab-size", [*TSHAPE, "--vocab-size", "0"], "vocab_size", False),
+    ("plan time --gpus", [*TIME[:4], "--gpus", "0"], "gpus", False),
+    ("plan time --hardware", [*TIME, "--hardware", "tpu-v4"], "--hardware", False),
+    ("plan time --hw", [*TIME, "--hw", "peak_flops=fast"], "--hw peak_flops", False),
+    ("plan time --hw", [*TIME, "--hw", "clock=2GHz"], "--hw", False),
+    ("plan time --gpus-per-node", [*TIME, "--gpus-per-node", "0"], "--gpus-per-node", False),
+    ("plan time --gpu-memory", [*TIME, "--gpu-memory", "80"], "--gpu-memory", False),
+    ("plan time --reserve", [*TIME, "--reserve", "90 GB"], "reserve", False),
+    ("plan time --seq-len", [*TIME, "--seq-len", "0"], "seq_len", False),
+    ("plan time --micro-batch", [*TIME, "--micro-batch", "0"], "micro_batch", False),
+    ("plan time --num-microbatches", [*TIME, "--num-microbatches", "0"], "num_microbatches", False),
+    ("plan time --recompute", [*TIME, "--recompute", "some"], "--recompute", False),
+    ("plan time --bytes-per-param", [*TIME, "--bytes-per-param", "fp4"], "--bytes-per-param", False),
+    ("plan time --schedule", [*TIME, "--schedule", "dualpipe"], "--schedule", False),
+    ("plan time --global-batch", [*TIME, "--global-batch", "0"], "--global-batch", False),
+    ("plan time --compute-efficiency", [*TIME, "--compute-efficiency", "1.5"], "--compute-efficiency", False),
+    ("plan time --overlap", [*TIME, "--overlap", "tp=backward"], "--overlap", False),
+    ("plan time --top", [*TIME, "--top", "0"], "top", False),
+    ("plan time --format", [*TIME, "--format", "xml"], "--format", False),
+    ("plan time --figure", [*TIME, "--figure", "chart.txt"], "figure", False),
+    ("plan time --report", [*TIME, "--report", "{file}"], "plain.txt", False),
     # ---- plan pp
     ("plan pp --p", ["plan", "pp", "--p", "0", "--m", "8"], "p", False),
     ("plan pp --m", ["plan", "pp", "--p", "4", "--m", "0"], "m", False),
@@ -242,6 +274,12 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("libs --examples", ["libs", "--examples", "0"], "--examples", False),
     ("libs --seed", ["libs", "--seed", "-1"], "--seed", False),
     ("libs --format", ["libs", "--format", "xml"], "--format", False),
+    # ---- zoo (refused before any entry runs)
+    ("zoo --entry", ["zoo", "--entry", "nope", "--list", "--dir", str(Path(__file__).resolve().parent.parent / "zoo")],
+     "--entry='nope' must be one of the entries", False),
+    ("zoo --dir", ["zoo", "--dir", "/nonexistent", "--list"], "--dir='/nonexistent' must be the zoo/ folder", False),
+    ("zoo --seed", ["zoo", "--seed", "-1"], "--seed", False),
+    ("zoo --format", ["zoo", "--format", "xml"], "--format", False),
 ]
 
 #: flags that take no value, so no bad value can be given: each with the reason it has no row

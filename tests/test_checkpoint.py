@@ -360,3 +360,88 @@ def test_a_run_killed_and_restarted_by_torchrun_equals_the_uninterrupted_run(tmp
     assert set(killed) == set(whole)
     for key, want in whole.items():
         assert killed[key].dtype == want.dtype and killed[key].tobytes() == want.tobytes(), key
+
+
+# ----------------------------------------------------------------------------- FSDP2 x tp: an empty tp shard hangs
+
+
+def test_the_2d_cases_never_draw_tp_along_a_dim_that_leaves_a_tp_rank_empty():
+    """torch 2.13's finding torch.fully_shard.empty_tp_shard: fsdp_tp with tp along a width-1 dim 1 hangs in
+    full_tensor(); the cases draw every other composition (tp along dim 1 of wider tensors, along dim 0 of
+    width-1 tensors) and none of that one, at the world that saves and at the one that loads."""
+    from hypothesis import find
+    from hypothesis.errors import NoSuchExample
+
+    from distcheck.parallel.checkpoint.contracts import AVOIDED, _cases, tp_dim_choices
+
+    assert tp_dim_choices("fsdp_tp", (3, 1)) == [None, 0] and tp_dim_choices("fsdp_tp", (1, 1)) == [None, 0]
+    assert tp_dim_choices("fsdp_tp", (1, 2)) == [None, 0, 1] and tp_dim_choices("fsdp_tp", (1,)) == [None, 0]
+    assert tp_dim_choices("tp", (3, 1)) == [None, 0, 1]  # one axis of DTensor: full_tensor() pads, no hang
+    assert "torch.fully_shard.empty_tp_shard" in AVOIDED
+
+    def avoided(layout, dims, shapes):
+        return layout == "fsdp_tp" and any(d == 1 and s[1] == 1 for d, s in zip(dims, shapes, strict=True))
+
+    search = settings(max_examples=150, database=None, suppress_health_check=list(HealthCheck), deadline=None,
+                      derandomize=True)
+    for n_save, n_load in ((4, 4), (2, 4)):
+        with pytest.raises(NoSuchExample):
+            find(_cases(n_save, "float64", n_load), lambda c: avoided(c.layout_a, c.dims_a, c.shapes)
+                 or avoided(c.layout_b, c.dims_b, c.shapes), settings=search)
+    wide = find(_cases(4, "float64"), lambda c: c.layout_a == "fsdp_tp" and 1 in c.dims_a, settings=search)
+    assert any(d == 1 and s[1] >= 2 for d, s in zip(wide.dims_a, wide.shapes, strict=True))
+    find(_cases(4, "float64"), lambda c: c.layout_a == "fsdp_tp" and any(
+        d == 0 and s[1:] == (1,) for d, s in zip(c.dims_a, c.shapes, strict=True)), settings=search)
+
+
+@pytest.mark.multiprocess
+def test_the_empty_tp_shard_row_is_the_recorded_finding(pools):
+    """``checkpoint.fsdp_tp.empty_tp_shard``: rank 1's local shard of a (1, 1) tensor is (0, 0) where its
+    placements give (1, 0), read without a collective; labelled as the recorded finding on torch 2.13 (a
+    torch that fixes it turns the row into a pass that says the record no longer reproduces)."""
+    from distcheck.parallel.checkpoint.checks import EMPTY_TP_SHARD_CHECK, empty_tp_shard_row
+    from distcheck.runners.findings import label_findings
+
+    skip = empty_tp_shard_row(pools[2])
+    assert (skip.check, skip.verdict) == (EMPTY_TP_SHARD_CHECK, "skip") and "no 2-D (dp, tp) mesh" in skip.detail
+    row = empty_tp_shard_row(pools[4])
+    assert (row.verdict, row.world_size, row.examples) == ("FAIL", 4, 1)
+    assert row.detail == ("a (1, 1) tensor under fsdp_tp (tp along dim 1) at 4 ranks: rank 1's local shard is (0, 0) "
+                          "where its placements (Shard(dim=0), Shard(dim=1)) give (1, 0); full_tensor() then "
+                          "all-gathers unequal shards over tp and hangs")
+    (labelled,) = label_findings([row])
+    assert labelled.verdict == "finding" and labelled.extra["finding"]["name"] == "torch.fully_shard.empty_tp_shard"
+    assert pools[4].run(_rank_of) == [0, 1, 2, 3]  # nothing hung: the world still answers
+
+
+def _rank_of(ctx):
+    return ctx.rank
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_the_plain_torch_reproduction_still_hangs():
+    """docs/repro/torch_fsdp_tp_hang.py, plain torch on 4 gloo processes, still hangs in full_tensor() on this
+    torch: when it stops hanging, retire the finding torch.fully_shard.empty_tp_shard and draw the composition
+    again (distcheck.parallel.checkpoint.contracts.AVOIDED)."""
+    import subprocess
+    import sys
+
+    import torch
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, os.path.join(root, "docs", "repro", "torch_fsdp_tp_hang.py"), "20"]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)  # the script stops its ranks itself, 30 s after they start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 1, f"no hang on torch {torch.__version__}: retire the finding\n{out}\n{err[-2000:]}"
+    assert "rank 1: local shard (0, 0) under (Shard(dim=0), Shard(dim=1))" in out
+    assert "rank 0: local shard (1, 1) under (Shard(dim=0), Shard(dim=1))" in out
+    stuck = out.strip().splitlines()[-1]
+    assert stuck.startswith("stuck after 20 s: ranks [0, ") and "2" in stuck  # ranks 0 and 2 never returned
+    assert err.count("in full_tensor") >= 2  # their stacks: inside DTensor.full_tensor()

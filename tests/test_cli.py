@@ -221,7 +221,7 @@ def test_a_shipped_key_is_named_without_a_path(tmp_path, monkeypatch, capsys):
     rows = [line.split(None, 2) for line in out.splitlines()[2:]]
     assert [(name, claims) for name, claims, _ in rows] == [
         ("chapter", "34"), ("checkpoint", "8"), ("context_parallel", "6"), ("korthikanti", "8"), ("lesson", "89"),
-        ("llama3_table4", "11"), ("moe", "7"),
+        ("llama3_table4", "14"), ("megatron_2021", "10"), ("moe", "7"), ("palm", "1"),
         ("zero_bubble", "25"), ("zero_paper", "7")]
     assert main(["audit", "zero_paper", "--format", "json"]) == 0
     (report,) = json.loads(capsys.readouterr().out)

@@ -425,6 +425,11 @@ def _cp_checks():
                 yield "cp.causal_work.contiguous", dict(s=s, cp=cp_, rank=r), w
             yield "cp.causal_work.contiguous.max", dict(s=s, cp=cp_), max(contiguous)
             yield "cp.causal_work.imbalance.contiguous", dict(s=s, cp=cp_), max(contiguous) / mean
+            block = s // (2 * cp_)
+            for n in cpr.blockwise_scores(cpr.load_balanced_positions(s, cp_), block):
+                yield "cp.scores_per_rank.balanced", dict(s=s, cp=cp_), n
+            for r, n in enumerate(cpr.blockwise_scores(cpr.contiguous_positions(s, cp_), block)):
+                yield "cp.scores_per_rank.contiguous", dict(s=s, cp=cp_, rank=r), n
 
 
 def _bandwidth_checks():
@@ -578,6 +583,93 @@ def _checkpoint_checks():
         yield "checkpoint.bytes_per_param.mixed_adam", {}, Fraction(weights + state, P)
 
 
+def _time_checks():
+    """Ring times from the simulated collectives: nccl-tests' bytes (the busiest rank's) over the bus bandwidth,
+    plus NCCL's latencies (src/graph/tuning.cc) per collective and per simulated ring step, of which
+    2(nodes-1) (all-reduce) or nodes-1 cross the network; a send is one step."""
+    base, intra, inter = F(84, 10**7), F(34, 10**7), F(14, 10**6)
+    for coll in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
+        for n, nodes, count, bw in product((2, 4, 8), (1, 2), (24, 48), (F(450 * 10**9), F(50 * 10**9))):
+            if nodes > n:
+                continue
+            res = comm.simulate(coll, 8 * count, n)
+            crossing = (2 if coll == Collective.ALL_REDUCE else 1) * (nodes - 1)
+            expected = base + (res.steps - crossing) * intra + crossing * inter + F(res.max_sent_bytes) / bw
+            yield f"comm.time_s.ring.{coll}", dict(size_bytes=8 * count, n=n, nodes=nodes, busbw=bw), expected
+            yield (f"comm.time_s.ring.{coll}", dict(size_bytes=8 * count, n=n, nodes=nodes, busbw=bw, latency_base=0,
+                                                      latency_intra=0, latency_inter=0), F(res.max_sent_bytes) / bw)
+    for size, bw in product((0, 10**6, 3 * 10**8), (F(50 * 10**9), F(450 * 10**9))):
+        yield "comm.time_s.send_recv", dict(size_bytes=size, bandwidth=bw), base + intra + F(size) / bw
+        yield "comm.time_s.send_recv", dict(size_bytes=size, bandwidth=bw, latency_link=inter), base + inter + size / bw
+
+
+def _flops_checks():
+    """FLOPs counted matmul by matmul (distcheck.parallel.flops.reference) on small shapes, dense (MHA and GQA, SwiGLU
+    or not, tied or not) and the GPT shape of the published per-iteration formulas; MFU and HFU from those."""
+    from distcheck.parallel import flops
+    from distcheck.parallel.params import TransformerConfig
+
+    shapes = [TransformerConfig(hidden_size=h, num_layers=L, ffn_hidden_size=f, num_heads=a, num_kv_heads=kv,
+                                vocab_size=V, swiglu=sw, tied_embeddings=tied)
+              for h, L, f, a, kv, V, sw, tied in ((64, 2, 96, 4, 4, 50, True, False),
+                                                   (96, 3, 384, 6, 2, 77, True, True),
+                                                   (32, 1, 128, 2, 1, 10, False, False))]
+    for cfg, s in product(shapes, (1, 16, 128)):
+        layers, head = flops.matmul_params(cfg)
+        shape = dict(num_layers=cfg.num_layers, seq_len=s, attention_width=cfg.num_heads * cfg.head_dim)
+        model = flops.training_flops_per_token(cfg, s).model
+        yield "flops.model_per_token", dict(params=layers + head, **shape), model
+        for mode in ("selective", "full"):
+            t = flops.training_flops_per_token(cfg, s, mode)
+            extra = dict(layer_params=layers) if mode == "full" else {}
+            yield f"flops.recompute_per_token.{mode}", dict(**extra, **shape), t.recompute
+            yield f"flops.hardware_per_token.{mode}", dict(params=layers + head, **extra, **shape), t.hardware
+            yield ("flops.hfu", dict(hardware_flops_per_token=t.hardware, tokens_per_second=1000, gpus=8,
+                                     peak_flops=10**12), flops.hfu(t.hardware, 1000, 8, 10**12))
+        for tps, gpus, peak in ((1000, 8, 10**12), (F(2383, 10), 3, F(989, 2) * 10**12)):
+            yield ("flops.mfu", dict(flops_per_token=model, tokens_per_second=tps, gpus=gpus, peak_flops=peak),
+                   flops.mfu(model, tps, gpus, peak))
+            palm = dict(params=layers + head, num_layers=cfg.num_layers, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
+                        seq_len=s, tokens_per_second=tps, gpus=gpus, peak_flops=peak)
+            yield "flops.mfu.palm", palm, flops.mfu(model, tps, gpus, peak)
+            fwd = flops.forward_flops_per_token(cfg, s)
+            no_core = 3 * (sum(fwd.values()) - fwd["scores"] - fwd["context"])
+            yield "flops.mfu.palm", dict(palm, attention=0), flops.mfu(no_core, tps, gpus, peak)
+            # the whole forward again, head included (PaLM's 2N): an HFU under full recomputation
+            yield "flops.mfu.palm", dict(palm, recompute=1), flops.hfu(model + sum(fwd.values()), tps, gpus, peak)
+            yield ("flops.mfu.palm", dict(palm, recompute=1, attention=0),
+                   flops.hfu(no_core + sum(fwd.values()) - fwd["scores"] - fwd["context"], tps, gpus, peak))
+            yield ("flops.achieved_per_gpu", dict(flops_per_token=model, tokens_per_second=tps, gpus=gpus),
+                   flops.mfu(model, tps, gpus, peak) * peak)
+            yield ("flops.utilization", dict(achieved_flops_per_gpu=F(model) * tps / gpus, peak_flops=peak),
+                   flops.mfu(model, tps, gpus, peak))
+            yield ("flops.gpu_hours", dict(tokens=10**9, flops_per_token=model, peak_flops=peak, mfu=F(2, 5)),
+                   F(10**9 * model) / (peak * F(2, 5)) / 3600)
+            yield ("flops.compute_time_s", dict(flops=model, peak_flops=peak, efficiency=F(3, 5)),
+                   F(model) / (peak * F(3, 5)))
+        for tokens, step in ((2048, F(1, 3)), (10**6, F(27, 10))):
+            yield "flops.tokens_per_second", dict(tokens_per_step=tokens, step_time_s=step), tokens / step
+    from distcheck.parallel import ep
+
+    for moe, (heads, qk, v) in flops.MOE_ATTENTION.items():  # P the active matmul weights; W the mean head width
+        layers, head = flops.moe_matmul_params(moe)
+        for s in (1, 4096):
+            yield ("flops.model_per_token", dict(params=layers + head, num_layers=moe.num_layers, seq_len=s,
+                                                 attention_width=F(heads * (qk + v), 2)),
+                   flops.moe_training_flops_per_token(moe, s).model)
+    small = ep.MoEConfig(vocab_size=40, h=16, num_layers=3, dense_layers=1, dense_ffn=24, num_experts=4, k=2,
+                         shared_experts=1, expert_ffn=8, attention_shapes=((16, 16), (16, 8), (16, 8), (16, 16)))
+    layers, head = flops.moe_matmul_params(small)
+    yield ("flops.recompute_per_token.full", dict(layer_params=layers, num_layers=3, seq_len=32, attention_width=16),
+           flops.moe_training_flops_per_token(small, 32, "full", attention=(4, 4, 4)).recompute)
+    for h, L, a, V, s, batch in product((32, 48), (1, 3), (2, 4), (10, 64), (16, 64), (1, 3)):
+        gpt = TransformerConfig(hidden_size=h, num_layers=L, ffn_hidden_size=4 * h, num_heads=a, vocab_size=V,
+                                swiglu=False, norm="layer")
+        shape = dict(batch=batch, seq_len=s, num_layers=L, hidden_size=h, vocab_size=V)
+        yield "flops.gpt_model_per_iteration", shape, batch * s * flops.training_flops_per_token(gpt, s).model
+        yield "flops.megatron_per_iteration", shape, batch * s * flops.training_flops_per_token(gpt, s, "full").hardware
+
+
 CHECKS = {
     "step": _step_checks,
     "bandwidth": _bandwidth_checks,
@@ -590,6 +682,8 @@ CHECKS = {
     "cp": _cp_checks,
     "ep": _ep_checks,
     "checkpoint": _checkpoint_checks,
+    "time": _time_checks,
+    "flops": _flops_checks,
 }
 
 

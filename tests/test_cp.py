@@ -126,8 +126,105 @@ def test_ring_example_certified_local_mask_fails_torch_skipped_on_cpu():
                            pool=pool, seed=0, examples=5, dtypes=("float32",))
         raised = pool.run(_torch_refusal)
     good.assert_certified()
-    assert {v.property for v in bad.verdicts if v.verdict == FAIL} == {"forward", "grads"}
+    assert {v.property: v.verdict for v in good.verdicts}["balance"] == PASS   # counted by the contract's mask
+    # the local positions also reach the counting mask: its blocks leave out visible pairs
+    assert {v.property for v in bad.verdicts if v.verdict == FAIL} == {"forward", "grads", "balance"}
     if not torch.cuda.is_available():  # the skip quotes what every rank of a CPU world of two raises
         assert raised == [CPU_REFUSAL_ERROR] * 2 and cpu_refusal("cpu") == CPU_REFUSAL
-        assert [(v.verdict, v.failure) for v in torch_cp.verdicts] == [("skip", CPU_REFUSAL)] * 2
+        assert [(v.verdict, v.failure) for v in torch_cp.verdicts] == [("skip", CPU_REFUSAL)] * 3
     assert cpu_refusal("cuda") is None
+
+
+# ----------------------------------------------------------------------------- balance
+
+
+def test_blockwise_scores_by_hand():
+    # s = 8, cp = 2, chunks of 2: head-tail gives chunks {0, 3} and {1, 2}: 1 + 4 and 2 + 3 key chunks seen
+    assert ref.blockwise_scores(ref.load_balanced_positions(8, 2), 2) == [20, 20]
+    assert ref.blockwise_scores(ref.contiguous_positions(8, 2), 2) == [12, 28]      # (4 r + 3) blocks of 4
+    with pytest.raises(ConfigError) as err:
+        ref.blockwise_scores([[0, 2]], 2)
+    assert err.value.field == "positions[0]"
+
+
+def _counted(s, cp, blocks_per_rank, positions):
+    """Rank results as the contract's counter leaves them: each rank's counted scores (the same in both passes)
+    and every (query, key) pair of its queries covered."""
+    out = []
+    for n, pos in zip(blocks_per_rank, positions, strict=True):
+        covered = np.zeros((s, s), dtype=bool)
+        covered[pos] = True
+        out.append({"scores": {"forward": n, "backward": n}, "covered": {"forward": covered, "backward": covered}})
+    return out
+
+
+def test_balance_holds_within_one_block_and_names_the_uneven_ranks():
+    from distcheck.parallel.cp.contracts import balance
+    from distcheck.parallel.cp.strategies import CPAttentionCase
+
+    s, cp = 8, 2
+    pos = ref.load_balanced_positions(s, cp)
+    case = CPAttentionCase(q=np.zeros((s, 1, 1)), k=np.zeros((s, 1, 1)), v=np.zeros((s, 1, 1)),
+                           dout=np.zeros((s, 1, 1)), cp=cp, causal=True, balanced=True)
+    assert balance(case, pos, _counted(s, cp, [20, 20], pos)).ok
+    assert balance(case, pos, _counted(s, cp, [18, 24], pos)).ok                  # within one block of 4
+    uneven = balance(case, pos, _counted(s, cp, [20, 32], pos))                   # even ranks skip, odd do not
+    assert not uneven.ok and uneven.ranks == (1,)
+    assert uneven.message.startswith("scores per rank (forward [20, 32]; backward [20, 32]) differ from the balanced "
+                                     "cp.scores_per_rank.balanced = (2 cp + 1) (s / 2 cp)^2 = 20 at s=8, cp=2")
+    assert "forward: rank 1 computes 32 scores (8 blocks of 4)" in uneven.message
+    holes = _counted(s, cp, [20, 20], pos)
+    holes[0]["covered"]["forward"][7, 0] = False                                  # query 7 reads key 0: not counted
+    left_out = balance(case, pos, holes)
+    assert not left_out.ok and "rank 0's counted blocks leave out the visible (query, key) pairs [(7, 0)]" in \
+        left_out.message
+    nothing = balance(case, pos, _counted(s, cp, [0, 0], pos))
+    assert not nothing.ok and "counted no score block" in nothing.message
+
+
+def test_only_a_target_with_the_keyword_is_handed_the_counter():
+    from distcheck.parallel.cp.contracts import takes_causal_mask
+
+    def counted(q, k, v, causal_mask=None):
+        return q
+
+    def keyword_only(q, k, v, *, causal_mask):
+        return q
+
+    def plain(q, k, v):
+        return q
+
+    def anything(q, k, v, **kw):
+        return q
+
+    assert takes_causal_mask(counted) and takes_causal_mask(keyword_only)
+    assert not takes_causal_mask(plain) and not takes_causal_mask(anything) and not takes_causal_mask(len)
+
+
+@pytest.mark.multiprocess
+def test_uneven_ring_and_the_plain_split_fail_balance_only_and_a_plan_without_the_keyword_skips_it():
+    pytest.importorskip("torch")
+    from distcheck.certify.engine import certify
+    from distcheck.parallel.cp.contracts import ContextParallelAttention
+    from distcheck.runners import RankPool
+
+    contract = "context-parallel-attention"
+    with warnings.catch_warnings(), RankPool(world_size=2, backend="gloo", timeout_s=90) as pool:
+        warnings.simplefilter("ignore")
+        uneven = certify("examples.my_ring_attention:ring_attention_uneven_skip", contract, pool=pool, seed=0,
+                         examples=5, dtypes=("float32",))
+        plain = certify("examples.my_ring_attention:ring_attention_contiguous", contract, pool=pool, seed=0,
+                        examples=5, dtypes=("float32",), options={"load_balance": False})
+        gather = certify("distcheck.parallel.cp.plans:ALL_GATHER_ATTENTION", contract, pool=pool, seed=0,
+                         examples=3, dtypes=("float32",))
+    for cert in (uneven, plain):
+        verdicts = {v.property: v for v in cert.verdicts}
+        assert {p for p, v in verdicts.items() if v.verdict == FAIL} == {"balance"}
+        assert verdicts["forward"].verdict == verdicts["grads"].verdict == PASS
+    # the smallest counterexample: chunks of one token, 5 scores on the even rank and all 8 on the odd one
+    failed = {v.property: v for v in uneven.verdicts}["balance"]
+    assert "forward [5, 8]" in failed.failure and failed.ranks == [1]
+    assert "forward [3, 7]" in {v.property: v for v in plain.verdicts}["balance"].failure
+    skipped = {v.property: v for v in gather.verdicts}["balance"]
+    assert skipped.verdict == "skip" and "takes no causal_mask keyword" in skipped.failure
+    assert ContextParallelAttention().spec("balance").regime == "exact"

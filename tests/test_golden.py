@@ -15,7 +15,7 @@ from distcheck.report import FAIL, PASS, SKIP
 GOLDEN = sorted(default_golden_dir().glob("*.toml"))
 EXPECTED_FILES = {"lesson.toml", "chapter.toml", "zero_paper.toml", "llama3_table4.toml", "korthikanti.toml",
                   "zero_bubble.toml", "context_parallel.toml", "checkpoint.toml",
-                  "moe.toml"}
+                  "moe.toml", "palm.toml", "megatron_2021.toml"}
 
 
 def test_the_seven_golden_keys_ship():

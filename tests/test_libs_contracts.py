@@ -120,6 +120,29 @@ def test_a_wrong_estimator_that_never_shards_the_weights_fails_the_fit():
                                 "ZeRO stage 3; no documented convention reproduces it")
 
 
+def weights_unsharded(p, n, o):  # declared ZeRO-3, never shards the weights: ZeRO-2's figures
+    return zero(2, p, n, o)
+
+
+def odd_split(p, n, o):  # 3 B/param replicated, 5 sharded: no convention at any stage
+    return 3 * p + Fraction(5 * p, n)
+
+
+def test_a_failing_fit_names_the_convention_it_follows_at_another_stage():
+    v = _by(_certify(Estimator("late.zero3", None, 3, weights_unsharded), "memory-estimator", examples=5))["fit"]
+    assert v.verdict == FAIL
+    assert v.failure.endswith(
+        "; no documented convention reproduces it; matches convention K = 12: 16-bit weights and gradients, fp32 "
+        "master copy, Adam m and v (2 + 2 + 12 = 16 B/param) at ZeRO stage 2, not the declared stage 3: the "
+        "estimator shards what stage 2 shards (certify it with Estimator(..., stage=2) if that is the stage it "
+        "estimates)")
+    never = _by(_certify(Estimator("wrong.zero3", None, 3, wrong_zero3), "memory-estimator", examples=5))["fit"]
+    assert "matches convention K = 14: 16-bit weights and gradients, 14 B/param of optimizer state" in never.failure
+    assert "at ZeRO stage 2, not the declared stage 3" in never.failure
+    odd = _by(_certify(Estimator("odd.zero2", None, 2, odd_split), "memory-estimator", examples=5))["fit"]
+    assert odd.verdict == FAIL and "matches convention" not in odd.failure
+
+
 def rounds_up(p, n, o):  # rounds P/N up and adds a byte whenever N does not divide P: off by up to 2 bytes
     return 16 * (-(-p // n)) + (1 if p % n else 0)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from distcheck.errors import ConfigError
@@ -146,6 +146,7 @@ def test_reference_equals_forms(p, b, t, pp, conv):
 
 @settings(max_examples=60, deadline=None)
 @given(p=st.integers(1, 10**13), b=st.integers(1, 20), budget=st.integers(1, 10**12))
+@example(p=2**31 + 1, b=1, budget=1)  # one above a power of two: sympy's ceiling(log(n, 2)) said 2^31
 def test_min_tp_reference_equals_form(p, b, budget):
     ref = min_tp(p, budget, b, max_tp=2**60)
     assert ref == F.MIN_TP_POW2(params=p, bytes_per_param=b, budget_bytes=budget)

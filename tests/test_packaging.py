@@ -39,11 +39,13 @@ def test_wheel_ships_every_module_the_golden_keys_and_the_pytest_plugin(dist):
         entry_points = whl.read(_only_name(names, ".dist-info/entry_points.txt")).decode()
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "distcheck").rglob("*.py")}
     assert modules <= names, sorted(modules - names)  # a subpackage missing from pyproject's list
-    assert not any(n.startswith(("golden/", "tests/", "properties/")) for n in names)
+    assert not any(n.startswith(("golden/", "tests/", "properties/", "zoo/")) for n in names)
     assert "[pytest11]\ndistcheck = distcheck.pytest_plugin" in entry_points
     with tarfile.open(_only(dist, "*.tar.gz")) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
     assert {f"golden/{key.name}" for key in GOLDEN} <= members
+    zoo = {p.relative_to(ROOT).as_posix() for p in (ROOT / "zoo").glob("*.py")}  # distcheck zoo's entries
+    assert zoo and zoo <= members, sorted(zoo - members)
 
 
 def _only_name(names: set[str], suffix: str) -> str:

@@ -334,25 +334,26 @@ def test_cancelling_compositions_hold_to_the_bound(monkeypatch):
     assert {r.columns["clip"] for r in cert.compositions} == {"binds"}
 
 
-#: each torch mutant, the property it must fail, and a layout on two ranks where it shows
+#: each torch mutant, the property it must fail, a layout on two ranks where it shows, and the start of the first
+#: divergence its recorded replay names
 TORCH_MUTANTS = [
-    ("LOCAL_SHARD_NORM", "grad_norm", "dp_shard=2"),
-    ("TP_REPLICATED_TP_TIMES", "grad_norm", "tp=2"),
-    ("MEAN_OF_MEANS", "params", "dp_shard=2"),
-    ("WORLD_SIZE_SCALE", "grad_norm", "tp=2"),
-    ("NORM_GRADS_NOT_SUMMED", "params", "tp=2"),
-    ("LOSS_OF_OWN_SHARD", "loss", "dp_replicate=2"),
-    ("TOKENS_OVER_WORLD", "tokens", "tp=2"),
-    ("CLIP_WITHOUT_CLAMP", "clipping", "dp_shard=2"),
-    ("STAGE_LOCAL_NORM", "grad_norm", "pp=2"),
-    ("NO_SYNC_EVERY_MICRO_BATCH", "params", "dp_replicate=2"),
+    ("LOCAL_SHARD_NORM", "grad_norm", "dp_shard=2", "the grad norm the clipping hook returned"),
+    ("TP_REPLICATED_TP_TIMES", "grad_norm", "tp=2", "the grad norm the clipping hook returned"),
+    ("MEAN_OF_MEANS", "params", "dp_shard=2", "gradient of the loss w.r.t. the output of the model"),
+    ("WORLD_SIZE_SCALE", "grad_norm", "tp=2", "gradient of the loss w.r.t. the output of the model"),
+    ("NORM_GRADS_NOT_SUMMED", "params", "tp=2", "reduced grad of layers.0.attention_norm.weight"),
+    ("LOSS_OF_OWN_SHARD", "loss", "dp_replicate=2", "the reported loss"),
+    ("TOKENS_OVER_WORLD", "tokens", "tp=2", "the reported tokens"),
+    ("CLIP_WITHOUT_CLAMP", "clipping", "dp_shard=2", "clipped grad of"),
+    ("STAGE_LOCAL_NORM", "grad_norm", "pp=2", "the grad norm the clipping hook returned"),
+    ("NO_SYNC_EVERY_MICRO_BATCH", "params", "dp_replicate=2", "reduced grad of"),
 ]
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize(("target", "prop", "layout"), TORCH_MUTANTS)
-def test_torch_mutant_fails_naming_the_composition(target, prop, layout):
+@pytest.mark.parametrize(("target", "prop", "layout", "diverges"), TORCH_MUTANTS)
+def test_torch_mutant_fails_naming_the_composition(target, prop, layout, diverges):
     from distcheck.certify import certify
 
     cert = certify(f"examples.step_mutants:{target}", "training-step", world_sizes=[2], examples=10,
@@ -363,6 +364,8 @@ def test_torch_mutant_fails_naming_the_composition(target, prop, layout):
     # the certificate's "Compositions drawn" table: the pinned layout only, the property failing on one of them
     assert cert.compositions and {r.columns["layout"] for r in cert.compositions} == {layout.replace(",", ", ")}
     assert any(r.verdicts[prop] == "FAIL" for r in cert.compositions), cert.compositions
+    # the failure's recorded replay names the first tensor that leaves its bound
+    assert f"; first divergence: {diverges}" in verdict.failure, verdict.failure
     # the shrunk case fails on the bug, not on rounding: its first failing value is far outside the bound
     import re
 

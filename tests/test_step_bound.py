@@ -81,3 +81,33 @@ def test_update_bound_contains_every_perturbation_inside_the_moments_bounds(m, v
 
     bound = float(_update_bound(np.array(m), np.array(v), np.array(dm), np.array(dv), eps))
     assert abs(f(m2, v2) - f(m, v)) <= bound * (1 + 1e-12) + 1e-300
+
+
+def test_the_check_runs_no_torch_in_the_parent():
+    # the parent forks the next world's ranks (the pool's default start method for gloo): once it has run torch's
+    # thread pools a fork can deadlock (benchmarks/bench_step.py hung so when the reference ran in the check).
+    # The reference runs on rank 0; the check reads it and imports no torch
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import numpy as np
+from distcheck.parallel.step.case import FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.contracts import TrainingStep
+from distcheck.parallel.step.model import TinyConfig
+from distcheck.parallel.step.reference import StepLayout
+
+cfg = TinyConfig(dim=8, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=2, ffn_dim=4, vocab_size=8, tied=False)
+case = StepCase(StepLayout(dp_shard=2), cfg, 1, 1, 2, (((((1,),),((1,),)),),), FREE_MAX_NORM, 2.0**-7, 0)
+w = np.ones((2, 2))
+step = {"loss": 2.0, "tokens": 2, "norm": 1.0, "scale": 1.0, "params": {"w": w}, "state": {"w": (0.1 * w, 0.01 * w)}}
+rank = {"loss": 2.0, "tokens": 2.0, "norm": 1.0, "scale": 1.0, "residual": 0.0, "grad_max": 1.0, "local_tokens": 1,
+        "params": {"w": w}, "state": {"w": (0.1 * w, 0.01 * w)}}
+results = [{"steps": [rank], "dp_index": 0, "reference": [step]}, {"steps": [rank], "dp_index": 1}]
+out = TrainingStep().check(case, results, 2, "float64", {})
+print(sorted(p for p, o in out.items() if o.ok), "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split("]")[-1].strip() == "False", out.stdout + out.stderr
+    assert "'params'" in out.stdout and "'tokens'" in out.stdout, out.stdout + out.stderr

@@ -120,9 +120,10 @@ def test_device_step_follows_the_recipe_and_leaves_the_threads():
     # differs by far more than float64's reordering); in each low precision its values carry that precision's
     # rounding (fp32: 2^-30..2^-12 of the scale; bf16: above 2^-14), and the two bf16 recipes differ
     from distcheck.parallel.step.case import FREE_MAX_NORM, StepCase, batch
-    from distcheck.parallel.step.harness import device_step, reference_step
+    from distcheck.parallel.step.harness import reference_step
     from distcheck.parallel.step.model import TinyConfig
     from distcheck.parallel.step.reference import StepLayout
+    from distcheck.parallel.step.single import device_step
 
     cfg = TinyConfig(dim=8, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=2, ffn_dim=8, vocab_size=8, tied=False)
 

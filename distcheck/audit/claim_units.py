@@ -1,6 +1,7 @@
 """Units of the quantities a claim may be written in: families, scales, and the exact factor
 between two units of one family (bytes, bandwidth in bytes per second, dimensionless, counts,
-bytes per parameter, flags).
+bytes per parameter, flags; for throughput claims FLOPs, FLOP/s, seconds, tokens per second and
+GPU-hours).
 """
 
 from __future__ import annotations
@@ -31,15 +32,35 @@ _SCALES = {"K": Fraction(10**3), "M": Fraction(10**6), "B": Fraction(10**9), "T"
            "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40)}
 _SCALED = re.compile(r"^(K|M|B|T|Ki|Mi|Gi|Ti) (\S+)$")
 
+#: throughput families: unit -> factor to the family's base (FLOPs; FLOP/s; seconds; tokens/s; GPU-hours)
+_PREFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Z": 10**21}
+_THROUGHPUT: dict[str, dict[str, Fraction]] = {
+    "flops": {"flops": Fraction(1), **{f"{p}FLOP{s}": Fraction(v) for p, v in _PREFIX.items() if p != "K"
+                                       for s in ("", "s")}},
+    "flop_rate": {"flops_per_second": Fraction(1),
+                  **{f"{p}FLOP/s": Fraction(v) for p, v in _PREFIX.items() if p != "K"},
+                  **{f"{p}FLOPS": Fraction(v) for p, v in _PREFIX.items() if p not in ("", "K")}},
+    "time": {"seconds": Fraction(1), "s": Fraction(1), "ms": Fraction(1, 10**3), "us": Fraction(1, 10**6),
+             "µs": Fraction(1, 10**6), "min": Fraction(60), "h": Fraction(3600), "hours": Fraction(3600),
+             "days": Fraction(86400)},
+    "token_rate": {"tokens_per_second": Fraction(1), "tokens/s": Fraction(1), "K tokens/s": Fraction(10**3),
+                   "M tokens/s": Fraction(10**6)},
+    "gpu_hours": {"gpu_hours": Fraction(1), "GPU-hours": Fraction(1), "K GPU-hours": Fraction(10**3),
+                  "M GPU-hours": Fraction(10**6)},
+}
+
 #: quantity unit -> the family a claim unit must belong to
 _FAMILY_OF_QUANTITY_UNIT = {
     "bytes": "bytes", "fraction": "dimensionless", "ratio": "dimensionless", "bytes_per_param": "bytes_per_param",
-    "flag": "flag", "value": "value", "bytes_per_second": "bandwidth",
+    "flag": "flag", "value": "value", "bytes_per_second": "bandwidth", "flops": "flops",
+    "flops_per_second": "flop_rate", "seconds": "time", "tokens_per_second": "token_rate", "gpu_hours": "gpu_hours",
 }
 
 KNOWN_UNITS_HELP = (
     "bytes, B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; bandwidth: B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, "
-    "TiB/s; fraction, ratio, x, %; bytes_per_param (B/param); flag; "
+    "TiB/s; fraction, ratio, x, %; bytes_per_param (B/param); flag; FLOPs: FLOP, FLOPs, GFLOPs, TFLOPs, PFLOPs, "
+    "EFLOPs, ZFLOPs; FLOP/s: FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s (or TFLOPS ...); time: s, ms, us, min, h, days; "
+    "tokens/s, K tokens/s, M tokens/s; GPU-hours, K GPU-hours, M GPU-hours; "
     f"value; counts: {', '.join(sorted(_COUNT_NOUNS))} (optionally scaled: 'M tokens', 'B params', 'Mi tokens')"
 )
 
@@ -65,6 +86,9 @@ def _parse_unit(unit: str) -> tuple[str, Fraction] | None:
         return "flag", Fraction(1)
     if u == "value":
         return "value", Fraction(1)
+    for family, units in _THROUGHPUT.items():
+        if u in units:
+            return family, units[u]
     if u in _COUNT_NOUNS:
         return "count:" + u, Fraction(1)
     m = _SCALED.match(u)
@@ -86,7 +110,9 @@ def unit_family(unit: str) -> str | None:
 
 #: family -> its unscaled unit (what a figure is converted to before figures are compared)
 _BASE_UNIT_OF_FAMILY = {"bytes": "bytes", "bandwidth": "bytes_per_second", "dimensionless": "fraction",
-                        "bytes_per_param": "bytes_per_param", "flag": "flag", "value": "value"}
+                        "bytes_per_param": "bytes_per_param", "flag": "flag", "value": "value", "flops": "flops",
+                        "flop_rate": "flops_per_second", "time": "seconds", "token_rate": "tokens_per_second",
+                        "gpu_hours": "gpu_hours"}
 
 
 def base_unit(unit: str) -> str:

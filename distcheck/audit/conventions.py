@@ -28,7 +28,9 @@ Transformer Models", Table 2; nccl-tests, doc/PERFORMANCE.md (collective volumes
 2024, "DeepSeek-V3 Technical Report", Table 2 (B = the full backward); the zero-bubble
 repository's README (zero bubble without a barrier between steps: optimizer post-validation);
 Rajbhandari et al. 2020 §7 with nccl-tests' ring factor (n-1)/n (the element counts 2 Psi and
-3 Psi read per rank on a ring of n: 2(n-1)/n Psi and 3(n-1)/n Psi).
+3 Psi read per rank on a ring of n: 2(n-1)/n Psi and 3(n-1)/n Psi); Chowdhery et al. 2022, "PaLM", Appendix B
+(MFU with the attention term 12 L H Q T) and Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1
+(C = 6N, attention left out); NVIDIA's datasheets (Tensor Core peaks printed with 2:4 sparsity, twice the dense).
 """
 
 from __future__ import annotations
@@ -254,6 +256,22 @@ def _comm_axes(op: str) -> tuple[Axis, ...]:
     )
 
 
+_ATTENTION_FLOPS = Axis("attention FLOPs counted or left out", (Variant(
+    "6N alone: the attention term 12 L H Q T left out (Kaplan et al. 2020's C = 6N per token)", "attention = 0",
+    set={"attention": Fraction(0)}),))
+
+_RECOMPUTED = Axis("model or hardware FLOPs (recomputation counted)", (Variant(
+    "hardware FLOPs: the whole forward counted again (full recomputation, 8N + 16 L H Q T; an HFU)",
+    "recompute = 1", set={"recompute": Fraction(1)}),))
+
+_PEAK_SPARSITY = Axis("peak FLOP/s dense or with 2:4 sparsity", (
+    Variant("peak read as the datasheet's figure with 2:4 structured sparsity (twice the dense peak)",
+            "peak_flops x 2", scale={"peak_flops": Scale(Fraction(2))}),
+    Variant("dense peak meant, the figure given with 2:4 structured sparsity (half of it)", "peak_flops / 2",
+            scale={"peak_flops": Scale(Fraction(1, 2))}),
+))
+
+
 def _build() -> tuple[tuple[str, Axis], ...]:
     rows: list[tuple[str, Axis]] = [
         ("memory.train_state_bytes", _BYTES_PER_PARAM),
@@ -300,6 +318,10 @@ def _build() -> tuple[tuple[str, Axis], ...]:
             "ring all-reduce bus-bandwidth factor 2(n-1)/n (nccl-tests)", "comm.busbw.all_reduce",
             quantity="comm.busbw.all_reduce"),))),
     ]
+    rows.append(("flops.mfu.palm", _ATTENTION_FLOPS))
+    rows.append(("flops.mfu.palm", _RECOMPUTED))
+    for name in ("flops.mfu", "flops.hfu", "flops.mfu.palm", "flops.utilization"):
+        rows.append((name, _PEAK_SPARSITY))
     for s in range(4):
         rows.append((f"zero.bytes_per_gpu.stage{s}", _zero_precision(f"stage{s}")))
         rows.append((f"memory.per_gpu_bytes.zero{s}", Axis("sum or maximum of the components", (Variant(

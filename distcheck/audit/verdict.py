@@ -31,7 +31,7 @@ import itertools
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TypedDict, TypeGuard
+from typing import Any, TypedDict
 
 from distcheck.audit import conventions as conv
 from distcheck.audit import layout_order
@@ -39,7 +39,9 @@ from distcheck.audit import quantities as qmod
 from distcheck.audit.claim_units import factor_across
 from distcheck.audit.consistency import CheckVerdict, check_key
 from distcheck.audit.constraints import broken
-from distcheck.audit.counts import is_whole_unit, uneven_split
+from distcheck.audit.contradictions import settle
+from distcheck.audit.counts import uneven_split
+from distcheck.audit.exact_values import Exact, _compute, _distance, _fmt, _in_unit, _matches, _not_whole, _value_in
 from distcheck.audit.explain import COMPONENT_FLAGS, one_component
 from distcheck.audit.key_values import _domain, _exact_float, parse_input_string
 from distcheck.audit.keys import (
@@ -62,10 +64,6 @@ from distcheck.core.validate import check_type
 from distcheck.core.vocab import Axis
 
 __all__ = ["ClaimVerdict", "CheckVerdict", "AuditResult", "audit_key", "audit_file", "audit_exit_code"]
-
-#: an exact recomputed value: a Fraction, or a tuple of them for an array quantity
-Exact = Fraction | tuple[Fraction, ...]
-
 
 @dataclass
 class ClaimVerdict:
@@ -134,67 +132,6 @@ class AuditResult:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _in_unit(value: Exact, quantity_unit: str, unit: str, around: InputValues | None = None) -> Exact:
-    f = factor_across(quantity_unit, unit, around or {})
-    if isinstance(value, tuple):
-        return tuple(Fraction(v) / f for v in value)
-    return Fraction(value) / f
-
-
-def _matches(value_in_unit: Exact, claimed: Any, step: Fraction) -> bool:
-    half = step / 2
-    if isinstance(value_in_unit, tuple) or isinstance(claimed, tuple):
-        if not (isinstance(value_in_unit, tuple) and isinstance(claimed, tuple)) or len(value_in_unit) != len(claimed):
-            return False
-        return all(abs(a - b) <= half for a, b in zip(value_in_unit, claimed, strict=True))
-    return abs(Fraction(value_in_unit) - claimed) <= half
-
-
-def _not_whole(value: Exact, quantity_unit: str) -> TypeGuard[Fraction]:
-    """A count of whole things (distcheck.audit.counts) computed as a fraction (never a vector)."""
-    return not isinstance(value, tuple) and is_whole_unit(quantity_unit) and Fraction(value).denominator != 1
-
-
-def _fmt(value: Any, unit: str = "") -> str:
-    if unit == "flag" and not isinstance(value, tuple) and value in (0, 1):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return "[" + ", ".join(format_exact(v, 6) for v in value) + "]" + (f" {unit}" if unit else "")
-    return format_exact(value, 9) + (f" {unit}" if unit else "")
-
-
-def _distance(value_in_unit: Exact, claimed: Any) -> Fraction:
-    if isinstance(value_in_unit, tuple):
-        if not isinstance(claimed, tuple) or len(claimed) != len(value_in_unit):
-            return Fraction(10) ** 80
-        return max(abs(a - b) for a, b in zip(value_in_unit, claimed, strict=True))
-    return abs(Fraction(value_in_unit) - claimed)
-
-
-def _compute(q: qmod.Quantity, values: InputValues) -> Exact:
-    """Exact value; ConfigError (and arithmetic errors) propagate as ConfigError, as does a quantity
-    without a closed form."""
-    if q.compute is None:
-        raise ConfigError(q.name, {k: str(v) for k, v in values.items()}, "has no closed form to evaluate")
-    full = {i.name: Fraction(i.default) for i in q.inputs if i.default is not None}
-    full.update(values)
-    try:
-        out = q.compute(full)
-    except ConfigError:
-        raise
-    except (ArithmeticError, ValueError, TypeError, KeyError) as exc:
-        raise ConfigError(q.name, {k: str(v) for k, v in values.items()},
-                          f"cannot be evaluated ({type(exc).__name__}: {exc})") from None
-    if isinstance(out, tuple):
-        return tuple(Fraction(v) for v in out)
-    return Fraction(out)
-
-
-def _value_in(q: qmod.Quantity, values: InputValues, unit: str) -> Fraction:
-    """The exact value of ``q`` at ``values`` in ``unit`` (a number: rounded_inputs skips vectors)."""
-    return Fraction(_in_unit(_compute(q, values), q.unit, unit))  # type: ignore[arg-type]
 
 
 def _input_line(c: Claim, name: str | None) -> int | None:
@@ -444,7 +381,7 @@ def _one_component(q: qmod.Quantity, values: dict, value: Exact, c: Claim, aroun
 def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: dict[str, Fraction] | None = None,
             extra: dict | None = None) -> tuple[list[tuple[str, Exact, str, RoundingReading | None]],
                                                 tuple[str, Exact, str] | None]:
-    """(reproducing [(names, value, unit, rounding)] at the fewest changes, closest (names, value, unit) or None).
+    """(reproducing [(names, value, unit, rounding)] at the fewest changes, closest single change or None).
 
     ``value`` is in ``unit``: the claim's unit, or the unit a "GB read as GiB" variant reads it in; ``rounding`` is
     None when the value at the printed inputs reproduces the figure, else how the rounding of the inputs printed
@@ -488,7 +425,7 @@ def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: 
                 # the figure read in `unit` is claimed (in that unit); compare there, report in the claim's unit
                 name = " + ".join(v.name for v in variants)
                 d = _distance(value_in, c.claimed)
-                if best is None or d < best:
+                if k == 1 and (best is None or d < best):  # a combination is offered only when it reproduces
                     best, closest = d, (name, value_in, unit)
                 if _matches(value_in, c.claimed, c.step):
                     matches.append((name, value_in, unit, None))
@@ -513,53 +450,8 @@ def audit_key(key: AnswerKey) -> AuditResult:
     verdicts = [audit_claim(c, key) for c in key.claims]
     recomputed = [(v.claim, v.inputs) for v in verdicts if v.computed is not None]
     checks = check_key(key, recomputed)
-    _settle(verdicts, checks)
+    settle(verdicts, checks)
     return AuditResult(key.path, key.title, key.source, verdicts, checks)
-
-
-#: the verdicts of a figure that holds under the default reading (the claimed quantity, inputs and unit)
-_HELD = (HOLDS, HOLDS_ROUNDED)
-
-
-def _held_at(v: ClaimVerdict) -> str:
-    """Where claim verdict ``v`` holds, as text: the values of its rounded inputs that make it hold."""
-    if v.rounding is None or not v.rounding.inputs:
-        return f"{v.claim.id} holds at the printed inputs, read exactly"
-    return f"{v.claim.id} holds for {describe(v.rounding, _fmt)}"
-
-
-def _settle(verdicts: list[ClaimVerdict], checks: list[CheckVerdict]) -> None:
-    """Claims that contradict each other cannot all hold (docs/AUDIT.md, "Claims that contradict each other").
-
-    For each consistency check that finds a contradiction among two or more claims that hold under the default
-    reading, where one of them holds only through the rounding of its inputs or the check relates claims on the
-    same inputs by an identity (an automatic check): each of those claims becomes ``ambiguous``, its explanation
-    naming the check, the other claims and, for each claim, the values of its rounded inputs that make it hold;
-    the check's explanation gets the same. The check stays a contradiction. Changes ``verdicts`` and ``checks``
-    in place."""
-    by_id = {v.claim.id: v for v in verdicts}
-    was = {v.claim.id: v.verdict for v in verdicts}
-    for k in checks:
-        if k.verdict != "contradiction":
-            continue
-        held = [by_id[i] for i in dict.fromkeys(k.claims) if i in by_id and was[i] in _HELD]
-        if len(held) < 2 or not (k.automatic or any(was[v.claim.id] == HOLDS_ROUNDED for v in held)):
-            continue
-        decided = [v for v in held if v.rounding is not None and v.rounding.inputs]
-        if decided:
-            names = list(dict.fromkeys(r.name for v in decided for r in v.rounding.inputs))  # type: ignore[union-attr]
-            what = f"{', '.join(names)} decide{'s' if len(names) == 1 else ''}"
-        else:  # held at the printed values, each: the figures meet only at a tie
-            what = "the tie rule the source rounded with decides"
-        settle = f"{what}: " + "; ".join(_held_at(v) for v in held)
-        k.explanation += f"; they cannot all hold: {settle}"
-        for v in held:
-            others = [o.claim.id for o in held if o is not v]
-            v.contradicts.append({"check": k.id, "claims": tuple(others), "was": was[v.claim.id]})
-            v.explanation += (f"; but it contradicts {', '.join(others)}, which also "
-                              f"{'holds' if len(others) == 1 else 'hold'} (check {k.id}): they cannot all hold; "
-                              f"{settle}")
-            v.verdict = AMBIGUOUS
 
 
 def audit_file(path: str | Path) -> AuditResult:

@@ -51,8 +51,9 @@ class PropertyVerdict:
             max error, bound); ranks: the ranks at fault; reproduce: the command that replays it.
         seconds: wall time of the property's runs.
         note: on a pass, what it found that the statement does not say (the outcome's ``note``).
-        hung: a FAIL because a world step outlived the timeout (the case is the one that hung, not
-            shrunk); ``stacks`` maps each stuck rank to its Python stack (faulthandler's dump).
+        hung: a FAIL because a world step outlived the timeout (the case is the smallest that hung, shrunk
+            as any failure: :mod:`distcheck.certify.hangs`); ``stacks`` maps each stuck rank of that case to
+            its Python stack (faulthandler's dump).
     """
 
     property: str
@@ -84,7 +85,7 @@ class PropertyVerdict:
             return f"{where}: {self.statement} ({self.examples} examples, {self.regime}){found}"
         if self.verdict == SKIP:
             return f"{where}: skip: {self.failure}"
-        case = "Case that hung (not shrunk)" if self.hung else "Shrunk case"
+        case = "Shrunk case that hung" if self.hung else "Shrunk case"
         text = f"{where} FAILED: {self.failure}. {case}: {self.counterexample}. Reproduce: {self.reproduce}"
         if stacks and self.stacks:
             text += "\n" + self.stack_text()

@@ -12,7 +12,7 @@ are then run again from the start, so each property gets its own verdict, exampl
 counterexample. A rank that raises fails every property left, with one shrunk counterexample.
 A target that does not follow the contract's protocol stops the certification with a
 :class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
-A step that times out fails the target once, with the stuck ranks' stacks (:mod:`distcheck.certify.hangs`).
+A step that times out is shrunk like any failure and fails the target once (:mod:`distcheck.certify.hangs`).
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
+from distcheck.certify import hangs
 from distcheck.certify.certificate import Certification, PropertyVerdict
 from distcheck.certify.compositions import Drawn
-from distcheck.certify.hangs import HUNG_REASON, Hung, hung_verdicts, skipped_after_hang
+from distcheck.certify.explain import explain_failure
+from distcheck.certify.hangs import HUNG_REASON
 from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
+from distcheck.certify.reproduce import LOCAL_BACKEND, reproduce_command
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import (
@@ -65,7 +68,7 @@ class LocalWorld:
     goes through."""
 
     world_size = 1
-    backend = "local"
+    backend = LOCAL_BACKEND
 
     def __init__(self) -> None:
         self._ctx = SimpleNamespace(rank=0, world_size=1, backend="local", device="cpu", local_rank=0, scratch={})
@@ -100,6 +103,7 @@ class _Crash:
     hung: bool = False
     stacks: dict[int, str] = field(default_factory=dict)
     origin: str = ""  # where it was raised (drivers.exception_origin): shrinking keeps to one origin
+    timeout_s: float | None = None  # the timeout a hung step outlived
 
 
 def _crash(exc: DistributedError) -> _Crash:
@@ -112,7 +116,7 @@ def _crash(exc: DistributedError) -> _Crash:
         return _Crash("; ".join(lines), tuple(sorted(failures)), origin=origin)
     if isinstance(exc, WorldTimeout):
         first = str(exc).splitlines()[0] if str(exc) else "timed out"
-        return _Crash(f"the world timed out: {first}", tuple(exc.ranks), hung=True, stacks=dict(exc.stacks))
+        return _Crash(f"the world timed out: {first}", tuple(exc.ranks), True, dict(exc.stacks), "", exc.timeout_s)
     return _Crash(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", ())
 
 
@@ -141,14 +145,15 @@ def run_example(world: World, contract: Contract, target: Any, case: Any, dtype:
 
 
 def run_examples(world: World, contract: Contract, target: Any, cases: list, dtype: str,
-                 options: dict) -> list[dict[str, Outcome]] | _Crash:
-    """Several examples in one world step (each rank runs them in order): one outcome dict per case,
-    or a :class:`_Crash` when a rank failed on any of them."""
+                 options: dict, timeout_s: float | None = None) -> list[dict[str, Outcome]] | _Crash:
+    """Several examples in one world step (each rank runs them in order, within ``timeout_s``, default the
+    world's own): one outcome dict per case, or a :class:`_Crash` when a rank failed on any of them."""
+    timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
     try:
         if len(cases) == 1:
-            per_rank = [[r] for r in world.run(rank_entry, contract, target, cases[0], dtype, options)]
+            per_rank = [[r] for r in world.run(rank_entry, contract, target, cases[0], dtype, options, **timeout)]
         else:
-            per_rank = world.run(rank_entry_batch, contract, target, cases, dtype, options)
+            per_rank = world.run(rank_entry_batch, contract, target, cases, dtype, options, **timeout)
     except DistributedError as exc:
         protocol = _protocol_error(exc, getattr(target, "ref", "?"))
         if protocol is not None:
@@ -198,42 +203,44 @@ class _Run:
     first_failure: int | None = None
     last: tuple | None = None  # (case, message, ranks, outcome)
     abort: BaseException | None = None
-    hung: tuple | None = None  # (case, _Crash) of the step that timed out
+    hang: hangs.HangState = field(default_factory=hangs.HangState)  # the steps that timed out
     stats: dict = field(default_factory=dict)
     drawn: Drawn | None = None  # the compositions drawn (every example run, with its outcomes)
 
 
 def _example_test(run: _Run, world: World, contract: Contract, target: Any, dtype: str, options: dict,
-                  batch: int) -> Callable[[Any], None]:
+                  batch: int, clock: hangs.StepClock | None = None) -> Callable[[Any], None]:
     """The body Hypothesis calls for each example (or batch of ``batch`` examples) of one run.
 
     Before the first failure every property of ``run.remaining`` counts the example. The first
-    failure fixes the target of the run: that property (or, for a crash, the crash), and from then
-    on an example is interesting only when the target fails there again. In a batch, the failing
-    case is the counterexample (the others shrink to the strategy's simplest cases alongside)."""
+    failure fixes the target of the run: that property (or, for a crash, the crash; for a step that
+    timed out, the hang), and from then on an example is interesting only when the target fails there
+    again (a hang: as :mod:`distcheck.certify.hangs` says, ``clock`` timing the world's steps). In a batch,
+    the failing case is the counterexample (the others shrink to the strategy's simplest cases alongside)."""
+    clock, timed = clock or hangs.StepClock(), hangs.takes_timeout(world)
 
     def test(drawn: Any) -> None:
         cases = drawn if batch > 1 else [drawn]
         run.calls += len(cases)
         if run.abort is not None:
             raise run.abort
-        try:
-            outcomes = run_examples(world, contract, target, cases, dtype, options)
+        try:  # after a hang: the world warmed first, the step under a shorter timeout (hangs.HangState.step)
+            outcomes = run.hang.step(lambda cs, t: run_examples(world, contract, target, cs, dtype, options, t), cases,
+                                     clock, lambda o: not isinstance(o, _Crash))
         except Exception as exc:  # protocol errors and distcheck's own defects stop the run
             run.abort = exc
             raise
         if run.drawn is not None:
             run.drawn.add(cases, outcomes)
+        shown = cases[0] if len(cases) == 1 else cases
         if isinstance(outcomes, _Crash):
-            if outcomes.hung:  # replaying or shrinking it would wait out the timeout again
-                run.hung = (cases[0] if len(cases) == 1 else cases, outcomes)
-                raise Hung()
+            if outcomes.hung:  # shrunk like any failure; each later step under the shorter timeout
+                return hangs.on_hang(run, shown, outcomes, clock if timed else None)
             if run.target is None:
                 run.target, run.first_failure = ("crash", outcomes.origin), run.calls
             elif run.target != ("crash", outcomes.origin):  # another failure: not the one being shrunk
-                run.other = run.other or (cases[0] if len(cases) == 1 else cases, outcomes.message)
+                run.other = run.other or (shown, outcomes.message)
                 return
-            shown = cases[0] if len(cases) == 1 else cases
             run.last = (shown, outcomes.message, outcomes.ranks, None)  # a crash fails every property
             raise AssertionError(outcomes.message)
         for case, outcome in zip(cases, outcomes, strict=True):
@@ -259,7 +266,8 @@ def _skips(contract: Contract, dtype: str, options: dict, ws: int, backend: str,
 
 
 def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, options: dict, run_settings: settings,
-                   seed: int, replay: str, batch: int = 1, compositions: list | None = None) -> list[PropertyVerdict]:
+                   seed: int, replay: str, batch: int = 1, compositions: list | None = None,
+                   clock: hangs.StepClock | None = None) -> list[PropertyVerdict]:
     ws, backend = world.world_size, world.backend
     specs = {p.name: p for p in contract.properties}
     degenerate = contract.cannot_fail(ws, options)  # below its smallest world, no claim can fail: none is run
@@ -271,12 +279,13 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
                            failure=reason)
         for p, reason in contract.skipped(target, options).items() if p in specs}
     remaining = [p for p in specs if p not in verdicts]
+    explained: dict[str, str] = {}
     seen = Drawn(contract, ws, dtype, [] if compositions is None else compositions, skipped=list(verdicts))
     while remaining:
         run = _Run(remaining=list(remaining), stats={p: _Stats() for p in remaining}, drawn=seen)
         started = time.perf_counter()
 
-        test = _example_test(run, world, contract, target, dtype, options, batch)
+        test = _example_test(run, world, contract, target, dtype, options, batch, clock)
         test.__name__ = f"certify_{contract.name}_{dtype}".replace("-", "_")
         drawn = strategy if batch == 1 else st.lists(strategy, min_size=batch, max_size=batch)
         runner = hypothesis_seed(seed)(run_settings(given(drawn)(test)))
@@ -284,15 +293,20 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
             with without_local_constants():
                 runner()
         except BaseException as exc:  # sorted out below
-            if run.hung is not None:
+            if run.hang.hung is not None and (isinstance(exc, hangs.Hung) or run.target == ("hang",)
+                                              and isinstance(exc, Exception)):
                 seconds = time.perf_counter() - started
-                verdicts.update(_hung(run, contract, dtype, options, ws, backend, replay, seconds))
+                verdicts.update(hangs.hung_run(run, contract, dtype, options, ws, backend, replay, seconds, exc))
                 break
             if run.abort is not None:
                 raise run.abort from None
             if not isinstance(exc, Exception) or run.last is None:
                 raise
             case, message, ranks, outcome = run.last
+            if outcome is not None:  # a property's failure: the contract may replay its final case to explain it
+                why = explain_failure(world, contract, target, case, dtype, options, explained,
+                                      lambda exc: _crash(exc).message)
+                message += f"; {why}" if why else ""
             failed = run.remaining if run.target is None or run.target[0] == "crash" else [run.target[1]]
             if not isinstance(exc, AssertionError):  # e.g. Hypothesis' Flaky: the failure did not replay
                 message = f"{message} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
@@ -314,57 +328,6 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
                                           seconds=time.perf_counter() - started, note=s.note)
         remaining = []
     return [verdicts[p] for p in specs]
-
-
-def _hung(run: _Run, contract: Contract, dtype: str, options: dict, ws: int, backend: str, replay: str,
-          seconds: float) -> dict[str, PropertyVerdict]:
-    """A run whose step timed out: the property being shrunk (else the first left) FAILs, the others left skip."""
-    case, crash = run.hung or (None, _Crash("", ()))
-    message = crash.message
-    if run.last is not None:  # the run had failed before, and hung replaying or shrinking that failure
-        message += f" (before that, it had failed on {run.last[0]!r}: {run.last[1]})"
-    name = run.target[1] if run.target is not None and run.target[0] == "property" else run.remaining[0]
-    return hung_verdicts(contract, dtype, options, ws, backend, name=name, remaining=run.remaining, case=case,
-                         message=message, ranks=list(crash.ranks), stacks=crash.stacks, calls=run.calls, replay=replay,
-                         seconds=seconds)
-
-
-def reproduce_command(ref: str, contract: str, *, world_size: int | None, backend: str, seed: int, profile: str,
-                      examples: int | None, dtype: str | None, options: dict, launcher: str = "local",
-                      importable: bool = True, batch: int = 1) -> str:
-    """The ``distcheck certify`` command line that replays one run (one world size, one dtype).
-
-    A target with no ``module:object`` name (an object built in a test) is replayed by the
-    equivalent :func:`certify` call instead.
-    """
-    import json
-    import shlex
-
-    if not importable:
-        return (f"certify(<the object {ref}>, contract={contract!r}, world_sizes=[{world_size}], backend={backend!r}, "
-                f"seed={seed}, profile={profile!r}, examples={examples!r}, dtypes=[{dtype!r}], options={options!r}, "
-                f"batch={batch})")
-    parts = ["distcheck", "certify", ref, "--contract", contract]
-    if launcher == "torchrun":
-        parts = ["torchrun", "--standalone", f"--nproc-per-node={world_size}", "-m", *parts, "--launcher", "torchrun"]
-    elif world_size is not None and backend != LocalWorld.backend:  # a world-free contract runs in the process
-        parts += ["--world-sizes", str(world_size)]
-    if backend != LocalWorld.backend:
-        parts += ["--backend", backend]
-    parts += ["--seed", str(seed), "--profile", profile]
-    if examples is not None:
-        parts += ["--examples", str(examples)]
-    if batch != 1:
-        parts += ["--batch", str(batch)]
-    if dtype is not None:
-        parts += ["--dtypes", dtype]
-    for key, value in sorted(options.items()):
-        if isinstance(value, dict):
-            text = json.dumps(value)
-        else:
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-        parts += ["--option", f"{key}={text}"]
-    return " ".join(shlex.quote(p) for p in parts)
 
 
 def default_seed(profile: str) -> int:
@@ -435,11 +398,12 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
                          distribution=distribution, version=version, batch=batch, code=code_identity(obj, ref))
     hung: PropertyVerdict | None = None  # the step that timed out: the rest of the target is skipped
     for w in worlds:
+        clock = hangs.StepClock()  # the world's slowest finished step: the timeout of a hang's shrinking follows it
         degenerate = contract.cannot_fail(w.world_size, opts) or contract.beyond_profile(w.world_size, profile)
         if hung is not None or degenerate is not None:  # not started: nothing there could fail, or it would hang
             cert.world_sizes.append(w.world_size)
             for dt in dts:
-                cert.verdicts += (skipped_after_hang(contract, dt, opts, w.world_size, cert.backend, hung)
+                cert.verdicts += (hangs.skipped_after_hang(contract, dt, opts, w.world_size, cert.backend, hung)
                                   if hung is not None else
                                   _skips(contract, dt, opts, w.world_size, cert.backend, str(degenerate)))
             continue
@@ -448,14 +412,14 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
             cert.backend = live.backend
             for dt in dts:
                 if hung is not None:
-                    cert.verdicts += skipped_after_hang(contract, dt, opts, live.world_size, live.backend, hung)
+                    cert.verdicts += hangs.skipped_after_hang(contract, dt, opts, live.world_size, live.backend, hung)
                     continue
                 replay = reproduce_command(ref, contract.name, world_size=live.world_size, backend=live.backend,
                                            seed=seed, profile=profile, examples=examples, dtype=dt,
                                            options=given_options, launcher=launcher,
                                            importable=spec.pickled is None, batch=batch)
                 cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch,
-                                                cert.compositions)
+                                                cert.compositions, clock)
                 hung = next((v for v in cert.verdicts if v.hung), None)
     cert.seconds = time.perf_counter() - started
     return cert

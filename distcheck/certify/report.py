@@ -77,7 +77,7 @@ def report_tables(certificate: Certificate) -> list[Table]:
             first = group[0]
             number = len(failures) + 1
             first_of[(i, prop)] = (number, first)
-            case = f"{first.counterexample} (not shrunk: it hung)" if first.hung else str(first.counterexample)
+            case = f"{first.counterexample} (it hung)" if first.hung else str(first.counterexample)
             failures.append((str(number), c.target, f"{c.contract}.{prop}", _where(group), str(first.failure), case,
                              str(first.reproduce)))
             for v in group:

@@ -1,5 +1,10 @@
 """Byte units. GB = 1e9 bytes (decimal, as the ZeRO paper and the lesson use);
-GiB = 2**30 bytes (binary, as nvidia-smi and torch.cuda report)."""
+GiB = 2**30 bytes (binary, as nvidia-smi and torch.cuda report).
+
+Also the rates and times a step-time plan reads (:func:`parse_bandwidth`, :func:`parse_flop_rate`,
+:func:`parse_seconds`): bandwidth in bytes per second (``"450 GB/s"``, GB/s = 1e9 bytes/s as
+nccl-tests prints it; ``"400 Gb/s"`` in bits, a NIC's rating, is 50 GB/s), FLOP/s (``"989.5 TFLOP/s"``,
+also written ``TFLOPS``: T = 1e12) and seconds (``"3.4 us"``)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from distcheck.core.errors import ConfigError
 __all__ = [
     "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
     "BYTE_UNITS", "MAX_SIZE_DIGITS", "bytes_to", "to_bytes", "parse_bytes", "format_bytes",
+    "BANDWIDTH_UNITS", "FLOP_RATE_UNITS", "TIME_UNITS", "parse_bandwidth", "parse_flop_rate", "parse_seconds",
 ]
 
 KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
@@ -111,3 +117,60 @@ def format_bytes(n_bytes: int | float | Fraction | Decimal, unit: str = "GB", di
     whole, frac = divmod(abs(scaled), 10**digits)
     text = f"{whole:,}" + (f".{frac:0{digits}d}" if digits else "")
     return f"{sign}{text} {unit}"
+
+
+# ----------------------------------------------------------------------------------------------- rates and times
+
+#: bandwidth unit -> bytes per second per unit (decimal GB/s as nccl-tests prints; Gb/s, a NIC's rating, in bits)
+BANDWIDTH_UNITS: dict[str, Fraction] = {
+    **{f"{u}/s": Fraction(v) for u, v in BYTE_UNITS.items() if u != "bytes"},
+    "Gb/s": Fraction(10**9, 8), "Tb/s": Fraction(10**12, 8),
+}
+#: FLOP-rate unit -> FLOP/s per unit (T = 1e12, P = 1e15; ``TFLOPS`` is read as TFLOP/s)
+FLOP_RATE_UNITS: dict[str, Fraction] = {
+    **{f"{p}FLOP/s": Fraction(v) for p, v in (("", 1), ("G", 10**9), ("T", 10**12), ("P", 10**15))},
+    **{f"{p}FLOPS": Fraction(v) for p, v in (("G", 10**9), ("T", 10**12), ("P", 10**15))},
+}
+#: time unit -> seconds per unit
+TIME_UNITS: dict[str, Fraction] = {"s": Fraction(1), "ms": Fraction(1, 10**3), "us": Fraction(1, 10**6),
+                                   "µs": Fraction(1, 10**6), "ns": Fraction(1, 10**9)}
+
+_RATE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?|\.[0-9]+)\s*(\S+)\s*$")
+
+
+def _parse_with(field: str, text: object, units: dict[str, Fraction], example: str, *,
+                allow_zero: bool = False) -> Fraction:
+    if not isinstance(text, str):
+        raise ConfigError(field, text, f"must be a string like {example!r}")
+    match = _RATE.match(text)
+    if not match or match.group(2) not in units:
+        if re.match(r"^\s*-", text):
+            raise ConfigError(field, text, f"must not be negative (a number with its unit, like {example!r})")
+        raise ConfigError(field, text, f"must be a number followed by a unit ({', '.join(units)}), like {example!r}")
+    number, unit = match.groups()
+    digits = sum(ch.isdigit() for ch in number)
+    if digits > MAX_SIZE_DIGITS:
+        raise ConfigError(field, f"<a number of {digits:,} digits> {unit}",
+                          f"must have at most {MAX_SIZE_DIGITS} digits")
+    value = Fraction(number.replace("_", "").replace(",", "")) * units[unit]
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(field, text, "must be >= 0" if allow_zero else "must be > 0")
+    return value
+
+
+def parse_bandwidth(text: str, field: str = "bandwidth") -> Fraction:
+    """Bytes per second in a bandwidth written with its unit, exactly: ``"450 GB/s"`` -> 450e9,
+    ``"400 Gb/s"`` (bits) -> 50e9. Raises ConfigError naming ``field`` when it does not parse or is not > 0."""
+    return _parse_with(field, text, BANDWIDTH_UNITS, "450 GB/s")
+
+
+def parse_flop_rate(text: str, field: str = "peak_flops") -> Fraction:
+    """FLOP/s in a rate written with its unit, exactly: ``"989.5 TFLOP/s"`` (or ``"989.5 TFLOPS"``) ->
+    989.5e12. Raises ConfigError naming ``field`` when it does not parse or is not > 0."""
+    return _parse_with(field, text, FLOP_RATE_UNITS, "989.5 TFLOP/s")
+
+
+def parse_seconds(text: str, field: str = "time", *, allow_zero: bool = False) -> Fraction:
+    """Seconds in a time written with its unit, exactly: ``"3.4 us"`` -> 17/5000000.
+    Raises ConfigError naming ``field`` when it does not parse, or is not > 0 (>= 0 with ``allow_zero``)."""
+    return _parse_with(field, text, TIME_UNITS, "3.4 us", allow_zero=allow_zero)

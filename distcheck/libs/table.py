@@ -41,6 +41,8 @@ UNITS = (
     ("torchtitan clip_grad_norm_, without and with a pp mesh (gloo, 2 ranks)", "torchtitan",
      "training-step (layouts dp_shard=2, tp=2, pp=2)", ("libs.torchtitan.clip_grad_norm_",)),
     ("torchtitan CheckpointManager (gloo, CPU)", "torchtitan", "checkpoint", ("libs.torchtitan.checkpoint_manager.",)),
+    ("torchtitan dropless MoE (TokenChoiceTopKRouter, AllToAllTokenDispatcher; gloo, 2 and 4 ranks)", "torchtitan",
+     "moe-layer (dropless)", ("libs.torchtitan.moe.",)),
 )
 _TARGET_OF = {"deepspeed": "deepspeed", "accelerate": "accelerate", "megatron-core": "megatron",
               "torchtitan": "torchtitan"}

@@ -1,4 +1,4 @@
-"""``distcheck plan``: size a run (memory), draw a schedule (pipeline) or a mesh (layout).
+"""``distcheck plan``: size a run (memory), time it (time), draw a schedule (pipeline) or a mesh (layout).
 
 :func:`add_plan_parser` adds the ``plan`` command to the main parser and
 :func:`run_plan` runs it; :func:`add_report_options` gives ``check`` and
@@ -6,7 +6,7 @@
 module imports neither sympy, torch nor matplotlib: the work is imported when
 a command runs.
 
-Exit codes of ``plan``: 0 a layout fits (``memory``), or the schedule and its
+Exit codes of ``plan``: 0 a layout fits (``memory``, ``time``), or the schedule and its
 closed forms agree (``pipeline``); 1 nothing fits, the given layout does not
 fit, or a figure disagrees with its closed form; 2 bad input, including a
 model that cannot fit the GPUs in any layout.
@@ -32,6 +32,9 @@ _PLANNED_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.GPIPE.value)
 TORCH_SCHEDULES = ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
                    "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble", "ScheduleDualPipeV")
 _CONVENTIONS = ("mixed_adamw", "mixed_adamw_fp32_grads", "adam_8bit", "sgd_momentum", "moments_only")
+#: the hardware catalogue's names (the keys of distcheck.plan.hardware.ACCELERATORS, not imported here: it loads
+#: numpy; a test keeps them equal)
+ACCELERATORS = ("h100-sxm", "h200", "a100-80gb", "b200", "mi300x")
 
 
 def add_report_options(parser: argparse.ArgumentParser, *, quiet: bool = True) -> None:
@@ -48,12 +51,87 @@ def _figure_option(parser: argparse.ArgumentParser, what: str) -> None:
                         help=f"write {what} to this file (PNG or SVG; needs matplotlib: pip install 'distcheck[plot]')")
 
 
+def _model_args(parser: argparse.ArgumentParser, *, moe: bool) -> None:
+    m = parser.add_argument_group("model (one of: a preset, a shape" + (", a parameter count)" if moe else ")"))
+    m.add_argument("--model", default=None, metavar="NAME",
+                   help="a preset: lesson-7b-style, lesson-70b-style, llama-2-7b, llama-3-8b, llama-3-70b, "
+                        "llama-3-405b, llama-3.2-1b" + ("; MoE: deepseek-v3, mixtral-8x7b" if moe else "")
+                        + " (case and dashes ignored: llama3-70b works)")
+    m.add_argument("--params", default=None, metavar="N",
+                   help="a raw parameter count (13e9): state only, no activations" if moe else argparse.SUPPRESS)
+    for flag in ("hidden-size", "num-layers", "ffn-hidden-size", "num-heads", "num-kv-heads", "vocab-size"):
+        m.add_argument(f"--{flag}", type=int, default=None, metavar="N",
+                       help=f"explicit shape: {flag.replace('-', ' ')}")
+
+
+def _workload_args(parser: argparse.ArgumentParser, m_help: str) -> argparse._ArgumentGroup:
+    w = parser.add_argument_group("workload")
+    w.add_argument("--seq-len", type=int, default=2048, metavar="S", help="tokens per sequence (default 2048)")
+    w.add_argument("--micro-batch", type=int, default=1, metavar="B", help="sequences per micro-batch (default 1)")
+    w.add_argument("--num-microbatches", "--m", dest="num_microbatches", type=int, default=8, metavar="M",
+                   help=m_help)
+    w.add_argument("--recompute", choices=("none", "selective", "full"), default="selective",
+                   help="activation recomputation (Korthikanti et al. 2022; default selective)")
+    w.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=True,
+                   help="split the remaining activations by tp too (default on)")
+    w.add_argument("--bytes-per-param", choices=_CONVENTIONS, default="mixed_adamw",
+                   help="bytes-per-parameter convention (default mixed_adamw: 16 B/param)")
+    w.add_argument("--schedule", choices=_PLANNED_SCHEDULES, default=Schedule.ONE_F_ONE_B.value,
+                   help="pipeline schedule (default 1f1b)")
+    return w
+
+
+def _time_parser(what: argparse._SubParsersAction) -> None:
+    tm = what.add_parser(
+        "time", help="step time, tokens/s and MFU of every layout that fits, ranked; each term shown",
+        description="Time one training step of every layout that fits, at a fixed global batch, from a hardware "
+                    "catalogue (vendor datasheets, each figure overridable) and sourced forms: compute at a stated "
+                    "fraction of the peak, each axis' collectives in an alpha-beta model (NCCL's latencies, "
+                    "nccl-tests' bus bandwidth) inside or across nodes by the layout's rank placement, named "
+                    "overlaps, the pipeline bubble from the simulator. Ranks the layouts by step time and marks "
+                    "those whose TP or CP crosses a node, with the reason.",
+        epilog="Exit codes: 0 a layout fits, 1 nothing fits, 2 bad input. GB = 1e9 bytes, GB/s = 1e9 bytes/s, "
+               "TFLOP/s = 1e12 FLOP/s.",
+    )
+    _model_args(tm, moe=False)
+    h = tm.add_argument_group("hardware")
+    h.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs in the run")
+    h.add_argument("--hardware", choices=ACCELERATORS, default="h100-sxm",
+                   help="the GPU and its server, from the catalogue (default h100-sxm)")
+    h.add_argument("--hw", action="append", default=None, metavar="KEY=VALUE",
+                   help="override a catalogue figure: peak_flops='800 TFLOP/s', hbm_bytes='80 GB', "
+                        "hbm_bandwidth, intra_node_bandwidth (both directions), inter_node_bandwidth='25 GB/s' "
+                        "(per GPU, one way), gpus_per_node, latency_base / latency_intra / latency_inter='5 us' "
+                        "(repeatable)")
+    h.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+                   help="GPUs per node (default: the hardware's); TP and CP may cross nodes, and pay for it")
+    h.add_argument("--gpu-memory", default=None, metavar="SIZE", help="memory of one GPU (default: the hardware's)")
+    h.add_argument("--reserve", default="0 GB", metavar="SIZE",
+                   help="memory kept back per GPU for the CUDA context, buffers, fragmentation (default 0 GB)")
+    w = _workload_args(tm, "with --global-batch unset, the global batch is M x gpus x micro-batch (default 8)")
+    w.add_argument("--global-batch", type=int, default=None, metavar="B",
+                   help="sequences per step, the same for every layout (m = B / (dp x micro-batch))")
+    a = tm.add_argument_group("assumptions")
+    a.add_argument("--compute-efficiency", default="0.6", metavar="X",
+                   help="achievable fraction of the peak FLOP/s, 0 < X <= 1 (default 0.6, an assumption)")
+    a.add_argument("--overlap", action="append", default=None, metavar="AXIS=MODE",
+                   help="overlap of an axis: tp, cp, pp = none|compute; dp = none|backward; fsdp (ZeRO-3's "
+                        "gathers) = none|compute (defaults tp=none cp=none pp=none dp=backward fsdp=compute)")
+    out = tm.add_argument_group("output")
+    out.add_argument("--top", type=int, default=15, metavar="N", help="layouts shown in the table (default 15)")
+    out.add_argument("--all", action="store_true", help="show every layout that fits")
+    out.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    _figure_option(out, "the step-time chart (stacked bars by term)")
+    add_report_options(out)
+
+
 def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``plan`` (with ``memory``, ``pipeline`` and ``layout``) to the subparsers ``sub``."""
+    """Add ``plan`` (with ``memory``, ``time``, ``pp`` and ``layout``) to the subparsers ``sub``."""
     plan = sub.add_parser(
         "plan", help="plan a run: which layout fits, its bubble and communication; schedule and mesh figures",
         description="Plan a training run under named conventions: `plan memory` sizes every parallel layout of a "
-                    "model on a set of GPUs and recommends one, `plan pp` simulates a pipeline schedule, "
+                    "model on a set of GPUs and recommends one, `plan time` ranks the layouts that fit by step "
+                    "time, `plan pp` simulates a pipeline schedule, "
                     "`plan layout` shows the rank groups of a mesh.",
         epilog="Exit codes: 0 a layout fits / the figures agree, 1 nothing fits / a figure disagrees, 2 bad input.",
     )
@@ -67,16 +145,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         epilog="Exit codes: 0 a layout fits, 1 nothing fits (or the given layout does not), 2 bad input "
                "(including a model no layout can hold). GB = 1e9 bytes, GiB = 2**30 bytes.",
     )
-    m = mem.add_argument_group("model (one of: a preset, a shape, a parameter count)")
-    m.add_argument("--model", default=None, metavar="NAME",
-                   help="a preset: lesson-7b-style, lesson-70b-style, llama-2-7b, llama-3-8b, llama-3-70b, "
-                        "llama-3-405b, llama-3.2-1b; MoE: deepseek-v3, mixtral-8x7b (case and dashes ignored: "
-                        "llama3-70b works)")
-    m.add_argument("--params", default=None, metavar="N",
-                   help="a raw parameter count (13e9): state only, no activations")
-    for flag in ("hidden-size", "num-layers", "ffn-hidden-size", "num-heads", "num-kv-heads", "vocab-size"):
-        m.add_argument(f"--{flag}", type=int, default=None, metavar="N",
-                       help=f"explicit shape: {flag.replace('-', ' ')}")
+    _model_args(mem, moe=True)
     moe = mem.add_argument_group("mixture of experts (a preset deepseek-v3 or mixtral-8x7b, or --num-experts with "
                                  "the shape above): memory per GPU under tp x ep x dp, total and active parameters")
     for flag, helptext in (("num-experts", "routed experts E"), ("experts-per-token", "routed experts per token k"),
@@ -93,19 +162,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="memory of one GPU: '80GB', '80 GiB' (default 80 GB)")
     h.add_argument("--reserve", default="0 GB", metavar="SIZE",
                    help="memory kept back per GPU for the CUDA context, buffers, fragmentation (default 0 GB)")
-    w = mem.add_argument_group("workload")
-    w.add_argument("--seq-len", type=int, default=2048, metavar="S", help="tokens per sequence (default 2048)")
-    w.add_argument("--micro-batch", type=int, default=1, metavar="B", help="sequences per micro-batch (default 1)")
-    w.add_argument("--num-microbatches", "--m", dest="num_microbatches", type=int, default=8, metavar="M",
-                   help="micro-batches per step (pipeline micro-batches or accumulation steps; default 8)")
-    w.add_argument("--recompute", choices=("none", "selective", "full"), default="selective",
-                   help="activation recomputation (Korthikanti et al. 2022; default selective)")
-    w.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=True,
-                   help="split the remaining activations by tp too (default on)")
-    w.add_argument("--bytes-per-param", choices=_CONVENTIONS, default="mixed_adamw",
-                   help="bytes-per-parameter convention (default mixed_adamw: 16 B/param)")
-    w.add_argument("--schedule", choices=_PLANNED_SCHEDULES, default=Schedule.ONE_F_ONE_B.value,
-                   help="pipeline schedule (default 1f1b)")
+    _workload_args(mem, "micro-batches per step (pipeline micro-batches or accumulation steps; default 8)")
     lay = mem.add_argument_group("layout (give any of these to size one layout; the rest default to 1, ZeRO 0)")
     for axis in ("tp", "pp", "dp", "cp"):
         lay.add_argument(f"--{axis}", type=int, default=None, metavar="N",
@@ -118,6 +175,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     out.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     _figure_option(out, "the memory chart (stacked bars per GPU)")
     add_report_options(out)
+
+    _time_parser(what)
 
     pipe = what.add_parser(
         Axis.PP.value, aliases=[_OLD_PP], help="simulate a pipeline schedule: timeline, step ticks, bubble, peak in "
@@ -162,6 +221,10 @@ def run_plan(args: argparse.Namespace) -> int:
         from distcheck.plan.cli_memory import run_memory
 
         return run_memory(args)
+    if args.plan_command == "time":
+        from distcheck.plan.cli_time import run_time
+
+        return run_time(args)
     if args.plan_command in (Axis.PP, _OLD_PP):
         from distcheck.plan.cli_pipeline import run_pipeline
 
@@ -176,4 +239,4 @@ def run_plan(args: argparse.Namespace) -> int:
         return run_layout(args)
     from distcheck.core.errors import ConfigError
 
-    raise ConfigError("plan", None, "needs what to plan: memory, pipeline or layout (see 'distcheck plan --help')")
+    raise ConfigError("plan", None, "needs what to plan: memory, time, pp or layout (see 'distcheck plan --help')")

@@ -93,6 +93,7 @@ from distcheck.plan.inputs import (
     _exact,
 )
 from distcheck.plan.model import ModelSpec
+from distcheck.plan.timeforms import TIME_FORMS
 
 __all__ = [
     "RECOMPUTE",
@@ -206,13 +207,15 @@ def check_model_rules(model: ModelSpec, workload: Workload, tp: int, pp: int, cp
         raise ConfigError("cp", cp, f"must divide seq_len={workload.seq_len}")
 
 
-def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layout: Layout) -> None:
+def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layout: Layout, *,
+                 tp_within_node: bool = True) -> None:
     """Raise ConfigError unless ``layout`` can run ``model`` on ``hardware``.
 
     Rules: those of :func:`check_model_rules`; ``tp * cp * pp * dp == gpus``;
     each tensor-parallel group inside one node
     (:func:`distcheck.parallel.layout.tp_groups_node_local`, default order tp, cp, pp,
-    dp innermost first).
+    dp innermost first), unless ``tp_within_node`` is False (``plan time`` sizes the layouts whose
+    tensor parallelism crosses nodes too, to show what that costs).
     """
     check_model_rules(model, workload, layout.tp, layout.pp, layout.cp)
     if layout.world_size != hardware.gpus:
@@ -220,7 +223,7 @@ def check_layout(model: ModelSpec, hardware: Hardware, workload: Workload, layou
                                                  f"{layout.dp} = {layout.world_size}")
     cfg = layout_ref.ParallelConfig(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,
                                     gpus_per_node=hardware.gpus_per_node)
-    if not layout_ref.tp_groups_node_local(cfg):
+    if tp_within_node and not layout_ref.tp_groups_node_local(cfg):
         raise ConfigError("tp", layout.tp, f"must divide gpus_per_node={hardware.gpus_per_node} "
                                            "(tensor parallelism stays inside a node)")
 
@@ -300,11 +303,12 @@ EXACT_FORMS: dict[str, Callable[..., int | Fraction]] = {
     "pp.bubble_fraction.1f1b": _bubble_fraction,
     "pp.peak_in_flight.gpipe": lambda p, m, t_f=1, t_b=2: m,
     "pp.peak_in_flight.1f1b": lambda p, m, t_f=1, t_b=2: min(p, m),
+    **TIME_FORMS,
 }
 
 
 @functools.cache
-def _form_value(name: str, items: tuple[tuple[str, int], ...]) -> int | Fraction:
+def _form_value(name: str, items: tuple[tuple[str, int | Fraction], ...]) -> int | Fraction:
     exact = EXACT_FORMS.get(name)
     if exact is not None:
         return _exact(Fraction(exact(**dict(items))))
@@ -313,7 +317,7 @@ def _form_value(name: str, items: tuple[tuple[str, int], ...]) -> int | Fraction
     return get(name).evaluate(**dict(items))
 
 
-def form(name: str, **inputs: int) -> int | Fraction:
+def form(name: str, **inputs: int | Fraction) -> int | Fraction:
     """The value of catalogue form ``name`` (``distcheck.closed_form.get(name).evaluate(**inputs)``), exact,
     cached on the inputs; computed without sympy for the forms of :data:`EXACT_FORMS`."""
     return _form_value(name, tuple(sorted(inputs.items())))
@@ -405,12 +409,13 @@ def _comm(model: ModelSpec, workload: Workload, lay: Layout, psi: Fraction) -> d
     return out
 
 
-def estimate(model: ModelSpec, hardware: Hardware, workload: Workload, layout: Layout) -> Estimate:
+def estimate(model: ModelSpec, hardware: Hardware, workload: Workload, layout: Layout, *,
+             tp_within_node: bool = True) -> Estimate:
     """Memory per GPU, bubble and communication of ``layout`` (module docstring for the conventions).
 
-    Raises ConfigError when the layout is not valid (:func:`check_layout`).
+    Raises ConfigError when the layout is not valid (:func:`check_layout`, with ``tp_within_node``).
     """
-    check_layout(model, hardware, workload, layout)
+    check_layout(model, hardware, workload, layout, tp_within_node=tp_within_node)
     conv = workload.convention
     psi = Fraction(model.params, layout.tp * layout.pp)
     n = layout.shard_ranks

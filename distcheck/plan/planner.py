@@ -64,11 +64,13 @@ def _divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
-def valid_layouts(model: ModelSpec, hardware: Hardware, workload: Workload) -> list[Layout]:
+def valid_layouts(model: ModelSpec, hardware: Hardware, workload: Workload, *,
+                  tp_within_node: bool = True) -> list[Layout]:
     """Every layout :func:`~distcheck.plan.estimate.check_layout` accepts for ``hardware.gpus``.
 
     tp runs over the divisors of the GPU count that keep each tensor-parallel
-    group inside a node; pp, cp and dp over the divisors of what is left
+    group inside a node (every divisor when ``tp_within_node`` is False); pp, cp and dp over the divisors of
+    what is left
     (cp only with a model shape: it splits activations, which a raw count
     does not size);
     the ZeRO stages 0..3 wherever ``dp * cp > 1`` (with one replica there is
@@ -77,7 +79,7 @@ def valid_layouts(model: ModelSpec, hardware: Hardware, workload: Workload) -> l
     out = []
     gpus = hardware.gpus
     for tp in _divisors(gpus):
-        if tp > hardware.gpus_per_node:
+        if tp_within_node and tp > hardware.gpus_per_node:
             break
         for pp in _divisors(gpus // tp):
             for cp in (_divisors(gpus // (tp * pp)) if model.has_shape else [1]):
@@ -85,7 +87,7 @@ def valid_layouts(model: ModelSpec, hardware: Hardware, workload: Workload) -> l
                 for zero in ((0, 1, 2, 3) if dp * cp > 1 else (0,)):
                     lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, zero=zero)
                     try:
-                        check_layout(model, hardware, workload, lay)
+                        check_layout(model, hardware, workload, lay, tp_within_node=tp_within_node)
                     except ConfigError:
                         continue
                     out.append(lay)

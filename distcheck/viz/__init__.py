@@ -5,6 +5,8 @@
   bubble in the title (from a :class:`distcheck.parallel.pp.Timeline`);
 * :func:`memory_bars`: memory per GPU as stacked bars (weights, gradients,
   optimizer state, activations) with the GPU's capacity line;
+* :func:`time_bars`: step time per layout as stacked bars (compute, tp, cp, pp, dp, bubble), layouts whose
+  TP or CP crosses a node hatched;
 * :func:`layout_diagram`: the rank groups of a small mesh (up to
   :data:`MAX_DIAGRAM_RANKS` ranks), one panel per parallel axis, node
   boundaries drawn (from :func:`distcheck.parallel.layout.groups`);
@@ -23,14 +25,16 @@ from distcheck.viz.figures import (
     KIND_COLOURS,
     MAX_DIAGRAM_RANKS,
     MAX_GANTT_CELLS,
+    TERM_COLOURS,
     layout_diagram,
     memory_bars,
     pipeline_gantt,
     require_matplotlib,
     save_figure,
+    time_bars,
 )
 
 __all__ = [
-    "MAX_DIAGRAM_RANKS", "MAX_GANTT_CELLS", "KIND_COLOURS", "layout_diagram", "memory_bars", "pipeline_gantt",
-    "require_matplotlib", "save_figure",
+    "MAX_DIAGRAM_RANKS", "MAX_GANTT_CELLS", "KIND_COLOURS", "TERM_COLOURS", "layout_diagram", "memory_bars",
+    "pipeline_gantt", "require_matplotlib", "save_figure", "time_bars",
 ]

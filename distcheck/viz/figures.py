@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from distcheck.parallel.pp import Timeline
 
 __all__ = [
-    "MAX_GANTT_CELLS", "MAX_DIAGRAM_RANKS", "KIND_COLOURS", "require_matplotlib", "pipeline_gantt", "memory_bars",
-    "layout_diagram", "save_figure",
+    "MAX_GANTT_CELLS", "MAX_DIAGRAM_RANKS", "KIND_COLOURS", "TERM_COLOURS", "require_matplotlib", "pipeline_gantt",
+    "memory_bars", "time_bars", "layout_diagram", "save_figure",
 ]
 
 #: the most cells (ranks x ticks) a Gantt chart draws, one patch per idle tick
@@ -32,6 +32,9 @@ KIND_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "I": "#C44E52", "W": "#55A868", 
 _KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward (inputs)", "W": "backward (weights)", "idle": "idle"}
 #: memory components, bottom to top, and their colours
 _COMPONENT_COLOURS = {"weights": "#4C72B0", "gradients": "#DD8452", "optimizer": "#55A868", "activations": "#8172B3"}
+#: the terms of a step time, left to right in :func:`time_bars`, and their colours
+TERM_COLOURS = {"compute": "#4C72B0", "tp": "#C44E52", "cp": "#DD8452", "pp": "#55A868", "dp": "#8172B3",
+                "bubble": "#B8B8B8"}
 _GROUP_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C",
                   "#CCB974", "#64B5CD")
 
@@ -210,6 +213,57 @@ def memory_bars(bars: Sequence[tuple[str, Mapping[str, int | Fraction | None]]],
                         xytext=(0, -28), textcoords="offset points", ha="center", va="top", fontsize=9,
                         fontweight="bold")
         start += count
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    return fig
+
+
+def time_bars(bars: Sequence[tuple[str, Mapping[str, int | Fraction]]], *, marked: Sequence[int] = (),
+              title: str = "") -> Figure:
+    """Horizontal stacked bars of step time (seconds), one per layout, in the order given (top to bottom).
+
+    Args:
+        bars: ``(label, terms)`` per bar, in rank order; ``terms`` maps the keys of :data:`TERM_COLOURS`
+            (``compute``, ``tp``, ``cp``, ``pp``, ``dp``, ``bubble``) to exact seconds (missing terms count 0).
+            The segments of bar i are laid end to end in that order and sum to its step time.
+        marked: indices of bars to mark (layouts whose TP or CP crosses a node): outlined in red, label suffixed.
+        title: the axes' title.
+
+    Returns:
+        A Figure. Segments have gids ``<term>-<bar index>``; a marked bar's outline ``crosses-<bar index>``.
+    Raises ConfigError for no bars, a negative term, or matplotlib missing.
+    """
+    n = len(bars)
+    if n == 0:
+        raise ConfigError("bars", 0, "must hold at least one bar")
+    for label, terms in bars:
+        for k, v in terms.items():
+            if Fraction(v) < 0:
+                raise ConfigError(f"{label}: {k}", v, "must be >= 0 seconds")
+    fig = _new_figure(9.0, max(2.6, 1.3 + 0.32 * n))
+    ax = fig.add_subplot()
+    ys = list(range(n))
+    lefts = [0.0] * n
+    marked_set = set(marked)
+    for term, colour in TERM_COLOURS.items():
+        widths = [float(Fraction(terms.get(term, 0) or 0)) for _, terms in bars]
+        container = ax.barh(ys, widths, left=lefts, color=colour, label=term, height=0.7, edgecolor="white",
+                            linewidth=0.5)
+        for i, patch in enumerate(container.patches):
+            patch.set_gid(f"{term}-{i}")
+        lefts = [a + w for a, w in zip(lefts, widths, strict=True)]
+    top = max(lefts)
+    for i in marked_set:
+        ax.barh([i], [lefts[i]], height=0.8, fill=False, edgecolor="#cf222e", linewidth=1.8, gid=f"crosses-{i}")
+    for i, total in enumerate(lefts):
+        ax.text(total + top * 0.01, i, f"{total:,.2f} s", va="center", fontsize=7)
+    ax.set_yticks(ys, [label + ("  (crosses a node)" if i in marked_set else "") for i, (label, _) in
+                       enumerate(bars)], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, top * 1.12)
+    ax.set_xlabel("seconds per step")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     if title:
         ax.set_title(title, fontsize=10)

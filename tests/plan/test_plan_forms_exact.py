@@ -50,3 +50,13 @@ def test_plan_memory_does_not_import_sympy():
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "0 []"
+
+
+def test_plan_time_does_not_import_sympy():
+    code = ("import sys; from distcheck.cli import main; "
+            "code = main(['plan', 'time', '--model', 'llama-3-70b', '--gpus', '64', '--quiet', '--top', '1']); "
+            "print(code, sorted(m for m in ('sympy', 'torch', 'hypothesis', 'matplotlib') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0 []"

@@ -17,7 +17,7 @@ pytest.importorskip("matplotlib")
 ROOT = Path(__file__).resolve().parents[2]
 #: the gids distcheck.viz gives its cells (matplotlib's own ids vary between versions and are not compared)
 OURS = re.compile(r"^((idle|[FBIW])-r\d+-t\d+|(weights|gradients|optimizer|activations)-\d+|capacity|usable|highlight"
-                  r"|(tp|cp|pp|dp|ep)-(g\d+-r\d+|node-boundary-\d+))$")
+                  r"|(tp|cp|pp|dp|ep)-(g\d+-r\d+|node-boundary-\d+)|(compute|tp|cp|pp|dp|bubble|crosses)-\d+)$")
 
 
 def _section() -> str:
@@ -42,8 +42,8 @@ def _our_ids(path: Path) -> list[str]:
 
 def test_every_image_the_section_shows_has_its_command():
     shown = re.findall(r"!\[[^\]]*\]\((docs/img/[^)]+)\)", _section())
-    assert len(shown) == 3 and set(shown) == set(_commands())
-    kinds = {"pipeline": "idle-", "memory": "weights-", "layout": "tp-g"}
+    assert len(shown) == 4 and set(shown) == set(_commands())
+    kinds = {"pipeline": "idle-", "memory": "weights-", "layout": "tp-g", "time": "compute-"}
     for path in shown:
         assert (ROOT / path).is_file(), path
         ids = _our_ids(ROOT / path)

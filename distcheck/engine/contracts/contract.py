@@ -260,10 +260,27 @@ class Contract:
         check). Default: none."""
         return {}
 
+    def explains(self) -> bool:
+        """Whether the contract explains a failure (it overrides :meth:`explain_rank`): the engine then replays
+        each failing property's final (shrunk) case once more through :meth:`explain_rank` and
+        :meth:`explain`. A case that passes is never replayed."""
+        return type(self).explain_rank is not Contract.explain_rank
+
+    def explain(self, case: Any, results: list, world_size: int, dtype: str, options: dict) -> str | None:
+        """The explanation of a failure from every rank's :meth:`explain_rank` results on its final case (the
+        training step's first diverging tensor), joined to the failure's detail and the certificate; None for
+        none. Default: None."""
+        return None
+
     # ------------------------------------------------------------------ rank side
 
     def run_rank(self, ctx: RankContext, target: Any, case: Any, dtype: str, options: dict) -> Any:
         """Run the target on this rank for one example; return picklable results."""
+        raise NotImplementedError
+
+    def explain_rank(self, ctx: RankContext, target: Any, case: Any, dtype: str, options: dict) -> Any:
+        """Run the target on this rank for the replay of a failure's final case, recording what :meth:`explain`
+        needs; return picklable results. Optional: a contract that does not override it is not replayed."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ helpers

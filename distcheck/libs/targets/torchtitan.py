@@ -44,6 +44,10 @@ resharded at 2 ranks; not covered: torchtitan's ``OptimizersContainer`` (its own
 state; the contract's optimizer is torch's Adam), async saves and Hugging Face formats.
 
     distcheck certify distcheck.libs.targets.torchtitan:CHECKPOINT_MANAGER --contract checkpoint
+
+``MOE`` (moe-layer contract with ``dropless=true``, on gloo worlds of 2 and 4): torchtitan's router and
+``AllToAllTokenDispatcher`` (counts exchanged, then ``all_to_all_single`` of the actual split sizes), the adapter
+and its conventions in :mod:`distcheck.libs.targets.torchtitan_moe`.
 """
 
 from __future__ import annotations
@@ -53,13 +57,14 @@ from typing import Any
 from distcheck.core.results import CheckResult
 from distcheck.core.vocab import Axis
 from distcheck.libs.targets import WorldRun
+from distcheck.libs.targets.torchtitan_moe import MOE, TORCHTITAN_OPTIONS
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.parallel.step.hooks import StepInfo, StepTarget
 from distcheck.parallel.step.plans import fsdp2_tp
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "WORLD_CERTIFY", "PARALLEL_DIMS", "BAD_INPUT", "CLIP_GRAD_NORM",
            "titan_clip_grad_norm", "CHECKPOINT_MANAGER",
-           "TorchtitanCheckpointManager", "extra_rows"]
+           "TorchtitanCheckpointManager", "extra_rows", "MOE"]
 
 DIST = "torchtitan"
 TITLE = "torchtitan ParallelDims"
@@ -167,7 +172,8 @@ CLIP_GRAD_NORM = StepTarget(fsdp2_tp, clip_grad_norm=titan_clip_grad_norm)
 CERTIFY = (("PARALLEL_DIMS", "rank-layout"), ("BAD_INPUT", "bad-input"))
 #: the targets certified on gloo worlds of 2 ranks: clip_grad_norm_ without a pp mesh (FSDP2 shards; tp shards with
 #: tp-replicated norms) and with one (two pipeline stages); the checkpoint manager, saving under one layout and
-#: loading under another (6 examples per dtype: each is a save and a load of every rank)
+#: loading under another (6 examples per dtype: each is a save and a load of every rank); the dropless MoE's
+#: dispatcher at 2 and 4 ranks, float32
 _STEP_PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor.parallel", "torch.distributed.pipelining",
                  "torchtitan.distributed.utils")
 WORLD_CERTIFY = (
@@ -179,6 +185,9 @@ WORLD_CERTIFY = (
              options={"layout": "pp=2"}, preload=_STEP_PRELOAD),
     WorldRun("CHECKPOINT_MANAGER", "checkpoint", "torchtitan.checkpoint_manager", world_sizes=(2,), max_examples=6,
              preload=("torch.distributed.checkpoint", "torchtitan.components.checkpoint")),
+    WorldRun("MOE", "moe-layer", "torchtitan.moe", world_sizes=(2, 4), max_examples=5, options=TORCHTITAN_OPTIONS,
+             dtypes=("float32",), timeout_s=120.0,
+             preload=("torchtitan.models.common.moe", "torchtitan.models.common.token_dispatcher")),
 )
 
 

@@ -27,16 +27,26 @@ takes t seconds has *algorithm bandwidth* ``comm.algbw`` = S / t; its *bus bandw
 per second, comparable with the hardware's peak for any n. nccl-tests also measures
 ``reduce`` (factor 1), which has a bus bandwidth here but no simulation in
 :mod:`distcheck.parallel.comm`, so it is not a member of :class:`distcheck.core.vocab.Collective`.
+
+Time of a ring collective (``comm.time_s.ring.<op>``), an alpha-beta model: the bytes each rank
+sends (the factor above x S) over the bus bandwidth, plus a latency per collective and per ring
+step, as NCCL's own tuning model counts them (``src/graph/tuning.cc``, ring algorithm, Simple
+protocol, NCCL 2.30: a base latency of 8.4 us per collective, 3.4 us per NVLink step, 14 us per
+network step; an all-reduce takes 2(n-1) steps of which 2(nodes-1) cross the network, an
+all-gather or reduce-scatter n-1 of which nodes-1 do). Seconds are exact rationals.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import sympy as sp
 
 from distcheck.core.closed_form import ClosedForm, Input, register
 from distcheck.core.vocab import Collective
 
-__all__ = ["BYTES_PER_RANK", "ALGBW", "BUSBW", "BUSBW_FACTORS", "REDUCE", "ALL_GATHER_PADDED"]
+__all__ = ["BYTES_PER_RANK", "ALGBW", "BUSBW", "BUSBW_FACTORS", "REDUCE", "ALL_GATHER_PADDED", "RING_TIME",
+           "SEND_RECV_TIME", "NCCL_LATENCY_S"]
 
 _S = Input("size_bytes", "S, the full tensor in bytes (nccl-tests convention)", "bytes", kind="nonnegative_integer")
 _n = Input("n", "ranks taking part", "GPUs")
@@ -133,4 +143,59 @@ ALL_GATHER_PADDED = register(ClosedForm(
            "padded to ceil(L/n) slices",
     description="S of an all-gather of a dimension of length L over n ranks with every shard padded to ceil(L/n) "
                 "slices of B bytes: n*ceil(L/n)*B (= L*B when n divides L)",
+))
+
+# --- time of a ring collective: alpha-beta, NCCL's latency model (src/graph/tuning.cc)
+
+#: NCCL 2.30's tuning constants for the ring algorithm and the Simple protocol, in seconds (src/graph/tuning.cc:
+#: baseLatencies Ring Simple 8.4 us; hwLatencies NVLINK Ring Simple 3.4 us, NET Ring Simple 14.0 us); the same
+#: figures as distcheck.parallel.comm.ideal.NCCL_LATENCY_S (the planner's, without sympy; a test holds them equal)
+NCCL_LATENCY_S = {"base": Fraction(84, 10**7), "intra": Fraction(34, 10**7), "inter": Fraction(14, 10**6)}
+
+_nodes = Input("nodes", "nodes the group spans (1: inside one node)", "nodes", default=1)
+_bw = Input("busbw", "bus bandwidth of the group's links, bytes per second (nccl-tests' busbw)", "bytes_per_second",
+            kind="positive")
+_lat = {k: Input(f"latency_{k}", desc, "s", kind="nonnegative", default=v) for k, desc, v in (
+    ("base", "latency of one collective, seconds (NCCL ring, Simple: 8.4 us)", NCCL_LATENCY_S["base"]),
+    ("intra", "latency of one ring step inside a node, seconds (NCCL, NVLink: 3.4 us)", NCCL_LATENCY_S["intra"]),
+    ("inter", "latency of one ring step across nodes, seconds (NCCL, network: 14 us)", NCCL_LATENCY_S["inter"]))}
+_nodes_s, _bw_s = _nodes.symbol, _bw.symbol
+_base, _intra, _inter = (_lat[k].symbol for k in ("base", "intra", "inter"))
+_NCCL = ("NCCL src/graph/tuning.cc (ring latency: base + steps x per-step latency, network steps 2(nodes-1) for "
+         "all-reduce, nodes-1 otherwise); nccl-tests doc/PERFORMANCE.md (bus bandwidth); Thakur, Rabenseifner and "
+         "Gropp 2005, 'Optimization of Collective Communication Operations in MPICH' (alpha-beta ring model)")
+
+#: collective -> (ring steps, steps across nodes) on n ranks spanning `nodes` nodes
+_RING_STEPS = {Collective.ALL_REDUCE: (2 * (n - 1), 2 * (_nodes_s - 1)),
+               Collective.ALL_GATHER: (n - 1, _nodes_s - 1),
+               Collective.REDUCE_SCATTER: (n - 1, _nodes_s - 1)}
+
+RING_TIME: dict[Collective, ClosedForm] = {
+    op: register(ClosedForm(
+        # builds comm.time_s.ring.all_gather, comm.time_s.ring.all_reduce, comm.time_s.ring.reduce_scatter
+        name=f"comm.time_s.ring.{op}",
+        expr=_base + (steps - inter) * _intra + inter * _inter + BUSBW_FACTORS[op] * S / _bw_s,
+        inputs=(_S, _n, _bw, _nodes, _lat["base"], _lat["intra"], _lat["inter"]),
+        unit="seconds",
+        source=_NCCL,
+        description=f"seconds of a ring {op.replace('_', '-')} of S bytes on n ranks: latency_base + "
+                    f"{sp.sstr(steps)} ring steps ({sp.sstr(inter)} across nodes, the rest inside) x their latency "
+                    f"+ {sp.sstr(BUSBW_FACTORS[op])} S / busbw",
+        constraints=("nodes <= n",),
+    ))
+    for op, (steps, inter) in _RING_STEPS.items()
+}
+
+_link = Input("latency_link", "latency of the one step, seconds (NCCL: 3.4 us over NVLink, 14 us over the network)",
+              "s", kind="nonnegative", default=NCCL_LATENCY_S["intra"])
+_p2p_bw = Input("bandwidth", "bandwidth of the link one way, bytes per second", "bytes_per_second", kind="positive")
+
+SEND_RECV_TIME = register(ClosedForm(
+    name="comm.time_s.send_recv",
+    expr=_base + _link.symbol + S / _p2p_bw.symbol,
+    inputs=(_S, _p2p_bw, _lat["base"], _link),
+    unit="seconds",
+    source=_NCCL,
+    description="seconds to send S bytes to one peer (a pipeline stage's activations or gradients): latency_base + "
+                "one step's latency + S / bandwidth",
 ))

@@ -17,7 +17,8 @@ from distcheck.core.errors import ConfigError
 from distcheck.core.validate import check_choice, check_positive_int
 from distcheck.core.vocab import Collective, names
 
-__all__ = ["COLLECTIVES", "CONVENTIONS", "bus_bandwidth_factor", "volume"]
+__all__ = ["COLLECTIVES", "CONVENTIONS", "NCCL_LATENCY_S", "bus_bandwidth_factor", "volume", "ring_steps",
+           "ring_time"]
 
 #: the collectives with an ideal per-rank volume, by name (:class:`distcheck.core.vocab.Collective`)
 COLLECTIVES = names(Collective)
@@ -27,6 +28,15 @@ CONVENTIONS = {
     "full": "S is the full tensor (nccl-tests); per-rank bytes sent = factor(n) * S",
     "shard": "s = S/n is the per-rank shard (e.g. the chapter's model_size/world_size); bytes sent = factor(n) * n * s",
 }
+
+
+#: NCCL 2.30's latencies of the ring algorithm, Simple protocol, in seconds (src/graph/tuning.cc: baseLatencies
+#: 8.4 us per collective; hwLatencies 3.4 us per NVLink step, 14.0 us per network step); the defaults of
+#: ``comm.time_s.*``
+NCCL_LATENCY_S = {"base": Fraction(84, 10**7), "intra": Fraction(34, 10**7), "inter": Fraction(14, 10**6)}
+
+#: the ring collectives NCCL's latency model covers here
+_RING = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER)
 
 
 def bus_bandwidth_factor(collective: str, n: int) -> Fraction:
@@ -74,3 +84,30 @@ def volume(collective: str, size_bytes: int | Fraction, n: int, convention: str 
     if collective == Collective.BROADCAST and n == 1:
         return Fraction(0)
     return bus_bandwidth_factor(collective, n) * size
+
+
+def ring_steps(collective: str, n: int, nodes: int = 1) -> tuple[int, int]:
+    """``(steps, across)``: the ring steps of ``collective`` on ``n`` ranks spanning ``nodes`` nodes, and how many
+    of them cross the network (NCCL src/graph/tuning.cc: an all-reduce takes 2(n-1) steps, 2(nodes-1) across;
+    an all-gather or a reduce-scatter n-1, nodes-1 across). Raises ConfigError for another collective, n or
+    nodes < 1, or nodes > n."""
+    check_choice("collective", collective, _RING)
+    n, nodes = check_positive_int("n", n), check_positive_int("nodes", nodes)
+    if nodes > n:
+        raise ConfigError("nodes", nodes, f"must be at most n={n} (a node holds at least one rank of the group)")
+    k = 2 if collective == Collective.ALL_REDUCE else 1
+    return k * (n - 1), k * (nodes - 1)
+
+
+def ring_time(collective: str, size_bytes: int | Fraction, n: int, busbw: int | Fraction, nodes: int = 1, *,
+              latency: dict[str, Fraction] | None = None) -> Fraction:
+    """Seconds of a ring ``collective`` over the full tensor ``size_bytes`` on ``n`` ranks (``comm.time_s.ring.*``):
+    ``latency["base"]`` + the ring steps inside a node x ``latency["intra"]`` + those across x ``latency["inter"]``
+    + :func:`volume` / ``busbw`` (bytes/s). ``latency`` defaults to :data:`NCCL_LATENCY_S`. Raises ConfigError as
+    :func:`ring_steps` and :func:`volume`, or for a busbw that is not > 0."""
+    steps, across = ring_steps(collective, n, nodes)
+    if isinstance(busbw, bool) or not isinstance(busbw, (int, Fraction)) or busbw <= 0:
+        raise ConfigError("busbw", busbw, "must be a positive exact number of bytes per second")
+    lat = NCCL_LATENCY_S if latency is None else latency
+    return (lat["base"] + (steps - across) * lat["intra"] + across * lat["inter"]
+            + volume(collective, size_bytes, n) / Fraction(busbw))

@@ -30,7 +30,8 @@ nothing more. Its closed forms are served by :mod:`distcheck.closed_form`, its s
 from distcheck.core.face import face
 
 __all__ = [
-    "Partial", "load_balanced_positions", "contiguous_positions", "shard", "causal_work", "full_attention",
+    "Partial", "load_balanced_positions", "contiguous_positions", "shard", "causal_work", "blockwise_scores",
+    "full_attention",
     "full_attention_backward", "block_partial", "scores_partial", "merge_partials", "finalize",
     "empty_partial", "check_qkv", "RING_PASS", "VARIANTS", "check_ulysses", "check_shards", "ring_attention",
     "ring_attention_backward", "all_gather_attention", "all_gather_attention_backward", "ulysses_attention",

@@ -18,10 +18,24 @@ the dtype's unit roundoff (2^-53, 2^-24), plus the float64 reference's own, time
 bound's rounding. The bytes sent are not part of the contract (a target may rotate blocks by
 send/recv, all-gather or all-to-all); the numpy properties ``cp.*.attention`` pin each variant's bytes
 to the closed forms.
+
+``balance`` (exact, counted): a target that takes a keyword ``causal_mask`` (``fn(q, k, v, causal_mask=None)``)
+is handed the contract's counter: ``causal_mask(q_pos, k_pos)`` returns the causal mask of one score block (a
+bool tensor (len(q_pos), len(k_pos)), True where the key comes after the query: fill those scores with -inf),
+given the block's global query and key positions (int tensors), and counts the block's len(q_pos) len(k_pos)
+scores, in the forward and in the backward apart. In each pass where any rank counts a block, every rank's
+count equals the closed form ``cp.scores_per_rank.balanced`` = (2 cp + 1) (s / 2 cp)^2 within one block of
+(s / 2 cp)^2 scores (the head-tail split with fully masked blocks skipped, Llama 3 §3.3.2; Liu et al. 2023's
+blockwise attention), and its counted blocks cover every (query, key) pair of its queries that the causal mask
+leaves visible (a block computed with a mask that is not the contract's is not counted, and a count that leaves
+a pair out is refused). The plain contiguous split (``load_balance=false``) is a named convention that fails
+``balance`` only: rank r computes 4 r + 3 blocks. A target without the keyword has ``balance`` recorded ``skip``
+with that reason.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +51,12 @@ from distcheck.engine.contracts.targets import Target, check_call_shape, make_ta
 from distcheck.engine.world import RankContext
 from distcheck.parallel.cp import strategies as ds
 
-__all__ = ["CPCase", "ContextParallelAttention", "entry_bounds"]
+__all__ = ["CPCase", "ContextParallelAttention", "entry_bounds", "takes_causal_mask", "MASK_KEYWORD"]
+
+#: the keyword a target takes to be handed the contract's counting causal mask
+MASK_KEYWORD = "causal_mask"
+_NO_COUNTER = (f"the target takes no {MASK_KEYWORD} keyword, so the score blocks it computes are not counted "
+               f"(fn(q, k, v, {MASK_KEYWORD}=None) is handed the contract's counting mask; docs/CERTIFY.md)")
 
 
 @dataclass(frozen=True)
@@ -82,6 +101,9 @@ class ContextParallelAttention(Contract):
                                 "the derived bound", "bounded"),
         PropertySpec("grads", "every rank's dq, dk, dv equal full attention's gradients at its positions, within "
                               "the derived bound", "bounded"),
+        PropertySpec("balance", "in each pass, every rank computes cp.scores_per_rank.balanced = (2 cp + 1) blocks "
+                                "of (s / 2 cp)^2 scores within one block, counted by the contract's causal_mask, "
+                                "covering every visible (query, key) pair of its queries", "exact"),
     )
     options = (Option("load_balance", True, bool, "the head-tail split into 2 cp chunks (false: contiguous shards)"),)
 
@@ -93,16 +115,18 @@ class ContextParallelAttention(Contract):
         return make_target(obj, ref, "function"), options
 
     def skipped(self, target: Any, options: dict) -> dict[str, str]:
-        """torch's ``context_parallel`` where torch refuses the attention op (without a GPU, torch 2.13): every
-        property, with torch's refusal as the reason (:func:`distcheck.parallel.cp.plans.cpu_refusal`)."""
+        """``balance`` for a target that takes no ``causal_mask`` keyword (its blocks cannot be counted); torch's
+        ``context_parallel`` where torch refuses the attention op (without a GPU, torch 2.13): every property, with
+        torch's refusal as the reason (:func:`distcheck.parallel.cp.plans.cpu_refusal`)."""
+        out = {} if takes_causal_mask(resolve(target)) else {"balance": _NO_COUNTER}
         if not (target.ref.endswith(":TORCH_CONTEXT_PARALLEL") or target.ref.endswith(":torch_context_parallel")):
-            return {}
+            return out
         import torch
 
         from distcheck.parallel.cp.plans import cpu_refusal
 
         reason = cpu_refusal("cuda" if torch.cuda.is_available() else "cpu")
-        return {} if reason is None else {p.name: reason for p in self.properties}
+        return out if reason is None else {p.name: reason for p in self.properties}
 
     def cases(self, world_size: int, dtype: str, options: dict) -> SearchStrategy[CPCase]:
         balanced = bool(options["load_balance"])
@@ -125,12 +149,15 @@ class ContextParallelAttention(Contract):
             return t.clone().requires_grad_(grad)
 
         q, k, v, dout = local(c.q), local(c.k), local(c.v), local(c.dout, False)
-        out = resolve(target)(q, k, v)
+        fn = resolve(target)
+        counter = _Counter(c.q.shape[0])
+        out = fn(q, k, v, **{MASK_KEYWORD: counter}) if takes_causal_mask(fn) else fn(q, k, v)
         if isinstance(out, (tuple, list)):
             out = out[0]
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(dout.shape):
             raise AssertionError(f"{target.ref}: the output must be this rank's shard, shape {tuple(dout.shape)}; got "
                                  f"{getattr(out, 'shape', type(out).__name__)}")
+        counter.phase = "backward"
         torch.autograd.backward(out, dout)
 
         def back(t: Any) -> np.ndarray | None:
@@ -140,7 +167,8 @@ class ContextParallelAttention(Contract):
             return None if t is None else str(t.dtype).removeprefix("torch.")
 
         return {"out": back(out), "dq": back(q.grad), "dk": back(k.grad), "dv": back(v.grad),
-                "dtypes": {"out": kind(out), "dq": kind(q.grad), "dk": kind(k.grad), "dv": kind(v.grad)}}
+                "dtypes": {"out": kind(out), "dq": kind(q.grad), "dk": kind(k.grad), "dv": kind(v.grad)},
+                "scores": counter.counts, "covered": counter.covered}
 
     def check(self, case: CPCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
         from distcheck.parallel.cp import reference as ref
@@ -160,7 +188,8 @@ class ContextParallelAttention(Contract):
 
         return {"forward": one("output", full, "out", bounds[0]),
                 "grads": combine(*(one(f"gradient {k}", g, k, b)
-                                   for k, g, b in zip(("dq", "dk", "dv"), grads, bounds[1:], strict=True)))}
+                                   for k, g, b in zip(("dq", "dk", "dv"), grads, bounds[1:], strict=True))),
+                "balance": balance(c, positions, results)}
 
 
 def _positions(c: ds.CPAttentionCase) -> list[np.ndarray]:
@@ -168,3 +197,72 @@ def _positions(c: ds.CPAttentionCase) -> list[np.ndarray]:
 
     s = c.q.shape[0]
     return ref.load_balanced_positions(s, c.cp) if c.balanced else ref.contiguous_positions(s, c.cp)
+
+
+def takes_causal_mask(fn: Any) -> bool:
+    """Whether ``fn`` takes the keyword :data:`MASK_KEYWORD` (it is then handed the contract's counting mask)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    p = params.get(MASK_KEYWORD)
+    return p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+
+
+class _Counter:
+    """The counting causal mask handed to a target (module doc): ``counts[phase]`` scores, ``covered[phase]`` an
+    (s, s) bool array of the (query, key) pairs of the counted blocks."""
+
+    def __init__(self, s: int) -> None:
+        self.s, self.phase = s, "forward"
+        self.counts = {"forward": 0, "backward": 0}
+        self.covered = {"forward": np.zeros((s, s), dtype=bool), "backward": np.zeros((s, s), dtype=bool)}
+
+    def __call__(self, q_pos: Any, k_pos: Any) -> Any:
+        qp = np.asarray(q_pos.detach().cpu().numpy(), dtype=np.int64).reshape(-1)
+        kp = np.asarray(k_pos.detach().cpu().numpy(), dtype=np.int64).reshape(-1)
+        if (qp.size and (qp.min() < 0 or qp.max() >= self.s)) or (kp.size and (kp.min() < 0 or kp.max() >= self.s)):
+            raise ValueError(f"{MASK_KEYWORD}: positions must be global positions in 0 .. {self.s - 1}; got queries "
+                             f"{qp.tolist()}, keys {kp.tolist()}")
+        self.counts[self.phase] += int(qp.size * kp.size)
+        self.covered[self.phase][np.ix_(qp, kp)] = True
+        return k_pos.reshape(-1)[None, :] > q_pos.reshape(-1)[:, None]
+
+
+def balance(c: ds.CPAttentionCase, positions: list[np.ndarray], results: list) -> Outcome:
+    """``balance`` (module doc): per pass, every rank's counted scores within one block of
+    ``cp.scores_per_rank.balanced``, its counted blocks covering the visible pairs of its queries."""
+    from distcheck.engine.catalogue import get
+
+    s, cp = c.q.shape[0], c.cp
+    want = int(get("cp.scores_per_rank.balanced").evaluate(s=s, cp=cp))
+    block = (s // (2 * cp)) ** 2
+    bad, ranks, passes = [], set(), 0
+    for phase in ("forward", "backward"):
+        counts = [r["scores"][phase] for r in results]
+        if not any(counts):
+            continue
+        passes += 1
+        for rank, (res, pos) in enumerate(zip(results, positions, strict=True)):
+            n = counts[rank]
+            visible = np.zeros((s, s), dtype=bool)
+            visible[pos] = np.arange(s)[None, :] <= pos[:, None]
+            missed = np.argwhere(visible & ~res["covered"][phase])
+            if abs(n - want) > block:
+                bad.append(f"{phase}: rank {rank} computes {n} scores ({n / block:g} blocks of {block})")
+                ranks.add(rank)
+            if len(missed):
+                bad.append(f"{phase}: rank {rank}'s counted blocks leave out the visible (query, key) pairs "
+                           f"{[tuple(int(x) for x in p) for p in missed[:4]]}{' ...' if len(missed) > 4 else ''} "
+                           f"(a block masked without the contract's causal_mask, or with the wrong positions)")
+                ranks.add(rank)
+    if passes == 0:
+        return Outcome(False, bound=float(block), message=f"the target takes {MASK_KEYWORD} but counted no score "
+                                                          f"block in the forward or the backward")
+    if not bad:
+        return Outcome(True, max_error=0.0, bound=float(block))
+    counts_text = "; ".join(f"{ph} {[r['scores'][ph] for r in results]}" for ph in ("forward", "backward"))
+    return Outcome(False, bound=float(block), ranks=tuple(sorted(ranks)),
+                   message=f"scores per rank ({counts_text}) differ from the balanced cp.scores_per_rank.balanced = "
+                           f"(2 cp + 1) (s / 2 cp)^2 = {want} at s={s}, cp={cp} (within one block of {block}; "
+                           f"Llama 3 §3.3.2 head-tail chunking, fully masked blocks skipped): " + "; ".join(bad))

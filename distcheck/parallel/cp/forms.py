@@ -21,6 +21,10 @@ sequence is ``s b Hkv e B`` bytes; a rank holds 1/cp of the sequence.
 * Causal work per rank: the (query, key) pairs its causal attention computes; contiguous shards give
   rank r ``r L^2 + L (L + 1) / 2`` with L = s / cp, the head-tail split ``s (s + 1) / (2 cp)`` on every
   rank, the mean (Llama 3, §3.3.2); the imbalance ratio is the busiest rank's work over the mean.
+* Scores computed per rank, blockwise: cut the sequence into 2 cp chunks of c = s / (2 cp) and skip every
+  block of c x c scores whose keys all come after its queries (Liu et al. 2023, §3: blockwise attention).
+  Under the head-tail split rank r's query chunks r and 2 cp - 1 - r see r + 1 and 2 cp - r key chunks:
+  ``(2 cp + 1) c^2`` scores on every rank (Llama 3, §3.3.2); contiguous shards give rank r ``(4 r + 3) c^2``.
 * Ulysses' constraint: each rank takes whole heads, num_heads / cp and num_kv_heads / cp.
 """
 
@@ -103,6 +107,12 @@ FORMS = (
           "(-> (2 cp - 1) / cp for long sequences)", ("cp divides s",)),
     _form("cp.causal_work.imbalance.balanced", sp.Integer(1), (), "ratio", _LLAMA,
           "the busiest rank's causal work over the mean under the head-tail split"),
+    _form("cp.scores_per_rank.balanced", (2 * cp + 1) * (s / (2 * cp))**2, (_s, _cp), "count", f"{_LLAMA}; {_RING}",
+          "scores (query, key pairs) a rank computes in one pass under the head-tail split, blocks of (s / 2 cp)^2 "
+          "scores whose keys all follow their queries skipped: 2 cp + 1 blocks on every rank", ("2 cp divides s",)),
+    _form("cp.scores_per_rank.contiguous", (4 * r + 3) * (s / (2 * cp))**2, (_s, _cp, _r), "count",
+          f"{_LLAMA}; {_RING}", "scores rank r computes in one pass under contiguous shards, in blocks of "
+          "(s / 2 cp)^2 with the fully masked ones skipped: 4 r + 3 blocks", ("2 cp divides s", "rank < cp")),
     _form("cp.ulysses.heads_per_rank", H / cp, (_H, _cp), "heads", _ULYSSES,
           "query heads per rank after the all-to-all", ("cp divides num_heads",)),
     _form("cp.ulysses.kv_heads_per_rank", Hkv / cp, (_Hkv, _cp), "heads", _ULYSSES,

@@ -46,7 +46,8 @@ from numpy.typing import ArrayLike
 from distcheck.core.errors import ConfigError
 from distcheck.core.validate import MAX_RANKS, as_array, check_at_most, check_bool, check_positive_int
 
-__all__ = ["Partial", "load_balanced_positions", "contiguous_positions", "shard", "causal_work", "full_attention",
+__all__ = ["Partial", "load_balanced_positions", "contiguous_positions", "shard", "causal_work", "blockwise_scores",
+           "full_attention",
            "full_attention_backward", "block_partial", "scores_partial", "merge_partials", "finalize", "empty_partial",
            "check_qkv"]
 
@@ -90,6 +91,22 @@ def causal_work(positions: Sequence[ArrayLike]) -> list[int]:
     """Per rank: the (query, key) pairs its causal attention computes, ``sum_i (p_i + 1)`` over its
     positions (a query at position p reads the keys 0 .. p)."""
     return [int(np.sum(np.asarray(p, dtype=np.int64) + 1)) for p in positions]
+
+
+def blockwise_scores(positions: Sequence[ArrayLike], block: int) -> list[int]:
+    """Per rank: the scores blockwise attention computes with the fully masked blocks skipped. The sequence is
+    cut into chunks of ``block`` positions; a rank computes the ``block x block`` scores of every (query chunk,
+    key chunk) pair whose first key is at or before its last query (Liu et al. 2023, §3). Raises ConfigError
+    unless ``block`` >= 1 and every rank's positions are whole chunks."""
+    block = check_positive_int("block", block)
+    out = []
+    for r, p in enumerate(positions):
+        chunks = np.asarray(p, dtype=np.int64).reshape(-1) // block
+        mine, counts = np.unique(chunks, return_counts=True)
+        if np.any(counts != block):
+            raise ConfigError(f"positions[{r}]", np.asarray(p).tolist(), f"must be whole chunks of {block} positions")
+        out.append(int(np.sum(mine + 1)) * block * block)
+    return out
 
 
 def check_qkv(q: ArrayLike, k: ArrayLike, v: ArrayLike,

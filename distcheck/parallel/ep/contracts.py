@@ -30,6 +30,12 @@ these conventions as options:
   ``1/E`` (``mean_e f_e P_e``, the ``torch.mean(me * ce)`` of GShard's pseudo-code);
 * ``router_grad`` ``summed`` (the router's gradient summed over the ranks, the single device's) or ``local``
   (this rank's tokens' share, left to data parallelism's all-reduce as fairscale and DeepSpeed leave it);
+* ``dropless`` (default false): no capacity (torchtitan's, Megatron-core's all-to-all dispatcher's and
+  DeepSeek-V3's MoE): every choice reaches its expert, ``spec.capacity_factor`` is None and ``spec.dropless``
+  true, and the all-to-alls carry the actual split sizes (:mod:`distcheck.parallel.ep.dropless`: the counts
+  exchanged first, then ``all_to_all_single`` with ``input_split_sizes`` and ``output_split_sizes``, one row
+  per choice). Zero-length splits and experts with no tokens are drawn: with 1 or 2 tokens per rank and up
+  to 2 ep experts most examples have both. The case shows ``capacity_factor=inf``;
 * ``capacity_factor``: a fixed factor (``"1"``), or empty to draw it from {1/2, 1, 3/2, 2};
   ``tokens_multiple_of_experts``: every rank holds a multiple of E tokens (fairscale asserts it); ``k``: a fixed
   top-k (0: drawn from 1 and 2; fairscale's ``Top2Gate`` is 2); ``local_experts``: E/ep fixed (0: drawn from 1, 2).
@@ -62,12 +68,20 @@ Properties:
   forward (dispatch, combine) and two in the backward, each of its (E, C, h) buffer: S = E C h B bytes, the
   bytes sent ``(ep-1)/ep S`` being the closed forms ``ep.dispatch.bytes_per_rank.*`` and
   ``ep.combine.bytes_per_rank.*``. Other collectives (an aux loss's all-reduce) are not counted here.
+  Under ``dropless``: the floating-point all-to-alls of each phase are exactly a dispatch and a combine at the
+  split sizes the routing gives (:func:`distcheck.parallel.ep.dropless.check_splits`), bytes sent to and
+  received from each rank; the integer count exchange is not part of the rows.
+
+A failure of ``forward``, ``grads`` or ``aux_loss`` whose values are what another named convention gives
+(within the same bound) says so, with the option that certifies it (:mod:`distcheck.parallel.ep.conventions`):
+``matches convention renormalise=true (GShard top-2, ...): certify with --option renormalise=true``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+from fractions import Fraction
 from types import SimpleNamespace
 from typing import Any
 
@@ -85,7 +99,10 @@ from distcheck.engine.contracts.targets import Target, check_call_shape, make_ta
 from distcheck.engine.world import RankContext
 from distcheck.parallel.ep.strategies import EPMoECase
 
-__all__ = ["MoELayerContract", "moe_cases", "expected", "AUX_SCOPES", "AUX_COUNTS", "AUX_SCALES", "ROUTER_GRADS"]
+_DROPLESS_FACTOR = math.inf  # the case's capacity_factor under dropless: no capacity
+
+__all__ = ["MoELayerContract", "moe_cases", "expected", "numeric", "AUX_SCOPES", "AUX_COUNTS", "AUX_SCALES",
+           "ROUTER_GRADS"]
 
 #: the aux loss over the whole batch (every rank the same) or each rank's tokens
 AUX_SCOPES = ("global", "per_rank")
@@ -100,10 +117,12 @@ ITEMSIZE = {"float64": 8, "float32": 4}
 
 
 def moe_cases(ep: int, *, capacity_factor: float | None = None, tokens_multiple_of_experts: bool = False,
-              max_local_experts: int = 2, k: int = 0, local_experts: int = 0) -> SearchStrategy[EPMoECase]:
+              max_local_experts: int = 2, k: int = 0, local_experts: int = 0,
+              dropless: bool = False) -> SearchStrategy[EPMoECase]:
     """:class:`~distcheck.parallel.ep.strategies.EPMoECase` examples on ``ep`` ranks with tie-free logits (module
     doc): h, f in 1..2, 1 or 2 tokens per rank (or 1 or 2 multiples of E), E = ep * (1 .. max_local_experts), top-k
-    with k drawn from 1..2 (``k`` > 0: that k, E at least k); ``local_experts`` > 0 fixes E/ep."""
+    with k drawn from 1..2 (``k`` > 0: that k, E at least k); ``local_experts`` > 0 fixes E/ep. ``dropless``:
+    no capacity (the case's factor is inf)."""
 
     @st.composite
     def draw(d: Any) -> EPMoECase:
@@ -123,7 +142,10 @@ def moe_cases(ep: int, *, capacity_factor: float | None = None, tokens_multiple_
         x = np.concatenate([sign[:, None], q((T, h - 1), -4, 4)], axis=1)
         first = np.array(d(st.permutations(list(range(E)))), dtype=np.float64)
         wg = np.concatenate([first[None], q((h - 1, E), -1, 1) / 2], axis=0)   # |rest| <= (h-1) 1/8 <= 1/8
-        cf = capacity_factor if capacity_factor is not None else d(st.sampled_from(_FACTORS))
+        if dropless:
+            cf = _DROPLESS_FACTOR
+        else:
+            cf = capacity_factor if capacity_factor is not None else d(st.sampled_from(_FACTORS))
         router = d(st.sampled_from(names(Router)))
         return EPMoECase(x=x, wg=wg, w1=q((E, h, f), -8, 8), w2=q((E, f, h), -8, 8), dout=q((T, h), -8, 8), ep=ep,
                          k=kk, capacity_factor=cf, router=router)
@@ -144,7 +166,9 @@ def expected(case: EPMoECase, options: dict, *, magnitude: bool = False) -> dict
     x, wg, w1, w2, dout = case.x, case.wg, case.w1, case.w2, case.dout
     E, h, T, ep = wg.shape[1], x.shape[1], x.shape[0], case.ep
     n = T // ep
-    r = ref._routing(x, wg, case.k, case.capacity_factor, case.router, ep)
+    # dropless: capacity n per expert and rank (a token picks k distinct experts), so no choice is dropped
+    factor = Fraction(E, case.k) if options.get("dropless") else case.capacity_factor
+    r = ref._routing(x, wg, case.k, factor, case.router, ep)
     router = case.router
     kept_sum = np.ones((T, 1))
     if options["renormalise"]:
@@ -177,7 +201,8 @@ def expected(case: EPMoECase, options: dict, *, magnitude: bool = False) -> dict
         total = total + p
     dwg = partial if options["router_grad"] == "local" else [total] * ep
     return {"out": out, "dx": dx, "dw1": dw1, "dw2": dw2, "dwg": dwg, "aux": _aux(r, options, ep, E),
-            "dropped": ~r.kept.any(axis=1), "contribution": out - base, "capacity": r.capacity}
+            "dropped": ~r.kept.any(axis=1), "contribution": out - base, "capacity": r.capacity,
+            "experts": r.experts}
 
 
 def _dz_magnitude(r: Any, dg: np.ndarray, router: str, E: int) -> np.ndarray:
@@ -254,6 +279,8 @@ class MoELayerContract(Contract):
         Option("aux_scale", "E", str, "E sum_e f_e P_e (Switch eq. 4) or mean_e f_e P_e", AUX_SCALES),
         Option("router_grad", "summed", str, "the router's gradient summed over the ranks or this rank's share",
                ROUTER_GRADS),
+        Option("dropless", False, bool, "no capacity: every choice kept, all-to-alls of the actual split sizes "
+                                        "(counts exchanged first)"),
         Option("capacity_factor", "", str, "a fixed capacity factor (empty: drawn from 0.5, 1, 1.5, 2)"),
         Option("tokens_multiple_of_experts", False, bool, "every rank holds a multiple of E tokens"),
         Option("k", 0, int, "a fixed top-k (0: drawn from 1 and 2)", min_value=0, max_value=2),
@@ -265,19 +292,32 @@ class MoELayerContract(Contract):
         if not callable(obj) or isinstance(obj, type):
             raise ProtocolError("target", shown, f"must be a factory make(ctx, spec) -> layer for contract {self.name}")
         check_call_shape(obj, shown, "must take (ctx, spec): the rank and its router, experts and settings")
-        _factor(options)
+        factor = _factor(options)
+        if options["dropless"] and factor is not None:
+            raise ConfigError("option capacity_factor", options["capacity_factor"],
+                              "must be empty under dropless=true (a dropless layer has no capacity)")
+        if options["dropless"] and options["tokens_multiple_of_experts"]:
+            raise ConfigError("option tokens_multiple_of_experts", True,
+                              "must be false under dropless=true (it sizes capacity buffers; there are none)")
         return make_target(obj, ref, "factory"), options
 
     def cases(self, world_size: int, dtype: str, options: dict) -> SearchStrategy[EPMoECase]:
         return moe_cases(world_size, capacity_factor=_factor(options),
                          tokens_multiple_of_experts=bool(options["tokens_multiple_of_experts"]), k=int(options["k"]),
-                         local_experts=int(options["local_experts"]))
+                         local_experts=int(options["local_experts"]), dropless=bool(options["dropless"]))
+
+    def statement(self, prop: str, dtype: str, options: dict) -> str:
+        """The property's statement; under ``dropless`` the tokens and all-to-all properties' own."""
+        if options.get("dropless") and prop in _DROPLESS_STATEMENTS:
+            return _DROPLESS_STATEMENTS[prop]
+        return self.spec(prop).statement
 
     def run_rank(self, ctx: RankContext, target: Target, case: EPMoECase, dtype: str, options: dict) -> dict:
         import torch
 
         from distcheck.engine.collectives import ByteCounter
         from distcheck.engine.contracts.layer import torch_dtype
+        from distcheck.parallel.ep.dropless import split_recorder
 
         dt = torch_dtype(dtype)
         E, T = case.wg.shape[1], case.x.shape[0]
@@ -287,13 +327,15 @@ class MoELayerContract(Contract):
         def tensor(a: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(np.ascontiguousarray(a), dtype=dt, device=ctx.device)
 
+        dropless = bool(options["dropless"])
         spec = SimpleNamespace(wg=tensor(case.wg), w1=tensor(case.w1[ctx.rank * m:(ctx.rank + 1) * m]),
                                w2=tensor(case.w2[ctx.rank * m:(ctx.rank + 1) * m]), num_experts=E, k=case.k,
-                               capacity_factor=case.capacity_factor, router=case.router, ep=case.ep, rank=ctx.rank,
-                               dtype=dt, device=ctx.device)
+                               capacity_factor=None if dropless else case.capacity_factor, router=case.router,
+                               ep=case.ep, rank=ctx.rank, dtype=dt, device=ctx.device, dropless=dropless)
         layer = resolve(target)(ctx, spec)
         x = tensor(case.x[lo:hi]).requires_grad_(True)
-        with ByteCounter() as forward:
+        splits = {"forward": split_recorder(case.ep), "backward": split_recorder(case.ep)}
+        with ByteCounter() as forward, splits["forward"]:
             got = layer(x)
         if not isinstance(got, (tuple, list)) or len(got) < 2:
             raise ProtocolError("target", target.ref, "layer(x) must return (out, aux_loss)")
@@ -301,7 +343,7 @@ class MoELayerContract(Contract):
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
             raise AssertionError(f"{target.ref}: the output must be this rank's tokens, shape {tuple(x.shape)}; got "
                                  f"{getattr(out, 'shape', type(out).__name__)}")
-        with ByteCounter() as backward:
+        with ByteCounter() as backward, splits["backward"]:
             torch.autograd.backward(out, tensor(case.dout[lo:hi]))
         grads = layer.grads()
 
@@ -315,38 +357,60 @@ class MoELayerContract(Contract):
         aux = aux.detach() if isinstance(aux, torch.Tensor) else aux  # read, not differentiated: no UserWarning
         return {"out": back(out), "dx": back(x.grad), "aux": float(aux), "grads": {g: back(grads.get(g)) for g in keys},
                 "dtypes": {"out": kind(out), "dx": kind(x.grad), **{g: kind(grads.get(g)) for g in keys}},
-                "forward": list(forward.records), "backward": list(backward.records)}
+                "forward": list(forward.records), "backward": list(backward.records),
+                "splits": {phase: list(rec.records) for phase, rec in splits.items()}}
 
     def check(self, case: EPMoECase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
-        want, mag = expected(case, options), expected(case, options, magnitude=True)
-        E, T, h = case.wg.shape[1], case.x.shape[0], case.x.shape[1]
-        f, ep, k = case.w1.shape[2], case.ep, case.k
-        N = T + E + h + f + 2 * k + 8
-        eta = sum(3 * (_gamma(2 * E + 8, u) + _gamma(N, u)) for u in (float(unit_roundoff(dtype)), 2.0**-53))
-        n, m = T // ep, E // ep
-        rows = [slice(r * n, (r + 1) * n) for r in range(ep)]
-        mine = [slice(r * m, (r + 1) * m) for r in range(ep)]
+        got, eta, ref, mag = numeric(case, results, dtype, options)
+        out = dict(got)
+        failing = [p for p in out if not out[p].ok]
+        if failing:
+            from distcheck.parallel.ep.conventions import hint
 
-        def one(what: str, key: str, exp: list, bound: list) -> Outcome:
-            got = [res[key] if key in ("out", "dx") else res["grads"][key] for res in results]
-            return compare(what, dtype, exp, got, [res["dtypes"][key] for res in results], bound)
+            for p, text in hint(failing, options, lambda alt: numeric(case, results, dtype, alt)[0]).items():
+                o = out[p]
+                out[p] = Outcome(False, max_error=o.max_error, bound=o.bound, message=f"{o.message}; {text}",
+                                 ranks=o.ranks)
+        out["tokens"] = _tokens(case, ref, eta * mag["out"], results, bool(options["residual"]))
+        if options["dropless"]:
+            out.update(_dropless_all_to_alls(case, ref["experts"], dtype, results))
+        else:
+            out.update(_all_to_alls(case, ref["capacity"], dtype, results))
+        return out
 
-        forward = one("output", "out", [want["out"][s] for s in rows], [eta * mag["out"][s] for s in rows])
-        grads = [one("input gradient", "dx", [want["dx"][s] for s in rows], [eta * mag["dx"][s] for s in rows])]
-        for key in ("w1", "w2"):
-            grads.append(one(f"gradient of {key}", key, [want["d" + key][s] for s in mine],
-                             [eta * mag["d" + key][s] for s in mine]))
-        grads.append(one("gradient of wg", "wg", want["dwg"], [eta * a for a in mag["dwg"]]))
-        if options["router_grad"] == "summed":
-            grads.append(agree("gradient of wg", [res["grads"]["wg"] for res in results]))
-        mine_aux = [np.array([res["aux"]]) for res in results]
-        aux = compare("aux loss", dtype, [np.array([a]) for a in want["aux"]], mine_aux, [dtype] * ep,
-                      [np.array([eta * a]) for a in mag["aux"]])
-        if options["aux_scope"] == "global":
-            aux = combine(aux, agree("aux loss", mine_aux))
-        return {"forward": forward, "grads": combine(*grads), "aux_loss": aux,
-                "tokens": _tokens(case, want, eta * mag["out"], results, bool(options["residual"])),
-                **_all_to_alls(case, want["capacity"], dtype, results)}
+
+def numeric(case: EPMoECase, results: list, dtype: str,
+            options: dict) -> tuple[dict[str, Outcome], float, dict[str, Any], dict[str, Any]]:
+    """``({"forward", "grads", "aux_loss"}: outcomes, eta, the reference, its magnitudes)``: the ranks' values
+    against the reference (:func:`expected`) under ``options``, within the bound eta times the magnitudes (module
+    doc)."""
+    want, mag = expected(case, options), expected(case, options, magnitude=True)
+    E, T, h = case.wg.shape[1], case.x.shape[0], case.x.shape[1]
+    f, ep, k = case.w1.shape[2], case.ep, case.k
+    N = T + E + h + f + 2 * k + 8
+    eta = sum(3 * (_gamma(2 * E + 8, u) + _gamma(N, u)) for u in (float(unit_roundoff(dtype)), 2.0**-53))
+    n, m = T // ep, E // ep
+    rows = [slice(r * n, (r + 1) * n) for r in range(ep)]
+    mine = [slice(r * m, (r + 1) * m) for r in range(ep)]
+
+    def one(what: str, key: str, exp: list, bound: list) -> Outcome:
+        got = [res[key] if key in ("out", "dx") else res["grads"][key] for res in results]
+        return compare(what, dtype, exp, got, [res["dtypes"][key] for res in results], bound)
+
+    forward = one("output", "out", [want["out"][s] for s in rows], [eta * mag["out"][s] for s in rows])
+    grads = [one("input gradient", "dx", [want["dx"][s] for s in rows], [eta * mag["dx"][s] for s in rows])]
+    for key in ("w1", "w2"):
+        grads.append(one(f"gradient of {key}", key, [want["d" + key][s] for s in mine],
+                         [eta * mag["d" + key][s] for s in mine]))
+    grads.append(one("gradient of wg", "wg", want["dwg"], [eta * a for a in mag["dwg"]]))
+    if options["router_grad"] == "summed":
+        grads.append(agree("gradient of wg", [res["grads"]["wg"] for res in results]))
+    mine_aux = [np.array([res["aux"]]) for res in results]
+    aux = compare("aux loss", dtype, [np.array([a]) for a in want["aux"]], mine_aux, [dtype] * ep,
+                  [np.array([eta * a]) for a in mag["aux"]])
+    if options["aux_scope"] == "global":
+        aux = combine(aux, agree("aux loss", mine_aux))
+    return {"forward": forward, "grads": combine(*grads), "aux_loss": aux}, eta, want, mag
 
 
 def _factor(options: dict) -> float | None:
@@ -398,3 +462,22 @@ def _all_to_alls(case: EPMoECase, capacity: int, dtype: str, results: list) -> d
         mine = [[rec for rec in res[phase] if rec[0] == Collective.ALL_TO_ALL] for res in results]
         got[f"all_to_all.{phase}"] = compare_collectives(phase, want, mine, src)
     return got
+
+
+def _dropless_all_to_alls(case: EPMoECase, experts: np.ndarray, dtype: str, results: list) -> dict[str, Outcome]:
+    from distcheck.parallel.ep.dropless import check_splits, expected_splits
+
+    a, b = expected_splits(experts, case.ep, case.wg.shape[1])
+    row = case.x.shape[1] * ITEMSIZE[dtype]
+    return {f"all_to_all.{phase}": check_splits(phase, a, b, row, [res["splits"][phase] for res in results])
+            for phase in ("forward", "backward")}
+
+
+#: the statements of the properties whose claim changes under ``dropless``
+_DROPLESS_STATEMENTS = {
+    "tokens": "no capacity: no token passes through unchanged, every choice reaches its expert (token "
+              "conservation)",
+    "all_to_all.forward": "two floating-point all_to_all_single per rank (dispatch, combine) of the actual split "
+                          "sizes, one row of h elements per choice: the bytes sent to and received from each rank",
+    "all_to_all.backward": "two floating-point all_to_all_single per rank, the forward's split sizes swapped",
+}

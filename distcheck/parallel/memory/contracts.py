@@ -13,7 +13,9 @@ process, and the figures are exact (integers and Fractions; the "dtype" is ``exa
   stage 2 also the gradients, stage 3 also the weights); when the estimator gives its
   components, they match that convention one by one. A pass names the conventions; a failure
   says that none reproduces the fit and whether the total is the sum or the maximum of its
-  components.
+  components, and names the conventions that reproduce it exactly at another ZeRO stage
+  (:func:`other_stages`: ``matches convention K = 12 (...) at ZeRO stage 1, not the declared stage 2``),
+  the estimator then sharding what that stage shards.
 * ``truncation``: the figure at (P, N) is within a byte of the fit (rounding to whole bytes
   costs less than a byte per rank, and the figures really are of the fitted form), and the
   options change only the constant.
@@ -35,6 +37,7 @@ Adapters for DeepSpeed's ZeRO estimators and accelerate's training estimate are 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise
@@ -52,14 +55,16 @@ from distcheck.parallel.memory.estimators import (
     MAX_RANKS_DRAWN,
     Estimator,
     EstimatorFamily,
+    Fit,
     components_per_param,
+    conventions_for,
     describe_fit,
     fit,
     number,
     read_printed,
 )
 
-__all__ = ["EstimatorCase", "MemoryEstimatorContract", "MemoryStagesContract"]
+__all__ = ["EstimatorCase", "MemoryEstimatorContract", "MemoryStagesContract", "other_stages"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,8 @@ class MemoryEstimatorContract(Contract):
         f, base = r["fit"], r["base"]
         text, convs = describe_fit(r["stage"], f, r["components"], case.options)
         note, _ = describe_fit(r["stage"], base, r["base_components"], r["fit_options"])
+        if not convs:
+            text += other_stages(r["stage"], f, r["components"])
         out = {"fit": Outcome(bool(convs), message=text, note=note)}
 
         got, want = r["value"], f.predict(case.params, case.n)
@@ -173,6 +180,20 @@ class MemoryEstimatorContract(Contract):
         if r["printed"] is not None:
             out["printed_unit"] = _printed_outcome(case, got, r["printed"])
         return out
+
+
+def other_stages(stage: int, f: Fit, components: Mapping[str, Fraction] | None) -> str:
+    """``"; matches convention ... at ZeRO stage s, not the declared stage t: ..."`` for every (convention, other
+    stage) whose (replicated, sharded) split is ``f``'s exactly (and whose components match, when given); "" when
+    none does."""
+    found = [(s, c) for s in range(4) if s != stage for c in conventions_for(s, f, components)]
+    if not found:
+        return ""
+    named = "; or ".join(f"{c.describe()} at ZeRO stage {s}" for s, c in found)
+    stages = sorted({s for s, _ in found})
+    return (f"; matches convention {named}, not the declared stage {stage}: the estimator shards what stage "
+            f"{' or '.join(map(str, stages))} shards (certify it with Estimator(..., stage={stages[0]}) if that is "
+            f"the stage it estimates)")
 
 
 def _printed_outcome(case: EstimatorCase, value: Fraction, text: str) -> Outcome:

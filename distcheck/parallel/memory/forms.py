@@ -102,9 +102,21 @@ MIN_GPUS = register(ClosedForm(
 
 _budget_in = Input("budget_bytes", "memory budget per GPU", "bytes", kind="positive")
 
+
+class ceil_log2(sp.Function):
+    """``ceil(log2(n))`` for a positive integer n, exact: ``(n - 1).bit_length()``. sympy's own
+    ``ceiling(log(n, 2))`` rounds through a float and gives 31 for n = 2^31 + 1 (sympy 1.14)."""
+
+    @classmethod
+    def eval(cls, n: sp.Expr) -> sp.Integer | None:
+        if n.is_Integer and n >= 1:
+            return sp.Integer(int(n - 1).bit_length())
+        return None
+
+
 MIN_TP_POW2 = register(ClosedForm(
     name="memory.min_tp_pow2",
-    expr=2 ** sp.ceiling(sp.log(sp.ceiling(b * P / _budget_in.symbol), 2)),
+    expr=2 ** ceil_log2(sp.ceiling(b * P / _budget_in.symbol)),
     inputs=(P_in, b_in, _budget_in),
     unit="count",
     source="lesson 'Scaling and distributed training' section 6 exercise: smallest power-of-two TP that fits "

@@ -21,6 +21,9 @@ precision against the single-device step in the same precision.
 - ``bound``: the float64 bound; ``precision``: the precisions (float64, float32, ``bf16-fsdp``,
   ``bf16-autocast``) and the criterion that holds a low-precision step to the single-device step in the same
   precision;
+- ``trace`` (+ ``mapping``, ``divergence``): the first divergence of a failing step: its shrunk case replayed
+  with every tensor recorded on every rank and in the reference, mapped back to full tensors, the first that
+  leaves its bound named;
 - ``hooks``: the step's overridable hooks (loss, reported loss, grad-norm clipping, the micro-batch's
   accumulation context and backward, the model's inputs and its own loss) and their defaults, and the user's
   own model (``StepTarget(model=..., config=...)``);

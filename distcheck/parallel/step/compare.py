@@ -1,5 +1,7 @@
 """Every rank's values against the reference's under a bound, reported in one short line (numpy only): the
-``training-step`` contract's comparisons (:mod:`distcheck.parallel.step.contracts`)."""
+``training-step`` contract's comparisons (:mod:`distcheck.parallel.step.contracts`): each value (:func:`within`),
+the parameters' names (:func:`extra_params`), the clipping factor (:func:`clipping`) and the tokens
+(:func:`tokens`)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ from typing import Any
 import numpy as np
 
 from distcheck.engine.contracts.contract import Outcome
-from distcheck.parallel.step.bound import value_bound
+from distcheck.parallel.step.bound import BOUND, kind_floor, value_bound
+from distcheck.parallel.step.precision import UNIT_ROUNDOFF
 
-__all__ = ["within", "first"]
+__all__ = ["within", "first", "extra_params", "clipping", "tokens"]
 
 
 def within(what: str, ref: Any, got: list, ranks: list[int] | None = None, bound: Any = None,
@@ -61,3 +64,53 @@ def first(outcomes: list[Outcome]) -> Outcome:
     more = f" (and {len(failed) - 1} more of {len(outcomes)} checks)" if len(failed) > 1 else ""
     return Outcome(False, max_error=max(errors, default=0.0), bound=max(bounds, default=0.0),
                    ranks=tuple(sorted({r for o in failed for r in o.ranks})), message=failed[0].message + more)
+
+
+def extra_params(at: str, ref: dict, steps: list[dict]) -> Outcome:
+    """A parameter some rank holds under a name the reference lacks: a weight the reference ties (and lists
+    once, ``named_parameters()``) that the parallelize function left as two parameters."""
+    extra = {i: sorted(set(st_["params"]) - set(ref)) for i, st_ in enumerate(steps)}
+    bad = [i for i, names in extra.items() if names]
+    if not bad:
+        return Outcome(True, max_error=0.0, bound=0.0)
+    return Outcome(False, bound=0.0, ranks=tuple(bad), message=f"{at}: ranks {bad} hold parameters the reference "
+                   f"does not have: {', '.join(extra[bad[0]])} (a weight tied in the model, untied by the "
+                   "parallelize function?)")
+
+
+def clipping(at: str, r: dict, steps: list[dict], held: tuple = (None, None), dtype: str = "float64") -> Outcome:
+    """Every rank's clipping factor against the reference's ``r["scale"]`` (``held``: its bound and the
+    single-device step's own error under a low precision, :func:`within`), and one factor for every entry: the
+    residual of the local shards against one factor within the rounding of ``scale * g`` in the gradients' dtype."""
+    # a rank whose local gradients are all zero shows no factor: it is held to the reference's own
+    scale = within(f"{at} clipping factor (reference norm {r['norm']:.17g})", r["scale"],
+                   [r["scale"] if st_["scale"] is None else st_["scale"] for st_ in steps], None, held[0], held[1],
+                   dtype)
+
+    # the residual of one factor, in gradient units: the rounding of scale * g (twice the gradients' own unit
+    # roundoff in float64's 2^-31, four times it in a lower precision's), against the gradients' own size
+    def rounding(st_: dict) -> float:
+        kind = st_.get("grad_dtype") or "float64"
+        return 2 * BOUND if kind == "float64" else 4 * UNIT_ROUNDOFF.get(kind, UNIT_ROUNDOFF["bfloat16"])
+
+    uneven = [i for i, st_ in enumerate(steps)
+              if st_["residual"] > rounding(st_) * r["scale"] * kind_floor([st_.get("grad_max", 0.0)])]
+    if uneven:
+        return first([scale, Outcome(False, bound=BOUND, ranks=tuple(uneven), message=f"{at}: ranks {uneven} "
+                                     "scaled their gradients by more than one factor")])
+    return scale
+
+
+def tokens(at: str, total: int, steps: list[dict], dp_index: list[int]) -> Outcome:
+    """Every rank reports the step's ``total`` tokens, and the dp ranks' own counts add up to it (exact)."""
+    bad = [(i, st_["tokens"]) for i, st_ in enumerate(steps) if st_["tokens"] != total]
+    own: dict[int, int] = {}
+    for d, st_ in zip(dp_index, steps, strict=True):
+        own.setdefault(d, st_["local_tokens"])
+    msgs = [f"rank {i} reports {t:g} tokens" for i, t in bad]
+    if sum(own.values()) != total:
+        msgs.append(f"the dp ranks' own counts {[own[d] for d in sorted(own)]} add up to {sum(own.values())}")
+    if not msgs:
+        return Outcome(True, max_error=0.0, bound=0.0)
+    return Outcome(False, bound=0.0, ranks=tuple(i for i, _ in bad),
+                   message=f"{at}: the step has {total} non-ignored tokens; " + "; ".join(msgs))

@@ -57,6 +57,7 @@ from dataclasses import replace
 from itertools import product
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 from hypothesis import strategies as st
 
 from distcheck.core.errors import ConfigError
@@ -65,12 +66,15 @@ from distcheck.core.vocab import Axis, Schedule
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
-from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds
+from distcheck.parallel.step.bound import BOUND, param_bounds
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.compare import clipping, extra_params, tokens
 from distcheck.parallel.step.compare import first as _first
 from distcheck.parallel.step.compare import within as _within
+from distcheck.parallel.step.divergence import explain_step
+from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
 from distcheck.parallel.step.model import TinyConfig, stage_of
-from distcheck.parallel.step.precision import UNIT_ROUNDOFF, precision, precision_bounds, precisions_for
+from distcheck.parallel.step.precision import precision, precision_bounds, precisions_for
 from distcheck.parallel.step.reference import StepLayout
 
 if TYPE_CHECKING:
@@ -252,6 +256,13 @@ def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = 
     return draw()
 
 
+def _single(case: StepCase) -> Any:
+    """The single-device step rank 0 runs beside the reference in a low precision (None in float64)."""
+    from distcheck.parallel.step.single import device_step
+
+    return None if case.layout.precision == "float64" else device_step
+
+
 class TrainingStep(Contract):
     """A whole training step under composed parallelism (see the module doc)."""
 
@@ -326,6 +337,7 @@ class TrainingStep(Contract):
         given = _axes(options["axes"]) if options.get("axes") else ()
         if isinstance(obj, StepTarget):
             _check_hooks(obj, shown)
+            check_shard_dims(obj.shard_dims, shown)
             own = _target_axes(obj.axes, shown)
             _user_config(obj, shown)
             if obj.model is not None:
@@ -390,18 +402,31 @@ class TrainingStep(Contract):
         from distcheck.parallel.step.hooks import StepTarget
 
         obj = resolve(target)
-        return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case)
+        return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case, single=_single(case))
+
+    def explain_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
+        """The replay of a failure's shrunk case with every tensor recorded (:mod:`~distcheck.parallel.step.trace`)."""
+        from distcheck.parallel.step.harness import run_step
+        from distcheck.parallel.step.hooks import StepTarget
+
+        obj = resolve(target)
+        return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case,
+                        record=case.layout.precision == "float64")
+
+    def explain(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> str:
+        """The first tensor of the recorded replay that leaves its bound
+        (:func:`~distcheck.parallel.step.divergence.explain_step`); float64 only: the replay's tensors are held to
+        the float64 step, which a lower precision's own rounding leaves everywhere."""
+        if case.layout.precision != "float64":
+            return (f"first divergence: not traced in {case.layout.precision} (the recorded replay holds every tensor "
+                    "to the float64 step, which the precision's own rounding leaves everywhere); the failing value "
+                    "above, held to the single-device step in the same precision, is the finding")
+        return explain_step(case, results)
 
     def check(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
-        import torch
+        from distcheck.parallel.step.harness import ADAMW
 
-        from distcheck.parallel.step.case import batch
-        from distcheck.parallel.step.harness import ADAMW, device_step, parallel_states, reference_step
-
-        tokens, labels = (torch.from_numpy(a) for a in batch(case))
-        own = resolve(case.target) if case.target is not None else None
-        states = parallel_states(results)
-        ref = reference_step(case, tokens, labels, states, own, results[0].get("initial"))
+        ref = results[0]["reference"]
         prec = precision(case.layout.precision)
         bounds: list[dict[str, Any]]
         if prec.name == "float64":
@@ -411,8 +436,9 @@ class TrainingStep(Contract):
             if devices != ["cpu"]:
                 raise ConfigError("dtypes", dtype, f"is certified on CPU worlds only (the ranks ran on {devices}): the "
                                   "single-device step runs on CPU and must run a rank's kernels")
-            single = device_step(case, tokens, labels, states, own, results[0].get("initial"))
-            bounds = precision_bounds(ref, single, prec, case.layout.tp, lr=case.lr, **ADAMW)
+            bounds = precision_bounds(ref, results[0]["single"], prec, case.layout.tp, lr=case.lr, **ADAMW)
+        # plain tp shards (Megatron style) as full tensors, the reference's shapes
+        results = assemble_params(case.layout, results, {n: np.shape(v) for n, v in ref[0]["params"].items()})
         out: dict[str, list[Outcome]] = {p.name: [] for p in _PROPERTIES}
         for s, r in enumerate(ref):
             # the tiny Llama's drawn sizes keep every norm above the binding threshold; a user model's may not
@@ -448,48 +474,7 @@ class TrainingStep(Contract):
             out["tokens"].append(self._tokens(at, r["tokens"], steps, [res["dp_index"] for res in results]))
         return {name: _first(outs) for name, outs in out.items()}
 
-    @staticmethod
-    def _extra(at: str, ref: dict, steps: list[dict]) -> Outcome:
-        """A parameter some rank holds under a name the reference lacks: a weight the reference ties (and lists
-        once, ``named_parameters()``) that the parallelize function left as two parameters."""
-        extra = {i: sorted(set(st_["params"]) - set(ref)) for i, st_ in enumerate(steps)}
-        bad = [i for i, names in extra.items() if names]
-        if not bad:
-            return Outcome(True, max_error=0.0, bound=0.0)
-        return Outcome(False, bound=0.0, ranks=tuple(bad), message=f"{at}: ranks {bad} hold parameters the reference "
-                       f"does not have: {', '.join(extra[bad[0]])} (a weight tied in the model, untied by the "
-                       "parallelize function?)")
-
-    @staticmethod
-    def _clipping(at: str, r: dict, steps: list[dict], held: tuple = (None, None), dtype: str = "float64") -> Outcome:
-        # a rank whose local gradients are all zero shows no factor: it is held to the reference's own
-        scale = _within(f"{at} clipping factor (reference norm {r['norm']:.17g})", r["scale"],
-                        [r["scale"] if st_["scale"] is None else st_["scale"] for st_ in steps], None, held[0], held[1],
-                        dtype)
-
-        # the residual of one factor, in gradient units: the rounding of scale * g (twice the gradients' own unit
-        # roundoff in float64's 2^-31, four times it in a lower precision's), against the gradients' own size
-        def rounding(st_: dict) -> float:
-            kind = st_.get("grad_dtype") or "float64"
-            return 2 * BOUND if kind == "float64" else 4 * UNIT_ROUNDOFF.get(kind, UNIT_ROUNDOFF["bfloat16"])
-
-        uneven = [i for i, st_ in enumerate(steps)
-                  if st_["residual"] > rounding(st_) * r["scale"] * kind_floor([st_.get("grad_max", 0.0)])]
-        if uneven:
-            return _first([scale, Outcome(False, bound=BOUND, ranks=tuple(uneven), message=f"{at}: ranks {uneven} "
-                                          "scaled their gradients by more than one factor")])
-        return scale
-
-    @staticmethod
-    def _tokens(at: str, total: int, steps: list[dict], dp_index: list[int]) -> Outcome:
-        bad = [(i, st_["tokens"]) for i, st_ in enumerate(steps) if st_["tokens"] != total]
-        own: dict[int, int] = {}
-        for d, st_ in zip(dp_index, steps, strict=True):
-            own.setdefault(d, st_["local_tokens"])
-        msgs = [f"rank {i} reports {t:g} tokens" for i, t in bad]
-        if sum(own.values()) != total:
-            msgs.append(f"the dp ranks' own counts {[own[d] for d in sorted(own)]} add up to {sum(own.values())}")
-        if not msgs:
-            return Outcome(True, max_error=0.0, bound=0.0)
-        return Outcome(False, bound=0.0, ranks=tuple(i for i, _ in bad),
-                       message=f"{at}: the step has {total} non-ignored tokens; " + "; ".join(msgs))
+    # the comparisons beside the values' (distcheck.parallel.step.compare)
+    _extra = staticmethod(extra_params)
+    _clipping = staticmethod(clipping)
+    _tokens = staticmethod(tokens)

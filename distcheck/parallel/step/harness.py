@@ -10,20 +10,20 @@ them: ``loss_fn`` on the last stage);
 ``report_loss`` over the rank's summed per-token losses and tokens; the gradients
 (local shards) are kept, ``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is
 measured from the local shards before and after; ``optimizer.step()``; every parameter and AdamW moment
-is gathered to a full tensor (``full_tensor()``). The contract's check (in the parent) then runs the reference
-(:func:`reference_step`): the same decoder on the whole step's batch at once, the token-mean loss,
+is gathered to a full tensor (``full_tensor()``). Rank 0 then runs the reference (:func:`reference_step`,
+from every rank's records): the same decoder on the whole step's batch at once, the token-mean loss,
 ``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached after the step before
 (:func:`parallel_states`).
 
 A target with its own model (``StepTarget(model=...)``) is built by :func:`build_target_model` (seeded, CPU,
-float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`; rank 0 returns it as
-``initial``); each micro-batch's forward is ``model`` called on the ``batch`` hook's inputs and its loss sum the
-``loss`` hook's; the reference is the same factory loaded with rank 0's initial ``state_dict`` and the same two
-hooks on the whole batch.
+float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`); each micro-batch's forward is
+``model`` called on the ``batch`` hook's inputs and its loss sum the ``loss`` hook's; the reference is the same
+factory loaded with rank 0's initial ``state_dict`` and the same two hooks on the whole batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "device_step", "parallel_states", "mesh_for", "build_target_model",
-           "same_weights", "autocast_for"]
+__all__ = ["ADAMW", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for",
+           "build_target_model", "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
 ADAMW: dict = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -141,22 +141,6 @@ def same_weights(model: Any) -> dict:
     return {k: v.detach().clone() for k, v in state.items()}
 
 
-def autocast_for(precision: str, device: Any) -> Any:
-    """The context the step's forward and loss run in: ``torch.autocast(device type, torch.bfloat16)`` under
-    ``bf16-autocast``, ``contextlib.nullcontext()`` otherwise."""
-    import contextlib
-
-    import torch
-
-    from distcheck.parallel.step.precision import precision as recipe
-
-    prec = recipe(precision)
-    if not prec.autocast:
-        return contextlib.nullcontext()
-    kind = device.type if hasattr(device, "type") else str(device)
-    return torch.autocast(device_type=kind, dtype=getattr(torch, prec.compute))
-
-
 def _sum64(value: Any) -> Any:
     import torch
 
@@ -164,11 +148,18 @@ def _sum64(value: Any) -> Any:
     return value.detach().to(device="cpu", dtype=torch.float64)
 
 
-def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
+def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bool = False,
+             single: Callable | None = None) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
     ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards; ``grad_dtype`` the local
     gradients' dtype name), ``params`` and ``state`` (full tensors by name, float64 arrays of the values the rank
-    holds); ``dp_index`` and ``device`` (the ranks' device type). The model is built in the case's precision's
+    holds; a plain tensor as this rank holds it), ``dp_index``, ``device`` (the ranks' device type) and
+    ``shard_dims`` (the target's declared layouts of the names this rank holds); on rank 0 also ``reference``
+    (:func:`reference_step`, from every rank's records) and ``single`` when that argument is given (``single(case,
+    tokens, labels, starts, target, initial)``: the single-device step in the case's precision,
+    :func:`distcheck.parallel.step.single.device_step`, from the same records). ``record`` (the replay
+    of a failure only): also ``trace``, every tensor of the step (:class:`~distcheck.parallel.step.trace.Recorder`),
+    and on rank 0 ``reference_trace`` (:func:`reference_trace`). The model is built in the case's precision's
     master dtype (``layout.precision``: float64, or float32 for float32 and both bf16 recipes), and under
     ``bf16-autocast`` each micro-batch's forward and ``loss_fn`` run under ``torch.autocast``."""
     import logging
@@ -183,8 +174,10 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     # FSDP2's warning that the root returned a view: the step and the default hooks read the logits out of place
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    from distcheck.parallel.step.mapping import assemble_params, declared
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
-    from distcheck.parallel.step.precision import precision
+    from distcheck.parallel.step.precision import autocast_for, precision
+    from distcheck.parallel.step.trace import NoRecorder, Recorder, normalize
 
     layout = case.layout
     master = precision(layout.precision).master
@@ -203,12 +196,15 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
         model = build_target_model(target.model, case.config, case.seed)
         initial = same_weights(model)
         model = model.to(device=ctx.device, dtype=getattr(torch, master))
+    shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
     model = target.parallelize(model, mesh, layout)
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
+    rec = Recorder(model, dp_index=d, pipelined=layout.pp > 1) if record else NoRecorder()
     steps = []
     for s in range(case.steps):
+        rec.begin_step(s)
         opt.zero_grad()
         total = int((labels[s] != IGNORE_INDEX).sum())
         loss_sum = torch.zeros((), dtype=torch.float64)
@@ -220,6 +216,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
             x, y = tokens[s, d, k].to(ctx.device), labels[s, d, k].to(ctx.device)
             n_k = int((y != IGNORE_INDEX).sum())
             info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss)
+            rec.begin_microbatch(k)
             with target.accumulate(model, info):
                 with autocast_for(layout.precision, ctx.device):
                     out = call_model(model, target.batch(x, y, info))
@@ -230,18 +227,39 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase) -> dict:
             mine += n_k
         info = StepInfo(layout, mesh, total, 0, case.microbatches, case.max_norm)
         loss, seen = target.report_loss(loss_sum, mine, info)
+        rec.after_backward(model, loss, seen)
         params = [p for p in model.parameters() if p.grad is not None]
         before = [_local(p.grad) for p in params]
         norm = target.clip_grad_norm(model.parameters(), case.max_norm, info)
+        rec.after_clip(model, norm)
         scale, resid, grad_max = _scale(before, [_local(p.grad) for p in params])
         opt.step()
+        rec.after_optimizer(model, opt)
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
                       "residual": resid, "grad_max": grad_max, "local_tokens": int(mine),
                       "grad_dtype": str(before[0].dtype).removeprefix("torch.") if before else "",
                       **_record(model, opt)})
-    result: dict = {"steps": steps, "dp_index": d, "device": ctx.device.type}
-    if ctx.rank == 0 and initial is not None:  # the reference (in the contract's check) loads rank 0's weights
-        result["initial"] = {k: v.numpy() for k, v in initial.items()}
+    modules = [normalize(n) for n, _ in model.named_modules()]
+    names = modules + [f"{n}:input" for n in modules] + [normalize(n) for n, _ in model.named_parameters()]
+    result: dict = {"steps": steps, "dp_index": d, "device": ctx.device.type,
+                    "shard_dims": declared(target.shard_dims, names)}
+    if record:
+        result["trace"] = rec.close()
+    # the reference runs here, on rank 0, from every rank's records: never in the parent, which forks the next
+    # world's ranks (a process that has run torch's thread pools does not fork safely)
+    import torch.distributed as dist
+
+    records: list = [None] * ctx.world_size
+    dist.all_gather_object(records, {"steps": steps, "shard_dims": result["shard_dims"]})
+    if ctx.rank == 0:
+        # plain tp shards (Megatron style) as full tensors: the reference starts each step from the ranks' state
+        starts = parallel_states(assemble_params(layout, records, shapes))
+        own = target if target.model is not None else None
+        result["reference"] = reference_step(case, tokens, labels, starts, own, initial)
+        if single is not None:  # the single-device step in the case's precision, from the same states
+            result["single"] = single(case, tokens, labels, starts, own, initial)
+        if record:
+            result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
 
 
@@ -257,7 +275,7 @@ def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, 
     from distcheck.core.vocab import Schedule
     from distcheck.parallel.step.hooks import StepInfo
     from distcheck.parallel.step.model import IGNORE_INDEX, token_loss_sum
-    from distcheck.parallel.step.precision import precision
+    from distcheck.parallel.step.precision import autocast_for, precision
 
     layout, m = case.layout, case.microbatches
     stage = layout.coordinates(ctx.rank)["pp"]
@@ -312,7 +330,7 @@ def parallel_states(results: list[dict]) -> list[dict]:
     return out
 
 
-def _start_model(case: StepCase, target: StepTarget, initial: dict | None, master: str, dtype: str) -> Any:
+def start_model(case: StepCase, target: StepTarget, initial: dict | None, master: str, dtype: str) -> Any:
     """The model a reference starts from, on CPU with parameters of ``dtype``: the tiny Llama with the case's
     weights, or the target's factory loaded with ``initial``; either rounded to ``master`` first (the weights
     the ranks start from: the case's float64 weights cast to the master dtype)."""
@@ -358,7 +376,7 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
 
     target = target or StepTarget(lambda model, mesh, layout: model)
     prec = precision(case.layout.precision)
-    model = _start_model(case, target, initial, prec.master, "float64")
+    model = start_model(case, target, initial, prec.master, "float64")
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     out = []
     for s in range(case.steps):
@@ -378,74 +396,57 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
     return out
 
 
-def device_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,
-                target: StepTarget | None = None, initial: dict | None = None) -> list[dict]:
-    """The single-device step in the case's precision (``layout.precision``), each step from ``starts`` as
-    :func:`reference_step`, recorded as it records (float64 numpy arrays of the low-precision values).
-
-    The same micro-batches as the parallel run (dp index d, then micro-batch k: every dp rank's, one after the
-    other, gradient accumulation on one device), each backpropagated from ``loss(...) / T`` (the whole step's
-    tokens); the parameters, their gradients and AdamW's state in the master dtype. ``bf16-fsdp``: each step's
-    forward and backward run on a copy of the master weights cast to bf16 (FSDP2's ``param_dtype``), whose bf16
-    gradients are cast to fp32 and added to the master gradients micro-batch by micro-batch (FSDP2's
-    ``reduce_dtype=float32`` on one rank); ``bf16-autocast``: the forward and the loss under ``torch.autocast``.
-    Then ``clip_grad_norm_`` and ``AdamW.step()``. ``loss`` is the micro-batches' float64 sum of the ``loss``
-    hook's values over T (as the ranks report it), ``norm`` and ``scale`` torch's, in the master dtype. Runs on
-    CPU with one thread, as every rank does (protocol: ``torch.set_num_threads(1)``), so a micro-batch runs the
-    kernels a rank runs (:mod:`distcheck.parallel.step.precision`)."""
-    import copy
-
+def reference_trace(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,
+                    target: Any = None, initial: dict | None = None) -> dict:
+    """The single-device float64 step recorded (:mod:`~distcheck.parallel.step.trace`): each dp rank's
+    micro-batches run one at a time (``tokens``, ``labels``: ``(steps, dp, m, micro_batch_size, seq_len)``), the loss
+    of each its per-token sum (the target's ``loss`` hook) times ``dp / T``, the gradients divided by dp after the
+    last, torch's ``clip_grad_norm_`` and AdamW; step s + 1 from ``starts[s]``; ``target`` and ``initial`` as
+    :func:`reference_step` takes them (the model factory, its ``batch`` and ``loss`` hooks, rank 0's initial
+    weights). Returns ``{"events": [...], "tied": {name: [the other names of the same tensor]}}``."""
     import torch
 
+    from distcheck.parallel.step.case import weights
     from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
-    from distcheck.parallel.step.model import IGNORE_INDEX
-    from distcheck.parallel.step.precision import precision
+    from distcheck.parallel.step.model import IGNORE_INDEX, build_model
     from distcheck.parallel.step.reference import StepLayout
+    from distcheck.parallel.step.trace import Recorder, tied_names
 
     target = target or StepTarget(lambda model, mesh, layout: model)
-    prec = precision(case.layout.precision)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        model = _start_model(case, target, initial, prec.master, prec.master)
-        opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
-        out = []
-        for s in range(case.steps):
-            if s and starts is not None:
-                _load(model, opt, starts[s - 1])
-            opt.zero_grad(set_to_none=True)
-            total = int((labels[s] != IGNORE_INDEX).sum())
-            net = model
-            if prec.policy:  # FSDP2's param_dtype: the forward and backward on the master weights cast
-                net = copy.deepcopy(model)
-                for p in net.parameters():
-                    p.data = p.data.to(getattr(torch, prec.compute))
-            loss_sum = torch.zeros((), dtype=torch.float64)
-            for d in range(case.layout.dp):
-                for k in range(case.microbatches):
-                    x, y = tokens[s, d, k], labels[s, d, k]
-                    info = StepInfo(StepLayout(precision=prec.name), None, total, int((y != IGNORE_INDEX).sum()),
-                                    case.microbatches, case.max_norm, k, target.loss)
-                    with autocast_for(prec.name, "cpu"):
-                        loss = target.loss(call_model(net, target.batch(x, y, info)), y, info)
-                    (loss / total).backward()
-                    loss_sum += loss.detach().to(torch.float64)
-                    if net is not model:  # FSDP2's reduce_dtype: the bf16 gradient cast, then accumulated
-                        with torch.no_grad():
-                            for p, q in zip(model.parameters(), net.parameters(), strict=True):
-                                if q.grad is None:
-                                    continue
-                                g = q.grad.to(p.dtype)
-                                p.grad = g if p.grad is None else p.grad.add_(g)
-                        net.zero_grad(set_to_none=True)
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm)
-            scale = torch.clamp(case.max_norm / (norm + 1e-6), max=1.0)
-            opt.step()
-            out.append({"loss": float(loss_sum) / total, "tokens": total, "norm": float(norm), "scale": float(scale),
-                        **_record(model, opt)})
-        return out
-    finally:
-        torch.set_num_threads(threads)
+    if target.model is None:
+        model = build_model(case.config, weights(case))
+    else:
+        model = build_target_model(target.model, case.config, case.seed)
+        if initial is not None:
+            model.load_state_dict({k: torch.as_tensor(v) for k, v in initial.items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
+    rec = Recorder(model)
+    dp = case.layout.dp
+    for s in range(case.steps):
+        if s and starts is not None:
+            _load(model, opt, starts[s - 1])
+        rec.begin_step(s)
+        opt.zero_grad()
+        total = int((labels[s] != IGNORE_INDEX).sum())
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        for d in range(dp):
+            rec.dp_index = d
+            for k in range(case.microbatches):
+                rec.begin_microbatch(k)
+                x, y = tokens[s, d, k], labels[s, d, k]
+                info = StepInfo(StepLayout(), None, total, int((y != IGNORE_INDEX).sum()), 1, case.max_norm, 0,
+                                target.loss)
+                per_token = target.loss(call_model(model, target.batch(x, y, info)), y, info)
+                (per_token * dp / total).backward()
+                loss_sum += per_token.detach()
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.div_(dp)
+        rec.after_backward(model, loss_sum / total, total)
+        rec.after_clip(model, torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm))
+        opt.step()
+        rec.after_optimizer(model, opt)
+    return {"events": rec.close(), "tied": tied_names(model)}
 
 
 def _load(model: Any, opt: Any, start: dict) -> None:

@@ -198,6 +198,11 @@ class StepTarget:
     ``model(config) -> nn.Module`` (None: distcheck's tiny Llama), and ``config``, what the factory is called
     with (None: the sizes drawn for the layout, a ``TinyConfig``; given: it must have ``vocab_size``, and is
     shipped to the ranks inside each example, so it must pickle).
+    ``shard_dims`` says how plain tensors (Megatron-style hand-written sharding, no DTensor) are laid out over
+    tp where their shapes do not: a dict of names (parameter names and module names) to the dim a tensor is
+    split on, ``"replicated"`` or ``"sum"`` (partial sums over tp), or a callable of a name returning one of
+    those or None (left to the shapes); :mod:`distcheck.parallel.step.trace`. A parameter's entry maps its
+    gradients and AdamW moments too; a module's maps its output, and ``"<module>:input"`` its input gradient.
     The StepTarget itself must be a module-level object: each rank imports it again by its reference
     (``module:NAME``); its hooks may be any callables taking their arguments (module functions, lambdas,
     ``functools.partial``)."""
@@ -213,6 +218,7 @@ class StepTarget:
     config: Any = None
     batch: Callable = token_ids
     loss: Callable = cross_entropy_sum
+    shard_dims: Any = None
 
     #: (field, number of arguments) of every hook (``model`` only when given)
     HOOKS = (("parallelize", 3), ("loss_fn", 3), ("report_loss", 3), ("clip_grad_norm", 3), ("accumulate", 2),

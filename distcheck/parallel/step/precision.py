@@ -1,5 +1,5 @@
 """The precisions a training step is certified in, and the criterion that holds a low-precision parallel step to
-the single-device step in the same precision (numpy only).
+the single-device step in the same precision (numpy only; :func:`autocast_for` imports torch when called).
 
 **The precisions** (:data:`PRECISIONS`; the contract's ``--dtypes`` picks the dtype, ``--option
 mixed_precision=...`` which bf16 recipes are drawn; the target reads the one certified from ``layout.precision``):
@@ -113,7 +113,7 @@ import numpy as np
 from distcheck.core.errors import ConfigError
 
 __all__ = ["Precision", "PRECISIONS", "MIXED_MODES", "UNIT_ROUNDOFF", "FLOOR", "C_TP", "FLOOR_TP", "precision",
-           "precisions_for", "reordered", "precision_bounds"]
+           "precisions_for", "reordered", "precision_bounds", "autocast_for"]
 
 #: the unit roundoff of each dtype (round to nearest): 2^-p for p significand bits
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8}
@@ -192,6 +192,20 @@ def reordered(prec: Precision, tp: int) -> tuple[str, float, float]:
     if tp == 1:
         return prec.reduce, 1.0, FLOOR
     return prec.compute, C_TP, FLOOR_TP
+
+
+def autocast_for(name: str, device: Any) -> Any:
+    """The context the step's forward and loss run in: ``torch.autocast(device type, torch.bfloat16)`` under
+    ``bf16-autocast``, ``contextlib.nullcontext()`` otherwise."""
+    import contextlib
+
+    import torch
+
+    prec = precision(name)
+    if not prec.autocast:
+        return contextlib.nullcontext()
+    kind = device.type if hasattr(device, "type") else str(device)
+    return torch.autocast(device_type=kind, dtype=getattr(torch, prec.compute))
 
 
 def _floor(values: Any) -> float:
