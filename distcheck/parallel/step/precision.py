@@ -63,10 +63,11 @@ reduced in the compute dtype (DTensor reduces a bf16 ``Partial`` in bf16), and a
 weight gradient is summed over the tp ranks in it too: new roundings of the same size as the single device's
 own, carried through the rest of the network. ``|v_p - v_1|`` is then another draw of the noise the single
 device has, not a reordering: no derivation bounds it by less than the noise itself. Its constants are measured
-on torch's composition (``benchmarks/step_precision_margin.py``, every tp layout of 2 and 4 ranks, 1,000 drawn
-cases per precision): ``c`` = :data:`C_TP` times the tensor's largest single-device error, plus
-:data:`FLOOR_TP` ``u_compute`` of the kind's scale for a tensor whose own errors happen to be small (a norm
-weight of 8 entries).
+on torch's composition (``benchmarks/step_precision_margin.py``: 1,000 drawn cases per precision at 2 ranks,
+300 at 4, every layout; docs/CERTIFY.md has the table): ``c`` = :data:`C_TP` times the tensor's largest
+single-device error, plus :data:`FLOOR_TP` ``u_compute`` of the kind's scale for a tensor whose own errors happen
+to be small (a norm weight of 8 entries). The runs needed at most 2^2 ``u_compute`` of floor at c = 8, and the
+worst value sat at 2^-1.3 of its bound.
 
 *The parameters: derived from the moments, through AdamW exactly.* The parallel and single-device steps start
 from the same parameter, so ``|p_p - p_1|`` is AdamW's update moved by ``|m_p - m_1| <= |m_p - m_64| + |m_1 -
@@ -87,7 +88,8 @@ bf16 rounding of the parameter, so fp32 master weights are checked on every such
 **What it cannot see.** A deviation smaller than the single device's own error in the same precision, where the
 composition changes the low-precision arithmetic (tp): there a bf16 rounding more or less is noise, by
 construction of the criterion, so a low-precision bug that only adds one rounding of that size shows on the
-layouts that keep the micro-batch's arithmetic (every bug here does: dp_shard = 2 at 2 ranks is drawn first). A
+layouts that keep the micro-batch's arithmetic (each of ``examples/precision_mutants.py`` does: dp_shard = 2 at
+2 ranks is drawn first). A
 bug that the single device makes too (a loss formed in bf16 by the user's own ``loss`` hook: the single device
 runs the same hook) is the precision's, not the composition's. Entries whose gradient sign is undetermined
 (above). Kernels that are not deterministic on equal shapes would break c = 1's premise (CPU and the drawn sizes
