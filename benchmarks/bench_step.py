@@ -161,6 +161,7 @@ def hand_example(rank: int, mesh: Any, case: dict) -> None:
     import torch.distributed as dist
     import torch.nn.functional as F
 
+    from distcheck.parallel.step.reference import StepLayout
     from examples.my_step import parallelize
 
     def ce_sum(logits: Any, y: Any) -> Any:
@@ -178,7 +179,7 @@ def hand_example(rank: int, mesh: Any, case: dict) -> None:
     tokens = torch.randint(0, case["cfg"]["vocab_size"], shape, generator=g)
     labels = torch.randint(0, case["cfg"]["vocab_size"], shape, generator=g)
     labels[torch.arange(seq) >= torch.tensor(case["lengths"])[..., None]] = -100
-    model = parallelize(model, mesh, SimpleNamespace(dp_replicate=1, dp_shard=dp, tp=2, pp=1))
+    model = parallelize(model, mesh, StepLayout(dp_shard=dp, tp=2))
     opt = torch.optim.AdamW(model.parameters(), lr=case["lr"], **ADAMW)
     d = mesh.get_local_rank("dp_shard")
     got = []
@@ -226,9 +227,13 @@ def hand_rank(rank: int, port: int, cases: list, out: Any) -> None:
     # the same quiet as the contract's ranks: DTensor's flattening hints, FSDP2's view-output warning
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
-        mesh = init_device_mesh("cpu", (1, 1, 2, 2), mesh_dim_names=("pp", "dp_replicate", "dp_shard", "tp"))
+        # torchtitan's mesh with its flattened dims, as the contract's ranks build it (harness.mesh_for)
+        mesh = init_device_mesh("cpu", (1, 1, 2, 1, 2), mesh_dim_names=("pp", "dp_replicate", "dp_shard", "cp", "tp"))
+        mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+        mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp")
         hand_example(rank, mesh, cases[0])
         dist.barrier()
         t0 = time.perf_counter()

@@ -4,6 +4,7 @@
     python benchmarks/step_bound_margin.py                       # 40 examples, world size 4, every layout
     python benchmarks/step_bound_margin.py --examples 200 --world-size 2
     python benchmarks/step_bound_margin.py --one-token           # every sequence keeps one token, clip binds
+    python benchmarks/step_bound_margin.py --axes all            # cp and ep drawn too (MoE layers, RoPE)
 
 Each example is one certify example of ``examples.my_step:parallelize`` (FSDP2 x torchtitan's tensor-parallel
 plan, every layout of the world size) on a gloo pool; every comparison the contract makes is also measured
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=40)
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--one-token", action="store_true", help="every sequence keeps one token; clip binds")
+    parser.add_argument("--axes", default="", help="the contract's axes option (all: cp and ep too)")
     args = parser.parse_args(argv)
 
     from distcheck.certify import certify
@@ -65,13 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     sc._within = measured
     if args.one_token:
         sc.TrainingStep.cases = lambda self, ws, dtype, options: sc._cases(  # type: ignore[method-assign]
-            sc.layouts(ws), one_token=True, max_norms=(BINDING_MAX_NORM,))
+            sc.allowed(ws, options), one_token=True, moe=sc.Axis.EP.value in sc.axes_option(options.get("axes", "")),
+            max_norms=(BINDING_MAX_NORM,))
     cert = certify("examples.my_step:parallelize", "training-step", world_sizes=[args.world_size],
-                   examples=args.examples, timeout_s=900)
+                   examples=args.examples, timeout_s=900, options={"axes": args.axes} if args.axes else None)
     kinds = sorted({k for _, k in worst})
     steps = sorted({s for s, _ in worst}, key=int)
     print(f"log2(worst error / bound), {args.examples} examples at world size {args.world_size}"
-          + (", one kept token per sequence" if args.one_token else ""))
+          + (", one kept token per sequence" if args.one_token else "") + (f", axes {args.axes}" if args.axes else ""))
     print(f"{'kind':<20}" + "".join(f"{'step ' + s:>10}" for s in steps))
     for k in kinds:
         cells = [worst.get((s, k)) for s in steps]

@@ -42,11 +42,13 @@ def _positions(rank: int, cp: int, length: int, layout: str, device) -> torch.Te
     return torch.cat([first, last])
 
 
-def _pass(t: torch.Tensor) -> torch.Tensor:
-    """Send ``t`` to the next rank, return the previous rank's."""
-    rank, n = dist.get_rank(), dist.get_world_size()
+def _pass(t: torch.Tensor, group) -> torch.Tensor:
+    """Send ``t`` to the next rank of ``group``, return the previous rank's."""
+    rank, n = dist.get_rank(group), dist.get_world_size(group)
+    t = t.contiguous()
     got = torch.empty_like(t)
-    ops = [dist.P2POp(dist.isend, t.contiguous(), (rank + 1) % n), dist.P2POp(dist.irecv, got, (rank - 1) % n)]
+    ops = [dist.P2POp(dist.isend, t, dist.get_global_rank(group, (rank + 1) % n), group),
+           dist.P2POp(dist.irecv, got, dist.get_global_rank(group, (rank - 1) % n), group)]
     for req in dist.batch_isend_irecv(ops):
         req.wait()
     return got
@@ -70,19 +72,19 @@ def _tiles(q_pos: torch.Tensor, k_pos: torch.Tensor, skip: bool):
 
 
 def _scores(q, k, q_pos, k_pos, mask):
-    group = q.shape[1] // k.shape[1]
-    s = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    rep = q.shape[1] // k.shape[1]
+    s = q @ k.repeat_interleave(rep, dim=1).transpose(-1, -2) / math.sqrt(q.shape[-1])
     return s.masked_fill(mask(q_pos, k_pos), float("-inf"))
 
 
 class _Ring(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, layout, skip, mask):
-        rank, n = dist.get_rank(), dist.get_world_size()
+    def forward(ctx, q, k, v, layout, skip, mask, group):
+        rank, n = dist.get_rank(group), dist.get_world_size(group)
         L = q.shape[2]
         pos = [_positions(j, n, L, "contiguous" if layout == "local" else layout, q.device) for j in range(n)]
         q_pos = torch.arange(L, device=q.device) if layout == "local" else pos[rank]
-        group = q.shape[1] // k.shape[1]
+        rep = q.shape[1] // k.shape[1]
         m = torch.full(q.shape[:3], float("-inf"), dtype=q.dtype, device=q.device)
         l_sum = torch.zeros_like(m)
         acc = torch.zeros_like(q)
@@ -98,26 +100,27 @@ class _Ring(torch.autograd.Function):
                 scale = torch.where(torch.isfinite(m_old), torch.exp(m_old - safe), torch.zeros_like(m_old))
                 p = torch.exp(s - safe[..., None])
                 l_sum[..., rows] = l_sum[..., rows] * scale + p.sum(-1)
-                acc[:, :, rows] = acc[:, :, rows] * scale[..., None] + p @ vb[:, :, cols].repeat_interleave(group,
+                acc[:, :, rows] = acc[:, :, rows] * scale[..., None] + p @ vb[:, :, cols].repeat_interleave(rep,
                                                                                                            dim=1)
                 m[..., rows] = m_new
             if t < n - 1:
-                kb, vb = _pass(kb), _pass(vb)
+                kb, vb = _pass(kb, group), _pass(vb, group)
         out = acc / l_sum[..., None]
         lse = m + torch.log(l_sum)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.layout, ctx.skip, ctx.mask = layout, skip, mask
+        ctx.layout, ctx.skip, ctx.mask, ctx.group = layout, skip, mask, group
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        rank, n = dist.get_rank(), dist.get_world_size()
+        group = ctx.group
+        rank, n = dist.get_rank(group), dist.get_world_size(group)
         L, e = q.shape[2], q.shape[3]
         layout = ctx.layout
         pos = [_positions(j, n, L, "contiguous" if layout == "local" else layout, q.device) for j in range(n)]
         q_pos = torch.arange(L, device=q.device) if layout == "local" else pos[rank]
-        group = q.shape[1] // k.shape[1]
+        rep = q.shape[1] // k.shape[1]
         b, hkv = k.shape[0], k.shape[1]
         D = (dout * out).sum(-1, keepdim=True)
         dq = torch.zeros_like(q)
@@ -130,38 +133,44 @@ class _Ring(torch.autograd.Function):
                 c = cols.stop - cols.start
                 qr, do = q[:, :, rows], dout[:, :, rows]
                 p = torch.exp(_scores(qr, kb[:, :, cols], q_pos[rows], k_pos[cols], ctx.mask) - lse[..., rows, None])
-                kk = kb[:, :, cols].repeat_interleave(group, dim=1)
-                vv = vb[:, :, cols].repeat_interleave(group, dim=1)
+                kk = kb[:, :, cols].repeat_interleave(rep, dim=1)
+                vv = vb[:, :, cols].repeat_interleave(rep, dim=1)
                 ds = p * (do @ vv.transpose(-1, -2) - D[:, :, rows])
                 dq[:, :, rows] = dq[:, :, rows] + ds @ kk / math.sqrt(e)
                 dk_h = ds.transpose(-1, -2) @ qr / math.sqrt(e)
                 dv_h = p.transpose(-1, -2) @ do
-                dkb[:, :, cols] = dkb[:, :, cols] + dk_h.reshape(b, hkv, group, c, e).sum(2)
-                dvb[:, :, cols] = dvb[:, :, cols] + dv_h.reshape(b, hkv, group, c, e).sum(2)
+                dkb[:, :, cols] = dkb[:, :, cols] + dk_h.reshape(b, hkv, rep, c, e).sum(2)
+                dvb[:, :, cols] = dvb[:, :, cols] + dv_h.reshape(b, hkv, rep, c, e).sum(2)
             if t < n - 1:
-                kb, vb = _pass(kb), _pass(vb)
+                kb, vb = _pass(kb, group), _pass(vb, group)
             if n > 1:
-                dkb, dvb = _pass(dkb), _pass(dvb)
-        return dq, dkb, dvb, None, None, None
+                dkb, dvb = _pass(dkb, group), _pass(dvb, group)
+        return dq, dkb, dvb, None, None, None, None
 
 
-def ring_attention(q, k, v, causal_mask=None):
-    """Causal ring attention on this rank's head-tail shard, fully masked blocks skipped (module doc): certified."""
-    return _Ring.apply(q, k, v, "head_tail", True, causal_mask or _own_mask)
+def _world(group):
+    return group if group is not None else dist.group.WORLD
 
 
-def ring_attention_local_mask(q, k, v, causal_mask=None):
+def ring_attention(q, k, v, causal_mask=None, group=None):
+    """Causal ring attention on this rank's head-tail shard, fully masked blocks skipped (module doc), over the
+    ranks of ``group`` (default: the world; the training step's cp group under
+    ``examples.my_step:parallelize_own_ring``): certified."""
+    return _Ring.apply(q, k, v, "head_tail", True, causal_mask or _own_mask, _world(group))
+
+
+def ring_attention_local_mask(q, k, v, causal_mask=None, group=None):
     """The same ring with the causal mask on local positions (the shard's own indices): fails."""
-    return _Ring.apply(q, k, v, "local", True, causal_mask or _own_mask)
+    return _Ring.apply(q, k, v, "local", True, causal_mask or _own_mask, _world(group))
 
 
 def ring_attention_uneven_skip(q, k, v, causal_mask=None):
     """Right values, uneven work: even ranks skip the fully masked blocks, odd ranks compute them all (at cp = 2,
     chunks of one token: 5 scores on rank 0, 8 on rank 1): fails ``balance`` only."""
-    return _Ring.apply(q, k, v, "head_tail", dist.get_rank() % 2 == 0, causal_mask or _own_mask)
+    return _Ring.apply(q, k, v, "head_tail", dist.get_rank() % 2 == 0, causal_mask or _own_mask, dist.group.WORLD)
 
 
 def ring_attention_contiguous(q, k, v, causal_mask=None):
     """The ring on contiguous shards (``--option load_balance=false``), fully masked blocks skipped: right values,
     rank r computes 4 r + 3 blocks, not 2 cp + 1: fails ``balance`` only."""
-    return _Ring.apply(q, k, v, "contiguous", True, causal_mask or _own_mask)
+    return _Ring.apply(q, k, v, "contiguous", True, causal_mask or _own_mask, dist.group.WORLD)

@@ -54,7 +54,7 @@ def parallelize_bf16_reduce(model, mesh, layout):
         apply_tp(model, mesh["tp"])
         if model.config.tied:
             model.output.weight = model.tok_embeddings.weight
-    apply_fsdp(model, mesh["dp_replicate", "dp_shard"], bf16_reduce_policy(layout))
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard"], mp=bf16_reduce_policy(layout))
     return model
 
 

@@ -4,29 +4,41 @@ property named, with a shrunk counterexample naming the composition::
 
     distcheck certify examples.step_mutants:LOCAL_SHARD_NORM --contract training-step --world-sizes 2
 
-========================  ==========================================================  =============
-target                    mistake (public report)                                     fails
-========================  ==========================================================  =============
-LOCAL_SHARD_NORM          the grad norm of the local FSDP / tp shard only             grad_norm
-                          (pytorch/pytorch#170862)
-TP_REPLICATED_TP_TIMES    local squares summed over dp_shard and tp: a tp-replicated  grad_norm
-                          parameter counted tp times (meta-pytorch/torchtune#2420)
-MEAN_OF_MEANS             each micro-batch's mean loss, averaged over the             params
-                          micro-batches (the 2024 transformers accumulation bug)
-WORLD_SIZE_SCALE          gradients scaled by the world size, not the dp size         grad_norm
-                          (meta-pytorch/torchtune#2420)
-NORM_GRADS_NOT_SUMMED     sequence-parallel norms whose weight gradients are never    params
-                          summed across tp (norms left off the plan)
-LOSS_OF_OWN_SHARD         the reported loss is each rank's own shard's (rank 0's is   loss
-                          the one logged)
-TOKENS_OVER_WORLD         tokens all-reduced over the whole world: tp replicas         tokens
-                          counted tp times
-CLIP_WITHOUT_CLAMP        max_norm / norm applied even when it exceeds 1              clipping
-STAGE_LOCAL_NORM          torch's clip_grad_norm_ on a pipeline stage: the norm of    grad_norm
-                          that stage's gradients only (pytorch/torchtitan#596)
-NO_SYNC_EVERY_MICRO_BATCH DDP's no_sync() left on for the last micro-batch too: the   params, loss,
-                          gradients are never all-reduced (each replica steps alone)  grad_norm, clipping
-========================  ==========================================================  =============
+============================  ==========================================================  ==================
+target                        mistake (public report)                                     fails
+============================  ==========================================================  ==================
+LOCAL_SHARD_NORM              the grad norm of the local FSDP / tp shard only             grad_norm
+                              (pytorch/pytorch#170862)
+TP_REPLICATED_TP_TIMES        local squares summed over dp_shard and tp: a tp-replicated  grad_norm
+                              parameter counted tp times (meta-pytorch/torchtune#2420)
+MEAN_OF_MEANS                 each micro-batch's mean loss, averaged over the             params
+                              micro-batches (the 2024 transformers accumulation bug)
+WORLD_SIZE_SCALE              gradients scaled by the world size, not the dp size         grad_norm
+                              (meta-pytorch/torchtune#2420)
+NORM_GRADS_NOT_SUMMED         sequence-parallel norms whose weight gradients are never    params
+                              summed across tp (norms left off the plan)
+LOSS_OF_OWN_SHARD             the reported loss is each rank's own shard's (rank 0's is   loss
+                              the one logged)
+TOKENS_OVER_WORLD             tokens all-reduced over the whole world: tp replicas        tokens
+                              counted tp times
+CLIP_WITHOUT_CLAMP            max_norm / norm applied even when it exceeds 1              clipping
+STAGE_LOCAL_NORM              torch's clip_grad_norm_ on a pipeline stage: the norm of    grad_norm
+                              that stage's gradients only (pytorch/torchtitan#596)
+NO_SYNC_EVERY_MICRO_BATCH     DDP's no_sync() left on for the last micro-batch too: the   params, loss,
+                              gradients are never all-reduced (each replica steps alone)  grad_norm, clipping
+AUX_LOSS_PER_RANK             the MoE load-balancing loss of each rank's own tokens,      params, grad_norm
+                              averaged over the ranks, not the global micro-batch's
+                              (arXiv:2501.11873, "Demons in the Detail")
+ROUTER_NOT_REDUCED_OVER_EP    the router sharded with the experts: its gradient reduced   params, loss,
+                              over the experts' data-parallel ranks only, not over ep     grad_norm
+EXPERT_GRADS_OVER_EXPERT_DP   expert gradients averaged over the experts' own data-       params, grad_norm
+                              parallel degree dp cp / ep, not dp cp: ep times too large
+                              (pytorch/torchtitan#1551)
+CP_LOSS_MEAN_OF_CHUNKS        each cp rank's chunk mean, averaged over the cp ranks: the  params, grad_norm
+                              head-tail chunks keep unequal tokens
+LOCAL_POSITIONS               RoPE positions 0 .. s/cp - 1 on every cp rank, not its      params, loss
+                              chunks' global positions
+============================  ==========================================================  ==================
 
 Bugs inside the model rather than in the loop (each fails ``params``; the first divergence of the failure's
 recorded replay names the module that holds the bug, :mod:`distcheck.parallel.step.trace`)::
@@ -50,8 +62,10 @@ TIE_LOST                  a tied head split by the tensor-parallel plan         
 
 from __future__ import annotations
 
+import functools
+
 from distcheck.parallel.step.hooks import StepTarget, all_reduce_dp
-from distcheck.parallel.step.model import token_loss_sum
+from distcheck.parallel.step.model import moe_layers, token_loss_sum
 from distcheck.parallel.step.plans import ddp
 from examples.my_megatron_step import SequenceParallelRMSNorm, megatron_clip, shard_dims
 from examples.my_megatron_step import apply_tp as megatron_tp
@@ -176,6 +190,49 @@ def no_sync_every_micro_batch(model, info):
 
 NO_SYNC_EVERY_MICRO_BATCH = StepTarget(ddp, accumulate=no_sync_every_micro_batch, axes=("dp_replicate",))
 
+
+def aux_loss_per_rank(logits, labels, info):
+    """The token-mean loss as the default, and each MoE layer's load-balancing loss ``E sum_e f_e P_e`` of this
+    rank's own tokens (its ``routing``), weighted as one rank's: FSDP2's average makes it the mean over the ranks of
+    their own losses."""
+    import torch
+
+    main = token_loss_sum(logits, labels) * info.layout.dp_cp / info.global_tokens
+    for moe in moe_layers(info.model):
+        probs, chosen = moe.routing
+        f = torch.bincount(chosen.reshape(-1), minlength=moe.n_experts).to(probs.dtype) / chosen.numel()
+        main = main + moe.aux_weight * moe.n_experts * torch.sum(f * probs.mean(dim=0)) / info.num_microbatches
+    return main
+
+
+def cp_loss_mean_of_chunks(logits, labels, info):
+    """Each cp rank's mean over its chunks' kept tokens, times the micro-batch's kept tokens (summed over cp): the
+    micro-batch's loss is the mean of the cp ranks' chunk means."""
+    import torch
+    import torch.distributed as dist
+
+    mine = info.microbatch_tokens
+    seq = torch.tensor(float(mine), dtype=torch.float64)
+    if info.layout.cp > 1:
+        dist.all_reduce(seq, group=info.mesh.get_group("cp"))
+    return token_loss_sum(logits, labels) / max(mine, 1) * float(seq) * info.layout.dp / info.global_tokens
+
+
+def local_positions(tokens, labels, info):
+    """The forward's inputs with positions 0 .. s_local - 1: each chunk's own indices, not its global ones."""
+    import torch
+
+    if info.positions is None:
+        return tokens
+    return {"tokens": tokens, "positions": torch.arange(tokens.shape[1], device=tokens.device)}
+
+
+_NO_PP = ("dp_replicate", "dp_shard", "tp", "cp", "ep")
+AUX_LOSS_PER_RANK = StepTarget(parallelize, loss_fn=aux_loss_per_rank)
+ROUTER_NOT_REDUCED_OVER_EP = StepTarget(functools.partial(parallelize, router_with_experts=True))
+EXPERT_GRADS_OVER_EXPERT_DP = StepTarget(functools.partial(parallelize, divide_experts=False))
+CP_LOSS_MEAN_OF_CHUNKS = StepTarget(parallelize, loss_fn=cp_loss_mean_of_chunks)
+LOCAL_POSITIONS = StepTarget(parallelize, batch=local_positions, axes=_NO_PP)
 
 def parallelize_row_not_reduced(model, mesh, layout):
     """Megatron-style tensor parallelism with plain tensors, ``layers.0.feed_forward.w2`` never all-reducing its

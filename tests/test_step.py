@@ -68,12 +68,18 @@ def test_layout_validated_and_printed():
     from distcheck.parallel.step.contracts import layouts, parse_layout
 
     assert parse_layout("dp_shard=2,tp=2") == ref.StepLayout(dp_shard=2, tp=2)
-    with pytest.raises(ConfigError, match="axis 'cp'"):
-        parse_layout("cp=2")
+    with pytest.raises(ConfigError, match="axis 'sp'"):
+        parse_layout("sp=2")
     assert {str(lay) for lay in layouts(2)} == {"dp_replicate=1, dp_shard=2, tp=1, pp=1",
                                                "dp_replicate=2, dp_shard=1, tp=1, pp=1",
                                                "dp_replicate=1, dp_shard=1, tp=2, pp=1",
-                                               "dp_replicate=1, dp_shard=1, tp=1, pp=2"}
+                                               "dp_replicate=1, dp_shard=1, tp=1, pp=2",
+                                               "dp_replicate=1, dp_shard=1, tp=1, pp=1, cp=2",
+                                               "dp_replicate=1, dp_shard=2, tp=1, pp=1, ep=2 (torchtitan)",
+                                               "dp_replicate=1, dp_shard=2, tp=1, pp=1, ep=2 (megatron)",
+                                               "dp_replicate=2, dp_shard=1, tp=1, pp=1, ep=2 (megatron)",
+                                               "dp_replicate=1, dp_shard=1, tp=1, pp=1, cp=2, ep=2 (torchtitan)",
+                                               "dp_replicate=1, dp_shard=1, tp=1, pp=1, cp=2, ep=2 (megatron)"}
     assert parse_layout("pp=2,dp_shard=2") == ref.StepLayout(dp_shard=2, pp=2)
     assert ref.StepLayout(tp=2, pp=2) in layouts(4)  # pipeline stages under the tensor-parallel plan
     assert ref.StepLayout(dp_shard=2, tp=2, pp=2) in layouts(8) and ref.StepLayout(tp=4, pp=2) in layouts(8)
@@ -240,10 +246,10 @@ def test_composition_names_layout_schedule_microbatches_steps_and_clipping():
     lengths = ((((1,), (2,)),) * 2,) * 3
     case = StepCase(ref.StepLayout(dp_shard=2, tp=2), cfg, 2, 1, 2, lengths, BINDING_MAX_NORM, 0.01, 0)
     assert c.composition(case) == {"layout": "dp_shard=2, tp=2", "schedule": "-", "micro-batches (GA steps)": "2",
-                                   "steps": "3", "clip": "binds"}
+                                   "steps": "3", "clip": "binds", "model": "dense"}
     piped = StepCase(ref.StepLayout(pp=2), cfg, 2, 1, 2, ((((1,), (2,)),),) * 2, FREE_MAX_NORM, 0.01, 0, "1f1b")
     assert c.composition(piped) == {"layout": "pp=2", "schedule": "1f1b", "micro-batches (GA steps)": "2",
-                                    "steps": "2", "clip": "free"}
+                                    "steps": "2", "clip": "free", "model": "dense"}
 
 
 def test_step_rows_join_the_layers_stage_and_skip_at_one_rank():
@@ -325,7 +331,7 @@ def test_cancelling_compositions_hold_to_the_bound(monkeypatch):
     from distcheck.parallel.step.case import BINDING_MAX_NORM
 
     def cancelling(self, world_size, dtype, options):
-        return sc._cases(sc.layouts(world_size), one_token=True, max_norms=(BINDING_MAX_NORM,))
+        return sc._cases(sc.allowed(world_size, options), one_token=True, max_norms=(BINDING_MAX_NORM,))
 
     monkeypatch.setattr(sc.TrainingStep, "cases", cancelling)
     cert = certify("examples.my_step:parallelize", "training-step", world_sizes=[4], examples=16, timeout_s=600)

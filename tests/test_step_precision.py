@@ -68,6 +68,30 @@ def test_cases_draw_each_precision_and_the_counterexample_names_it():
         c.statement("params", "bfloat16", opts)
 
 
+def test_low_precision_skips_a_draw_naming_the_context_or_expert_axis_with_the_reason():
+    # cp and ep are certified in float64 only: float32 and bf16 draw nothing where they are named, and say why
+    from distcheck.parallel.step.plans import TORCH_CONTEXT_PARALLEL
+
+    c = _contract()
+    for given, named in (({"axes": "all"}, "cp and ep"), ({"axes": "dp_shard,cp"}, "names cp:"),
+                         ({"layout": "dp_shard=2,ep=2"}, "names ep:")):
+        opts = c.parse_options(given)
+        assert c.cases(4, "float64", opts) is not None
+        for dtype in ("float32", "bfloat16"):
+            assert c.cases(4, dtype, opts) is None, (given, dtype)
+            reason = c.skip_reason(4, dtype, opts)
+            assert f"{c.name} in {dtype} draws dp_replicate, dp_shard, tp and pp only" in reason, reason
+            assert named in reason and "float64 certifies them" in reason, reason
+    assert "online softmax" in c.skip_reason(4, "bfloat16", c.parse_options({"axes": "cp"}))
+    assert "top-k is discontinuous" in c.skip_reason(4, "bfloat16", c.parse_options({"axes": "ep"}))
+    # the dense axes alone are drawn in bf16 at the same world
+    assert c.cases(4, "bfloat16", c.parse_options({"axes": "dp_replicate,dp_shard,tp,pp"})) is not None
+    # a StepTarget whose own axes name cp and ep (resolve sets them as the draw's)
+    ref = "distcheck.parallel.step.plans:TORCH_CONTEXT_PARALLEL"
+    target, opts = c.resolve(TORCH_CONTEXT_PARALLEL, ref, c.parse_options({}))
+    assert c.cases_for(target, 4, "bfloat16", opts) is None and "cp and ep" in c.skip_reason(4, "bfloat16", opts)
+
+
 # ------------------------------------------------------------------ the criterion
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Schedule", "Collective", "PointToPoint", "ContextParallel", "Router", "Axis", "LAYOUT_ORDER", "Verdict",
-           "names"]
+__all__ = ["Schedule", "Collective", "PointToPoint", "ContextParallel", "Router", "Axis", "LAYOUT_ORDER",
+           "ExpertPlacement", "Verdict", "names"]
 
 
 class _Name(StrEnum):
@@ -129,6 +129,26 @@ class Axis(_Name):
 #: the axes of the rank grid in Llama 3's layout order, innermost first: tp, cp, pp, dp
 #: ("The Llama 3 Herd of Models", §3.3.2, Table 4); ep is carved out of dp x cp, not an axis of its own
 LAYOUT_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
+
+
+class ExpertPlacement(_Name):
+    """Which ranks expert parallelism borrows in a training step's layout (:mod:`distcheck.parallel.step`), ep
+    being no axis of the dense mesh (experts not tensor-parallel: expert tp = 1 in both):
+
+    - ``torchtitan``: ep from the ``dp_shard x cp`` ranks of one replica, cp innermost (ep a multiple of cp, a
+      divisor of dp_shard cp); the experts' data parallelism is the strided complement there, HSDP over
+      ``dp_replicate`` (torchtitan's ``ParallelDims``: ``dp_shard_in_ep x cp`` is ep, ``dp_shard_mod_ep`` the
+      experts' FSDP);
+    - ``megatron``: ep from all the ``dp x cp`` data-parallel ranks, cp innermost, across replicas too (ep a
+      divisor of dp cp); the experts' data parallelism is the strided complement over them (Megatron-core's
+      ``RankGenerator`` expert layout, ``tp-cp-ep-dp-pp``, with cp folded into the data ranks).
+
+    The two give the same ep groups whenever ep divides dp_shard cp; they differ in the experts' data-parallel
+    groups when dp_replicate > 1, and Megatron's alone may span replicas.
+    """
+
+    TORCHTITAN = "torchtitan"
+    MEGATRON = "megatron"
 
 
 class Verdict(_Name):

@@ -35,7 +35,12 @@ _GA_CASE = r"StepCase\(dp_replicate=2, dp_shard=1, tp=1, pp=1, m=[1-3], clip (?:
 #: both ranks agree with each other (DDP's all-reduce ran) and differ from the token-mean step
 _FLOAT = r"[-+.\deE]+"
 _GA_DIFFER = (rf": ranks \[0, 1\] differ from the reference; rank 0(?: at index \([\d, ]+\))?: "
-              rf"expected {_FLOAT}, got {_FLOAT}, error {_FLOAT} > bound {_FLOAT}(?: \(and \d+ more of \d+ checks\))?")
+              rf"expected {_FLOAT}, got {_FLOAT}, error {_FLOAT} > bound {_FLOAT}(?: \(and \d+ more of \d+ checks\))?"
+              # where it starts, when the failure is explained: the loss's gradient w.r.t. the model's output (the
+              # per-micro-batch mean scales it), before any parallel layer
+              rf"(?:; first divergence: gradient of the loss w\.r\.t\. the output of the model, step [1-3], "
+              rf"micro-batch \d+, ranks 0-1: error {_FLOAT} > bound {_FLOAT} \(at index \([\d, ]+\): "
+              rf"expected {_FLOAT}, got {_FLOAT}\); \d+ recorded tensors matched before it)?")
 _GA_SUMMARY = ("accelerate's basic gradient-accumulation loop under DDP (Accelerator.accumulate, a mean-reduced "
                "cross_entropy per micro-batch, Accelerator.backward dividing by gradient_accumulation_steps, DDP "
                "averaging the ranks) weighs a token of a micro-batch with n_k tokens 1/(dp m n_k) instead of 1/T: the "

@@ -14,6 +14,10 @@ scaled by 1/sqrt(e), query head h reading KV head h // (H / Hkv).
   from sequence shards to head shards (rank r: query heads [r H/cp, (r+1) H/cp) and KV heads
   [r Hkv/cp, (r+1) Hkv/cp)), attention on the whole sequence, and the output's all-to-all back; the
   backward is the inverse all-to-all of each gradient. cp must divide H and Hkv (the contract's cases do).
+* ``RING_ATTENTION``: distcheck's ring (Liu et al. 2023, "Ring Attention with Blockwise Transformers for
+  Near-Infinite Context"): the K/V blocks passed round the ranks of a group (default the world; the
+  ``training-step`` contract's context-parallel compositions pass their cp group) and merged by the online softmax,
+  autograd's backward through the merge (:func:`ring_attention`).
 * ``TORCH_CONTEXT_PARALLEL``: ``F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)``
   inside ``torch.distributed.tensor.experimental.context_parallel`` on a one-axis mesh of the world:
   torch replaces the attention by its ring over the mesh, on each rank's head-tail shard (its load
@@ -31,9 +35,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["all_gather_attention", "ulysses_attention", "torch_context_parallel", "cpu_refusal",
-           "ALL_GATHER_ATTENTION", "ULYSSES_ATTENTION", "TORCH_CONTEXT_PARALLEL", "CPU_OP", "CPU_REFUSAL_ERROR",
-           "CPU_REFUSAL"]
+__all__ = ["all_gather_attention", "ulysses_attention", "ring_attention", "torch_context_parallel", "cpu_refusal",
+           "ALL_GATHER_ATTENTION", "ULYSSES_ATTENTION", "RING_ATTENTION", "TORCH_CONTEXT_PARALLEL", "CPU_OP",
+           "CPU_REFUSAL_ERROR", "CPU_REFUSAL"]
 
 #: the op CPU scaled_dot_product_attention dispatches to (torch 2.13)
 CPU_OP = "aten._scaled_dot_product_flash_attention_for_cpu.default"
@@ -157,6 +161,78 @@ def ulysses_attention(q: Any, k: Any, v: Any) -> Any:
     return to_seq.apply(_attend(to_heads.apply(q), to_heads.apply(k), to_heads.apply(v), pos, pos))
 
 
+_RING: list[Any] = []
+
+
+def _ring_pass() -> Any:
+    """The autograd Function that hands a tensor to the next rank of a group (and its gradient back to the
+    previous one), built on first use."""
+    if _RING:
+        return _RING[0]
+    import torch
+    import torch.distributed as dist
+
+    def exchange(t: Any, group: Any, step: int) -> Any:
+        n, r = dist.get_world_size(group), dist.get_rank(group)
+        to, frm = dist.get_global_rank(group, (r + step) % n), dist.get_global_rank(group, (r - step) % n)
+        t = t.contiguous()
+        got = torch.empty_like(t)
+        ops = [dist.P2POp(dist.isend, t, to, group), dist.P2POp(dist.irecv, got, frm, group)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        return got
+
+    class RingPass(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, t: Any, group: Any) -> Any:
+            ctx.group = group
+            return exchange(t, group, 1)
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            return exchange(g, ctx.group, -1), None
+
+    _RING.append(RingPass)
+    return RingPass
+
+
+def ring_attention(q: Any, k: Any, v: Any, group: Any = None) -> Any:
+    """distcheck's ring attention (Liu et al. 2023) on this rank's head-tail shards over the ranks of ``group``
+    (default: the world), ``q`` (b, H, L, e), ``k`` and ``v`` (b, Hkv, L, e), L = s / cp: the K/V blocks go round
+    the ring by ``batch_isend_irecv`` (to the next rank of the group, from the previous), each block's scores
+    masked on the global positions of :func:`~distcheck.parallel.cp.reference.load_balanced_positions` and merged
+    into the running ``(m, l, acc)`` by the online softmax (Milakov and Gimelshein 2018; the ``Partial`` merge of
+    :mod:`distcheck.parallel.cp.reference`), the running max detached (the output does not depend on it). The
+    backward is autograd's through the merge, each pass's gradient handed back to the previous rank. Returns
+    the rank's output shard (b, H, L, e)."""
+    import torch
+    import torch.distributed as dist
+
+    group = group if group is not None else dist.group.WORLD
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    rep = q.shape[1] // k.shape[1]
+    L = q.shape[2]
+    q_pos = _positions(r, n, L, q.device)
+    m = torch.full(q.shape[:3], float("-inf"), dtype=q.dtype, device=q.device)
+    l_sum = torch.zeros(q.shape[:3], dtype=q.dtype, device=q.device)
+    acc = torch.zeros_like(q)
+    kb, vb = k, v
+    for t in range(n):
+        scores = q @ kb.repeat_interleave(rep, dim=1).transpose(-1, -2) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(_positions((r - t) % n, n, L, q.device)[None, :] > q_pos[:, None],
+                                    float("-inf"))
+        m_new = torch.maximum(m, scores.amax(dim=-1)).detach()
+        safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        shift = torch.where(torch.isfinite(m), torch.exp(m - safe), torch.zeros_like(m))
+        p = torch.exp(scores - safe[..., None])
+        l_sum = l_sum * shift + p.sum(-1)
+        acc = acc * shift[..., None] + p @ vb.repeat_interleave(rep, dim=1)
+        m = m_new
+        if t < n - 1:
+            kb, vb = _ring_pass().apply(kb, group), _ring_pass().apply(vb, group)
+    return acc / l_sum[..., None]
+
+
 def cpu_refusal(device_type: str) -> str | None:
     """:data:`CPU_REFUSAL` when torch's context_parallel refuses attention on ``device_type`` ("cpu"
     without a GPU): DTensor's sharding propagation has no strategy, rule or single-dimension strategy
@@ -189,4 +265,5 @@ def torch_context_parallel(q: Any, k: Any, v: Any) -> Any:
 
 ALL_GATHER_ATTENTION = all_gather_attention
 ULYSSES_ATTENTION = ulysses_attention
+RING_ATTENTION = ring_attention
 TORCH_CONTEXT_PARALLEL = torch_context_parallel

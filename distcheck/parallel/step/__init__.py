@@ -1,7 +1,9 @@
 """A whole training step under composed parallelism: FSDP2 (``dp_shard``) x HSDP replicas
-(``dp_replicate``) x tensor parallelism (``tp``) x gradient accumulation, with the token-mean loss,
-grad-norm clipping and the AdamW state, against the single-device float64 step, or in float32 and bf16 mixed
-precision against the single-device step in the same precision.
+(``dp_replicate``) x tensor parallelism (``tp``) x pipeline stages (``pp``) x context parallelism (``cp``) x
+expert parallelism (``ep``, borrowed from dp x cp in torchtitan's or Megatron's placement) x gradient
+accumulation, with the token-mean loss, the MoE load-balancing loss, grad-norm clipping and the AdamW state,
+against the single-device float64 step, or in float32 and bf16 mixed precision against the single-device step in
+the same precision.
 
 - ``reference``: numpy references: the global token-mean loss under dp x gradient accumulation, the
   global grad norm from any sharding (replicated parameters counted once), torch's clipping
@@ -14,10 +16,11 @@ precision against the single-device step in the same precision.
   per public bug class (the local shard's norm, tp-replicated parameters counted tp times, the mean of
   per-micro-batch means, gradients scaled by the world size, norm gradients not summed across tp, the
   loss of rank 0's shard);
-- ``model``: the tiny Llama-style decoder (torch, built on first use) and its cut to a pipeline stage;
-- ``contracts`` (+ ``harness``, the rank side and the references; ``compare``, the comparisons): the
-  ``training-step`` contract, whose target is a torchtitan-style ``parallelize(model, mesh, layout) -> model`` or a
-  :class:`~.hooks.StepTarget`;
+- ``model``: the tiny Llama-style decoder (torch, built on first use; optional MoE layers, DeepSeek-V3's and
+  torchtitan's shape, and RoPE) and its cut to a pipeline stage;
+- ``contracts`` (+ ``harness``, the rank side and the references; ``compare``, the comparisons; ``layouts``, the
+  compositions drawn): the ``training-step`` contract, whose target is a torchtitan-style
+  ``parallelize(model, mesh, layout) -> model`` or a :class:`~.hooks.StepTarget`;
 - ``bound``: the float64 bound; ``precision``: the precisions (float64, float32, ``bf16-fsdp``,
   ``bf16-autocast``) and the criterion that holds a low-precision step to the single-device step in the same
   precision;
@@ -27,13 +30,17 @@ precision against the single-device step in the same precision.
 - ``hooks``: the step's overridable hooks (loss, reported loss, grad-norm clipping, the micro-batch's
   accumulation context and backward, the model's inputs and its own loss) and their defaults, and the user's
   own model (``StepTarget(model=..., config=...)``);
-- ``plans``: torch's composition (FSDP2 x tp, torchtitan's plan) and the plain DDP accumulation loop.
+- ``plans``: torch's composition (FSDP2 x tp x cp x ep: torchtitan's plan, distcheck's ring attention,
+  torchtitan's ``ExpertParallel``), with torch's ``context_parallel`` instead of the ring, and the plain DDP
+  accumulation loop.
 
 Sources: Rajbhandari et al. 2020, "ZeRO" (§7); Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models" (§4.2.2); torch's ``clip_grad_norm_`` and FSDP2
 ``fully_shard``; torchtitan's ``parallelize_llama`` and ``ParallelDims``; the public bug reports
 pytorch/torchtitan#596, pytorch/pytorch#170862, meta-pytorch/torchtune#2420 and Hugging Face's
-"Fixing Gradient Accumulation" (2024).
+"Fixing Gradient Accumulation" (2024); DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv:2412.19437),
+§2.1.2; Fedus et al. 2021, "Switch Transformers", eq. 4-6; torchtitan's ``ExpertParallel`` and
+pytorch/torchtitan#1551; "The Llama 3 Herd of Models", §3.3.2 (head-tail cp chunks).
 
 Public API: this package, ``distcheck.parallel.step``: the names of ``__all__``, served on first
 access from its internal modules (``reference``, ``model``, ``hooks``, ``contracts``); importing it imports
@@ -50,7 +57,7 @@ __all__ = [
     "build_model", "token_loss_sum", "IGNORE_INDEX", "pipeline_stage", "stage_of", "StepInfo", "StepTarget",
     "all_reduce_dp", "torch_clip", "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
     "PP_SCHEDULES", "AXES", "no_accumulate", "loss_backward", "token_ids", "cross_entropy_sum", "call_model",
-    "MAX_LEN_FIELDS", "PRECISIONS",
+    "MAX_LEN_FIELDS", "expert_mesh", "load_balance_loss", "moe_layers", "PRECISIONS",
 ]
 
 __getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts", "precision"))

@@ -4,8 +4,9 @@ A :class:`StepCase` holds the composition (:class:`~distcheck.parallel.step.refe
 decoder's sizes, the micro-batches, the non-ignored length of every sequence, the clipping threshold, the
 learning rate, the number of steps and a seed; :func:`weights` and :func:`batch` turn it into the float64
 weights and the token and label arrays every rank and the reference use. Its ``repr`` is the
-counterexample a failing property prints: it names every axis, those at 1 included, whether clipping
-binds, and the precision when it is not float64 (``precision=bf16-fsdp``).
+counterexample a failing property prints: it names every mesh axis of the dense step, those at 1 included (cp
+and ep, with ep's placement, when drawn above 1), the model (MoE, RoPE), whether clipping binds, and the
+precision when it is not float64 (``precision=bf16-fsdp``).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ class StepCase:
         return self.layout.precision
 
     def composition(self) -> str:
-        """``dp_replicate=1, dp_shard=2, tp=1, pp=1, m=2, clip binds``: every axis, those at 1 included, and the
-        precision when it is not float64 (``..., clip binds, precision=bf16-fsdp``)."""
+        """``dp_replicate=1, dp_shard=2, tp=1, pp=1, m=2, clip binds``: every dense-step axis, those at 1 included,
+        cp and ep (with ep's placement: ``ep=2 (torchtitan)``) when above 1, and the precision when it is not
+        float64 (``..., clip binds, precision=bf16-fsdp``)."""
         pp = f", schedule={self.schedule}" if self.layout.pp > 1 else ""
         prec = "" if self.precision == "float64" else f", precision={self.precision}"
         return f"{self.layout}{pp}, m={self.microbatches}, clip {'binds' if self.clip_binds else 'free'}{prec}"
@@ -80,7 +82,7 @@ class StepCase:
         if isinstance(c, TinyConfig):
             sizes = (f"dim={c.dim}, layers={c.n_layers}, heads={c.n_heads}/{c.n_kv_heads} (q/kv), "
                      f"head_dim={c.head_dim}, ffn={c.ffn_dim}, vocab={c.vocab_size}, "
-                     f"{'tied' if c.tied else 'untied'} head")
+                     f"{'tied' if c.tied else 'untied'} head{_moe(c)}{', rope' if c.rope else ''}")
         else:
             sizes = f"model config {c!r}"
         return (f"StepCase({self.composition()}; {self.steps} steps, lr={self.lr:g}, max_norm={self.max_norm:g}; "
@@ -88,9 +90,15 @@ class StepCase:
                 f"kept lengths [step][dp rank][micro-batch] {kept}; {sizes}; seed={self.seed})")
 
 
+def _moe(c: TinyConfig) -> str:
+    return (f", MoE of {c.n_experts} experts top-{c.top_k} + 1 shared, aux weight {c.aux_loss_weight:g}"
+            if c.n_experts else "")
+
+
 def weights(case: StepCase) -> dict[str, np.ndarray]:
     """The tiny decoder's float64 weights, by ``named_parameters()`` name (the tied head once, as the embedding):
-    embeddings N(0, 1/2^2), linear weights N(0, 1/fan_in), norm weights 1 + N(0, 1/10^2)."""
+    embeddings N(0, 1/2^2), linear weights (the router's and every expert's too) N(0, 1/fan_in), norm weights
+    1 + N(0, 1/10^2)."""
     c = case.config
     rng = np.random.default_rng(case.seed)
     out: dict[str, np.ndarray] = {"tok_embeddings.weight": 0.5 * rng.standard_normal((c.vocab_size, c.dim))}
@@ -106,9 +114,16 @@ def weights(case: StepCase) -> dict[str, np.ndarray]:
         lin(p + "attention.wv.weight", c.n_kv_heads * c.head_dim, c.dim)
         lin(p + "attention.wo.weight", c.dim, c.n_heads * c.head_dim)
         out[p + "ffn_norm.weight"] = 1 + 0.1 * rng.standard_normal(c.dim)
-        lin(p + "feed_forward.w1.weight", c.ffn_dim, c.dim)
-        lin(p + "feed_forward.w2.weight", c.dim, c.ffn_dim)
-        lin(p + "feed_forward.w3.weight", c.ffn_dim, c.dim)
+        mlp = p + ("moe.shared_expert." if getattr(c, "n_experts", 0) else "feed_forward.")
+        lin(mlp + "w1.weight", c.ffn_dim, c.dim)
+        lin(mlp + "w2.weight", c.dim, c.ffn_dim)
+        lin(mlp + "w3.weight", c.ffn_dim, c.dim)
+        if getattr(c, "n_experts", 0):
+            E = c.n_experts
+            lin(p + "moe.router.gate.weight", E, c.dim)
+            out[p + "moe.experts.w1"] = rng.standard_normal((E, c.ffn_dim, c.dim)) / np.sqrt(c.dim)
+            out[p + "moe.experts.w2"] = rng.standard_normal((E, c.dim, c.ffn_dim)) / np.sqrt(c.ffn_dim)
+            out[p + "moe.experts.w3"] = rng.standard_normal((E, c.ffn_dim, c.dim)) / np.sqrt(c.dim)
     out["norm.weight"] = 1 + 0.1 * rng.standard_normal(c.dim)
     if not c.tied:
         lin("output.weight", c.vocab_size, c.dim)

@@ -101,15 +101,17 @@ def clipping(at: str, r: dict, steps: list[dict], held: tuple = (None, None), dt
     return scale
 
 
-def tokens(at: str, total: int, steps: list[dict], dp_index: list[int]) -> Outcome:
-    """Every rank reports the step's ``total`` tokens, and the dp ranks' own counts add up to it (exact)."""
+def tokens(at: str, total: int, steps: list[dict], batch_index: list[tuple[int, int]]) -> Outcome:
+    """Every rank reports the step's ``total`` tokens, and the ranks' own counts, one per ``batch_index[i]`` (rank
+    i's (dp index, cp index): the ranks holding different tokens), add up to it (exact)."""
     bad = [(i, st_["tokens"]) for i, st_ in enumerate(steps) if st_["tokens"] != total]
-    own: dict[int, int] = {}
-    for d, st_ in zip(dp_index, steps, strict=True):
+    own: dict[tuple[int, int], int] = {}
+    for d, st_ in zip(batch_index, steps, strict=True):
         own.setdefault(d, st_["local_tokens"])
     msgs = [f"rank {i} reports {t:g} tokens" for i, t in bad]
     if sum(own.values()) != total:
-        msgs.append(f"the dp ranks' own counts {[own[d] for d in sorted(own)]} add up to {sum(own.values())}")
+        msgs.append(f"the dp (and cp) ranks' own counts {[own[d] for d in sorted(own)]} add up to "
+                    f"{sum(own.values())}")
     if not msgs:
         return Outcome(True, max_error=0.0, bound=0.0)
     return Outcome(False, bound=0.0, ranks=tuple(i for i, _ in bad),

@@ -1,27 +1,31 @@
 """The ``training-step`` contract: a whole training step under composed parallelism (FSDP2 ``dp_shard`` x
-HSDP ``dp_replicate`` x tensor parallelism ``tp`` x gradient accumulation) against the single-device float64
-step, with the token-mean loss, grad-norm clipping and AdamW's state.
+HSDP ``dp_replicate`` x tensor parallelism ``tp`` x pipeline ``pp`` x context parallelism ``cp`` x expert
+parallelism ``ep`` x gradient accumulation) against the single-device float64 step, with the token-mean loss,
+the MoE layers' load-balancing loss, grad-norm clipping and AdamW's state.
 
 Target: a torchtitan-style ``parallelize(model, mesh, layout) -> model`` (``model`` distcheck's tiny
 Llama, :mod:`distcheck.parallel.step.model`; ``mesh`` a ``DeviceMesh`` of dims ``("pp", "dp_replicate",
-"dp_shard", "tp")``; under pp > 1 ``model`` is already this rank's stage, torchtitan's split; ``layout``
-a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
+"dp_shard", "cp", "tp")`` with torchtitan's flattened ``dp_shard_cp`` and ``dp_cp``; under ep the experts' mesh
+is :func:`~distcheck.parallel.step.hooks.expert_mesh`; under pp > 1 ``model`` is already this rank's stage,
+torchtitan's split; ``layout`` a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
 :class:`~distcheck.parallel.step.hooks.StepTarget` that also replaces the step's hooks (the loss of a
 micro-batch, the reported loss and tokens, the grad-norm clipping) and may bring its own model: a factory
 ``model(config) -> nn.Module``, with the ``batch`` and ``loss`` hooks for its inputs and a loss it computes
 itself (:mod:`distcheck.parallel.step.hooks`; no pipeline split: ``pp`` is left out of its axes, and its
 config fixes the vocabulary and caps the sequence length drawn). distcheck runs the step
 (:mod:`distcheck.parallel.step.harness`). Hypothesis draws the layout (every factorisation of the world
-size into dp_replicate x dp_shard x tp x pp whose axes above 1 are among ``--option axes=...`` or a
-:class:`~distcheck.parallel.step.hooks.StepTarget`'s ``axes``, or the one ``--option layout=...`` pins), the
-decoder's sizes
-(tied or untied head, 1 or 2 layers, grouped-query heads; under pp = 2 one layer per stage, untied, the
-schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of ``torch.distributed.pipelining``, pp with tp too: each
-stage under the tensor-parallel plan), the micro-batches (gradient-accumulation steps), every sequence's
-non-ignored length (so token counts differ per rank and per micro-batch), a clipping threshold that binds
-or not, the learning rate and 2 or 3 steps. One world run per example serves every property. Worlds of at
-most 4 ranks run under the ``dev`` and ``ci`` profiles, 8 under ``thorough`` (``max_world_sizes``; a
-larger one is a skip with the reason).
+size into dp_replicate x dp_shard x tp x pp x cp, with ep borrowed from dp x cp in torchtitan's placement or
+Megatron's (:func:`layouts`), whose axes above 1 are among ``--option axes=...`` (default: the dense step's
+dp_replicate, dp_shard, tp and pp; ``all``: cp and ep too) or a :class:`~distcheck.parallel.step.hooks.StepTarget`'s
+``axes``, or the one ``--option layout=...`` pins), the decoder's sizes
+(tied or untied head, 1 or 2 layers, grouped-query heads, RoPE under cp (no positions otherwise); under
+pp = 2 one layer per stage, untied, the schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of
+``torch.distributed.pipelining``, pp with tp too: each stage under the tensor-parallel plan; with ep among the
+axes and tp = pp = 1, MoE layers of ep or 2 ep experts, top-1 or top-2, always under ep > 1), the
+micro-batches (gradient-accumulation steps), every sequence's non-ignored length (so token counts differ per
+rank, per micro-batch and per cp chunk), a clipping threshold that binds or not, the learning rate and 2 or 3
+steps. One world run per example serves every property. Worlds of at most 4 ranks run under the ``dev`` and
+``ci`` profiles, 8 under ``thorough`` (``max_world_sizes``; a larger one is a skip with the reason).
 
 Properties (each its own verdict):
 
@@ -34,8 +38,8 @@ Properties (each its own verdict):
 * ``clipping``: the factor each rank's gradients were multiplied by (measured on its local shards before
   and after the hook) is the reference's ``min(1, max_norm / (norm + 1e-6))`` (``step.clip.scale``), the
   same factor for every entry;
-* ``tokens``: the reported token count is the step's, and the ranks' own counts (one per dp index) add up
-  to it. Exact (integers).
+* ``tokens``: the reported token count is the step's, and the ranks' own counts (one per dp and cp index) add
+  up to it. Exact (integers).
 
 The bound (float64): :mod:`distcheck.parallel.step.bound`. Each parameter and AdamW moment is held to
 ``2^-32 (|v_ref| + S_kind)``, ``S_kind`` the largest magnitude of that kind of value anywhere in the step's
@@ -49,19 +53,19 @@ Precision (``--dtypes``): float64 as above; float32, and bfloat16 mixed precisio
 FSDP2's ``MixedPrecisionPolicy``, which the target applies when ``layout.precision`` is ``bf16-fsdp``, and/or
 autocast), each value held to the single-device step in the same precision: its own error against the float64
 shadow, plus the composition's floor (:mod:`distcheck.parallel.step.precision` has the criterion and its argument).
+float32 and bfloat16 draw the dense step's axes only: a draw that names cp or ep (the option, a target's axes, a
+pinned layout) is a skip in them with the reason (:data:`~distcheck.parallel.step.layouts.LOW_PRECISION_AXES`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import product
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from hypothesis import strategies as st
 
 from distcheck.core.errors import ConfigError
-from distcheck.core.validate import check_positive_int
 from distcheck.core.vocab import Axis, Schedule
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
@@ -72,6 +76,20 @@ from distcheck.parallel.step.compare import clipping, extra_params, tokens
 from distcheck.parallel.step.compare import first as _first
 from distcheck.parallel.step.compare import within as _within
 from distcheck.parallel.step.divergence import explain_step
+from distcheck.parallel.step.layouts import (
+    ALL,
+    AXES,
+    DEFAULT_AXES,
+    LOW_PRECISION_AXES,
+    OWN_MODEL_AXES,
+    PP_SCHEDULES,
+    allowed,
+    axes_option,
+    layouts,
+    low_precision_refused,
+    parse_layout,
+    target_axes,
+)
 from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
 from distcheck.parallel.step.model import TinyConfig, stage_of
 from distcheck.parallel.step.precision import precision, precision_bounds, precisions_for
@@ -93,72 +111,9 @@ _PROPERTIES = (
                               "counted once", "bounded"),
     PropertySpec("clipping", "every rank's gradients are multiplied by the reference's min(1, max_norm / (norm + "
                              "1e-6))", "bounded"),
-    PropertySpec("tokens", "the reported tokens are the step's non-ignored tokens, and the dp ranks' own counts "
-                           "add up to them", "exact"),
+    PropertySpec("tokens", "the reported tokens are the step's non-ignored tokens, and the dp (and cp) ranks' own "
+                           "counts add up to them", "exact"),
 )
-
-#: the step's axes in the order its compositions are shown (the vocabulary's names)
-_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP))
-#: the pipeline schedules drawn under pp > 1 (torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B)
-PP_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B)
-
-
-def parse_layout(text: str) -> StepLayout:
-    """``"dp_shard=2,tp=2"`` as a :class:`StepLayout` (axes left out are 1). Raises ConfigError naming the
-    option for an unknown axis, an axis set twice or a degree that is not a positive int."""
-    degrees: dict[str, int] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.partition("=")
-        name = name.strip()
-        if name not in _AXES:
-            raise ConfigError("option layout", text, f"axis {name!r} must be one of {', '.join(_AXES)}")
-        if name in degrees:
-            raise ConfigError("option layout", text, f"sets {name} twice")
-        try:
-            degrees[name] = check_positive_int(f"option layout {name}", int(value))
-        except ValueError:
-            raise ConfigError("option layout", text, f"{name} must be a positive integer") from None
-    return StepLayout(**degrees)  # type: ignore[arg-type]  # only the int degrees are set
-
-
-def layouts(world_size: int) -> list[StepLayout]:
-    """Every ``dp_replicate x dp_shard x tp x pp`` factorisation of ``world_size`` with tp in {1, 2, 4} and pp in
-    {1, 2} (pp = 2 x tp = 2 included: each stage's decoder under the tensor-parallel plan), the simplest first
-    (fewest axes above 1, then FSDP before HSDP before tp before pp)."""
-    found = [StepLayout(dr, ds, tp, pp) for dr, ds, tp, pp in product(range(1, world_size + 1), repeat=4)
-             if dr * ds * tp * pp == world_size and tp in (1, 2, 4) and pp in (1, 2)]
-    return sorted(found, key=lambda lay: (sum(getattr(lay, a) > 1 for a in _AXES), lay.pp, lay.tp, lay.dp_replicate))
-
-
-def _axes(text: str) -> tuple[str, ...]:
-    """The ``axes`` option, ``"dp_replicate,dp_shard"``, as a tuple (the empty option: every axis). ConfigError
-    naming the option for an axis that is not a mesh dim, one named twice, or a value that names none."""
-    names = tuple(filter(None, (p.strip() for p in text.split(","))))
-    for name in names:
-        if name not in _AXES:
-            raise ConfigError("option axes", text, f"axis {name!r} must be one of {', '.join(_AXES)}")
-    if len(set(names)) < len(names):
-        raise ConfigError("option axes", text, "names an axis twice")
-    if text.strip() and not names:
-        raise ConfigError("option axes", text, f"names no axis: give one or more of {', '.join(_AXES)}, "
-                          "comma-separated")
-    return names or _AXES
-
-
-def _target_axes(axes: Any, shown: str) -> tuple[str, ...]:
-    """A :class:`StepTarget`'s ``axes`` checked: a tuple (or list) of distinct mesh dim names, possibly empty.
-    ProtocolError naming the target otherwise (a bare string included: ``("dp_replicate",)``, not
-    ``"dp_replicate"``)."""
-    if isinstance(axes, str) or not isinstance(axes, (tuple, list)) or not all(isinstance(a, str) for a in axes):
-        raise ProtocolError("target", shown, f"StepTarget axes={axes!r} must be a tuple of mesh dim names, e.g. "
-                            "axes=(\"dp_replicate\",)")
-    bad = [a for a in axes if a not in _AXES]
-    if bad:
-        raise ProtocolError("target", shown, f"StepTarget axes {bad} must be among {', '.join(_AXES)}")
-    if len(set(axes)) < len(axes):
-        raise ProtocolError("target", shown, f"StepTarget axes={tuple(axes)!r} names an axis twice")
-    return tuple(axes)
-
 
 def _check_hooks(obj: Any, shown: str) -> None:
     """Every hook of a :class:`StepTarget` callable with its number of arguments, else ProtocolError naming it."""
@@ -211,36 +166,38 @@ def _user_config(obj: Any, shown: str) -> tuple[int | None, int | None]:
     return vocab, None
 
 
-def _allowed(world_size: int, options: dict) -> list[StepLayout]:
-    """:func:`layouts` of ``world_size`` with every axis outside the ``axes`` option at 1."""
-    allowed = _axes(options.get("axes", ""))
-    return [lay for lay in layouts(world_size) if all(getattr(lay, a) == 1 for a in _AXES if a not in allowed)]
-
-
 def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = None, spec: Any = None, *,
-           one_token: bool = False, max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM),
+           one_token: bool = False, moe: bool = False, max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM),
            precisions: tuple[str, ...] = ("float64",)) -> st.SearchStrategy[StepCase]:
     """The drawn examples on ``choices`` (module doc). ``config``: a user model's own (fixed; else the tiny
     Llama's sizes are drawn), ``longest`` its longest sequence (caps the drawn length), ``spec`` the resolved
     StepTarget each case carries (its reference runs the target's model and hooks); ``one_token``: every
     sequence keeps one token (the compositions in which values cancel exactly: a softmax over one key leaves the
-    query and key projections' gradients exactly 0); ``max_norms``: the clipping thresholds drawn from;
-    ``precisions``: the precisions drawn from (:mod:`~distcheck.parallel.step.precision`; the layout carries it)."""
+    query and key projections' gradients exactly 0); ``moe``: the tiny Llama may be drawn with MoE layers on a
+    layout with tp = pp = 1 (ep among the axes drawn; a layout with ep > 1 always has them); ``max_norms``: the
+    clipping thresholds drawn from; ``precisions``: the precisions drawn from
+    (:mod:`~distcheck.parallel.step.precision`; the layout carries it)."""
 
     @st.composite
     def draw(draw: st.DrawFn) -> StepCase:
         layout = draw(st.sampled_from(choices))
         if len(precisions) > 1 or precisions[0] != layout.precision:
             layout = replace(layout, precision=draw(st.sampled_from(precisions)))
-        tp, pp = layout.tp, layout.pp
+        tp, pp, cp = layout.tp, layout.pp, layout.cp
         n_kv = tp
+        experts = 0
+        if config is None and (layout.ep > 1 or (moe and tp == 1 and pp == 1 and draw(st.booleans()))):
+            experts = max(layout.ep, 2) * draw(st.integers(1, 2))  # every ep rank holds 1 or 2 experts
         # under pp: one layer per stage, the head untied (embedding and head on different stages)
         cfg = config if config is not None else TinyConfig(
             dim=8, n_layers=pp if pp > 1 else draw(st.integers(1, 2)), n_heads=n_kv * draw(st.integers(1, 2)),
             n_kv_heads=n_kv, head_dim=2, ffn_dim=4 * tp, vocab_size=4 * max(tp, 2),
-            tied=pp == 1 and draw(st.booleans()))
-        low, high = (1, 2) if tp > 1 else (2, 4)
-        seq_len = tp * draw(st.integers(low, high if longest is None else max(low, min(high, longest // tp))))
+            tied=pp == 1 and draw(st.booleans()), n_experts=experts,
+            top_k=draw(st.integers(1, 2)) if experts else 1, rope=cp > 1)
+        # a sequence is cut into 2 cp head-tail chunks, each into tp sequence-parallel shards
+        unit = tp * (2 * cp if cp > 1 else 1)
+        low, high = (1, 2) if unit > 1 else (2, 4)
+        seq_len = unit * draw(st.integers(low, high if longest is None else max(low, min(high, longest // unit))))
         schedule = draw(st.sampled_from(PP_SCHEDULES)) if pp > 1 else ""
         m = draw(st.integers(pp if schedule == Schedule.ONE_F_ONE_B else 1, 3))
         mbs = draw(st.integers(1, 2))
@@ -254,6 +211,15 @@ def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = 
                         spec)
 
     return draw()
+
+
+def _unrecorded(case: StepCase) -> str:
+    """Why the first-divergence replay does not cover ``case`` ("" when it does): the recorder maps tensors over dp
+    and tp, its reference runs each dp rank's micro-batches alone: a line there could name a right tensor."""
+    moe = isinstance(case.config, TinyConfig) and case.config.n_experts > 0
+    what = " and ".join(w for w, on in (("cp ranks' head-tail chunks", case.layout.cp > 1),
+                                           ("MoE layers' load-balancing loss over the global micro-batch", moe)) if on)
+    return f"the recorder maps tensors over dp and tp only, not the {what}" if what else ""
 
 
 def _single(case: StepCase) -> Any:
@@ -282,8 +248,10 @@ class TrainingStep(Contract):
     options = (
         Option("layout", "", str, "pin the composition, e.g. dp_shard=2,tp=2 (axes left out are 1; default: draw "
                                   "every factorisation of the world size)"),
-        Option("axes", "", str, "the mesh dims drawn above 1, e.g. dp_replicate,dp_shard (default: all four, or a "
-                                "StepTarget's own axes)"),
+        Option("axes", "", str, "the axes drawn above 1, e.g. dp_replicate,dp_shard,cp,ep, or all (the six: "
+                                "dp_replicate, dp_shard, tp, pp, cp, ep; default: a StepTarget's own axes, else "
+                                "the dense step's dp_replicate, dp_shard, tp and pp; a StepTarget with its own "
+                                "model: dp_replicate, dp_shard and tp)"),
         Option("mixed_precision", "fsdp,autocast", str,
                "the bf16 recipes drawn under --dtypes bfloat16: fsdp (FSDP2 MixedPrecisionPolicy(param_dtype=bf16, "
                "reduce_dtype=fp32), which the target's parallelize applies when layout.precision is bf16-fsdp), "
@@ -295,9 +263,9 @@ class TrainingStep(Contract):
         if base:
             return base
         if not options.get("layout"):
-            if not _allowed(world_size, options):
+            if not allowed(world_size, options):
                 return (f"no layout of {world_size} ranks has only the axes {options.get('axes')} above 1 (tp in "
-                        "{1, 2, 4}, pp in {1, 2})")
+                        "{1, 2, 4}, pp in {1, 2}, cp in {1, 2, 4}, ep borrowed from dp x cp)")
             return None
         lay = parse_layout(options["layout"])
         if lay.world_size == 1:
@@ -308,14 +276,21 @@ class TrainingStep(Contract):
         return None
 
     def composition(self, case: StepCase) -> dict[str, str]:
-        """The "Compositions drawn" columns of ``case``: ``layout`` (the axes above 1, ``dp_shard=2, tp=2``),
-        ``schedule`` (``-`` when pp = 1), ``micro-batches`` (m per dp rank, the gradient-accumulation steps),
-        ``steps`` (optimizer steps) and ``clip`` (``binds`` or ``free``); under a low precision also ``precision``
-        (``float32``, ``bf16-fsdp``, ``bf16-autocast``)."""
+        """The "Compositions drawn" columns of ``case``: ``layout`` (the axes above 1, ``dp_shard=2, tp=2``; ep with
+        its placement, ``cp=2, ep=4 (megatron)``), ``schedule`` (``-`` when pp = 1), ``micro-batches`` (m per dp
+        rank, the gradient-accumulation steps), ``steps`` (optimizer steps), ``clip`` (``binds`` or ``free``) and
+        ``model`` (``dense`` or ``MoE``, with ``RoPE``; ``own`` for a user's model); under a low precision also
+        ``precision`` (``float32``, ``bf16-fsdp``, ``bf16-autocast``)."""
         lay = case.layout
-        out = {"layout": ", ".join(f"{a}={getattr(lay, a)}" for a in _AXES if getattr(lay, a) > 1) or "one device",
+        axes = [f"{a}={getattr(lay, a)}" for a in AXES if getattr(lay, a) > 1]
+        if lay.ep > 1:
+            axes[-1] += f" ({lay.ep_placement})"
+        c = case.config
+        model = ("own" if not isinstance(c, TinyConfig) else
+                 ("MoE" if c.n_experts else "dense") + (", RoPE" if c.rope else ""))
+        out = {"layout": ", ".join(axes) or "one device",
                "schedule": case.schedule or "-", "micro-batches (GA steps)": str(case.microbatches),
-               "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free"}
+               "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free", "model": model}
         if lay.precision != "float64":
             out["precision"] = lay.precision
         return out
@@ -334,22 +309,22 @@ class TrainingStep(Contract):
         from distcheck.parallel.step.hooks import StepTarget
 
         shown = ref or repr(obj)
-        given = _axes(options["axes"]) if options.get("axes") else ()
+        given = axes_option(options["axes"]) if options.get("axes") else ()
         if isinstance(obj, StepTarget):
             _check_hooks(obj, shown)
             check_shard_dims(obj.shard_dims, shown)
-            own = _target_axes(obj.axes, shown)
+            own = target_axes(obj.axes, shown)
             _user_config(obj, shown)
             if obj.model is not None:
                 if Axis.PP.value in own:
                     raise ProtocolError("target", shown, f"StepTarget axes={tuple(own)!r} name pp: {_NO_SPLIT}")
-                own = own or tuple(a for a in _AXES if a != Axis.PP.value)
-            outside = sorted(set(given) - set(own or _AXES))
+                own = own or OWN_MODEL_AXES
+            outside = sorted(set(given) - set(own or AXES))  # a target naming no axes may be given any
             if outside:
                 why = f" ({_NO_SPLIT})" if obj.model is not None and Axis.PP.value in outside else ""
                 raise ConfigError("option axes", options["axes"], f"the target parallelizes only "
                                   f"{', '.join(own)}, not {', '.join(outside)}{why}")
-            drawn = given or own or _AXES
+            drawn = given or own or DEFAULT_AXES
             if obj.loop_hooks and Axis.PP.value in drawn:
                 raise ProtocolError("target", shown, f"replaces {', '.join(obj.loop_hooks)}, which the pipeline "
                                     "schedule does not call: leave pp out of its axes (StepTarget(..., axes=...) "
@@ -361,23 +336,50 @@ class TrainingStep(Contract):
         else:
             check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
         precisions_for("bfloat16", options.get("mixed_precision", "fsdp,autocast"))  # a bad option, before any run
-        allowed = _axes(options.get("axes", ""))
+        # a pinned layout with no axes named (by the option or the target) is the draw: cp and ep may be pinned
+        named = axes_option(options.get("axes", "") or (ALL if options.get("layout") else ""))
         if options.get("layout"):
             lay = parse_layout(options["layout"])
-            outside_layout = [a for a in _AXES if getattr(lay, a) > 1 and a not in allowed]
+            outside_layout = [a for a in AXES if getattr(lay, a) > 1 and a not in named]
             if outside_layout:
                 raise ConfigError("option layout", options["layout"], f"sets {', '.join(outside_layout)} above 1, "
-                                  f"outside the axes {', '.join(allowed)}")
+                                  f"outside the axes {', '.join(named)}")
         return make_target(obj, ref, "hooks" if isinstance(obj, StepTarget) else "parallelize"), options
 
+    def skipped(self, target: Any, options: dict) -> dict[str, str]:
+        """Every property of a target stepping under torch's ``context_parallel``
+        (:data:`distcheck.parallel.step.plans.TORCH_CONTEXT_PARALLEL`, its ``accumulate`` hook) where torch refuses
+        the attention op (without a GPU, torch 2.13): torch's refusal as the reason
+        (:func:`distcheck.parallel.cp.plans.cpu_refusal`)."""
+        from distcheck.parallel.step.hooks import StepTarget
+        from distcheck.parallel.step.plans import torch_context_parallel
+
+        obj = resolve(target)
+        if not isinstance(obj, StepTarget) or obj.accumulate is not torch_context_parallel:
+            return {}
+        import torch
+
+        from distcheck.parallel.cp.plans import cpu_refusal
+
+        reason = cpu_refusal("cuda" if torch.cuda.is_available() else "cpu")
+        return {} if reason is None else {p.name: reason for p in self.properties}
+
     def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
-        drawn = precisions_for(dtype, options.get("mixed_precision", "fsdp,autocast"))
+        drawn = self._precisions(dtype, options)
         if not drawn:
             return None
+        moe = Axis.EP.value in axes_option(options.get("axes", ""))
         if options.get("layout"):
-            return _cases([parse_layout(options["layout"])], precisions=drawn)
-        allowed = _allowed(world_size, options)
-        return _cases(allowed, precisions=drawn) if allowed else None
+            return _cases([parse_layout(options["layout"])], moe=moe, precisions=drawn)
+        choices = allowed(world_size, options)
+        return _cases(choices, moe=moe, precisions=drawn) if choices else None
+
+    @staticmethod
+    def _precisions(dtype: str, options: dict) -> tuple[str, ...]:
+        """The precisions drawn in ``dtype`` (:func:`~distcheck.parallel.step.precision.precisions_for`); none in
+        a low precision when the draw names cp or ep (:data:`~distcheck.parallel.step.layouts.LOW_PRECISION_AXES`)."""
+        drawn = precisions_for(dtype, options.get("mixed_precision", "fsdp,autocast"))
+        return () if dtype != "float64" and low_precision_refused(options) else drawn
 
     def cases_for(self, target: Any, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         """:meth:`cases`; for a :class:`StepTarget` each case carries the target (its reference runs the target's
@@ -388,12 +390,20 @@ class TrainingStep(Contract):
         obj = resolve(target)
         if not isinstance(obj, StepTarget):
             return self.cases(world_size, dtype, options)
-        drawn = precisions_for(dtype, options.get("mixed_precision", "fsdp,autocast"))
+        drawn = self._precisions(dtype, options)
         _, longest = _user_config(obj, target.ref)
-        choices = ([parse_layout(options["layout"])] if options.get("layout") else _allowed(world_size, options))
-        return _cases(choices, obj.config, longest, target, precisions=drawn) if choices and drawn else None
+        choices = ([parse_layout(options["layout"])] if options.get("layout") else allowed(world_size, options))
+        moe = Axis.EP.value in axes_option(options.get("axes", ""))
+        return (_cases(choices, obj.config, longest, target, moe=moe, precisions=drawn) if choices and drawn
+                else None)
 
     def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
+        refused = low_precision_refused(options) if dtype in ("float32", "bfloat16") else []
+        if refused:
+            return (f"{self.name} in {dtype} draws dp_replicate, dp_shard, tp and pp only, and this draw names "
+                    f"{' and '.join(refused)}: " + "; ".join(f"{a}: {LOW_PRECISION_AXES[a]}" for a in refused)
+                    + " (float64 certifies them; leave them out of --option axes or --option layout to certify the "
+                      f"rest in {dtype})")
         return (f"{self.name} is certified in float64, float32 and bfloat16 (bf16 mixed precision: "
                 f"distcheck.parallel.step.precision), not {dtype}")
 
@@ -405,22 +415,30 @@ class TrainingStep(Contract):
         return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case, single=_single(case))
 
     def explain_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
-        """The replay of a failure's shrunk case with every tensor recorded (:mod:`~distcheck.parallel.step.trace`)."""
+        """The replay of a failure's shrunk case with every tensor recorded (:mod:`~distcheck.parallel.step.trace`);
+        none under cp or with MoE layers (:func:`_unrecorded`: every rank returns the reason, nothing runs), nor in a
+        low precision (:meth:`explain`)."""
         from distcheck.parallel.step.harness import run_step
         from distcheck.parallel.step.hooks import StepTarget
 
+        if case.layout.precision != "float64":
+            return {}
+        why = _unrecorded(case)
+        if why:
+            return {"unrecorded": why}
         obj = resolve(target)
-        return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case,
-                        record=case.layout.precision == "float64")
+        return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case, record=True)
 
     def explain(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> str:
         """The first tensor of the recorded replay that leaves its bound
-        (:func:`~distcheck.parallel.step.divergence.explain_step`); float64 only: the replay's tensors are held to
-        the float64 step, which a lower precision's own rounding leaves everywhere."""
+        (:func:`~distcheck.parallel.step.divergence.explain_step`), or why none was recorded; float64 only: the
+        replay's tensors are held to the float64 step, which a lower precision's own rounding leaves everywhere."""
         if case.layout.precision != "float64":
             return (f"first divergence: not traced in {case.layout.precision} (the recorded replay holds every tensor "
                     "to the float64 step, which the precision's own rounding leaves everywhere); the failing value "
                     "above, held to the single-device step in the same precision, is the finding")
+        if results and results[0].get("unrecorded"):
+            return f"no first divergence recorded: {results[0]['unrecorded']}"
         return explain_step(case, results)
 
     def check(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
@@ -471,7 +489,8 @@ class TrainingStep(Contract):
             out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps],
                                             None, scalar["norm"][0], scalar["norm"][1], dtype))
             out["clipping"].append(self._clipping(at, r, steps, scalar["scale"], dtype))
-            out["tokens"].append(self._tokens(at, r["tokens"], steps, [res["dp_index"] for res in results]))
+            out["tokens"].append(self._tokens(at, r["tokens"], steps, [(res["dp_index"], res.get("cp_index", 0))
+                                                                       for res in results]))
         return {name: _first(outs) for name, outs in out.items()}
 
     # the comparisons beside the values' (distcheck.parallel.step.compare)

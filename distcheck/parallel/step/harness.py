@@ -2,18 +2,20 @@
 and the single-device float64 reference step (:func:`reference_step`). torch is imported inside the functions.
 
 Every rank builds the case's decoder, cuts it to its pipeline stage when pp > 1
-(:func:`~distcheck.parallel.step.model.pipeline_stage`), calls the target's ``parallelize(model, mesh, layout)``
-on the ``DeviceMesh`` of dims ``(pp, dp_replicate, dp_shard, tp)``, builds AdamW on what it returns, and runs the
-case's steps. A step, on dp index d: for each of the m micro-batches, inside ``accumulate(model, info)``, the
-forward, ``loss_fn(logits, labels, info)`` and ``backward(loss, model, info)`` (under pp > 1 the schedule runs
-them: ``loss_fn`` on the last stage);
-``report_loss`` over the rank's summed per-token losses and tokens; the gradients
-(local shards) are kept, ``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is
-measured from the local shards before and after; ``optimizer.step()``; every parameter and AdamW moment
-is gathered to a full tensor (``full_tensor()``). Rank 0 then runs the reference (:func:`reference_step`,
-from every rank's records): the same decoder on the whole step's batch at once, the token-mean loss,
-``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached after the step before
-(:func:`parallel_states`).
+(:func:`~distcheck.parallel.step.model.pipeline_stage`), calls the target's ``parallelize(model, mesh, layout)`` on
+the ``DeviceMesh`` of dims ``(pp, dp_replicate, dp_shard, cp, tp)`` (:func:`mesh_for`; the experts' mesh,
+:func:`~distcheck.parallel.step.hooks.expert_mesh`, is built when the target asks for it), builds AdamW on what it
+returns, and runs the case's steps. A step, on dp index d and cp index c: for each of the m micro-batches, inside
+``accumulate(model, info)``, the forward on its sequences (under cp > 1 their head-tail chunks c and 2 cp - 1 - c,
+with their global positions, :func:`cp_positions`), ``loss_fn(logits, labels, info)`` and ``backward(loss, model,
+info)`` (under pp > 1 the schedule runs them: ``loss_fn`` on the last stage); ``report_loss`` over the rank's
+summed per-token losses and tokens; the gradients (local shards) are kept, ``clip_grad_norm(parameters, max_norm,
+info)`` is called, the scale it applied is measured from the local shards before and after; ``optimizer.step()``;
+every parameter and AdamW moment is gathered to a full tensor (``full_tensor()``). Rank 0 then runs the reference
+(:func:`reference_step`, from every rank's records): the same decoder on the whole step's batch at once (a decoder
+with MoE layers one global micro-batch at a time: its load-balancing loss is each micro-batch's over every rank's
+tokens), the token-mean loss, ``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached
+after the step before (:func:`parallel_states`).
 
 A target with its own model (``StepTarget(model=...)``) is built by :func:`build_target_model` (seeded, CPU,
 float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`); each micro-batch's forward is
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for",
+__all__ = ["ADAMW", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for", "cp_positions",
            "build_target_model", "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
@@ -43,16 +45,21 @@ _MESHES: dict = {}
 
 
 def mesh_for(ctx: RankContext, layout: StepLayout) -> Any:
-    """The ``DeviceMesh`` of ``layout`` on this world (dims ``pp, dp_replicate, dp_shard, tp``, torchtitan's
-    order), built once per world and rank."""
+    """The ``DeviceMesh`` of ``layout`` on this world (dims ``pp, dp_replicate, dp_shard, cp, tp``, torchtitan's
+    order), built once per world and rank, with torchtitan's flattened dims ``dp_shard_cp`` (``dp_shard x cp``,
+    FSDP2's shard dim under context parallelism) and ``dp_cp`` (``dp_replicate x dp_shard x cp``)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from distcheck.parallel.step.hooks import AXES
+    from distcheck.parallel.step.hooks import AXES, FLAT_AXES
 
     key = (id(dist.group.WORLD), ctx.rank, *layout.shape)
     if key not in _MESHES:
-        _MESHES[key] = init_device_mesh(ctx.device.type, layout.shape, mesh_dim_names=AXES)
+        mesh = init_device_mesh(ctx.device.type, layout.shape, mesh_dim_names=AXES)
+        # DeviceMesh has no public flatten (torch 2.13); torchtitan's ParallelDims calls the same method
+        mesh["dp_shard", "cp"]._flatten(FLAT_AXES[0])
+        mesh["dp_replicate", "dp_shard", "cp"]._flatten(FLAT_AXES[1])
+        _MESHES[key] = mesh
     return _MESHES[key]
 
 
@@ -174,6 +181,8 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     # FSDP2's warning that the root returned a view: the step and the default hooks read the logits out of place
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    # torch 2.13 warns on every slice of a flattened dim (mesh["dp_replicate", "dp_shard_cp"], torchtitan's idiom)
+    warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
     from distcheck.parallel.step.mapping import assemble_params, declared
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
     from distcheck.parallel.step.precision import autocast_for, precision
@@ -187,8 +196,9 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     if layout.pp > 1 and target.model is not None:
         raise RuntimeError(f"a user model has no pipeline split (layout {layout}): leave pp out of the target's axes")
     mesh = mesh_for(ctx, layout)
-    d = layout.dp_index(ctx.rank)
+    d, c = layout.dp_index(ctx.rank), layout.coordinates(ctx.rank)["cp"]
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
+    chunk = cp_positions(case.seq_len, layout.cp, c)
     initial = None
     if target.model is None:
         model = build_model(case.config, weights(case), device=ctx.device, dtype=master)
@@ -213,9 +223,13 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
             loss_sum += _pipeline_step(ctx, target, model, mesh, case, tokens[s, d], labels[s, d], total)
             mine += int((labels[s, d] != IGNORE_INDEX).sum())
         for k in range(case.microbatches if layout.pp == 1 else 0):
-            x, y = tokens[s, d, k].to(ctx.device), labels[s, d, k].to(ctx.device)
+            x, y = tokens[s, d, k], labels[s, d, k]
+            if chunk is not None:  # this cp rank's head-tail chunks of every sequence
+                x, y = x[:, chunk], y[:, chunk]
+            x, y = x.to(ctx.device), y.to(ctx.device)
             n_k = int((y != IGNORE_INDEX).sum())
-            info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss)
+            pos = None if chunk is None else chunk.to(ctx.device)
+            info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss, pos, model)
             rec.begin_microbatch(k)
             with target.accumulate(model, info):
                 with autocast_for(layout.precision, ctx.device):
@@ -241,7 +255,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
                       **_record(model, opt)})
     modules = [normalize(n) for n, _ in model.named_modules()]
     names = modules + [f"{n}:input" for n in modules] + [normalize(n) for n, _ in model.named_parameters()]
-    result: dict = {"steps": steps, "dp_index": d, "device": ctx.device.type,
+    result: dict = {"steps": steps, "dp_index": d, "cp_index": c, "device": ctx.device.type,
                     "shard_dims": declared(target.shard_dims, names)}
     if record:
         result["trace"] = rec.close()
@@ -275,7 +289,7 @@ def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, 
     from distcheck.core.vocab import Schedule
     from distcheck.parallel.step.hooks import StepInfo
     from distcheck.parallel.step.model import IGNORE_INDEX, token_loss_sum
-    from distcheck.parallel.step.precision import autocast_for, precision
+    from distcheck.parallel.step.precision import autocast_hooks
 
     layout, m = case.layout, case.microbatches
     stage = layout.coordinates(ctx.rank)["pp"]
@@ -293,23 +307,26 @@ def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, 
     schedule = cls(pipe, n_microbatches=m, loss_fn=loss, scale_grads=False)
     x, y = (a.reshape(m * case.micro_batch_size, case.seq_len).to(ctx.device) for a in (tokens, labels))
     last = stage == layout.pp - 1
-    hooks = []
-    if precision(layout.precision).autocast:  # the stage's forwards under autocast, its backwards outside it
-        cast = autocast_for(layout.precision, ctx.device)
-
-        def enter(module: Any, args: Any) -> None:
-            cast.__enter__()
-
-        def leave(module: Any, args: Any, out: Any) -> None:
-            cast.__exit__(None, None, None)
-
-        hooks = [model.register_forward_pre_hook(enter), model.register_forward_hook(leave)]
+    hooks = autocast_hooks(model, layout.precision, ctx.device)  # the stage's forwards under autocast
     try:
         schedule.step(*((x,) if stage == 0 else ()), **({"target": y} if last else {}))
     finally:
         for hook in hooks:
             hook.remove()
     return sum(sums[-m:], torch.zeros((), dtype=torch.float64)) if last else torch.zeros((), dtype=torch.float64)
+
+
+def cp_positions(seq_len: int, cp: int, index: int) -> Any:
+    """The global positions (int64 tensor) of cp rank ``index``'s head-tail chunks of a sequence of ``seq_len``
+    tokens (:func:`distcheck.parallel.cp.reference.load_balanced_positions`: chunks ``index`` and ``2 cp - 1 -
+    index`` of ``2 cp``), None when cp = 1."""
+    import torch
+
+    from distcheck.parallel.cp.reference import load_balanced_positions
+
+    if cp == 1:
+        return None
+    return torch.from_numpy(load_balanced_positions(seq_len, cp)[index].astype("int64"))
 
 
 def parallel_states(results: list[dict]) -> list[dict]:
@@ -370,7 +387,7 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
     import torch
 
     from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
-    from distcheck.parallel.step.model import IGNORE_INDEX
+    from distcheck.parallel.step.model import IGNORE_INDEX, load_balance_loss, moe_layers
     from distcheck.parallel.step.precision import precision
     from distcheck.parallel.step.reference import StepLayout
 
@@ -382,13 +399,25 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
     for s in range(case.steps):
         if s and starts is not None:
             _load(model, opt, starts[s - 1])
-        x = tokens[s].reshape(-1, case.seq_len)
-        y = labels[s].reshape(-1, case.seq_len)
-        total = int((y != IGNORE_INDEX).sum())
-        info = StepInfo(StepLayout(precision=prec.name), None, total, total, 1, case.max_norm, 0, target.loss)
+        total = int((labels[s] != IGNORE_INDEX).sum())
+        # the whole step's batch at once; a model with MoE layers one micro-batch index at a time (every dp rank's
+        # sequences of it together), its load-balancing loss being over each global micro-batch
+        parts = ([(tokens[s][:, k], labels[s][:, k]) for k in range(case.microbatches)] if moe_layers(model) else
+                 [(tokens[s], labels[s])])
         opt.zero_grad()
-        loss = target.loss(call_model(model, target.batch(x, y, info)), y, info) / total
-        loss.backward()
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        for xk, yk in parts:
+            x, y = xk.reshape(-1, case.seq_len), yk.reshape(-1, case.seq_len)
+            info = StepInfo(StepLayout(precision=prec.name), None, total, int((y != IGNORE_INDEX).sum()), 1,
+                            case.max_norm, 0, target.loss, None, model)
+            ce = target.loss(call_model(model, target.batch(x, y, info)), y, info)
+            part = ce / total
+            aux = load_balance_loss(model)
+            if not isinstance(aux, float):
+                part = part + aux / len(parts)
+            part.backward()
+            loss_sum = loss_sum + ce.detach()
+        loss = loss_sum / total
         norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), case.max_norm))
         opt.step()
         out.append({"loss": float(loss.detach()), "tokens": total, "norm": norm,

@@ -6,12 +6,15 @@ A target of the ``training-step`` contract is a torchtitan-style ``parallelize(m
 
 * ``loss_fn(logits, labels, info) -> Tensor``: the loss of one micro-batch to call ``backward()`` on.
   Default :func:`token_mean_loss`: the micro-batch's sum of per-token cross-entropies (``ignore_index``
-  -100 dropped) divided by the step's global token count, times ``dp`` because FSDP2 and DDP average
-  the gradients over the dp ranks; summed over micro-batches and ranks this is the global token mean.
+  -100 dropped) divided by the step's global token count, plus the MoE layers' load-balancing loss divided by
+  the micro-batches, times ``dp * cp`` because FSDP2 and DDP average the gradients over the ranks holding
+  different tokens; summed over micro-batches and ranks this is the global token mean (and the mean
+  load-balancing loss).
 * ``report_loss(loss_sum, tokens, info) -> (loss, tokens)``: what the step reports (the logged loss
   and tokens seen). ``loss_sum`` is this rank's sum of per-token losses over its micro-batches,
   ``tokens`` its non-ignored tokens (0-d float64 tensors). Default :func:`all_reduce_dp`: both
-  summed over the dp ranks (``dp_replicate`` then ``dp_shard``), loss = sum / tokens.
+  summed over the ranks holding different tokens (``dp_replicate``, ``dp_shard``, then ``cp``), loss = sum /
+  tokens.
 * ``clip_grad_norm(parameters, max_norm, info) -> norm``: clip the gradients in place and return
   their total norm before clipping (a tensor, a DTensor, or a float). Default :func:`torch_clip`:
   ``torch.nn.utils.clip_grad_norm_`` (on DTensor gradients it returns a DTensor; distcheck reads its
@@ -23,13 +26,15 @@ A target of the ``training-step`` contract is a torchtitan-style ``parallelize(m
 * ``backward(loss, model, info) -> None``: the backward of one micro-batch's loss. Default
   :func:`loss_backward`: ``loss.backward()``; accelerate's loop calls ``accelerator.backward(loss)``.
 
-``axes`` names the mesh dims the target parallelizes (default all four): a DDP-only loop names
-``("dp_replicate",)``, and only layouts with every other axis at 1 are drawn. ``accumulate`` and
+``axes`` names the axes the target parallelizes (default: the dense step's dp_replicate, dp_shard, tp and pp, or
+what ``--option axes=...`` names; cp and ep when named): a DDP-only loop names ``("dp_replicate",)``, and only
+layouts with every other axis at 1 are drawn. ``accumulate`` and
 ``backward`` are the micro-batch loop's; under pipeline parallelism the schedule runs the forwards and
 backwards, so a target that replaces either must leave ``pp`` out of its axes.
 
-``info`` (:class:`StepInfo`) carries the layout, the mesh (dims ``pp, dp_replicate, dp_shard, tp``) and the
-token counts. Under pipeline parallelism ``loss_fn`` runs on the last stage only (the schedule's
+``info`` (:class:`StepInfo`) carries the layout, the mesh (dims ``pp, dp_replicate, dp_shard, cp, tp``), the
+token counts, under cp the global positions of this rank's chunks, and the model. Under pipeline parallelism
+``loss_fn`` runs on the last stage only (the schedule's
 ``loss_fn``), and the default ``report_loss`` also sums the loss over the pp group.
 
 **The user's own model.** ``model(config) -> nn.Module`` is a factory (default None: distcheck's tiny Llama,
@@ -43,6 +48,13 @@ another generator; the reference is the same factory on one device, float64, loa
 Token ids are drawn below ``config.vocab_size`` (a user config must have it); a user config naming its longest
 sequence (``max_seq_len``, ``n_positions``, ``max_position_embeddings`` or ``block_size``, the first present)
 caps the drawn sequence length. A user model has no pipeline split: ``pp`` is left out of its axes.
+
+**Context parallelism.** Under cp > 1 each cp rank gets, of every sequence of its dp rank's micro-batch, the
+head-tail chunks of :func:`distcheck.parallel.cp.reference.load_balanced_positions` (chunks c and 2 cp - 1 - c
+of 2 cp; "The Llama 3 Herd of Models", §3.3.2), tokens and labels alike, and ``info.positions`` their global
+positions; the default ``batch`` hook passes them to distcheck's tiny Llama (``positions=``), whose RoPE and
+whose attention core (a ring over the cp ranks, the target's) read them. A user model's ``batch`` hook passes
+them its own way.
 
 * ``batch(tokens, labels, info) -> inputs``: the forward's arguments for one micro-batch of the drawn causal-LM
   data (token ids ``(b, s)`` int64; labels ``(b, s)``, the next-token targets already aligned with the ids,
@@ -67,15 +79,23 @@ from typing import Any
 
 from distcheck.core.vocab import Axis
 
-__all__ = ["AXES", "StepInfo", "StepTarget", "token_mean_loss", "all_reduce_dp", "torch_clip", "no_accumulate",
-           "loss_backward", "dp_groups", "as_float", "token_ids", "cross_entropy_sum", "call_model", "MAX_LEN_FIELDS"]
+__all__ = ["AXES", "FLAT_AXES", "EXPERT_AXES", "expert_mesh", "StepInfo", "StepTarget", "token_mean_loss",
+           "all_reduce_dp", "torch_clip", "no_accumulate", "loss_backward", "dp_groups", "as_float", "token_ids",
+           "cross_entropy_sum", "call_model", "MAX_LEN_FIELDS"]
 
 #: the config attributes read, in this order, as a user model's longest sequence (torchtitan, Hugging Face's
 #: GPT-2, Hugging Face's Llama, nanoGPT)
 MAX_LEN_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "block_size")
 
 #: the mesh dims of the step, in torchtitan's order (the vocabulary's names)
-AXES: tuple[str, ...] = tuple(a.value for a in (Axis.PP, Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP))
+AXES: tuple[str, ...] = tuple(a.value for a in (Axis.PP, Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.CP, Axis.TP))
+#: the flattened dims the step's mesh also names (torchtitan's ``ParallelDims``): ``dp_shard x cp``, FSDP2's
+#: shard dim under context parallelism, and ``dp_replicate x dp_shard x cp``, the ranks holding different tokens
+FLAT_AXES: tuple[str, ...] = ("dp_shard_cp", "dp_cp")
+#: the experts' meshes built, by world, rank, device type and shape (:func:`expert_mesh`)
+_EXPERT_MESHES: dict = {}
+#: the dims of the experts' mesh (:func:`expert_mesh`)
+EXPERT_AXES: tuple[str, ...] = (Axis.PP.value, Axis.DP_REPLICATE.value, "efsdp", Axis.EP.value, Axis.TP.value)
 
 
 @dataclass(frozen=True)
@@ -85,8 +105,12 @@ class StepInfo:
     the whole step: every dp rank, every micro-batch), ``microbatch_tokens`` (this rank's, this micro-batch),
     ``num_microbatches`` (m, gradient-accumulation steps), ``max_norm``, ``microbatch`` (the index of the micro-batch
     being run, 0 to m - 1; 0 outside the micro-batch loop), ``token_loss`` (the target's ``loss`` hook, which the
-    default ``loss_fn`` weighs; None: :func:`cross_entropy_sum`). In the reference step ``info`` describes one
-    device: every degree 1, ``mesh`` None, one micro-batch holding every token of the step."""
+    default ``loss_fn`` weighs; None: :func:`cross_entropy_sum`), ``positions`` (under context parallelism the
+    global positions ``(s_local,)`` of this rank's head-tail chunks of the micro-batch's sequences, int64; None
+    when cp = 1: positions ``0 .. s-1``), ``model`` (the model the micro-batch runs through, as ``parallelize``
+    returned it; None outside the micro-batch loop). In the reference step ``info`` describes one device: every
+    degree 1, ``mesh`` None, one micro-batch holding every token of the step (of the micro-batch index, for a
+    model with MoE layers, whose load-balancing loss is per micro-batch)."""
 
     layout: Any
     mesh: Any
@@ -96,10 +120,16 @@ class StepInfo:
     max_norm: float
     microbatch: int = 0
     token_loss: Callable | None = None
+    positions: Any = None
+    model: Any = None
 
 
 def token_ids(tokens: Any, labels: Any, info: StepInfo) -> Any:
-    """The default ``batch`` hook: the token ids, the forward's one argument (``model(tokens)``)."""
+    """The default ``batch`` hook: the token ids, the forward's one argument (``model(tokens)``); under context
+    parallelism (``info.positions`` given) ``{"tokens": tokens, "positions": info.positions}``, the keywords of
+    distcheck's tiny Llama (``model(tokens=..., positions=...)``)."""
+    if info.positions is not None:
+        return {"tokens": tokens, "positions": info.positions}
     return tokens
 
 
@@ -122,19 +152,32 @@ def call_model(model: Any, inputs: Any) -> Any:
 
 
 def token_mean_loss(logits: Any, labels: Any, info: StepInfo) -> Any:
-    """``sum of the micro-batch's per-token losses * dp / global_tokens`` (module doc): the sum is the target's
-    ``loss`` hook's (``info.token_loss``) of the model's output, by default the cross-entropy of the logits."""
+    """``(sum of the micro-batch's per-token losses / global_tokens + load-balancing loss / m) * dp * cp`` (module
+    doc): the sum is the target's ``loss`` hook's (``info.token_loss``) of the model's output, by default the
+    cross-entropy of the logits; the load-balancing loss is this rank's share of the MoE layers' of this
+    micro-batch (:func:`~distcheck.parallel.step.model.load_balance_loss` of ``info.model``, 0 without MoE
+    layers). FSDP2 averages the gradients over the ``dp * cp`` ranks holding different tokens, so the ranks'
+    terms add up to the step's loss: the global token mean plus the mean over micro-batches of the load-balancing
+    loss."""
+    from distcheck.parallel.step.model import load_balance_loss
+
     loss = info.token_loss or cross_entropy_sum
-    return loss(logits, labels, info) * info.layout.dp / info.global_tokens
+    main = loss(logits, labels, info) * info.layout.dp_cp / info.global_tokens
+    aux = load_balance_loss(info.model) if info.model is not None else 0.0
+    if isinstance(aux, float):  # no MoE layer
+        return main
+    return main + aux * info.layout.dp_cp / info.num_microbatches
 
 
 def dp_groups(mesh: Any) -> list:
-    """The process groups of the mesh's dp dimensions of size > 1 (``dp_replicate``, ``dp_shard``)."""
-    return [mesh.get_group(name) for name in ("dp_replicate", "dp_shard") if mesh[name].size() > 1]
+    """The process groups of the mesh's dimensions of size > 1 whose ranks hold different tokens
+    (``dp_replicate``, ``dp_shard``, ``cp``)."""
+    return [mesh.get_group(name) for name in ("dp_replicate", "dp_shard", "cp") if mesh[name].size() > 1]
 
 
 def all_reduce_dp(loss_sum: Any, tokens: Any, info: StepInfo) -> tuple[Any, Any]:
-    """Sum ``loss_sum`` and ``tokens`` over the dp ranks; return ``(loss_sum / tokens, tokens)``."""
+    """Sum ``loss_sum`` and ``tokens`` over the ranks holding different tokens (dp, and cp: each cp rank holds
+    its chunks' sums, torchtitan's ``dp_cp`` reduction); return ``(loss_sum / tokens, tokens)``."""
     import torch
     import torch.distributed as dist
 
@@ -148,25 +191,51 @@ def all_reduce_dp(loss_sum: Any, tokens: Any, info: StepInfo) -> tuple[Any, Any]
 
 
 def torch_clip(parameters: Iterable[Any], max_norm: float, info: StepInfo) -> Any:
-    """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``; under pipeline parallelism (pp > 1) torchtitan's
-    ``clip_grad_norm_`` with a pp mesh (torchtitan/distributed/utils.py): the stage's norm
-    (``torch.nn.utils.get_total_norm``, a DTensor's ``full_tensor()``) squared, summed over the pp group, its
-    square root the global norm, then ``torch.nn.utils.clip_grads_with_norm_``. torch's own function on a
-    stage returns that stage's norm only (pytorch/torchtitan#596)."""
+    """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``; under pipeline or expert parallelism (pp > 1, ep >
+    1) torchtitan's ``clip_grad_norm_`` (torchtitan/distributed/utils.py): the norm of the gradients of each
+    DTensor mesh (``torch.nn.utils.get_total_norm``, a DTensor's ``full_tensor()``: the experts' under ep, the
+    others), their squares summed, and over the pp group under pp, the square root the global norm, then
+    ``torch.nn.utils.clip_grads_with_norm_``. torch's own function on a stage returns that stage's norm only
+    (pytorch/torchtitan#596), and refuses DTensors of two meshes."""
     import torch
     import torch.distributed as dist
 
     params = list(parameters)
-    if info.layout.pp == 1:
+    if info.layout.pp == 1 and info.layout.ep == 1:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    grads = [p.grad for p in params if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm(grads)
-    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-    norm = norm**2
-    dist.all_reduce(norm, group=info.mesh.get_group("pp"))
+    # DTensor gradients on different meshes (the experts' under ep) do not stack: one norm per mesh, their squares
+    # summed (torchtitan's _clip_grad_norm_with_ep), and each group clipped by the total
+    groups: dict = {}
+    for p in params:
+        if p.grad is not None:
+            groups.setdefault(id(getattr(p.grad, "device_mesh", None)), []).append(p)
+    squares = []
+    for group in groups.values():
+        norm = torch.nn.utils.get_total_norm([p.grad for p in group])
+        squares.append((norm.full_tensor() if hasattr(norm, "full_tensor") else norm) ** 2)
+    norm = torch.stack(squares).sum() if squares else torch.zeros((), dtype=torch.float64)
+    if info.layout.pp > 1:
+        dist.all_reduce(norm, group=info.mesh.get_group("pp"))
     norm = norm**0.5
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    for group in groups.values():
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm)
     return norm
+
+
+def expert_mesh(mesh: Any, layout: Any) -> Any:
+    """The experts' ``DeviceMesh`` of ``layout`` on ``mesh``'s device type: dims :data:`EXPERT_AXES` ``(pp,
+    dp_replicate, efsdp, ep, tp)`` of shape :attr:`~distcheck.parallel.step.reference.StepLayout.expert_shape`
+    (torchtitan's sparse mesh; under Megatron's placement dp_replicate is 1 and efsdp spans the replicas), over
+    the ranks of ``mesh`` in the same order: ``ep`` consecutive data-parallel ranks (cp innermost) share the
+    experts out, ``["dp_replicate", "efsdp"]`` is the experts' data parallelism. Built once per world, rank and
+    layout (every rank must call it the first time: it creates process groups)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    key = (id(dist.group.WORLD), dist.get_rank(), mesh.device_type, *layout.expert_shape)
+    if key not in _EXPERT_MESHES:
+        _EXPERT_MESHES[key] = init_device_mesh(mesh.device_type, layout.expert_shape, mesh_dim_names=EXPERT_AXES)
+    return _EXPERT_MESHES[key]
 
 
 def no_accumulate(model: Any, info: StepInfo) -> contextlib.AbstractContextManager:
@@ -193,9 +262,11 @@ def as_float(value: Any) -> float:
 class StepTarget:
     """A ``training-step`` target with its own hooks: ``parallelize(model, mesh, layout) -> model`` and any of
     ``loss_fn``, ``report_loss``, ``clip_grad_norm``, ``accumulate``, ``backward``, ``batch``, ``loss`` (module doc;
-    the defaults when left out), ``axes``, the mesh dims it parallelizes (a tuple, a subset of :data:`AXES`; empty:
-    all four, or all but ``pp`` for a user model), and the user's own model: ``model``, a factory
-    ``model(config) -> nn.Module`` (None: distcheck's tiny Llama), and ``config``, what the factory is called
+    the defaults when left out), ``axes``, the axes it parallelizes (a tuple of names among ``dp_replicate``,
+    ``dp_shard``, ``tp``, ``pp``, ``cp``, ``ep``; empty: the ``axes`` option's, by default the dense step's
+    dp_replicate, dp_shard, tp and pp, or dp_replicate, dp_shard and tp for a user model), and the user's own
+    model: ``model``, a factory ``model(config) -> nn.Module`` (None: distcheck's tiny Llama), and ``config``,
+    what the factory is called
     with (None: the sizes drawn for the layout, a ``TinyConfig``; given: it must have ``vocab_size``, and is
     shipped to the ranks inside each example, so it must pickle).
     ``shard_dims`` says how plain tensors (Megatron-style hand-written sharding, no DTensor) are laid out over

@@ -115,7 +115,7 @@ import numpy as np
 from distcheck.core.errors import ConfigError
 
 __all__ = ["Precision", "PRECISIONS", "MIXED_MODES", "UNIT_ROUNDOFF", "FLOOR", "C_TP", "FLOOR_TP", "precision",
-           "precisions_for", "reordered", "precision_bounds", "autocast_for"]
+           "precisions_for", "reordered", "precision_bounds", "autocast_for", "autocast_hooks"]
 
 #: the unit roundoff of each dtype (round to nearest): 2^-p for p significand bits
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8}
@@ -208,6 +208,23 @@ def autocast_for(name: str, device: Any) -> Any:
         return contextlib.nullcontext()
     kind = device.type if hasattr(device, "type") else str(device)
     return torch.autocast(device_type=kind, dtype=getattr(torch, prec.compute))
+
+
+def autocast_hooks(module: Any, name: str, device: Any) -> list:
+    """Under ``bf16-autocast``, ``module``'s forwards run under :func:`autocast_for` (entered by a forward pre-hook,
+    left by a forward hook: a pipeline stage's, whose backwards the schedule runs outside it); the hooks' handles
+    (remove them after), [] under another precision."""
+    if not precision(name).autocast:
+        return []
+    cast = autocast_for(name, device)
+
+    def enter(mod: Any, args: Any) -> None:
+        cast.__enter__()
+
+    def leave(mod: Any, args: Any, out: Any) -> None:
+        cast.__exit__(None, None, None)
+
+    return [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
 
 
 def _floor(values: Any) -> float:

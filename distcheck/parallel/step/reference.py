@@ -1,10 +1,12 @@
 """numpy references of a whole training step under composed parallelism (float64, no torch, no sympy).
 
-The layout is torchtitan's device mesh ``(pp, dp_replicate, dp_shard, tp)`` (``StepLayout``; torchtitan's
+The layout is torchtitan's device mesh ``(pp, dp_replicate, dp_shard, cp, tp)`` (``StepLayout``; torchtitan's
 ``ParallelDims``): ``dp_replicate`` replicas (HSDP's replicate axis, DDP), each fully sharded over
 ``dp_shard`` ranks (FSDP2's ``fully_shard``: dim-0 shards, ``torch.chunk``), ``tp`` tensor-parallel ranks
-(Megatron-style column/row shards, replicated norms), ``pp`` pipeline stages. The data-parallel degree is
-``dp = dp_replicate * dp_shard``; tp and pp ranks see the same data.
+(Megatron-style column/row shards, replicated norms), ``pp`` pipeline stages, ``cp`` context-parallel ranks
+(each the head-tail chunks of every sequence), and ``ep`` expert-parallel ranks borrowed from the ``dp x cp``
+ones (``ep_placement``: torchtitan's or Megatron's; the experts' mesh ``expert_shape``). The data-parallel
+degree is ``dp = dp_replicate * dp_shard``; tp and pp ranks see the same data, cp ranks parts of it.
 
 What a step must compute, whatever the layout:
 
@@ -39,8 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from distcheck.core.errors import ConfigError
-from distcheck.core.validate import check_float, check_positive_int
-from distcheck.core.vocab import Axis, Collective
+from distcheck.core.validate import check_choice, check_float, check_positive_int
+from distcheck.core.vocab import Axis, Collective, ExpertPlacement, names
 
 __all__ = ["CLIP_EPS", "StepLayout", "Placement", "token_mean_loss", "token_count", "global_grad_norm",
            "copies", "local_shard", "sharded_grad_norm", "clip_scale", "step_comm_bytes"]
@@ -51,25 +53,49 @@ CLIP_EPS = 1e-6
 
 @dataclass(frozen=True)
 class StepLayout:
-    """A composition: ``dp_replicate``, ``dp_shard``, ``tp`` and ``pp`` degrees (each >= 1), torchtitan's
-    mesh axes (mesh order ``pp, dp_replicate, dp_shard, tp``, tp innermost), and the ``precision`` the step
-    is certified in (a name of :data:`distcheck.parallel.step.precision.PRECISIONS`: ``float64``, ``float32``,
-    ``bf16-fsdp``, ``bf16-autocast``; a target's ``parallelize`` reads it to choose FSDP2's
-    ``MixedPrecisionPolicy``; not part of ``str``, which shows the degrees). Raises ConfigError on a degree that
-    is not a positive int or an unknown precision."""
+    """A composition: ``dp_replicate``, ``dp_shard``, ``tp``, ``pp`` and ``cp`` degrees (each >= 1), torchtitan's
+    mesh axes (mesh order ``pp, dp_replicate, dp_shard, cp, tp``, tp innermost), ``ep`` experts' ranks
+    borrowed from the data-parallel ones by ``ep_placement`` (:class:`~distcheck.core.vocab.ExpertPlacement`:
+    ``torchtitan``, ep from ``dp_shard x cp``; ``megatron``, ep from ``dp x cp``; ``""`` when ep = 1), and the
+    ``precision`` the step is certified in (a name of :data:`distcheck.parallel.step.precision.PRECISIONS`:
+    ``float64``, ``float32``, ``bf16-fsdp``, ``bf16-autocast``; a target's ``parallelize`` reads it to choose
+    FSDP2's ``MixedPrecisionPolicy``; not part of ``str``, which shows the degrees). ep is no axis of the dense
+    mesh: the experts' mesh is :attr:`expert_shape`.
+
+    Raises ConfigError on a degree that is not a positive int, an unknown precision, an ep > 1 without a
+    placement (or a placement named with ep = 1), an unknown placement, an ep that the ranks it borrows do not
+    hold (torchtitan: a multiple of cp dividing dp_shard cp; Megatron: a divisor of dp cp)."""
 
     dp_replicate: int = 1
     dp_shard: int = 1
     tp: int = 1
     pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    ep_placement: str = ""
     precision: str = "float64"
 
     def __post_init__(self) -> None:
         from distcheck.parallel.step.precision import precision
 
-        for axis in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP):
+        for axis in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP, Axis.CP, Axis.EP):
             check_positive_int(str(axis), getattr(self, axis))
         precision(self.precision)
+        if self.ep == 1:
+            if self.ep_placement:
+                raise ConfigError("ep_placement", self.ep_placement, "must be empty when ep = 1 (no experts' ranks to "
+                                                                     "place)")
+            return
+        check_choice("ep_placement", self.ep_placement, names(ExpertPlacement))
+        if self.ep_placement == ExpertPlacement.TORCHTITAN:
+            host = self.dp_shard * self.cp
+            if host % self.ep or self.ep % self.cp:
+                raise ConfigError("ep", self.ep, f"must be a multiple of cp = {self.cp} dividing dp_shard*cp = "
+                                                 f"{self.dp_shard}*{self.cp} = {host} (torchtitan borrows ep from "
+                                                 "dp_shard x cp)")
+        elif self.dp_cp % self.ep:
+            raise ConfigError("ep", self.ep, f"must divide dp*cp = {self.dp}*{self.cp} = {self.dp_cp} (Megatron "
+                                             "borrows ep from the data-parallel ranks)")
 
     @property
     def dp(self) -> int:
@@ -77,27 +103,58 @@ class StepLayout:
         return self.dp_replicate * self.dp_shard
 
     @property
-    def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+    def dp_cp(self) -> int:
+        """The ranks that hold different tokens, ``dp * cp`` (torchtitan's ``dp_cp`` mesh): FSDP2 averages the
+        gradients over them, and the loss and tokens are summed over them."""
+        return self.dp * self.cp
 
     @property
-    def shape(self) -> tuple[int, int, int, int]:
-        """The mesh shape, ``(pp, dp_replicate, dp_shard, tp)``."""
-        return (self.pp, self.dp_replicate, self.dp_shard, self.tp)
+    def expert_dp(self) -> int:
+        """The experts' data-parallel degree, ``dp * cp / ep``: the ranks holding the same experts."""
+        return self.dp_cp // self.ep
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.cp * self.tp * self.pp
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """The mesh shape, ``(pp, dp_replicate, dp_shard, cp, tp)``."""
+        return (self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp)
+
+    @property
+    def expert_shape(self) -> tuple[int, int, int, int, int]:
+        """The experts' mesh shape, ``(pp, dp_replicate, efsdp, ep, tp)``, over the same ranks in the same order:
+        ``ep`` consecutive data-parallel ranks (cp innermost) share their experts out, ``efsdp`` shards each
+        expert. torchtitan: ``(pp, dp_replicate, dp_shard cp / ep, ep, tp)`` (the experts HSDP over dp_replicate);
+        Megatron: ``(pp, 1, dp cp / ep, ep, tp)`` (the experts' data parallelism across the replicas too)."""
+        if self.ep_placement == ExpertPlacement.MEGATRON:
+            return (self.pp, 1, self.dp_cp // self.ep, self.ep, self.tp)
+        return (self.pp, self.dp_replicate, self.dp_shard * self.cp // self.ep, self.ep, self.tp)
 
     def coordinates(self, rank: int) -> dict[str, int]:
-        """Rank's coordinate on each axis (row-major over :attr:`shape`, tp innermost)."""
-        pp, dr, ds, tp = np.unravel_index(rank, self.shape)
-        return {Axis.PP: int(pp), Axis.DP_REPLICATE: int(dr), Axis.DP_SHARD: int(ds), Axis.TP: int(tp)}
+        """Rank's coordinate on each mesh axis (row-major over :attr:`shape`, tp innermost)."""
+        pp, dr, ds, cp, tp = np.unravel_index(rank, self.shape)
+        return {Axis.PP: int(pp), Axis.DP_REPLICATE: int(dr), Axis.DP_SHARD: int(ds), Axis.CP: int(cp),
+                Axis.TP: int(tp)}
 
     def dp_index(self, rank: int) -> int:
         """Rank's data-parallel index, ``dp_replicate_coord * dp_shard + dp_shard_coord`` (0..dp-1)."""
         c = self.coordinates(rank)
         return c[Axis.DP_REPLICATE] * self.dp_shard + c[Axis.DP_SHARD]
 
+    def ep_index(self, rank: int) -> int:
+        """Rank's coordinate on the experts' ``ep`` axis (0..ep-1): it holds experts ``ep_index E/ep ..``."""
+        return int(np.unravel_index(rank, self.expert_shape)[3])
+
     def __str__(self) -> str:
-        return ", ".join(f"{axis}={getattr(self, axis)}" for axis in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP,
+        text = ", ".join(f"{axis}={getattr(self, axis)}" for axis in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP,
                                                                         Axis.PP))
+        if self.cp > 1:
+            text += f", cp={self.cp}"
+        if self.ep > 1:
+            text += f", ep={self.ep} ({self.ep_placement})"
+        return text
 
 
 @dataclass(frozen=True)
