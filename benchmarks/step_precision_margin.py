@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 shown = ["-" if c == -math.inf else ("-inf" if c <= 0 else f"{math.log2(c):.1f}") for c in cells]
                 print(f"{cls:<8}{kind:<13}" + "".join(f"{c:>10}" for c in shown))
-    print(f"\ncontract: log2 FLOOR = {math.log2(sp.FLOOR):.0f}, C_TP = {sp.C_TP:g}, FLOOR_TP = {sp.FLOOR_TP:g}")
+    floors = ", ".join(f"{k} {math.log2(v):.0f}" for k, v in sp.FLOOR_TP.items())
+    print(f"\ncontract: log2 FLOOR = {math.log2(sp.FLOOR):.0f}, C_TP = {sp.C_TP:g}, log2 FLOOR_TP = {floors}")
     return 1 if failed else 0
 
 
