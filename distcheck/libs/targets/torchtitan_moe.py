@@ -34,7 +34,7 @@ CPU backward, varlen calls the CUDA flash-attention op, flex_flash asks for a Ho
 language models), so no training step of the model runs on a gloo world. And its ``GroupedExperts`` compute in
 bfloat16 whatever the model's dtype (``x.bfloat16()``, ``torch._grouped_mm``): a float64 expert's output is
 probed against the float64 product, the error the float64 step's bound (2^-32 of the scale) cannot hold, while
-the contract's bf16 criterion leaves MoE layers out (:data:`distcheck.parallel.step.layouts.LOW_PRECISION_AXES`).
+the contract's bf16 criterion leaves MoE layers out (:data:`distcheck.parallel.step.axes.LOW_PRECISION_AXES`).
 Where a backend trains on CPU (a later torchtitan) the row FAILs, asking for the adapter.
 """
 

@@ -54,7 +54,7 @@ FSDP2's ``MixedPrecisionPolicy``, which the target applies when ``layout.precisi
 autocast), each value held to the single-device step in the same precision: its own error against the float64
 shadow, plus the composition's floor (:mod:`distcheck.parallel.step.precision` has the criterion and its argument).
 float32 and bfloat16 draw the dense step's axes only: a draw that names cp or ep (the option, a target's axes, a
-pinned layout) is a skip in them with the reason (:data:`~distcheck.parallel.step.layouts.LOW_PRECISION_AXES`).
+pinned layout) is a skip in them with the reason (:data:`~distcheck.parallel.step.axes.LOW_PRECISION_AXES`).
 """
 
 from __future__ import annotations
@@ -70,13 +70,7 @@ from distcheck.core.vocab import Axis, Schedule
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
-from distcheck.parallel.step.bound import BOUND, param_bounds
-from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
-from distcheck.parallel.step.compare import clipping, extra_params, tokens
-from distcheck.parallel.step.compare import first as _first
-from distcheck.parallel.step.compare import within as _within
-from distcheck.parallel.step.divergence import explain_step
-from distcheck.parallel.step.layouts import (
+from distcheck.parallel.step.axes import (
     ALL,
     AXES,
     DEFAULT_AXES,
@@ -90,6 +84,12 @@ from distcheck.parallel.step.layouts import (
     parse_layout,
     target_axes,
 )
+from distcheck.parallel.step.bound import BOUND, param_bounds
+from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.compare import clipping, extra_params, tokens
+from distcheck.parallel.step.compare import first as _first
+from distcheck.parallel.step.compare import within as _within
+from distcheck.parallel.step.divergence import explain_step
 from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
 from distcheck.parallel.step.model import TinyConfig, stage_of
 from distcheck.parallel.step.precision import precision, precision_bounds, precisions_for
@@ -377,7 +377,7 @@ class TrainingStep(Contract):
     @staticmethod
     def _precisions(dtype: str, options: dict) -> tuple[str, ...]:
         """The precisions drawn in ``dtype`` (:func:`~distcheck.parallel.step.precision.precisions_for`); none in
-        a low precision when the draw names cp or ep (:data:`~distcheck.parallel.step.layouts.LOW_PRECISION_AXES`)."""
+        a low precision when the draw names cp or ep (:data:`~distcheck.parallel.step.axes.LOW_PRECISION_AXES`)."""
         drawn = precisions_for(dtype, options.get("mixed_precision", "fsdp,autocast"))
         return () if dtype != "float64" and low_precision_refused(options) else drawn
 
