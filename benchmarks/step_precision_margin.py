@@ -83,7 +83,7 @@ class Measuring(sc.TrainingStep):
 
     @staticmethod
     def _needed(case: Any, results: list, shadow: list, single: list) -> None:
-        prec = sp.precision(case.layout.precision)
+        prec = sp.get_precision(case.layout.precision)
         u_reduce, u_compute = sp.UNIT_ROUNDOFF[prec.reduce], sp.UNIT_ROUNDOFF[prec.compute]
         for s, (ref, one) in enumerate(zip(shadow, single, strict=True)):
             kinds = {"param": ({n: p for n, p in ref["params"].items()}, {n: p for n, p in one["params"].items()},
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     sc._within = measured  # type: ignore[assignment]
     failed = 0
     for name in filter(None, (p.strip() for p in args.precisions.split(","))):
-        prec = sp.precision(name)
+        prec = sp.get_precision(name)
         options = {"mixed_precision": name.removeprefix("bf16-")} if prec.dtype == "bfloat16" else {}
         if args.layout:
             options["layout"] = args.layout

@@ -58,7 +58,9 @@ __all__ = [
     "all_reduce_dp", "torch_clip", "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
     "PP_SCHEDULES", "AXES", "no_accumulate", "loss_backward", "token_ids", "cross_entropy_sum", "call_model",
     "MAX_LEN_FIELDS", "expert_mesh", "load_balance_loss", "moe_layers", "EXPERT_AXES", "FLAT_AXES",
-    "ROPE_THETA", "rotary", "causal_attention", "PRECISIONS",
+    "ROPE_THETA", "rotary", "causal_attention", "PRECISIONS", "Precision", "MIXED_MODES", "UNIT_ROUNDOFF", "FLOOR",
+    "C_TP", "FLOOR_TP", "get_precision", "precisions_for", "reordered", "precision_bounds", "autocast_for",
+    "autocast_hooks",
 ]
 
 __getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts", "precision"))

@@ -92,7 +92,7 @@ from distcheck.parallel.step.compare import within as _within
 from distcheck.parallel.step.divergence import explain_step
 from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
 from distcheck.parallel.step.model import TinyConfig, stage_of
-from distcheck.parallel.step.precision import precision, precision_bounds, precisions_for
+from distcheck.parallel.step.precision import get_precision, precision_bounds, precisions_for
 from distcheck.parallel.step.reference import StepLayout
 
 if TYPE_CHECKING:
@@ -445,7 +445,7 @@ class TrainingStep(Contract):
         from distcheck.parallel.step.harness import ADAMW
 
         ref = results[0]["reference"]
-        prec = precision(case.layout.precision)
+        prec = get_precision(case.layout.precision)
         bounds: list[dict[str, Any]]
         if prec.name == "float64":
             bounds = [{"params": b} for b in param_bounds(ref, lr=case.lr, **ADAMW)]

@@ -185,11 +185,11 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
     from distcheck.parallel.step.mapping import assemble_params, declared
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
-    from distcheck.parallel.step.precision import autocast_for, precision
+    from distcheck.parallel.step.precision import autocast_for, get_precision
     from distcheck.parallel.step.trace import NoRecorder, Recorder, normalize
 
     layout = case.layout
-    master = precision(layout.precision).master
+    master = get_precision(layout.precision).master
     if layout.pp > 1 and target.loop_hooks:
         raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
                            f"not call (layout {layout}): leave pp out of the target's axes")
@@ -388,11 +388,11 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
 
     from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
     from distcheck.parallel.step.model import IGNORE_INDEX, load_balance_loss, moe_layers
-    from distcheck.parallel.step.precision import precision
+    from distcheck.parallel.step.precision import get_precision
     from distcheck.parallel.step.reference import StepLayout
 
     target = target or StepTarget(lambda model, mesh, layout: model)
-    prec = precision(case.layout.precision)
+    prec = get_precision(case.layout.precision)
     model = start_model(case, target, initial, prec.master, "float64")
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     out = []

@@ -118,8 +118,8 @@ import numpy as np
 
 from distcheck.core.errors import ConfigError
 
-__all__ = ["Precision", "PRECISIONS", "MIXED_MODES", "UNIT_ROUNDOFF", "FLOOR", "C_TP", "FLOOR_TP", "precision",
-           "precisions_for", "reordered", "precision_bounds", "autocast_for", "autocast_hooks"]
+__all__ = ["Precision", "PRECISIONS", "MIXED_MODES", "UNIT_ROUNDOFF", "FLOOR", "C_TP", "FLOOR_TP",
+           "get_precision", "precisions_for", "reordered", "precision_bounds", "autocast_for", "autocast_hooks"]
 
 #: the unit roundoff of each dtype (round to nearest): 2^-p for p significand bits
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8}
@@ -168,7 +168,7 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
 MIXED_MODES = {"fsdp": "bf16-fsdp", "autocast": "bf16-autocast"}
 
 
-def precision(name: str) -> Precision:
+def get_precision(name: str) -> Precision:
     """The :class:`Precision` named ``name``; ConfigError naming the field otherwise."""
     if name not in PRECISIONS:
         raise ConfigError("precision", name, f"must be one of {', '.join(PRECISIONS)}")
@@ -208,7 +208,7 @@ def autocast_for(name: str, device: Any) -> Any:
 
     import torch
 
-    prec = precision(name)
+    prec = get_precision(name)
     if not prec.autocast:
         return contextlib.nullcontext()
     kind = device.type if hasattr(device, "type") else str(device)
@@ -219,7 +219,7 @@ def autocast_hooks(module: Any, name: str, device: Any) -> list:
     """Under ``bf16-autocast``, ``module``'s forwards run under :func:`autocast_for` (entered by a forward pre-hook,
     left by a forward hook: a pipeline stage's, whose backwards the schedule runs outside it); the hooks' handles
     (remove them after), [] under another precision."""
-    if not precision(name).autocast:
+    if not get_precision(name).autocast:
         return []
     cast = autocast_for(name, device)
 

@@ -76,11 +76,11 @@ class StepLayout:
     precision: str = "float64"
 
     def __post_init__(self) -> None:
-        from distcheck.parallel.step.precision import precision
+        from distcheck.parallel.step.precision import get_precision
 
         for axis in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP, Axis.CP, Axis.EP):
             check_positive_int(str(axis), getattr(self, axis))
-        precision(self.precision)
+        get_precision(self.precision)
         if self.ep == 1:
             if self.ep_placement:
                 raise ConfigError("ep_placement", self.ep_placement, "must be empty when ep = 1 (no experts' ranks to "

@@ -38,11 +38,11 @@ def device_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | N
     from distcheck.parallel.step.harness import ADAMW, _load, _record, start_model
     from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
     from distcheck.parallel.step.model import IGNORE_INDEX
-    from distcheck.parallel.step.precision import autocast_for, precision
+    from distcheck.parallel.step.precision import autocast_for, get_precision
     from distcheck.parallel.step.reference import StepLayout
 
     target = target or StepTarget(lambda model, mesh, layout: model)
-    prec = precision(case.layout.precision)
+    prec = get_precision(case.layout.precision)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
