@@ -67,8 +67,11 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
                  console: Console | None = None) -> None:
     """Print the results as a rich table (check / backend / world size / examples / verdict / max error / detail).
 
-    Each row takes one line: long check names are cut in the middle and the detail is cut to
-    the room the terminal leaves (the detail column is dropped below about 100 columns).
+    Each row takes one line. Off a terminal (a pipe, a CI log: ``console.is_terminal`` false) a
+    check name is never cut, since it is what a reader greps for: the check column is as wide as
+    the longest name and the detail is cut to the room left (rows print one plain line each when
+    even the names do not fit). On a terminal, long names are cut in the middle to
+    :data:`CHECK_WIDTH` columns. The detail column is dropped below about 100 columns.
     The full detail of every FAIL and finding row is printed after the table, so nothing
     that explains a verdict is lost; ``--format json`` has everything.
     """
@@ -82,11 +85,14 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
     style: dict[str, str] = {PASS: "green", FAIL: "bold red", SKIP: "yellow", FINDING: "magenta"}
     backend_w = max([len(r.backend) for r in results] + [7])
     others = sum(w + 3 for w in (backend_w, 5, 8, 7, 9)) + 4  # each column: width, padding, separator
-    longest = max([len(r.check) for r in results] + [5])
-    # the check column gives way (down to 24) so that the detail keeps at least 30 columns
-    check_w = max(min(24, longest), min(CHECK_WIDTH, longest, console.width - others - 3 - 30))
+    longest = max([len(clean(r.check)) for r in results] + [5])
+    cut_names = console.is_terminal
+    if cut_names:  # the check column gives way (down to 24) so that the detail keeps at least 30 columns
+        check_w = max(min(24, longest), min(CHECK_WIDTH, longest, console.width - others - 3 - 30))
+    else:  # a log: whole names, the detail takes what is left
+        check_w = longest
     room = console.width - others - (check_w + 3)
-    if console.width < 100:  # too narrow for columns: one plain line per row
+    if console.width < 100 or room < 0:  # too narrow for columns: one plain line per row
         if title:
             console.print(title, style="bold", highlight=False)
         for r in results:
