@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from distcheck.core.results import FAIL, PASS, CheckResult
+from distcheck.core.results import FAIL, FINDING, PASS, CheckResult
 from distcheck.report import render_table
 
 LONG = "row-parallel-linear.collectives.forward_and_backward_of_a_long_name[float64]"
@@ -31,3 +31,72 @@ def test_off_a_terminal_the_table_never_cuts_a_check_name():
     out = io.StringIO()
     render_table(rows, console=Console(file=out, force_terminal=True, width=120, color_system=None))
     assert LONG not in out.getvalue() and "…" in out.getvalue()
+
+
+# ----------------------------------------------------------------------------- reproduce lines
+
+#: the worlds the rows of a world check come from (check prefix -> (world size, backend) pairs); the rows of
+#: every other finding are world-free
+WORLD_ROWS = {"pp.executed_order.": [(2, "gloo"), (4, "gloo"), (4, "threaded")],
+              "checkpoint.fsdp_tp.": [(4, "gloo"), (8, "threaded")],
+              "libs.accelerate.ga_mean_loss.": [(2, "accelerate"), (4, "accelerate")]}
+
+
+def _reproduce_lines(text: str) -> list[tuple[str, int, str]]:
+    """(backend, world size, reproduce line) for every reproduce line below a FAIL or finding header."""
+    import re
+
+    out, head = [], None
+    for line in text.splitlines():
+        m = re.match(r"(?:FAIL|finding) \S+ \((\S+), world size (\d+)\):$", line)
+        if m:
+            head = (m.group(1), int(m.group(2)))
+        elif line.startswith("  reproduce: ") and head is not None:
+            out.append((head[0], head[1], line.removeprefix("  reproduce: ")))
+    return out
+
+
+def test_every_reproduce_line_names_the_world_of_its_own_row():
+    import re
+
+    from distcheck.engine.findings import known_findings
+    from distcheck.libs.findings import LIB_FINDINGS
+
+    rows = []
+    for f in (*known_findings(), *LIB_FINDINGS):
+        worlds = next((w for prefix, w in WORLD_ROWS.items() if f.check.startswith(prefix)), [(1, "reference")])
+        for ws, backend in worlds:
+            row = CheckResult(f.check, backend, FINDING, ws, 1, detail="observed",
+                              extra={"finding": dict(vars(f), reproduce=f.reproduce_for(
+                                  CheckResult(f.check, backend, FAIL, ws)))})
+            rows.append(row)
+    console, out = _log()
+    render_table(rows, console=console)
+    lines = _reproduce_lines(out.getvalue())
+    assert len(lines) == len(rows)
+    commands = 0
+    for backend, ws, line in lines:
+        for command in re.findall(r"distcheck (?:check|certify) [^#;]*", line):
+            sizes = re.findall(r"--world-sizes (\S+)", command)
+            named = re.findall(r"--backend (\S+)", command)
+            if backend == "reference":  # a world-free row: no world to name
+                assert not sizes and not named, line
+                continue
+            commands += 1
+            assert sizes == [str(ws)], (ws, line)  # its own world size, once
+            expected = "gloo" if backend == "accelerate" else backend  # distcheck libs runs on gloo
+            assert named == [expected], (backend, line)
+    assert commands == 3 + 2 + 4 * 2  # every world row (4 accelerate findings) has a command naming its world
+
+
+def test_a_labelled_finding_records_the_reproduce_line_of_its_row():
+    from distcheck.engine.findings import Finding, label_findings
+
+    f = Finding(name="x.y", check="pp.executed_order.X", symptom="bad", summary="s", library="torch",
+                seen_on=("1",), reproduce="distcheck check --only layers --world-sizes {world_size} --backend "
+                                          "{backend}", reported="r")
+    rows = [CheckResult("pp.executed_order.X", b, FAIL, ws, detail="bad") for ws, b in ((2, "gloo"), (4, "threaded"))]
+    got = label_findings(rows, [f], versions={"torch": "1"})
+    assert [r.extra["finding"]["reproduce"] for r in got] == [
+        "distcheck check --only layers --world-sizes 2 --backend gloo",
+        "distcheck check --only layers --world-sizes 4 --backend threaded"]
