@@ -117,30 +117,52 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
         line = text.splitlines()[0] if text else ""
         return line if len(line) <= room else line[: room - 1] + "…"
 
+    first = _crash_firsts(results)
     for r in results:
         cells = [
             escape(_cut_middle(clean(r.check), check_w)), r.backend, str(r.world_size), str(r.examples),
             f"[{style.get(r.verdict, '')}]{r.verdict}[/]", _fmt_err(r.max_error),
         ]
         if show_detail:
-            cells.append(escape(short(clean(r.detail))))
+            lead = first.get(id(r), r)
+            detail = r.detail if lead is r else f"taken down by the crash of {lead.check} (below)"
+            cells.append(escape(short(clean(detail))))
         table.add_row(*cells)
     console.print(table)
     _print_notable(results, console, style)
 
 
+def _crash_firsts(results: list[CheckResult]) -> dict[int, CheckResult]:
+    """For every FAIL row of a crash that took down several properties (``extra["took_down"]``, the checks
+    it failed, :meth:`distcheck.certify.certificate.Certification.rows`), the first row of that crash, by ``id``."""
+    firsts: dict[tuple, CheckResult] = {}
+    out: dict[int, CheckResult] = {}
+    for r in results:
+        took = r.extra.get("took_down")
+        if r.verdict == FAIL and took:
+            key = (str(r.extra.get("target")), r.backend, r.world_size, tuple(took))
+            out[id(r)] = firsts.setdefault(key, r)
+    return out
+
+
 def _print_notable(results: list[CheckResult], console: Console, style: dict) -> None:
     """Below the table: the full detail of every FAIL and finding row, with how to reproduce it
     (the seed and the replay call of a property or mutant; the command and the upstream reference
-    of a finding), and every recorded finding that no longer reproduces."""
+    of a finding), and every recorded finding that no longer reproduces. A crash that took down
+    several properties is shown once, under its first row, with the checks it failed in one line."""
     from rich.markup import escape
 
+    first = _crash_firsts(results)
     for r in results:
         stale = r.extra.get("finding_no_longer_reproduces")
-        if r.verdict not in (FAIL, FINDING) and not stale:
+        if r.verdict not in (FAIL, FINDING) and not stale or first.get(id(r), r) is not r:
             continue
         head = f"[{style[r.verdict]}]{r.verdict}[/]" if r.verdict in (FAIL, FINDING) else "note"
         console.print(f"{head} {escape(clean(r.check))} ({r.backend}, world size {r.world_size}):", highlight=False)
+        if id(r) in first:
+            took = [clean(str(c)) for c in r.extra["took_down"]]
+            console.print(f"  one crash took down {len(took)} checks: {', '.join(took)}", highlight=False,
+                          markup=False)
         console.print(f"  {clean(r.detail)}", highlight=False, markup=False)
         for label, text in _reproduce_lines(r):
             console.print(f"  {label}: {clean(text)}", highlight=False, markup=False)

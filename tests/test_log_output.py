@@ -100,3 +100,52 @@ def test_a_labelled_finding_records_the_reproduce_line_of_its_row():
     assert [r.extra["finding"]["reproduce"] for r in got] == [
         "distcheck check --only layers --world-sizes 2 --backend gloo",
         "distcheck check --only layers --world-sizes 4 --backend threaded"]
+
+
+# ----------------------------------------------------------------------------- one crash, one failure
+
+
+def _crashing_add(a, b):
+    raise RuntimeError("the adder fell over")
+
+
+def test_one_crash_is_one_failure_in_every_report_and_every_property_still_fails(tmp_path):
+    import json
+
+    import pytest
+
+    from distcheck.certify.certificate import Certificate
+    from distcheck.certify.engine import certify
+    from distcheck.certify.report import report_tables
+    from distcheck.engine.contracts.errors import CertificationFailed
+    from tests.addition_contract import AdditionContract
+
+    class CrashContract(AdditionContract):
+        name = "test-log-crash"
+        dtypes = ("float64", "float32")
+
+    cert = certify(_crashing_add, CrashContract(), examples=5, seed=0)
+    # honest: every property of every dtype FAILs, each naming the crash and the properties it took down
+    assert [(v.property, v.verdict, v.took_down) for v in cert.verdicts] == [
+        (p, FAIL, ["sum", "symmetric"]) for _ in ("float64", "float32") for p in ("sum", "symmetric")]
+    data = json.loads(Certificate([cert], command="c").to_json())
+    assert [v["verdict"] for v in data["certifications"][0]["verdicts"]] == [FAIL] * 4
+    assert all("the adder fell over" in v["failure"] for v in data["certifications"][0]["verdicts"])
+
+    console, out = _log()
+    render_table(cert.rows(), console=console)
+    text = out.getvalue()
+    assert text.count("the adder fell over") == 2, text  # once per crash (one per dtype), not once per property
+    assert ("one crash took down 2 checks: test-log-crash.sum[float64], test-log-crash.symmetric[float64]"
+            in text)
+    assert "taken down by the crash of test-log-crash.sum[float32]" in text  # the table's second row
+
+    with pytest.raises(CertificationFailed) as info:
+        cert.assert_certified()
+    assert str(info.value).count("the adder fell over") == 2
+    assert Certificate([cert], command="c").to_markdown().count("the adder fell over") == 2
+
+    tables = {t.title: t for t in report_tables(Certificate([cert], command="c"))}
+    (failure,) = tables["Failures, one row per property"].rows  # one crash per dtype, one row for both
+    assert failure[2] == "test-log-crash.sum, test-log-crash.symmetric"
+    assert failure[4].startswith("one crash took down 2 properties: rank 0 raised RuntimeError")
