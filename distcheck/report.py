@@ -42,6 +42,7 @@ __all__ = [
     "nothing_can_fail",
     "say_nothing_can_fail",
     "print_report",
+    "print_rank_warnings",
     "render_table",
     "summary_line",
     "to_json",
@@ -218,10 +219,13 @@ def print_report(results: Iterable[CheckResult], *, title: str = "distcheck chec
     """Print ``results`` to stdout as a table and its summary line (``fmt="table"``) or as JSON.
 
     Off a terminal (a pipe, a CI log) the table is drawn 200 columns wide instead of 80.
+    Then, on stderr, the warnings the ranks raised during the run, once each with its count
+    (:func:`print_rank_warnings`).
     """
     results = list(results)
     if fmt == "json":
         print(to_json(results), flush=True)
+        print_rank_warnings()
         return
     from rich.console import Console
 
@@ -230,3 +234,19 @@ def print_report(results: Iterable[CheckResult], *, title: str = "distcheck chec
         out = Console(width=200)
     render_table(results, title=title, console=out)
     out.print(summary_line(results, seconds) + suffix, highlight=False)
+    print_rank_warnings()
+
+
+def print_rank_warnings() -> None:
+    """Write to stderr the warnings the ranks of this process's pools raised since the last call, once
+    each with its count (``torch warned 4 times on the ranks (ranks 0, 1):``, then a line per distinct
+    warning; :mod:`distcheck.runners.warned`); nothing when there is none."""
+    import sys
+
+    from distcheck.runners.warned import summary_lines, take
+
+    lines = summary_lines(take())
+    if lines:
+        sys.stdout.flush()
+        sys.stderr.write("\n".join(clean(line) for line in lines) + "\n")
+        sys.stderr.flush()

@@ -149,3 +149,63 @@ def test_one_crash_is_one_failure_in_every_report_and_every_property_still_fails
     (failure,) = tables["Failures, one row per property"].rows  # one crash per dtype, one row for both
     assert failure[2] == "test-log-crash.sum, test-log-crash.symmetric"
     assert failure[4].startswith("one crash took down 2 properties: rank 0 raised RuntimeError")
+
+
+# ----------------------------------------------------------------------------- the ranks' warnings
+
+
+def _warn(ctx):
+    """A rank that warns as torch's DTensor does (a logged WARNING) and as Python code does (warnings.warn)."""
+    import logging
+    import warnings
+
+    logging.getLogger("torch.distributed.tensor._redistribute").warning("While redistributing: %d sequential ops", 2)
+    warnings.warn("a rank's careful-now warning", UserWarning, stacklevel=1)
+    return ctx.rank
+
+
+def test_the_ranks_warnings_are_collected_and_summarised_once_never_on_stderr(capfd):
+    import pytest
+
+    from distcheck.report import print_rank_warnings
+    from distcheck.runners import warned
+    from distcheck.runners.pool import RankPool
+
+    pytest.importorskip("torch")
+    warned.take()
+    for backend in ("gloo", "threaded"):
+        with RankPool(2, backend=backend, timeout_s=60) as pool:
+            for _ in range(2):
+                assert pool.run(_warn) == [0, 1]
+    out, err = capfd.readouterr()
+    assert "While redistributing" not in err and "careful-now" not in err, err  # nothing between progress lines
+    print_rank_warnings()
+    err = capfd.readouterr().err.splitlines()
+    blocks = {line: err[i + 1:i + 2] for i, line in enumerate(err) if not line.startswith("  ")}
+    assert len(err) == 4 and len(blocks) == 2, err  # one header and one distinct warning per source
+    # the logged warning every time (2 steps x 2 ranks x 2 worlds); Python's default filter shows a warning once
+    # per place and process: once per gloo rank, once in the threaded host
+    (logged,) = blocks["torch warned 8 times on the ranks (ranks 0, 1):"]
+    assert logged.startswith("  8x tests/test_log_output.py:"), err  # where the logger was called
+    assert logged.endswith(": logged WARNING: While redistributing: 2 sequential ops"), err
+    (warned_once,) = blocks["tests warned 3 times on the ranks (ranks 0, 1):"]
+    assert warned_once.startswith("  3x tests/test_log_output.py:"), err
+    assert warned_once.endswith(": UserWarning: a rank's careful-now warning"), err
+    print_rank_warnings()  # shown once: taken
+    assert capfd.readouterr().err == ""
+
+
+def test_under_an_error_filter_a_ranks_warning_still_fails_its_step():
+    import warnings
+
+    import pytest
+
+    from distcheck.errors import RankFailure
+    from distcheck.runners.pool import RankPool
+
+    pytest.importorskip("torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as python -W error does; the forked ranks inherit the filter
+        with RankPool(2, backend="gloo", timeout_s=60) as pool, pytest.raises(RankFailure) as info:
+            pool.run(_warn)
+    assert "UserWarning: a rank's careful-now warning" in str(info.value)
