@@ -140,6 +140,15 @@ def test_one_crash_is_one_failure_in_every_report_and_every_property_still_fails
             in text)
     assert "taken down by the crash of test-log-crash.sum[float32]" in text  # the table's second row
 
+    from distcheck.certify.config import target_rows
+
+    named = target_rows(cert)  # [tool.distcheck] targets: every check named after its target, the crash's too
+    assert named[0].extra["took_down"] == [f"{cert.target} test-log-crash.sum[float64]",
+                                           f"{cert.target} test-log-crash.symmetric[float64]"]
+    console, out = _log()
+    render_table(named, console=console)
+    assert out.getvalue().count("the adder fell over") == 2
+
     with pytest.raises(CertificationFailed) as info:
         cert.assert_certified()
     assert str(info.value).count("the adder fell over") == 2
