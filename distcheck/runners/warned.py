@@ -8,9 +8,9 @@ user's stderr in the middle of the progress lines, once per rank and per step. I
   ``warnings.showwarning`` and makes every logging handler that writes to a stream other than a file
   (stderr, or what stood for it when the handler was made) hand its WARNING records to a collector
   instead, each record once however many handlers it meets (records of level ERROR and above, and those
-  below WARNING that a user asked for, still go to stderr); the warnings filters are left alone, so under ``python -W error`` (or a
-  ``warnings.simplefilter("error")`` in the parent before it starts the pool) a rank's warning still
-  raises, and fails its step;
+  below WARNING that a user asked for, still go to stderr); the warnings filters are left alone, so
+  under ``python -W error`` (or a ``warnings.simplefilter("error")`` in the parent before it starts the
+  pool) a rank's warning still raises, and fails its step;
 * the rank sends what it caught to the parent (:func:`drain`, a ``("warned", [...])`` message of
   :mod:`~distcheck.runners.protocol` just before its answer);
 * the parent keeps them (:func:`record`) until a report takes them (:func:`take`) and prints them
