@@ -9,7 +9,8 @@ Shrinking replays examples through the same world.
 All properties are checked on every example. When one fails, Hypothesis shrinks that property's
 failure alone (an example is interesting when that property fails there); the properties left
 are then run again from the start, so each property gets its own verdict, example count and
-counterexample. A rank that raises fails every property left, with one shrunk counterexample.
+counterexample. A rank that raises fails every property left, with one shrunk counterexample: each of
+them is a FAIL whose ``took_down`` names them all, and reports show that crash once.
 A target that does not follow the contract's protocol stops the certification with a
 :class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
 A step that times out is shrunk like any failure and fails the target once (:mod:`distcheck.certify.hangs`).
@@ -288,13 +289,14 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
                 message = f"{message} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
             if run.other is not None:  # never hidden: a different failure met while shrinking this one
                 message += f" (while shrinking, another failure on {run.other[0]!r}: {run.other[1]})"
+            took_down = list(failed) if len(failed) > 1 else []  # one crash, every property it failed named
             for p in failed:
                 verdicts[p] = PropertyVerdict(
                     p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, FAIL,
                     examples=run.calls, max_error=None if outcome is None else outcome.max_error,
                     bound=None if outcome is None else outcome.bound, counterexample=repr(case), failure=message,
                     ranks=list(ranks), reproduce=replay, examples_until_failure=run.first_failure,
-                    seconds=time.perf_counter() - started)
+                    seconds=time.perf_counter() - started, took_down=took_down)
             remaining = [p for p in remaining if p not in failed]
             continue
         for p in run.remaining:
