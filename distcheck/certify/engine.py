@@ -9,7 +9,8 @@ Shrinking replays examples through the same world.
 All properties are checked on every example. When one fails, Hypothesis shrinks that property's
 failure alone (an example is interesting when that property fails there); the properties left
 are then run again from the start, so each property gets its own verdict, example count and
-counterexample. A rank that raises fails every property left, with one shrunk counterexample.
+counterexample. A rank that raises fails every property left, with one shrunk counterexample: each of
+them is a FAIL whose ``took_down`` names them all, and reports show that crash once.
 A target that does not follow the contract's protocol stops the certification with a
 :class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
 A step that times out is shrunk like any failure and fails the target once (:mod:`distcheck.certify.hangs`).
@@ -21,8 +22,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -35,12 +35,12 @@ from distcheck.certify.explain import explain_failure
 from distcheck.certify.hangs import HUNG_REASON
 from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
-from distcheck.certify.reproduce import LOCAL_BACKEND, reproduce_command
+from distcheck.certify.reproduce import reproduce_command
+from distcheck.certify.worlds import Companions, Joined, LocalWorld, companions_for, world_of_one, worlds_for
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import (
     distribution_version,
-    from_signal,
     import_target,
     package_version,
     reference_of,
@@ -50,38 +50,10 @@ from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTi
 from distcheck.report import FAIL, PASS, SKIP
 
 if TYPE_CHECKING:
-    from distcheck.runners.pool import RankPool
+    pass
 
-__all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "reproduce_command", "rank_entry",
-           "rank_entry_batch", "HUNG_REASON"]
-
-
-class LocalWorld:
-    """A world of one rank in this process, for contracts that need no process group.
-
-    What the rank function raises is reported as a rank pool reports it, a
-    :class:`~distcheck.errors.RankFailure` of rank 0 with the traceback (the exception chained), so
-    that a target that raises fails the example's properties instead of stopping the run. That holds
-    for any ``BaseException``, as on a rank: a target that calls ``sys.exit(0)`` or raises
-    ``KeyboardInterrupt`` fails (``rank 0 raised SystemExit: 0``) and never ends the run as if
-    it had passed; only a real Ctrl-C or SIGTERM (:func:`~distcheck.engine.contracts.targets.from_signal`)
-    goes through."""
-
-    world_size = 1
-    backend = LOCAL_BACKEND
-
-    def __init__(self) -> None:
-        self._ctx = SimpleNamespace(rank=0, world_size=1, backend="local", device="cpu", local_rank=0, scratch={})
-
-    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
-        try:
-            return [fn(self._ctx, *args)]
-        except BaseException as exc:  # what the target raised is its failure (see the class doc)
-            if from_signal(exc):
-                raise
-            import traceback
-
-            raise RankFailure(0, "".join(traceback.format_exception(exc))) from exc
+__all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "Companions", "reproduce_command",
+           "rank_entry", "rank_entry_batch", "HUNG_REASON"]
 
 
 def rank_entry(ctx: RankContext, contract: Contract, target: Any, case: Any, dtype: str, options: dict) -> Any:
@@ -150,6 +122,11 @@ def run_examples(world: World, contract: Contract, target: Any, cases: list, dty
     world's own): one outcome dict per case, or a :class:`_Crash` when a rank failed on any of them."""
     timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
     try:
+        if contract.companion_worlds(world.world_size, options):  # each case on the worlds it names, in turn
+            world_of = getattr(world, "world_of", None) or world_of_one(world)
+            per_case = [contract.run_case(world_of, target, case, dtype, options, timeout_s) for case in cases]
+            return [contract.check(case, res, world.world_size, dtype, options)
+                    for case, res in zip(cases, per_case, strict=True)]
         if len(cases) == 1:
             per_rank = [[r] for r in world.run(rank_entry, contract, target, cases[0], dtype, options, **timeout)]
         else:
@@ -312,13 +289,14 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
                 message = f"{message} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
             if run.other is not None:  # never hidden: a different failure met while shrinking this one
                 message += f" (while shrinking, another failure on {run.other[0]!r}: {run.other[1]})"
+            took_down = list(failed) if len(failed) > 1 else []  # one crash, every property it failed named
             for p in failed:
                 verdicts[p] = PropertyVerdict(
                     p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, FAIL,
                     examples=run.calls, max_error=None if outcome is None else outcome.max_error,
                     bound=None if outcome is None else outcome.bound, counterexample=repr(case), failure=message,
                     ranks=list(ranks), reproduce=replay, examples_until_failure=run.first_failure,
-                    seconds=time.perf_counter() - started)
+                    seconds=time.perf_counter() - started, took_down=took_down)
             remaining = [p for p in remaining if p not in failed]
             continue
         for p in run.remaining:
@@ -343,7 +321,7 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
             world_sizes: Sequence[int] | None = None,
             backend: str = "gloo", examples: int | None = None, seed: int | None = None, profile: str = "ci",
             dtypes: Sequence[str] | str | None = None, options: dict | None = None, timeout_s: float = 60.0,
-            launcher: str = "local", batch: int = 1) -> Certification:
+            launcher: str = "local", batch: int = 1, companions: dict[int, World] | None = None) -> Certification:
     """Certify ``target`` under ``contract`` on real worlds; return the :class:`Certification`.
 
     Args:
@@ -363,6 +341,10 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
         batch: examples per world step (default 1). Larger batches amortize the round trip to the
             ranks; Hypothesis then draws lists of ``batch`` cases (``examples / batch`` of them), a
             failure reports the failing case, and shrinking replays whole batches.
+        companions: worlds by size (borrowed, not closed) for a contract whose examples also run on other
+            worlds (:meth:`~distcheck.engine.contracts.contract.Contract.companion_worlds`: a checkpoint loaded
+            on fewer or more ranks than saved it); a size not given is opened here, one pool per size, with
+            the certified world's backend and timeout, and closed after.
 
     Returns the Certification: ``.ok``, ``.verdicts``, ``.rows()``, ``.assert_certified()``.
 
@@ -390,14 +372,31 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
     distribution, version = package_version(ref)
     if spec.build.get("distribution"):  # a target that names the library it wraps (distcheck.libs.targets)
         distribution, version = spec.build["distribution"], distribution_version(spec.build["distribution"])
-    worlds = _worlds(contract, pool, world, world_sizes, backend, timeout_s)
+    worlds = worlds_for(contract, pool, world, world_sizes, backend, timeout_s)
     started = time.perf_counter()
     given_options = {k: v for k, v in opts.items() if v != next(o.default for o in contract.options if o.name == k)}
     cert = Certification(target=ref, contract=contract.name, backend=backend, world_sizes=[], dtypes=list(dts),
                          options=given_options, seed=seed, profile=profile, max_examples=examples, launcher=launcher,
                          distribution=distribution, version=version, batch=batch, code=code_identity(obj, ref))
+    others = companions_for(contract, opts, worlds, backend, timeout_s, companions)
+    try:
+        _certify_worlds(cert, worlds, others, contract, spec, ref, dts, opts, given_options, profile, seed,
+                        examples, launcher, batch, run_settings)
+    finally:
+        if others is not None:
+            others.close()
+    cert.seconds = time.perf_counter() - started
+    return cert
+
+
+def _certify_worlds(cert: Certification, worlds: list, others: Companions | None, contract: Contract, spec: Any,
+                    ref: str, dts: Sequence[str], opts: dict, given_options: dict, profile: str, seed: int,
+                    examples: int | None, launcher: str, batch: int, run_settings: settings) -> None:
+    """Every world of ``certify`` in turn, its verdicts added to ``cert`` (after a hang, the rest skipped)."""
     hung: PropertyVerdict | None = None  # the step that timed out: the rest of the target is skipped
-    for w in worlds:
+    for i, w in enumerate(worlds):
+        if others is not None:  # the companions no world left needs are closed
+            others.close(keep=[n for later in worlds[i:] for n in contract.companion_worlds(later.world_size, opts)])
         clock = hangs.StepClock()  # the world's slowest finished step: the timeout of a hang's shrinking follows it
         degenerate = contract.cannot_fail(w.world_size, opts) or contract.beyond_profile(w.world_size, profile)
         if hung is not None or degenerate is not None:  # not started: nothing there could fail, or it would hang
@@ -407,7 +406,8 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
                                   if hung is not None else
                                   _skips(contract, dt, opts, w.world_size, cert.backend, str(degenerate)))
             continue
-        with w as live:
+        with w as opened:
+            live = opened if others is None else Joined(opened, others)
             cert.world_sizes.append(live.world_size)
             cert.backend = live.backend
             for dt in dts:
@@ -421,56 +421,3 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
                 cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch,
                                                 cert.compositions, clock)
                 hung = next((v for v in cert.verdicts if v.hung), None)
-    cert.seconds = time.perf_counter() - started
-    return cert
-
-
-class _Borrowed:
-    """A world given by the caller: entered and left without closing it."""
-
-    def __init__(self, world: Any) -> None:  # a World, or LocalWorld (no run_on)
-        self.world = world
-
-    @property
-    def world_size(self) -> int:
-        return self.world.world_size
-
-    def __enter__(self) -> Any:
-        return self.world
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        return False
-
-
-def _worlds(contract: Contract, pool: World | None, world: World | None, world_sizes: Sequence[int] | None,
-            backend: str, timeout_s: float) -> list[_Borrowed | _LazyPool]:
-    if (given := pool if pool is not None else world) is not None:
-        return [_Borrowed(given)]
-    if not contract.needs_world:
-        return [_Borrowed(LocalWorld())]
-    from distcheck.runners.pool import RankPool, check_backend_available
-
-    sizes = list(world_sizes or (2,))
-    for ws in sizes:
-        check_positive_int("world_size", ws)
-        check_backend_available(backend, ws)  # refuse before anything starts
-    return [_LazyPool(RankPool, ws, backend, timeout_s) for ws in sizes]
-
-
-class _LazyPool:
-    """A RankPool of ``ws`` ranks started on ``__enter__`` and closed on ``__exit__``."""
-
-    def __init__(self, cls: type[RankPool], ws: int, backend: str, timeout_s: float):
-        self.args = (cls, ws, backend, timeout_s)
-        self.world_size = ws
-        self.pool: RankPool | None = None
-
-    def __enter__(self) -> RankPool:
-        cls, ws, backend, timeout_s = self.args
-        self.pool = cls(ws, backend=backend, timeout_s=timeout_s)
-        return self.pool.__enter__()
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        if self.pool is not None:
-            self.pool.close()
-        return False
