@@ -87,6 +87,21 @@ def test_factory_casts_floating_tensors_and_keeps_a_complex_buffer():
     assert torch.equal(m.cache, want) and m.cache.imag.abs().max() > 0.9
 
 
+def test_the_ranks_and_the_reference_cast_a_complex_buffer_nowhere():
+    # the ranks cast the factory's model to the case's master dtype and the reference's start to its own: both
+    # through floating_to, which leaves a complex buffer complex (Module.to(dtype) made torchtitan's RoPE cache real
+    # on both sides alike, so the step still certified, with a RoPE that was not torchtitan's)
+    from distcheck.parallel.step.harness import build_target_model, floating_to, start_model
+    from distcheck.parallel.step.hooks import StepTarget
+
+    m = floating_to(build_target_model(_ComplexCache, None, 0), torch.float32)
+    assert m.w.dtype == torch.float32 and m.cache.dtype == torch.complex128 and m.cache.imag.abs().max() > 0.9
+    target = StepTarget(lambda model, mesh, layout: model, model=_ComplexCache)
+    case = type("Case", (), {"config": None, "seed": 0})()
+    ref = start_model(case, target, None, "float64", "float64")
+    assert ref.cache.dtype == torch.complex128 and ref.cache.imag.abs().max() > 0.9
+
+
 def test_factory_returning_no_module_is_a_protocol_error():
     from distcheck.engine.contracts.errors import ProtocolError
     from distcheck.parallel.step.harness import build_target_model

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
 
-__all__ = ["ADAMW", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for", "cp_positions",
-           "build_target_model", "same_weights"]
+__all__ = ["ADAMW", "floating_to", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for",
+           "cp_positions", "build_target_model", "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
 ADAMW: dict = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -131,9 +131,14 @@ def build_target_model(factory: Any, config: Any, seed: int) -> Any:
     if not isinstance(model, torch.nn.Module):
         raise ProtocolError("model", repr(factory), f"the StepTarget's model factory must return a torch.nn.Module, "
                             f"not {type(model).__name__}")
-    # floating-point parameters and buffers to float64; a complex buffer (torchtitan's RoPE cache) keeps its dtype:
-    # ``Module.to(dtype)`` would cast it to a real one and drop its imaginary part
-    return model.to(device="cpu")._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
+    return floating_to(model.to(device="cpu"), torch.float64)
+
+
+def floating_to(model: Any, dtype: Any) -> Any:
+    """``model`` with its floating-point parameters and buffers cast to ``dtype`` (a torch dtype), in place; a
+    complex buffer (torchtitan's RoPE cache) keeps its dtype: ``Module.to(dtype)`` would cast it to a real one and
+    drop its imaginary part. Returns ``model``."""
+    return model._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
 def same_weights(model: Any) -> dict:
@@ -208,7 +213,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     else:
         model = build_target_model(target.model, case.config, case.seed)
         initial = same_weights(model)
-        model = model.to(device=ctx.device, dtype=getattr(torch, master))
+        model = floating_to(model.to(device=ctx.device), getattr(torch, master))
     shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
@@ -370,7 +375,7 @@ def start_model(case: StepCase, target: StepTarget, initial: dict | None, master
     model = build_target_model(target.model, case.config, case.seed)
     state = model.state_dict() if initial is None else {k: torch.as_tensor(v) for k, v in initial.items()}
     model.load_state_dict({k: rounded(v) for k, v in state.items()})
-    return model.to(dtype=getattr(torch, dtype))
+    return floating_to(model, getattr(torch, dtype))
 
 
 def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,
