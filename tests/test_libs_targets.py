@@ -166,7 +166,7 @@ def test_torchtitan_clip_hook_passes_the_pp_mesh_only_under_pp(monkeypatch):
     pytest.importorskip("torchtitan")
     import torchtitan.distributed.utils as tu
 
-    from distcheck.libs.targets.torchtitan import titan_clip_grad_norm
+    from distcheck.libs.targets.torchtitan_llama import titan_clip_grad_norm
     from distcheck.parallel.step.hooks import StepInfo
     from distcheck.parallel.step.reference import StepLayout
 

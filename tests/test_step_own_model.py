@@ -91,8 +91,9 @@ def test_the_ranks_and_the_reference_cast_a_complex_buffer_nowhere():
     # the ranks cast the factory's model to the case's master dtype and the reference's start to its own: both
     # through floating_to, which leaves a complex buffer complex (Module.to(dtype) made torchtitan's RoPE cache real
     # on both sides alike, so the step still certified, with a RoPE that was not torchtitan's)
-    from distcheck.parallel.step.harness import build_target_model, floating_to, start_model
+    from distcheck.parallel.step.harness import build_target_model, start_model
     from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.precision import floating_to
 
     m = floating_to(build_target_model(_ComplexCache, None, 0), torch.float32)
     assert m.w.dtype == torch.float32 and m.cache.dtype == torch.complex128 and m.cache.imag.abs().max() > 0.9

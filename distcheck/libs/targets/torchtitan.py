@@ -63,15 +63,15 @@ from typing import Any
 from distcheck.core.results import CheckResult
 from distcheck.core.vocab import Axis
 from distcheck.libs.targets import WorldRun
-from distcheck.libs.targets.torchtitan_llama import LLAMA
+from distcheck.libs.targets.torchtitan_llama import LLAMA, titan_clip_grad_norm
 from distcheck.libs.targets.torchtitan_llama import PRELOAD as _LLAMA_PRELOAD
 from distcheck.libs.targets.torchtitan_moe import MOE, TORCHTITAN_OPTIONS, moe_step_row
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
-from distcheck.parallel.step.hooks import StepInfo, StepTarget
+from distcheck.parallel.step.hooks import StepTarget
 from distcheck.parallel.step.plans import fsdp2_tp
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "WORLD_CERTIFY", "PARALLEL_DIMS", "BAD_INPUT", "CLIP_GRAD_NORM",
-           "titan_clip_grad_norm", "CHECKPOINT_MANAGER",
+           "CHECKPOINT_MANAGER",
            "TorchtitanCheckpointManager", "extra_rows", "MOE", "LLAMA"]
 
 DIST = "torchtitan"
@@ -162,15 +162,6 @@ BAD_INPUT = ProbeSet("torchtitan.parallel_dims", DIST, _PD_IMPORT, (
     Probe("dp_shard=2 in a world of 2", _PD.format(1, 2, 1, 1, 2) + ".dp_shard"),
 ))
 
-
-
-def titan_clip_grad_norm(parameters: Any, max_norm: float, info: StepInfo) -> Any:
-    """The step's clipping hook: ``torchtitan.distributed.utils.clip_grad_norm_`` as torchtitan's trainer calls
-    it (``foreach=True``; ``pp_mesh`` the mesh's pp dimension when pp > 1, else None). Returns its norm."""
-    from torchtitan.distributed.utils import clip_grad_norm_
-
-    pp_mesh = info.mesh["pp"] if info.layout.pp > 1 else None
-    return clip_grad_norm_(list(parameters), max_norm, foreach=True, pp_mesh=pp_mesh)
 
 
 #: torch's composition stepped with torchtitan's clip_grad_norm_ (training-step contract)

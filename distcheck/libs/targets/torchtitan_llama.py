@@ -59,13 +59,24 @@ from typing import Any
 from distcheck.parallel.step.hooks import StepInfo, StepTarget
 
 __all__ = ["TitanLlamaConfig", "DEBUGMODEL", "SMALL", "build_llama", "parallelize", "titan_loss", "logits_ce_sum",
-           "LLAMA", "LLAMA_DEBUGMODEL", "WRONG_LOSS_SCALE", "WRONG_TP_PLAN", "SPMD_BACKEND", "PRELOAD"]
+           "LLAMA", "LLAMA_DEBUGMODEL", "WRONG_LOSS_SCALE", "WRONG_TP_PLAN", "SPMD_BACKEND", "PRELOAD",
+           "titan_clip_grad_norm"]
 
 #: torchtitan's SPMD backend the target runs (module doc, item 6)
 SPMD_BACKEND = "partial_dtensor"
 #: what a rank pool's parent imports before forking its ranks
 PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor.parallel", "torchtitan.distributed.utils",
            "torchtitan.models.llama3")
+
+
+def titan_clip_grad_norm(parameters: Any, max_norm: float, info: StepInfo) -> Any:
+    """The step's clipping hook: ``torchtitan.distributed.utils.clip_grad_norm_`` as torchtitan's trainer calls
+    it (``foreach=True``; ``pp_mesh`` the mesh's pp dimension when pp > 1, else None). Returns its norm."""
+    from torchtitan.distributed.utils import clip_grad_norm_
+
+    pp_mesh = info.mesh["pp"] if info.layout.pp > 1 else None
+    return clip_grad_norm_(list(parameters), max_norm, foreach=True, pp_mesh=pp_mesh)
+
 
 
 @dataclass(frozen=True)
@@ -199,8 +210,6 @@ def titan_loss(output: Any, labels: Any, info: StepInfo) -> Any:
 
 
 def _clip(parameters: Any, max_norm: float, info: StepInfo) -> Any:
-    from distcheck.libs.targets.torchtitan import titan_clip_grad_norm
-
     return titan_clip_grad_norm(parameters, max_norm, info)
 
 

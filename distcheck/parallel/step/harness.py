@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.case import StepCase
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
+from distcheck.parallel.step.precision import floating_to
 
-__all__ = ["ADAMW", "floating_to", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for",
+__all__ = ["ADAMW", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for",
            "cp_positions", "build_target_model", "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
@@ -132,13 +133,6 @@ def build_target_model(factory: Any, config: Any, seed: int) -> Any:
         raise ProtocolError("model", repr(factory), f"the StepTarget's model factory must return a torch.nn.Module, "
                             f"not {type(model).__name__}")
     return floating_to(model.to(device="cpu"), torch.float64)
-
-
-def floating_to(model: Any, dtype: Any) -> Any:
-    """``model`` with its floating-point parameters and buffers cast to ``dtype`` (a torch dtype), in place; a
-    complex buffer (torchtitan's RoPE cache) keeps its dtype: ``Module.to(dtype)`` would cast it to a real one and
-    drop its imaginary part. Returns ``model``."""
-    return model._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
 def same_weights(model: Any) -> dict:
