@@ -134,6 +134,8 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("plan memory --model", [*MEMORY[:2], "--gpus", "8", "--model", "llama-3-8b\n"], "model", False),
     ("plan memory --model", [*MEMORY[:2], "--gpus", "8", "--model", "llama-3-8b\x1b[2J"], "model", False),
     ("plan memory --params", [*MEMORY[:2], "--gpus", "8", "--params", "abc"], "params", False),
+    ("plan memory --sort", [*MEMORY, "--sort", "fastest"], "--sort", False),
+    ("plan memory --sort", [*MEMORY, "--tp", "2", "--sort", "memory"], "--sort", False),
     ("plan memory --hidden-size", [*SHAPE, "--hidden-size", "0"], "hidden_size", False),
     ("plan memory --num-layers", [*SHAPE, "--num-layers", "0"], "num_layers", False),
     ("plan memory --ffn-hidden-size", [*SHAPE, "--ffn-hidden-size", "0"], "ffn_hidden_size", False),

@@ -43,6 +43,8 @@ UNITS = (
     ("torchtitan CheckpointManager (gloo, CPU)", "torchtitan", "checkpoint", ("libs.torchtitan.checkpoint_manager.",)),
     ("torchtitan dropless MoE (TokenChoiceTopKRouter, AllToAllTokenDispatcher; gloo, 2 and 4 ranks)", "torchtitan",
      "moe-layer (dropless)", ("libs.torchtitan.moe.",)),
+    ("torchtitan DeepSeek-V3 MoE debug model under its own parallelize (EP, FSDP2, TP)", "torchtitan",
+     "training-step", ("libs.torchtitan.moe_step",)),
     ("torchtitan Llama 3 (debug-model architecture, small sizes) under its own parallelize_llama: FSDP2, TP (gloo, "
      "2 and 4 ranks; CPU meshes, SDPA for FlexAttention, float64 FSDP2 mixed precision)", "torchtitan",
      "training-step (layouts dp_shard=2, tp=2, dp_shard=2 x tp=2)", ("libs.torchtitan.llama_",)),

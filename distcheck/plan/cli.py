@@ -119,11 +119,6 @@ def _time_parser(what: argparse._SubParsersAction) -> None:
                    help="overlap of an axis: tp, cp, pp = none|compute; dp = none|backward; fsdp (ZeRO-3's "
                         "gathers) = none|compute (defaults tp=none cp=none pp=none dp=backward fsdp=compute)")
     out = tm.add_argument_group("output")
-    out.add_argument("--sort", choices=tuple(SORT_KEYS), default=None,
-                     help="the order of the layouts table (printed above it): lesson (default: fits first, then the "
-                          "lesson's question, ZeRO-3 last, fewest GPUs per replica, bubble, larger tp, ZeRO stage, "
-                          "communication, bytes), memory (fewest bytes per GPU), comm (fewest bytes sent per step) or "
-                          "bubble (smallest bubble); each keeps the layouts that fit first. Not for MoE layouts")
     out.add_argument("--top", type=int, default=15, metavar="N", help="layouts shown in the table (default 15)")
     out.add_argument("--all", action="store_true", help="show every layout that fits")
     out.add_argument("--format", choices=("table", "json"), default="table", help="output format")

@@ -90,7 +90,8 @@ def plan_report(tmp_path_factory):
 def test_the_plan_report_loads_with_every_table_and_image(plan_report, tmp_path):
     seen, console = _probe(plan_report, tmp_path)
     assert seen["violations"] == [] and seen["errors"] == [] and console == ""
-    assert [t["caption"] for t in seen["tables"]] == ["The lesson's order of questions", "Every valid layout, ranked"]
+    assert [t["caption"] for t in seen["tables"]] == ["The lesson's order of questions",
+                                                      "Every valid layout, ranked by lesson"]
     assert [t["rows"] for t in seen["tables"]] == [5, 124]
     assert len(seen["images"]) == 2
     for img in seen["images"]:
