@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import mean_of_means
 from distcheck.parallel.dp import properties as A
 from distcheck.props import properties, run_property

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.parallel.dp import properties as P
 from distcheck.props import properties, run_property
 

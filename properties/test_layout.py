@@ -2,7 +2,7 @@
 
 import pytest
 
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import groups_tp_outermost
 from distcheck.parallel.layout import properties as LA
 from distcheck.props import properties, run_property

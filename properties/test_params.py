@@ -2,7 +2,7 @@
 
 import pytest
 
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import count_params_ignoring_kv_heads
 from distcheck.parallel.params import properties as PA
 from distcheck.props import properties, run_property

@@ -5,7 +5,7 @@ from fractions import Fraction
 import pytest
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import bubble_ratio_as_fraction
 from distcheck.parallel.pp import properties as PL
 from distcheck.props import properties, run_property

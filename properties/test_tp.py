@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import row_parallel_bias_every_rank
 from distcheck.parallel.tp import properties as T
 from distcheck.props import properties, run_property

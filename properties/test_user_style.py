@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck import strategies as ds
-from distcheck.errors import ImplementationError, PropertyFailure
+from distcheck.core.errors import ImplementationError, PropertyFailure
 from distcheck.parallel.dp import properties as acc_props
 from distcheck.parallel.dp import properties as dp_props
 from distcheck.parallel.tp import properties as tp_props

@@ -3,7 +3,7 @@
 import pytest
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import zero_stage2_unsharded_grads
 from distcheck.parallel.zero import properties as Z
 from distcheck.props import properties, run_property

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel import tp as A
 from distcheck.parallel.dp import gamma
 from distcheck.parallel.tp import forms as attn_forms

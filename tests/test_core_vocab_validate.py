@@ -157,8 +157,8 @@ def test_the_references_accept_numpy_integers_and_compute_with_python_ints():
 
 
 def test_the_old_public_paths_re_export_the_one_set():
-    from distcheck import errors
-    from distcheck import validate as public_validate
+    from distcheck.core import errors
+    from distcheck.core import validate as public_validate
 
     assert errors.check_positive_int is validate.check_positive_int
     assert errors.check_choice is validate.check_choice

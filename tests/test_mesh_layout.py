@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.layout import (
     AxisLayout,
     ParallelConfig,

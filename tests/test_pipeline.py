@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.pp import (
     Action,
     DeadlockError,
