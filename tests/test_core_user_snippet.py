@@ -1,4 +1,4 @@
-"""The README's "certify your own implementation" snippet, run the way a new user runs it:
+"""The "certify your own implementation" snippet (docs/PYTHON_API.md), run the way a new user runs it:
 in their own folder (no distcheck conftest, so no distcheck Hypothesis profile), under
 Hypothesis' default settings (200 ms deadline), with a correct and a wrong layer.
 
