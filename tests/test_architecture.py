@@ -38,7 +38,7 @@ LAYERS = ("core", "engine", "parallel", "public", "services", "stages", "entry")
 
 #: the layer of every top-level name of distcheck (a module or a sub-package), declared once
 LAYER_OF = {
-    "distcheck": "core",  # the package itself: __init__ imports only core.errors
+    "distcheck": "core",  # the package itself: __init__ imports nothing
     "core": "core",
     "engine": "engine",
     "parallel": "parallel",
