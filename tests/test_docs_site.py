@@ -52,7 +52,8 @@ def test_the_site_builds_with_warnings_as_errors_and_documents_the_public_surfac
     for page in toctree_entries():
         assert (tmp_path / f"{page}.html").is_file(), page
     api = (tmp_path / "api.html").read_text()
-    for name in ("distcheck.parallel.tp.row_parallel", "distcheck.parallel.step.StepTarget", "distcheck.closed_form.get",
-                 "distcheck.props.with_edge_cases", "distcheck.certify.certify", "distcheck.core.errors.ConfigError",
-                 "distcheck.core.validate.check_positive_int", "distcheck.pytest_plugin"):
+    for name in ("distcheck.parallel.tp.row_parallel", "distcheck.parallel.step.StepTarget",
+                 "distcheck.closed_form.get", "distcheck.props.with_edge_cases", "distcheck.certify.certify",
+                 "distcheck.core.errors.ConfigError", "distcheck.core.validate.check_positive_int",
+                 "distcheck.pytest_plugin"):
         assert f'id="{name}"' in api or f'id="module-{name}"' in api, name
