@@ -1,4 +1,4 @@
-"""Gradient-accumulation properties (distcheck.props.accumulation) and a pinned case."""
+"""Gradient-accumulation properties (through distcheck.props) and a pinned case."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Data-parallel properties (distcheck.props.dp) and pinned cases."""
+"""Data-parallel properties (the dp package's, through distcheck.props) and pinned cases."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""3D-layout properties (distcheck.props.layout) and the lesson's 16,384-GPU layout."""
+"""3D-layout properties (the layout package's, through distcheck.props) and the lesson's 16,384-GPU layout."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Parameter-count properties (distcheck.props.params) and the lesson's 70B-style count."""
+"""Parameter-count properties (the params package's, through distcheck.props) and the lesson's 70B-style count."""
 
 import pytest
 

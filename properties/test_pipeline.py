@@ -1,4 +1,4 @@
-"""Pipeline properties (distcheck.props.pipeline) and the lesson's pinned bubbles."""
+"""Pipeline properties (the pp package's, through distcheck.props) and the lesson's pinned bubbles."""
 
 from fractions import Fraction
 

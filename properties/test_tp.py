@@ -1,4 +1,4 @@
-"""Tensor-parallel properties (distcheck.props.tp) and the lesson's worked example."""
+"""Tensor-parallel properties (the tp package's, through distcheck.props) and the lesson's worked example."""
 
 import numpy as np
 import pytest

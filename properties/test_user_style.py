@@ -2,7 +2,7 @@
 implementation: their own @given tests, their own functions passed as ``impl=``.
 
 The implementations below are written here, independently of distcheck's references
-(no import from distcheck.dp / distcheck.tp), as a third party would write them.
+(no import from distcheck.parallel.dp / distcheck.parallel.tp), as a third party would write them.
 """
 
 import numpy as np

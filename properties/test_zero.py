@@ -1,4 +1,4 @@
-"""ZeRO properties (distcheck.props.zero) and ZeRO Figure 1's worked example."""
+"""ZeRO properties (the zero package's, through distcheck.props) and ZeRO Figure 1's worked example."""
 
 import pytest
 

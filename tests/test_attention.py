@@ -1,4 +1,4 @@
-"""Attention with GQA, tensor-parallel by heads (distcheck.attention), and its closed forms."""
+"""Attention with GQA, tensor-parallel by heads (distcheck.parallel.tp), and its closed forms."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Data parallelism reference (distcheck.dp) and its closed forms (distcheck.forms.dp)."""
+"""Data parallelism reference (distcheck.parallel.dp) and its closed forms (dp.* of distcheck.closed_form)."""
 
 from __future__ import annotations
 

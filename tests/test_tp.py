@@ -1,4 +1,4 @@
-"""Tensor parallelism reference (distcheck.tp) and its closed forms (distcheck.forms.tp)."""
+"""Tensor parallelism reference (distcheck.parallel.tp) and its closed forms (tp.* of distcheck.closed_form)."""
 
 from __future__ import annotations
 
