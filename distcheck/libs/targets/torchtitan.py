@@ -57,7 +57,10 @@ from typing import Any
 from distcheck.core.results import CheckResult
 from distcheck.core.vocab import Axis
 from distcheck.libs.targets import WorldRun
-from distcheck.libs.targets.torchtitan_moe import TORCHTITAN_OPTIONS
+from distcheck.libs.targets.torchtitan_moe import (
+    MOE,  # noqa: F401 - WORLD_CERTIFY's target torchtitan:MOE is read here
+    TORCHTITAN_OPTIONS,
+)
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.parallel.step.hooks import StepInfo, StepTarget
 from distcheck.parallel.step.plans import fsdp2_tp
