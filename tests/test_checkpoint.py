@@ -154,8 +154,9 @@ def pools():
     from distcheck.runners import RankPool
 
     with RankPool(2, backend="gloo", timeout_s=120, preload=_PRELOAD) as two, \
+            RankPool(3, backend="gloo", timeout_s=120, preload=_PRELOAD) as three, \
             RankPool(4, backend="gloo", timeout_s=120, preload=_PRELOAD) as four:
-        yield {2: two, 4: four}
+        yield {2: two, 3: three, 4: four}
 
 
 def _held_as_the_reference_says(results, case, layout, dims, tensors):
@@ -260,11 +261,12 @@ def test_dcp_reshards_uneven_fsdp_into_tp(pools):
 # ----------------------------------------------------------------------------- the contract
 
 
-def _certify(pools, target, examples=4):
+def _certify(pools, target, examples=4, world_size=2, options=None, cert=False):
     from distcheck.certify import certify
 
-    c = certify(target, "checkpoint", world=pools[2], dtypes=["float32"], examples=examples)
-    return {v.property: v for v in c.verdicts}
+    c = certify(target, "checkpoint", world=pools[world_size], dtypes=["float32"], examples=examples,
+                options=options, companions={n: p for n, p in pools.items() if n != world_size})
+    return c if cert else {v.property: v for v in c.verdicts}
 
 
 @pytest.mark.multiprocess
@@ -326,6 +328,201 @@ def test_wrong_checkpoints_fail_their_properties(pools, target, failing):
     assert {p for p, v in verdicts.items() if v.verdict == "FAIL"} == failing
 
 
+def _fsdp_case(n_save, n_load):
+    """5 rows and 5 elements under FSDP2 on both sides: 3 + 2 at 2 ranks, 2 + 2 + 1 at 3, 2 + 2 + 1 + 0 at 4."""
+    from distcheck.parallel.checkpoint.contracts import CkptCase, bulk
+
+    params = (np.arange(20.0).reshape(5, 4) / 8, np.arange(5.0) / 8, bulk(2**16, 2))
+    grads = tuple(tuple(p / 4 + 1 for p in params) for _ in range(3))
+    fsdp = ck.layout_dims("fsdp", [p.shape for p in params])
+    return CkptCase(n_save, "float32", params, grads, "fsdp", fsdp, "fsdp", fsdp,
+                    None if n_save == n_load else n_load)
+
+
+def test_the_load_worlds_are_one_fewer_and_twice_up_to_4():
+    from distcheck.engine.contracts.contract import get_contract
+    from distcheck.parallel.checkpoint.contracts import load_worlds
+
+    assert [load_worlds(n) for n in (1, 2, 3, 4, 5, 8)] == [(2,), (4,), (2, 4), (3,), (4,), (7,)]
+    c = get_contract("checkpoint")
+    assert c.companion_worlds(4, {"reshard": True}) == (3,) and c.companion_worlds(4, {"reshard": False}) == ()
+    assert c.companion_worlds(1, {"reshard": True}) == ()  # below the smallest world nothing runs
+    assert repr(_fsdp_case(4, 3)).count("load at 3 fsdp") == 1 and "load at" not in repr(_fsdp_case(4, 4))
+    with pytest.raises(ConfigError, match="world_size"):
+        load_worlds(0)
+
+
+class _OneWorld:
+    """A world that is not a pool (as a torchrun world is): nothing can be opened beside it."""
+
+    world_size, backend = 4, "gloo"
+
+    def run(self, *args, **kwargs):
+        raise AssertionError("nothing may run before the companion worlds are checked")
+
+
+def test_a_world_that_cannot_open_the_load_worlds_is_refused_before_anything_runs():
+    from distcheck.certify import certify
+
+    with pytest.raises(ConfigError, match="must be a RankPool: contract checkpoint also runs examples on worlds of 3 "
+                                          "ranks"):
+        certify("distcheck.parallel.checkpoint.plans:TORCH_DCP", "checkpoint", world=_OneWorld())
+    with pytest.raises(ConfigError, match="must be a RankPool: contract checkpoint-restart also runs examples on "
+                                          "worlds of 3 ranks"):
+        certify("distcheck.parallel.checkpoint.plans:TRAINING_STATE", "checkpoint-restart", world=_OneWorld())
+    with pytest.raises(ConfigError, match=r"companions\[3\].*must be a world of 3 ranks \(its world_size is 4\)"):
+        certify("distcheck.parallel.checkpoint.plans:TORCH_DCP", "checkpoint", world=_OneWorld(),
+                companions={3: _OneWorld()})
+
+
+@pytest.mark.multiprocess
+def test_a_loader_of_the_loading_worlds_files_fails_on_another_world_only(pools):
+    """examples.checkpoint_mutants:CurrentWorldFiles reads rank0.pt .. rank<M-1>.pt, M the loading world's size:
+    right at 4 -> 4; at 4 -> 3 rank 3's shard of the bulk tensor (rows 49152 on) is never read and loads as
+    zeros; at 3 -> 2 the 5-row tensor's last row (rank 2's) is lost; at 2 -> 4 rank2.pt does not exist. torch
+    DCP is right on all four."""
+    from distcheck.core.errors import RankFailure
+    from distcheck.engine.contracts.contract import get_contract
+    from distcheck.engine.contracts.targets import make_target
+
+    contract = get_contract("checkpoint")
+    opts = contract.parse_options({})
+    wrong = make_target(__import__("examples.checkpoint_mutants").checkpoint_mutants.CurrentWorldFiles,
+                        "examples.checkpoint_mutants:CurrentWorldFiles", "save_load")
+    dcp = make_target(__import__("distcheck.parallel.checkpoint.plans").parallel.checkpoint.plans.TORCH_DCP,
+                      "distcheck.parallel.checkpoint.plans:TORCH_DCP", "save_load")
+
+    def verdicts(target, n_save, n_load):
+        case = _fsdp_case(n_save, n_load)
+        return contract.check(case, contract.run_case(pools.get, target, case, "float32", opts), n_save,
+                              "float32", opts)
+
+    for n_save, n_load in ((4, 4), (4, 3), (3, 2), (2, 4)):
+        assert all(v.ok for v in verdicts(dcp, n_save, n_load).values()), (n_save, n_load)
+    assert all(v.ok for v in verdicts(wrong, 4, 4).values())
+    lost = verdicts(wrong, 4, 3)
+    assert not lost["round_trip"].ok and not lost["next_step"].ok and lost["bytes"].ok
+    assert lost["round_trip"].message.startswith("saved at 4 ranks, loaded at 3 (ranks of the loading world): ")
+    assert "loaded t2[65536]: from flat index 49152 expected" in lost["round_trip"].message
+    assert "loaded t0[5, 4]: from flat index 16 expected" in verdicts(wrong, 3, 2)["round_trip"].message
+    with pytest.raises(RankFailure, match="rank2.pt"):
+        contract.run_case(pools.get, wrong, _fsdp_case(2, 4), "float32", {}, 60)
+
+
+@pytest.mark.multiprocess
+def test_torch_dcp_is_certified_from_4_to_3_and_from_3_to_2(pools):
+    for world_size, drawn in ((4, {"4 -> 4", "4 -> 3"}), (3, {"3 -> 3", "3 -> 2", "3 -> 4"})):
+        cert = _certify(pools, "distcheck.parallel.checkpoint.plans:TORCH_DCP", examples=8, world_size=world_size,
+                        cert=True)
+        assert cert.ok, [v.failure for v in cert.verdicts]
+        assert {row.columns["worlds"] for row in cert.compositions} == drawn
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_certify_fails_the_loading_worlds_loader_at_4_and_certifies_it_on_its_own_world(pools):
+    target = "examples.checkpoint_mutants:CurrentWorldFiles"
+    verdicts = _certify(pools, target, examples=8, world_size=4)
+    assert verdicts["round_trip"].verdict == "FAIL" and verdicts["bytes"].verdict == "pass"
+    assert "load at 3 " in verdicts["round_trip"].counterexample
+    alone = _certify(pools, target, examples=4, world_size=4, options={"reshard": False})
+    assert {v.verdict for v in alone.values()} == {"pass"}
+
+
+# ----------------------------------------------------------------------------- a whole training state restarted
+
+
+def _restart_case(n_save, n_load, dtype="float32", dropout=True, save_at=1):
+    from distcheck.parallel.checkpoint.restart_contracts import RestartCase
+
+    weight = tuple(tuple(((i * 3 + j) * 5 % 17 - 8) / 8 for j in range(3)) for i in range(5))
+    return RestartCase(n_save, dtype, 3, 5, 7, 4, save_at, 3, dropout, weight, None if n_save == n_load else n_load)
+
+
+def _restart(pools, target, case):
+    from distcheck.engine.contracts.contract import get_contract
+    from distcheck.engine.contracts.targets import make_target
+
+    contract = get_contract("checkpoint-restart")
+    spec = make_target(_obj(target), target, "stateful")
+    results = contract.run_case(pools.get, spec, case, case.dtype, {})
+    return results, contract.check(case, results, case.world_size, case.dtype, {})
+
+
+def _obj(ref):
+    import importlib
+
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.multiprocess
+def test_the_whole_training_state_restarts_bitwise_on_another_world(pools):
+    """TrainingState (model, Adam, LambdaLR warmup, loader position, RNG, step) saved after 2 of 4 steps with
+    dropout on: the restarted run on 3 (from 4), 2 (from 3) and 4 (from 2) ranks ends bit for bit where the
+    uninterrupted one does, in float32 and float64; the run moved (the weight after 4 steps is not the saved one,
+    and the warmup's LR rose), so the equality is not that of an idle state."""
+    for n_save, n_load, dtype in ((4, 3, "float32"), (3, 2, "float64"), (2, 4, "float32")):
+        case = _restart_case(n_save, n_load, dtype, save_at=2)
+        results, verdicts = _restart(pools, "distcheck.parallel.checkpoint.plans:TRAINING_STATE", case)
+        assert all(v.ok for v in verdicts.values()), {p: v.message for p, v in verdicts.items()}
+        assert len(results) == n_load
+        saved, want = results[0]["saved"], results[0]["want"]
+        assert (saved["step"], want["step"], want["dataloader.position"]) == (2, 4, 4)
+        assert (saved["lr"], want["lr"]) == (2.0**-4 * 3 / 4, 2.0**-4)  # warmup(2), then warmup(4)
+        assert saved["weight"].tobytes() != want["weight"].tobytes() and saved["weight"].dtype == np.dtype(dtype)
+
+
+@pytest.mark.multiprocess
+def test_a_state_without_its_scheduler_or_its_rng_fails_the_restart(pools):
+    """SchedulerNotRestored restarts the warmup (epoch 0 where 1 was saved); RngNotRestored draws a fresh job's
+    dropout masks: both fail resume and restart at 4 -> 3 and on one world; without dropout no step draws from
+    the generator and RngNotRestored restarts right."""
+    for n_save, n_load in ((4, 3), (2, 2)):
+        _, sched = _restart(pools, "examples.checkpoint_mutants:SchedulerNotRestored", _restart_case(n_save, n_load))
+        assert not sched["resume"].ok and not sched["restart"].ok
+        assert "lr_scheduler.last_epoch: expected 1, got 0" in sched["resume"].message
+        assert "after 4 steps, weight[5, 3]: from flat index 0 expected" in sched["restart"].message
+        _, rng = _restart(pools, "examples.checkpoint_mutants:RngNotRestored", _restart_case(n_save, n_load))
+        assert not rng["resume"].ok and not rng["restart"].ok
+        assert "rng: the generator's state differs from the saved one" in rng["resume"].message
+        _, off = _restart(pools, "examples.checkpoint_mutants:RngNotRestored",
+                          _restart_case(n_save, n_load, dropout=False))
+        assert off["resume"].ok and off["restart"].ok
+    assert sched["resume"].message.startswith("saved at 2 ranks after 1 steps, loaded there: rank 0: ")
+
+
+def _certify_restart(pools, target, world_size=2, options=None):
+    from distcheck.certify import certify
+
+    return certify(target, "checkpoint-restart", world=pools[world_size], dtypes=["float32"], examples=6,
+                   options=options, companions={n: p for n, p in pools.items() if n != world_size})
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_certify_restart_passes_the_whole_state_and_fails_each_part_left_out(pools):
+    good = _certify_restart(pools, "distcheck.parallel.checkpoint.plans:TRAINING_STATE", world_size=4)
+    assert good.ok and {row.columns["worlds"] for row in good.compositions} == {"4 -> 4", "4 -> 3"}
+    for target, options, ok in (("SchedulerNotRestored", None, False), ("RngNotRestored", None, False),
+                                ("RngNotRestored", {"dropout": False}, True)):
+        cert = _certify_restart(pools, f"examples.checkpoint_mutants:{target}", options=options)
+        assert {v.property: v.verdict for v in cert.verdicts} == (
+            {"resume": "pass", "restart": "pass"} if ok else {"resume": "FAIL", "restart": "FAIL"}), target
+
+
+@pytest.mark.multiprocess
+def test_a_target_that_is_not_a_stateful_factory_is_refused(pools):
+    from distcheck.certify import certify
+    from distcheck.engine.contracts.errors import ProtocolError
+
+    with pytest.raises(ProtocolError, match="make\\(parts\\)"):
+        certify(object(), "checkpoint-restart", world=pools[2], options={"reshard": False}, examples=1)
+    with pytest.raises(ProtocolError, match="must return a Stateful"):
+        certify("builtins:str", "checkpoint-restart", world=pools[2], dtypes=["float64"],
+                options={"reshard": False}, examples=1)
+
+
 def test_one_rank_cannot_fail():
     from distcheck.engine.contracts.contract import get_contract
 
@@ -384,7 +581,7 @@ def test_the_2d_cases_never_draw_tp_along_a_dim_that_leaves_a_tp_rank_empty():
 
     search = settings(max_examples=150, database=None, suppress_health_check=list(HealthCheck), deadline=None,
                       derandomize=True)
-    for n_save, n_load in ((4, 4), (2, 4)):
+    for n_save, n_load in ((4, 4), (2, 4), (3, (3, 2, 4))):
         with pytest.raises(NoSuchExample):
             find(_cases(n_save, "float64", n_load), lambda c: avoided(c.layout_a, c.dims_a, c.shapes)
                  or avoided(c.layout_b, c.dims_b, c.shapes), settings=search)

@@ -25,7 +25,7 @@ def entries():
 
 
 def test_discovery_finds_every_module_of_the_folder(entries):
-    assert len(NAMES) >= 10
+    assert len(NAMES) >= 25  # the issue's floor: at least 25 public reports
     assert list(entries) == NAMES
     assert "_step" not in entries and "__init__" not in entries
 
@@ -73,6 +73,47 @@ def test_docs_zoo_table_is_the_metadata(entries):
     assert table == zoo.metadata_markdown(entries)
 
 
+def _readme_zoo_table() -> str:
+    import re
+
+    found = re.search(r"\| entry \| reference \| bug class \|.*?\n(?=\n)", (ROOT / "README.md").read_text(), re.S)
+    assert found is not None, "README.md has no zoo table"
+    return found.group(0)
+
+
+def test_readme_zoo_table_is_a_green_run_of_every_entry(entries):
+    """The README's table (CI compares it with a real `distcheck zoo --format markdown`) lists every entry, with its
+    reference linked, as caught with its twin certified: the markdown of a run where every row is green."""
+    green = [zoo.ZooRow(n, e, caught=True, certified=True) for n, e in entries.items()]
+    assert _readme_zoo_table() == zoo.to_markdown(green)
+    n = len(entries)  # the count stated beside the anchors' figures
+    prose = " ".join((ROOT / "README.md").read_text().split())
+    assert f"distcheck's zoo: {n} public reports, {n} of {n} caught by the property named" in prose
+    assert "TTrace finds 14 of 14" in prose and "detects 18 of 20" in prose
+
+
+def test_only_property_narrows_a_copy_of_the_contract():
+    from distcheck.certify import get_contract
+
+    contract = get_contract("training-step")
+    narrowed = zoo.only_property(contract, "grad_norm")
+    assert [p.name for p in narrowed.properties] == ["grad_norm"]
+    assert narrowed.name == contract.name and type(narrowed) is type(contract)
+    assert [p.name for p in get_contract("training-step").properties] == [  # the registry's contract untouched
+        "params", "loss", "grad_norm", "clipping", "tokens"]
+    with pytest.raises(ConfigError, match="property='gradnorm' must be a property of the contract 'training-step'"):
+        zoo.only_property(contract, "gradnorm")
+
+
+def test_run_entry_refuses_a_pool_of_another_world_size(entries):
+    class FourRanks:
+        world_size = 4
+
+    with pytest.raises(ConfigError, match="must have the entry's world_size=2 ranks"):
+        zoo.run_entry("ramtorch_13_zero1_params_not_broadcast", entries["ramtorch_13_zero1_params_not_broadcast"],
+                      pool=FourRanks())
+
+
 def test_cli_refuses_an_unknown_entry_with_exit_2(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["zoo", "--entry", "no_such_entry"]) == 2
@@ -108,6 +149,32 @@ def test_each_bug_is_caught_on_its_property_and_its_twin_certifies(entries, name
     row = zoo.run_entry(name, e)
     assert row.caught, row.detail
     assert row.certified, row.detail
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_entries_share_one_pool_and_the_bug_run_checks_its_property_alone(entries):
+    """Two entries on one world of two ranks, started once; the bug's verdict is its named property's, the twin's
+    every property's."""
+    from distcheck.runners.pool import RankPool
+
+    names = ["ramtorch_13_zero1_params_not_broadcast", "torchtitan_1733_pp_scale_grads"]
+    with RankPool(2, backend="gloo", timeout_s=zoo.TIMEOUT_S) as pool:
+        rows = [zoo.run_entry(n, entries[n], pool=pool) for n in names]
+        assert pool.generation == 1 and pool.running  # never restarted, left open for the next entry
+    assert all(r.ok for r in rows), [r.detail for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_bug_that_passes_its_property_is_not_caught_and_says_so(entries):
+    """The twin in the bug's place: its named property passes, so the row is not caught, with the verdict named."""
+    e = entries["ramtorch_13_zero1_params_not_broadcast"]
+    e = replace(e, bug=e.fixed)  # a string: the same target, not the same object
+
+    row = zoo.run_entry("x", e)
+    assert row.caught is False and row.certified is True and not row.ok
+    assert row.detail.startswith("params pass on "), row.detail
 
 
 @pytest.mark.slow

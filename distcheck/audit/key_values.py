@@ -95,7 +95,7 @@ def _number(value: Any, what: str, path: str | None, line: int | None, fld: str 
     raise _err(f"{what} must be a number or a printed number string, got {type(value).__name__}", path, line, fld)
 
 
-def _check_input_value(q: Quantity, name: str, v: Any, path: str | None, line: int | None, fl: str | None,
+def _check_input_value(q: Quantity, name: str, v: Any, path: str | None, line: int | None, fl: str | None,  # noqa: C901 - one branch per input kind, each raising the error that names it
                        qmod: ModuleType) -> None:
     qi: Any = q.input(name)  # None only for a preset (kind "preset", returned below) or a layout input
     if qi is None and name != "model":  # the order of a layout quantity, or a degree it needs

@@ -53,7 +53,7 @@ def _ref(c: Claim, name: str) -> str | None:
     return v[1:] if isinstance(v, str) and v.startswith("@") else None
 
 
-def relation_checks(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, str]]]) -> list[Check]:
+def relation_checks(key: AnswerKey, recomputed: Sequence[tuple[Claim, dict[str, str]]]) -> list[Check]:  # noqa: C901 - one case per relation between quantities, read as one table
     """The ``[[check]]``-equivalents the relations above give for ``key`` (see the module docstring),
     minus those an explicit check of the key already states."""
     scalar = [(c, _full(c, i)) for c, i in recomputed if not isinstance(c.claimed, tuple)]

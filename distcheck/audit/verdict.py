@@ -145,7 +145,7 @@ class _Missing(Exception):
         self.names = names
 
 
-def _resolve(c: Claim, q: qmod.Quantity, key: AnswerKey) -> tuple[dict, str | None]:
+def _resolve(c: Claim, q: qmod.Quantity, key: AnswerKey) -> tuple[dict, str | None]:  # noqa: C901 - one case per kind of input value (preset, string, reference)
     """Exact input values (presets filled, strings converted, references followed).
     Raises AnswerKeyError for a bad value and _Missing for required inputs not given."""
     values: dict = {}
@@ -237,7 +237,7 @@ class _Recomputed(TypedDict):
     inputs: dict[str, str]
 
 
-def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:
+def audit_claim(c: Claim, key: AnswerKey) -> ClaimVerdict:  # noqa: C901 - the verdict ladder: each case a verdict of its own
     """The verdict on claim ``c`` of ``key`` (see the module docstring)."""
     q = qmod.get_quantity(c.quantity)
     if q.compute is None:
@@ -378,7 +378,7 @@ def _one_component(q: qmod.Quantity, values: dict, value: Exact, c: Claim, aroun
                          recompute) or ""
 
 
-def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: dict[str, Fraction] | None = None,
+def _search(c: Claim, q: qmod.Quantity, values: dict, model: str | None, steps: dict[str, Fraction] | None = None,  # noqa: C901 - the search's cases: reproducing, rounding, closest single change
             extra: dict | None = None) -> tuple[list[tuple[str, Exact, str, RoundingReading | None]],
                                                 tuple[str, Exact, str] | None]:
     """(reproducing [(names, value, unit, rounding)] at the fewest changes, closest single change or None).

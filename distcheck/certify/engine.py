@@ -52,7 +52,7 @@ from distcheck.report import FAIL, PASS, SKIP
 if TYPE_CHECKING:
     from distcheck.runners.pool import RankPool
 
-__all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "rank_entry",
+__all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "Companions", "rank_entry",
            "rank_entry_batch"]
 
 
@@ -150,6 +150,11 @@ def run_examples(world: World, contract: Contract, target: Any, cases: list, dty
     world's own): one outcome dict per case, or a :class:`_Crash` when a rank failed on any of them."""
     timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
     try:
+        if contract.companion_worlds(world.world_size, options):  # each case on the worlds it names, in turn
+            world_of = getattr(world, "world_of", None) or _only(world)
+            per_case = [contract.run_case(world_of, target, case, dtype, options, timeout_s) for case in cases]
+            return [contract.check(case, res, world.world_size, dtype, options)
+                    for case, res in zip(cases, per_case, strict=True)]
         if len(cases) == 1:
             per_rank = [[r] for r in world.run(rank_entry, contract, target, cases[0], dtype, options, **timeout)]
         else:
@@ -161,6 +166,106 @@ def run_examples(world: World, contract: Contract, target: Any, cases: list, dty
         return _crash(exc)
     return [contract.check(case, [res[i] for res in per_rank], world.world_size, dtype, options)
             for i, case in enumerate(cases)]
+
+
+def _only(world: World) -> Callable[[int], World]:
+    """``world_of`` of a world given without companions: ``world`` itself, and a ConfigError for any other size."""
+    def world_of(n: int) -> World:
+        if n != world.world_size:
+            raise ConfigError("world_size", n, f"has no world here: only the world of {world.world_size} ranks was "
+                                               "given (certify opens the companion worlds a contract names)")
+        return world
+    return world_of
+
+
+class Companions:
+    """The companion worlds of one certification (:meth:`Contract.companion_worlds`): the ``given`` worlds
+    (borrowed: never closed here) and one :class:`~distcheck.runners.pool.RankPool` per other size, of
+    ``backend`` with ``timeout_s`` and ``preload``, made on first use, started by its first ``run`` and closed
+    by :meth:`close`."""
+
+    def __init__(self, backend: str, timeout_s: float, preload: Sequence[str] = (),
+                 given: dict[int, World] | None = None) -> None:
+        self.backend, self.timeout_s, self.preload = backend, timeout_s, tuple(preload)
+        self.given: dict[int, World] = dict(given or {})
+        self.opened: dict[int, RankPool] = {}
+
+    def world(self, n: int) -> World:
+        """The world of ``n`` ranks."""
+        if n in self.given:
+            return self.given[n]
+        if n not in self.opened:
+            from distcheck.runners.pool import RankPool
+
+            self.opened[n] = RankPool(n, backend=self.backend, timeout_s=self.timeout_s, preload=self.preload)
+        return self.opened[n]
+
+    def close(self, keep: Sequence[int] = ()) -> None:
+        """Close every pool opened here, but those of the sizes in ``keep``."""
+        for n in [n for n in self.opened if n not in keep]:
+            self.opened.pop(n).close()
+
+
+class _Joined:
+    """The certified world with its companions: runs as ``world`` does; ``world_of(n)`` is ``world`` for its own
+    size, else the companion of ``n`` ranks."""
+
+    def __init__(self, world: World, companions: Companions) -> None:
+        self.world, self.companions = world, companions
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
+
+    @property
+    def backend(self) -> str:
+        return self.world.backend
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
+        return self.world.run(fn, *args, timeout_s=timeout_s)
+
+    def run_on(self, fn: Callable[..., Any], args_per_rank: Sequence[Sequence[Any]],
+               timeout_s: float | None = None) -> list[Any]:
+        return self.world.run_on(fn, args_per_rank, timeout_s=timeout_s)
+
+    def world_of(self, n: int) -> World:
+        return self.world if n == self.world.world_size else self.companions.world(n)
+
+
+def _companions(contract: Contract, opts: dict, worlds: list, backend: str, timeout_s: float,
+                given: dict[int, World] | None) -> Companions | None:
+    """The companion worlds the certification's worlds need (None: the contract names none), every size checked
+    before anything starts. Raises ConfigError when a given world is not a pool (a torchrun world cannot open
+    others beside it) and BackendUnavailable when the backend cannot run a companion's size here."""
+    if given is not None:
+        if not isinstance(given, dict):
+            raise ConfigError("companions", type(given).__name__, "must be a dict of world size -> world")
+        for n, w in given.items():
+            if isinstance(n, bool) or not isinstance(n, int) or getattr(w, "world_size", None) != n:
+                raise ConfigError(f"companions[{n!r}]", type(w).__name__,
+                                  f"must be a world of {n!r} ranks (its world_size is "
+                                  f"{getattr(w, 'world_size', None)!r})")
+    wanted = {n for w in worlds for n in contract.companion_worlds(w.world_size, opts)}
+    if not wanted:
+        return None
+    from distcheck.runners.pool import RankPool, check_backend_available
+
+    needed = sorted(wanted - set(given or {}))
+    preload: tuple[str, ...] = tuple(contract.preload)
+    for w in worlds:
+        if isinstance(w, _Borrowed):
+            if needed and not isinstance(w.world, RankPool):
+                raise ConfigError("world", type(w.world).__name__,
+                                  f"must be a RankPool: contract {contract.name} also runs examples on worlds of "
+                                  f"{', '.join(map(str, needed))} ranks, opened beside it (see the contract's options "
+                                  "to keep every example on one world)")
+            if isinstance(w.world, RankPool):
+                backend, timeout_s = w.world.backend, w.world.timeout_s
+                preload += tuple(m for m in w.world.preload if m not in preload)
+    for n in needed:
+        check_positive_int("world_size", n)
+        check_backend_available(backend, n)
+    return Companions(backend, timeout_s, preload, given)
 
 
 def _settings(profile: str, examples: int | None, batch: int = 1) -> settings:
@@ -343,7 +448,7 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
             world_sizes: Sequence[int] | None = None,
             backend: str = "gloo", examples: int | None = None, seed: int | None = None, profile: str = "ci",
             dtypes: Sequence[str] | str | None = None, options: dict | None = None, timeout_s: float = 60.0,
-            launcher: str = "local", batch: int = 1) -> Certification:
+            launcher: str = "local", batch: int = 1, companions: dict[int, World] | None = None) -> Certification:
     """Certify ``target`` under ``contract`` on real worlds; return the :class:`Certification`.
 
     Args:
@@ -363,6 +468,10 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
         batch: examples per world step (default 1). Larger batches amortize the round trip to the
             ranks; Hypothesis then draws lists of ``batch`` cases (``examples / batch`` of them), a
             failure reports the failing case, and shrinking replays whole batches.
+        companions: worlds by size (borrowed, not closed) for a contract whose examples also run on other
+            worlds (:meth:`~distcheck.engine.contracts.contract.Contract.companion_worlds`: a checkpoint loaded
+            on fewer or more ranks than saved it); a size not given is opened here, one pool per size, with
+            the certified world's backend and timeout, and closed after.
 
     Returns the Certification: ``.ok``, ``.verdicts``, ``.rows()``, ``.assert_certified()``.
 
@@ -396,8 +505,25 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
     cert = Certification(target=ref, contract=contract.name, backend=backend, world_sizes=[], dtypes=list(dts),
                          options=given_options, seed=seed, profile=profile, max_examples=examples, launcher=launcher,
                          distribution=distribution, version=version, batch=batch, code=code_identity(obj, ref))
+    others = _companions(contract, opts, worlds, backend, timeout_s, companions)
+    try:
+        _certify_worlds(cert, worlds, others, contract, spec, ref, dts, opts, given_options, profile, seed,
+                        examples, launcher, batch, run_settings)
+    finally:
+        if others is not None:
+            others.close()
+    cert.seconds = time.perf_counter() - started
+    return cert
+
+
+def _certify_worlds(cert: Certification, worlds: list, others: Companions | None, contract: Contract, spec: Any,
+                    ref: str, dts: Sequence[str], opts: dict, given_options: dict, profile: str, seed: int,
+                    examples: int | None, launcher: str, batch: int, run_settings: settings) -> None:
+    """Every world of ``certify`` in turn, its verdicts added to ``cert`` (after a hang, the rest skipped)."""
     hung: PropertyVerdict | None = None  # the step that timed out: the rest of the target is skipped
-    for w in worlds:
+    for i, w in enumerate(worlds):
+        if others is not None:  # the companions no world left needs are closed
+            others.close(keep=[n for later in worlds[i:] for n in contract.companion_worlds(later.world_size, opts)])
         clock = hangs.StepClock()  # the world's slowest finished step: the timeout of a hang's shrinking follows it
         degenerate = contract.cannot_fail(w.world_size, opts) or contract.beyond_profile(w.world_size, profile)
         if hung is not None or degenerate is not None:  # not started: nothing there could fail, or it would hang
@@ -407,7 +533,8 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
                                   if hung is not None else
                                   _skips(contract, dt, opts, w.world_size, cert.backend, str(degenerate)))
             continue
-        with w as live:
+        with w as opened:
+            live = opened if others is None else _Joined(opened, others)
             cert.world_sizes.append(live.world_size)
             cert.backend = live.backend
             for dt in dts:
@@ -421,8 +548,6 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
                 cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch,
                                                 cert.compositions, clock)
                 hung = next((v for v in cert.verdicts if v.hung), None)
-    cert.seconds = time.perf_counter() - started
-    return cert
 
 
 class _Borrowed:

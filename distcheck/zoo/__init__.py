@@ -26,12 +26,14 @@ from typing import Any
 
 from distcheck.core.errors import ConfigError
 
-__all__ = ["Entry", "ZooRow", "check_entry", "discover", "run_entry", "to_json", "to_markdown", "to_table"]
+__all__ = ["Entry", "ZooRow", "check_entry", "discover", "missing", "run_entry", "to_json", "to_markdown", "to_table"]
 
 #: ``owner/repo#N``: an issue or pull request on GitHub
 GITHUB_REF = re.compile(r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)#(?P<n>[1-9]\d*)$")
 #: a non-GitHub source: ``blog: <title>`` or ``paper: <title>, <section>``
 TEXT_REF = re.compile(r"^(?:blog|paper|docs): \S.*$")
+#: seconds one world step of an entry's run may take (the contract's timeout)
+TIMEOUT_S = 120.0
 #: how an entry reproduces its bug
 REPRODUCTIONS = ("library code", "plain torch re-creation")
 
@@ -164,36 +166,62 @@ def discover(folder: Path | None = None, only: list[str] | None = None) -> dict[
     return out
 
 
-def _missing(entry: Entry) -> list[str]:
+def missing(entry: Entry) -> list[str]:
+    """The modules of ``entry.requires`` that do not import here."""
     return [m for m in entry.requires if importlib.util.find_spec(m.split(".")[0]) is None]
 
 
-def run_entry(name: str, entry: Entry, *, seed: int = 0, timeout_s: float = 120.0) -> ZooRow:
-    """Certify ``entry.bug`` and ``entry.fixed`` under ``entry.contract`` at ``entry.world_size`` (gloo)."""
-    from distcheck.certify import certify
+def only_property(contract: Any, name: str) -> Any:
+    """A copy of ``contract`` (a :class:`~distcheck.engine.contracts.contract.Contract` instance) that checks the
+    property ``name`` alone: the bug's run, where only that property's verdict counts, is not spent shrinking the
+    failures of the others. The copy keeps the contract's name, rank function, cases and checks. Raises
+    ConfigError when the contract has no property ``name``."""
+    import copy
 
-    missing = _missing(entry)
-    if missing:
-        return ZooRow(name, entry, skip=f"not installed: {', '.join(missing)} (pip install 'distcheck[libs]')")
+    kept = tuple(p for p in contract.properties if p.name == name)
+    if not kept:
+        raise ConfigError("property", name, f"must be a property of the contract {contract.name!r}: "
+                          f"{', '.join(p.name for p in contract.properties)}")
+    narrowed = copy.copy(contract)
+    narrowed.properties = kept
+    return narrowed
+
+
+def run_entry(name: str, entry: Entry, *, seed: int = 0, timeout_s: float = TIMEOUT_S, pool: Any = None) -> ZooRow:
+    """Certify ``entry.bug`` and ``entry.fixed`` under ``entry.contract`` at ``entry.world_size`` (gloo).
+
+    ``pool``: a :class:`~distcheck.runners.pool.RankPool` of ``entry.world_size`` ranks to run both on (kept
+    open: ``distcheck zoo`` shares one per world size across the entries, which saves each run its world's
+    start-up); None: each run opens and closes its own. Raises ConfigError when ``pool`` has another world
+    size."""
+    if pool is not None and getattr(pool, "world_size", None) != entry.world_size:
+        raise ConfigError("pool", f"<world of {getattr(pool, 'world_size', None)} ranks>",
+                          f"must have the entry's world_size={entry.world_size} ranks")
+    from distcheck.certify import certify, get_contract
+
+    absent = missing(entry)
+    if absent:
+        return ZooRow(name, entry, skip=f"not installed: {', '.join(absent)} (pip install 'distcheck[libs]')")
     started = time.perf_counter()
 
-    def run(target: Any) -> Any:
-        return certify(target, entry.contract, world_sizes=[entry.world_size], examples=entry.examples, seed=seed,
+    contract = get_contract(entry.contract)
+    if not contract.needs_world:
+        pool = None  # the contract runs in this process (LocalWorld), whatever the world
+
+    def run(target: Any, under: Any) -> Any:
+        where: dict[str, Any] = {"pool": pool} if pool is not None else {"world_sizes": [entry.world_size]}
+        return certify(target, under, **where, examples=entry.examples, seed=seed,
                        options=dict(entry.options), timeout_s=timeout_s, dtypes=list(entry.dtypes) or None)
 
-    bug = run(entry.bug)
+    bug = run(entry.bug, only_property(contract, entry.property))
     failed = [v for v in bug.verdicts if v.property == entry.property and v.verdict == "FAIL"]
-    named = [v for v in bug.verdicts if v.property == entry.property]
     if failed:
         detail = (failed[0].counterexample or failed[0].failure or "").splitlines()[0] if (
             failed[0].counterexample or failed[0].failure) else ""
-    elif not named:
-        detail = f"the contract has no property {entry.property!r}"
     else:
-        others = [f"{v.property}" for v in bug.verdicts if v.verdict == "FAIL"]
-        detail = (f"{entry.property} passed" + (f"; failed instead: {', '.join(others)}" if others else
-                                                  ": nothing failed"))
-    fixed = run(entry.fixed)
+        detail = "; ".join(f"{entry.property} {v.verdict} on {v.examples} examples ({v.dtype})"
+                           + (f": {v.failure}" if v.failure else "") for v in bug.verdicts)
+    fixed = run(entry.fixed, contract)
     if not fixed.ok:
         bad = [f"{v.property} {v.verdict}" for v in fixed.verdicts if v.verdict != "pass"]
         detail += f" | twin: {', '.join(bad) or fixed.verdict}"

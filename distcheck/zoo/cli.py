@@ -40,10 +40,19 @@ def run_zoo(args: argparse.Namespace) -> int:
     if args.list:
         print(zoo.metadata_markdown(entries), end="")
         return 0
+    from distcheck.runners.pool import RankPool
+
     rows = []
-    for i, (name, entry) in enumerate(entries.items(), 1):
-        sys.stderr.write(f"distcheck zoo: [{i}/{len(entries)}] {name}\n")
-        rows.append(zoo.run_entry(name, entry, seed=args.seed))
+    pools: dict[int, RankPool] = {}  # one world per size, shared by the entries: each run skips a world's start-up
+    try:
+        for i, (name, entry) in enumerate(entries.items(), 1):
+            sys.stderr.write(f"distcheck zoo: [{i}/{len(entries)}] {name}\n")
+            if entry.world_size not in pools and not zoo.missing(entry):
+                pools[entry.world_size] = RankPool(entry.world_size, backend="gloo", timeout_s=zoo.TIMEOUT_S)
+            rows.append(zoo.run_entry(name, entry, seed=args.seed, pool=pools.get(entry.world_size)))
+    finally:
+        for pool in pools.values():
+            pool.close()
     render = {"table": zoo.to_table, "markdown": zoo.to_markdown, "json": zoo.to_json}[args.format]
     text = render(rows)
     print(text, end="" if text.endswith("\n") else "\n")

@@ -39,7 +39,7 @@ from hypothesis.strategies import SearchStrategy
 
 from distcheck.core.errors import ConfigError, UnknownQuantityError
 from distcheck.core.validate import check_int
-from distcheck.engine.world import RankContext
+from distcheck.engine.world import RankContext, World
 
 __all__ = [
     "DTYPES",
@@ -175,6 +175,12 @@ class Contract:
             runs, for a contract whose every example is costly (a whole training step of every rank), and
             why; a larger world is recorded ``skip`` with the reason (:meth:`beyond_profile`). Default: no
             limit (a profile not named has none either).
+        preload: modules the ranks of the companion worlds it opens import before forking
+            (:meth:`companion_worlds`; a :class:`~distcheck.runners.pool.RankPool`'s ``preload``).
+
+    A contract whose example runs on more than one world (a checkpoint saved on N ranks and loaded on
+    M) names the other world sizes with :meth:`companion_worlds` and runs an example with
+    :meth:`run_case`; the engine opens one pool per companion size beside the certified world.
     """
 
     name: ClassVar[str] = ""
@@ -188,8 +194,25 @@ class Contract:
     min_world_reason: ClassVar[str] = ""
     max_world_sizes: ClassVar[dict[str, int]] = {}
     max_world_reason: ClassVar[str] = ""
+    preload: ClassVar[tuple[str, ...]] = ()
 
     # ------------------------------------------------------------------ parent side
+
+    def companion_worlds(self, world_size: int, options: dict) -> tuple[int, ...]:
+        """The world sizes, besides ``world_size``, that an example certified at ``world_size`` under ``options``
+        may also run on (default none: every example runs on the certified world alone). The engine opens a
+        pool of each (the certified world's backend and timeout), or takes one the caller gives, and runs such
+        a contract's examples with :meth:`run_case`."""
+        return ()
+
+    def run_case(self, world_of: Callable[[int], World], target: Any, case: Any, dtype: str, options: dict,
+                 timeout_s: float | None = None) -> list:
+        """Parent side of one example of a contract with :meth:`companion_worlds`: run its rank functions on
+        the worlds it needs (``world_of(n)``: the world of ``n`` ranks, the certified one or a companion; each
+        ``run`` under ``timeout_s``, None for the world's own) and return the results :meth:`check` reads.
+        What a world's ``run`` raises (a :class:`~distcheck.core.errors.DistributedError`) propagates: the engine
+        reports it as it reports a rank's failure. Default: :meth:`run_rank` on the certified world."""
+        raise NotImplementedError
 
     def cannot_fail(self, world_size: int, options: dict) -> str | None:
         """Why no claim of this contract can fail on a world of ``world_size`` ranks under ``options``

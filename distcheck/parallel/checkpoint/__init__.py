@@ -11,7 +11,11 @@
   step equals the saved run's, the bytes are the closed forms, a save killed at any byte leaves the
   previous checkpoint complete;
 - ``contracts`` (+ ``harness``, the rank side; ``plans``, torch.distributed.checkpoint as a target):
-  ``checkpoint``, a user's ``save(state, path)`` / ``load(state, path)`` certified on a real world;
+  ``checkpoint``, a user's ``save(state, path)`` / ``load(state, path)`` certified on a real world, loaded
+  on the saving world or on another (N - 1 ranks, 2N up to 4: a pool per world size);
+  ``restart_contracts`` (+ ``stateful``, the rank side): ``checkpoint-restart``, a whole training state as a
+  DCP ``Stateful`` (model, optimizer, LR scheduler, RNG, data-loader position, step) restarting a run on
+  another world bitwise;
   ``restart``: a torchrun run SIGKILLed at step k and restarted from its checkpoint (``--max-restarts``);
   ``checks``: its rows of ``distcheck check``; ``findings``: what torch.distributed.checkpoint does not
   guarantee.

@@ -14,6 +14,17 @@ the bound. Adam takes 1 or 2 steps on drawn gradients; the two layouts are drawn
 2-D composition ``fsdp_tp``: FSDP2 over tp on a ``(dp, tp=2)`` DeviceMesh; ``layouts_at``); see
 :mod:`distcheck.parallel.checkpoint.harness` for the rank side.
 
+The loading world is drawn apart from the saving one (option ``reshard``, default true): at N ranks the load
+runs on N, on N - 1 (from 3 ranks) or on 2N up to 4 ranks (:func:`load_worlds`: 2 -> 4, 3 -> 2 and 4, 4 -> 3),
+each layout drawn from those its own world holds, the tensors' shards uneven on both sides. That is a job
+restarted on 3 nodes after saving on 4: a loader that reads one file per *loading* rank and never records how
+many ranks saved is right on the world it saved on and wrong there. The other worlds are pools of their own,
+one per size, beside the certified world (:meth:`CheckpointContract.companion_worlds`; the engine opens them
+with the certified world's backend and timeout, the pool's timeout bounding each of the two world steps); the
+saving world writes into a folder the parent makes and removes, then the loading world reads it. With
+``reshard=false`` every example saves and loads on the certified world alone (a world launched by torchrun, which
+opens none beside it). The "Compositions drawn" table lists the worlds of each example (``4 -> 3``).
+
 One composition is never drawn (:data:`AVOIDED`, :func:`tp_dim_choices`): ``fsdp_tp`` with tp along a dimension
 other than 0 that leaves a tp rank no element (a width-1 dim 1 over tp = 2). torch 2.13's ``fully_shard`` gives
 that rank a (0, 0) local shard where its placements give (rows, 0), and ``full_tensor()``, which reads the
@@ -52,13 +63,14 @@ from typing import Any, ClassVar
 import numpy as np
 from hypothesis import strategies as st
 
-from distcheck.engine.contracts.contract import Contract, Outcome, PropertySpec
+from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import Target, make_target, resolve
 from distcheck.engine.world import RankContext
 
 __all__ = ["CkptCase", "CheckpointContract", "METADATA_BYTES_PER_FILE", "METADATA_BYTES_PER_ITEM", "bytes_bound",
-           "BULK_ROWS", "bulk", "AVOIDED", "tp_dim_choices"]
+           "BULK_ROWS", "bulk", "AVOIDED", "tp_dim_choices", "load_worlds", "MAX_LARGER_LOAD_WORLD", "save_side",
+           "load_side"]
 
 #: bound on a file's fixed overhead (a zip end record, ``.metadata``'s header), bytes
 METADATA_BYTES_PER_FILE = 4096
@@ -70,7 +82,7 @@ METADATA_BYTES_PER_ITEM = 4096
 class CkptCase:
     """One example: tensors ``params`` (float64 arrays, cast to ``dtype``), the gradients of ``steps``
     Adam steps and of the next one (``grads``), saved under ``(layout_a, dims_a)``, loaded under
-    ``(layout_b, dims_b)``."""
+    ``(layout_b, dims_b)`` on ``load_world_size`` ranks (None: the saving world's ``world_size``)."""
 
     world_size: int
     dtype: str
@@ -80,14 +92,21 @@ class CkptCase:
     dims_a: tuple
     layout_b: str
     dims_b: tuple
+    load_world_size: int | None = None
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
         return [p.shape for p in self.params]
 
+    @property
+    def load_world(self) -> int:
+        """Ranks of the world that loads: :attr:`load_world_size`, else the saving world's."""
+        return self.world_size if self.load_world_size is None else self.load_world_size
+
     def __repr__(self) -> str:
+        at = f" at {self.load_world}" if self.load_world != self.world_size else ""
         return (f"CkptCase(N={self.world_size}, {self.dtype}, shapes={self.shapes}, steps={len(self.grads) - 1}, "
-                f"save {self.layout_a}{list(self.dims_a)}, load {self.layout_b}{list(self.dims_b)}, "
+                f"save {self.layout_a}{list(self.dims_a)}, load{at} {self.layout_b}{list(self.dims_b)}, "
                 f"params={[p.tolist() for p in self.params[:-1]]}, bulk of {self.params[-1].size})")
 
 
@@ -119,12 +138,32 @@ def tp_dim_choices(kind: str, shape: tuple[int, ...]) -> list[int | None]:
     return [d for d in dims if d is None or d == 0 or all(hi > lo for lo, hi in shard_bounds(shape[d], TP_2D))]
 
 
-def _cases(world_size: int, dtype: str, load_world_size: int | None = None) -> st.SearchStrategy[CkptCase]:
-    """Cases saved at ``world_size`` ranks and loaded at ``load_world_size`` (default the same): each layout
-    drawn from those its world can hold (``layouts_at``: the 2-D one from 4 ranks)."""
+#: the largest load world drawn larger than the saving world (:func:`load_worlds`): the 2-D layout's smallest
+MAX_LARGER_LOAD_WORLD = 4
+
+
+def load_worlds(world_size: int) -> tuple[int, ...]:
+    """The worlds a checkpoint saved at ``world_size`` ranks is also loaded on (module doc): one rank fewer (from
+    3 ranks: a loader must then read every saved file, not one per loading rank) and twice as many, at most
+    :data:`MAX_LARGER_LOAD_WORLD` (fewer files than loading ranks): 2 -> 4; 3 -> 2, 4; 4 -> 3; N -> N - 1 above.
+    Uneven shards throughout: a tensor of 5 rows is 3 + 2 at 2 ranks, 2 + 2 + 1 at 3, 2 + 2 + 1 + 0 at 4."""
+    from distcheck.core.validate import check_positive_int
+
+    check_positive_int("world_size", world_size)
+    smaller = (world_size - 1,) if world_size >= 3 else ()
+    larger = min(2 * world_size, MAX_LARGER_LOAD_WORLD)
+    return smaller + ((larger,) if larger > world_size else ())
+
+
+def _cases(world_size: int, dtype: str, load_world_size: int | tuple[int, ...] | None = None
+           ) -> st.SearchStrategy[CkptCase]:
+    """Cases saved at ``world_size`` ranks and loaded at ``load_world_size`` (default the same; a tuple: one of
+    them drawn, shrinking towards the first): each layout drawn from those its world can hold (``layouts_at``:
+    the 2-D one from 4 ranks)."""
     from distcheck.parallel.checkpoint.reference import layout_dims, layouts_at
 
-    at_load = world_size if load_world_size is None else load_world_size
+    loads = ((world_size,) if load_world_size is None else
+             (load_world_size,) if isinstance(load_world_size, int) else tuple(load_world_size))
 
     eighths = st.integers(-8, 8).map(lambda k: k / 8)
 
@@ -148,8 +187,10 @@ def _cases(world_size: int, dtype: str, load_world_size: int | None = None) -> s
         params = (*(array(s) for s in shapes), bulk(rows, seed))
         grads = tuple((*(array(s) for s in shapes), bulk(rows, seed + k + 1)) for k in range(steps + 1))
         shapes = [*shapes, (rows,)]
+        at_load = draw(st.sampled_from(loads))
         (a, da), (b, db) = layout(world_size), layout(at_load)
-        return CkptCase(world_size, dtype, params, grads, a, da, b, db)
+        return CkptCase(world_size, dtype, params, grads, a, da, b, db,
+                        None if at_load == world_size else at_load)
 
     return draw()
 
@@ -200,6 +241,21 @@ def _diff(what: str, want: dict, got: dict) -> list[str]:
     return bad
 
 
+def save_side(ctx: RankContext, target: Target, case: CkptCase, path: str) -> dict:
+    """Rank side of the saving world of a case loaded elsewhere: the harness's ``save_rank`` with the target's
+    ``save`` into ``path``."""
+    from distcheck.parallel.checkpoint.harness import save_rank
+
+    return save_rank(ctx, resolve(target).save, case, path)
+
+
+def load_side(ctx: RankContext, target: Target, case: CkptCase, path: str) -> dict:
+    """Rank side of the loading world: the harness's ``load_rank`` with the target's ``load`` from ``path``."""
+    from distcheck.parallel.checkpoint.harness import load_rank
+
+    return load_rank(ctx, resolve(target).load, case, path)
+
+
 class CheckpointContract(Contract):
     """Save under one layout, load under another (see the module doc)."""
 
@@ -210,7 +266,19 @@ class CheckpointContract(Contract):
                         "shards or the saving layout is right there")
     summary = "a save/load pair: state bitwise after a reshard, the next step the saved run's, bytes the closed form"
     properties: ClassVar[tuple[PropertySpec, ...]] = _PROPERTIES
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("reshard", True, bool, "load on another world too: N - 1 ranks (from 3) and 2N up to 4 (2 -> 4, "
+                                      "3 -> 2 and 4, 4 -> 3), pools opened beside the certified world; false: "
+                                      "save and load on the certified world alone"),
+    )
     dtypes = ("float64", "float32")
+    preload = ("torch.distributed.fsdp", "torch.distributed.checkpoint")
+
+    def companion_worlds(self, world_size: int, options: dict) -> tuple[int, ...]:
+        """:func:`load_worlds` under ``reshard`` (the default), else none; none below the smallest world."""
+        if not options.get("reshard", True) or self.cannot_fail(world_size, options) is not None:
+            return ()
+        return load_worlds(world_size)
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         if not (callable(getattr(obj, "save", None)) and callable(getattr(obj, "load", None))):
@@ -219,7 +287,30 @@ class CheckpointContract(Contract):
         return make_target(obj, ref, "save_load"), options
 
     def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[CkptCase]:
-        return _cases(world_size, dtype)
+        return _cases(world_size, dtype, (world_size, *self.companion_worlds(world_size, options)))
+
+    def composition(self, case: CkptCase) -> dict[str, str]:
+        return {"worlds": f"{case.world_size} -> {case.load_world}"}
+
+    def run_case(self, world_of: Any, target: Target, case: CkptCase, dtype: str, options: dict,
+                 timeout_s: float | None = None) -> list:
+        """One example: on one world, :meth:`run_rank`; else the saving world's ``save_rank`` then the loading
+        world's ``load_rank`` on a folder made here and removed after, each under ``timeout_s``. The results
+        are the loading ranks', each with the saving world's ``saved``, ``next``, ``bytes`` and ``files``."""
+        import shutil
+        import tempfile
+
+        timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
+        if case.load_world == case.world_size:
+            return world_of(case.world_size).run(_round_trip, self, target, case, dtype, options, **timeout)
+        path = tempfile.mkdtemp(prefix="distcheck-ckpt-")
+        try:
+            saved = world_of(case.world_size).run(save_side, target, case, path, **timeout)
+            loaded = world_of(case.load_world).run(load_side, target, case, path, **timeout)
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+        first = {k: v for k, v in saved[0].items() if k != "local"}
+        return [{**first, "loaded": got["loaded"], "loaded_next": got["next"]} for got in loaded]
 
     def run_rank(self, ctx: RankContext, target: Target, case: CkptCase, dtype: str, options: dict) -> dict:
         from distcheck.parallel.checkpoint.harness import round_trip
@@ -231,13 +322,17 @@ class CheckpointContract(Contract):
               ) -> dict[str, Outcome]:
         from distcheck.parallel.checkpoint.reference import layouts_at
 
-        note = AVOIDED if "fsdp_tp" in layouts_at(world_size) else ""
+        worlds = (world_size, *self.companion_worlds(world_size, options))
+        note = AVOIDED if any("fsdp_tp" in layouts_at(n) for n in worlds) else ""
 
-        def verdict(bad: list[tuple[int, str]]) -> Outcome:
+        where = (f"saved at {case.world_size} ranks, loaded at {case.load_world} (ranks of the loading world): "
+                 if case.load_world != case.world_size else "")
+
+        def verdict(bad: list[tuple[int, str]], where: str = where) -> Outcome:
             if not bad:
                 return Outcome(True, max_error=0.0, bound=0.0, note=note)
             return Outcome(False, bound=0.0, ranks=tuple(sorted({r for r, _ in bad})),
-                           message="; ".join(f"rank {r}: {m}" for r, m in bad[:4]))
+                           message=where + "; ".join(f"rank {r}: {m}" for r, m in bad[:4]))
 
         trip = [(r, m) for r, res in enumerate(results) for m in _diff("loaded", res["saved"], res["loaded"])]
         nxt = [(r, m) for r, res in enumerate(results)
@@ -248,4 +343,9 @@ class CheckpointContract(Contract):
         got = results[0]["bytes"]
         size = [] if form <= got <= top else [(0, f"{got} B in {results[0]['files']} files, closed form "
                                                   f"checkpoint.bytes_total.adam {form} B, bound {top} B")]
-        return {"round_trip": verdict(trip), "next_step": verdict(nxt), "bytes": verdict(size)}
+        return {"round_trip": verdict(trip), "next_step": verdict(nxt), "bytes": verdict(size, "")}
+
+
+def _round_trip(ctx: RankContext, contract: CheckpointContract, target: Target, case: CkptCase, dtype: str,
+                options: dict) -> dict:
+    return contract.run_rank(ctx, target, case, dtype, options)

@@ -4,11 +4,17 @@
 path)`` is ``dcp.load(state, checkpoint_id=path)``, in place, with torch's default planners and its
 ``FileSystemWriter`` / ``FileSystemReader`` (one ``__<rank>_0.distcp`` file per rank that writes, and the
 ``.metadata`` file, written to ``.metadata.tmp`` and renamed last).
+
+``TRAINING_STATE`` is a target of the ``checkpoint-restart`` contract: the whole training state as one DCP
+``Stateful`` (:class:`distcheck.parallel.checkpoint.stateful.TrainingState`: model, optimizer, LR scheduler,
+data-loader position, RNG state and step counter).
 """
 
 from __future__ import annotations
 
-__all__ = ["TorchDCP", "TORCH_DCP"]
+from distcheck.parallel.checkpoint.stateful import TrainingState
+
+__all__ = ["TorchDCP", "TORCH_DCP", "TRAINING_STATE"]
 
 
 class TorchDCP:
@@ -31,3 +37,6 @@ class TorchDCP:
 
 #: the target ``distcheck.parallel.checkpoint.plans:TORCH_DCP``
 TORCH_DCP = TorchDCP
+
+#: the target ``distcheck.parallel.checkpoint.plans:TRAINING_STATE`` of the ``checkpoint-restart`` contract
+TRAINING_STATE = TrainingState

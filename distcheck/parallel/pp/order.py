@@ -179,7 +179,7 @@ def _route(order: Order) -> tuple[np.ndarray, np.ndarray]:
     return first, last
 
 
-def check_order(order: Order, rank_of: np.ndarray, stage_to_rank: Mapping[int, int] | Sequence[int] | None = None
+def check_order(order: Order, rank_of: np.ndarray, stage_to_rank: Mapping[int, int] | Sequence[int] | None = None  # noqa: C901 - one branch per check of an order, each raising the error that names it
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Check ranges, duplicates, placement and completeness of ``order``.
 

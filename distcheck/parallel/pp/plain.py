@@ -41,7 +41,7 @@ class PlainTimeline:
     peak_in_flight: tuple[int, ...]
 
 
-def plain_replay(order: dict[int, Any] | Sequence[Sequence[Any]], num_stages: int, num_microbatches: int,
+def plain_replay(order: dict[int, Any] | Sequence[Sequence[Any]], num_stages: int, num_microbatches: int,  # noqa: C901 - one branch per action kind of the replay
                  *, t_f: int = 1, t_b: int = 2, t_i: int = 1, t_w: int = 1, t_fb: int | None = None,
                  routes: tuple[Sequence[int], Sequence[int]] | None = None) -> PlainTimeline:
     """Replay ``{rank: [Action | (Action, Action), ...]}`` action by action (module docstring).

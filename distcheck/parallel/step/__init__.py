@@ -52,7 +52,8 @@ __all__ = [
     "build_model", "token_loss_sum", "IGNORE_INDEX", "pipeline_stage", "stage_of", "StepInfo", "StepTarget",
     "all_reduce_dp", "torch_clip", "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
     "PP_SCHEDULES", "AXES", "no_accumulate", "loss_backward", "token_ids", "cross_entropy_sum", "call_model",
-    "MAX_LEN_FIELDS", "expert_mesh", "load_balance_loss", "moe_layers",
+    "MAX_LEN_FIELDS", "expert_mesh", "load_balance_loss", "moe_layers", "EXPERT_AXES", "FLAT_AXES",
+    "ROPE_THETA", "rotary", "causal_attention",
 ]
 
 __getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts"))

@@ -62,10 +62,7 @@ from distcheck.core.vocab import Axis, Schedule
 from distcheck.engine.contracts.contract import Contract, Option, Outcome, PropertySpec
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import check_call_shape, make_target, resolve
-from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds, value_bound
-from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
-from distcheck.parallel.step.divergence import explain_step
-from distcheck.parallel.step.layouts import (
+from distcheck.parallel.step.axes import (
     ALL,
     AXES,
     DEFAULT_AXES,
@@ -77,6 +74,9 @@ from distcheck.parallel.step.layouts import (
     parse_layout,
     target_axes,
 )
+from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds, value_bound
+from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.divergence import explain_step
 from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
 from distcheck.parallel.step.model import TinyConfig, stage_of
 from distcheck.parallel.step.reference import StepLayout
