@@ -13,6 +13,9 @@ Both sides run in this one run, on world size 4 with the composition dp_shard = 
   lengths, the clip threshold, the learning rate and 2 or 3 steps; every rank builds the decoder,
   parallelizes it, runs the steps and gathers every parameter and AdamW moment; rank 0 runs the float64
   reference (each step from the state the ranks reached); the parent checks every rank's values against it.
+* **distcheck certify, bfloat16**: the same, ``dtypes=["bfloat16"]``, ``mixed_precision="fsdp"`` (FSDP2's
+  ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, fp32 master weights): rank 0 also runs the
+  single-device bf16 step beside the float64 shadow (``distcheck/parallel/step/precision.py``).
 * **by hand**: the same examples (the cases the certify side drew, as plain numbers) in plain torch
   with no distcheck: four processes started once with ``torch.multiprocessing`` (``fork``) and
   ``init_process_group("gloo")``, the decoder written out below, the same ``parallelize``, the same
@@ -21,7 +24,8 @@ Both sides run in this one run, on world size 4 with the composition dp_shard = 
   its own gathered values (``torch.allclose``) and the reported loss and norm. The loop is timed
   inside the ranks (the processes' start is not counted, as the warm pool's is not).
 
-The ratio is distcheck's rate over the hand-written rate. A script, not a timed test.
+The ratio is each side's rate over the hand-written (float64) rate; the line under the table gives the bf16
+certification's rate over the float64 one's. A script, not a timed test.
 """
 
 from __future__ import annotations
@@ -55,17 +59,20 @@ class Recording(TrainingStep):
         return super().check(case, results, world_size, dtype, options)
 
 
-def run_certify(examples: int) -> tuple[list, float]:
-    """The certify side: the cases drawn and the seconds of the timed run."""
+def run_certify(examples: int, dtype: str = "float64") -> tuple[list, float]:
+    """The certify side in ``dtype`` (bfloat16: FSDP2's mixed-precision policy): the cases drawn and the seconds of
+    the timed run."""
     from distcheck.certify import certify
     from distcheck.parallel.step.checks import PRELOAD
     from distcheck.runners import RankPool
 
+    options = {"layout": LAYOUT, **({"mixed_precision": "fsdp"} if dtype == "bfloat16" else {})}
     with RankPool(WORLD, backend="gloo", timeout_s=600, preload=PRELOAD) as pool:
-        certify(TARGET, Recording(), pool=pool, examples=1, seed=1, options={"layout": LAYOUT}).assert_certified()
+        certify(TARGET, Recording(), pool=pool, examples=1, seed=1, dtypes=[dtype],
+                options=options).assert_certified()
         Recording.seen.clear()
         t0 = time.perf_counter()
-        cert = certify(TARGET, Recording(), pool=pool, examples=examples, seed=0, options={"layout": LAYOUT})
+        cert = certify(TARGET, Recording(), pool=pool, examples=examples, seed=0, dtypes=[dtype], options=options)
         seconds = time.perf_counter() - t0
     cert.assert_certified()
     return list(Recording.seen), seconds
@@ -261,16 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed.tensor.parallel
 
     drawn, certify_s = run_certify(args.examples)
+    bf16, bf16_s = run_certify(args.examples, "bfloat16")
     hand_s = run_by_hand([plain_case(c) for c in drawn])
     n = len(drawn)
-    rate, hand_rate = n / certify_s, n / hand_s
+    rate, hand_rate, bf16_rate = n / certify_s, n / hand_s, len(bf16) / bf16_s
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"bench_step: training-step, {LAYOUT.replace(',', ' x ')} at world size {WORLD}, examples per second "
           f"({os.cpu_count()} CPUs, load average {load}, torch {torch.__version__})")
     print("| side | examples | seconds | examples/s | ratio to by hand |")
     print("|---|---|---|---|---|")
     print(f"| distcheck certify (warm gloo pool) | {n} | {certify_s:.2f} | {rate:.3f} | {rate / hand_rate:.2f}x |")
+    print(f"| distcheck certify, bfloat16 (FSDP2 MixedPrecisionPolicy) | {len(bf16)} | {bf16_s:.2f} | "
+          f"{bf16_rate:.3f} | {bf16_rate / hand_rate:.2f}x |")
     print(f"| by hand (plain torch, one world) | {n} | {hand_s:.2f} | {hand_rate:.3f} | 1.00x |")
+    print(f"bfloat16 over float64 certification: {bf16_rate / rate:.2f}x the examples per second")
     return 0
 
 

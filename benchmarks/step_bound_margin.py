@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from distcheck.certify import certify
     from distcheck.parallel.step import contracts as sc
+    from distcheck.parallel.step.bound import value_bound
     from distcheck.parallel.step.case import BINDING_MAX_NORM
 
     worst: dict[tuple[str, str], float] = defaultdict(float)
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def measured(what, ref, got, ranks=None, bound=None):  # type: ignore[no-untyped-def]
         e = np.atleast_1d(np.asarray(ref, dtype=np.float64))
-        b = 2 * sc.value_bound(e, 0.0) if bound is None else np.broadcast_to(np.asarray(bound, np.float64), e.shape)
+        b = 2 * value_bound(e, 0.0) if bound is None else np.broadcast_to(np.asarray(bound, np.float64), e.shape)
         for g in got:
             if g is not None and np.shape(g) == np.shape(ref):
                 ratio = np.abs(np.atleast_1d(np.asarray(g, dtype=np.float64)) - e) / np.maximum(b, 1e-300)

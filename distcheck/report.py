@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "print_report",
+    "print_rank_warnings",
     "render_table",
     "summary_line",
 ]
@@ -49,8 +50,11 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
                  console: Console | None = None) -> None:
     """Print the results as a rich table (check / backend / world size / examples / verdict / max error / detail).
 
-    Each row takes one line: long check names are cut in the middle and the detail is cut to
-    the room the terminal leaves (the detail column is dropped below about 100 columns).
+    Each row takes one line. Off a terminal (a pipe, a CI log: ``console.is_terminal`` false) a
+    check name is never cut, since it is what a reader greps for: the check column is as wide as
+    the longest name and the detail is cut to the room left (rows print one plain line each when
+    even the names do not fit). On a terminal, long names are cut in the middle to
+    :data:`CHECK_WIDTH` columns. The detail column is dropped below about 100 columns.
     The full detail of every FAIL and finding row is printed after the table, so nothing
     that explains a verdict is lost; ``--format json`` has everything.
     """
@@ -64,11 +68,14 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
     style: dict[str, str] = {PASS: "green", FAIL: "bold red", SKIP: "yellow", FINDING: "magenta"}
     backend_w = max([len(r.backend) for r in results] + [7])
     others = sum(w + 3 for w in (backend_w, 5, 8, 7, 9)) + 4  # each column: width, padding, separator
-    longest = max([len(r.check) for r in results] + [5])
-    # the check column gives way (down to 24) so that the detail keeps at least 30 columns
-    check_w = max(min(24, longest), min(CHECK_WIDTH, longest, console.width - others - 3 - 30))
+    longest = max([len(clean(r.check)) for r in results] + [5])
+    cut_names = console.is_terminal
+    if cut_names:  # the check column gives way (down to 24) so that the detail keeps at least 30 columns
+        check_w = max(min(24, longest), min(CHECK_WIDTH, longest, console.width - others - 3 - 30))
+    else:  # a log: whole names, the detail takes what is left
+        check_w = longest
     room = console.width - others - (check_w + 3)
-    if console.width < 100:  # too narrow for columns: one plain line per row
+    if console.width < 100 or room < 0:  # too narrow for columns: one plain line per row
         if title:
             console.print(title, style="bold", highlight=False)
         for r in results:
@@ -93,30 +100,52 @@ def render_table(results: Iterable[CheckResult], title: str = "distcheck check",
         line = text.splitlines()[0] if text else ""
         return line if len(line) <= room else line[: room - 1] + "…"
 
+    first = _crash_firsts(results)
     for r in results:
         cells = [
             escape(_cut_middle(clean(r.check), check_w)), r.backend, str(r.world_size), str(r.examples),
             f"[{style.get(r.verdict, '')}]{r.verdict}[/]", _fmt_err(r.max_error),
         ]
         if show_detail:
-            cells.append(escape(short(clean(r.detail))))
+            lead = first.get(id(r), r)
+            detail = r.detail if lead is r else f"taken down by the crash of {lead.check} (below)"
+            cells.append(escape(short(clean(detail))))
         table.add_row(*cells)
     console.print(table)
     _print_notable(results, console, style)
 
 
+def _crash_firsts(results: list[CheckResult]) -> dict[int, CheckResult]:
+    """For every FAIL row of a crash that took down several properties (``extra["took_down"]``, the checks
+    it failed, :meth:`distcheck.certify.certificate.Certification.rows`), the first row of that crash, by ``id``."""
+    firsts: dict[tuple, CheckResult] = {}
+    out: dict[int, CheckResult] = {}
+    for r in results:
+        took = r.extra.get("took_down")
+        if r.verdict == FAIL and took:
+            key = (str(r.extra.get("target")), r.backend, r.world_size, tuple(took))
+            out[id(r)] = firsts.setdefault(key, r)
+    return out
+
+
 def _print_notable(results: list[CheckResult], console: Console, style: dict) -> None:
     """Below the table: the full detail of every FAIL and finding row, with how to reproduce it
     (the seed and the replay call of a property or mutant; the command and the upstream reference
-    of a finding), and every recorded finding that no longer reproduces."""
+    of a finding), and every recorded finding that no longer reproduces. A crash that took down
+    several properties is shown once, under its first row, with the checks it failed in one line."""
     from rich.markup import escape
 
+    first = _crash_firsts(results)
     for r in results:
         stale = r.extra.get("finding_no_longer_reproduces")
-        if r.verdict not in (FAIL, FINDING) and not stale:
+        if r.verdict not in (FAIL, FINDING) and not stale or first.get(id(r), r) is not r:
             continue
         head = f"[{style[r.verdict]}]{r.verdict}[/]" if r.verdict in (FAIL, FINDING) else "note"
         console.print(f"{head} {escape(clean(r.check))} ({r.backend}, world size {r.world_size}):", highlight=False)
+        if id(r) in first:
+            took = [clean(str(c)) for c in r.extra["took_down"]]
+            console.print(f"  one crash took down {len(took)} checks: {', '.join(took)}", highlight=False,
+                          markup=False)
         console.print(f"  {clean(r.detail)}", highlight=False, markup=False)
         for label, text in _reproduce_lines(r):
             console.print(f"  {label}: {clean(text)}", highlight=False, markup=False)
@@ -172,10 +201,13 @@ def print_report(results: Iterable[CheckResult], *, title: str = "distcheck chec
     """Print ``results`` to stdout as a table and its summary line (``fmt="table"``) or as JSON.
 
     Off a terminal (a pipe, a CI log) the table is drawn 200 columns wide instead of 80.
+    Then, on stderr, the warnings the ranks raised during the run, once each with its count
+    (:func:`print_rank_warnings`).
     """
     results = list(results)
     if fmt == "json":
         print(to_json(results), flush=True)
+        print_rank_warnings()
         return
     from rich.console import Console
 
@@ -184,3 +216,19 @@ def print_report(results: Iterable[CheckResult], *, title: str = "distcheck chec
         out = Console(width=200)
     render_table(results, title=title, console=out)
     out.print(summary_line(results, seconds) + suffix, highlight=False)
+    print_rank_warnings()
+
+
+def print_rank_warnings() -> None:
+    """Write to stderr the warnings the ranks of this process's pools raised since the last call, once
+    each with its count (``torch warned 4 times on the ranks (ranks 0, 1):``, then a line per distinct
+    warning; :mod:`distcheck.runners.warned`); nothing when there is none."""
+    import sys
+
+    from distcheck.runners.warned import summary_lines, take
+
+    lines = summary_lines(take())
+    if lines:
+        sys.stdout.flush()
+        sys.stderr.write("\n".join(clean(line) for line in lines) + "\n")
+        sys.stderr.flush()

@@ -16,6 +16,10 @@ weight and bias replicated DTensors, their gradients summed over the tp ranks' s
 after the reduction) reduce-scattering to the sequence shard; the head column-parallel from the sequence shard
 to replicated logits. ``parallelize_module`` gives the head and the embedding each a DTensor of its own, so the
 tie is made again (both ``Shard(0)`` over the vocabulary). A user model has no pipeline split: pp is not drawn.
+FSDP2 takes the mixed-precision policy of the precision certified (``layout.precision``: bf16 compute with fp32
+reductions under ``bf16-fsdp``), so the same target certifies in float32 and bf16 mixed precision::
+
+    distcheck certify examples.my_gpt:TARGET --contract training-step --world-sizes 2,4 --dtypes float32,bfloat16
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -135,18 +139,28 @@ def apply_tp(model: GPT, tp_mesh, *, norms: bool = True, retie: bool = True) -> 
         model.lm_head.weight = model.wte.weight
 
 
-def apply_fsdp(model: GPT, dp_mesh) -> GPT:
-    """FSDP2 on every block, then on the root."""
+def mp_policy(layout) -> MixedPrecisionPolicy:
+    """bf16 compute with fp32 master weights and fp32 gradient reductions when the layout's precision is
+    ``bf16-fsdp``; no casting otherwise."""
+    if layout.precision == "bf16-fsdp":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def apply_fsdp(model: GPT, dp_mesh, mp: MixedPrecisionPolicy | None = None) -> GPT:
+    """FSDP2 on every block, then on the root, with the mixed-precision policy ``mp`` (default: none)."""
+    mp = mp or MixedPrecisionPolicy()
     for block in model.h:
-        fully_shard(block, mesh=dp_mesh)
-    return fully_shard(model, mesh=dp_mesh)
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp)
+    return fully_shard(model, mesh=dp_mesh, mp_policy=mp)
 
 
 def parallelize(model: GPT, mesh, layout) -> GPT:
-    """``parallelize(model, mesh, layout) -> model``: tp on ``mesh["tp"]``, FSDP2 on the dp sub-mesh."""
+    """``parallelize(model, mesh, layout) -> model``: tp on ``mesh["tp"]``, FSDP2 on the dp sub-mesh with the
+    layout's mixed-precision policy."""
     if layout.tp > 1:
         apply_tp(model, mesh["tp"])
-    return apply_fsdp(model, mesh["dp_replicate", "dp_shard"])
+    return apply_fsdp(model, mesh["dp_replicate", "dp_shard"], mp_policy(layout))
 
 
 # --- glue: what distcheck needs (3 lines) ------------------------------------------------------------------------

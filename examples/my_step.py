@@ -8,11 +8,14 @@ over every rank holding different tokens and, under ep > 1, torchtitan's ``Exper
 the experts' mesh (``distcheck.parallel.step.expert_mesh``: ep borrowed from dp_shard x cp, torchtitan's
 placement, or from dp x cp, Megatron's); then FSDP2's ``fully_shard`` on the experts over their data-parallel
 dims, on every block and the root over the ``(dp_replicate, dp_shard_cp)`` sub-mesh (HSDP when both are above 1).
+FSDP2 takes the mixed-precision policy of the precision certified (``layout.precision``: bf16 parameters for
+compute with fp32 reductions under ``bf16-fsdp``, torchtitan's default; none otherwise, the model's own dtype).
 The step clips with ``torch.nn.utils.clip_grad_norm_`` on the DTensor gradients (the contract's default hook:
 under pp or ep one norm per mesh, torchtitan's; under pp, the contract's ``model`` is already this rank's stage,
 and the plan names only the modules it holds)::
 
     distcheck certify examples.my_step:parallelize --contract training-step --world-sizes 2,4
+    distcheck certify examples.my_step:parallelize --contract training-step --world-sizes 2,4 --dtypes float32,bfloat16
     distcheck certify examples.my_step:parallelize --contract training-step --world-sizes 4 \
         --option layout=dp_shard=2,cp=2,ep=4,ep_placement=megatron
 """
@@ -59,6 +62,18 @@ def apply_tp(model, tp_mesh, *, norms: bool = True):
         }))
 
 
+def mp_policy(layout):
+    """FSDP2's ``MixedPrecisionPolicy`` for the precision certified: bf16 compute, fp32 gradient reductions under
+    ``bf16-fsdp`` (torchtitan's ``mixed_precision_param = "bfloat16"``, ``mixed_precision_reduce = "float32"``);
+    the default (no casting) otherwise."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if layout.precision == "bf16-fsdp":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
 def apply_cp(model, cp_mesh, attention=None):
     """Every block's attention core a ring over the cp ranks: ``attention(q, k, v, group=...)``, distcheck's
     ring by default. The step hands each cp rank the head-tail chunks of every sequence and their positions."""
@@ -85,31 +100,33 @@ def apply_moe(model, mesh, layout):
             parallelize_module(moe.experts, expert_mesh(mesh, layout)["ep"], ExpertParallel())
 
 
-def apply_fsdp(model, dp_mesh, experts_mesh=None, ep=1, *, divide_experts=True, router_with_experts=False):
-    """FSDP2 on every transformer block, then on the root (torchtitan's ``apply_fsdp``); under ep the experts
-    first over their own data-parallel mesh, their gradients divided by ep more than FSDP2's average over it (to
-    dp * cp, as every other gradient: pytorch/torchtitan#1551). ``divide_experts=False`` and
-    ``router_with_experts=True`` are the mistakes of ``examples/step_mutants.py``."""
+def apply_fsdp(model, dp_mesh, experts_mesh=None, ep=1, *, mp=None, divide_experts=True, router_with_experts=False):
+    """FSDP2 on every transformer block, then on the root (torchtitan's ``apply_fsdp``), with the mixed-precision
+    policy ``mp`` (default: none); under ep the experts first over their own data-parallel mesh, their gradients
+    divided by ep more than FSDP2's average over it (to dp * cp, as every other gradient: pytorch/torchtitan#1551).
+    ``divide_experts=False`` and ``router_with_experts=True`` are the mistakes of ``examples/step_mutants.py``."""
     import functools
 
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from distcheck.parallel.step.plans import divide_experts as divide
 
+    mp = mp or MixedPrecisionPolicy()
     for block in model.layers.values():
         if experts_mesh is not None and hasattr(block, "moe"):
             parts = [block.moe.experts] + ([block.moe.router.gate] if router_with_experts else [])
             for part in parts:
-                fully_shard(part, mesh=experts_mesh)
+                fully_shard(part, mesh=experts_mesh, mp_policy=mp)
                 if divide_experts:
                     part.set_all_reduce_hook(functools.partial(divide, factor=ep))
-        fully_shard(block, mesh=dp_mesh)
-    fully_shard(model, mesh=dp_mesh)
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
 
 
 def parallelize(model, mesh, layout, *, attention=None, **fsdp_options):
     """``parallelize(model, mesh, layout) -> model``: tp on ``mesh["tp"]``, cp on ``mesh["cp"]``, the MoE layers,
-    FSDP2 on ``mesh["dp_replicate", "dp_shard_cp"]`` (the experts on the experts' mesh)."""
+    FSDP2 on ``mesh["dp_replicate", "dp_shard_cp"]`` (the experts on the experts' mesh) with the layout's
+    mixed-precision policy."""
     from distcheck.parallel.step import expert_mesh
 
     if layout.tp > 1:
@@ -120,6 +137,7 @@ def parallelize(model, mesh, layout, *, attention=None, **fsdp_options):
         apply_cp(model, mesh["cp"], attention)
     apply_moe(model, mesh, layout)
     experts = expert_mesh(mesh, layout)["dp_replicate", "efsdp"] if layout.ep > 1 else None
+    fsdp_options.setdefault("mp", mp_policy(layout))
     apply_fsdp(model, mesh["dp_replicate", "dp_shard_cp"], experts, layout.ep, **fsdp_options)
     return model
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certificate, stable_view, write_atomic
 from distcheck.certify.config import load_config
-from distcheck.certify.engine import LocalWorld, certify, reproduce_command
+from distcheck.certify.engine import certify, reproduce_command
+from distcheck.certify.worlds import LocalWorld
 from distcheck.core.errors import ConfigError, RankFailure, UnknownQuantityError
 from distcheck.engine.contracts import bounds as tb
 from distcheck.engine.contracts.checks import agree, compare, compare_collectives

@@ -109,7 +109,8 @@ def test_every_world_contract_skips_one_rank_with_its_reason(contract, target):
 
 
 def test_a_degenerate_layout_pipeline_tables_of_one_stage_can_fail_nothing():
-    from distcheck.certify.engine import LocalWorld, certify
+    from distcheck.certify.engine import certify
+    from distcheck.certify.worlds import LocalWorld
 
     cert = certify("examples.my_pipeline_schedules:one_f_one_b", "pipeline-table", world=LocalWorld(),
                    options={"schedule": "1f1b", "max_stages": 1})

@@ -112,7 +112,8 @@ def test_the_report_opens_with_the_targets_and_groups_failures_per_property(tmp_
     assert (files.html.name, files.markdown.name) == ("report.html", "report.md")
     replay = next(v.reproduce for v in cert.failures)
     for tables in (html_tables(files.html), md_tables(files.markdown)):
-        assert [caption for caption, _ in tables] == ["Targets", "Failures, one row per property", "Rows"]
+        rows_of = f"Rows: {cert.target} under test-report-add"
+        assert [caption for caption, _ in tables] == ["Targets", "Failures, one row per property", rows_of]
         (target,) = tables[0][1]
         assert target["verdict"] == "FAILED" and target["failing properties"] == "sum"
         assert (target["seed"], target["profile"], target["torch"]) == ("3", "ci", str(doc.environment["torch"]))
@@ -121,14 +122,16 @@ def test_the_report_opens_with_the_targets_and_groups_failures_per_property(tmp_
         assert failure["property"] == "test-report-add.sum"
         assert failure["failed at"] == "float64, float32 at world size 1" and failure["replay"] == replay
         assert re.fullmatch(r"f\((0, 16|16, 0)\) = 0", failure["reason (the first failure)"])
-        rows = tables[2][1]
-        assert [(r["check"], r["verdict"]) for r in rows] == [
-            ("test-report-add.sum[float64]", "FAIL"), ("test-report-add.symmetric[float64]", "pass"),
-            ("test-report-add.sum[float32]", "FAIL"), ("test-report-add.symmetric[float32]", "pass")]
-        assert {r["detail"] for r in rows if r["verdict"] == "FAIL"} == {"failure 1 (above)"}
+        rows = tables[2][1]  # grouped by target, property by property; a shared detail shown once
+        assert [(r["check"], r["verdict"], r["detail"]) for r in rows] == [
+            ("test-report-add.sum[float64]", "FAIL", "failure 1 (above)"),
+            ("test-report-add.sum[float32]", "FAIL", "as above"),
+            ("test-report-add.symmetric[float64]", "pass", "f(a, b) == f(b, a) (exact)"),
+            ("test-report-add.symmetric[float32]", "pass", "as above")]
     page = files.html.read_text()
     assert page.count("--dtypes float64") == 1  # the replay command once, not per dtype
-    assert page.index("<caption>Targets</caption>") < page.index("<caption>Rows</caption>")
+    assert page.count("f(a, b) == f(b, a)") == 1  # a shared detail once
+    assert page.index("<caption>Targets</caption>") < page.index(f"<caption>{rows_of}</caption>")
 
 
 def test_a_hang_shows_its_stacks_and_the_skips(tmp_path):
@@ -146,13 +149,14 @@ def test_a_hang_shows_its_stacks_and_the_skips(tmp_path):
     files = write_certify_report(tmp_path, Certificate([cert], command="c"))
     for tables in (html_tables(files.html), md_tables(files.markdown)):
         by = dict(tables)
-        assert list(by) == ["Targets", "Failures, one row per property", "Stacks of the stuck ranks", "Rows"]
+        rows_of = f"Rows: {cert.target} under test-report-add"
+        assert list(by) == ["Targets", "Failures, one row per property", "Stacks of the stuck ranks", rows_of]
         assert [(r["rank"], r["stack"]) for r in by["Stacks of the stuck ranks"]] == [
             ("0", 'File "layer.py", line 7 in forward'), ("1", 'File "layer.py", line 9')]
         (failure,) = by["Failures, one row per property"]
         assert failure["failed at"] == "float32 at world size 2" and failure["case"].endswith("(it hung)")
-        assert [r["verdict"] for r in by["Rows"]] == ["pass", "pass", "FAIL", "skip"]
-        skips = [r for r in by["Rows"] if r["verdict"] == "skip"]
+        assert [r["verdict"] for r in by[rows_of]] == ["pass", "FAIL", "pass", "skip"]
+        skips = [r for r in by[rows_of] if r["verdict"] == "skip"]
         assert skips and all(r["detail"].startswith(f"skip: {HUNG_REASON}") for r in skips)
 
 
@@ -184,7 +188,8 @@ def test_cli_report_of_a_failing_layer(tmp_path):
     html = tmp_path / "rep" / "report.html"
     for tables in (html_tables(html), md_tables(tmp_path / "rep" / "report.md")):
         by = dict(tables)
-        assert list(by)[0] == "Targets" and list(by)[-1] == "Rows"
+        rows_of = "Rows: examples.my_tp_layers:RowParallelBiasEveryRank under row-parallel-linear"
+        assert list(by)[0] == "Targets" and list(by)[-1] == rows_of
         (target,) = by["Targets"]
         assert target["verdict"] == "FAILED" and target["failing properties"] == "forward"
         assert (target["seed"], target["profile"], target["torch"]) == ("0", "ci", torch.__version__)
@@ -192,5 +197,5 @@ def test_cli_report_of_a_failing_layer(tmp_path):
         assert failure["failed at"] == "float64, float32 at world size 2; float64, float32 at world size 3"
         assert failure["replay"].endswith("--world-sizes 2 --backend threaded --seed 0 --profile ci --examples 5 "
                                           "--dtypes float64")
-        assert sum(r["verdict"] == "FAIL" for r in by["Rows"]) == 4 and len(by["Rows"]) == 20
+        assert sum(r["verdict"] == "FAIL" for r in by[rows_of]) == 4 and len(by[rows_of]) == 20
     assert html.read_text().count("--world-sizes 2 --backend threaded") == 1  # the replay command, once

@@ -641,3 +641,24 @@ def test_the_ep_placement_row_names_megatrons_or_torchtitans_convention():
             titan.__class__(**{**titan.__dict__, "check": "libs.torchtitan.parallel_dims.ep_placement"})]
     row = next(t for t in summary_rows(rows) if t.library == "torchtitan")
     assert row.verdict == f"certified (2/2 checks pass; convention: {EP_PLACEMENT_TORCHTITAN})"
+
+
+# ---------------------------------------------------------------- torchtitan's MoE debug model under its parallelize
+
+
+def test_the_torchtitan_moe_step_row_skips_only_while_every_attention_backend_is_refused(monkeypatch):
+    # the row's claim is probed: every backend refused on CPU gives a skip naming each refusal; one that trains
+    # turns the row into a FAIL asking for the adapter (torchtitan itself is not needed: both probes replaced)
+    from distcheck.libs.targets import torchtitan_moe as tm
+
+    monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: "0.3.0")
+    monkeypatch.setattr(tm, "expert_precision", lambda: -7.25)
+    monkeypatch.setattr(tm, "backward_refusal", lambda b: f"NotImplementedError: no {b} on CPU")
+    row = tm.moe_step_row()
+    assert (row.check, row.verdict, row.backend) == ("libs.torchtitan.moe_step", SKIP, "torchtitan 0.3.0")
+    for b in tm.ATTENTION_BACKENDS:
+        assert f"{b}: NotImplementedError: no {b} on CPU" in row.detail, row.detail
+    assert "(a float64 expert 2^-7.2 off the float64 product)" in row.detail
+    monkeypatch.setattr(tm, "backward_refusal", lambda b: None if b == "varlen" else "ValueError: no")
+    row = tm.moe_step_row()
+    assert row.verdict == FAIL and "trains on CPU under attn_backend varlen" in row.detail, row.detail

@@ -93,6 +93,24 @@ def test_torchtitan_parallel_dims_on_the_fake_backend():
 
 
 @pytest.mark.slow
+def test_torchtitan_moe_debug_model_does_not_train_on_cpu_and_computes_its_experts_in_bf16():
+    # item 4 of the step's real targets: torchtitan's MoE debug model under its own parallelize is a skip on gloo,
+    # each reason probed (torchtitan 0.3, torch 2.13 CPU)
+    pytest.importorskip("torchtitan")
+    from distcheck.libs.targets.torchtitan_moe import expert_precision, moe_step_row
+
+    row = moe_step_row()
+    assert row.verdict == SKIP, row.detail
+    for refusal in ("flex: NotImplementedError: FlexAttention does not support backward on CPU",
+                    "flex_flash: ValueError: Flash backend of FlexAttention is only supported on Hopper or Blackwell",
+                    "varlen: NotImplementedError: Could not run 'aten::_flash_attention_forward' with arguments from "
+                    "the 'CPU' backend",
+                    "sdpa: ValueError: sdpa is no longer supported for language models"):
+        assert refusal in row.detail, row.detail
+    assert -9.0 < expert_precision() < -6.0  # bf16's roundoff, not float64's
+
+
+@pytest.mark.slow
 def test_readme_table_is_reproduced():
     for mod in ("deepspeed", "accelerate", "megatron.core", "torchtitan"):
         pytest.importorskip(mod)

@@ -4,6 +4,7 @@ composition (examples/my_step.py) and on the wrong steps of examples/step_mutant
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from fractions import Fraction
@@ -438,6 +439,8 @@ def test_speed_benchmark_prints_one_table():
     assert rows[0] == "| side | examples | seconds | examples/s | ratio to by hand |"
     assert rows[1] == "|---|---|---|---|---|"
     assert [r.split(" | ")[0] for r in rows[2:]] == ["| distcheck certify (warm gloo pool)",
+                                                    "| distcheck certify, bfloat16 (FSDP2 MixedPrecisionPolicy)",
                                                     "| by hand (plain torch, one world)"]
     assert all(r.split(" | ")[1] == "1" and r.endswith("x |") for r in rows[2:])
-    assert rows[3].endswith("| 1.00x |") and "world size 4" in out
+    assert rows[4].endswith("| 1.00x |") and "world size 4" in out
+    assert re.search(r"^bfloat16 over float64 certification: [0-9.]+x the examples per second$", out, re.M), out

@@ -55,6 +55,9 @@ class PropertyVerdict:
         hung: a FAIL because a world step outlived the timeout (the case is the smallest that hung, shrunk
             as any failure: :mod:`distcheck.certify.hangs`); ``stacks`` maps each stuck rank of that case to
             its Python stack (faulthandler's dump).
+        took_down: on a FAIL caused by a crash (a rank raised or died) that failed several properties at
+            once, every property that crash failed, in order (this one included); empty otherwise. Each of
+            them is a FAIL of its own; reports show the crash once (:meth:`Certification.failure_groups`).
     """
 
     property: str
@@ -76,6 +79,7 @@ class PropertyVerdict:
     note: str = ""
     hung: bool = False
     stacks: dict[int, str] = field(default_factory=dict)
+    took_down: list[str] = field(default_factory=list)
 
     def describe(self, contract: str, *, stacks: bool = True) -> str:
         """The full one-paragraph account of a failure (or the statement of a pass or the skip reason);
@@ -87,7 +91,10 @@ class PropertyVerdict:
         if self.verdict == SKIP:
             return f"{where}: skip: {self.failure}"
         case = "Shrunk case that hung" if self.hung else "Shrunk case"
-        text = f"{where} FAILED: {self.failure}. {case}: {self.counterexample}. Reproduce: {self.reproduce}"
+        crash = (f" (one crash took down {len(self.took_down)} properties: {', '.join(self.took_down)})"
+                 if self.took_down else "")
+        text = (f"{where} FAILED{crash}: {self.failure}. {case}: {self.counterexample}. "
+                f"Reproduce: {self.reproduce}")
         if stacks and self.stacks:
             text += "\n" + self.stack_text()
         return text
@@ -156,6 +163,15 @@ class Certification:
     def __bool__(self) -> bool:
         return self.ok
 
+    def failure_groups(self) -> list[list[PropertyVerdict]]:
+        """The failures, one group per failure: a crash that took down several properties at one world size
+        and dtype is one group of all their verdicts; any other failure is a group of one."""
+        groups: dict[tuple, list[PropertyVerdict]] = {}
+        for v in self.failures:
+            key = (v.world_size, v.dtype, tuple(v.took_down)) if v.took_down else (id(v),)
+            groups.setdefault(key, []).append(v)
+        return list(groups.values())
+
     def composition_table(self) -> tuple[list[str], list[list[str]]]:
         """The "Compositions drawn" table: its header (world size, dtype, the contract's columns, examples,
         one column per property) and one row per composition (verdicts ``pass``, ``skip``, ``FAIL (k of n)``)."""
@@ -176,8 +192,8 @@ class Certification:
         or :class:`~distcheck.engine.contracts.errors.NothingCanFail` (a CertificationFailed; under pytest, with
         distcheck's plugin, a skip) with the reasons when no property was able to fail."""
         __tracebackhide__ = True  # pytest shows the caller's line, not this one
-        if self.failures:
-            text = "\n".join(v.describe(self.contract) for v in self.failures)
+        if self.failures:  # a crash that took down several properties, once
+            text = "\n".join(group[0].describe(self.contract) for group in self.failure_groups())
             raise CertificationFailed(f"{self.target} is not certified under {self.contract}:\n{text}")
         if not self.can_fail:
             raise NothingCanFail(f"{self.target} is not certified under {self.contract}: {NOTHING_CAN_FAIL} "
@@ -193,7 +209,9 @@ class Certification:
                                     if v.verdict == PASS
                                     else f"{self.target}: {v.describe(self.contract)}"),
                             extra={"target": self.target, "seed": self.seed, "profile": self.profile,
-                                   "reproduce": v.reproduce})
+                                   "reproduce": v.reproduce,
+                                   **({"took_down": [f"{self.contract}.{p}[{v.dtype}]" for p in v.took_down]}
+                                      if v.took_down else {})})
                 for v in self.verdicts]
 
     def to_dict(self) -> dict:
@@ -272,7 +290,12 @@ class Certificate:
             for v in c.verdicts:
                 lines.append(f"| {v.property} | {v.dtype} | {v.world_size} | {v.regime} | {v.examples} | "
                              f"{v.verdict} | {_num(v.max_error)} | {_num(v.bound)} |")
+            shown: set[tuple] = set()  # a crash that took down several properties: described once
             for v in c.verdicts:
+                crash = (v.world_size, v.dtype, tuple(v.took_down))
+                if v.took_down and crash in shown:
+                    continue
+                shown.add(crash)
                 if v.verdict != PASS or v.note:
                     lines += ["", f"- {_md_escape(v.describe(c.contract, stacks=False))}"]
                     if v.stacks:

@@ -264,7 +264,11 @@ def target_rows(cert: Certification) -> list[CheckResult]:
     target = cert.target
     why = {} if cert.can_fail else {"nothing_can_fail": f"{target} under {cert.contract}: {NOTHING_CAN_FAIL} ("
                                                        f"{'; '.join(cert.skip_reasons()) or 'no property ran'})"}
-    return [replace(r, check=f"{target} {r.check}", extra={**r.extra, **why}) for r in cert.rows()]
+    rows = [replace(r, check=f"{target} {r.check}", extra={**r.extra, **why}) for r in cert.rows()]
+    for r in rows:  # a crash's checks, named as the rows are
+        if r.extra.get("took_down"):
+            r.extra["took_down"] = [f"{target} {c}" for c in r.extra["took_down"]]
+    return rows
 
 
 def importable_from_current_folder() -> None:

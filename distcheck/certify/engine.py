@@ -9,7 +9,8 @@ Shrinking replays examples through the same world.
 All properties are checked on every example. When one fails, Hypothesis shrinks that property's
 failure alone (an example is interesting when that property fails there); the properties left
 are then run again from the start, so each property gets its own verdict, example count and
-counterexample. A rank that raises fails every property left, with one shrunk counterexample.
+counterexample. A rank that raises fails every property left, with one shrunk counterexample: each of
+them is a FAIL whose ``took_down`` names them all, and reports show that crash once.
 A target that does not follow the contract's protocol stops the certification with a
 :class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
 A step that times out is shrunk like any failure and fails the target once (:mod:`distcheck.certify.hangs`).
@@ -21,8 +22,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -34,14 +34,14 @@ from distcheck.certify.compositions import Drawn
 from distcheck.certify.explain import explain_failure
 from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
-from distcheck.certify.reproduce import LOCAL_BACKEND, reproduce_command
+from distcheck.certify.reproduce import reproduce_command
+from distcheck.certify.worlds import Companions, Joined, companions_for, world_of_one, worlds_for
 from distcheck.core.errors import ConfigError, DistributedError, RankFailure, WorldTimeout
 from distcheck.core.validate import check_positive_int
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import (
     distribution_version,
-    from_signal,
     import_target,
     package_version,
     reference_of,
@@ -50,38 +50,9 @@ from distcheck.engine.world import RankContext, World
 from distcheck.report import FAIL, PASS, SKIP
 
 if TYPE_CHECKING:
-    from distcheck.runners.pool import RankPool
+    pass
 
-__all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "Companions", "rank_entry",
-           "rank_entry_batch"]
-
-
-class LocalWorld:
-    """A world of one rank in this process, for contracts that need no process group.
-
-    What the rank function raises is reported as a rank pool reports it, a
-    :class:`~distcheck.core.errors.RankFailure` of rank 0 with the traceback (the exception chained), so
-    that a target that raises fails the example's properties instead of stopping the run. That holds
-    for any ``BaseException``, as on a rank: a target that calls ``sys.exit(0)`` or raises
-    ``KeyboardInterrupt`` fails (``rank 0 raised SystemExit: 0``) and never ends the run as if
-    it had passed; only a real Ctrl-C or SIGTERM (:func:`~distcheck.engine.contracts.targets.from_signal`)
-    goes through."""
-
-    world_size = 1
-    backend = LOCAL_BACKEND
-
-    def __init__(self) -> None:
-        self._ctx = SimpleNamespace(rank=0, world_size=1, backend="local", device="cpu", local_rank=0, scratch={})
-
-    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
-        try:
-            return [fn(self._ctx, *args)]
-        except BaseException as exc:  # what the target raised is its failure (see the class doc)
-            if from_signal(exc):
-                raise
-            import traceback
-
-            raise RankFailure(0, "".join(traceback.format_exception(exc))) from exc
+__all__ = ["certify", "default_seed", "run_example", "run_examples", "rank_entry", "rank_entry_batch"]
 
 
 def rank_entry(ctx: RankContext, contract: Contract, target: Any, case: Any, dtype: str, options: dict) -> Any:
@@ -151,7 +122,7 @@ def run_examples(world: World, contract: Contract, target: Any, cases: list, dty
     timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
     try:
         if contract.companion_worlds(world.world_size, options):  # each case on the worlds it names, in turn
-            world_of = getattr(world, "world_of", None) or _only(world)
+            world_of = getattr(world, "world_of", None) or world_of_one(world)
             per_case = [contract.run_case(world_of, target, case, dtype, options, timeout_s) for case in cases]
             return [contract.check(case, res, world.world_size, dtype, options)
                     for case, res in zip(cases, per_case, strict=True)]
@@ -166,106 +137,6 @@ def run_examples(world: World, contract: Contract, target: Any, cases: list, dty
         return _crash(exc)
     return [contract.check(case, [res[i] for res in per_rank], world.world_size, dtype, options)
             for i, case in enumerate(cases)]
-
-
-def _only(world: World) -> Callable[[int], World]:
-    """``world_of`` of a world given without companions: ``world`` itself, and a ConfigError for any other size."""
-    def world_of(n: int) -> World:
-        if n != world.world_size:
-            raise ConfigError("world_size", n, f"has no world here: only the world of {world.world_size} ranks was "
-                                               "given (certify opens the companion worlds a contract names)")
-        return world
-    return world_of
-
-
-class Companions:
-    """The companion worlds of one certification (:meth:`Contract.companion_worlds`): the ``given`` worlds
-    (borrowed: never closed here) and one :class:`~distcheck.runners.pool.RankPool` per other size, of
-    ``backend`` with ``timeout_s`` and ``preload``, made on first use, started by its first ``run`` and closed
-    by :meth:`close`."""
-
-    def __init__(self, backend: str, timeout_s: float, preload: Sequence[str] = (),
-                 given: dict[int, World] | None = None) -> None:
-        self.backend, self.timeout_s, self.preload = backend, timeout_s, tuple(preload)
-        self.given: dict[int, World] = dict(given or {})
-        self.opened: dict[int, RankPool] = {}
-
-    def world(self, n: int) -> World:
-        """The world of ``n`` ranks."""
-        if n in self.given:
-            return self.given[n]
-        if n not in self.opened:
-            from distcheck.runners.pool import RankPool
-
-            self.opened[n] = RankPool(n, backend=self.backend, timeout_s=self.timeout_s, preload=self.preload)
-        return self.opened[n]
-
-    def close(self, keep: Sequence[int] = ()) -> None:
-        """Close every pool opened here, but those of the sizes in ``keep``."""
-        for n in [n for n in self.opened if n not in keep]:
-            self.opened.pop(n).close()
-
-
-class _Joined:
-    """The certified world with its companions: runs as ``world`` does; ``world_of(n)`` is ``world`` for its own
-    size, else the companion of ``n`` ranks."""
-
-    def __init__(self, world: World, companions: Companions) -> None:
-        self.world, self.companions = world, companions
-
-    @property
-    def world_size(self) -> int:
-        return self.world.world_size
-
-    @property
-    def backend(self) -> str:
-        return self.world.backend
-
-    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
-        return self.world.run(fn, *args, timeout_s=timeout_s)
-
-    def run_on(self, fn: Callable[..., Any], args_per_rank: Sequence[Sequence[Any]],
-               timeout_s: float | None = None) -> list[Any]:
-        return self.world.run_on(fn, args_per_rank, timeout_s=timeout_s)
-
-    def world_of(self, n: int) -> World:
-        return self.world if n == self.world.world_size else self.companions.world(n)
-
-
-def _companions(contract: Contract, opts: dict, worlds: list, backend: str, timeout_s: float,
-                given: dict[int, World] | None) -> Companions | None:
-    """The companion worlds the certification's worlds need (None: the contract names none), every size checked
-    before anything starts. Raises ConfigError when a given world is not a pool (a torchrun world cannot open
-    others beside it) and BackendUnavailable when the backend cannot run a companion's size here."""
-    if given is not None:
-        if not isinstance(given, dict):
-            raise ConfigError("companions", type(given).__name__, "must be a dict of world size -> world")
-        for n, w in given.items():
-            if isinstance(n, bool) or not isinstance(n, int) or getattr(w, "world_size", None) != n:
-                raise ConfigError(f"companions[{n!r}]", type(w).__name__,
-                                  f"must be a world of {n!r} ranks (its world_size is "
-                                  f"{getattr(w, 'world_size', None)!r})")
-    wanted = {n for w in worlds for n in contract.companion_worlds(w.world_size, opts)}
-    if not wanted:
-        return None
-    from distcheck.runners.pool import RankPool, check_backend_available
-
-    needed = sorted(wanted - set(given or {}))
-    preload: tuple[str, ...] = tuple(contract.preload)
-    for w in worlds:
-        if isinstance(w, _Borrowed):
-            if needed and not isinstance(w.world, RankPool):
-                raise ConfigError("world", type(w.world).__name__,
-                                  f"must be a RankPool: contract {contract.name} also runs examples on worlds of "
-                                  f"{', '.join(map(str, needed))} ranks, opened beside it (see the contract's options "
-                                  "to keep every example on one world)")
-            if isinstance(w.world, RankPool):
-                backend, timeout_s = w.world.backend, w.world.timeout_s
-                preload += tuple(m for m in w.world.preload if m not in preload)
-    for n in needed:
-        check_positive_int("world_size", n)
-        check_backend_available(backend, n)
-    return Companions(backend, timeout_s, preload, given)
 
 
 def _settings(profile: str, examples: int | None, batch: int = 1) -> settings:
@@ -417,13 +288,14 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
                 message = f"{message} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
             if run.other is not None:  # never hidden: a different failure met while shrinking this one
                 message += f" (while shrinking, another failure on {run.other[0]!r}: {run.other[1]})"
+            took_down = list(failed) if len(failed) > 1 else []  # one crash, every property it failed named
             for p in failed:
                 verdicts[p] = PropertyVerdict(
                     p, contract.statement(p, dtype, options), specs[p].regime, dtype, ws, backend, FAIL,
                     examples=run.calls, max_error=None if outcome is None else outcome.max_error,
                     bound=None if outcome is None else outcome.bound, counterexample=repr(case), failure=message,
                     ranks=list(ranks), reproduce=replay, examples_until_failure=run.first_failure,
-                    seconds=time.perf_counter() - started)
+                    seconds=time.perf_counter() - started, took_down=took_down)
             remaining = [p for p in remaining if p not in failed]
             continue
         for p in run.remaining:
@@ -499,13 +371,13 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
     distribution, version = package_version(ref)
     if spec.build.get("distribution"):  # a target that names the library it wraps (distcheck.libs.targets)
         distribution, version = spec.build["distribution"], distribution_version(spec.build["distribution"])
-    worlds = _worlds(contract, pool, world, world_sizes, backend, timeout_s)
+    worlds = worlds_for(contract, pool, world, world_sizes, backend, timeout_s)
     started = time.perf_counter()
     given_options = {k: v for k, v in opts.items() if v != next(o.default for o in contract.options if o.name == k)}
     cert = Certification(target=ref, contract=contract.name, backend=backend, world_sizes=[], dtypes=list(dts),
                          options=given_options, seed=seed, profile=profile, max_examples=examples, launcher=launcher,
                          distribution=distribution, version=version, batch=batch, code=code_identity(obj, ref))
-    others = _companions(contract, opts, worlds, backend, timeout_s, companions)
+    others = companions_for(contract, opts, worlds, backend, timeout_s, companions)
     try:
         _certify_worlds(cert, worlds, others, contract, spec, ref, dts, opts, given_options, profile, seed,
                         examples, launcher, batch, run_settings)
@@ -534,7 +406,7 @@ def _certify_worlds(cert: Certification, worlds: list, others: Companions | None
                                   _skips(contract, dt, opts, w.world_size, cert.backend, str(degenerate)))
             continue
         with w as opened:
-            live = opened if others is None else _Joined(opened, others)
+            live = opened if others is None else Joined(opened, others)
             cert.world_sizes.append(live.world_size)
             cert.backend = live.backend
             for dt in dts:
@@ -548,54 +420,3 @@ def _certify_worlds(cert: Certification, worlds: list, others: Companions | None
                 cert.verdicts += _certify_dtype(live, contract, spec, dt, opts, run_settings, seed, replay, batch,
                                                 cert.compositions, clock)
                 hung = next((v for v in cert.verdicts if v.hung), None)
-
-
-class _Borrowed:
-    """A world given by the caller: entered and left without closing it."""
-
-    def __init__(self, world: Any) -> None:  # a World, or LocalWorld (no run_on)
-        self.world = world
-
-    @property
-    def world_size(self) -> int:
-        return self.world.world_size
-
-    def __enter__(self) -> Any:
-        return self.world
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        return False
-
-
-def _worlds(contract: Contract, pool: World | None, world: World | None, world_sizes: Sequence[int] | None,
-            backend: str, timeout_s: float) -> list[_Borrowed | _LazyPool]:
-    if (given := pool if pool is not None else world) is not None:
-        return [_Borrowed(given)]
-    if not contract.needs_world:
-        return [_Borrowed(LocalWorld())]
-    from distcheck.runners.pool import RankPool, check_backend_available
-
-    sizes = list(world_sizes or (2,))
-    for ws in sizes:
-        check_positive_int("world_size", ws)
-        check_backend_available(backend, ws)  # refuse before anything starts
-    return [_LazyPool(RankPool, ws, backend, timeout_s) for ws in sizes]
-
-
-class _LazyPool:
-    """A RankPool of ``ws`` ranks started on ``__enter__`` and closed on ``__exit__``."""
-
-    def __init__(self, cls: type[RankPool], ws: int, backend: str, timeout_s: float):
-        self.args = (cls, ws, backend, timeout_s)
-        self.world_size = ws
-        self.pool: RankPool | None = None
-
-    def __enter__(self) -> RankPool:
-        cls, ws, backend, timeout_s = self.args
-        self.pool = cls(ws, backend=backend, timeout_s=timeout_s)
-        return self.pool.__enter__()
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        if self.pool is not None:
-            self.pool.close()
-        return False

@@ -7,13 +7,15 @@ In order:
 1. **Targets**: one row per certification: verdict, row counts, the failing properties, seed,
    profile, torch version, the distribution and the code certified (sha256, git commit);
 2. **Failures**, one row per failing property of a target, not one per dtype and world size: where
-   it failed, the first failure's reason and case, and its replay command, once;
+   it failed, the first failure's reason and case, and its replay command, once; a crash that took
+   down several properties at once is one row naming them all;
 3. **Stacks** of the stuck ranks of a property that hung, one line of the stack per row;
 4. **Compositions drawn**, for a contract that names its examples' compositions (the
    ``training-step`` contract's layout, schedule, micro-batches, steps and clipping): one row per
    composition of a target, world size and dtype, with each property's verdict on it;
-5. **Rows**: every verdict; a failure's detail points at its row of *Failures* (its own reason
-   when it differs from the first's).
+5. **Rows**, one table per target (``Rows: TARGET under CONTRACT``): every verdict, property by
+   property; a failure's detail points at its row of *Failures* (its own reason when it differs from
+   the first's), and a detail shared with the row above is shown once ("as above").
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def _counts(c: Certification) -> str:
 
 def _failing(c: Certification) -> list[str]:
     return list(dict.fromkeys(v.property for v in c.failures))
+
+
+def _failure_key(v: PropertyVerdict) -> tuple[str, ...]:
+    """The failures a verdict is grouped with: the properties its crash took down, else its property."""
+    return tuple(v.took_down) or (v.property,)
 
 
 def _code(c: Certification) -> str:
@@ -69,31 +76,40 @@ def report_tables(certificate: Certificate) -> list[Table]:
                           for c in certificate.certifications))
     failures: list[tuple[str, ...]] = []
     stacks: list[tuple[str, ...]] = []
-    rows: list[tuple[str, ...]] = []
-    first_of: dict[tuple[int, str], tuple[int, PropertyVerdict]] = {}
+    per_target: list[Table] = []
+    first_of: dict[tuple[int, tuple[str, ...]], tuple[int, PropertyVerdict]] = {}
     for i, c in enumerate(certificate.certifications):
-        for prop in _failing(c):
-            group = [v for v in c.failures if v.property == prop]
+        for key in dict.fromkeys(_failure_key(v) for v in c.failures):
+            group = [v for v in c.failures if _failure_key(v) == key]
             first = group[0]
             number = len(failures) + 1
-            first_of[(i, prop)] = (number, first)
+            first_of[(i, key)] = (number, first)
             case = f"{first.counterexample} (it hung)" if first.hung else str(first.counterexample)
-            failures.append((str(number), c.target, f"{c.contract}.{prop}", _where(group), str(first.failure), case,
-                             str(first.reproduce)))
+            what = ", ".join(f"{c.contract}.{p}" for p in key)
+            reason = (f"one crash took down {len(key)} properties: " if len(key) > 1 else "") + str(first.failure)
+            failures.append((str(number), c.target, what, _where([v for v in group if v.property == first.property]),
+                             reason, case, str(first.reproduce)))
             for v in group:
                 for rank, text in sorted(v.stacks.items()):
                     stacks += [(str(number), f"{v.dtype}, world size {v.world_size}", str(rank), line.strip())
                                for line in text.strip().splitlines()]
-        for v in c.verdicts:
+        order = {p: n for n, p in enumerate(dict.fromkeys(v.property for v in c.verdicts))}
+        rows: list[tuple[str, ...]] = []
+        above = None
+        for v in sorted(c.verdicts, key=lambda v: order[v.property]):  # stable: world sizes, dtypes in run order
             if v.verdict == FAIL:
-                number, first = first_of[(i, v.property)]
+                number, first = first_of[(i, _failure_key(v))]
                 detail = f"failure {number} (above)" + ("" if v.failure == first.failure else f": {v.failure}")
             elif v.verdict == SKIP:
                 detail = f"skip: {v.failure}"
             else:
                 detail = f"{v.statement} ({v.regime})" + (f": {v.note}" if v.note else "")
-            rows.append((c.target, f"{c.contract}.{v.property}[{v.dtype}]", v.backend, str(v.world_size),
-                         str(v.examples), v.verdict, _num(v.max_error), _num(v.bound), detail))
+            shown, above = ("as above" if detail == above else detail), detail
+            rows.append((f"{c.contract}.{v.property}[{v.dtype}]", v.backend, str(v.world_size),
+                         str(v.examples), v.verdict, _num(v.max_error), _num(v.bound), shown))
+        per_target.append(Table(f"Rows: {c.target} under {c.contract}", ("check", "backend", "world size", "examples",
+                                                                         "verdict", "max error", "bound", "detail"),
+                                tuple(rows)))
     tables = [targets]
     if failures:
         tables.append(Table("Failures, one row per property", ("failure", "target", "property", "failed at",
@@ -111,9 +127,7 @@ def report_tables(certificate: Certificate) -> list[Table]:
                             tuple(tuple(r) for r in body),
                             note=f"{c.target} under {c.contract}: each property's verdict on the examples of each "
                                  "composition (shrinking replays included)."))
-    tables.append(Table("Rows", ("target", "check", "backend", "world size", "examples", "verdict", "max error",
-                                 "bound", "detail"), tuple(rows)))
-    return tables
+    return tables + per_target
 
 
 def write_certify_report(directory: str | Path, certificate: Certificate, *,

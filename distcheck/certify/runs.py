@@ -26,8 +26,12 @@ def certification_rows(run: ContractRun, cert: Certification) -> list[CheckResul
     """The rows of one :class:`~distcheck.certify.certificate.Certification` of ``run``."""
     rows = []
     several = len(cert.dtypes) > 1
+    def check_of(prop: str, dtype: str) -> str:
+        return f"{run.name}.{prop}" + (f"[{dtype}]" if several else "")
+
     for v in cert.verdicts:
-        check = f"{run.name}.{v.property}" + (f"[{v.dtype}]" if several else "")
+        check = check_of(v.property, v.dtype)
+        crash = {"took_down": [check_of(p, v.dtype) for p in v.took_down]} if v.took_down else {}  # shown once
         if v.verdict == PASS:
             detail = f"{v.statement} ({v.regime}; {cert.target})"
         elif v.verdict == SKIP:
@@ -37,7 +41,8 @@ def certification_rows(run: ContractRun, cert: Certification) -> list[CheckResul
         rows.append(CheckResult(check=check, backend=v.backend, verdict=v.verdict, world_size=v.world_size,
                                 examples=v.examples, max_error=v.max_error, bound=v.bound, detail=detail,
                                 extra={"target": cert.target, "contract": cert.contract, "options": cert.options,
-                                       "seed": cert.seed, "profile": cert.profile, "reproduce": v.reproduce}))
+                                       "seed": cert.seed, "profile": cert.profile, "reproduce": v.reproduce,
+                                       **crash}))
     return rows
 
 

@@ -66,7 +66,9 @@ class Finding:
         summary: one line: what is wrong upstream, with the smallest case.
         library: the upstream distribution, e.g. ``"torch"``.
         seen_on: the versions of ``library`` it was reproduced on.
-        reproduce: a command anyone can run with the project's files to see it.
+        reproduce: a command anyone can run with the project's files to see it. A finding of a check
+            that runs on a world writes the world as ``{world_size}`` and ``{backend}``: each labelled
+            row's ``reproduce`` names its own (:meth:`reproduce_for`).
         reported: where it is recorded or reported upstream (a reference, not a guess).
     """
 
@@ -86,6 +88,10 @@ class Finding:
             raise ConfigError(f"{self.name}.symptom", self.symptom,
                               "describes a module that cannot be imported: that is a target not loaded, a skip "
                               "naming what to install (distcheck.engine.findings.not_loaded), never a finding")
+
+    def reproduce_for(self, row: CheckResult) -> str:
+        """:attr:`reproduce` for ``row``: ``{world_size}`` and ``{backend}`` replaced by the row's."""
+        return self.reproduce.replace("{world_size}", str(row.world_size)).replace("{backend}", row.backend)
 
     def matches(self, row: CheckResult) -> bool:
         """True if ``row`` is a FAIL of this finding's check with exactly its symptom."""
@@ -175,7 +181,7 @@ def label_findings(rows: Iterable[CheckResult], findings: Iterable[Finding] | No
             row = replace(row, verdict=FINDING,
                           detail=f"recorded finding {f.name} (seen on {seen}; here {here}): {f.summary}. "
                                  f"Observed: {row.detail}",
-                          extra=dict(row.extra, finding=asdict(f)))
+                          extra=dict(row.extra, finding=dict(asdict(f), reproduce=f.reproduce_for(row))))
         elif row.verdict == FAIL:
             row = replace(row, detail=f"{row.detail} [not the recorded finding {f.name}: its symptom differs]",
                           extra=dict(row.extra, finding_differs=f.name))

@@ -48,7 +48,7 @@ _GA_SUMMARY = ("accelerate's basic gradient-accumulation loop under DDP (Acceler
                "dp_replicate=2, m=1, 1 and 2 tokens on the two ranks. The token-weighted loop of accelerate's own "
                "guide (GA_TOKEN_SUM) is certified")
 _GA_REPRODUCE = ("distcheck certify distcheck.libs.targets.accelerate:GA_MEAN_LOSS --contract training-step "
-                 "--world-sizes 2   # and GA_TOKEN_SUM, the guide's fix: certified")
+                 "--world-sizes {world_size} --backend gloo   # and GA_TOKEN_SUM, the guide's fix: certified")
 _GA_REPORTED = ("documented upstream: accelerate's guide 'Performing gradient accumulation with Accelerate', section "
                 "'Gradient accumulation on training samples of variable size' (the Hugging Face blog 'Fixing Gradient "
                 "Accumulation', October 2024); the basic loop of the guide's first sections and of "

@@ -17,11 +17,21 @@ distributed training", section 5). The conventions are in
 from distcheck.plan.estimate import Estimate, Hardware, Layout, Workload, check_layout, conventions, estimate
 from distcheck.plan.inputs import COMPONENTS, LESSON_STEPS, RECOMPUTE, SCHEDULES
 from distcheck.plan.model import ModelSpec, preset_names, resolve_model
-from distcheck.plan.planner import Plan, Question, plan, rank_key, smallest_tp_pp_before_activations, valid_layouts
+from distcheck.plan.planner import (
+    SORT_KEYS,
+    Plan,
+    Question,
+    plan,
+    rank_key,
+    smallest_tp_pp_before_activations,
+    sort_estimates,
+    valid_layouts,
+)
 
 __all__ = [
     "COMPONENTS", "LESSON_STEPS", "RECOMPUTE", "SCHEDULES",
     "Estimate", "Hardware", "Layout", "Workload", "check_layout", "conventions", "estimate",
     "ModelSpec", "preset_names", "resolve_model",
-    "Plan", "Question", "plan", "rank_key", "smallest_tp_pp_before_activations", "valid_layouts",
+    "Plan", "Question", "plan", "rank_key", "smallest_tp_pp_before_activations", "valid_layouts", "SORT_KEYS",
+    "sort_estimates",
 ]

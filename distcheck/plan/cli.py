@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from distcheck.core.vocab import Axis, Schedule, names
+from distcheck.plan.planner import SORT_KEYS
 
 __all__ = ["add_plan_parser", "add_report_options", "run_plan"]
 
@@ -118,6 +119,11 @@ def _time_parser(what: argparse._SubParsersAction) -> None:
                    help="overlap of an axis: tp, cp, pp = none|compute; dp = none|backward; fsdp (ZeRO-3's "
                         "gathers) = none|compute (defaults tp=none cp=none pp=none dp=backward fsdp=compute)")
     out = tm.add_argument_group("output")
+    out.add_argument("--sort", choices=tuple(SORT_KEYS), default=None,
+                     help="the order of the layouts table (printed above it): lesson (default: fits first, then the "
+                          "lesson's question, ZeRO-3 last, fewest GPUs per replica, bubble, larger tp, ZeRO stage, "
+                          "communication, bytes), memory (fewest bytes per GPU), comm (fewest bytes sent per step) or "
+                          "bubble (smallest bubble); each keeps the layouts that fit first. Not for MoE layouts")
     out.add_argument("--top", type=int, default=15, metavar="N", help="layouts shown in the table (default 15)")
     out.add_argument("--all", action="store_true", help="show every layout that fits")
     out.add_argument("--format", choices=("table", "json"), default="table", help="output format")
@@ -170,6 +176,11 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     lay.add_argument("--zero", type=int, default=None, metavar="STAGE", help="ZeRO stage 0..3")
     lay.add_argument("--ep", type=int, default=None, metavar="N", help="expert-parallel degree (an MoE model only)")
     out = mem.add_argument_group("output")
+    out.add_argument("--sort", choices=tuple(SORT_KEYS), default=None,
+                     help="the order of the layouts table (printed above it): lesson (default: fits first, then the "
+                          "lesson's question, ZeRO-3 last, fewest GPUs per replica, bubble, larger tp, ZeRO stage, "
+                          "communication, bytes), memory (fewest bytes per GPU), comm (fewest bytes sent per step) or "
+                          "bubble (smallest bubble); each keeps the layouts that fit first. Not for MoE layouts")
     out.add_argument("--top", type=int, default=15, metavar="N", help="layouts shown in the table (default 15)")
     out.add_argument("--all", action="store_true", help="show every layout")
     out.add_argument("--format", choices=("table", "json"), default="table", help="output format")

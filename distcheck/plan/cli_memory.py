@@ -97,11 +97,11 @@ _COLUMNS = ("#", "tp", "cp", "pp", "dp", "ZeRO", "state GB", "activations GB", "
             "bubble", "comm GB/step", "question")
 
 
-def _layouts_table(estimates: Sequence[Estimate], title: str) -> Table:
+def _layouts_table(estimates: Sequence[Estimate], title: str, ranking: str) -> Table:
     from distcheck.reportdoc import Table
 
     return Table(title, _COLUMNS, tuple(tuple(_estimate_row(i, e)) for i, e in enumerate(estimates, 1)),
-                 note="state = weights + gradients + optimizer state; comm = bytes each GPU sends per step "
+                 note=f"{ranking}. state = weights + gradients + optimizer state; comm = bytes each GPU sends per step "
                       "(tp + pp + cp + dp); question = the lesson's question the layout answers (1 DDP, 2 ZeRO-1/2, "
                       "3 ZeRO-3, 4 TP and PP, 5 context parallel); '+' marks a total without the parts that need the "
                       "model's shape")
@@ -153,7 +153,7 @@ def _memory_figures(model: ModelSpec, hardware: Hardware, workload: Workload, ch
 def run_memory(args: argparse.Namespace) -> int:
     from distcheck.core.errors import ConfigError
     from distcheck.plan import conventions, estimate, plan
-    from distcheck.plan.planner import gb
+    from distcheck.plan.planner import SORT_KEYS, gb, sort_estimates
     from distcheck.progress import Progress
 
     _check_outputs(args)
@@ -163,18 +163,27 @@ def run_memory(args: argparse.Namespace) -> int:
 
     moe = moe_model(args)
     if moe is not None:
+        if getattr(args, "sort", None) is not None:
+            raise ConfigError("--sort", args.sort, "applies to dense layouts; MoE layouts are listed smallest memory "
+                                                   "per GPU first")
         return run_moe(args, *moe)
+    by = getattr(args, "sort", None) or "lesson"
     model, hardware, workload = _memory_inputs(args)
     chosen = _explicit_layout(args, model, hardware, workload)
     console = _console()
     header = _header(model, hardware, workload)
     if chosen is not None:
+        if getattr(args, "sort", None) is not None:
+            raise ConfigError("--sort", args.sort, "orders the table of every layout; it does not apply to one "
+                                                   "given layout (--tp, --pp, --dp, --cp, --zero)")
         e = estimate(model, hardware, workload, chosen)
         return _report_one(args, console, model, hardware, workload, e, header, conventions(model, workload))
     with Progress("sizing layouts", quiet=args.quiet) as bar:
         result = plan(model, hardware, workload,
                       on_progress=lambda done, total: bar.update(completed=done, total=total))
     lesson = _lesson_lines(result)
+    ordered = sort_estimates(result.estimates, by)
+    ranking = f"Ranked by {by} (--sort): {SORT_KEYS[by]}"
     rec = result.recommended
     verdict = (f"Recommendation: {rec.layout.label} (question {rec.layout.lesson_step}), {gb(rec.total)} per GPU"
                if rec else f"Nothing fits {gb(hardware.usable_bytes)} with activations under these settings "
@@ -189,11 +198,12 @@ def run_memory(args: argparse.Namespace) -> int:
             "questions": [{"step": q.step, "question": q.question, "answer": q.answer, "reason": q.reason,
                            "best": None if q.best is None else q.best.layout.as_dict()} for q in result.questions],
             "recommended": None if rec is None else _estimate_json(rec),
-            "layouts": [_estimate_json(e) for e in result.estimates],
+            "sort": {"by": by, "rule": SORT_KEYS[by]},
+            "layouts": [_estimate_json(e) for e in ordered],
         })
         print(json.dumps(data, indent=2))
     else:
-        _print_plan(console, result, header, lesson, verdict, args)
+        _print_plan(console, result, header, lesson, verdict, args, ordered, ranking)
     shown = rec.layout if rec is not None else result.estimates[0].layout
     if args.figure is not None or args.report is not None:
         figs = _memory_figures(model, hardware, workload, shown, shown.label)
@@ -202,14 +212,15 @@ def run_memory(args: argparse.Namespace) -> int:
         questions = Table("The lesson's order of questions", ("question", "asked", "answer", "figures"),
                           tuple((str(q.step), q.question, "yes" if q.answer else "no", q.reason)
                                 for q in result.questions))
+        # the questions once: in their table, not again among the notes
         _write_outputs(args, figs, f"distcheck plan memory: {model.name} on {hardware.gpus} GPUs",
-                       [header, verdict, *lesson, *result.reasons(), *(f"Convention: {c}" for c in result.conventions)],
-                       [questions, _layouts_table(result.estimates, "Every valid layout, ranked")])
+                       [header, verdict, *lesson, *(f"Convention: {c}" for c in result.conventions)],
+                       [questions, _layouts_table(ordered, f"Every valid layout, ranked by {by}", ranking)])
     return EXIT_OK if rec is not None else EXIT_FAIL
 
 
 def _print_plan(console: Console, result: Plan, header: str, lesson: list[str], verdict: str,
-                args: argparse.Namespace) -> None:
+                args: argparse.Namespace, ordered: Sequence[Estimate], ranking: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -223,7 +234,8 @@ def _print_plan(console: Console, result: Plan, header: str, lesson: list[str], 
     for line in result.reasons():
         console.print(escape(line), highlight=False)
     console.print(f"[bold]{escape(verdict)}[/]", highlight=False)
-    shown = result.estimates if args.all else result.estimates[: args.top]
+    shown = ordered if args.all else ordered[: args.top]
+    console.print(escape(ranking), highlight=False)
     table = Table(title=f"layouts, ranked ({len(shown)} of {len(result.estimates)})")
     for col in _COLUMNS:
         table.add_column(col, justify="left" if col in ("fits",) else "right", no_wrap=True)

@@ -19,24 +19,31 @@ then the smaller bubble; then the larger tp (tensor parallelism stays inside
 a node, so a split with fewer pipeline stages is preferred, as
 :func:`distcheck.parallel.memory.min_tp_pp` breaks ties); then the lower ZeRO stage;
 then less communication; then fewer bytes.
+
+Other orders (:data:`SORT_KEYS`, ``distcheck plan memory --sort``; :func:`sort_estimates`): ``memory``,
+``comm`` and ``bubble`` keep the layouts that fit first, then order by bytes per GPU, bytes each GPU
+sends per step, or the bubble, ties in the lesson's order. The recommendation is the lesson's, whatever
+the order of the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from distcheck.core.errors import ConfigError
 from distcheck.core.units import format_bytes
+from distcheck.core.validate import check_choice
 from distcheck.parallel import layout as layout_ref
 from distcheck.parallel import memory as memory_ref
 from distcheck.plan.estimate import Estimate, Hardware, Layout, Workload, check_layout, conventions, estimate
 from distcheck.plan.inputs import LESSON_STEPS
 from distcheck.plan.model import ModelSpec
 
-__all__ = ["Question", "Plan", "valid_layouts", "rank_key", "plan", "smallest_tp_pp_before_activations", "gb"]
+__all__ = ["Question", "Plan", "valid_layouts", "rank_key", "plan", "smallest_tp_pp_before_activations", "gb",
+           "SORT_KEYS", "sort_estimates"]
 
 
 def gb(n_bytes: Any) -> str:  # callers' values are typed wider (int | Fraction | str) than they hold
@@ -91,6 +98,33 @@ def rank_key(e: Estimate) -> tuple:
     lay = e.layout
     return (not e.fits, lay.lesson_step, lay.zero == 3, lay.tp * lay.pp * lay.cp, e.bubble_fraction, -lay.tp,
             lay.zero, e.comm_total, e.total)
+
+
+#: the orders a plan's layouts can be listed in (``distcheck plan memory --sort``): name -> the rule, as printed
+SORT_KEYS: dict[str, str] = {
+    "lesson": "layouts that fit first; then the lesson's question (simplest strategy first); then ZeRO-0/1/2 "
+              "before ZeRO-3; then the fewest GPUs per model replica (tp × pp × cp); then the smaller bubble; then "
+              "the larger tp; then the lower ZeRO stage; then less communication; then fewer bytes per GPU",
+    "memory": "layouts that fit first; then the fewest bytes per GPU (state + activations); ties in the lesson's "
+              "order",
+    "comm": "layouts that fit first; then the fewest bytes each GPU sends per step; ties in the lesson's order",
+    "bubble": "layouts that fit first; then the smallest pipeline bubble; ties in the lesson's order",
+}
+
+_SORTS: dict[str, Callable[[Estimate], tuple]] = {
+    "lesson": rank_key,
+    "memory": lambda e: (not e.fits, e.total, rank_key(e)),
+    "comm": lambda e: (not e.fits, e.comm_total, rank_key(e)),
+    "bubble": lambda e: (not e.fits, e.bubble_fraction, rank_key(e)),
+}
+
+
+def sort_estimates(estimates: Sequence[Estimate], by: str = "lesson") -> tuple[Estimate, ...]:
+    """``estimates`` in the order ``by`` names (a key of :data:`SORT_KEYS`, which states each rule).
+
+    Raises ConfigError naming ``sort`` for an unknown order."""
+    check_choice("sort", by, tuple(SORT_KEYS))
+    return tuple(sorted(estimates, key=_SORTS[by]))
 
 
 @dataclass(frozen=True)

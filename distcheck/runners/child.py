@@ -45,7 +45,8 @@ from typing import Any
 
 from distcheck.runners.folders import remove_folder_of_dead_owner
 from distcheck.runners.procfs import children
-from distcheck.runners.protocol import init_torch_child, run_one, send, tasks
+from distcheck.runners.protocol import init_torch_child, run_one, send, send_warned, tasks
+from distcheck.runners.warned import catch_in_rank
 
 __all__ = ["GUARD_OWNER_WAIT_S", "GUARD_POLL_S", "REAP_WAIT_S", "become_child", "child_main", "guard",
            "kill_descendants"]
@@ -209,6 +210,7 @@ def child_main(conn: Any, spec: dict[str, Any]) -> None:
         faulthandler.enable(file=dump, all_threads=True)
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True, chain=False)
         os.environ.update(spec.get("env") or {})
+        catch_in_rank(spec["rank"])  # warnings go to the parent's summary, not between its progress lines
     except BaseException:  # noqa: BLE001 - reported to the parent, labelled with the rank(s)
         ranks = range(spec["world_size"]) if spec["backend"] == "threaded" else [spec["rank"]]
         try:
@@ -237,6 +239,7 @@ def _process_rank(conn: Any, spec: dict[str, Any]) -> None:
     rank, world_size, backend = spec["rank"], spec["world_size"], spec["backend"]
     try:
         init_torch_child()
+        catch_in_rank(rank)  # again: a spawned rank imported torch (and its logging handlers) just now
         import datetime
 
         import torch
@@ -259,6 +262,9 @@ def _process_rank(conn: Any, spec: dict[str, Any]) -> None:
     except BaseException:  # noqa: BLE001 - reported to the parent, labelled with the rank
         send(conn, ("fail", [(rank, "err", traceback.format_exc(), None)]))
         return
+    send_warned(conn)
     send(conn, ("ready", None))
     for seq, fn, args_list, _timeout in tasks(conn):
-        send(conn, (seq, [(rank, *run_one(fn, ctx, args_list[0]))]))
+        item = run_one(fn, ctx, args_list[0])
+        send_warned(conn)
+        send(conn, (seq, [(rank, *item)]))

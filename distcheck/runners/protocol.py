@@ -17,7 +17,10 @@ Child to parent:
   for its ranks that did not come up by the deadline;
 * for every task, ``(seq, [(rank, kind, payload, exc), ...])``: ``kind`` is ``"ok"``
   (payload: the result), ``"err"`` (the traceback text; ``exc`` the pickled exception
-  or None), ``"stopped"`` or ``"timeout"`` (the threaded host; payload: the rank's stack).
+  or None), ``"stopped"`` or ``"timeout"`` (the threaded host; payload: the rank's stack);
+* before ``"ready"`` and before an answer, ``("warned", [RankWarning, ...])`` when the child's
+  ranks warned since the last one (:mod:`distcheck.runners.warned`; the parent keeps them for
+  the report's summary).
 
 Results travel through plain ``pickle``: tensors are copied, not shared.
 """
@@ -29,7 +32,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["FAILURE_GRACE_S", "SHUTDOWN", "dumps_result", "init_torch_child", "run_one", "send", "tasks"]
+__all__ = ["FAILURE_GRACE_S", "SHUTDOWN", "dumps_result", "init_torch_child", "run_one", "send", "send_warned",
+           "tasks"]
 
 #: the parent's message asking a child to exit
 SHUTDOWN = b""
@@ -69,6 +73,15 @@ def run_one(fn: Callable[..., Any], ctx: Any, args: tuple[Any, ...]) -> tuple[st
 def send(conn: Any, obj: Any) -> None:
     """Send one message (``obj`` pickled) on ``conn``."""
     conn.send_bytes(pickle.dumps(obj))
+
+
+def send_warned(conn: Any) -> None:
+    """Send the warnings this child's ranks raised since the last call, if any (``("warned", [...])``)."""
+    from distcheck.runners.warned import drain
+
+    items = drain()
+    if items:
+        send(conn, ("warned", items))
 
 
 def tasks(conn: Any) -> Iterator[tuple[int, Callable[..., Any], list[tuple[Any, ...]], float]]:

@@ -26,8 +26,10 @@ from distcheck.runners.protocol import (
     init_torch_child,
     run_one,
     send,
+    send_warned,
     tasks,
 )
+from distcheck.runners.warned import catch_in_rank
 
 __all__ = ["threaded_host"]
 
@@ -84,6 +86,7 @@ def threaded_host(conn: Any, spec: dict[str, Any]) -> None:
         torch._C._distributed_c10d._set_thread_isolation_mode(True)  # type: ignore[attr-defined]
         _install_threaded_pg()
         store = dist.HashStore()
+        catch_in_rank(0)  # each rank thread's warnings are its own ("rank-N" threads)
     except BaseException:  # noqa: BLE001 - reported to the parent
         send(conn, ("fail", [(0, "err", traceback.format_exc(), None)]))
         return
@@ -129,6 +132,7 @@ def threaded_host(conn: Any, spec: dict[str, Any]) -> None:
     if failed:
         send(conn, ("fail", failed))
         return
+    send_warned(conn)
     send(conn, ("ready", None))
 
     for seq, fn, args_list, timeout_s in tasks(conn):
@@ -138,6 +142,7 @@ def threaded_host(conn: Any, spec: dict[str, Any]) -> None:
         frames = sys._current_frames()
         replies = [(r, *got[r]) if r in got else (r, "timeout", _thread_stack(threads[r], frames), None)
                    for r in range(world_size)]
+        send_warned(conn)
         send(conn, (seq, replies))
         if woke or len(got) < world_size:
             return  # the world is broken: exit so that the parent starts a fresh one

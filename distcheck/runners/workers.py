@@ -288,6 +288,11 @@ class Replies:
             self._failed()
             return
         tag, items = msg
+        if tag == "warned":  # the ranks' warnings, ahead of their answer: kept for the report's summary
+            from distcheck.runners.warned import record
+
+            record(items)
+            return
         if self.startup and tag == "ready":
             self.pending.discard(i)
         elif self.startup and tag in ("fail", "startup_timeout"):

@@ -185,3 +185,53 @@ def test_the_old_name_plan_pipeline_still_runs_with_a_note(capsys):
     assert main(["plan", "pp", "--p", "2", "--m", "2", "--format", "json"]) == 0
     new = capsys.readouterr()
     assert new.err == "" and new.out == old.out
+
+
+def test_plan_memory_states_its_ranking_key_above_the_table_and_sort_chooses_another(capsys):
+    assert main(LESSON) == 0
+    out = capsys.readouterr().out
+    key = "Ranked by lesson (--sort): layouts that fit first; then the lesson's question (simplest strategy first)"
+    assert key in out and out.index(key) < out.index("layouts, ranked (15 of 124)")
+    for by, value in (("memory", lambda e: e["bytes"]["total"]), ("comm", lambda e: e["comm_total"]),
+                      ("bubble", lambda e: e["bubble_fraction"])):
+        assert main(LESSON + ["--sort", by, "--format", "json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["sort"]["by"] == by and data["sort"]["rule"].startswith("layouts that fit first; then the")
+        from fractions import Fraction
+
+        def exact(x):  # an int, or {"exact": "p/q", "approx": ...}
+            return Fraction(x["exact"]) if isinstance(x, dict) else Fraction(x)
+
+        keys = [(not e["fits"], exact(value(e))) for e in data["layouts"]]
+        assert keys == sorted(keys) and len(keys) == 124, by
+        assert data["recommended"]["layout"] == {"tp": 8, "pp": 2, "dp": 1, "cp": 1, "zero": 0}  # the lesson's
+    assert main(LESSON + ["--sort", "memory", "--top", "3"]) == 0
+    assert "Ranked by memory (--sort): layouts that fit first; then the fewest bytes per GPU" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sort", "speed"], "invalid choice: 'speed'"),
+    (["--sort", "memory", "--tp", "8", "--pp", "2"], "--sort='memory' orders the table of every layout"),
+    (["--sort", "comm", "--model", "mixtral-8x7b"], "--sort='comm' applies to dense layouts"),
+])
+def test_plan_memory_sort_is_validated(capsys, argv, message):
+    assert _code(LESSON + argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_sort_estimates_refuses_an_unknown_order():
+    from distcheck.core.errors import ConfigError
+    from distcheck.plan import sort_estimates
+
+    with pytest.raises(ConfigError, match="sort='fast' must be one of"):
+        sort_estimates([], "fast")
+
+
+def test_the_plan_report_states_its_questions_once(tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main(LESSON + ["--report", str(out)]) == 0
+    for name in ("report.md", "report.html"):
+        text = (out / name).read_text()
+        assert text.count("Does the whole training state fit one GPU (DDP)?") == 1, name
+        assert text.count("Does it fit with TP inside each node and PP across nodes?") == 1, name

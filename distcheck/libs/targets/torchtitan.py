@@ -47,7 +47,9 @@ state; the contract's optimizer is torch's Adam), async saves and Hugging Face f
 
 ``MOE`` (moe-layer contract with ``dropless=true``, on gloo worlds of 2 and 4): torchtitan's router and
 ``AllToAllTokenDispatcher`` (counts exchanged, then ``all_to_all_single`` of the actual split sizes), the adapter
-and its conventions in :mod:`distcheck.libs.targets.torchtitan_moe`.
+and its conventions in :mod:`distcheck.libs.targets.torchtitan_moe`; there too the row of its MoE debug model
+under its own parallelize (training-step): a skip, the model's backward refused on CPU under every attention
+backend.
 """
 
 from __future__ import annotations
@@ -57,10 +59,7 @@ from typing import Any
 from distcheck.core.results import CheckResult
 from distcheck.core.vocab import Axis
 from distcheck.libs.targets import WorldRun
-from distcheck.libs.targets.torchtitan_moe import (
-    MOE,  # noqa: F401 - WORLD_CERTIFY's target torchtitan:MOE is read here
-    TORCHTITAN_OPTIONS,
-)
+from distcheck.libs.targets.torchtitan_moe import TORCHTITAN_OPTIONS, moe_step_row
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.parallel.step.hooks import StepInfo, StepTarget
 from distcheck.parallel.step.plans import fsdp2_tp
@@ -197,14 +196,16 @@ WORLD_CERTIFY = (
 def extra_rows(*, required: bool = False) -> list[CheckResult]:
     """``libs.torchtitan.parallel_dims.ep_placement``: the expert-parallel placement torchtitan follows, named
     (:func:`distcheck.libs.targets.ep_placement_row`), from ``ParallelDims`` of a 4-rank world with
-    dp_shard = tp = ep = 2 built on the fake backend (``required`` is unused: the library is installed here)."""
+    dp_shard = tp = ep = 2 built on the fake backend; ``libs.torchtitan.moe_step``: its MoE debug model under its own
+    parallelize, a skip with the reasons probed on CPU (:func:`~distcheck.libs.targets.torchtitan_moe.moe_step_row`)
+    (``required`` is unused: the library is installed here)."""
     from distcheck.libs.targets import ep_placement_row, library
 
     cfg = {Axis.DP_REPLICATE.value: 1, Axis.DP_SHARD.value: 2, Axis.CP.value: 1, Axis.TP.value: 2, Axis.PP.value: 1,
            Axis.EP.value: 2, "world_size": 4}
     call = "ParallelDims(dp_replicate=1, dp_shard=2, cp=1, tp=2, pp=1, ep=2, world_size=4).build_mesh()['ep']"
     return [ep_placement_row("libs.torchtitan.parallel_dims.ep_placement", library(DIST), _groups(cfg)[Axis.EP.value],
-                             tp=2, data=2, ep=2, call=call)]
+                             tp=2, data=2, ep=2, call=call), moe_step_row()]
 
 
 class _ModelPart:

@@ -23,6 +23,19 @@ float32, so a float64 run is rounded there at 2^-24::
 
     distcheck certify distcheck.libs.targets.torchtitan_moe:MOE --contract moe-layer --dtypes float32 \\
         --option dropless=true --option renormalise=true --world-sizes 2,4
+
+:func:`moe_step_row` is the row of torchtitan's MoE debug model under its own parallelize (the ``training-step``
+contract): a skip whose reason it probes on CPU, where ``distcheck libs`` runs. torchtitan's DeepSeek-V3
+``debugmodel`` (``model_registry("debugmodel", attn_backend=...)``: 6 layers, 8 routed experts top-3 and 2 shared,
+``parallelize_deepseekv3``: EP, FSDP2, TP) is built under each attention backend its language models accept
+(:data:`ATTENTION_BACKENDS`, ``torchtitan/models/common/config_utils.py``'s ``get_attention_config``) and one
+forward and backward of 8 tokens is run: torchtitan 0.3 on torch 2.13 refuses every one on CPU (FlexAttention has no
+CPU backward, varlen calls the CUDA flash-attention op, flex_flash asks for a Hopper GPU, sdpa is refused for
+language models), so no training step of the model runs on a gloo world. And its ``GroupedExperts`` compute in
+bfloat16 whatever the model's dtype (``x.bfloat16()``, ``torch._grouped_mm``): a float64 expert's output is
+probed against the float64 product, the error the float64 step's bound (2^-32 of the scale) cannot hold, while
+the contract's bf16 criterion leaves MoE layers out (:data:`distcheck.parallel.step.axes.LOW_PRECISION_AXES`).
+Where a backend trains on CPU (a later torchtitan) the row FAILs, asking for the adapter.
 """
 
 from __future__ import annotations
@@ -30,10 +43,16 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__ = ["TORCHTITAN_OPTIONS", "torchtitan_moe", "MOE"]
+#: the distribution the rows name
+DIST = "torchtitan"
+
+__all__ = ["TORCHTITAN_OPTIONS", "ATTENTION_BACKENDS", "torchtitan_moe", "MOE", "moe_step_row", "backward_refusal",
+           "expert_precision"]
 
 #: the moe-layer options that name torchtitan's conventions (module doc)
 TORCHTITAN_OPTIONS: dict[str, Any] = {"dropless": True, "renormalise": True}
+#: the attention backends torchtitan 0.3's language models accept (``get_attention_config``)
+ATTENTION_BACKENDS = ("flex", "flex_flash", "varlen", "sdpa")
 
 
 def torchtitan_moe(ctx: Any, spec: Any) -> Any:
@@ -94,3 +113,69 @@ def torchtitan_moe(ctx: Any, spec: Any) -> Any:
 
 
 MOE = torchtitan_moe
+
+
+def backward_refusal(backend: str) -> str | None:
+    """One forward and backward of torchtitan's DeepSeek-V3 ``debugmodel`` under ``attn_backend=backend`` on CPU
+    (float32, its own initialisation, 8 tokens of one document): None when it runs, else torchtitan's or torch's
+    refusal, ``"ExceptionType: its first sentence"``."""
+    import torch
+    from torchtitan.models.deepseek_v3 import model_registry
+
+    try:
+        model = model_registry("debugmodel", attn_backend=backend).model.build()
+        model.init_states(buffer_device=torch.device("cpu"))
+        tokens = torch.randint(0, 2048, (1, 8), generator=torch.Generator().manual_seed(0))
+        positions = torch.arange(8)[None]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = model(tokens, positions=positions, attention_masks=model.get_attention_masks(positions=positions))
+            out.float().sum().backward()
+    except (NotImplementedError, ValueError, RuntimeError, AssertionError, TypeError) as exc:  # the refusal, named
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"{type(exc).__name__}: {first.split('. ')[0].rstrip('.')}"
+    return None
+
+
+def expert_precision() -> float:
+    """log2 of the relative error of torchtitan's ``GroupedExperts`` (2 experts of 8 x 8, SwiGLU) on float64 weights
+    and inputs against the float64 product: about -8 (bfloat16 arithmetic), where float64's would be below -50."""
+    import math
+
+    import torch
+    from torch.nn import functional as F
+    from torchtitan.models.common.moe import GroupedExperts
+
+    gen = torch.Generator().manual_seed(0)
+    experts = GroupedExperts(GroupedExperts.Config(dim=8, hidden_dim=8, num_experts=2)).to(torch.float64)
+    with torch.no_grad():
+        for p in experts.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
+        x = torch.randn(16, 8, generator=gen, dtype=torch.float64)
+        got = experts(x, torch.tensor([8, 8]))
+        rows = [x[8 * e:8 * e + 8] for e in range(2)]
+        want = torch.cat([(F.silu(r @ experts.w1_EFD[e].T) * (r @ experts.w3_EFD[e].T)) @ experts.w2_EDF[e].T
+                          for e, r in enumerate(rows)])
+    return math.log2(float((got - want).abs().max() / want.abs().max()))
+
+
+def moe_step_row() -> Any:
+    """``libs.torchtitan.moe_step`` (module doc): skip with the probed reasons when no attention backend trains on
+    CPU, FAIL naming the backend that does (the adapter is then to be written)."""
+    from distcheck.core.results import FAIL, SKIP, CheckResult
+    from distcheck.libs.targets import library
+
+    refusals = {b: backward_refusal(b) for b in ATTENTION_BACKENDS}
+    what = ("torchtitan's DeepSeek-V3 debugmodel (8 experts top-3, 2 shared) with its own parallelize_deepseekv3 "
+            "(EP, FSDP2, TP) under training-step on gloo")
+    trains = [b for b, why in refusals.items() if why is None]
+    if trains:
+        return CheckResult(check="libs.torchtitan.moe_step", backend=library(DIST), verdict=FAIL,
+                           detail=f"{what}: trains on CPU under attn_backend {', '.join(trains)}, which this row "
+                                  "says it does not: certify it (a StepTarget of the model and its parallelize)")
+    refused = "; ".join(f"{b}: {why}" for b, why in refusals.items())
+    return CheckResult(check="libs.torchtitan.moe_step", backend=library(DIST), verdict=SKIP,
+                       detail=f"{what}: not run: on CPU its backward is refused under every attention backend "
+                              f"({refused}); and its GroupedExperts compute in bf16 whatever the model's dtype "
+                              f"(a float64 expert 2^{expert_precision():.1f} off the float64 product), which the "
+                              "float64 bound cannot hold and the bf16 criterion leaves out (MoE layers)")

@@ -34,7 +34,7 @@ FINDINGS: tuple[Finding, ...] = (
         library="torch",
         seen_on=("2.13.0+cpu",),
         reproduce=("python docs/repro/torch_fsdp_tp_hang.py   # exit 1: ranks stuck in full_tensor(), stacks on "
-                   "stderr; or: distcheck check --only layers --world-sizes 4"),
+                   "stderr; or: distcheck check --only layers --world-sizes {world_size} --backend {backend}"),
         reported=("not found as such in pytorch/pytorch's issue tracker (related by title, both closed: issues "
                   "129206 and 129229, full_tensor() of tensor-parallel + FSDP2 parameters on torch 2.4); the "
                   "narrowing is in torch/distributed/fsdp/_fully_shard/_fsdp_param.py "

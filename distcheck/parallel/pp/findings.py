@@ -39,7 +39,7 @@ FINDINGS: tuple[Finding, ...] = (
         reproduce=("python -c \"from torch.distributed.pipelining import Schedule1F1B; "
                    "from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops; "
                    "print(get_schedule_ops(Schedule1F1B, 1, 1))\"   # [[0F1, 0B0, ...]]: micro-batch 1 of 1; "
-                   "or: distcheck check --only layers --world-sizes 2"),
+                   "or: distcheck plan pp --p 1 --m 1 --torch Schedule1F1B"),
         reported=_1F1B_REPORTED,
     ),
     Finding(
@@ -54,7 +54,7 @@ FINDINGS: tuple[Finding, ...] = (
                  "(F1, B0, F2, ...): the table is wrong, see torch.Schedule1F1B.table_last_rank"),
         library="torch",
         seen_on=("2.11.0+cu130", "2.13.0+cpu"),
-        reproduce="distcheck check --only layers --world-sizes 2",
+        reproduce="distcheck check --only layers --world-sizes {world_size} --backend {backend}",
         reported=_1F1B_REPORTED,
     ),
 )

@@ -2,7 +2,8 @@
 (``dp_replicate``) x tensor parallelism (``tp``) x pipeline stages (``pp``) x context parallelism (``cp``) x
 expert parallelism (``ep``, borrowed from dp x cp in torchtitan's or Megatron's placement) x gradient
 accumulation, with the token-mean loss, the MoE load-balancing loss, grad-norm clipping and the AdamW state,
-against the single-device float64 step.
+against the single-device float64 step, or in float32 and bf16 mixed precision against the single-device step in
+the same precision.
 
 - ``reference``: numpy references: the global token-mean loss under dp x gradient accumulation, the
   global grad norm from any sharding (replicated parameters counted once), torch's clipping
@@ -17,8 +18,12 @@ against the single-device float64 step.
   loss of rank 0's shard);
 - ``model``: the tiny Llama-style decoder (torch, built on first use; optional MoE layers, DeepSeek-V3's and
   torchtitan's shape, and RoPE) and its cut to a pipeline stage;
-- ``contracts`` (+ ``harness``, the rank side): the ``training-step`` contract, whose target is a
-  torchtitan-style ``parallelize(model, mesh, layout) -> model`` or a :class:`~.hooks.StepTarget`;
+- ``contracts`` (+ ``harness``, the rank side and the references; ``compare``, the comparisons; ``layouts``, the
+  compositions drawn): the ``training-step`` contract, whose target is a torchtitan-style
+  ``parallelize(model, mesh, layout) -> model`` or a :class:`~.hooks.StepTarget`;
+- ``bound``: the float64 bound; ``precision``: the precisions (float64, float32, ``bf16-fsdp``,
+  ``bf16-autocast``) and the criterion that holds a low-precision step to the single-device step in the same
+  precision;
 - ``trace`` (+ ``mapping``, ``divergence``): the first divergence of a failing step: its shrunk case replayed
   with every tensor recorded on every rank and in the reference, mapped back to full tensors, the first that
   leaves its bound named;
@@ -53,7 +58,9 @@ __all__ = [
     "all_reduce_dp", "torch_clip", "dp_groups", "as_float", "TrainingStep", "BOUND", "layouts", "parse_layout",
     "PP_SCHEDULES", "AXES", "no_accumulate", "loss_backward", "token_ids", "cross_entropy_sum", "call_model",
     "MAX_LEN_FIELDS", "expert_mesh", "load_balance_loss", "moe_layers", "EXPERT_AXES", "FLAT_AXES",
-    "ROPE_THETA", "rotary", "causal_attention",
+    "ROPE_THETA", "rotary", "causal_attention", "PRECISIONS", "Precision", "MIXED_MODES", "UNIT_ROUNDOFF", "FLOOR",
+    "C_TP", "FLOOR_TP", "get_precision", "precisions_for", "reordered", "precision_bounds", "autocast_for",
+    "autocast_hooks",
 ]
 
-__getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts"))
+__getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts", "precision"))

@@ -3,7 +3,8 @@ size (:func:`layouts`), the ``layout`` and ``axes`` options (:func:`parse_layout
 
 The axes are the dense step's ``dp_replicate``, ``dp_shard``, ``tp`` and ``pp`` (drawn by default), ``cp`` (a mesh
 dim) and ``ep`` (borrowed from the ``dp x cp`` ranks under a named placement,
-:class:`~distcheck.core.vocab.ExpertPlacement`), drawn when named (``--option axes=all`` names all six).
+:class:`~distcheck.core.vocab.ExpertPlacement`), drawn when named (``--option axes=all`` names all six), in float64
+only (:data:`LOW_PRECISION_AXES` says why float32 and bfloat16 draw neither).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.parallel.step.reference import StepLayout
 
 __all__ = ["AXES", "DEFAULT_AXES", "ALL", "OWN_MODEL_AXES", "EP_PLACEMENTS", "PLACEMENT_KEY", "PP_SCHEDULES",
-           "parse_layout", "layouts", "axes_option", "target_axes", "allowed"]
+           "LOW_PRECISION_AXES", "parse_layout", "layouts", "axes_option", "target_axes", "allowed",
+           "low_precision_refused"]
 
 #: the step's axes in the order its compositions are shown (the vocabulary's names)
 AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP, Axis.CP,
@@ -134,3 +136,25 @@ def allowed(world_size: int, options: dict) -> list[StepLayout]:
     """:func:`layouts` of ``world_size`` with every axis outside the ``axes`` option at 1."""
     allowed = axes_option(options.get("axes", ""))
     return [lay for lay in layouts(world_size) if all(getattr(lay, a) == 1 for a in AXES if a not in allowed)]
+
+
+#: why float32 and bfloat16 draw no cp and no ep (the training-step contract's doc): the axis -> the reason
+LOW_PRECISION_AXES = {
+    Axis.CP.value: "the ring's online softmax merges each query's attention blocks in another order than the single "
+                   "device's one softmax, in the compute dtype: new roundings whose constants are not measured (the "
+                   "criterion's c and floor are derived or measured for dp, pp and tp only)",
+    Axis.EP.value: "the MoE router's top-k is discontinuous: one rounding of the parallel run's own (the experts' "
+                   "rows grouped otherwise) can route a later layer's token to another expert than the single device "
+                   "does, a difference no multiple of the single device's error bounds; and the single-device step "
+                   "in a low precision runs each dp rank's micro-batches alone, where the load-balancing loss is over "
+                   "the global micro-batch",
+}
+
+
+def low_precision_refused(options: dict) -> list[str]:
+    """The axes of :data:`LOW_PRECISION_AXES` that ``options`` would draw above 1 (the pinned layout's, else
+    the axes option's, a StepTarget's own axes being set there by ``resolve``)."""
+    if options.get("layout"):
+        lay = parse_layout(options["layout"])
+        return [a for a in LOW_PRECISION_AXES if getattr(lay, a) > 1]
+    return [a for a in LOW_PRECISION_AXES if a in axes_option(options.get("axes", ""))]

@@ -51,6 +51,10 @@ weights, width <= 16, <= 2 layers, <= 3 steps) the errors seen from torch's comp
 the bound (``benchmarks/step_bound_margin.py`` prints the margin of each step and kind; the compositions in
 which values cancel, one kept token per sequence with a clip that binds, are a test of
 ``tests/test_step.py``), and every bug class the step mutants carry moves a value by more than 2^-12 of it.
+
+**Lower precisions** (float32, bf16 mixed precision): :mod:`distcheck.parallel.step.precision`, which holds each
+value to the single-device step in the same precision with this module's kind scales and AdamW propagation
+(:func:`update_bound`); in float64 the single-device step is the reference itself.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BOUND", "kind_floor", "value_bound", "param_bounds"]
+__all__ = ["BOUND", "kind_floor", "value_bound", "param_bounds", "update_bound"]
 
 #: the relative bound of every compared float64 value, against ``|v_ref| + S_kind`` (module doc)
 BOUND = 2.0**-32
@@ -79,8 +83,10 @@ def value_bound(ref: Any, floor: float) -> np.ndarray:
     return BOUND * (np.abs(np.atleast_1d(np.asarray(ref, dtype=np.float64))) + floor)
 
 
-def _update_bound(m: np.ndarray, v: np.ndarray, dm: np.ndarray, dv: np.ndarray, eps: float) -> np.ndarray:
-    """The largest change of ``m / (sqrt(v) + eps)`` when m moves by at most dm and v by at most dv (module doc)."""
+def update_bound(m: np.ndarray, v: np.ndarray, dm: np.ndarray, dv: np.ndarray, eps: float) -> np.ndarray:
+    """The largest change of ``m / (sqrt(v) + eps)`` when m moves by at most dm and v by at most dv (module doc),
+    elementwise, float64 arrays of one shape (v >= 0; an entry with v = 0 and dv > 0 moves by up to dm / eps plus
+    ``|m| sqrt(dv) / eps^2``)."""
     v = np.maximum(v, 0.0)
     root = np.sqrt(v)
     lo = np.sqrt(np.maximum(v - dv, 0.0))
@@ -88,6 +94,9 @@ def _update_bound(m: np.ndarray, v: np.ndarray, dm: np.ndarray, dv: np.ndarray, 
         step = np.where(root > 0, dv / np.where(root > 0, root, 1.0), np.inf)
     moved = np.minimum(np.sqrt(dv), step)
     return dm / (lo + eps) + np.abs(m) * moved / ((root + eps) * (lo + eps))
+
+
+_update_bound = update_bound
 
 
 def param_bounds(steps: Sequence[Mapping[str, Any]], *, lr: float, betas: tuple[float, float], eps: float,
@@ -119,7 +128,7 @@ def param_bounds(steps: Sequence[Mapping[str, Any]], *, lr: float, betas: tuple[
             m, v = np.asarray(m, dtype=np.float64), np.asarray(v, dtype=np.float64)
             dm, dv = value_bound(m, floors[1]).reshape(m.shape), value_bound(v, floors[2]).reshape(v.shape)
             c1, c2 = 1.0 - b1**s, 1.0 - b2**s
-            moved = _update_bound(m / c1, v / c2, dm / c1, dv / c2, eps)
+            moved = update_bound(m / c1, v / c2, dm / c1, dv / c2, eps)
             bounds[name] = (lr * moved + own, dm, dv)
         out.append(bounds)
     return out

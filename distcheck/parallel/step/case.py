@@ -5,7 +5,8 @@ decoder's sizes, the micro-batches, the non-ignored length of every sequence, th
 learning rate, the number of steps and a seed; :func:`weights` and :func:`batch` turn it into the float64
 weights and the token and label arrays every rank and the reference use. Its ``repr`` is the
 counterexample a failing property prints: it names every mesh axis of the dense step, those at 1 included (cp
-and ep, with ep's placement, when drawn above 1), the model (MoE, RoPE) and whether clipping binds.
+and ep, with ep's placement, when drawn above 1), the model (MoE, RoPE), whether clipping binds, and the
+precision when it is not float64 (``precision=bf16-fsdp``).
 """
 
 from __future__ import annotations
@@ -61,11 +62,19 @@ class StepCase:
     def tokens_per_step(self) -> list[int]:
         return [int(sum(sum(sum(mb) for mb in rank) for rank in step)) for step in self.lengths]
 
+    @property
+    def precision(self) -> str:
+        """The precision the case is certified in (its layout's: ``float64``, ``float32``, ``bf16-fsdp``,
+        ``bf16-autocast``)."""
+        return self.layout.precision
+
     def composition(self) -> str:
         """``dp_replicate=1, dp_shard=2, tp=1, pp=1, m=2, clip binds``: every dense-step axis, those at 1 included,
-        and cp and ep (with ep's placement: ``ep=2 (torchtitan)``) when above 1."""
+        cp and ep (with ep's placement: ``ep=2 (torchtitan)``) when above 1, and the precision when it is not
+        float64 (``..., clip binds, precision=bf16-fsdp``)."""
         pp = f", schedule={self.schedule}" if self.layout.pp > 1 else ""
-        return f"{self.layout}{pp}, m={self.microbatches}, clip {'binds' if self.clip_binds else 'free'}"
+        prec = "" if self.precision == "float64" else f", precision={self.precision}"
+        return f"{self.layout}{pp}, m={self.microbatches}, clip {'binds' if self.clip_binds else 'free'}{prec}"
 
     def __repr__(self) -> str:
         c = self.config

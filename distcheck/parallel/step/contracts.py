@@ -48,10 +48,18 @@ rounding its terms carry), and each parameter also to its moments' bounds carrie
 (exact, eps = 1e-8 amplifies a moment's deviation where ``v`` is near 0). The reported loss, grad norm and
 clipping factor are sums of terms of one sign (per-token losses, squares, a quotient of them), so each is its
 own magnitude: ``2^-31 |v_ref|``. The bound module's doc says what is proved and what is estimated.
+
+Precision (``--dtypes``): float64 as above; float32, and bfloat16 mixed precision (``--option mixed_precision``:
+FSDP2's ``MixedPrecisionPolicy``, which the target applies when ``layout.precision`` is ``bf16-fsdp``, and/or
+autocast), each value held to the single-device step in the same precision: its own error against the float64
+shadow, plus the composition's floor (:mod:`distcheck.parallel.step.precision` has the criterion and its argument).
+float32 and bfloat16 draw the dense step's axes only: a draw that names cp or ep (the option, a target's axes, a
+pinned layout) is a skip in them with the reason (:data:`~distcheck.parallel.step.axes.LOW_PRECISION_AXES`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -66,19 +74,25 @@ from distcheck.parallel.step.axes import (
     ALL,
     AXES,
     DEFAULT_AXES,
+    LOW_PRECISION_AXES,
     OWN_MODEL_AXES,
     PP_SCHEDULES,
     allowed,
     axes_option,
     layouts,
+    low_precision_refused,
     parse_layout,
     target_axes,
 )
-from distcheck.parallel.step.bound import BOUND, kind_floor, param_bounds, value_bound
+from distcheck.parallel.step.bound import BOUND, param_bounds
 from distcheck.parallel.step.case import BINDING_MAX_NORM, FREE_MAX_NORM, StepCase
+from distcheck.parallel.step.compare import clipping, extra_params, tokens
+from distcheck.parallel.step.compare import first as _first
+from distcheck.parallel.step.compare import within as _within
 from distcheck.parallel.step.divergence import explain_step
 from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
 from distcheck.parallel.step.model import TinyConfig, stage_of
+from distcheck.parallel.step.precision import get_precision, precision_bounds, precisions_for
 from distcheck.parallel.step.reference import StepLayout
 
 if TYPE_CHECKING:
@@ -153,19 +167,22 @@ def _user_config(obj: Any, shown: str) -> tuple[int | None, int | None]:
 
 
 def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = None, spec: Any = None, *,
-           one_token: bool = False, moe: bool = False,
-           max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM)) -> st.SearchStrategy[StepCase]:
+           one_token: bool = False, moe: bool = False, max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM),
+           precisions: tuple[str, ...] = ("float64",)) -> st.SearchStrategy[StepCase]:
     """The drawn examples on ``choices`` (module doc). ``config``: a user model's own (fixed; else the tiny
     Llama's sizes are drawn), ``longest`` its longest sequence (caps the drawn length), ``spec`` the resolved
     StepTarget each case carries (its reference runs the target's model and hooks); ``one_token``: every
     sequence keeps one token (the compositions in which values cancel exactly: a softmax over one key leaves the
     query and key projections' gradients exactly 0); ``moe``: the tiny Llama may be drawn with MoE layers on a
     layout with tp = pp = 1 (ep among the axes drawn; a layout with ep > 1 always has them); ``max_norms``: the
-    clipping thresholds drawn from."""
+    clipping thresholds drawn from; ``precisions``: the precisions drawn from
+    (:mod:`~distcheck.parallel.step.precision`; the layout carries it)."""
 
     @st.composite
     def draw(draw: st.DrawFn) -> StepCase:
         layout = draw(st.sampled_from(choices))
+        if len(precisions) > 1 or precisions[0] != layout.precision:
+            layout = replace(layout, precision=draw(st.sampled_from(precisions)))
         tp, pp, cp = layout.tp, layout.pp, layout.cp
         n_kv = tp
         experts = 0
@@ -205,49 +222,11 @@ def _unrecorded(case: StepCase) -> str:
     return f"the recorder maps tensors over dp and tp only, not the {what}" if what else ""
 
 
-def _within(what: str, ref: Any, got: list, ranks: list[int] | None = None, bound: Any = None) -> Outcome:
-    """Every rank's ``got[i]`` (rank ``ranks[i]``, default i) against ``ref`` under ``bound`` (an array of ``ref``'s
-    shape, or a scalar; default ``2^-31 |ref|``, a scalar that sums terms of one sign: module doc), in one short
-    line: the ranks at fault, and the worst entry (its index, expected, got, error, bound)."""
-    e = np.atleast_1d(np.asarray(ref, dtype=np.float64))
-    bound = 2 * value_bound(e, 0.0) if bound is None else np.broadcast_to(np.asarray(bound, np.float64), e.shape)
-    worst, bad, detail = 0.0, [], ""
-    ranks = list(range(len(got))) if ranks is None else ranks
-    for r, g in zip(ranks, got, strict=True):
-        if g is None or np.shape(g) != np.shape(ref):
-            bad.append(r)
-            detail = detail or f"rank {r} has {'nothing' if g is None else f'shape {np.shape(g)}'}, expected shape " \
-                               f"{np.shape(ref)}"
-            continue
-        err = np.abs(np.atleast_1d(np.asarray(g, dtype=np.float64)) - e)
-        worst = max(worst, float(err.max()) if err.size else 0.0)
-        over = err > bound
-        if over.any():
-            bad.append(r)
-            i = int(np.argmax(np.where(over, err, -1.0)))
-            if not detail:
-                at = "" if e.size == 1 else f" at index {tuple(int(j) for j in np.unravel_index(i, np.shape(ref)))}"
-                detail = (f"rank {r}{at}: expected {e.flat[i]:.17g}, got {np.ravel(g)[i]:.17g}, error "
-                          f"{err.flat[i]:.3g} > bound {bound.flat[i]:.3g}")
-    top = float(bound.max()) if bound.size else 0.0
-    if not bad:
-        return Outcome(True, max_error=worst, bound=top)
-    good = [r for r in ranks if r not in bad]
-    return Outcome(False, max_error=worst, bound=top, ranks=tuple(bad),
-                   message=f"{what}: ranks {bad} differ from the reference"
-                           + (f" (ranks {good} match)" if good else "") + f"; {detail}")
+def _single(case: StepCase) -> Any:
+    """The single-device step rank 0 runs beside the reference in a low precision (None in float64)."""
+    from distcheck.parallel.step.single import device_step
 
-
-def _first(outcomes: list[Outcome]) -> Outcome:
-    """One outcome: the first failure's message (and how many more failed), the worst error and bound."""
-    failed = [o for o in outcomes if not o.ok]
-    errors = [o.max_error for o in outcomes if o.max_error is not None]
-    bounds = [o.bound for o in outcomes if o.bound is not None]
-    if not failed:
-        return Outcome(True, max_error=max(errors, default=0.0), bound=max(bounds, default=0.0))
-    more = f" (and {len(failed) - 1} more of {len(outcomes)} checks)" if len(failed) > 1 else ""
-    return Outcome(False, max_error=max(errors, default=0.0), bound=max(bounds, default=0.0),
-                   ranks=tuple(sorted({r for o in failed for r in o.ranks})), message=failed[0].message + more)
+    return None if case.layout.precision == "float64" else device_step
 
 
 class TrainingStep(Contract):
@@ -273,6 +252,10 @@ class TrainingStep(Contract):
                                 "dp_replicate, dp_shard, tp, pp, cp, ep; default: a StepTarget's own axes, else "
                                 "the dense step's dp_replicate, dp_shard, tp and pp; a StepTarget with its own "
                                 "model: dp_replicate, dp_shard and tp)"),
+        Option("mixed_precision", "fsdp,autocast", str,
+               "the bf16 recipes drawn under --dtypes bfloat16: fsdp (FSDP2 MixedPrecisionPolicy(param_dtype=bf16, "
+               "reduce_dtype=fp32), which the target's parallelize applies when layout.precision is bf16-fsdp), "
+               "autocast (torch.autocast around the forward, no policy), or both, comma-separated"),
     )
 
     def cannot_fail(self, world_size: int, options: dict) -> str | None:
@@ -296,7 +279,8 @@ class TrainingStep(Contract):
         """The "Compositions drawn" columns of ``case``: ``layout`` (the axes above 1, ``dp_shard=2, tp=2``; ep with
         its placement, ``cp=2, ep=4 (megatron)``), ``schedule`` (``-`` when pp = 1), ``micro-batches`` (m per dp
         rank, the gradient-accumulation steps), ``steps`` (optimizer steps), ``clip`` (``binds`` or ``free``) and
-        ``model`` (``dense`` or ``MoE``, with ``RoPE``; ``own`` for a user's model)."""
+        ``model`` (``dense`` or ``MoE``, with ``RoPE``; ``own`` for a user's model); under a low precision also
+        ``precision`` (``float32``, ``bf16-fsdp``, ``bf16-autocast``)."""
         lay = case.layout
         axes = [f"{a}={getattr(lay, a)}" for a in AXES if getattr(lay, a) > 1]
         if lay.ep > 1:
@@ -304,9 +288,22 @@ class TrainingStep(Contract):
         c = case.config
         model = ("own" if not isinstance(c, TinyConfig) else
                  ("MoE" if c.n_experts else "dense") + (", RoPE" if c.rope else ""))
-        return {"layout": ", ".join(axes) or "one device",
-                "schedule": case.schedule or "-", "micro-batches (GA steps)": str(case.microbatches),
-                "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free", "model": model}
+        out = {"layout": ", ".join(axes) or "one device",
+               "schedule": case.schedule or "-", "micro-batches (GA steps)": str(case.microbatches),
+               "steps": str(case.steps), "clip": "binds" if case.clip_binds else "free", "model": model}
+        if lay.precision != "float64":
+            out["precision"] = lay.precision
+        return out
+
+    def statement(self, prop: str, dtype: str, options: dict) -> str:
+        """The property's statement; in float32 and bfloat16 the values are held to the single-device step in the
+        same precision (:mod:`distcheck.parallel.step.precision`)."""
+        base = self.spec(prop).statement
+        if dtype == "float64" or prop == "tokens":
+            return base
+        return (base.replace("the single-device float64 step's", f"the single-device {dtype} step's")
+                + f" ({dtype}: within the single-device {dtype} step's own error against the float64 shadow, plus "
+                  "the composition's floor)")
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         from distcheck.parallel.step.hooks import StepTarget
@@ -338,6 +335,7 @@ class TrainingStep(Contract):
             raise ProtocolError("target", shown, "must be parallelize(model, mesh, layout) -> model or a StepTarget")
         else:
             check_call_shape(obj, shown, "must be parallelize(model, mesh, layout) -> model", 3)
+        precisions_for("bfloat16", options.get("mixed_precision", "fsdp,autocast"))  # a bad option, before any run
         # a pinned layout with no axes named (by the option or the target) is the draw: cp and ep may be pinned
         named = axes_option(options.get("axes", "") or (ALL if options.get("layout") else ""))
         if options.get("layout"):
@@ -367,13 +365,21 @@ class TrainingStep(Contract):
         return {} if reason is None else {p.name: reason for p in self.properties}
 
     def cases(self, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
-        if dtype != "float64":
+        drawn = self._precisions(dtype, options)
+        if not drawn:
             return None
         moe = Axis.EP.value in axes_option(options.get("axes", ""))
         if options.get("layout"):
-            return _cases([parse_layout(options["layout"])], moe=moe)
+            return _cases([parse_layout(options["layout"])], moe=moe, precisions=drawn)
         choices = allowed(world_size, options)
-        return _cases(choices, moe=moe) if choices else None
+        return _cases(choices, moe=moe, precisions=drawn) if choices else None
+
+    @staticmethod
+    def _precisions(dtype: str, options: dict) -> tuple[str, ...]:
+        """The precisions drawn in ``dtype`` (:func:`~distcheck.parallel.step.precision.precisions_for`); none in
+        a low precision when the draw names cp or ep (:data:`~distcheck.parallel.step.axes.LOW_PRECISION_AXES`)."""
+        drawn = precisions_for(dtype, options.get("mixed_precision", "fsdp,autocast"))
+        return () if dtype != "float64" and low_precision_refused(options) else drawn
 
     def cases_for(self, target: Any, world_size: int, dtype: str, options: dict) -> st.SearchStrategy[StepCase] | None:
         """:meth:`cases`; for a :class:`StepTarget` each case carries the target (its reference runs the target's
@@ -382,29 +388,41 @@ class TrainingStep(Contract):
         from distcheck.parallel.step.hooks import StepTarget
 
         obj = resolve(target)
-        if not isinstance(obj, StepTarget) or dtype != "float64":
+        if not isinstance(obj, StepTarget):
             return self.cases(world_size, dtype, options)
+        drawn = self._precisions(dtype, options)
         _, longest = _user_config(obj, target.ref)
         choices = ([parse_layout(options["layout"])] if options.get("layout") else allowed(world_size, options))
         moe = Axis.EP.value in axes_option(options.get("axes", ""))
-        return _cases(choices, obj.config, longest, target, moe=moe) if choices else None
+        return (_cases(choices, obj.config, longest, target, moe=moe, precisions=drawn) if choices and drawn
+                else None)
 
     def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
-        return f"{self.name} is certified in float64 only (its bound is derived for u = 2**-53), not {dtype}"
+        refused = low_precision_refused(options) if dtype in ("float32", "bfloat16") else []
+        if refused:
+            return (f"{self.name} in {dtype} draws dp_replicate, dp_shard, tp and pp only, and this draw names "
+                    f"{' and '.join(refused)}: " + "; ".join(f"{a}: {LOW_PRECISION_AXES[a]}" for a in refused)
+                    + " (float64 certifies them; leave them out of --option axes or --option layout to certify the "
+                      f"rest in {dtype})")
+        return (f"{self.name} is certified in float64, float32 and bfloat16 (bf16 mixed precision: "
+                f"distcheck.parallel.step.precision), not {dtype}")
 
     def run_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
         from distcheck.parallel.step.harness import run_step
         from distcheck.parallel.step.hooks import StepTarget
 
         obj = resolve(target)
-        return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case)
+        return run_step(ctx, obj if isinstance(obj, StepTarget) else StepTarget(obj), case, single=_single(case))
 
     def explain_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
         """The replay of a failure's shrunk case with every tensor recorded (:mod:`~distcheck.parallel.step.trace`);
-        none under cp or with MoE layers (:func:`_unrecorded`: every rank returns the reason, nothing runs)."""
+        none under cp or with MoE layers (:func:`_unrecorded`: every rank returns the reason, nothing runs), nor in a
+        low precision (:meth:`explain`)."""
         from distcheck.parallel.step.harness import run_step
         from distcheck.parallel.step.hooks import StepTarget
 
+        if case.layout.precision != "float64":
+            return {}
         why = _unrecorded(case)
         if why:
             return {"unrecorded": why}
@@ -413,7 +431,12 @@ class TrainingStep(Contract):
 
     def explain(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> str:
         """The first tensor of the recorded replay that leaves its bound
-        (:func:`~distcheck.parallel.step.divergence.explain_step`), or why none was recorded."""
+        (:func:`~distcheck.parallel.step.divergence.explain_step`), or why none was recorded; float64 only: the
+        replay's tensors are held to the float64 step, which a lower precision's own rounding leaves everywhere."""
+        if case.layout.precision != "float64":
+            return (f"first divergence: not traced in {case.layout.precision} (the recorded replay holds every tensor "
+                    "to the float64 step, which the precision's own rounding leaves everywhere); the failing value "
+                    "above, held to the single-device step in the same precision, is the finding")
         if results and results[0].get("unrecorded"):
             return f"no first divergence recorded: {results[0]['unrecorded']}"
         return explain_step(case, results)
@@ -422,9 +445,18 @@ class TrainingStep(Contract):
         from distcheck.parallel.step.harness import ADAMW
 
         ref = results[0]["reference"]
+        prec = get_precision(case.layout.precision)
+        bounds: list[dict[str, Any]]
+        if prec.name == "float64":
+            bounds = [{"params": b} for b in param_bounds(ref, lr=case.lr, **ADAMW)]
+        else:
+            devices = sorted({res.get("device", "cpu") for res in results})
+            if devices != ["cpu"]:
+                raise ConfigError("dtypes", dtype, f"is certified on CPU worlds only (the ranks ran on {devices}): the "
+                                  "single-device step runs on CPU and must run a rank's kernels")
+            bounds = precision_bounds(ref, results[0]["single"], prec, case.layout.tp, lr=case.lr, **ADAMW)
         # plain tp shards (Megatron style) as full tensors, the reference's shapes
         results = assemble_params(case.layout, results, {n: np.shape(v) for n, v in ref[0]["params"].items()})
-        bounds = param_bounds(ref, lr=case.lr, **ADAMW)
         out: dict[str, list[Outcome]] = {p.name: [] for p in _PROPERTIES}
         for s, r in enumerate(ref):
             # the tiny Llama's drawn sizes keep every norm above the binding threshold; a user model's may not
@@ -433,65 +465,35 @@ class TrainingStep(Contract):
                 raise RuntimeError(f"distcheck defect: a case drawn as 'clip binds' has norm {r['norm']} <= "
                                    f"max_norm {case.max_norm} at step {s}; please report it")
             at = f"step {s + 1}"
+            b = bounds[s]
+            mine = b.get("own", {})
             steps = [res["steps"][s] for res in results]
             for name, want in r["params"].items():
                 # the ranks of the parameter's pipeline stage hold it (every rank when pp = 1)
                 held = list(range(len(steps))) if case.layout.pp == 1 else [
                     i for i in range(len(steps))
                     if case.layout.coordinates(i)["pp"] == stage_of(name, case.config.n_layers, case.layout.pp)]
+                errs = mine.get(name, (None, None, None))
                 out["params"].append(_within(f"{at} {name}", want, [steps[i]["params"].get(name) for i in held], held,
-                                             bounds[s][name][0]))
+                                             b["params"][name][0], errs[0], dtype))
                 for j, moment in enumerate(("exp_avg", "exp_avg_sq")):
                     w = r["state"][name][j]
                     got = [steps[i]["state"].get(name, (None, None))[j] for i in held]
                     out["params"].append(_within(f"{at} AdamW {moment} of {name}", w, got, held,
-                                                 bounds[s][name][j + 1]))
+                                                 b["params"][name][j + 1], errs[j + 1], dtype))
             out["params"].append(self._extra(at, r["params"], steps))
+            scalar: dict[str, tuple[Any, Any]] = {k: b.get(k, (None, None)) for k in ("loss", "norm", "scale")}
             out["loss"].append(_within(f"{at} reported loss (global token mean)", r["loss"],
-                                       [st_["loss"] for st_ in steps]))
-            out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps]))
-            out["clipping"].append(self._clipping(at, r, steps))
+                                       [st_["loss"] for st_ in steps], None, scalar["loss"][0], scalar["loss"][1],
+                                       dtype))
+            out["grad_norm"].append(_within(f"{at} reported grad norm", r["norm"], [st_["norm"] for st_ in steps],
+                                            None, scalar["norm"][0], scalar["norm"][1], dtype))
+            out["clipping"].append(self._clipping(at, r, steps, scalar["scale"], dtype))
             out["tokens"].append(self._tokens(at, r["tokens"], steps, [(res["dp_index"], res.get("cp_index", 0))
                                                                        for res in results]))
         return {name: _first(outs) for name, outs in out.items()}
 
-    @staticmethod
-    def _extra(at: str, ref: dict, steps: list[dict]) -> Outcome:
-        """A parameter some rank holds under a name the reference lacks: a weight the reference ties (and lists
-        once, ``named_parameters()``) that the parallelize function left as two parameters."""
-        extra = {i: sorted(set(st_["params"]) - set(ref)) for i, st_ in enumerate(steps)}
-        bad = [i for i, names in extra.items() if names]
-        if not bad:
-            return Outcome(True, max_error=0.0, bound=0.0)
-        return Outcome(False, bound=0.0, ranks=tuple(bad), message=f"{at}: ranks {bad} hold parameters the reference "
-                       f"does not have: {', '.join(extra[bad[0]])} (a weight tied in the model, untied by the "
-                       "parallelize function?)")
-
-    @staticmethod
-    def _clipping(at: str, r: dict, steps: list[dict]) -> Outcome:
-        # a rank whose local gradients are all zero shows no factor: it is held to the reference's own
-        scale = _within(f"{at} clipping factor (reference norm {r['norm']:.17g})", r["scale"],
-                        [r["scale"] if st_["scale"] is None else st_["scale"] for st_ in steps])
-        # the residual of one factor, in gradient units: the rounding of scale * g, against the gradients' own size
-        uneven = [i for i, st_ in enumerate(steps)
-                  if st_["residual"] > 2 * BOUND * r["scale"] * kind_floor([st_.get("grad_max", 0.0)])]
-        if uneven:
-            return _first([scale, Outcome(False, bound=BOUND, ranks=tuple(uneven), message=f"{at}: ranks {uneven} "
-                                          "scaled their gradients by more than one factor")])
-        return scale
-
-    @staticmethod
-    def _tokens(at: str, total: int, steps: list[dict], batch_index: list[tuple[int, int]]) -> Outcome:
-        """``batch_index[i]``: rank i's (dp index, cp index), the ranks holding different tokens."""
-        bad = [(i, st_["tokens"]) for i, st_ in enumerate(steps) if st_["tokens"] != total]
-        own: dict[tuple[int, int], int] = {}
-        for d, st_ in zip(batch_index, steps, strict=True):
-            own.setdefault(d, st_["local_tokens"])
-        msgs = [f"rank {i} reports {t:g} tokens" for i, t in bad]
-        if sum(own.values()) != total:
-            msgs.append(f"the dp (and cp) ranks' own counts {[own[d] for d in sorted(own)]} add up to "
-                        f"{sum(own.values())}")
-        if not msgs:
-            return Outcome(True, max_error=0.0, bound=0.0)
-        return Outcome(False, bound=0.0, ranks=tuple(i for i, _ in bad),
-                       message=f"{at}: the step has {total} non-ignored tokens; " + "; ".join(msgs))
+    # the comparisons beside the values' (distcheck.parallel.step.compare)
+    _extra = staticmethod(extra_params)
+    _clipping = staticmethod(clipping)
+    _tokens = staticmethod(tokens)

@@ -25,6 +25,7 @@ factory loaded with rank 0's initial ``state_dict`` and the same two hooks on th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,10 +70,14 @@ def _name(name: str) -> str:
 
 
 def _full(t: Any) -> Any:
+    """The full tensor (a DTensor's ``full_tensor()``) as a float64 numpy array (exact for every dtype the step
+    holds: bf16, float32, float64)."""
+    import torch
+
     if t is None:
         return None
     t = t.full_tensor() if hasattr(t, "full_tensor") else t
-    return t.detach().cpu().numpy().copy()
+    return t.detach().cpu().to(torch.float64).numpy().copy()
 
 
 def _local(t: Any) -> Any:
@@ -94,6 +99,8 @@ def _scale(before: list, after: list) -> tuple[float | None, float, float]:
     zero."""
     import torch
 
+    # in float64 whatever the gradients' dtype: the factor's own rounding stays far below the gradients'
+    after, before = [a.to(torch.float64) for a in after], [b.to(torch.float64) for b in before]
     num = sum(float(torch.sum(a * b)) for a, b in zip(after, before, strict=True))
     den = sum(float(torch.sum(b * b)) for b in before)
     if den == 0:
@@ -148,14 +155,20 @@ def _sum64(value: Any) -> Any:
     return value.detach().to(device="cpu", dtype=torch.float64)
 
 
-def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bool = False) -> dict:
+def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bool = False,
+             single: Callable | None = None) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
-    ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards), ``params`` and
-    ``state`` (full tensors by name; a plain tensor as this rank holds it), ``dp_index`` and ``shard_dims`` (the
-    target's declared layouts of the names this rank holds); on rank 0 also ``reference``
-    (:func:`reference_step`, from every rank's records). ``record`` (the replay of a failure only): also
-    ``trace``, every tensor of the step (:class:`~distcheck.parallel.step.trace.Recorder`), and on rank 0
-    ``reference_trace`` (:func:`reference_trace`)."""
+    ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards; ``grad_dtype`` the local
+    gradients' dtype name), ``params`` and ``state`` (full tensors by name, float64 arrays of the values the rank
+    holds; a plain tensor as this rank holds it), ``dp_index``, ``device`` (the ranks' device type) and
+    ``shard_dims`` (the target's declared layouts of the names this rank holds); on rank 0 also ``reference``
+    (:func:`reference_step`, from every rank's records) and ``single`` when that argument is given (``single(case,
+    tokens, labels, starts, target, initial)``: the single-device step in the case's precision,
+    :func:`distcheck.parallel.step.single.device_step`, from the same records). ``record`` (the replay
+    of a failure only): also ``trace``, every tensor of the step (:class:`~distcheck.parallel.step.trace.Recorder`),
+    and on rank 0 ``reference_trace`` (:func:`reference_trace`). The model is built in the case's precision's
+    master dtype (``layout.precision``: float64, or float32 for float32 and both bf16 recipes), and under
+    ``bf16-autocast`` each micro-batch's forward and ``loss_fn`` run under ``torch.autocast``."""
     import logging
     import warnings
 
@@ -172,9 +185,11 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
     from distcheck.parallel.step.mapping import assemble_params, declared
     from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
+    from distcheck.parallel.step.precision import autocast_for, get_precision
     from distcheck.parallel.step.trace import NoRecorder, Recorder, normalize
 
     layout = case.layout
+    master = get_precision(layout.precision).master
     if layout.pp > 1 and target.loop_hooks:
         raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
                            f"not call (layout {layout}): leave pp out of the target's axes")
@@ -186,11 +201,11 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     chunk = cp_positions(case.seq_len, layout.cp, c)
     initial = None
     if target.model is None:
-        model = build_model(case.config, weights(case), device=ctx.device)
+        model = build_model(case.config, weights(case), device=ctx.device, dtype=master)
     else:
         model = build_target_model(target.model, case.config, case.seed)
         initial = same_weights(model)
-        model = model.to(ctx.device)
+        model = model.to(device=ctx.device, dtype=getattr(torch, master))
     shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
@@ -217,8 +232,10 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
             info = StepInfo(layout, mesh, total, n_k, case.microbatches, case.max_norm, k, target.loss, pos, model)
             rec.begin_microbatch(k)
             with target.accumulate(model, info):
-                out = call_model(model, target.batch(x, y, info))
-                target.backward(target.loss_fn(out, y, info), model, info)
+                with autocast_for(layout.precision, ctx.device):
+                    out = call_model(model, target.batch(x, y, info))
+                    loss = target.loss_fn(out, y, info)
+                target.backward(loss, model, info)
             with torch.no_grad():
                 loss_sum += _sum64(target.loss(out, y, info))
             mine += n_k
@@ -233,10 +250,13 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         opt.step()
         rec.after_optimizer(model, opt)
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
-                      "residual": resid, "grad_max": grad_max, "local_tokens": int(mine), **_record(model, opt)})
+                      "residual": resid, "grad_max": grad_max, "local_tokens": int(mine),
+                      "grad_dtype": str(before[0].dtype).removeprefix("torch.") if before else "",
+                      **_record(model, opt)})
     modules = [normalize(n) for n, _ in model.named_modules()]
     names = modules + [f"{n}:input" for n in modules] + [normalize(n) for n, _ in model.named_parameters()]
-    result: dict = {"steps": steps, "dp_index": d, "cp_index": c, "shard_dims": declared(target.shard_dims, names)}
+    result: dict = {"steps": steps, "dp_index": d, "cp_index": c, "device": ctx.device.type,
+                    "shard_dims": declared(target.shard_dims, names)}
     if record:
         result["trace"] = rec.close()
     # the reference runs here, on rank 0, from every rank's records: never in the parent, which forks the next
@@ -250,6 +270,8 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         starts = parallel_states(assemble_params(layout, records, shapes))
         own = target if target.model is not None else None
         result["reference"] = reference_step(case, tokens, labels, starts, own, initial)
+        if single is not None:  # the single-device step in the case's precision, from the same states
+            result["single"] = single(case, tokens, labels, starts, own, initial)
         if record:
             result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
@@ -267,6 +289,7 @@ def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, 
     from distcheck.core.vocab import Schedule
     from distcheck.parallel.step.hooks import StepInfo
     from distcheck.parallel.step.model import IGNORE_INDEX, token_loss_sum
+    from distcheck.parallel.step.precision import autocast_hooks
 
     layout, m = case.layout, case.microbatches
     stage = layout.coordinates(ctx.rank)["pp"]
@@ -284,7 +307,12 @@ def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, 
     schedule = cls(pipe, n_microbatches=m, loss_fn=loss, scale_grads=False)
     x, y = (a.reshape(m * case.micro_batch_size, case.seq_len).to(ctx.device) for a in (tokens, labels))
     last = stage == layout.pp - 1
-    schedule.step(*((x,) if stage == 0 else ()), **({"target": y} if last else {}))
+    hooks = autocast_hooks(model, layout.precision, ctx.device)  # the stage's forwards under autocast
+    try:
+        schedule.step(*((x,) if stage == 0 else ()), **({"target": y} if last else {}))
+    finally:
+        for hook in hooks:
+            hook.remove()
     return sum(sums[-m:], torch.zeros((), dtype=torch.float64)) if last else torch.zeros((), dtype=torch.float64)
 
 
@@ -319,6 +347,28 @@ def parallel_states(results: list[dict]) -> list[dict]:
     return out
 
 
+def start_model(case: StepCase, target: StepTarget, initial: dict | None, master: str, dtype: str) -> Any:
+    """The model a reference starts from, on CPU with parameters of ``dtype``: the tiny Llama with the case's
+    weights, or the target's factory loaded with ``initial``; either rounded to ``master`` first (the weights
+    the ranks start from: the case's float64 weights cast to the master dtype)."""
+    import torch
+
+    from distcheck.parallel.step.case import weights
+    from distcheck.parallel.step.model import build_model
+
+    def rounded(value: Any) -> Any:
+        value = torch.as_tensor(value)
+        return value.to(getattr(torch, master)).to(value.dtype) if value.is_floating_point() else value
+
+    if target.model is None:
+        start = {k: rounded(v).numpy() for k, v in weights(case).items()}
+        return build_model(case.config, start, dtype=dtype)
+    model = build_target_model(target.model, case.config, case.seed)
+    state = model.state_dict() if initial is None else {k: torch.as_tensor(v) for k, v in initial.items()}
+    model.load_state_dict({k: rounded(v) for k, v in state.items()})
+    return model.to(dtype=getattr(torch, dtype))
+
+
 def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,
                    target: StepTarget | None = None, initial: dict | None = None) -> list[dict]:
     """The single-device float64 step on the whole batch of each step: ``loss`` (token mean), ``tokens``,
@@ -331,21 +381,19 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
     arithmetic is checked on its own (:mod:`distcheck.parallel.step.bound`). None: the reference's own
     trajectory. ``target`` (default: the tiny Llama and the default hooks) gives the model factory and the
     ``batch`` and ``loss`` hooks; a factory's model starts from ``initial`` (rank 0's initial ``state_dict``,
-    numpy arrays or tensors by name; None: the factory's own seeded weights)."""
+    numpy arrays or tensors by name; None: the factory's own seeded weights). Under a low precision (the case's
+    ``layout.precision``) this is the float64 shadow: step 1 starts from the weights rounded to the master dtype,
+    as the ranks do (:mod:`distcheck.parallel.step.precision`)."""
     import torch
 
-    from distcheck.parallel.step.case import weights
     from distcheck.parallel.step.hooks import StepInfo, StepTarget, call_model
-    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, load_balance_loss, moe_layers
+    from distcheck.parallel.step.model import IGNORE_INDEX, load_balance_loss, moe_layers
+    from distcheck.parallel.step.precision import get_precision
     from distcheck.parallel.step.reference import StepLayout
 
     target = target or StepTarget(lambda model, mesh, layout: model)
-    if target.model is None:
-        model = build_model(case.config, weights(case))
-    else:
-        model = build_target_model(target.model, case.config, case.seed)
-        if initial is not None:
-            model.load_state_dict({k: torch.as_tensor(v) for k, v in initial.items()})
+    prec = get_precision(case.layout.precision)
+    model = start_model(case, target, initial, prec.master, "float64")
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     out = []
     for s in range(case.steps):
@@ -360,8 +408,8 @@ def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] 
         loss_sum = torch.zeros((), dtype=torch.float64)
         for xk, yk in parts:
             x, y = xk.reshape(-1, case.seq_len), yk.reshape(-1, case.seq_len)
-            info = StepInfo(StepLayout(), None, total, int((y != IGNORE_INDEX).sum()), 1, case.max_norm, 0,
-                            target.loss, None, model)
+            info = StepInfo(StepLayout(precision=prec.name), None, total, int((y != IGNORE_INDEX).sum()), 1,
+                            case.max_norm, 0, target.loss, None, model)
             ce = target.loss(call_model(model, target.batch(x, y, info)), y, info)
             part = ce / total
             aux = load_balance_loss(model)

@@ -268,13 +268,14 @@ def load_balance_loss(model: Any) -> Any:
 _CACHE: dict = {}
 
 
-def build_model(cfg: TinyConfig, weights: dict | None = None, *, device: Any = "cpu") -> Any:
-    """The float64 decoder of ``cfg`` on ``device``; ``weights`` (``name -> numpy array``, the names of
-    ``named_parameters()``, tied weights once under ``tok_embeddings.weight``) are copied in when given."""
+def build_model(cfg: TinyConfig, weights: dict | None = None, *, device: Any = "cpu", dtype: str = "float64") -> Any:
+    """The decoder of ``cfg`` on ``device`` with parameters of ``dtype`` (a torch dtype's name, default float64);
+    ``weights`` (``name -> numpy array``, the names of ``named_parameters()``, tied weights once under
+    ``tok_embeddings.weight``) are copied in when given (rounded to ``dtype``)."""
     if not _CACHE:
         _CACHE["cls"], _CACHE["torch"] = _classes()
     torch = _CACHE["torch"]
-    model = _CACHE["cls"](cfg).to(dtype=torch.float64, device=device)
+    model = _CACHE["cls"](cfg).to(dtype=getattr(torch, dtype), device=device)
     if weights is not None:
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -283,9 +284,13 @@ def build_model(cfg: TinyConfig, weights: dict | None = None, *, device: Any = "
 
 
 def token_loss_sum(logits: Any, labels: Any) -> Any:
-    """The sum of the per-token cross-entropies over the non-ignored labels (``reduction="sum"``), float64."""
+    """The sum of the per-token cross-entropies over the non-ignored labels (``reduction="sum"``), in the logits'
+    dtype, at least float32: bf16 logits are cast to float32 first (torchtitan's ``cross_entropy_loss``)."""
+    import torch
     import torch.nn.functional as F
 
+    if logits.dtype in (torch.bfloat16, torch.float16):
+        logits = logits.float()
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
 
 

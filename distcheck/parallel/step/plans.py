@@ -17,7 +17,9 @@ decoder has (torchtitan/models/llama3/infra/parallelize.py and models/deepseek_v
   counts exchanged first);
 * FSDP2's ``fully_shard`` on the experts over the experts' data-parallel dims (``dp_replicate x efsdp``, their
   gradients divided by ``dp * cp`` as the other parameters' are, :func:`apply_fsdp`), then on every block and on
-  the root over ``(dp_replicate, dp_shard_cp)`` (HSDP when both are above 1).
+  the root over ``(dp_replicate, dp_shard_cp)`` (HSDP when both are above 1), with FSDP2's
+  ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`` when ``layout.precision`` is
+  ``bf16-fsdp`` (:func:`mp_policy`, torchtitan's default mixed precision).
 
 The step clips with :func:`~distcheck.parallel.step.hooks.torch_clip` (``clip_grad_norm_`` on the DTensor
 gradients, one norm per mesh under ep). ``examples/my_step.py`` is the same composition written as a user's file,
@@ -41,8 +43,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["fsdp2_tp", "apply_tp", "apply_cp", "apply_moe", "apply_fsdp", "divide_experts", "ExpertParallel", "ddp",
-           "ddp_no_sync", "DDP_STEP", "fsdp2_tp_torch_cp", "torch_context_parallel", "TORCH_CONTEXT_PARALLEL"]
+__all__ = ["fsdp2_tp", "apply_tp", "apply_cp", "apply_moe", "apply_fsdp", "mp_policy", "divide_experts",
+           "ExpertParallel", "ddp", "ddp_no_sync", "DDP_STEP", "fsdp2_tp_torch_cp", "torch_context_parallel",
+           "TORCH_CONTEXT_PARALLEL"]
 
 
 def apply_tp(model: Any, tp_mesh: Any) -> None:
@@ -178,33 +181,47 @@ def divide_experts(output: Any, factor: int) -> None:
     output.div_(factor)
 
 
-def apply_fsdp(model: Any, dp_mesh: Any, experts_mesh: Any = None, ep: int = 1) -> None:
+def mp_policy(layout: Any) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` for ``layout.precision``: ``param_dtype=torch.bfloat16,
+    reduce_dtype=torch.float32`` under ``bf16-fsdp`` (torchtitan's default mixed precision), none otherwise
+    (:mod:`distcheck.parallel.step.precision`)."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if layout.precision == "bf16-fsdp":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def apply_fsdp(model: Any, dp_mesh: Any, experts_mesh: Any = None, ep: int = 1, *, mp: Any = None) -> None:
     """FSDP2's ``fully_shard`` on every transformer block, then on the root (torchtitan's ``apply_fsdp``), over
-    ``dp_mesh``; with ``experts_mesh`` (the experts' data-parallel dims, ``dp_replicate x efsdp``) every
-    ``moe.experts`` first over it. FSDP2 averages the experts' gradients over their ``dp * cp / ep`` data-parallel
-    ranks, but every rank's tokens reach them through the all-to-all: like every other gradient they must be
-    divided by ``dp * cp`` (pytorch/torchtitan#1551), so a reduce hook divides them by ``ep`` more. torchtitan
-    calls ``set_gradient_divide_factor(dp * cp)`` instead; torch 2.13's FSDP2 divides twice by such a factor on a
+    ``dp_mesh``, with the mixed-precision policy ``mp`` (default: none; :func:`mp_policy`); with ``experts_mesh``
+    (the experts' data-parallel dims, ``dp_replicate x efsdp``) every ``moe.experts`` first over it. FSDP2 averages
+    the experts' gradients over their ``dp * cp / ep`` data-parallel ranks, but every rank's tokens reach them
+    through the all-to-all: like every other gradient they must be divided by ``dp * cp``
+    (pytorch/torchtitan#1551), so a reduce hook divides them by ``ep`` more. torchtitan calls
+    ``set_gradient_divide_factor(dp * cp)`` instead; torch 2.13's FSDP2 divides twice by such a factor on a
     one-rank shard group (efsdp = 1) in float64 and float16 (its pre-division, then the one-rank copy divided by the
     whole factor: a gradient 1/f^2 of the sum), which the hook avoids."""
     import functools
 
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    mp = mp or MixedPrecisionPolicy()
     for block in model.layers.values():
         if experts_mesh is not None and hasattr(block, "moe"):
-            fully_shard(block.moe.experts, mesh=experts_mesh)
+            fully_shard(block.moe.experts, mesh=experts_mesh, mp_policy=mp)
             if ep > 1:
                 block.moe.experts.set_all_reduce_hook(functools.partial(divide_experts, factor=ep))
-        fully_shard(block, mesh=dp_mesh)
-    fully_shard(model, mesh=dp_mesh)
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
 
 
 def fsdp2_tp(model: Any, mesh: Any, layout: Any) -> Any:
     """``parallelize(model, mesh, layout) -> model`` (module doc): :func:`apply_tp` on ``mesh["tp"]`` when
     ``layout.tp > 1`` (the tied head tied again: ``parallelize_module`` gives it its own DTensor), :func:`apply_cp`
     on ``mesh["cp"]`` when ``layout.cp > 1``, :func:`apply_moe`, then :func:`apply_fsdp` on ``mesh["dp_replicate",
-    "dp_shard_cp"]`` (the experts first on the experts' mesh under ep > 1)."""
+    "dp_shard_cp"]`` (the experts first on the experts' mesh under ep > 1) with :func:`mp_policy` of the layout."""
     from distcheck.parallel.step.hooks import expert_mesh
 
     if layout.tp > 1:
@@ -215,7 +232,7 @@ def fsdp2_tp(model: Any, mesh: Any, layout: Any) -> Any:
         apply_cp(model, mesh["cp"])
     apply_moe(model, mesh, layout)
     experts = expert_mesh(mesh, layout)["dp_replicate", "efsdp"] if layout.ep > 1 else None
-    apply_fsdp(model, mesh["dp_replicate", "dp_shard_cp"], experts, layout.ep)
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard_cp"], experts, layout.ep, mp=mp_policy(layout))
     return model
 
 
@@ -230,7 +247,7 @@ def fsdp2_tp_torch_cp(model: Any, mesh: Any, layout: Any) -> Any:
             model.output.weight = model.tok_embeddings.weight
     apply_moe(model, mesh, layout)
     experts = expert_mesh(mesh, layout)["dp_replicate", "efsdp"] if layout.ep > 1 else None
-    apply_fsdp(model, mesh["dp_replicate", "dp_shard_cp"], experts, layout.ep)
+    apply_fsdp(model, mesh["dp_replicate", "dp_shard_cp"], experts, layout.ep, mp=mp_policy(layout))
     return model
 
 

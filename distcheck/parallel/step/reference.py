@@ -54,14 +54,17 @@ CLIP_EPS = 1e-6
 @dataclass(frozen=True)
 class StepLayout:
     """A composition: ``dp_replicate``, ``dp_shard``, ``tp``, ``pp`` and ``cp`` degrees (each >= 1), torchtitan's
-    mesh axes (mesh order ``pp, dp_replicate, dp_shard, cp, tp``, tp innermost), and ``ep`` experts' ranks
+    mesh axes (mesh order ``pp, dp_replicate, dp_shard, cp, tp``, tp innermost), ``ep`` experts' ranks
     borrowed from the data-parallel ones by ``ep_placement`` (:class:`~distcheck.core.vocab.ExpertPlacement`:
-    ``torchtitan``, ep from ``dp_shard x cp``; ``megatron``, ep from ``dp x cp``; ``""`` when ep = 1). ep is no
-    axis of the dense mesh: the experts' mesh is :attr:`expert_shape`.
+    ``torchtitan``, ep from ``dp_shard x cp``; ``megatron``, ep from ``dp x cp``; ``""`` when ep = 1), and the
+    ``precision`` the step is certified in (a name of :data:`distcheck.parallel.step.precision.PRECISIONS`:
+    ``float64``, ``float32``, ``bf16-fsdp``, ``bf16-autocast``; a target's ``parallelize`` reads it to choose
+    FSDP2's ``MixedPrecisionPolicy``; not part of ``str``, which shows the degrees). ep is no axis of the dense
+    mesh: the experts' mesh is :attr:`expert_shape`.
 
-    Raises ConfigError on a degree that is not a positive int, an ep > 1 without a placement (or a placement
-    named with ep = 1), an unknown placement, an ep that the ranks it borrows do not hold (torchtitan: a multiple
-    of cp dividing dp_shard cp; Megatron: a divisor of dp cp)."""
+    Raises ConfigError on a degree that is not a positive int, an unknown precision, an ep > 1 without a
+    placement (or a placement named with ep = 1), an unknown placement, an ep that the ranks it borrows do not
+    hold (torchtitan: a multiple of cp dividing dp_shard cp; Megatron: a divisor of dp cp)."""
 
     dp_replicate: int = 1
     dp_shard: int = 1
@@ -70,10 +73,14 @@ class StepLayout:
     cp: int = 1
     ep: int = 1
     ep_placement: str = ""
+    precision: str = "float64"
 
     def __post_init__(self) -> None:
+        from distcheck.parallel.step.precision import get_precision
+
         for axis in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP, Axis.CP, Axis.EP):
             check_positive_int(str(axis), getattr(self, axis))
+        get_precision(self.precision)
         if self.ep == 1:
             if self.ep_placement:
                 raise ConfigError("ep_placement", self.ep_placement, "must be empty when ep = 1 (no experts' ranks to "
