@@ -1,4 +1,4 @@
-"""Print the seed of CI's exploratory run: distcheck.profiles.commit_seed of a commit.
+"""Print the seed of CI's exploratory run: distcheck.engine.profiles.commit_seed of a commit.
 
     python .ci/commit_seed.py            # the checkout's HEAD (`git rev-parse HEAD`)
     python .ci/commit_seed.py REVISION   # a commit named by its object name, e.g. a CI system's SHA
@@ -16,8 +16,8 @@ from pathlib import Path
 root = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(root))
 
-from distcheck.errors import ConfigError  # noqa: E402 - after the checkout is on sys.path
-from distcheck.profiles import commit_seed  # noqa: E402
+from distcheck.core.errors import ConfigError  # noqa: E402 - after the checkout is on sys.path
+from distcheck.engine.profiles import commit_seed  # noqa: E402
 
 if len(sys.argv) > 2:
     sys.exit("usage: commit_seed.py [REVISION]")

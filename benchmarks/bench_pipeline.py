@@ -3,7 +3,7 @@
     python benchmarks/bench_pipeline.py            # about a minute on 2 cores
     python benchmarks/bench_pipeline.py --runs 9   # more runs per size (medians are reported)
 
-For every schedule of ``distcheck.pipeline.SCHEDULES`` it times ``distcheck.pipeline.simulate``
+For every schedule of ``distcheck.parallel.pp.SCHEDULES`` it times ``distcheck.parallel.pp.simulate``
 (the order built as arrays, checked, simulated exactly, every figure computed; no tick grid)
 at p = 8..64 ranks, m = 16 p micro-batches and v = 4 chunks per rank where the schedule
 allows it (1 or 2 where its v is fixed), the lesson's costs t_f = 1, t_b = 2. Each size is run

@@ -31,8 +31,9 @@ from types import FrameType
 from typing import NoReturn
 
 from distcheck.core.cache import hypothesis_storage
-from distcheck.errors import DistcheckError
-from distcheck.stages import stage_names, timeout_seconds
+from distcheck.core.errors import DistcheckError
+from distcheck.runners.backends import timeout_seconds
+from distcheck.stages import stage_names
 
 __all__ = ["main", "build_parser"]
 
@@ -64,10 +65,10 @@ def _stage_list(stages: tuple[str, ...]) -> Callable[[str], list[str]]:
 
 
 def _world_sizes(text: str) -> tuple[int, ...]:
-    """argparse type of ``--world-sizes``: the rules of :func:`distcheck.validate.check_world_sizes`
+    """argparse type of ``--world-sizes``: the rules of :func:`distcheck.core.validate.check_world_sizes`
     (the ones ``world-sizes`` of ``[tool.distcheck]`` is held to), on comma-separated integers."""
-    from distcheck.errors import ConfigError
-    from distcheck.validate import check_world_sizes
+    from distcheck.core.errors import ConfigError
+    from distcheck.core.validate import check_world_sizes
 
     items = [x.strip() for x in text.split(",")]
     try:
@@ -209,7 +210,7 @@ def _check_golden_keys(folder: Path | None) -> None:
     """Refuse, before anything starts, a golden folder holding a key that cannot be read or is not
     a golden key (a named pipe, a file over 4 MiB, invalid TOML, a claim without ``expect``): an
     AnswerKeyError naming the file (exit 2). A key that reads but does not reproduce is a FAIL row."""
-    from distcheck.errors import GoldenError
+    from distcheck.core.errors import GoldenError
     from distcheck.golden import golden_paths, load_golden
 
     if folder is None:
@@ -228,7 +229,7 @@ def _check_worlds(backend: str, world_sizes: Sequence[int]) -> None:
     An explicitly chosen backend that cannot run here (NCCL without enough GPUs) is an
     error rather than a table of skips, so a CI job cannot go green having checked nothing.
     """
-    from distcheck.errors import BackendUnavailable, ConfigError
+    from distcheck.core.errors import BackendUnavailable, ConfigError
     from distcheck.runners.pool import MAX_LOCAL_RANKS, check_backend_available
 
     for ws in world_sizes:
@@ -287,7 +288,7 @@ def _where(name: str) -> str:
     is no closed form is bad input (ConfigError naming --where, the value and the rule, with close matches)."""
     from distcheck.audit.quantities import renamed
     from distcheck.closed_form import catalogue
-    from distcheck.errors import ConfigError, UnknownQuantityError
+    from distcheck.core.errors import ConfigError, UnknownQuantityError
 
     forms = catalogue()
     try:
@@ -321,7 +322,7 @@ def _render_key_list(fmt: str) -> str:
 
 
 def _emit(text: str | None, output: Path | None) -> None:
-    """Write ``text`` to stdout, or atomically to ``output`` (:func:`distcheck.atomic.write_text_atomic`:
+    """Write ``text`` to stdout, or atomically to ``output`` (:func:`distcheck.core.atomic.write_text_atomic`:
     a temporary file beside it, then a rename; the temporary file never outlives an interruption)."""
     if text is None:
         return
@@ -331,7 +332,7 @@ def _emit(text: str | None, output: Path | None) -> None:
         text = clean(text)  # a key's title cannot clear the screen or move the cursor
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    from distcheck.atomic import write_text_atomic
+    from distcheck.core.atomic import write_text_atomic
 
     try:
         write_text_atomic(output, text)  # removes its temporary file on every exit path, signals included
@@ -359,8 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         with hypothesis_storage():  # Hypothesis' files in distcheck's cache folder, not in the current folder
             return _run_command(args, argv)
     except (DistcheckError, OSError) as exc:
+        from distcheck.core.errors import AnswerKeyError, ConfigError, UnknownQuantityError
         from distcheck.core.text import for_terminal
-        from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
 
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         sys.stderr.write(f"distcheck: error: {for_terminal(first)}\n")

@@ -9,7 +9,7 @@ and does nothing else:
 
 - Without the option no Hypothesis setting changes. A suite that does not ask keeps
   what Hypothesis chose: its ``default`` profile, or on a CI machine (``CI=true``) its
-  own ``ci`` profile, which distcheck never replaces (:mod:`distcheck.profiles`).
+  own ``ci`` profile, which distcheck never replaces (:mod:`distcheck.engine.profiles`).
   ``HYPOTHESIS_PROFILE`` means nothing to the plugin (Hypothesis does not read it
   either); this repository's ``properties/conftest.py`` reads it for its own suite.
 - With the option the profile is registered and loaded in ``pytest_configure``, before
@@ -49,7 +49,7 @@ from distcheck.certify.pytest_support import (  # noqa: F401 - fixtures, registe
     rank_pool,
     world_size,
 )
-from distcheck.profiles import PROFILES
+from distcheck.engine.profiles import PROFILES
 
 __all__ = ["OPTION", "pytest_addoption", "pytest_configure", "pytest_report_header", "pytest_generate_tests",
            "pytest_runtest_call", "requested_profile"]
@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if config.getoption("hypothesis_profile", default=None):
         raise pytest.UsageError(f"{OPTION} and --hypothesis-profile both name a settings profile; give one")
-    from distcheck.profiles import load_profile
+    from distcheck.engine.profiles import load_profile
 
     load_profile(name)
 

@@ -13,15 +13,9 @@ from typing import TYPE_CHECKING
 from distcheck.core.results import (
     FAIL,
     FINDING,
-    NOTHING_CAN_FAIL,
     PASS,
     SKIP,
     CheckResult,
-    Verdict,
-    check_exit_code,
-    exit_code,
-    nothing_can_fail,
-    say_nothing_can_fail,
     to_json,
 )
 from distcheck.core.text import clean
@@ -30,22 +24,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
-    "FAIL",
-    "FINDING",
-    "PASS",
-    "SKIP",
-    "NOTHING_CAN_FAIL",
-    "CheckResult",
-    "Verdict",
-    "check_exit_code",
-    "exit_code",
-    "nothing_can_fail",
-    "say_nothing_can_fail",
     "print_report",
     "print_rank_warnings",
     "render_table",
     "summary_line",
-    "to_json",
 ]
 
 

@@ -19,7 +19,7 @@ Two launchers run them:
   stages and prints the report, and every rank exits with rank 0's code.
 
 Both label known upstream discrepancies (:func:`distcheck.runners.findings.label_findings`),
-turn a stage that raises a :class:`~distcheck.errors.DistcheckError` into one ``FAIL`` row
+turn a stage that raises a :class:`~distcheck.core.errors.DistcheckError` into one ``FAIL`` row
 named after it, and print :func:`distcheck.report.print_report`.
 
 Extension points (``cli.py`` and ``runners/torchrun.py`` need no change):
@@ -29,7 +29,7 @@ Extension points (``cli.py`` and ``runners/torchrun.py`` need no change):
 * real-backend checks of a parallelism: a module ``distcheck.parallel.<name>.checks``
   (:data:`PARALLEL_PACKAGE`) is found by :func:`discover_checks` and joins a declared world
   stage. It defines ``world_rows(world, *, timeout_s)`` (rows from one world, a
-  :class:`~distcheck.runners.context.World`), ``world_free_rows()`` (rows that need torch but
+  :class:`~distcheck.engine.world.World`), ``world_free_rows()`` (rows that need torch but
   no world) and/or ``CERTIFY``: contract runs
   (:class:`~distcheck.engine.contracts.contract.ContractRun`, a contract with torch's own
   implementation as its target) that the stage certifies on each world through the certify
@@ -54,22 +54,18 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from distcheck.errors import (
-    BackendUnavailable,
-    ConfigError,
-    DistcheckError,
-    check_choice,
-)
-from distcheck.report import FAIL, SKIP, CheckResult, check_exit_code, say_nothing_can_fail
-from distcheck.runners.backends import timeout_seconds  # the argparse type of --timeout (cli, torchrun)
+from distcheck.core.errors import BackendUnavailable, ConfigError, DistcheckError
+from distcheck.core.results import check_exit_code, say_nothing_can_fail
+from distcheck.core.validate import check_choice
+from distcheck.report import FAIL, SKIP, CheckResult
 
 if TYPE_CHECKING:
-    from distcheck.runners.context import LaunchedWorld, World
+    from distcheck.engine.world import LaunchedWorld, World
     from distcheck.runners.worlds import LocalWorlds
 
 __all__ = ["PARALLEL_PACKAGE", "STAGES", "CheckOptions", "Stage", "WorldChecks", "discover_checks",
            "run_local", "run_stages", "run_torchrun", "select_stages", "stage", "stage_names", "stage_table",
-           "timeout_seconds", "world_free_stage_rows"]
+           "world_free_stage_rows"]
 
 #: the package whose sub-packages' ``checks`` modules :func:`discover_checks` collects
 PARALLEL_PACKAGE = "distcheck.parallel"

@@ -7,8 +7,8 @@ built, with a message like ``Cannot have max_tp=1 < min_tp=2``, and the repr of 
 strategy is the call that built it (``shard_sizes(max_shards=4)``).
 
 Array-valued cases hold integer-valued floats bounded by
-:func:`distcheck.exactness.max_exact_int`, so a correct sharded computation must
-agree with the unsharded one bit for bit (see :mod:`distcheck.exactness`).
+:func:`distcheck.core.exactness.max_exact_int`, so a correct sharded computation must
+agree with the unsharded one bit for bit (see :mod:`distcheck.core.exactness`).
 
 Example::
 

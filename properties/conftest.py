@@ -9,7 +9,7 @@ a profile only when asked. This suite also chooses one when nobody asks, first m
 1. ``--distcheck-profile NAME``: the plugin loads it;
 2. ``HYPOTHESIS_PROFILE=NAME``, one of distcheck's profiles;
 3. Hypothesis' own ``--hypothesis-profile NAME``: Hypothesis loads it, nothing is loaded here;
-4. ``ci`` when ``CI`` is true, else ``dev`` (:func:`distcheck.profiles.default_profile_name`).
+4. ``ci`` when ``CI`` is true, else ``dev`` (:func:`distcheck.engine.profiles.default_profile_name`).
 
 The seed: Hypothesis' own ``--hypothesis-seed N`` seeds the suite's ``@given`` tests, and the
 ``distcheck_seed`` fixture hands the same N to the tests that call
@@ -24,7 +24,7 @@ import os
 import pytest
 
 from distcheck import pytest_plugin
-from distcheck.profiles import default_profile_name, load_profile
+from distcheck.engine.profiles import default_profile_name, load_profile
 
 
 def pytest_addoption(parser, pluginmanager):

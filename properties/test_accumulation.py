@@ -1,10 +1,10 @@
-"""Gradient-accumulation properties (distcheck.props.accumulation) and a pinned case."""
+"""Gradient-accumulation properties (through distcheck.props) and a pinned case."""
 
 import numpy as np
 import pytest
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import mean_of_means
 from distcheck.parallel.dp import properties as A
 from distcheck.props import properties, run_property

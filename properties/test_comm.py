@@ -1,4 +1,4 @@
-"""Communication-volume properties (distcheck.props.comm) and a pinned ring."""
+"""Communication-volume properties (the comm package's, through distcheck.props) and a pinned ring."""
 
 import pytest
 

@@ -1,11 +1,11 @@
-"""Data-parallel properties (distcheck.props.dp) and pinned cases."""
+"""Data-parallel properties (the dp package's, through distcheck.props) and pinned cases."""
 
 import numpy as np
 import pytest
 from hypothesis import given
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.parallel.dp import properties as P
 from distcheck.props import properties, run_property
 

@@ -1,8 +1,8 @@
-"""3D-layout properties (distcheck.props.layout) and the lesson's 16,384-GPU layout."""
+"""3D-layout properties (the layout package's, through distcheck.props) and the lesson's 16,384-GPU layout."""
 
 import pytest
 
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import groups_tp_outermost
 from distcheck.parallel.layout import properties as LA
 from distcheck.props import properties, run_property

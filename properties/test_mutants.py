@@ -123,7 +123,7 @@ def test_edge_case_mutants_are_killed_on_their_edge_by_the_generated_search_too(
 def test_row_then_column_is_killed_on_its_claim_numbers_and_count():
     # it omits the all-reduce after the row-split W_up: its numbers are wrong, and it records none
     from distcheck import strategies as ds
-    from distcheck.errors import PropertyFailure
+    from distcheck.core.errors import PropertyFailure
     from distcheck.mutants import row_then_column_mlp
     from distcheck.parallel.tp import properties as T
 
@@ -175,7 +175,7 @@ def _row_parallel_wrong_signature(x, W):
 
 def _row_parallel_raising_property_failure(x, W, tp, b=None, *, log=None):
     """A layer that raises PropertyFailure itself: not the property's verdict, so not a kill."""
-    from distcheck.errors import PropertyFailure
+    from distcheck.core.errors import PropertyFailure
 
     raise PropertyFailure("raised by the implementation")
 

@@ -1,8 +1,8 @@
-"""Parameter-count properties (distcheck.props.params) and the lesson's 70B-style count."""
+"""Parameter-count properties (the params package's, through distcheck.props) and the lesson's 70B-style count."""
 
 import pytest
 
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import count_params_ignoring_kv_heads
 from distcheck.parallel.params import properties as PA
 from distcheck.props import properties, run_property

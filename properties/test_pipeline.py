@@ -1,11 +1,11 @@
-"""Pipeline properties (distcheck.props.pipeline) and the lesson's pinned bubbles."""
+"""Pipeline properties (the pp package's, through distcheck.props) and the lesson's pinned bubbles."""
 
 from fractions import Fraction
 
 import pytest
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import bubble_ratio_as_fraction
 from distcheck.parallel.pp import properties as PL
 from distcheck.props import properties, run_property

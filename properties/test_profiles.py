@@ -4,8 +4,8 @@ examples reported are the examples Hypothesis ran; a failure says how to reprodu
 import pytest
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError, PropertyFailure
-from distcheck.profiles import PROFILES, default_profile_name, get_profile, hypothesis_name
+from distcheck.core.errors import ConfigError, PropertyFailure
+from distcheck.engine.profiles import PROFILES, default_profile_name, get_profile, hypothesis_name
 from distcheck.props import Property, run_property
 
 pytest_plugins = ("pytester",)
@@ -62,7 +62,7 @@ def test_profiles_do_not_inherit_hypothesis_ci_profile():
     import subprocess
     import sys
 
-    code = ("from distcheck.profiles import get_profile as g; "
+    code = ("from distcheck.engine.profiles import get_profile as g; "
             "print([(n, g(n).derandomize, g(n).database is None) for n in ('dev', 'ci', 'thorough')])")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "CI": "true"},
                          capture_output=True, text=True, check=True).stdout

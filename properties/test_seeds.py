@@ -10,8 +10,8 @@ from dataclasses import asdict
 
 import pytest
 
+from distcheck.core.errors import ConfigError
 from distcheck.engine.mutants import registry
-from distcheck.errors import ConfigError
 from distcheck.mutants import kill_mutant, row_parallel_bias_every_rank
 from distcheck.props import example_seed, resolve_seed, run_property
 from distcheck.report import summary_line
@@ -159,7 +159,7 @@ def test_a_long_failure_keeps_its_reason_in_the_detail_and_prints_everything_bel
 
 
 def test_a_commit_seeds_its_own_exploratory_run():
-    from distcheck.profiles import COMMIT_SEED_DIGITS, commit_seed
+    from distcheck.engine.profiles import COMMIT_SEED_DIGITS, commit_seed
 
     sha1 = "1f3f4774fb8722d3ec6c98e7e9fee82c21abcd88"
     assert commit_seed(sha1) == int(sha1[:8], 16) == 524240756

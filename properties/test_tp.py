@@ -1,10 +1,10 @@
-"""Tensor-parallel properties (distcheck.props.tp) and the lesson's worked example."""
+"""Tensor-parallel properties (the tp package's, through distcheck.props) and the lesson's worked example."""
 
 import numpy as np
 import pytest
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import row_parallel_bias_every_rank
 from distcheck.parallel.tp import properties as T
 from distcheck.props import properties, run_property

@@ -2,7 +2,7 @@
 implementation: their own @given tests, their own functions passed as ``impl=``.
 
 The implementations below are written here, independently of distcheck's references
-(no import from distcheck.dp / distcheck.tp), as a third party would write them.
+(no import from distcheck.parallel.dp / distcheck.parallel.tp), as a third party would write them.
 """
 
 import numpy as np
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcheck import strategies as ds
-from distcheck.errors import ImplementationError, PropertyFailure
+from distcheck.core.errors import ImplementationError, PropertyFailure
 from distcheck.parallel.dp import properties as acc_props
 from distcheck.parallel.dp import properties as dp_props
 from distcheck.parallel.tp import properties as tp_props

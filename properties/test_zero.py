@@ -1,9 +1,9 @@
-"""ZeRO properties (distcheck.props.zero) and ZeRO Figure 1's worked example."""
+"""ZeRO properties (the zero package's, through distcheck.props) and ZeRO Figure 1's worked example."""
 
 import pytest
 
 from distcheck import strategies as ds
-from distcheck.errors import PropertyFailure
+from distcheck.core.errors import PropertyFailure
 from distcheck.mutants import zero_stage2_unsharded_grads
 from distcheck.parallel.zero import properties as Z
 from distcheck.props import properties, run_property

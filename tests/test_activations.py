@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.activations import (
     LAYER_TENSORS,
     TABLE2_SETTINGS,

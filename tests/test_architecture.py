@@ -7,13 +7,12 @@ those inside functions too: a lazy import is still a dependency. Layers, low to 
     core < engine < parallel < public < services < stages < entry
 
 - core: ``distcheck.core`` (errors, validation, vocabulary, units, exactness, closed-form
-  registry, result rows) and the public paths that re-export only it;
+  registry, result rows);
 - engine: ``distcheck.engine`` (registry, runner, mutants, proofs, discovery, profiles);
 - parallel: ``distcheck.parallel.<name>``, one package per parallelism; a package imports
   another only through that package's ``reference`` module;
 - public: the catalogues generated from the packages (``distcheck.closed_form``, ``distcheck.strategies``,
-  ``distcheck.mutants``), the property registry ``distcheck.props``, and the deprecated old paths
-  (``distcheck.tp``, ``distcheck.forms``, ``distcheck.props.<suite>``), above the packages they gather;
+  ``distcheck.mutants``) and the property registry ``distcheck.props``, above the packages they gather;
 - services: the world machinery (``runners``), the audit and goldens, plan, figures, reports;
 - stages: the one orchestration of ``distcheck check``;
 - entry: the command line and the pytest plugin.
@@ -41,13 +40,11 @@ LAYERS = ("core", "engine", "parallel", "public", "services", "stages", "entry")
 
 #: the layer of every top-level name of distcheck (a module or a sub-package), declared once
 LAYER_OF = {
-    "distcheck": "core",  # the package itself: __init__ imports only core.errors
-    "core": "core", "errors": "core", "validate": "core", "units": "core", "exactness": "core", "atomic": "core",
-    "engine": "engine", "profiles": "engine",
+    "distcheck": "core",  # the package itself: __init__ imports nothing
+    "core": "core",
+    "engine": "engine",
     "parallel": "parallel",
-    "closed_form": "public", "forms": "public", "props": "public", "mutants": "public", "strategies": "public",
-    "dp": "public", "tp": "public", "attention": "public", "pipeline": "public", "memory": "public", "zero": "public",
-    "activations": "public", "params": "public", "layout": "public", "comm": "public",
+    "closed_form": "public", "props": "public", "mutants": "public", "strategies": "public",
     "report": "services", "runners": "services", "audit": "services", "golden": "services", "plan": "services",
     "viz": "services", "reportdoc": "services", "progress": "services", "certify": "services", "libs": "services",
     "zoo": "services",

@@ -1,4 +1,4 @@
-"""Attention with GQA, tensor-parallel by heads (distcheck.attention), and its closed forms."""
+"""Attention with GQA, tensor-parallel by heads (distcheck.parallel.tp), and its closed forms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel import tp as A
 from distcheck.parallel.dp import gamma
 from distcheck.parallel.tp import forms as attn_forms

@@ -19,9 +19,10 @@ from distcheck.audit import (
     render,
     render_quantity_list,
 )
+from distcheck.audit.claim_units import unit_factor
 from distcheck.audit.numbers import parse_printed
-from distcheck.audit.quantities import nominal_params, unit_factor
-from distcheck.errors import AnswerKeyError
+from distcheck.audit.presets import nominal_params
+from distcheck.core.errors import AnswerKeyError
 
 META = '[meta]\ntitle = "t"\nsource = "s"\n'
 

@@ -28,7 +28,7 @@ from distcheck.audit.figures import (
     check_sum,
     span_of,
 )
-from distcheck.errors import AnswerKeyError, ConfigError
+from distcheck.core.errors import AnswerKeyError, ConfigError
 
 AWAY, TOWARD, EVEN = TIE_RULES
 META = '[meta]\ntitle = "t"\nsource = "s"\n'

@@ -15,7 +15,7 @@ from distcheck.audit.constraints import (
     declared_for,
 )
 from distcheck.audit.quantity import Quantity, QuantityInput
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 
 META = '[meta]\ntitle = "t"\nsource = "s"\n'
 

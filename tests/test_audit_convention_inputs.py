@@ -17,7 +17,7 @@ from distcheck.audit import audit_key, parse_key
 from distcheck.audit.claim_units import bridge_between, bridged_factor
 from distcheck.audit.quantities import get_quantity, list_quantities
 from distcheck.audit.report import render_quantity_list
-from distcheck.errors import AnswerKeyError, ConfigError
+from distcheck.core.errors import AnswerKeyError, ConfigError
 
 RING = "ring factor (n-1)/n kept (nccl-tests): (n-1)/n of the paper's count per rank, on a ring of n"
 META = '[meta]\ntitle = "t"\nsource = "s"\n'

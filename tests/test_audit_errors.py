@@ -13,7 +13,7 @@ import sympy as sp
 from distcheck import closed_form, golden
 from distcheck.audit import conventions, counts, figures, keys, numbers, quantities, report, verdict
 from distcheck.audit.consistency import check_key, figure_of
-from distcheck.errors import AnswerKeyError, ConfigError, UnknownQuantityError
+from distcheck.core.errors import AnswerKeyError, ConfigError, UnknownQuantityError
 
 META = '[meta]\ntitle = "t"\nsource = "s"\n'
 GOOD_KEY = keys.parse_key(META + '\n[[claim]]\nid = "a"\nquantity = "layout.world_size"\n'

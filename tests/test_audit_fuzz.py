@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from distcheck.audit import audit_key, list_quantities, parse_key
 from distcheck.audit.keys import validate_data
-from distcheck.errors import AnswerKeyError
+from distcheck.core.errors import AnswerKeyError
 
 # FUZZ_N=3000 for a longer local run (it passed 3000 examples per test when written)
 SETTINGS = settings(max_examples=int(os.environ.get("FUZZ_N", "60")), deadline=None,

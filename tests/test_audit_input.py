@@ -14,7 +14,7 @@ import pytest
 from distcheck.audit import keys, load_key, parse_key
 from distcheck.audit.files import MAX_KEY_BYTES
 from distcheck.audit.keys import MAX_CHECKS, MAX_CLAIMS
-from distcheck.errors import AnswerKeyError
+from distcheck.core.errors import AnswerKeyError
 
 META = '[meta]\ntitle = "t"\nsource = "s"\n'
 CLAIM = ('\n[[claim]]\nid = "c{i}"\nquantity = "layout.world_size"\ninputs = {{ tp = 2, pp = 2, dp = 2 }}\n'

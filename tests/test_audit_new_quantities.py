@@ -89,7 +89,7 @@ def test_new_quantities_are_listed_with_sources():
 
 @pytest.mark.parametrize("unit, factor", [("GB/s", 10**9), ("GiB/s", 2**30), ("B/s", 1), ("MiB/s", 2**20)])
 def test_bandwidth_units(unit, factor):
-    from distcheck.audit.quantities import unit_factor
+    from distcheck.audit.claim_units import unit_factor
 
     assert unit_factor("bytes_per_second", unit) == Fraction(factor)
 
@@ -197,7 +197,7 @@ def test_coordinates_and_node_locality_under_an_order():
     ('{ tp_index = 1, tp = 2, pp = 2, order = "tp-dp" }', "order='tp-dp' must list 'pp' (pp=2 > 1)"),
 ])
 def test_bad_orders_and_degrees_are_bad_input(inputs, message):
-    from distcheck.errors import AnswerKeyError
+    from distcheck.core.errors import AnswerKeyError
 
     with pytest.raises(AnswerKeyError, match=message.replace("(", r"\(").replace(")", r"\)")):
         one("layout.rank", inputs, 1, "count")
@@ -211,7 +211,7 @@ def test_order_is_listed_for_layout_quantities():
 
 @pytest.mark.parametrize("inputs", ["{ params = -1 }", '{ params = "-7 B params" }'])
 def test_negative_sizes_and_sentinels_are_bad_input_not_judged(inputs):
-    from distcheck.errors import AnswerKeyError
+    from distcheck.core.errors import AnswerKeyError
 
     with pytest.raises(AnswerKeyError, match="params"):
         one("memory.train_state_bytes", inputs, 16, "GB")
@@ -223,7 +223,7 @@ def test_negative_sizes_and_sentinels_are_bad_input_not_judged(inputs):
     ("comm.algbw", "{ size_bytes = 1e9, time_s = 1 }", '"-1"', "GB/s"),
 ])
 def test_a_negative_claimed_size_is_bad_input(quantity, inputs, claimed, unit):
-    from distcheck.errors import AnswerKeyError
+    from distcheck.core.errors import AnswerKeyError
 
     with pytest.raises(AnswerKeyError, match="is negative: a size or a count is >= 0"):
         one(quantity, inputs, claimed, unit)

@@ -1,5 +1,5 @@
 """``distcheck audit --output``: the report is written whole or not at all, and its temporary file is
-removed on every exit path, SIGTERM and SIGINT included (distcheck.atomic, docs/AUDIT.md)."""
+removed on every exit path, SIGTERM and SIGINT included (distcheck.core.atomic, docs/AUDIT.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from distcheck import cli
-from distcheck.atomic import write_text_atomic
-from distcheck.errors import ConfigError
+from distcheck.core.atomic import write_text_atomic
+from distcheck.core.errors import ConfigError
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 # interrupt the write once the whole report is in the temporary file, just before the rename:

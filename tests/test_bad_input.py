@@ -407,7 +407,7 @@ def test_an_address_that_does_not_resolve_in_time_is_refused(monkeypatch):
     import socket
     import threading
 
-    from distcheck.errors import ConfigError
+    from distcheck.core.errors import ConfigError
     from distcheck.runners.torchrun_world import check_master
 
     release = threading.Event()

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from distcheck.certify.certificate import Certificate, stable_view, write_atomic
 from distcheck.certify.config import load_config
-from distcheck.certify.engine import LocalWorld, certify, reproduce_command
+from distcheck.certify.engine import certify, reproduce_command
+from distcheck.certify.worlds import LocalWorld
+from distcheck.core.errors import ConfigError, RankFailure, UnknownQuantityError
 from distcheck.engine.contracts import bounds as tb
 from distcheck.engine.contracts.checks import agree, compare, compare_collectives
 from distcheck.engine.contracts.contract import (
@@ -26,7 +28,6 @@ from distcheck.engine.contracts.contract import (
 from distcheck.engine.contracts.errors import CertificationFailed, ProtocolError, TargetError
 from distcheck.engine.contracts.layer import split_bounds
 from distcheck.engine.contracts.targets import import_target, make_target, reference_of
-from distcheck.errors import ConfigError, RankFailure, UnknownQuantityError
 from tests.addition_contract import AdditionContract, add_without_carry, good_add
 
 TP_CONTRACTS = ["column-parallel-linear", "row-parallel-linear", "tensor-parallel-attention", "tensor-parallel-mlp"]

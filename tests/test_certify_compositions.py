@@ -77,7 +77,7 @@ class _TwoRanks:
     world_size, backend = 2, "fake"
 
     def run(self, fn, *args, timeout_s=None):
-        from distcheck.certify.engine import LocalWorld
+        from distcheck.certify.worlds import LocalWorld
 
         return LocalWorld().run(fn, *args) * 2
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from distcheck.certify.engine import HUNG_REASON, certify
-from distcheck.certify.hangs import MAX_SHRINK_HANGS, SHRINK_TIMEOUT_MIN_S, shrink_timeout
-from distcheck.errors import WorldTimeout
+from distcheck.certify.engine import certify
+from distcheck.certify.hangs import HUNG_REASON, MAX_SHRINK_HANGS, SHRINK_TIMEOUT_MIN_S, shrink_timeout
+from distcheck.core.errors import WorldTimeout
 from tests.addition_contract import AdditionContract, Pair
 from tests.addition_contract import good_add as add
 

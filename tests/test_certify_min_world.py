@@ -14,9 +14,9 @@ import textwrap
 import pytest
 
 from distcheck.certify.certificate import NOTHING_CAN_FAIL, Certificate
+from distcheck.core.errors import ConfigError
 from distcheck.engine.contracts.contract import Contract, PropertySpec, contracts, register_contract
 from distcheck.engine.contracts.errors import CertificationFailed, NothingCanFail
-from distcheck.errors import ConfigError
 from distcheck.report import FAIL, PASS, SKIP, CheckResult
 
 EXAMPLES = "examples.my_tp_layers"
@@ -109,7 +109,8 @@ def test_every_world_contract_skips_one_rank_with_its_reason(contract, target):
 
 
 def test_a_degenerate_layout_pipeline_tables_of_one_stage_can_fail_nothing():
-    from distcheck.certify.engine import LocalWorld, certify
+    from distcheck.certify.engine import certify
+    from distcheck.certify.worlds import LocalWorld
 
     cert = certify("examples.my_pipeline_schedules:one_f_one_b", "pipeline-table", world=LocalWorld(),
                    options={"schedule": "1f1b", "max_stages": 1})
@@ -148,7 +149,7 @@ def test_at_world_size_2_the_broken_layer_still_fails(threaded2):
 
 
 def test_check_exits_2_when_nothing_could_fail():
-    from distcheck.report import check_exit_code, nothing_can_fail
+    from distcheck.core.results import check_exit_code, nothing_can_fail
 
     skip = CheckResult("a", "gloo", SKIP, 1, 0, detail="world size 1 is below 2")
     passed = CheckResult("b", "reference", PASS, 1, 5)

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from distcheck.certify import certify
-from distcheck.certify.engine import LocalWorld
+from distcheck.certify.worlds import LocalWorld
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.report import FAIL, PASS
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from distcheck.certify.certificate import Certificate
-from distcheck.certify.engine import HUNG_REASON, certify
+from distcheck.certify.engine import certify
+from distcheck.certify.hangs import HUNG_REASON
 from distcheck.certify.report import write_certify_report
-from distcheck.errors import WorldTimeout
+from distcheck.core.errors import WorldTimeout
 from tests.addition_contract import AdditionContract, add_without_carry
 from tests.addition_contract import good_add as add
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from distcheck.certify.engine import certify
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.tp import vocab
 
 ROOT = Path(__file__).resolve().parent.parent

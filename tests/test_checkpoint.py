@@ -381,9 +381,9 @@ def test_a_loader_of_the_loading_worlds_files_fails_on_another_world_only(pools)
     right at 4 -> 4; at 4 -> 3 rank 3's shard of the bulk tensor (rows 49152 on) is never read and loads as
     zeros; at 3 -> 2 the 5-row tensor's last row (rank 2's) is lost; at 2 -> 4 rank2.pt does not exist. torch
     DCP is right on all four."""
+    from distcheck.core.errors import RankFailure
     from distcheck.engine.contracts.contract import get_contract
     from distcheck.engine.contracts.targets import make_target
-    from distcheck.errors import RankFailure
 
     contract = get_contract("checkpoint")
     opts = contract.parse_options({})

@@ -25,7 +25,7 @@ def _text_files():
 
 def test_the_scan_covers_the_package_docs_and_golden_keys():
     scanned = {p.relative_to(ROOT).as_posix() for p in _text_files()}
-    assert {"README.md", "docs/AUDIT.md", "golden/lesson.toml", "golden/chapter.toml", "distcheck/forms/dp.py",
+    assert {"README.md", "docs/AUDIT.md", "golden/lesson.toml", "golden/chapter.toml", "distcheck/parallel/dp/forms.py",
             "distcheck/audit/quantities.py", ".ci/run"} <= scanned
 
 

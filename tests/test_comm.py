@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError, PropertyFailure
+from distcheck.core.errors import ConfigError, PropertyFailure
 from distcheck.parallel import comm
 from distcheck.parallel.comm.forms import BYTES_PER_RANK
 

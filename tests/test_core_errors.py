@@ -17,9 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from distcheck import units
-from distcheck.core import errors
-from distcheck.errors import ConfigError
+from distcheck.core import errors, units
+from distcheck.core.errors import ConfigError
 from distcheck.parallel import comm, dp, layout, memory, tp
 from distcheck.parallel import pp as pipeline
 
@@ -158,7 +157,7 @@ def test_format_bytes_rounds_the_exact_value():
 
 # ----------------------------------------------------------------------------- every exception survives pickling
 
-#: one instance per exception class of distcheck.core.errors (re-exported as distcheck.errors), every optional
+#: one instance per exception class of distcheck.core.errors (re-exported as distcheck.core.errors), every optional
 #: field set to a non-default value; a class added to the module without a row here fails
 #: test_every_error_class_has_a_pickle_sample
 PICKLE_SAMPLES = {

@@ -434,8 +434,8 @@ def _cp_checks():
 
 def _bandwidth_checks():
     """nccl-tests' algorithm and bus bandwidth from the simulated collectives (what the busiest rank sends, over
-    the time); ZeRO bytes per rank from distcheck.zero's enumeration with the ring factor; degrees derived from
-    the world size by distcheck.layout.derive_degree."""
+    the time); ZeRO bytes per rank from distcheck.parallel.zero's enumeration with the ring factor; degrees derived from
+    the world size by distcheck.parallel.layout.derive_degree."""
     from distcheck.parallel.layout import derive_degree
 
     for coll in comm.COLLECTIVES:
@@ -459,7 +459,7 @@ def _bandwidth_checks():
 
 def _vocab_checks():
     """The vocab-parallel references' collective logs: count and size of each all-reduce, and the bytes
-    each rank sends by the simulated ring all-reduce (distcheck.comm)."""
+    each rank sends by the simulated ring all-reduce (distcheck.parallel.comm)."""
     from distcheck.parallel.tp import vocab
 
     rng = np.random.default_rng(0)

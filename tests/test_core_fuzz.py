@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
 
-from distcheck import exactness, strategies
-from distcheck.errors import ConfigError, PropertyFailure
+from distcheck import strategies
+from distcheck.core import exactness
+from distcheck.core.errors import ConfigError, PropertyFailure
 from distcheck.parallel import activations, comm, dp, layout, memory, params, tp, zero
 from distcheck.parallel import pp as pipeline
 from distcheck.parallel.layout import ParallelConfig

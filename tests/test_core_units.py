@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from distcheck.core.units import GB, GiB, bytes_to, format_bytes, parse_bytes
 from distcheck.parallel.memory import min_gpus, min_tp, min_tp_pp, train_state_bytes
 from distcheck.parallel.params import PRESETS, count_params
 from distcheck.parallel.zero import model_state_bytes_per_gpu
-from distcheck.units import GB, GiB, bytes_to, format_bytes, parse_bytes
 
 P7 = count_params(PRESETS["lesson-7b-style"])
 P70 = count_params(PRESETS["lesson-70b-style"])

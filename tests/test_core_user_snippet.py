@@ -1,4 +1,4 @@
-"""The README's "certify your own implementation" snippet, run the way a new user runs it:
+"""The "certify your own implementation" snippet (docs/PYTHON_API.md), run the way a new user runs it:
 in their own folder (no distcheck conftest, so no distcheck Hypothesis profile), under
 Hypothesis' default settings (200 ms deadline), with a correct and a wrong layer.
 
@@ -23,7 +23,7 @@ USER_TEST = textwrap.dedent(
     import numpy as np
     from hypothesis import given
     from distcheck import strategies as ds
-    from distcheck.props import tp as tp_props, with_edge_cases
+    from distcheck.props import get, with_edge_cases
 
 
     def my_row_parallel(x, W, tp, b=None, *, log=None):
@@ -42,18 +42,18 @@ USER_TEST = textwrap.dedent(
     @with_edge_cases("tp.row.exact")
     @given(ds.linear_cases(max_tp=8))
     def test_my_row_parallel_layer(case):
-        tp_props.row_exact(case, impl=my_row_parallel)
+        get("tp.row.exact").check(case, impl=my_row_parallel)
 
 
     @given(ds.linear_cases(max_tp=8))
     def test_wrong_row_parallel_layer(case):
-        tp_props.row_exact(case, impl=wrong_row_parallel)
+        get("tp.row.exact").check(case, impl=wrong_row_parallel)
 
 
     @with_edge_cases("tp.row.exact")
     @given(ds.linear_cases(max_tp=8))
     def test_wrong_row_parallel_layer_on_the_edge_cases(case):
-        tp_props.row_exact(case, impl=wrong_row_parallel)
+        get("tp.row.exact").check(case, impl=wrong_row_parallel)
     """
 )
 
@@ -98,7 +98,7 @@ FIRST_CALLS = textwrap.dedent(
         prop.check(case)
         took = time.perf_counter() - start
         late = sorted(m for m in set(sys.modules) - before
-                      if m.split(".")[0] == "sympy" or m.startswith("distcheck.forms"))
+                      if m.split(".")[0] == "sympy" or m.endswith(".forms"))
         print(prop.name, f"{took:.4f}", ",".join(late) or "-")
     """
 )

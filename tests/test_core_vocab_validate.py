@@ -156,16 +156,6 @@ def test_the_references_accept_numpy_integers_and_compute_with_python_ints():
         params.TransformerConfig(hidden_size=8, num_layers=1, ffn_hidden_size=4, num_heads=2, vocab_size=8, swiglu=1)
 
 
-def test_the_old_public_paths_re_export_the_one_set():
-    from distcheck import errors
-    from distcheck import validate as public_validate
-
-    assert errors.check_positive_int is validate.check_positive_int
-    assert errors.check_choice is validate.check_choice
-    assert public_validate.check_int is validate.check_int
-    assert errors.ConfigError is ConfigError
-
-
 # ----------------------------------------------------------------------------- the sharded layer norm, now a reference
 
 

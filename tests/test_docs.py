@@ -456,18 +456,17 @@ def test_the_documented_commands_are_found_joined_and_skipped_by_what_they_need(
         ROOT / "x.json", ROOT / "out"]
 
 
-# ---- what the README says about the code, held by the code
+# ---- what the docs say about the code, held by the code
 
-def _readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end != -1 else len(text)]
+def _page(name: str) -> str:
+    """A page of docs/ (the README's sections moved there keep their headings: docs/REPOSITORY.md is
+    "Repository layout", docs/CHECK.md "`distcheck check`")."""
+    return (ROOT / "docs" / name).read_text()
 
 
 def layout_entries() -> dict[str, str]:
-    """The README's repository layout: path -> its description (continuation lines joined)."""
-    body = FENCE.search(_readme_section("Repository layout"), re.MULTILINE)
+    """The repository layout (docs/REPOSITORY.md): path -> its description (continuation lines joined)."""
+    body = FENCE.search(_page("REPOSITORY.md"), re.MULTILINE)
     assert body is not None, "the repository layout section has no code block"
     entries: dict[str, str] = {}
     last = ""
@@ -485,15 +484,15 @@ def _entry_of(path: Path, entries: dict[str, str]) -> str:
     """The most specific layout entry that holds ``path``."""
     rel = path.relative_to(ROOT).as_posix()
     holders = [e for e in entries if rel == e.rstrip("/") or rel.startswith(e if e.endswith("/") else e + "/")]
-    assert holders, f"{rel} is in no entry of the README's repository layout"
+    assert holders, f"{rel} is in no entry of the repository layout (docs/REPOSITORY.md)"
     return max(holders, key=len)
 
 
-def test_every_path_of_the_readme_layout_exists_and_the_parallel_packages_are_listed():
+def test_every_path_of_the_repository_layout_exists_and_the_parallel_packages_are_listed():
     entries = layout_entries()
     assert len(entries) >= 15, entries
     for path in entries:
-        assert (ROOT / path).exists(), f"the README's repository layout names {path}, which does not exist"
+        assert (ROOT / path).exists(), f"docs/REPOSITORY.md names {path}, which does not exist"
     listed = re.search(r"one package per parallelism \(([^)]*)\)", entries["distcheck/parallel/"])
     assert listed is not None
     packages = {p.parent.name for p in (ROOT / "distcheck" / "parallel").glob("*/__init__.py")}
@@ -502,7 +501,7 @@ def test_every_path_of_the_readme_layout_exists_and_the_parallel_packages_are_li
         assert role in entries["distcheck/parallel/"] and list((ROOT / "distcheck" / "parallel").glob(f"*/{role}.py"))
 
 
-def test_the_readme_layout_places_contracts_and_ddp_where_they_are():
+def test_the_repository_layout_places_contracts_and_ddp_where_they_are():
     entries = layout_entries()
     contracts = [p for p in (ROOT / "distcheck").rglob("*.py")
                  if re.search(r"^class \w+\([\w.]*Contract\)", p.read_text(), re.MULTILINE)]
@@ -519,7 +518,7 @@ def test_the_readme_layout_places_contracts_and_ddp_where_they_are():
 def test_every_registered_property_declares_edge_cases_that_hold():
     from distcheck.props import properties
 
-    assert "Each\n   property declares its edge cases" in _readme_section("`distcheck check`")
+    assert "Each\n   property declares its edge cases" in _page("CHECK.md")
     for prop in properties():
         edges = tuple(prop.edge_cases())
         assert edges, f"{prop.name} declares no edge cases"
@@ -527,14 +526,14 @@ def test_every_registered_property_declares_edge_cases_that_hold():
             prop.check(case, None)  # each holds on the reference
 
 
-def test_the_readme_says_how_many_ranks_of_the_fake_world_are_checked():
+def test_the_docs_say_how_many_ranks_of_the_fake_world_are_checked():
     import inspect
 
     from distcheck.parallel.layout.checks import fake_mesh_rows, sample_ranks
 
-    text = " ".join(_readme_section("`distcheck check`").split())
+    text = " ".join(_page("CHECK.md").split())
     m = re.search(r"a ([\d,]+)-rank world on the fake backend, of which (\d+) ranks are impersonated", text)
-    assert m is not None, "the README must say how many ranks of the fake world the check impersonates"
+    assert m is not None, "docs/CHECK.md must say how many ranks of the fake world the check impersonates"
     defaults = {k: v.default for k, v in inspect.signature(fake_mesh_rows).parameters.items()
                 if k in ("pp", "dp", "tp")}
     assert int(m[1].replace(",", "")) == defaults["pp"] * defaults["dp"] * defaults["tp"]

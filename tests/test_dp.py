@@ -1,4 +1,4 @@
-"""Data parallelism reference (distcheck.dp) and its closed forms (distcheck.forms.dp)."""
+"""Data parallelism reference (distcheck.parallel.dp) and its closed forms (dp.* of distcheck.closed_form)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel import dp
 from distcheck.parallel.dp import forms as dp_forms
 
@@ -386,9 +386,9 @@ def test_forms_weights():
 def test_gamma():
     assert dp.gamma(0) == 0.0
     assert dp.gamma(1) == 2.0**-53 / (1 - 2.0**-53)
-    # one definition: the exact Fraction of distcheck.exactness rounded once, bitwise the
+    # one definition: the exact Fraction of distcheck.core.exactness rounded once, bitwise the
     # float expression k*u/(1 - k*u); tp's reference uses the same function (its one public path is dp's)
-    from distcheck import exactness
+    from distcheck.core import exactness
     from distcheck.parallel.tp import reference as tp
 
     assert tp.gamma is dp.gamma and tp.UNIT_ROUNDOFF == dp.UNIT_ROUNDOFF == 2.0**-53

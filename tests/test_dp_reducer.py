@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from distcheck.certify import get_contract
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel import dp
 from distcheck.parallel.dp.contracts import DDPCase, _relu_mlp_grad_sum, reducer_reference
 from distcheck.report import FAIL, PASS, SKIP

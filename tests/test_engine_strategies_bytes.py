@@ -8,8 +8,8 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
+from distcheck.core.errors import ConfigError
 from distcheck.engine.strategies import draw_ints_from_bytes
-from distcheck.errors import ConfigError
 
 
 def arrays(shape, bound):

@@ -1,12 +1,12 @@
-"""distcheck.exactness: derived magnitude bounds, gamma_k, and the three assertions."""
+"""distcheck.core.exactness: derived magnitude bounds, gamma_k, and the three assertions."""
 
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from distcheck.errors import ConfigError, PropertyFailure
-from distcheck.exactness import (
+from distcheck.core.errors import ConfigError, PropertyFailure
+from distcheck.core.exactness import (
     assert_bitwise_equal,
     assert_exact,
     assert_within,

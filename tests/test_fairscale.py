@@ -1,7 +1,7 @@
 """fairscale's model-parallel layers certified on gloo worlds of 2 and 4 ranks (the optional extra
 ``distcheck[fairscale]``; every test here is marked ``fairscale`` and skipped cleanly without it).
 
-Each test pins one line of README's fairscale table; ``python -m pytest -q -m fairscale`` reproduces it.
+Each test pins one line of the fairscale table of docs/CONTRACTS.md; ``python -m pytest -q -m fairscale`` reproduces it.
 The adapter (``distcheck.engine.contracts.adapters``) calls ``initialize_model_parallel(world_size)`` on
 every rank before the layer is built."""
 

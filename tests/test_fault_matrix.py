@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from distcheck.errors import RankFailure, WorldTimeout
+from distcheck.core.errors import RankFailure, WorldTimeout
 
 #: seconds a hanging step is given: short, so the matrix stays well under a minute
 HANG_TIMEOUT_S = 1.0

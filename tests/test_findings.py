@@ -8,17 +8,9 @@ import re
 
 import pytest
 
-from distcheck.report import (
-    FAIL,
-    FINDING,
-    PASS,
-    SKIP,
-    CheckResult,
-    Verdict,
-    exit_code,
-    summary_line,
-    to_json,
-)
+from distcheck.core.results import exit_code
+from distcheck.core.vocab import Verdict
+from distcheck.report import FAIL, FINDING, PASS, SKIP, CheckResult, summary_line, to_json
 from distcheck.runners.findings import KNOWN_FINDINGS, Finding, label_findings
 
 TABLE = "pp.table.Schedule1F1B"

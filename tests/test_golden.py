@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from distcheck.audit import UNDECIDED, VERDICTS, audit_file, load_key
-from distcheck.errors import AnswerKeyError, GoldenError
+from distcheck.core.errors import AnswerKeyError, GoldenError
 from distcheck.golden import default_golden_dir, golden_paths, load_golden, verify, verify_all
 from distcheck.report import FAIL, PASS, SKIP
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.layout import (
     EXAMPLES,
     ParallelConfig,
@@ -237,9 +237,11 @@ def test_reference_matches_forms(tp, cp, pp, dp, ep):
 
 def test_layers_do_not_import_each_other():
     code = (
-        "import sys, distcheck.forms.layout, distcheck.forms.comm; "
-        "assert 'distcheck.layout' not in sys.modules and 'distcheck.comm' not in sys.modules; "
-        "import distcheck.layout, distcheck.comm; "
+        "import sys, distcheck.parallel.layout.forms, distcheck.parallel.comm.forms; "
+        "assert 'distcheck.parallel.layout.reference' not in sys.modules; "
+        "assert 'distcheck.parallel.comm.reference' not in sys.modules; "
+        "import distcheck.parallel.layout, distcheck.parallel.comm; "
+        "distcheck.parallel.layout.ParallelConfig, distcheck.parallel.comm.volume; "
         "assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import strategies as st
 
 from distcheck.certify import certify
+from distcheck.core.errors import ConfigError
 from distcheck.engine.contracts.errors import ProtocolError
-from distcheck.errors import ConfigError
 from distcheck.libs import run_libs
 from distcheck.libs.findings import LIB_FINDINGS, label
 from distcheck.libs.table import summary_rows, to_markdown

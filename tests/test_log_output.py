@@ -209,7 +209,7 @@ def test_under_an_error_filter_a_ranks_warning_still_fails_its_step():
 
     import pytest
 
-    from distcheck.errors import RankFailure
+    from distcheck.core.errors import RankFailure
     from distcheck.runners.pool import RankPool
 
     pytest.importorskip("torch")

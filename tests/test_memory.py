@@ -8,7 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
+from distcheck.core.units import GB, bytes_to
 from distcheck.parallel.memory import (
     CONVENTIONS,
     BytesPerParam,
@@ -22,7 +23,6 @@ from distcheck.parallel.memory import (
     weights_bytes,
 )
 from distcheck.parallel.memory import forms as F
-from distcheck.units import GB, bytes_to
 
 P7 = 6_738_149_376      # lesson 7B-style
 P70 = 68_975_329_280    # lesson 70B-style

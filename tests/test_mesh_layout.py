@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.layout import (
     AxisLayout,
     ParallelConfig,
@@ -113,7 +113,7 @@ def test_parse_order_accepts_sequences_and_commas():
         parse_order(3)
 
 
-# ---------------------------------------------------------------- against distcheck.layout (independent reference)
+# ---------------------------------------------------- against distcheck.parallel.layout (independent reference)
 
 _AXES = ("tp", "cp", "pp", "dp")
 
@@ -150,7 +150,7 @@ def test_multi_axis_groups_are_unions_along_the_axes():
             assert sorted(r for g in parts for r in g) == joint[0]
 
 
-# ---------------------------------------------------------------- distcheck.layout accepts Megatron's order strings
+# ----------------------------------------------------- distcheck.parallel.layout accepts Megatron's order strings
 
 
 def test_parallel_config_accepts_megatron_order_strings():

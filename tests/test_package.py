@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from distcheck.errors import ConfigError, check_choice, check_divides, check_positive_int
-from distcheck.units import GB, GiB, bytes_to, to_bytes
+from distcheck.core.errors import ConfigError
+from distcheck.core.units import GB, GiB, bytes_to, to_bytes
+from distcheck.core.validate import check_choice, check_divides, check_positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = [
@@ -126,7 +127,7 @@ def test_ci_runs_an_exploratory_dev_run_seeded_by_the_commit_after_the_readme_te
     assert given == "524240756\n"  # int("1f3f4774", 16)
     git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     if git.returncode == 0:  # a checkout (CI's is one; an unpacked sdist is not)
-        from distcheck.profiles import commit_seed
+        from distcheck.engine.profiles import commit_seed
 
         head = subprocess.run(script, capture_output=True, text=True, check=True).stdout
         assert head == f"{commit_seed(git.stdout)}\n"

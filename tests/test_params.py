@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.params import PRESETS, TransformerConfig, component_counts, count_params, param_tensors
 from distcheck.parallel.params import forms as F
 

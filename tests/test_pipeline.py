@@ -1,5 +1,5 @@
-"""Pipeline schedules: the tick simulator (distcheck.pipeline) against the lesson's
-figures and the sympy closed forms (distcheck.forms.pipeline). Every quantity is an
+"""Pipeline schedules: the tick simulator (distcheck.parallel.pp) against the lesson's
+figures and the sympy closed forms (pp.* of distcheck.closed_form). Every quantity is an
 integer or a Fraction, so every comparison is exact equality."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.pp import (
     Action,
     DeadlockError,

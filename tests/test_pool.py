@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from distcheck.errors import BackendUnavailable, ConfigError, DistributedError, RankFailure, WorldTimeout
+from distcheck.core.errors import BackendUnavailable, ConfigError, DistributedError, RankFailure, WorldTimeout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -83,7 +83,7 @@ def _segfault_on_0(ctx):
 def _shape_by_rank(ctx):
     import torch
 
-    from distcheck.runners import check_same_shape
+    from distcheck.engine.world import check_same_shape
 
     check_same_shape(ctx, torch.zeros(2 + ctx.rank), "payload")
 
@@ -639,7 +639,7 @@ def test_threaded_backend_runs_collectives_and_recovers():
 
 
 def test_fake_world_builds_a_16384_rank_mesh():
-    from distcheck.runners.fake import FakeWorld, run_fake
+    from distcheck.engine.fake import FakeWorld, run_fake
 
     assert run_fake(_mesh_layout, world_size=16_384, rank=9_000) == ((70, 40), 128, 128)
     assert FakeWorld(16_384).run(_mesh_layout, ranks=[0, 16_383]) == [((0, 0), 128, 128), ((127, 127), 128, 128)]
@@ -725,7 +725,8 @@ def _dead_pid() -> int:
 
 
 def test_sweep_removes_only_folders_of_dead_owners(tmp_path):
-    from distcheck.runners.pool import _owner_line, sweep_stale_folders
+    from distcheck.runners.folders import sweep_stale_folders
+    from distcheck.runners.pool import _owner_line
 
     me = _owner_line(os.getpid()).split()
     lines = {

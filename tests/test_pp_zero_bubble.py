@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from distcheck.closed_form import get
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel.pp import Action, DeadlockError, replay, schedule_order, simulate
 
 

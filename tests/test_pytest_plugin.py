@@ -67,7 +67,7 @@ def test_plain_suite_on_a_ci_machine_keeps_hypothesis_own_ci_profile(pytester, n
     # suite (run_property registers them) must not replace it with distcheck's ci (40 examples)
     monkeypatch.setenv("CI", "true")
     pytester.makepyfile(test_plain=_SETTINGS_TEST.replace(
-        "    s = settings()", "    from distcheck.profiles import get_profile\n"
+        "    s = settings()", "    from distcheck.engine.profiles import get_profile\n"
                               "    assert get_profile('ci').max_examples == 40\n    s = settings()"))
     result = pytester.runpytest_subprocess("-s")
     assert _settings_line(result) == ["ci", "100", "True", "True"]

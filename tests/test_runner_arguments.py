@@ -14,16 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from distcheck.errors import ConfigError
-from distcheck.runners import (
-    FakeWorld,
-    RankPool,
-    TorchrunWorld,
-    check_same_shape,
-    run_fake,
-)
-from distcheck.runners.context import RankContext
-from distcheck.runners.pool import MAX_TIMEOUT_S
+from distcheck.core.errors import ConfigError
+from distcheck.engine.fake import FakeWorld, run_fake
+from distcheck.engine.world import RankContext, check_same_shape
+from distcheck.runners import RankPool, TorchrunWorld
+from distcheck.runners.backends import MAX_TIMEOUT_S
 from distcheck.runners.threaded import rank_generator, threaded_pool
 from distcheck.runners.torchrun import run_check_under_torchrun
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.report import FAIL, FINDING, PASS, SKIP
 
 torch = pytest.importorskip("torch")
@@ -120,7 +120,7 @@ class _FailingWorld:
 
 
 def _three_rank_failure():
-    from distcheck.errors import RankFailure
+    from distcheck.core.errors import RankFailure
 
     tbs = {r: _traceback_of(ValueError(f"bad value on rank {r}\n  second line of the message")) for r in range(3)}
     err = RankFailure(0, tbs[0] + "\n(also failed: ranks [1, 2])\n(ranks [3] had not finished and were stopped)")
@@ -129,7 +129,7 @@ def _three_rank_failure():
 
 
 def test_run_guarded_keeps_the_first_failing_ranks_exception_line():
-    from distcheck.errors import RankFailure, WorldTimeout
+    from distcheck.core.errors import RankFailure, WorldTimeout
 
     _, detail = drivers.run_guarded(_FailingWorld(_three_rank_failure()), None)
     assert detail == "RankFailure: rank 0 failed: ValueError: bad value on rank 0 (also failed: ranks [1, 2])"
@@ -246,8 +246,8 @@ def test_tp_at_one_rank_gives_skip_rows_naming_why_nothing_can_fail():
     from types import SimpleNamespace
 
     from distcheck.certify.runs import contract_rows
+    from distcheck.core.results import check_exit_code
     from distcheck.parallel.tp.checks import CERTIFY
-    from distcheck.report import check_exit_code
 
     def never(*args, **kwargs):
         raise AssertionError("a world below the contract's smallest must not run an example")

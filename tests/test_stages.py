@@ -18,9 +18,9 @@ from types import SimpleNamespace
 import pytest
 
 from distcheck import stages
-from distcheck.errors import BackendUnavailable, ConfigError, RankFailure
+from distcheck.core.errors import BackendUnavailable, ConfigError, RankFailure
+from distcheck.engine.world import RankContext
 from distcheck.report import FAIL, PASS, CheckResult
-from distcheck.runners.context import RankContext
 
 CHECKS_MODULE = '''
 import os

@@ -324,7 +324,7 @@ def test_torch_composition_certified_under_pp_and_tp():
 def test_cancelling_compositions_hold_to_the_bound(monkeypatch):
     # every sequence keeps one token and clipping binds: a softmax over one key leaves the query and key
     # projections' gradients exactly 0 in exact arithmetic, which the reference rounds to 0 and the
-    # tensor-parallel ranks do not (the README's line at 4 ranks failed there: "expected 0, got -1.08e-21,
+    # tensor-parallel ranks do not (the documented line at 4 ranks failed there: "expected 0, got -1.08e-21,
     # bound 0"); torch's composition must hold to the bound on every layout of 4 ranks, tp = 4 included
     from distcheck.certify import certify
     from distcheck.parallel.step import contracts as sc

@@ -24,7 +24,7 @@ def _one_step(**moments):
 
 
 def test_a_cancelled_value_is_held_to_its_kinds_floor_not_to_zero():
-    # the README's training-step line at 4 ranks: exp_avg of a query projection is exactly 0 in the reference
+    # the training-step line at 4 ranks (docs/CONTRACTS.md): exp_avg of a query projection is exactly 0 in the reference
     # (one kept token) and -1.08e-21 on the tensor-parallel ranks; a bound scaled by its own tensor is 0
     step = _one_step()
     bounds = param_bounds(step, lr=2.0**-7, **ADAMW)[0]

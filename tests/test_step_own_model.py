@@ -307,7 +307,7 @@ def test_gpt_ties_its_head_and_lists_the_tie_once():
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_gpt_example_certified_at_two_and_four_ranks():
-    # the README's command (fewer examples): every layout of 2 and 4 ranks without pp, tp = 4 included
+    # docs/CONTRACTS.md's command (fewer examples): every layout of 2 and 4 ranks without pp, tp = 4 included
     out = subprocess.run([sys.executable, "-m", "distcheck", "certify", "examples.my_gpt:TARGET", "--contract",
                           "training-step", "--world-sizes", "2,4", "--examples", "4"], cwd=ROOT,
                          capture_output=True, text=True, timeout=1500)

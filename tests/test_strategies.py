@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from distcheck import strategies as ds
-from distcheck.errors import ConfigError
-from distcheck.exactness import max_exact_int
+from distcheck.core.errors import ConfigError
+from distcheck.core.exactness import max_exact_int
 
 BAD = [
     (ds.shard_counts, dict(min_shards=3, max_shards=2), "Cannot have max_shards=2 < min_shards=3"),

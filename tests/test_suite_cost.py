@@ -42,7 +42,7 @@ def test_nodes_tests_are_left_out_by_default_and_ci_runs_them():
     runs = [ln for ln in ci.splitlines() if not ln.lstrip().startswith("#") and "-m pytest" in ln]
     assert any(re.search(r"\s-m nodes(\s|$)", ln) for ln in runs), runs  # its -m replaces addopts' one
     assert any('-m "slow and not nodes"' in ln for ln in runs), runs  # and so does the slow tests' step
-    assert "-m nodes" in (ROOT / "README.md").read_text().split("## Tests", 1)[1]
+    assert "-m nodes" in (ROOT / "docs" / "TESTING.md").read_text()
 
 
 def test_the_package_is_built_once_per_session():

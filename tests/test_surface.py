@@ -5,7 +5,7 @@
   checks ``hypothesis.strategies.__all__``);
 - every public name is documented and reachable by one public path (the packages' faces and the
   catalogues :mod:`distcheck.strategies` and :mod:`distcheck.mutants`);
-- importing a package imports nothing else; the old paths warn, naming the new one.
+- importing a package imports nothing else; the old paths are gone (tests/test_one_path.py).
 """
 
 from __future__ import annotations
@@ -189,50 +189,6 @@ def test_one_grep_of_the_listed_name_finds_the_bubble_formula(capsys):
     assert capsys.readouterr().out.strip() == where
     assert main(["audit", "--where", "pipeline.bubble_fraction.gpipe"]) == 0  # the old name, as an alias
     assert capsys.readouterr().out.strip() == where
-
-
-# ----------------------------------------------------------------------------- the old paths, for one release
-
-
-@pytest.mark.parametrize(("old", "name", "new"), [
-    ("distcheck.tp", "column_parallel", "use distcheck.parallel.tp.column_parallel"),
-    ("distcheck.tp", "gamma", "use distcheck.parallel.dp.gamma"),
-    ("distcheck.attention", "tp_attention", "use distcheck.parallel.tp.tp_attention"),
-    ("distcheck.pipeline", "simulate", "use distcheck.parallel.pp.simulate"),
-    ("distcheck.layout", "ParallelConfig", "use distcheck.parallel.layout.ParallelConfig"),
-    ("distcheck.dp", "accumulate_grads", "use distcheck.parallel.dp.accumulate_grads"),
-    ("distcheck.memory", "train_state_bytes", "use distcheck.parallel.memory.train_state_bytes"),
-    ("distcheck.params", "PRESETS", "use distcheck.parallel.params.PRESETS"),
-    ("distcheck.zero", "partition", "use distcheck.parallel.zero.partition"),
-    ("distcheck.comm", "volume", "use distcheck.parallel.comm.volume"),
-    ("distcheck.activations", "bytes_per_layer", "use distcheck.parallel.activations.bytes_per_layer"),
-    ("distcheck.forms.tp", "OUTPUT_COLS_PER_SHARD", "use distcheck.closed_form.get('tp.column.output_cols_per_shard')"),
-    ("distcheck.forms.pipeline", "FORMS", "use distcheck.closed_form.get('pp.<name>')"),
-    ("distcheck.forms.attention", "HEADS_PER_RANK", "use distcheck.closed_form.get('attention.heads_per_rank')"),
-    ("distcheck.props.tp", "row_exact", "use distcheck.props.get('tp.row.exact').check"),
-    ("distcheck.props.pipeline", "stash_formula_matches_simulator", "use distcheck.props.get('pp.stash.formula')"),
-    ("distcheck.props.accumulation", "tokens_split_invariant",
-     "use distcheck.props.get('accumulation.tokens.split_invariant').check"),
-    ("distcheck.props.dp", "weighted_combine", "use distcheck.parallel.dp.properties.weighted_combine (internal)"),
-    ("distcheck.props.proofs", "PROOFS", "use distcheck.props.PROOFS"),
-])
-def test_an_old_path_still_works_and_warns_naming_the_new_one(old, name, new):
-    module = importlib.import_module(old)
-    with pytest.warns(DeprecationWarning, match=re.escape(f"{old}.{name} is deprecated")) as record:
-        value = getattr(module, name)
-    assert new in str(record[0].message)
-    if new.startswith("use distcheck.parallel.") and not new.endswith("(internal)"):
-        assert value is getattr(importlib.import_module(new[4:].rpartition(".")[0]), name)
-    with pytest.raises(AttributeError, match="deprecated module"):
-        module.no_such_name  # noqa: B018
-
-
-def test_the_readme_import_still_works_and_warns():
-    code = ("import warnings; warnings.simplefilter('error')\n"
-            "from distcheck import tp\n"
-            "try:\n    tp.row_parallel\nexcept DeprecationWarning as e:\n    print(e)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "distcheck.tp.row_parallel is deprecated" in out and "distcheck.parallel.tp.row_parallel" in out
 
 
 # ----------------------------------------------------------------------------- one name per parallelism

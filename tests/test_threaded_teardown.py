@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from distcheck.errors import RankFailure
+from distcheck.core.errors import RankFailure
 from distcheck.runners.pool import RankPool
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]

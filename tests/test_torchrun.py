@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from distcheck.errors import ConfigError, DistributedError, RankFailure
+from distcheck.core.errors import ConfigError, DistributedError, RankFailure
 
 
 def _env(ctx, rank=None):
@@ -29,7 +29,7 @@ def _value_error_on_1(ctx):
 
 def _torchrun_world_contract(ctx):
     """Inside a pool rank: results, a labelled failure, and a mismatched RANK, all through TorchrunWorld."""
-    from distcheck.runners.torchrun import TorchrunWorld
+    from distcheck.runners.torchrun_world import TorchrunWorld
 
     world = TorchrunWorld(backend="gloo", timeout_s=30, environ=_env(ctx))
     ok = world.run(_square_rank)
@@ -74,7 +74,7 @@ def _check_under_torchrun(ctx, golden_dir):
     ],
 )
 def test_torchrun_world_validates_the_environment(env, field):
-    from distcheck.runners.torchrun import TorchrunWorld
+    from distcheck.runners.torchrun_world import TorchrunWorld
 
     with pytest.raises(ConfigError) as info:
         TorchrunWorld(environ=env)
@@ -82,14 +82,15 @@ def test_torchrun_world_validates_the_environment(env, field):
 
 
 def test_launched_by_torchrun_needs_all_three_variables():
-    from distcheck.runners.torchrun import launched_by_torchrun
+    from distcheck.runners.torchrun_world import launched_by_torchrun
 
     assert launched_by_torchrun({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
     assert not launched_by_torchrun({"RANK": "0", "WORLD_SIZE": "1"})
 
 
 def test_torchrun_world_rejects_bad_backend_and_timeout():
-    from distcheck.runners.torchrun import TorchrunWorld, run_check_under_torchrun
+    from distcheck.runners.torchrun import run_check_under_torchrun
+    from distcheck.runners.torchrun_world import TorchrunWorld
 
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
     with pytest.raises(ConfigError) as info:
@@ -133,7 +134,7 @@ def test_exit_code_is_rank_0s_on_every_rank(tmp_path):
 
 
 def test_broken_exchange_is_reported_as_distributed_error():
-    from distcheck.runners.torchrun import TorchrunWorld
+    from distcheck.runners.torchrun_world import TorchrunWorld
 
     world = TorchrunWorld(backend="gloo", environ={"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
     world._broken = "result exchange failed after f: timed out"

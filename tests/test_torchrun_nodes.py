@@ -1,4 +1,4 @@
-"""Two torchrun agents on this host, as two nodes of one world: the README's multi-node command.
+"""Two torchrun agents on this host, as two nodes of one world: the multi-node command of docs/TESTING.md.
 
 Each agent is ``python -m torch.distributed.run --nnodes=2 --nproc-per-node=2 --node-rank=R`` with a
 c10d rendezvous on 127.0.0.1 (node 0 hosts the store: ``--rdzv-conf is_host=1``; node 1 joins it;

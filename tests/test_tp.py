@@ -1,4 +1,4 @@
-"""Tensor parallelism reference (distcheck.tp) and its closed forms (distcheck.forms.tp)."""
+"""Tensor parallelism reference (distcheck.parallel.tp) and its closed forms (tp.* of distcheck.closed_form)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel import tp
 from distcheck.parallel.tp import forms as tp_forms
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
+from distcheck.core.units import GB, bytes_to
 from distcheck.parallel.zero import (
     comm_elements_per_rank,
     fsdp2_shard_elements,
@@ -21,7 +22,6 @@ from distcheck.parallel.zero import (
     zero_redundancy_shard_elements,
 )
 from distcheck.parallel.zero import forms as F
-from distcheck.units import GB, bytes_to
 
 PSI, N = 7_500_000_000, 64
 PAPER_GB = {0: Fraction(120), 1: Fraction(3140625, 100000), 2: Fraction(16640625, 1000000), 3: Fraction(1875, 1000)}

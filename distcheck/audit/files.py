@@ -5,8 +5,8 @@ with no writer would wait forever), refuses anything ``fstat`` does not call a
 regular file (a pipe, a device such as ``/dev/zero``, a socket, a folder) before
 reading a byte, refuses a file over :data:`MAX_KEY_BYTES`, and reads at most
 that many bytes plus one, so a file that grows meanwhile cannot exhaust memory.
-Every refusal is an :class:`~distcheck.errors.AnswerKeyError` naming the file
-and the limit; a path of the wrong type is a :class:`~distcheck.errors.ConfigError`.
+Every refusal is an :class:`~distcheck.core.errors.AnswerKeyError` naming the file
+and the limit; a path of the wrong type is a :class:`~distcheck.core.errors.ConfigError`.
 """
 
 from __future__ import annotations

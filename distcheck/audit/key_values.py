@@ -162,7 +162,7 @@ def _check_layout_input(name: str, v: Any, path: str | None, line: int | None, f
 
 
 def _domain(qi: QuantityInput, value: Any, path: str | None, line: int | None, fl: str | None) -> None:
-    from distcheck.closed_form import Input
+    from distcheck.core.closed_form import Input
     from distcheck.core.errors import ConfigError
 
     try:

@@ -32,7 +32,7 @@ the last digit a rounded one, while a whole number written in full (``5``,
 must divide the figure (``~870`` with ``rounding = 10``). The claim holds when
 the recomputed value lies within half a step (:mod:`distcheck.audit.figures`).
 
-Every problem raises :class:`distcheck.errors.AnswerKeyError` naming the file,
+Every problem raises :class:`distcheck.core.errors.AnswerKeyError` naming the file,
 the line of the claim or field (found by scanning the text) and the field.
 """
 
@@ -49,7 +49,8 @@ from typing import Any
 
 from distcheck.audit.files import MAX_KEY_BYTES, as_path, path_text, read_key_bytes
 from distcheck.audit.key_lines import _Lines, _scan
-from distcheck.audit.key_values import _MAX_ARRAY, _check_input_value, _claimed, _err, _number, parse_input_string
+from distcheck.audit.key_values import _MAX_ARRAY, _check_input_value, _claimed, _err, _number
+from distcheck.audit.key_values import parse_input_string as parse_input_string  # read as keys.parse_input_string
 from distcheck.audit.numbers import parse_printed
 from distcheck.core.errors import AnswerKeyError, UnknownQuantityError
 from distcheck.core.validate import check_type
@@ -59,7 +60,6 @@ __all__ = [
     "UNDECIDED",
     "CHECK_VERDICTS",
     "CHECK_KINDS",
-    "MAX_KEY_BYTES",
     "MAX_CLAIMS",
     "MAX_CHECKS",
     "Claim",
@@ -68,7 +68,6 @@ __all__ = [
     "parse_key",
     "load_key",
     "validate_data",
-    "parse_input_string",
 ]
 
 HOLDS, WRONG, OTHER, AMBIGUOUS, NOT_CHECKABLE = (

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from distcheck.audit.constraints import Constraint, declared_for
 from distcheck.audit.presets import _PRESET_FIELDS
-from distcheck.closed_form import ClosedForm, catalogue
+from distcheck.closed_form import catalogue
+from distcheck.core.closed_form import ClosedForm
 
 __all__ = ["QuantityInput", "Quantity", "InputValues", "ExactResult", "Compute"]
 

@@ -63,7 +63,7 @@ from distcheck.core.errors import AnswerKeyError, ConfigError
 from distcheck.core.validate import check_type
 from distcheck.core.vocab import Axis
 
-__all__ = ["ClaimVerdict", "CheckVerdict", "AuditResult", "audit_key", "audit_file", "audit_exit_code"]
+__all__ = ["ClaimVerdict", "AuditResult", "audit_key", "audit_file", "audit_exit_code"]
 
 @dataclass
 class ClaimVerdict:

@@ -25,11 +25,12 @@ from typing import Any
 
 from distcheck.certify.compositions import CompositionRow, composition_columns, verdict_text
 from distcheck.certify.identity import CodeIdentity
+from distcheck.core.results import NOTHING_CAN_FAIL
 from distcheck.engine.contracts.errors import CertificationFailed, NothingCanFail
-from distcheck.report import FAIL, NOTHING_CAN_FAIL, PASS, SKIP, CheckResult
+from distcheck.report import FAIL, PASS, SKIP, CheckResult
 
 __all__ = ["PropertyVerdict", "Certification", "Certificate", "versions", "write_atomic", "stable_view",
-           "FORMAT", "NOTHING_CAN_FAIL"]
+           "FORMAT"]
 
 #: the certificate's format tag
 FORMAT = "distcheck-certificate/1"
@@ -200,7 +201,7 @@ class Certification:
         return self
 
     def rows(self) -> list[CheckResult]:
-        """One :class:`~distcheck.report.CheckResult` per verdict (check ``contract.property[dtype]``)."""
+        """One :class:`~distcheck.core.results.CheckResult` per verdict (check ``contract.property[dtype]``)."""
         return [CheckResult(check=f"{self.contract}.{v.property}[{v.dtype}]", backend=self.backend,
                             verdict=v.verdict, world_size=v.world_size, examples=v.examples,
                             max_error=v.max_error, bound=v.bound,
@@ -318,8 +319,8 @@ class Certificate:
         of them old or all of them new (:func:`distcheck.core.outputs.write_files`); return them.
 
         Raises ConfigError for another suffix or a missing folder (nothing written)."""
+        from distcheck.core.errors import ConfigError
         from distcheck.core.outputs import write_files
-        from distcheck.errors import ConfigError
 
         files: dict[str | os.PathLike, bytes] = {}
         for given in paths:

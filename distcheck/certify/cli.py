@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distcheck.core.errors import ConfigError
 from distcheck.core.outputs import check_output_target
-from distcheck.errors import ConfigError
 
 if TYPE_CHECKING:
     from distcheck.certify.certificate import Certification
@@ -198,8 +198,8 @@ def _check_jobs(jobs: list[_Job], *, from_config: bool) -> None:
 
 def _check_worlds(jobs: list[_Job]) -> None:
     """Refuse, before anything starts, worlds this host cannot run (bad input: exit 2)."""
+    from distcheck.core.errors import BackendUnavailable
     from distcheck.engine.contracts.contract import get_contract
-    from distcheck.errors import BackendUnavailable
     from distcheck.runners.pool import MAX_LOCAL_RANKS, check_backend_available
 
     for job in jobs:
@@ -268,7 +268,8 @@ def _command(args: argparse.Namespace, certs: list[Certification]) -> str:
 def _finish(args: argparse.Namespace, certs: list[Certification], started: float) -> int:
     from distcheck.certify.certificate import NOTHING_CAN_FAIL, Certificate
     from distcheck.certify.config import target_rows
-    from distcheck.report import exit_code, print_report
+    from distcheck.core.results import exit_code
+    from distcheck.report import print_report
 
     named = getattr(args, "named_targets", False)
     rows = [row for c in certs for row in (target_rows(c) if named else c.rows())]
@@ -311,7 +312,7 @@ def _run_torchrun(args: argparse.Namespace, jobs: list[_Job], profile: str, seed
             certs = _certify_all(jobs, profile, seed, timeout, world=leader, launcher="torchrun", batch=args.batch)
             code = _finish(args, certs, time.perf_counter())
         except BaseException as exc:
-            from distcheck.errors import UnknownQuantityError
+            from distcheck.core.errors import UnknownQuantityError
 
             code = 2 if isinstance(exc, (ConfigError, UnknownQuantityError)) else 1
             raise

@@ -17,7 +17,7 @@ and defaults (``world-sizes``, ``backend``, ``dtypes``, ``examples``) apply to t
 :func:`config_rows` gives ``distcheck check`` the same runs as report rows. The file is read
 with :mod:`tomllib`, only when it is a regular file of at most 4 MiB
 (:func:`distcheck.core.files.read_regular_file`, the reader of answer keys too). Every value is
-checked with the helpers that check the command line's flags (:mod:`distcheck.validate`): a key
+checked with the helpers that check the command line's flags (:mod:`distcheck.core.validate`): a key
 that is not known, a value of the wrong type or out of range (``timeout = nan``, ``world-sizes = []``
 or with repeats, ``seed`` of 5,000 digits) is a ConfigError naming the file, the entry and the key.
 """
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distcheck.core.errors import ConfigError
 from distcheck.core.files import FileRefused, read_regular_file
-from distcheck.errors import ConfigError
-from distcheck.validate import (
+from distcheck.core.validate import (
     check_choice,
     check_nonnegative_int,
     check_positive_int,
@@ -231,7 +231,7 @@ def check_entries(entries: list[TargetEntry], where: str = "[[tool.distcheck.cer
 def config_rows(path: str | Path | None = None, *, profile: str | None = None, seed: int | None = None,
                 backend: str | None = None, world_sizes: list[int] | None = None) -> list:
     """Certify every target of ``[tool.distcheck]`` and return one report row per verdict
-    (:class:`~distcheck.report.CheckResult`), for ``distcheck check``. The keyword arguments
+    (:class:`~distcheck.core.results.CheckResult`), for ``distcheck check``. The keyword arguments
     override the file's settings; no file or no targets gives no rows.
 
     A row's check is ``target contract.property[dtype]`` (:func:`target_rows`): it names the target,

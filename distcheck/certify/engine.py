@@ -32,11 +32,12 @@ from distcheck.certify import hangs
 from distcheck.certify.certificate import Certification, PropertyVerdict
 from distcheck.certify.compositions import Drawn
 from distcheck.certify.explain import explain_failure
-from distcheck.certify.hangs import HUNG_REASON
 from distcheck.certify.identity import code_identity
 from distcheck.certify.local_constants import without_local_constants
 from distcheck.certify.reproduce import reproduce_command
-from distcheck.certify.worlds import Companions, Joined, LocalWorld, companions_for, world_of_one, worlds_for
+from distcheck.certify.worlds import Companions, Joined, companions_for, world_of_one, worlds_for
+from distcheck.core.errors import ConfigError, DistributedError, RankFailure, WorldTimeout
+from distcheck.core.validate import check_positive_int
 from distcheck.engine.contracts.contract import Contract, Outcome, check_dtypes, get_contract
 from distcheck.engine.contracts.errors import ProtocolError
 from distcheck.engine.contracts.targets import (
@@ -46,14 +47,12 @@ from distcheck.engine.contracts.targets import (
     reference_of,
 )
 from distcheck.engine.world import RankContext, World
-from distcheck.errors import ConfigError, DistributedError, RankFailure, WorldTimeout, check_positive_int
 from distcheck.report import FAIL, PASS, SKIP
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["certify", "default_seed", "run_example", "run_examples", "LocalWorld", "Companions", "reproduce_command",
-           "rank_entry", "rank_entry_batch", "HUNG_REASON"]
+__all__ = ["certify", "default_seed", "run_example", "run_examples", "rank_entry", "rank_entry_batch"]
 
 
 def rank_entry(ctx: RankContext, contract: Contract, target: Any, case: Any, dtype: str, options: dict) -> Any:
@@ -141,7 +140,7 @@ def run_examples(world: World, contract: Contract, target: Any, cases: list, dty
 
 
 def _settings(profile: str, examples: int | None, batch: int = 1) -> settings:
-    from distcheck.profiles import get_profile
+    from distcheck.engine.profiles import get_profile
 
     base = get_profile(profile)
     if batch > 1:  # Hypothesis counts lists of ``batch`` examples
@@ -312,7 +311,7 @@ def default_seed(profile: str) -> int:
     """The seed of a run given none: 0 under a derandomized profile (``ci``), whose search is the same
     whatever the seed (as ``distcheck check`` records it), else 32 random bits, recorded so the run replays.
     Raises ConfigError for an unknown profile."""
-    from distcheck.profiles import get_profile
+    from distcheck.engine.profiles import get_profile
 
     return 0 if get_profile(profile).derandomize else random.getrandbits(32)
 
@@ -353,7 +352,7 @@ def certify(target: Any, contract: str | Contract, *, pool: World | None = None,
         TargetError / ProtocolError (ConfigErrors): a target that does not import or does not fit.
         BackendUnavailable: a backend that cannot run here (NCCL without enough GPUs).
     """
-    from distcheck.profiles import get_profile
+    from distcheck.engine.profiles import get_profile
 
     contract = get_contract(contract)
     opts = contract.parse_options(options)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from distcheck.core.errors import DistributedError
 from distcheck.engine.contracts.contract import Contract
 from distcheck.engine.world import RankContext, World
-from distcheck.errors import DistributedError
 
 __all__ = ["explain_entry", "explain_failure"]
 

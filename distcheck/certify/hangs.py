@@ -15,7 +15,7 @@ case found so far is reported, saying so. Hypothesis itself stops shrinking one 
 case found, saying that a smaller one may hang too.
 
 The property being certified FAILs with the smallest case's stuck ranks' Python stacks
-(:attr:`distcheck.errors.WorldTimeout.stacks`, faulthandler's dump); every property left, at that dtype
+(:attr:`distcheck.core.errors.WorldTimeout.stacks`, faulthandler's dump); every property left, at that dtype
 and at every dtype and world size still to run, is a skip with :data:`HUNG_REASON`, and the worlds
 still to run are never started.
 """

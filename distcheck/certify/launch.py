@@ -3,14 +3,14 @@
 Under torchrun every process runs the same command. Rank 0 (the leader) runs the engine exactly
 as a parent would: it draws each example, then sends ``(fn, args)`` to the other ranks over a
 gloo side group (broadcast), and every rank, rank 0 included, runs it through one
-:class:`~distcheck.runners.torchrun.TorchrunWorld` (results and failures exchanged with
+:class:`~distcheck.runners.torchrun_world.TorchrunWorld` (results and failures exchanged with
 ``all_gather_object``). The other ranks (followers) loop on those messages until rank 0 sends
 the exit code. Only rank 0 draws, shrinks, prints and writes the certificate, so the ranks never
 have to agree on Hypothesis' choices.
 
 No parent watches the ranks: a stuck collective ends at the process group's timeout
 (``--timeout``) or at torchrun's watchdog; the side group waits up to
-:data:`~distcheck.runners.torchrun.FINAL_EXCHANGE_TIMEOUT_S` for rank 0's next message.
+:data:`~distcheck.runners.torchrun_world.FINAL_EXCHANGE_TIMEOUT_S` for rank 0's next message.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
+from distcheck.core.errors import DistributedError, RankFailure
 from distcheck.engine.world import World
-from distcheck.errors import DistributedError, RankFailure
 
 __all__ = ["LeaderWorld", "follow"]
 

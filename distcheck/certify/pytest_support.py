@@ -124,7 +124,7 @@ class _Pools:
     def get(self, world_size: int, backend: str) -> RankPool:
         key = (world_size, backend)
         if key not in self.pools:
-            from distcheck.errors import BackendUnavailable
+            from distcheck.core.errors import BackendUnavailable
             from distcheck.runners import RankPool
 
             try:
@@ -194,7 +194,7 @@ def _selected_profile(config: Any) -> str | None:
     """The distcheck profile the plugin made current (None when the user chose a foreign one)."""
     from hypothesis import settings
 
-    from distcheck.profiles import PROFILES
+    from distcheck.engine.profiles import PROFILES
 
     current = settings.get_current_profile_name()
     return current if current in PROFILES else None

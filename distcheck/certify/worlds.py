@@ -14,10 +14,11 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
 
 from distcheck.certify.reproduce import LOCAL_BACKEND
+from distcheck.core.errors import ConfigError, RankFailure
+from distcheck.core.validate import check_positive_int
 from distcheck.engine.contracts.contract import Contract
 from distcheck.engine.contracts.targets import from_signal
 from distcheck.engine.world import World
-from distcheck.errors import ConfigError, RankFailure, check_positive_int
 
 if TYPE_CHECKING:
     from distcheck.runners.pool import RankPool
@@ -29,7 +30,7 @@ class LocalWorld:
     """A world of one rank in this process, for contracts that need no process group.
 
     What the rank function raises is reported as a rank pool reports it, a
-    :class:`~distcheck.errors.RankFailure` of rank 0 with the traceback (the exception chained), so
+    :class:`~distcheck.core.errors.RankFailure` of rank 0 with the traceback (the exception chained), so
     that a target that raises fails the example's properties instead of stopping the run. That holds
     for any ``BaseException``, as on a rank: a target that calls ``sys.exit(0)`` or raises
     ``KeyboardInterrupt`` fails (``rank 0 raised SystemExit: 0``) and never ends the run as if

@@ -12,5 +12,5 @@
 - :mod:`~distcheck.core.results`: the result row every check returns, and its verdict;
 - :mod:`~distcheck.core.atomic`: write a file whole or not at all.
 
-Importing this package imports nothing: ``import distcheck`` loads only ``errors``.
+Importing this package imports nothing, and ``import distcheck`` imports none of it.
 """

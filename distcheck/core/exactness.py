@@ -24,7 +24,7 @@ Two regimes, never an arbitrary ``atol``:
    Comparisons are made in exact rational arithmetic (:class:`fractions.Fraction`):
    the float results are converted exactly, so the check itself adds no rounding.
 
-A failed check raises :class:`distcheck.errors.PropertyFailure` carrying expected,
+A failed check raises :class:`distcheck.core.errors.PropertyFailure` carrying expected,
 got, the max error and the bound (0 for bitwise checks).
 """
 
@@ -254,7 +254,7 @@ def assert_bitwise_equal(expected: Any, got: Any, *, what: str = "result") -> No
 
     The dtype is part of "bitwise": a float32 result is not bitwise equal to a
     float64 reference even when every value happens to round-trip, and the exactness
-    arguments of :mod:`distcheck.exactness` hold for one format. Python scalars and
+    arguments of :mod:`distcheck.core.exactness` hold for one format. Python scalars and
     lists are compared as the arrays numpy makes of them (a float becomes float64).
 
     Raises PropertyFailure: ``"<what>: dtype float32 differs from expected float64"``

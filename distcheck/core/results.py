@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from distcheck.core.vocab import Verdict
 
-__all__ = ["FAIL", "FINDING", "PASS", "SKIP", "NOTHING_CAN_FAIL", "CheckResult", "Verdict", "exit_code", "to_json",
+__all__ = ["FAIL", "FINDING", "PASS", "SKIP", "NOTHING_CAN_FAIL", "CheckResult", "exit_code", "to_json",
            "nothing_can_fail", "check_exit_code", "say_nothing_can_fail"]
 
 PASS, FAIL, SKIP, FINDING = Verdict.PASS, Verdict.FAIL, Verdict.SKIP, Verdict.FINDING

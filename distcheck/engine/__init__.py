@@ -15,5 +15,5 @@
 
 The engine imports only :mod:`distcheck.core`; it reaches the packages above it by name,
 through discovery. Its public paths are :mod:`distcheck.props`, :mod:`distcheck.mutants`,
-:mod:`distcheck.closed_form`, :mod:`distcheck.strategies` and :mod:`distcheck.profiles`.
+:mod:`distcheck.closed_form`, :mod:`distcheck.strategies` and :mod:`distcheck.engine.profiles`.
 """

@@ -83,7 +83,7 @@ def exception_origin(text: str) -> str:
 def describe_failure(exc: BaseException, limit: int = FAILURE_DETAIL_CHARS) -> str:
     """A one-line detail for a failed world step, at most ``limit`` characters.
 
-    * :class:`~distcheck.errors.RankFailure`: ``RankFailure: rank r failed:
+    * :class:`~distcheck.core.errors.RankFailure`: ``RankFailure: rank r failed:
       <Type: message of rank r>`` for the first failing rank ``r`` (its own
       traceback's exception line, never the pool's trailing notes), then
       ``(also failed: ranks [...])`` when others failed too. When the line is

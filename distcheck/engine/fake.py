@@ -8,13 +8,13 @@ shard of a tensor it owns, and how many collectives of each kind it issues
 (for example under ``torch.distributed.tensor.debug.CommDebugMode``). Never
 compare the numbers a collective returns under this backend.
 
-    from distcheck.runners import run_fake
+    from distcheck.engine.fake import run_fake
     coords = run_fake(mesh_coordinates, world_size=16_384, rank=9_000)
 
 The process group is created in the calling process and destroyed afterwards;
 a process that already has a default process group is refused.
 
-Public path: :mod:`distcheck.runners.fake` (and ``distcheck.runners``). It lives in the engine
+Its one path is this module. It lives in the engine
 layer because it starts nothing: a parallelism package's world-free checks use it directly.
 """
 

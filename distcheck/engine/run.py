@@ -11,7 +11,7 @@ from distcheck.engine import mutants as mutants_module
 from distcheck.engine import proofs as proofs_module
 from distcheck.engine.runner import resolve_seed, run_suite
 
-__all__ = ["run_all", "run_suite"]
+__all__ = ["run_all"]
 
 
 def run_all(profile: str = "ci", *, mutants: bool = True, proofs: bool = True,

@@ -57,7 +57,7 @@ def call_impl(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> A
 
     A crash of the implementation on a valid case fails the property (e.g. a
     mis-sharded weight whose shapes no longer line up), but as
-    :class:`~distcheck.errors.ImplementationError` (``kind="raised"``), whose message
+    :class:`~distcheck.core.errors.ImplementationError` (``kind="raised"``), whose message
     says "implementation WHAT raised TYPE: message": distinct from a claim that does
     not hold (a wrong value, bound or count). Even a PropertyFailure raised inside the
     implementation is wrapped: only the property itself judges its claim.
@@ -95,7 +95,7 @@ def failure_detail(reason: str, counterexample: str) -> str:
 
 def failure_kind(error: BaseException) -> str:
     """``"claim"`` (the property's claim is false), ``"raised"`` or ``"contract"`` (the
-    implementation could not be checked; :class:`~distcheck.errors.ImplementationError`), or
+    implementation could not be checked; :class:`~distcheck.core.errors.ImplementationError`), or
     ``"error"`` (anything else: the property's own code or Hypothesis raised)."""
     return error.kind if isinstance(error, PropertyFailure) else "error"
 
@@ -151,7 +151,7 @@ def run_property(
 
     Args:
         prop: a :class:`Property` or its name.
-        profile: ``"dev"``, ``"ci"`` or ``"thorough"`` (:mod:`distcheck.profiles`).
+        profile: ``"dev"``, ``"ci"`` or ``"thorough"`` (:mod:`distcheck.engine.profiles`).
         impl: implementation under test (None: the reference).
         seed: the run seed (:func:`resolve_seed`: None means 0 under ``ci``, a random seed
             under ``dev`` and ``thorough``). Hypothesis is seeded with

@@ -137,7 +137,7 @@ def integer_valued_arrays(draw: st.DrawFn, *, shape: int | tuple[int, ...], dtyp
     - ``shape``: int or tuple of ints >= 0 (required).
     - ``dtype``: float64 (default), float32 or float16.
     - ``max_magnitude``: >= 0 and <= 2**p of the dtype; default 16. Use
-      :func:`distcheck.exactness.max_exact_int` to pick one that keeps sums exact.
+      :func:`distcheck.core.exactness.max_exact_int` to pick one that keeps sums exact.
     """
     dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     return draw(hnp.arrays(np.int64, dims, elements=st.integers(-max_magnitude, max_magnitude))).astype(np.dtype(dtype))

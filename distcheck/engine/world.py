@@ -1,6 +1,6 @@
 """What a rank function sees (:class:`RankContext`) and what a check driver sees (:class:`World`).
 
-Public path: :mod:`distcheck.runners.context` (and ``distcheck.runners``). They live in the
+Their one path is this module. They live in the
 engine layer so that the parallelism packages' real-backend checks, which receive a world and
 never start one, can name them; the worlds themselves are :mod:`distcheck.runners`.
 

@@ -9,7 +9,7 @@ can also be certified alone (``distcheck certify distcheck.libs.targets.deepspee
 --contract memory-estimator``).
 
 :func:`run_libs` certifies every target of the chosen libraries and returns one
-:class:`distcheck.report.CheckResult` per property, named ``libs.<target>.<property>``, with
+:class:`distcheck.core.results.CheckResult` per property, named ``libs.<target>.<property>``, with
 the recorded upstream discrepancies (:mod:`distcheck.libs.findings`) labelled ``finding``;
 :func:`distcheck.libs.table.summary_rows` folds them into one row per target, the README's
 table "What distcheck finds in real libraries". ``distcheck libs`` is the command

@@ -61,9 +61,10 @@ def run_libs_command(args: argparse.Namespace) -> int:
     import time
 
     from distcheck.core.errors import ConfigError
+    from distcheck.core.results import exit_code
     from distcheck.libs import run_libs
     from distcheck.libs.table import summary_rows, to_markdown
-    from distcheck.report import exit_code, print_report
+    from distcheck.report import print_report
 
     if args.examples < 1:
         raise ConfigError("--examples", args.examples, "must be an integer >= 1")

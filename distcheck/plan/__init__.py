@@ -14,19 +14,8 @@ distributed training", section 5). The conventions are in
     p.recommended.layout      # Layout(tp=8, pp=2, dp=1, cp=1, zero=0)
 """
 
-from distcheck.plan.estimate import (
-    COMPONENTS,
-    LESSON_STEPS,
-    RECOMPUTE,
-    SCHEDULES,
-    Estimate,
-    Hardware,
-    Layout,
-    Workload,
-    check_layout,
-    conventions,
-    estimate,
-)
+from distcheck.plan.estimate import Estimate, Hardware, Layout, Workload, check_layout, conventions, estimate
+from distcheck.plan.inputs import COMPONENTS, LESSON_STEPS, RECOMPUTE, SCHEDULES
 from distcheck.plan.model import ModelSpec, preset_names, resolve_model
 from distcheck.plan.planner import (
     SORT_KEYS,

@@ -26,7 +26,7 @@ __all__ = ["add_plan_parser", "add_report_options", "run_plan"]
 _SIM_SCHEDULES = names(Schedule)
 #: the old name of ``plan pp``, kept for one release with a note on stderr
 _OLD_PP = "pipeline"
-#: the schedules ``plan memory`` sizes (distcheck.plan.estimate.SCHEDULES, not imported here: it loads numpy)
+#: the schedules ``plan memory`` sizes (distcheck.plan.inputs.SCHEDULES, not imported here: it loads numpy)
 _PLANNED_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.GPIPE.value)
 #: torch.distributed.pipelining schedule classes distcheck can build tables of
 #: (the keys of distcheck.parallel.pp.tables.TORCH_SCHEDULES; a test keeps them equal)

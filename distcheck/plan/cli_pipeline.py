@@ -65,8 +65,8 @@ def _closed_form_rows(t: Timeline, schedule: str, p: int, m: int, v: int, t_f: i
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
+    from distcheck.core.results import exit_code
     from distcheck.parallel import pp as pipeline
-    from distcheck.report import exit_code
 
     _check_outputs(args)
     from distcheck.parallel.pp.schedules import FIXED_V

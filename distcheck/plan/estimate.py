@@ -81,12 +81,6 @@ from distcheck.core.vocab import Collective
 from distcheck.parallel import layout as layout_ref
 from distcheck.plan.inputs import (
     ACTIVATION_BYTES,
-    COMM_AXES,
-    COMPONENTS,
-    LESSON_STEPS,
-    RECOMPUTE,
-    SCHEDULES,
-    ZERO_STAGES,
     Hardware,
     Layout,
     Workload,
@@ -96,15 +90,6 @@ from distcheck.plan.model import ModelSpec
 from distcheck.plan.timeforms import TIME_FORMS
 
 __all__ = [
-    "RECOMPUTE",
-    "SCHEDULES",
-    "ZERO_STAGES",
-    "COMPONENTS",
-    "COMM_AXES",
-    "LESSON_STEPS",
-    "Hardware",
-    "Workload",
-    "Layout",
     "Estimate",
     "check_layout",
     "check_model_rules",

@@ -38,16 +38,8 @@ from distcheck.core.units import format_bytes
 from distcheck.core.validate import check_choice
 from distcheck.parallel import layout as layout_ref
 from distcheck.parallel import memory as memory_ref
-from distcheck.plan.estimate import (
-    LESSON_STEPS,
-    Estimate,
-    Hardware,
-    Layout,
-    Workload,
-    check_layout,
-    conventions,
-    estimate,
-)
+from distcheck.plan.estimate import Estimate, Hardware, Layout, Workload, check_layout, conventions, estimate
+from distcheck.plan.inputs import LESSON_STEPS
 from distcheck.plan.model import ModelSpec
 
 __all__ = ["Question", "Plan", "valid_layouts", "rank_key", "plan", "smallest_tp_pp_before_activations", "gb",
@@ -140,7 +132,7 @@ class Question:
     """One question of the lesson's order and its answer.
 
     Attributes:
-        step: 1..5 (keys of :data:`~distcheck.plan.estimate.LESSON_STEPS`).
+        step: 1..5 (keys of :data:`~distcheck.plan.inputs.LESSON_STEPS`).
         question: the question asked.
         answer: True when some layout of this kind fits.
         best: the best layout of this kind by :func:`rank_key` (fitting or not),

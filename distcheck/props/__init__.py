@@ -1,16 +1,16 @@
 """distcheck's properties: the public path of the property engine and of the suites.
 
 A property is a function ``fn(case, *, impl=None)`` that raises
-:class:`distcheck.errors.PropertyFailure` when it does not hold. ``impl`` is the
-implementation under test; ``None`` means the reference (``distcheck.dp``,
-``distcheck.tp``, ...). Passing another function with the same signature is how a
+:class:`distcheck.core.errors.PropertyFailure` when it does not hold. ``impl`` is the
+implementation under test; ``None`` means the reference (``distcheck.parallel.dp``,
+``distcheck.parallel.tp``, ...). Passing another function with the same signature is how a
 mutant (:mod:`distcheck.mutants`) or a third-party layer is checked.
 
 Each property is registered with the strategy that feeds it and its edge cases as a
 :class:`Property`. :func:`run_property` applies :func:`hypothesis.given` itself, so
 properties run without pytest (``distcheck check``): the edge cases first, then the
 generated cases, seeded from the run seed (:func:`resolve_seed`, :func:`example_seed`), so
-the same profile and seed give the same row. It returns a :class:`distcheck.report.CheckResult`
+the same profile and seed give the same row. It returns a :class:`distcheck.core.results.CheckResult`
 row (backend ``"reference"``) with the examples tried, the verdict, and on failure the
 reason, the shrunk counterexample and how to reproduce it (the seed, and the
 ``@reproduce_failure`` blob).
@@ -20,9 +20,8 @@ proofs); each suite's properties are in its parallelism package (``distcheck/par
 internal modules), found by discovery. This module is their public path: a property is reached by
 its registered name, ``get("tp.row.exact").check(case, impl=my_layer)`` (names are unique; function
 names are not: ``mlp_exact`` is a tp and an sp property), and the proofs by :func:`prove`,
-:func:`prove_all` and :data:`PROOFS`. The suite modules ``distcheck.props.<suite>`` (dp,
-accumulation, tp, pipeline, zero, params, layout, comm, proofs) are deprecated: each name still
-resolves, with a DeprecationWarning naming its path here.
+:func:`prove_all` and :data:`PROOFS`. It is the one path of each property: there is no module
+per suite.
 
 Importing this package loads the closed-form catalogue (sympy and every package's forms,
 about a second). The cost is paid once, at import (test collection), not inside the first
@@ -31,8 +30,6 @@ deadline (DeadlineExceeded, then FlakyFailure when the replay is fast). After th
 property evaluates its closed forms in about a millisecond.
 """
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 from distcheck.engine.catalogue import form_value
@@ -89,20 +86,3 @@ def __getattr__(name: str) -> Any:
         proofs.load()
         return proofs.PROOFS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _property_path(internal: str) -> Callable[[str], tuple[str, Any] | None]:
-    """The new home of a property function of the deprecated ``distcheck.props.<suite>``: the property it is
-    the function of, by its registered name (``distcheck.props.get('tp.row.exact').check``)."""
-
-    def where(name: str) -> tuple[str, Any] | None:
-        module = importlib.import_module(internal)
-        if name not in getattr(module, "__all__", ()):
-            return None
-        value = getattr(module, name)
-        for prop in properties():
-            if prop.function is value:
-                return f"distcheck.props.get({prop.name!r}).check", value
-        return f"{internal}.{name} (internal)", value
-
-    return where

@@ -1,6 +1,6 @@
 """Reports for people: self-contained HTML and Markdown, written as one unit.
 
-:func:`write_report` takes a title, result rows (:class:`distcheck.report.CheckResult`
+:func:`write_report` takes a title, result rows (:class:`distcheck.core.results.CheckResult`
 or generic :class:`Table`) and figures, and writes ``DIR/report.html`` and
 ``DIR/report.md`` (with the Markdown's figures) as one set: staged beside ``DIR``, then
 swapped in with one rename (:func:`distcheck.core.outputs.write_folder`). :func:`atomic_write`

@@ -118,7 +118,7 @@ def _fmt_err(x: float | None) -> str:
 
 
 def results_table(results: Iterable, title: str = "Results") -> Table:
-    """A :class:`Table` of :class:`distcheck.report.CheckResult` rows, detail in full."""
+    """A :class:`Table` of :class:`distcheck.core.results.CheckResult` rows, detail in full."""
     rows = tuple((r.check, r.backend, str(r.world_size), str(r.examples), r.verdict, _fmt_err(r.max_error),
                   _fmt_err(r.bound), r.detail) for r in results)
     return Table(title, ("check", "backend", "world size", "examples", "verdict", "max error", "bound", "detail"), rows)
@@ -236,7 +236,7 @@ def write_report(directory: str | Path, title: str, *, results: Iterable | None 
         directory: the report folder; made (with no parents) when missing, else replaced whole
             (its regular files that are not this report's are carried over).
         title: the report's title.
-        results: :class:`distcheck.report.CheckResult` rows, shown as one table
+        results: :class:`distcheck.core.results.CheckResult` rows, shown as one table
             (:func:`results_table`) titled "Results" with ``summary`` as its note.
         tables: further :class:`Table` objects.
         figures: :class:`FigureImage` objects, or built matplotlib figures

@@ -2,7 +2,7 @@
 
 * :data:`BACKENDS`, :data:`MAX_LOCAL_RANKS` and :data:`MAX_TIMEOUT_S`: the limits every runner
   and ``distcheck check`` apply;
-* :func:`check_backend_available`: raise :class:`~distcheck.errors.BackendUnavailable` before
+* :func:`check_backend_available`: raise :class:`~distcheck.core.errors.BackendUnavailable` before
   anything starts when a backend cannot run here (NCCL without enough GPUs, a torch build
   without gloo);
 * :func:`check_timeout`: a timeout argument as float seconds, or a ConfigError naming the field.
@@ -16,8 +16,8 @@ import argparse
 import importlib
 import threading
 
-from distcheck.errors import BackendUnavailable, ConfigError, check_choice
-from distcheck.validate import check_float
+from distcheck.core.errors import BackendUnavailable, ConfigError
+from distcheck.core.validate import check_choice, check_float
 
 __all__ = ["BACKENDS", "MAX_LOCAL_RANKS", "MAX_TIMEOUT_S", "check_backend_available", "check_timeout"]
 
@@ -32,7 +32,7 @@ MAX_TIMEOUT_S = min(86_400.0, threading.TIMEOUT_MAX)
 
 #: the most ranks one host may run per backend: gloo forks a process per rank (each
 #: imports torch and holds its own buffers), threaded runs a thread per rank in one
-#: process. Larger layouts belong on the fake backend (distcheck.runners.fake).
+#: process. Larger layouts belong on the fake backend (distcheck.engine.fake).
 MAX_LOCAL_RANKS = {"gloo": 64, "threaded": 1024}
 
 

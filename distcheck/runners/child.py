@@ -245,7 +245,7 @@ def _process_rank(conn: Any, spec: dict[str, Any]) -> None:
         import torch
         import torch.distributed as dist
 
-        from distcheck.runners.context import RankContext
+        from distcheck.engine.world import RankContext
 
         if backend == "nccl":
             torch.cuda.set_device(rank)

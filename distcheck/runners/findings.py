@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from distcheck.engine.findings import Finding, is_import_failure, known_findings, not_loaded
+from distcheck.engine.findings import Finding, known_findings
 from distcheck.engine.findings import label_findings as _label
 from distcheck.report import CheckResult
 
-__all__ = ["KNOWN_FINDINGS", "Finding", "label_findings", "library_versions", "not_loaded", "is_import_failure"]
+__all__ = ["KNOWN_FINDINGS", "label_findings", "library_versions"]
 
 #: every recorded finding of the parallelism packages (discovered)
 KNOWN_FINDINGS: tuple[Finding, ...] = known_findings()

@@ -27,7 +27,7 @@ Backends:
   pools are safe under pytest-xdist.
 * ``nccl``: one *spawned* process per GPU (CUDA cannot be used in a forked
   child), rank ``r`` on ``cuda:r``. Without enough GPUs, :class:`RankPool`
-  raises :class:`~distcheck.errors.BackendUnavailable` in the constructor,
+  raises :class:`~distcheck.core.errors.BackendUnavailable` in the constructor,
   before anything is started.
 * ``threaded``: torch's in-memory threaded process group: one forked host
   process runs every rank as a thread (see :mod:`distcheck.runners.threaded`).
@@ -36,12 +36,12 @@ The world persists across :meth:`RankPool.run` calls. A run that fails (a rank
 raised while others were stuck, a rank died, or the step timed out) tears the
 world down; the next run starts a fresh one. Failure reporting:
 
-* a rank raises -> :class:`~distcheck.errors.RankFailure` (rank, traceback text);
+* a rank raises -> :class:`~distcheck.core.errors.RankFailure` (rank, traceback text);
   the original exception is chained as ``__cause__`` when it can be unpickled;
   ``failure.failures`` maps every failed rank to its traceback text.
 * a rank dies (segfault, ``os._exit``) -> ``RankFailure`` for that rank, with its
   exit code or signal and whatever ``faulthandler`` wrote on the way down.
-* a step does not finish in ``timeout_s`` -> :class:`~distcheck.errors.WorldTimeout`
+* a step does not finish in ``timeout_s`` -> :class:`~distcheck.core.errors.WorldTimeout`
   carrying the Python stacks of the stuck ranks (``.stacks``: rank -> text,
   ``.ranks``), dumped by ``faulthandler`` on ``SIGUSR1``; it is raised at most a
   few seconds after the timeout.
@@ -62,24 +62,16 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
-from distcheck.errors import (
-    BackendUnavailable,
-    ConfigError,
-    DistributedError,
-    RankFailure,
-    WorldTimeout,
-    check_choice,
-    check_positive_int,
-)
+from distcheck.core.errors import BackendUnavailable, ConfigError, DistributedError, RankFailure, WorldTimeout
+from distcheck.core.validate import check_callable, check_choice, check_positive_int, check_type
 from distcheck.runners.backends import (
     BACKENDS,
     MAX_LOCAL_RANKS,
-    MAX_TIMEOUT_S,
     check_backend_available,
     check_timeout,
 )
 from distcheck.runners.child import child_main
-from distcheck.runners.folders import make_pool_folder, sweep_stale_folders
+from distcheck.runners.folders import make_pool_folder
 from distcheck.runners.folders import owner_line as _owner_line  # noqa: F401 - the marker format, kept importable here
 from distcheck.runners.workers import (
     Replies,
@@ -88,10 +80,8 @@ from distcheck.runners.workers import (
     cleanup,
     dump_stacks,
 )
-from distcheck.validate import check_callable, check_type
 
-__all__ = ["BACKENDS", "MAX_LOCAL_RANKS", "MAX_TIMEOUT_S", "RankPool", "check_backend_available", "check_timeout",
-           "sweep_stale_folders"]
+__all__ = [ "RankPool"]
 
 #: a threaded host answers by itself at the timeout; the parent's hard limit is this much later
 THREADED_HARD_MARGIN_S = 5.0
@@ -153,7 +143,7 @@ class RankPool:
         if limit is not None and world_size > limit:
             raise ConfigError("world_size", world_size,
                               f"must be <= {limit} for backend={backend!r} on one host; use backend='threaded' "
-                              "(up to 1024 ranks) or distcheck.runners.fake for larger worlds")
+                              "(up to 1024 ranks) or distcheck.engine.fake for larger worlds")
         self.timeout_s = check_timeout("timeout_s", timeout_s)
         if start_method is None:
             start_method = "spawn" if backend == "nccl" else "fork"

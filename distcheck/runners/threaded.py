@@ -21,23 +21,22 @@ torch backend:
 
 The host lives in its own forked process, so a hung world can be killed and
 the caller's process never has torch's threaded world installed in it; what it
-runs is :func:`~distcheck.runners.threaded_host.threaded_host` (re-exported here).
+runs is :func:`~distcheck.runners.threaded_host.threaded_host`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distcheck.core.validate import check_int
 from distcheck.runners.pool import RankPool
-from distcheck.runners.threaded_host import threaded_host
-from distcheck.validate import check_int
 
 if TYPE_CHECKING:
     import torch
 
-    from distcheck.runners.context import RankContext
+    from distcheck.engine.world import RankContext
 
-__all__ = ["rank_generator", "threaded_host", "threaded_pool"]
+__all__ = ["rank_generator", "threaded_pool"]
 
 
 def threaded_pool(world_size: int, timeout_s: float = 60.0) -> RankPool:

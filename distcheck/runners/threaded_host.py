@@ -80,7 +80,7 @@ def threaded_host(conn: Any, spec: dict[str, Any]) -> None:
             _install_threaded_pg,
         )
 
-        from distcheck.runners.context import RankContext
+        from distcheck.engine.world import RankContext
 
         # group names are registered per thread (as torch's MultiThreadedTestCase does)
         torch._C._distributed_c10d._set_thread_isolation_mode(True)  # type: ignore[attr-defined]

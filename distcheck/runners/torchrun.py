@@ -21,13 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from distcheck.runners.torchrun_world import (
-    FINAL_EXCHANGE_TIMEOUT_S,
-    TorchrunWorld,
-    launched_by_torchrun,
-)
-
-__all__ = ["FINAL_EXCHANGE_TIMEOUT_S", "TorchrunWorld", "launched_by_torchrun", "main", "run_check_under_torchrun"]
+__all__ = [ "main", "run_check_under_torchrun"]
 
 
 def run_check_under_torchrun(args: Any, environ: Mapping[str, str] | None = None) -> int:
@@ -65,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     import argparse
 
-    from distcheck.stages import stage_names, timeout_seconds
+    from distcheck.runners.backends import timeout_seconds
+    from distcheck.stages import stage_names
 
     parser = argparse.ArgumentParser(prog="distcheck.runners.torchrun")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,

@@ -10,7 +10,7 @@ rendezvous) and offers the pool's ``run`` and ``run_on`` contract::
 
 Results (and failures) are exchanged with ``all_gather_object``: a rank that
 raises sends its traceback instead of a result, and *every* rank then raises the
-same :class:`~distcheck.errors.RankFailure`, so no rank is left waiting. There
+same :class:`~distcheck.core.errors.RankFailure`, so no rank is left waiting. There
 is no parent to kill a stuck rank: a hang ends at the process group's timeout
 (``timeout_s``) or at torchrun's own watchdog.
 
@@ -27,18 +27,12 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from distcheck.errors import (
-    BackendUnavailable,
-    ConfigError,
-    DistributedError,
-    RankFailure,
-    check_choice,
-)
+from distcheck.core.errors import BackendUnavailable, ConfigError, DistributedError, RankFailure
+from distcheck.core.validate import check_callable, check_choice, check_type
 from distcheck.runners.backends import check_timeout
-from distcheck.validate import check_callable, check_type
 
 if TYPE_CHECKING:
-    from distcheck.runners.context import RankContext
+    from distcheck.engine.world import RankContext
 
 __all__ = ["FINAL_EXCHANGE_TIMEOUT_S", "RESOLVE_TIMEOUT_S", "TorchrunWorld", "check_master", "launched_by_torchrun"]
 
@@ -179,7 +173,7 @@ class TorchrunWorld:
         import torch
         import torch.distributed as dist
 
-        from distcheck.runners.context import RankContext
+        from distcheck.engine.world import RankContext
 
         extra: dict[str, Any] = {}
         if self.backend == "nccl":

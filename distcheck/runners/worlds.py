@@ -19,9 +19,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Self
 
+from distcheck.core.errors import BackendUnavailable, ConfigError
+from distcheck.core.validate import check_positive_int
 from distcheck.engine.drivers import is_world
-from distcheck.errors import BackendUnavailable, ConfigError, check_positive_int
-from distcheck.runners.context import World
+from distcheck.engine.world import World
 from distcheck.runners.pool import RankPool
 
 __all__ = ["LocalWorlds", "iter_pools"]

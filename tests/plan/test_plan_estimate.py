@@ -9,7 +9,7 @@ from itertools import product
 import pytest
 
 from distcheck.closed_form import get
-from distcheck.errors import ConfigError
+from distcheck.core.errors import ConfigError
 from distcheck.parallel import memory
 from distcheck.plan import Hardware, Layout, Workload, check_layout, estimate, plan, resolve_model, valid_layouts
 

@@ -11,7 +11,7 @@ import pytest
 
 mpl_image = pytest.importorskip("matplotlib.image")
 
-from distcheck.errors import ConfigError  # noqa: E402
+from distcheck.core.errors import ConfigError  # noqa: E402
 from distcheck.parallel import layout  # noqa: E402
 from distcheck.parallel import pp as pipeline  # noqa: E402
 from distcheck.plan import Hardware, Layout, Workload, resolve_model  # noqa: E402

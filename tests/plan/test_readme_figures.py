@@ -1,4 +1,4 @@
-"""The README's "Plan a run" figures: each image it shows is made by a command it documents, and
+"""The figures of "Plan a run" (docs/PLANNING.md): each image it shows is made by a command it documents, and
 running that command again draws the same content (the same cells, bars and groups, by gid)."""
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ OURS = re.compile(r"^((idle|[FBIW])-r\d+-t\d+|(weights|gradients|optimizer|activ
 
 
 def _section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## Plan a run")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+    return (ROOT / "docs" / "PLANNING.md").read_text()
 
 
 def _commands() -> dict[str, list[str]]:
@@ -41,7 +38,8 @@ def _our_ids(path: Path) -> list[str]:
 
 
 def test_every_image_the_section_shows_has_its_command():
-    shown = re.findall(r"!\[[^\]]*\]\((docs/img/[^)]+)\)", _section())
+    # the page is in docs/, so its images are img/...; the commands write docs/img/... from the root
+    shown = ["docs/" + p for p in re.findall(r"!\[[^\]]*\]\((img/[^)]+)\)", _section())]
     assert len(shown) == 4 and set(shown) == set(_commands())
     kinds = {"pipeline": "idle-", "memory": "weights-", "layout": "tp-g", "time": "compute-"}
     for path in shown:

@@ -107,7 +107,7 @@ def test_markdown_has_the_tables_and_figure_files_beside_it(tmp_path):
 
 
 def test_report_folder_rules(tmp_path):
-    from distcheck.errors import ConfigError
+    from distcheck.core.errors import ConfigError
 
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is a file"):

@@ -26,7 +26,7 @@ float64 reference's own error is within its ``e`` for u = 2**-53 <= u), the rule
 * scaling by a constant c computed with 2 roundings (``1/sqrt(d)``): ``e = |c| (a.e (1 + gamma_2) + gamma_3 mag(a))``,
   and ``|c| a.e`` when c is a power of two (exact);
 * exact operands on dyadic grids whose sums stay representable (the bitwise regime of
-  :mod:`distcheck.exactness`) give an exact product: ``e = 0``;
+  :mod:`distcheck.core.exactness`) give an exact product: ``e = 0``;
 * row max: ``e = max_j e_j`` (max is exact);
 * exp: ``e = exp(v + e_a) (expm1(e_a) + 2u exp(e_a))``; entries masked to -inf are exactly 0;
 * division by ``b`` with ``lb = |b.v| - 2 b.e > 0``: ``e = a.e / lb + mag(a) b.e / lb**2 + u mag(a) / lb``.
@@ -100,7 +100,7 @@ def matmul(a: Tracked, b: Tracked, u: float) -> Tracked:
 
     Exact operands on the grids 2**-ja and 2**-jb whose magnitude sums stay within
     2**(p - ja - jb) give an exact product (every partial sum is a representable multiple of
-    2**-(ja+jb)): error 0, as in the bitwise regime of :mod:`distcheck.exactness`."""
+    2**-(ja+jb)): error 0, as in the bitwise regime of :mod:`distcheck.core.exactness`."""
     k = a.v.shape[-1]
     ma, mb = a.mag(), b.mag()
     product = ma @ mb

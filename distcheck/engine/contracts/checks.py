@@ -5,7 +5,7 @@ Every function returns an :class:`~distcheck.engine.contracts.contract.Outcome` 
 failure, names the ranks at fault, the expected and the received values, the max error and
 the bound, in full (never cut: the counterexamples are shrunk, so they are short).
 
-Exactness (see :mod:`distcheck.exactness`): the references are computed in float64 from inputs
+Exactness (see :mod:`distcheck.core.exactness`): the references are computed in float64 from inputs
 the dtype holds exactly, and results come back as float64 holding the dtype's values exactly.
 A ``bitwise`` comparison is then plain equality. A bounded comparison ``|got - expected| <= bound``
 is decided in float64 where that is safe (the computed difference is within a relative 2**-52

@@ -210,7 +210,7 @@ class Contract:
         """Parent side of one example of a contract with :meth:`companion_worlds`: run its rank functions on
         the worlds it needs (``world_of(n)``: the world of ``n`` ranks, the certified one or a companion; each
         ``run`` under ``timeout_s``, None for the world's own) and return the results :meth:`check` reads.
-        What a world's ``run`` raises (a :class:`~distcheck.errors.DistributedError`) propagates: the engine
+        What a world's ``run`` raises (a :class:`~distcheck.core.errors.DistributedError`) propagates: the engine
         reports it as it reports a rank's failure. Default: :meth:`run_rank` on the certified world."""
         raise NotImplementedError
 

@@ -4,7 +4,7 @@
 ``torchtitan.distributed.parallel_dims.ParallelDims(dp_replicate, dp_shard, cp, tp, pp, ep,
 world_size).build_mesh()`` builds the meshes every rank uses. The adapter draws degrees
 (``dp_shard`` sometimes -1, derived from the world size), builds the meshes as every rank
-of a fake world in turn (:func:`distcheck.runners.fake.run_fake`: no process starts, no
+of a fake world in turn (:func:`distcheck.engine.fake.run_fake`: no process starts, no
 collective runs) and collects, for each mesh name, the group each rank belongs to. They are
 compared with :func:`distcheck.parallel.layout.torchtitan_layout` and, for tp, cp, pp and the whole
 data-parallel group (``batch``), with :class:`distcheck.parallel.layout.ParallelConfig` with
@@ -63,16 +63,16 @@ from typing import Any
 from distcheck.core.results import CheckResult
 from distcheck.core.vocab import Axis
 from distcheck.libs.targets import WorldRun
-from distcheck.libs.targets.torchtitan_llama import LLAMA, titan_clip_grad_norm
+from distcheck.libs.targets.torchtitan_llama import LLAMA, titan_clip_grad_norm  # noqa: F401 - WORLD_CERTIFY's torchtitan:LLAMA
 from distcheck.libs.targets.torchtitan_llama import PRELOAD as _LLAMA_PRELOAD
-from distcheck.libs.targets.torchtitan_moe import MOE, TORCHTITAN_OPTIONS, moe_step_row
+from distcheck.libs.targets.torchtitan_moe import MOE, TORCHTITAN_OPTIONS, moe_step_row  # noqa: F401 - WORLD_CERTIFY's torchtitan:MOE
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
 from distcheck.parallel.step.hooks import StepTarget
 from distcheck.parallel.step.plans import fsdp2_tp
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "WORLD_CERTIFY", "PARALLEL_DIMS", "BAD_INPUT", "CLIP_GRAD_NORM",
            "CHECKPOINT_MANAGER",
-           "TorchtitanCheckpointManager", "extra_rows", "MOE", "LLAMA"]
+           "TorchtitanCheckpointManager", "extra_rows"]
 
 DIST = "torchtitan"
 TITLE = "torchtitan ParallelDims"
@@ -115,7 +115,7 @@ def _rank_groups(ctx: Any, cfg: dict[str, int]) -> dict[str, list[int]]:
 
 
 def _groups(cfg: dict[str, int]) -> dict[str, list[list[int]]]:
-    from distcheck.runners.fake import run_fake
+    from distcheck.engine.fake import run_fake
 
     world = cfg["world_size"]
     seen: dict[str, set[tuple[int, ...]]] = {}

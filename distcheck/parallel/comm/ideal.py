@@ -65,7 +65,7 @@ def volume(collective: str, size_bytes: int | Fraction, n: int, convention: str 
 
     Broadcast with n = 1 returns 0 (nothing to send); the factor-1 form holds for n >= 2.
     ``size_bytes`` is an int or Fraction (bytes; convert from GB/GiB with
-    :func:`distcheck.units.to_bytes`), the result an exact Fraction of bytes.
+    :func:`distcheck.core.units.to_bytes`), the result an exact Fraction of bytes.
     Raises ConfigError for an unknown collective or convention, n < 1, a size
     that is not an int/Fraction, or a size < 0.
     """

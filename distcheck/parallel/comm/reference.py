@@ -4,7 +4,7 @@ Each simulation moves real numpy arrays between ``n`` simulated ranks one step
 at a time (every message of a step is read before any is applied, as if the
 sends were simultaneous), counts ``nbytes`` of every array a rank sends, and
 checks its own result (sum, gather, scatter, block transpose or copy). It
-raises :class:`~distcheck.errors.PropertyFailure` if the result is wrong.
+raises :class:`~distcheck.core.errors.PropertyFailure` if the result is wrong.
 
 Size convention ("full", nccl-tests doc/PERFORMANCE.md): ``S`` = ``size_bytes``
 is the size of the FULL tensor: the array every rank holds for all-reduce,

@@ -21,7 +21,7 @@ Conventions
 * Inputs are checked at the boundary of every public function: arrays must be
   numeric (or object arrays of real numbers), finite (no NaN/infinity) and
   non-empty (``n >= 1`` examples), with matching shapes; anything else raises
-  :class:`~distcheck.errors.ConfigError` naming the argument (never NaN with a
+  :class:`~distcheck.core.errors.ConfigError` naming the argument (never NaN with a
   RuntimeWarning, or a numpy error from deep inside).
 
 Token-level losses and gradient accumulation are :mod:`distcheck.parallel.dp.accumulation`.
@@ -89,7 +89,7 @@ def gamma(k: int) -> float:
     """``gamma_k = k u / (1 - k u)`` for float64 (``u = 2**-53``) as a float (Higham, Lemma 3.1).
 
     Bounds the relative error of a quantity that went through ``k`` roundings.
-    The one definition is :func:`distcheck.exactness.gamma`, which returns the
+    The one definition is :func:`distcheck.core.exactness.gamma`, which returns the
     exact :class:`~fractions.Fraction`; this is that value rounded to nearest,
     for multiplying float64 arrays (a Fraction times an ndarray would give an
     object array). It is bitwise the float expression ``k*u / (1 - k*u)``:
@@ -116,7 +116,7 @@ def shard_sizes(n: int, dp: int) -> np.ndarray:
     """
     dp = check_positive_int("dp", dp)
     n = check_positive_int("n", n)
-    check_at_most("dp", dp, MAX_RANKS, "one size is listed per rank (distcheck.validate.MAX_RANKS)")
+    check_at_most("dp", dp, MAX_RANKS, "one size is listed per rank (distcheck.core.validate.MAX_RANKS)")
     if n < dp:
         raise ConfigError("dp", dp, f"must be <= n={n} (every rank needs at least one example)")
     base, extra = divmod(n, dp)
@@ -263,7 +263,7 @@ def mlp_init(rng: np.random.Generator, d_in: int, d_hidden: int, d_out: int) -> 
     for name, v in (("d_in", d_in), ("d_hidden", d_hidden), ("d_out", d_out)):
         check_positive_int(name, v)
     check_at_most("d_in*d_hidden + d_hidden*d_out", d_in * d_hidden + d_hidden * d_out, MAX_ELEMENTS,
-                  "distcheck.validate.MAX_ELEMENTS: elements one init allocates")
+                  "distcheck.core.validate.MAX_ELEMENTS: elements one init allocates")
     return {
         "W1": rng.standard_normal((d_in, d_hidden)) / np.sqrt(d_in),
         "b1": 0.1 * rng.standard_normal(d_hidden),

@@ -36,7 +36,7 @@ Sizes: :func:`coords`, :func:`rank_of`, :func:`node_of`, :func:`mesh_shape` and
 ``ParallelConfig.num_groups`` are O(1) arithmetic and work for any world size.
 The functions that enumerate every rank (:func:`rank_grid`, :func:`groups`,
 :func:`groups_node_local`, :func:`tp_groups_node_local`) require
-``world_size <= MAX_RANKS`` (2**24 = 16,777,216, :data:`distcheck.validate.MAX_RANKS`)
+``world_size <= MAX_RANKS`` (2**24 = 16,777,216, :data:`distcheck.core.validate.MAX_RANKS`)
 and raise ConfigError beyond it. Every function raises ConfigError when ``cfg``
 is not a :class:`ParallelConfig`.
 """

@@ -310,7 +310,7 @@ def describe_fit(stage: int, f: Fit, components: Mapping[str, Fraction] | None,
 
 
 _PRINTED = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bytes|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$")
-#: a printed unit -> bytes in one of it (GB = 1e9, GiB = 2**30: distcheck.units)
+#: a printed unit -> bytes in one of it (GB = 1e9, GiB = 2**30: distcheck.core.units)
 DECIMAL_UNITS = {"bytes": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                  "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 #: a decimal unit -> the binary size it is mistaken for, and the name of the mistake

@@ -4,7 +4,7 @@ Bytes per parameter by convention, the state ``b P / (t p)`` split by tensor
 and pipeline parallelism (the lesson "Scaling and distributed training", section 3), its components, the
 fewest GPUs that hold a total, the smallest power-of-two tp that fits and the
 smallest tp*pp product that fits. All byte quantities are in bytes (convert
-with :func:`distcheck.units.bytes_to`: GB = 1e9, GiB = 2**30).
+with :func:`distcheck.core.units.bytes_to`: GB = 1e9, GiB = 2**30).
 """
 
 from __future__ import annotations

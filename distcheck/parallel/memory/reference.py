@@ -1,8 +1,8 @@
 """Training-state memory per GPU: bytes per parameter, TP/PP splits, GPU counts.
 
 Everything here is exact: integers and :class:`fractions.Fraction`, never
-floats. Results are in bytes; convert with :func:`distcheck.units.bytes_to`
-or print with :func:`distcheck.units.format_bytes` (GB = 1e9 bytes, GiB =
+floats. Results are in bytes; convert with :func:`distcheck.core.units.bytes_to`
+or print with :func:`distcheck.core.units.format_bytes` (GB = 1e9 bytes, GiB =
 2**30 bytes: ``format_bytes(107_810_390_016, "GB")`` is ``'107.81 GB'`` and
 with ``"GiB"`` ``'100.41 GiB'``). Byte arguments (``budget_bytes``,
 ``total_bytes``, ``gpu_bytes``) take an exact number of bytes or a string that

@@ -1,7 +1,7 @@
 """Sequence-parallel properties: the MLP and attention blocks against the single-device block, the
 layer norm's parameter gradients, the bytes each rank sends and the activation bytes saved.
 
-Exactness regimes (:mod:`distcheck.exactness`):
+Exactness regimes (:mod:`distcheck.core.exactness`):
 
 - ``sp.mlp.exact`` and ``sp.layer_norm.param_grads``: the strategies draw tokens whose layer norm is
   exact (:func:`distcheck.strategies.exact_norm_rows`), so every value is a small integer and the

@@ -26,7 +26,7 @@ At tp = 1 no collective is expected (Megatron, fairscale and DTensor all skip th
 Exactness. The linear layers and the MLP are **bitwise**: inputs, weights, biases and the output
 gradient are integers bounded so that every partial sum of the forward and of the backward stays
 below 2**p in magnitude (p = 53, 24, 8 for float64, float32, bfloat16;
-``distcheck.exactness.max_exact_int``), so every summation order gives the exact result. For
+``distcheck.core.exactness.max_exact_int``), so every summation order gives the exact result. For
 linears, the longest sums are ``in_features + 1`` products of two entries (the output), for the
 MLP ``ffn (hidden + 1) + 1`` products of three. Attention has a softmax, so it is **bounded**:
 inputs are exact multiples of 1/4 (x) and 1/8 (weights) and each result is held to the running error bound of

@@ -1,7 +1,7 @@
 """Tensor-parallel properties: column, row, MLP (ReLU and SwiGLU, fused or not), layer
 norm over a sharded hidden dim, and attention split by heads; any tp, uneven shards.
 
-Exactness regimes (:mod:`distcheck.exactness`):
+Exactness regimes (:mod:`distcheck.core.exactness`):
 
 - column / row / ReLU MLP / layer norm: integer-valued inputs, so the sharded
   result equals the single-device one bit for bit (row-parallel only reorders a

@@ -123,7 +123,7 @@ def split_sizes(n: int, shards: int) -> list[int]:
     """Sizes of ``np.array_split(range(n), shards)``: ``split_sizes(10, 4) -> [3, 3, 2, 2]``.
 
     Raises ConfigError unless ``n >= shards >= 1`` (integers) and ``shards <= MAX_RANKS``
-    (2**24, :data:`distcheck.validate.MAX_RANKS`).
+    (2**24, :data:`distcheck.core.validate.MAX_RANKS`).
     """
     n = check_positive_int("n", n)
     shards = check_positive_int("shards", shards)

@@ -91,7 +91,8 @@ def _ceil_div(a: int, b: int) -> int:
 def _check_dp(dp: object) -> int:
     """dp: an int in 1..MAX_RANKS (the functions below list one entry per rank)."""
     dp = check_positive_int("dp", dp)
-    return check_at_most("dp", dp, MAX_RANKS, "one entry is listed per rank (distcheck.validate.MAX_RANKS = 2**24); "
+    return check_at_most("dp", dp, MAX_RANKS, "one entry is listed per rank "
+                                              "(distcheck.core.validate.MAX_RANKS = 2**24); "
                                               "model_state_bytes_per_gpu and comm_elements_per_rank take any dp")
 
 

@@ -1,9 +1,0 @@
-"""Deprecated (goes in the next release): a closed form is reached by its name, ``distcheck.closed_form.get(NAME)``.
-
-Every name this module served still resolves, with a DeprecationWarning naming its lookup.
-"""
-
-from distcheck.core.face import moved
-from distcheck.forms import _form_path
-
-__getattr__ = moved(__name__, _form_path("distcheck.parallel.activations.forms"), "distcheck.closed_form.get(NAME)")
