@@ -499,6 +499,13 @@ def test_run_libs_skips_or_fails_a_missing_library(monkeypatch):
     monkeypatch.setattr("distcheck.libs.targets.dist_version", lambda dist: None)
     assert [r.verdict for r in run_libs(["torchtitan"])] == [SKIP]
     assert [r.verdict for r in run_libs(["torchtitan"], require_installed=True)] == [FAIL]
+    # transformers (the libs extra, or its own): a skip row naming the install, folded into each of its rows
+    skipped = run_libs(["transformers"])
+    assert [(r.check, r.verdict, r.detail) for r in skipped] == [
+        ("libs.transformers", SKIP, "transformers is not installed (pip install 'distcheck[libs]')")]
+    from distcheck.libs.table import summary_rows
+
+    assert [(t.library, t.verdict) for t in summary_rows(skipped)] == [("transformers", "not installed")] * 2
     with pytest.raises(ConfigError, match="target"):
         run_libs(["horovod"])
 
@@ -517,8 +524,8 @@ def test_cli_libs_exit_codes(monkeypatch, capsys):
     assert main(["libs"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("distcheck: error: libs='deepspeed, accelerate, megatron-core, torchtitan' are not "
-                          "installed") and f"pip install 'distcheck[{EXTRA}]'" in err and "--allow-skips" in err
+    assert err.startswith("distcheck: error: libs='deepspeed, accelerate, megatron-core, torchtitan, transformers' "
+                          "are not installed") and f"pip install 'distcheck[{EXTRA}]'" in err and "--allow-skips" in err
     # the extra named is pyproject.toml's, the one that installs every target's library
     extras = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
     requirements = extras["project"]["optional-dependencies"][EXTRA]
@@ -539,12 +546,15 @@ def test_cli_libs_exit_codes(monkeypatch, capsys):
 
 def test_the_adapters_import_without_their_libraries():
     # the targets are module-level objects; their libraries load only when a figure is asked for
-    from distcheck.libs.targets import accelerate, deepspeed, megatron, torchtitan
+    from distcheck.libs.targets import accelerate, deepspeed, hf_transformers, megatron, torchtitan, torchtitan_llama
 
     assert deepspeed.STAGES.estimators == (deepspeed.ZERO2, deepspeed.ZERO3)
     assert {a for a, _ in megatron.CERTIFY} == {"RANK_GENERATOR", "BAD_INPUT"}
     assert accelerate.FLOAT16.depends_on_n is False and torchtitan.PARALLEL_DIMS.name == "torchtitan.parallel_dims"
     assert megatron.ORDERS[0] == "tp-cp-ep-dp-pp" and len(megatron.ORDERS) == 120
+    assert {run.name for run in hf_transformers.WORLD_CERTIFY} >= {"transformers.llama_tp", "transformers.mixtral_tp"}
+    assert torchtitan_llama.LLAMA.config.dim == 32 and torchtitan_llama.DEBUGMODEL.dim == 256
+    assert {run.name for run in torchtitan.WORLD_CERTIFY} >= {"torchtitan.llama_fsdp", "torchtitan.llama_fsdp_tp"}
 
 
 SEEN_LOCAL_CONSTANTS: list[int] = []

@@ -67,6 +67,42 @@ def test_factory_builds_the_same_float64_weights_whatever_ran_before():
     assert not torch.equal(a["wte.weight"], c["wte.weight"])  # the seed is the case's
 
 
+class _ComplexCache(torch.nn.Module):
+    """A float32 weight and a complex RoPE-style cache (torchtitan's ComplexRoPE keeps one)."""
+
+    def __init__(self, cfg: object) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(2, dtype=torch.float32))
+        self.register_buffer("cache", torch.polar(torch.ones(3), torch.arange(3.0)), persistent=False)
+
+
+def test_factory_casts_floating_tensors_and_keeps_a_complex_buffer():
+    # Module.to(float64) would cast the complex cache to a real one, dropping its imaginary part
+    from distcheck.parallel.step.harness import build_target_model
+
+    m = build_target_model(_ComplexCache, None, 0)
+    assert m.w.dtype == torch.float64
+    assert m.cache.dtype == torch.complex128  # built under float64, the default dtype of the build
+    want = torch.polar(torch.ones(3, dtype=torch.float64), torch.arange(3.0, dtype=torch.float64))
+    assert torch.equal(m.cache, want) and m.cache.imag.abs().max() > 0.9
+
+
+def test_the_ranks_and_the_reference_cast_a_complex_buffer_nowhere():
+    # the ranks cast the factory's model to the case's master dtype and the reference's start to its own: both
+    # through floating_to, which leaves a complex buffer complex (Module.to(dtype) made torchtitan's RoPE cache real
+    # on both sides alike, so the step still certified, with a RoPE that was not torchtitan's)
+    from distcheck.parallel.step.harness import build_target_model, start_model
+    from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.precision import floating_to
+
+    m = floating_to(build_target_model(_ComplexCache, None, 0), torch.float32)
+    assert m.w.dtype == torch.float32 and m.cache.dtype == torch.complex128 and m.cache.imag.abs().max() > 0.9
+    target = StepTarget(lambda model, mesh, layout: model, model=_ComplexCache)
+    case = type("Case", (), {"config": None, "seed": 0})()
+    ref = start_model(case, target, None, "float64", "float64")
+    assert ref.cache.dtype == torch.complex128 and ref.cache.imag.abs().max() > 0.9
+
+
 def test_factory_returning_no_module_is_a_protocol_error():
     from distcheck.engine.contracts.errors import ProtocolError
     from distcheck.parallel.step.harness import build_target_model

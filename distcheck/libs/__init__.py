@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["run_libs", "TARGET_NAMES", "DEFAULT_EXAMPLES", "PROFILE", "EXTRA"]
 
-TARGET_NAMES = ("deepspeed", "accelerate", "megatron", "torchtitan")
+TARGET_NAMES = ("deepspeed", "accelerate", "megatron", "torchtitan", "transformers")
 #: the optional extra of pyproject.toml that installs every target's library (``pip install 'distcheck[libs]'``)
 EXTRA = "libs"
 #: Hypothesis examples per property (each third-party call is cheap; the layout examples build meshes)

@@ -29,7 +29,8 @@ def add_libs_parser(sub: Any, *, seed: Callable[[str], int]) -> argparse.Argumen
 
     p = sub.add_parser(
         "libs",
-        help="certify real libraries: DeepSpeed, accelerate, Megatron-core, torchtitan (needs distcheck[libs])",
+        help="certify real libraries: DeepSpeed, accelerate, Megatron-core, torchtitan, transformers "
+             "(needs distcheck[libs])",
         description=(
             "Certify the installed libraries under the memory-estimator and rank-layout contracts (DeepSpeed's ZeRO "
             "estimators, accelerate's training estimate, Megatron-core's RankGenerator and theoretical memory, "

@@ -43,9 +43,16 @@ UNITS = (
     ("torchtitan CheckpointManager (gloo, CPU)", "torchtitan", "checkpoint", ("libs.torchtitan.checkpoint_manager.",)),
     ("torchtitan dropless MoE (TokenChoiceTopKRouter, AllToAllTokenDispatcher; gloo, 2 and 4 ranks)", "torchtitan",
      "moe-layer (dropless)", ("libs.torchtitan.moe.",)),
+    ("torchtitan Llama 3 (debug-model architecture, small sizes) under its own parallelize_llama: FSDP2, TP (gloo, "
+     "2 and 4 ranks; CPU meshes, SDPA for FlexAttention, float64 FSDP2 mixed precision)", "torchtitan",
+     "training-step (layouts dp_shard=2, tp=2, dp_shard=2 x tp=2)", ("libs.torchtitan.llama_",)),
+    ("transformers LlamaForCausalLM, tp_plan auto and FSDP2 through DistributedConfig (gloo, 2 and 4 ranks)",
+     "transformers", "training-step (layouts tp=2, dp_shard=2, dp_shard=2 x tp=2)", ("libs.transformers.llama_",)),
+    ("transformers MixtralForCausalLM (4 experts, top-2), tp_plan auto and FSDP2 (gloo, 2 ranks)", "transformers",
+     "training-step (layouts tp=2, dp_shard=2)", ("libs.transformers.mixtral_",)),
 )
 _TARGET_OF = {"deepspeed": "deepspeed", "accelerate": "accelerate", "megatron-core": "megatron",
-              "torchtitan": "torchtitan"}
+              "torchtitan": "torchtitan", "transformers": "transformers"}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ TARGETS = {
     "accelerate": "accelerate",
     "megatron": "megatron",
     "torchtitan": "torchtitan",
+    "transformers": "hf_transformers",
 }
 
 

@@ -45,6 +45,10 @@ state; the contract's optimizer is torch's Adam), async saves and Hugging Face f
 
     distcheck certify distcheck.libs.targets.torchtitan:CHECKPOINT_MANAGER --contract checkpoint
 
+``LLAMA`` (training-step contract, on gloo worlds of 2 and 4): torchtitan's own Llama 3 (the debug model's
+architecture) under torchtitan's own ``parallelize_llama``, with the substitutions that let it run on CPU in
+float64, in :mod:`distcheck.libs.targets.torchtitan_llama`.
+
 ``MOE`` (moe-layer contract with ``dropless=true``, on gloo worlds of 2 and 4): torchtitan's router and
 ``AllToAllTokenDispatcher`` (counts exchanged, then ``all_to_all_single`` of the actual split sizes), the adapter
 and its conventions in :mod:`distcheck.libs.targets.torchtitan_moe`; there too the row of its MoE debug model
@@ -59,14 +63,16 @@ from typing import Any
 from distcheck.core.results import CheckResult
 from distcheck.core.vocab import Axis
 from distcheck.libs.targets import WorldRun
+from distcheck.libs.targets.torchtitan_llama import LLAMA, titan_clip_grad_norm
+from distcheck.libs.targets.torchtitan_llama import PRELOAD as _LLAMA_PRELOAD
 from distcheck.libs.targets.torchtitan_moe import MOE, TORCHTITAN_OPTIONS, moe_step_row
 from distcheck.parallel.layout.contracts import LayoutTarget, Probe, ProbeSet
-from distcheck.parallel.step.hooks import StepInfo, StepTarget
+from distcheck.parallel.step.hooks import StepTarget
 from distcheck.parallel.step.plans import fsdp2_tp
 
 __all__ = ["DIST", "TITLE", "CERTIFY", "WORLD_CERTIFY", "PARALLEL_DIMS", "BAD_INPUT", "CLIP_GRAD_NORM",
-           "titan_clip_grad_norm", "CHECKPOINT_MANAGER",
-           "TorchtitanCheckpointManager", "extra_rows", "MOE"]
+           "CHECKPOINT_MANAGER",
+           "TorchtitanCheckpointManager", "extra_rows", "MOE", "LLAMA"]
 
 DIST = "torchtitan"
 TITLE = "torchtitan ParallelDims"
@@ -158,15 +164,6 @@ BAD_INPUT = ProbeSet("torchtitan.parallel_dims", DIST, _PD_IMPORT, (
 
 
 
-def titan_clip_grad_norm(parameters: Any, max_norm: float, info: StepInfo) -> Any:
-    """The step's clipping hook: ``torchtitan.distributed.utils.clip_grad_norm_`` as torchtitan's trainer calls
-    it (``foreach=True``; ``pp_mesh`` the mesh's pp dimension when pp > 1, else None). Returns its norm."""
-    from torchtitan.distributed.utils import clip_grad_norm_
-
-    pp_mesh = info.mesh["pp"] if info.layout.pp > 1 else None
-    return clip_grad_norm_(list(parameters), max_norm, foreach=True, pp_mesh=pp_mesh)
-
-
 #: torch's composition stepped with torchtitan's clip_grad_norm_ (training-step contract)
 CLIP_GRAD_NORM = StepTarget(fsdp2_tp, clip_grad_norm=titan_clip_grad_norm)
 
@@ -190,6 +187,14 @@ WORLD_CERTIFY = (
     WorldRun("MOE", "moe-layer", "torchtitan.moe", world_sizes=(2, 4), max_examples=5, options=TORCHTITAN_OPTIONS,
              dtypes=("float32",), timeout_s=120.0,
              preload=("torchtitan.models.common.moe", "torchtitan.models.common.token_dispatcher")),
+    # torchtitan's Llama 3 under its own parallelize_llama (torchtitan_llama's module doc): one example per layout,
+    # each a build, parallelize and 2 or 3 steps of every rank, about 40 s at 2 ranks and 2 minutes at 4 on 2 cores
+    WorldRun("LLAMA", "training-step", "torchtitan.llama_fsdp", world_sizes=(2,), max_examples=1,
+             options={"layout": "dp_shard=2"}, preload=_LLAMA_PRELOAD),
+    WorldRun("LLAMA", "training-step", "torchtitan.llama_tp", world_sizes=(2,), max_examples=1,
+             options={"layout": "tp=2"}, preload=_LLAMA_PRELOAD),
+    WorldRun("LLAMA", "training-step", "torchtitan.llama_fsdp_tp", world_sizes=(4,), max_examples=1,
+             options={"layout": "dp_shard=2,tp=2"}, preload=_LLAMA_PRELOAD),
 )
 
 

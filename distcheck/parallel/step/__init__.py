@@ -60,7 +60,7 @@ __all__ = [
     "MAX_LEN_FIELDS", "expert_mesh", "load_balance_loss", "moe_layers", "EXPERT_AXES", "FLAT_AXES",
     "ROPE_THETA", "rotary", "causal_attention", "PRECISIONS", "Precision", "MIXED_MODES", "UNIT_ROUNDOFF", "FLOOR",
     "C_TP", "FLOOR_TP", "get_precision", "precisions_for", "reordered", "precision_bounds", "autocast_for",
-    "autocast_hooks",
+    "autocast_hooks", "floating_to",
 ]
 
 __getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts", "precision"))

@@ -33,9 +33,10 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.case import StepCase
     from distcheck.parallel.step.hooks import StepTarget
     from distcheck.parallel.step.reference import StepLayout
+from distcheck.parallel.step.precision import floating_to
 
-__all__ = ["ADAMW", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for", "cp_positions",
-           "build_target_model", "same_weights"]
+__all__ = ["ADAMW", "run_step", "reference_step", "reference_trace", "parallel_states", "mesh_for",
+           "cp_positions", "build_target_model", "same_weights"]
 
 #: AdamW's hyperparameters besides the learning rate (torchtitan's defaults)
 ADAMW: dict = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -115,7 +116,8 @@ def _scale(before: list, after: list) -> tuple[float | None, float, float]:
 
 def build_target_model(factory: Any, config: Any, seed: int) -> Any:
     """``factory(config)`` built on CPU under ``torch.manual_seed(seed)`` with float64 the default dtype (the
-    global generator and default dtype restored after), then cast to float64: the same weights for the same seed
+    global generator and default dtype restored after), then its floating-point parameters and buffers cast to
+    float64 (complex buffers, such as a RoPE cache of complex numbers, keep theirs): the same weights for the same seed
     whatever ran before. Raises ProtocolError naming the factory when it does not return an ``nn.Module``."""
     import torch
 
@@ -132,7 +134,7 @@ def build_target_model(factory: Any, config: Any, seed: int) -> Any:
     if not isinstance(model, torch.nn.Module):
         raise ProtocolError("model", repr(factory), f"the StepTarget's model factory must return a torch.nn.Module, "
                             f"not {type(model).__name__}")
-    return model.to(dtype=torch.float64, device="cpu")
+    return floating_to(model.to(device="cpu"), torch.float64)
 
 
 def same_weights(model: Any) -> dict:
@@ -207,7 +209,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     else:
         model = build_target_model(target.model, case.config, case.seed)
         initial = same_weights(model)
-        model = model.to(device=ctx.device, dtype=getattr(torch, master))
+        model = floating_to(model.to(device=ctx.device), getattr(torch, master))
     shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
@@ -268,9 +270,10 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     # world's ranks (a process that has run torch's thread pools does not fork safely)
     import torch.distributed as dist
 
-    records: list = [None] * ctx.world_size
-    dist.all_gather_object(records, {"steps": steps, "shard_dims": result["shard_dims"]})
-    if ctx.rank == 0:
+    # only rank 0 reads them: gathered there, not to every rank (every parameter and moment of every step)
+    records: list | None = [None] * ctx.world_size if ctx.rank == 0 else None
+    dist.gather_object({"steps": steps, "shard_dims": result["shard_dims"]}, records, dst=0)
+    if records is not None:  # rank 0
         # plain tp shards (Megatron style) as full tensors: the reference starts each step from the ranks' state
         starts = parallel_states(assemble_params(layout, records, shapes))
         own = target if target.model is not None else None
@@ -371,7 +374,7 @@ def start_model(case: StepCase, target: StepTarget, initial: dict | None, master
     model = build_target_model(target.model, case.config, case.seed)
     state = model.state_dict() if initial is None else {k: torch.as_tensor(v) for k, v in initial.items()}
     model.load_state_dict({k: rounded(v) for k, v in state.items()})
-    return model.to(dtype=getattr(torch, dtype))
+    return floating_to(model, getattr(torch, dtype))
 
 
 def reference_step(case: StepCase, tokens: Any, labels: Any, starts: list[dict] | None = None,

@@ -119,7 +119,8 @@ import numpy as np
 from distcheck.core.errors import ConfigError
 
 __all__ = ["Precision", "PRECISIONS", "MIXED_MODES", "UNIT_ROUNDOFF", "FLOOR", "C_TP", "FLOOR_TP",
-           "get_precision", "precisions_for", "reordered", "precision_bounds", "autocast_for", "autocast_hooks"]
+           "get_precision", "precisions_for", "reordered", "precision_bounds", "autocast_for", "autocast_hooks",
+           "floating_to"]
 
 #: the unit roundoff of each dtype (round to nearest): 2^-p for p significand bits
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8}
@@ -295,3 +296,10 @@ def precision_bounds(shadow: Sequence[Mapping[str, Any]], single: Sequence[Mappi
             step[key] = (float(b[0]), float(e[0]))
         out.append(step)
     return out
+
+
+def floating_to(model: Any, dtype: Any) -> Any:
+    """``model`` with its floating-point parameters and buffers cast to ``dtype`` (a torch dtype), in place; a
+    complex buffer (torchtitan's RoPE cache) keeps its dtype: ``Module.to(dtype)`` would cast it to a real one and
+    drop its imaginary part. Returns ``model``."""
+    return model._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
