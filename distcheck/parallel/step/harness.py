@@ -86,7 +86,7 @@ def _local(t: Any) -> Any:
 
 
 def _record(model: Any, opt: Any, alias: dict | None = None) -> dict:
-    """Parameters and AdamW moments, full float64 arrays by name (``alias``: a tied head's copy renamed)."""
+    """Parameters and AdamW moments by name, full float64 arrays (``alias``: a tied head's pp copy renamed)."""
     names = {n: (alias or {}).get(_name(n), _name(n)) for n, _ in model.named_parameters()}
     params = {names[n]: _full(p) for n, p in model.named_parameters()}
     state = {}
@@ -214,8 +214,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
     model = target.parallelize(model, mesh, layout)
-    tied = layout.pp > 1 and target.model is None and case.config.tied  # the head a copy of the embedding
-    alias = {TIED_NAMES[1]: TIED_NAMES[0]} if tied else {}
+    alias = {TIED_NAMES[1]: TIED_NAMES[0]} if layout.pp > 1 and target.model is None and case.config.tied else {}
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     rec = Recorder(model, dp_index=d, pipelined=layout.pp > 1) if record else NoRecorder()
     steps = []
