@@ -131,7 +131,7 @@ def parallelize(model, mesh, layout, *, attention=None, **fsdp_options):
 
     if layout.tp > 1:
         apply_tp(model, mesh["tp"])
-        if model.config.tied:  # parallelize_module gives the head its own DTensor: tie it again (pp = 1 only)
+        if model.config.tied and layout.pp == 1:  # parallelize_module gives the head its own DTensor: tie again
             model.output.weight = model.tok_embeddings.weight
     if layout.cp > 1:
         apply_cp(model, mesh["cp"], attention)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -94,9 +95,25 @@ def test_pipeline_stages_split_the_decoder():
         held = {n for n, _ in pipeline_stage(build_model(cfg), stage, 2).named_parameters()}
         assert held == {n for n in names if stage_of(n, 2, 2) == stage}
     assert stage_of("tok_embeddings.weight", 2, 2) == 0 and stage_of("output.weight", 2, 2) == 1
-    with pytest.raises(ConfigError, match="tied"):
-        pipeline_stage(build_model(TinyConfig(dim=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=2, ffn_dim=4,
-                                              vocab_size=8, tied=True)), 0, 2)
+    with pytest.raises(ConfigError, match="n_layers"):
+        pipeline_stage(build_model(replace(cfg, n_layers=3)), 0, 2)
+
+
+def test_a_tied_head_under_pp_is_two_copies_on_the_first_and_last_stage():
+    # Megatron-LM's shared embedding: the embedding on the first stage, a copy of it as the head on the last
+    import torch
+
+    from distcheck.parallel.step.model import TinyConfig, build_model, pipeline_stage, stages_of
+
+    cfg = TinyConfig(dim=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=2, ffn_dim=4, vocab_size=8, tied=True)
+    weights = {n: p.detach().numpy().copy() for n, p in build_model(cfg).named_parameters()}
+    first, last = (dict(pipeline_stage(build_model(cfg, weights), s, 2).named_parameters()) for s in (0, 1))
+    assert "tok_embeddings.weight" in first and "output.weight" not in first
+    assert "output.weight" in last and "tok_embeddings.weight" not in last
+    assert torch.equal(first["tok_embeddings.weight"], last["output.weight"])
+    assert stages_of("tok_embeddings.weight", cfg, 2) == {0, 1}
+    assert stages_of("tok_embeddings.weight", replace(cfg, tied=False), 2) == {0}
+    assert stages_of("tok_embeddings.weight", cfg, 1) == {0}
 
 
 @pytest.mark.parametrize("name", ["proof.step.dp_bytes", "proof.step.tp_bytes",
@@ -444,3 +461,48 @@ def test_speed_benchmark_prints_one_table():
     assert all(r.split(" | ")[1] == "1" and r.endswith("x |") for r in rows[2:])
     assert rows[4].endswith("| 1.00x |") and "world size 4" in out
     assert re.search(r"^bfloat16 over float64 certification: [0-9.]+x the examples per second$", out, re.M), out
+
+
+def test_tied_pp_option_draws_a_tied_head_under_pp_only():
+    from hypothesis import find
+    from hypothesis.errors import NoSuchExample
+
+    from distcheck.parallel.step.contracts import TrainingStep
+
+    c = TrainingStep()
+    tied = c.cases(2, "float64", {"layout": "pp=2", "tied_pp": True})
+    assert find(tied, lambda case: True).config.tied
+    with pytest.raises(NoSuchExample):  # never untied under the option
+        find(tied, lambda case: not case.config.tied)
+    with pytest.raises(NoSuchExample):  # never tied under pp without it
+        find(c.cases(2, "float64", {"layout": "pp=2"}), lambda case: case.config.tied)
+    assert find(c.cases(2, "float64", {"layout": "tp=2", "tied_pp": True}), lambda case: not case.config.tied)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize(("layout", "world_size"), [("pp=2", 2), ("dp_shard=2,pp=2", 4), ("tp=2,pp=2", 4)])
+def test_tied_head_under_pp_certified_with_the_embedding_group_all_reduce(layout, world_size):
+    # Megatron-LM's shared embedding: the first stage's embedding and the last stage's head are two copies, their
+    # gradients summed over the two stages (finalize_grads) and the weight counted once in the norm
+    from distcheck.certify import certify
+
+    cert = certify("distcheck.parallel.step.plans:TIED_PIPELINE_STEP", "training-step", world_sizes=[world_size],
+                   examples=3, options={"layout": layout, "tied_pp": True}, timeout_s=300)
+    cert.assert_certified()
+    assert {r.columns["layout"] for r in cert.compositions} == {layout.replace(",", ", ")}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_tied_head_under_pp_without_the_all_reduce_fails_params():
+    # uw-syfi/piper#13: the two copies' gradients never summed, each stage steps its copy on its own half
+    from distcheck.certify import certify
+
+    cert = certify("zoo.piper_13_pp_tied_embedding_not_reduced:BUG", "training-step", world_sizes=[2], examples=4,
+                   options={"layout": "pp=2", "tied_pp": True}, timeout_s=300)
+    verdict = next(v for v in cert.verdicts if v.property == "params")
+    assert verdict.verdict == "FAIL", verdict
+    assert "pp=2" in verdict.counterexample and "tied head" in verdict.counterexample, verdict.counterexample
+    assert "step 1 " in verdict.failure and "tok_embeddings.weight" in verdict.failure, verdict.failure
+    assert "tied head's two copies on two pipeline stages" in verdict.failure, verdict.failure

@@ -19,7 +19,10 @@ Megatron's (:func:`layouts`), whose axes above 1 are among ``--option axes=...``
 dp_replicate, dp_shard, tp and pp; ``all``: cp and ep too) or a :class:`~distcheck.parallel.step.hooks.StepTarget`'s
 ``axes``, or the one ``--option layout=...`` pins), the decoder's sizes
 (tied or untied head, 1 or 2 layers, grouped-query heads, RoPE under cp (no positions otherwise); under
-pp = 2 one layer per stage, untied, the schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of
+pp = 2 one layer per stage, untied unless ``--option tied_pp=true`` (then tied: the embedding on the first
+stage and the head on the last are two copies of one weight, Megatron-LM's shared embedding, whose gradients
+the target sums over the two stages, :func:`~distcheck.parallel.step.hooks.all_reduce_tied`), the
+schedule ``ScheduleGPipe`` or ``Schedule1F1B`` of
 ``torch.distributed.pipelining``, pp with tp too: each stage under the tensor-parallel plan; with ep among the
 axes and tp = pp = 1, MoE layers of ep or 2 ep experts, top-1 or top-2, always under ep > 1), the
 micro-batches (gradient-accumulation steps), every sequence's non-ignored length (so token counts differ per
@@ -91,7 +94,7 @@ from distcheck.parallel.step.compare import first as _first
 from distcheck.parallel.step.compare import within as _within
 from distcheck.parallel.step.divergence import explain_step
 from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
-from distcheck.parallel.step.model import TinyConfig, stage_of
+from distcheck.parallel.step.model import TinyConfig, stages_of
 from distcheck.parallel.step.precision import get_precision, precision_bounds, precisions_for
 from distcheck.parallel.step.reference import StepLayout
 
@@ -114,23 +117,6 @@ _PROPERTIES = (
     PropertySpec("tokens", "the reported tokens are the step's non-ignored tokens, and the dp (and cp) ranks' own "
                            "counts add up to them", "exact"),
 )
-
-def _check_hooks(obj: Any, shown: str) -> None:
-    """Every hook of a :class:`StepTarget` callable with its number of arguments, else ProtocolError naming it."""
-    import inspect
-
-    for field, n in obj.HOOKS:
-        fn = getattr(obj, field)
-        if field == "model" and fn is None:  # distcheck's tiny Llama
-            continue
-        if not callable(fn):
-            raise ProtocolError("target", shown, f"the {field} hook of a StepTarget must be callable, not {fn!r}")
-        try:
-            have = f" (its signature is {inspect.signature(fn)})"
-        except (TypeError, ValueError):
-            have = ""
-        check_call_shape(fn, shown, f"the {field} hook of a StepTarget must take {n} positional arguments{have}", n)
-
 
 #: why a user model's axes leave pp out
 _NO_SPLIT = ("a user model has no pipeline split: distcheck cuts only its own tiny Llama into stages "
@@ -168,7 +154,7 @@ def _user_config(obj: Any, shown: str) -> tuple[int | None, int | None]:
 
 def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = None, spec: Any = None, *,
            one_token: bool = False, moe: bool = False, max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM),
-           precisions: tuple[str, ...] = ("float64",)) -> st.SearchStrategy[StepCase]:
+           precisions: tuple[str, ...] = ("float64",), tied_pp: bool = False) -> st.SearchStrategy[StepCase]:
     """The drawn examples on ``choices`` (module doc). ``config``: a user model's own (fixed; else the tiny
     Llama's sizes are drawn), ``longest`` its longest sequence (caps the drawn length), ``spec`` the resolved
     StepTarget each case carries (its reference runs the target's model and hooks); ``one_token``: every
@@ -176,7 +162,7 @@ def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = 
     query and key projections' gradients exactly 0); ``moe``: the tiny Llama may be drawn with MoE layers on a
     layout with tp = pp = 1 (ep among the axes drawn; a layout with ep > 1 always has them); ``max_norms``: the
     clipping thresholds drawn from; ``precisions``: the precisions drawn from
-    (:mod:`~distcheck.parallel.step.precision`; the layout carries it)."""
+    (:mod:`~distcheck.parallel.step.precision`; the layout carries it); ``tied_pp``: the head tied under pp > 1."""
 
     @st.composite
     def draw(draw: st.DrawFn) -> StepCase:
@@ -188,11 +174,11 @@ def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = 
         experts = 0
         if config is None and (layout.ep > 1 or (moe and tp == 1 and pp == 1 and draw(st.booleans()))):
             experts = max(layout.ep, 2) * draw(st.integers(1, 2))  # every ep rank holds 1 or 2 experts
-        # under pp: one layer per stage, the head untied (embedding and head on different stages)
+        # under pp: one layer per stage, the head tied under the tied_pp option only (two copies on two stages)
         cfg = config if config is not None else TinyConfig(
             dim=8, n_layers=pp if pp > 1 else draw(st.integers(1, 2)), n_heads=n_kv * draw(st.integers(1, 2)),
             n_kv_heads=n_kv, head_dim=2, ffn_dim=4 * tp, vocab_size=4 * max(tp, 2),
-            tied=pp == 1 and draw(st.booleans()), n_experts=experts,
+            tied=draw(st.booleans()) if pp == 1 else tied_pp, n_experts=experts,
             top_k=draw(st.integers(1, 2)) if experts else 1, rope=cp > 1)
         # a sequence is cut into 2 cp head-tail chunks, each into tp sequence-parallel shards
         unit = tp * (2 * cp if cp > 1 else 1)
@@ -217,8 +203,10 @@ def _unrecorded(case: StepCase) -> str:
     """Why the first-divergence replay does not cover ``case`` ("" when it does): the recorder maps tensors over dp
     and tp, its reference runs each dp rank's micro-batches alone: a line there could name a right tensor."""
     moe = isinstance(case.config, TinyConfig) and case.config.n_experts > 0
+    tied = isinstance(case.config, TinyConfig) and case.config.tied and case.layout.pp > 1
     what = " and ".join(w for w, on in (("cp ranks' head-tail chunks", case.layout.cp > 1),
-                                           ("MoE layers' load-balancing loss over the global micro-batch", moe)) if on)
+                                           ("MoE layers' load-balancing loss over the global micro-batch", moe),
+                                           ("tied head's two copies on two pipeline stages", tied)) if on)
     return f"the recorder maps tensors over dp and tp only, not the {what}" if what else ""
 
 
@@ -252,6 +240,9 @@ class TrainingStep(Contract):
                                 "dp_replicate, dp_shard, tp, pp, cp, ep; default: a StepTarget's own axes, else "
                                 "the dense step's dp_replicate, dp_shard, tp and pp; a StepTarget with its own "
                                 "model: dp_replicate, dp_shard and tp)"),
+        Option("tied_pp", False, bool, "under pp the tiny Llama's head is tied: the embedding on the first stage and "
+                                       "the head on the last are copies of one weight (Megatron-LM's shared "
+                                       "embedding), whose gradients the target sums over the two stages"),
         Option("mixed_precision", "fsdp,autocast", str,
                "the bf16 recipes drawn under --dtypes bfloat16: fsdp (FSDP2 MixedPrecisionPolicy(param_dtype=bf16, "
                "reduce_dtype=fp32), which the target's parallelize applies when layout.precision is bf16-fsdp), "
@@ -306,12 +297,12 @@ class TrainingStep(Contract):
                   "the composition's floor)")
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
-        from distcheck.parallel.step.hooks import StepTarget
+        from distcheck.parallel.step.hooks import StepTarget, check_hooks
 
         shown = ref or repr(obj)
         given = axes_option(options["axes"]) if options.get("axes") else ()
         if isinstance(obj, StepTarget):
-            _check_hooks(obj, shown)
+            check_hooks(obj, shown)
             check_shard_dims(obj.shard_dims, shown)
             own = target_axes(obj.axes, shown)
             _user_config(obj, shown)
@@ -369,10 +360,11 @@ class TrainingStep(Contract):
         if not drawn:
             return None
         moe = Axis.EP.value in axes_option(options.get("axes", ""))
+        tied = bool(options.get("tied_pp", False))
         if options.get("layout"):
-            return _cases([parse_layout(options["layout"])], moe=moe, precisions=drawn)
+            return _cases([parse_layout(options["layout"])], moe=moe, precisions=drawn, tied_pp=tied)
         choices = allowed(world_size, options)
-        return _cases(choices, moe=moe, precisions=drawn) if choices else None
+        return _cases(choices, moe=moe, precisions=drawn, tied_pp=tied) if choices else None
 
     @staticmethod
     def _precisions(dtype: str, options: dict) -> tuple[str, ...]:
@@ -394,8 +386,8 @@ class TrainingStep(Contract):
         _, longest = _user_config(obj, target.ref)
         choices = ([parse_layout(options["layout"])] if options.get("layout") else allowed(world_size, options))
         moe = Axis.EP.value in axes_option(options.get("axes", ""))
-        return (_cases(choices, obj.config, longest, target, moe=moe, precisions=drawn) if choices and drawn
-                else None)
+        return (_cases(choices, obj.config, longest, target, moe=moe, precisions=drawn,
+                       tied_pp=bool(options.get("tied_pp", False))) if choices and drawn else None)
 
     def skip_reason(self, world_size: int, dtype: str, options: dict) -> str:
         refused = low_precision_refused(options) if dtype in ("float32", "bfloat16") else []
@@ -416,8 +408,8 @@ class TrainingStep(Contract):
 
     def explain_rank(self, ctx: RankContext, target: Target, case: StepCase, dtype: str, options: dict) -> dict:
         """The replay of a failure's shrunk case with every tensor recorded (:mod:`~distcheck.parallel.step.trace`);
-        none under cp or with MoE layers (:func:`_unrecorded`: every rank returns the reason, nothing runs), nor in a
-        low precision (:meth:`explain`)."""
+        none under cp, with MoE layers or with a tied head under pp (:func:`_unrecorded`: every rank returns the
+        reason, nothing runs), nor in a low precision (:meth:`explain`)."""
         from distcheck.parallel.step.harness import run_step
         from distcheck.parallel.step.hooks import StepTarget
 
@@ -469,10 +461,11 @@ class TrainingStep(Contract):
             mine = b.get("own", {})
             steps = [res["steps"][s] for res in results]
             for name, want in r["params"].items():
-                # the ranks of the parameter's pipeline stage hold it (every rank when pp = 1)
+                # the ranks of the parameter's pipeline stages hold it (every rank when pp = 1; a tied head's
+                # embedding: the first and the last stage, each its own copy)
                 held = list(range(len(steps))) if case.layout.pp == 1 else [
                     i for i in range(len(steps))
-                    if case.layout.coordinates(i)["pp"] == stage_of(name, case.config.n_layers, case.layout.pp)]
+                    if case.layout.coordinates(i)["pp"] in stages_of(name, case.config, case.layout.pp)]
                 errs = mine.get(name, (None, None, None))
                 out["params"].append(_within(f"{at} {name}", want, [steps[i]["params"].get(name) for i in held], held,
                                              b["params"][name][0], errs[0], dtype))

@@ -8,14 +8,14 @@ the ``DeviceMesh`` of dims ``(pp, dp_replicate, dp_shard, cp, tp)`` (:func:`mesh
 returns, and runs the case's steps. A step, on dp index d and cp index c: for each of the m micro-batches, inside
 ``accumulate(model, info)``, the forward on its sequences (under cp > 1 their head-tail chunks c and 2 cp - 1 - c,
 with their global positions, :func:`cp_positions`), ``loss_fn(logits, labels, info)`` and ``backward(loss, model,
-info)`` (under pp > 1 the schedule runs them: ``loss_fn`` on the last stage); ``report_loss`` over the rank's
-summed per-token losses and tokens; the gradients (local shards) are kept, ``clip_grad_norm(parameters, max_norm,
-info)`` is called, the scale it applied is measured from the local shards before and after; ``optimizer.step()``;
-every parameter and AdamW moment is gathered to a full tensor (``full_tensor()``). Rank 0 then runs the reference
-(:func:`reference_step`, from every rank's records): the same decoder on the whole step's batch at once (a decoder
-with MoE layers one global micro-batch at a time: its load-balancing loss is each micro-batch's over every rank's
-tokens), the token-mean loss, ``clip_grad_norm_`` and AdamW, float64, each step from the state the ranks reached
-after the step before (:func:`parallel_states`).
+info)`` (under pp > 1 the schedule runs them: ``loss_fn`` on the last stage); ``finalize_grads(model, info)``;
+``report_loss`` over the rank's summed per-token losses and tokens; the gradients (local shards) are kept,
+``clip_grad_norm(parameters, max_norm, info)`` is called, the scale it applied is measured from the local shards
+before and after; ``optimizer.step()``; every parameter and AdamW moment is gathered to a full tensor
+(``full_tensor()``). Rank 0 then runs the reference (:func:`reference_step`, from every rank's records): the same
+decoder on the whole step's batch at once (a decoder with MoE layers one global micro-batch at a time: its
+load-balancing loss is each micro-batch's over every rank's tokens), the token-mean loss, ``clip_grad_norm_`` and
+AdamW, float64, each step from the state the ranks reached after the step before (:func:`parallel_states`).
 
 A target with its own model (``StepTarget(model=...)``) is built by :func:`build_target_model` (seeded, CPU,
 float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`); each micro-batch's forward is
@@ -85,12 +85,14 @@ def _local(t: Any) -> Any:
     return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
 
 
-def _record(model: Any, opt: Any) -> dict:
-    params = {_name(n): _full(p) for n, p in model.named_parameters()}
+def _record(model: Any, opt: Any, alias: dict | None = None) -> dict:
+    """Parameters and AdamW moments by name, full float64 arrays (``alias``: a tied head's pp copy renamed)."""
+    names = {n: (alias or {}).get(_name(n), _name(n)) for n, _ in model.named_parameters()}
+    params = {names[n]: _full(p) for n, p in model.named_parameters()}
     state = {}
     for n, p in model.named_parameters():
         st = opt.state.get(p, {})
-        state[_name(n)] = (_full(st.get("exp_avg")), _full(st.get("exp_avg_sq")))
+        state[names[n]] = (_full(st.get("exp_avg")), _full(st.get("exp_avg_sq")))
     return {"params": params, "state": state}
 
 
@@ -186,7 +188,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     # torch 2.13 warns on every slice of a flattened dim (mesh["dp_replicate", "dp_shard_cp"], torchtitan's idiom)
     warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
     from distcheck.parallel.step.mapping import assemble_params, declared
-    from distcheck.parallel.step.model import IGNORE_INDEX, build_model, pipeline_stage
+    from distcheck.parallel.step.model import IGNORE_INDEX, TIED_NAMES, build_model, pipeline_stage
     from distcheck.parallel.step.precision import autocast_for, get_precision
     from distcheck.parallel.step.trace import NoRecorder, Recorder, normalize
 
@@ -212,6 +214,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     if layout.pp > 1:
         model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
     model = target.parallelize(model, mesh, layout)
+    alias = {TIED_NAMES[1]: TIED_NAMES[0]} if layout.pp > 1 and target.model is None and case.config.tied else {}
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     rec = Recorder(model, dp_index=d, pipelined=layout.pp > 1) if record else NoRecorder()
     steps = []
@@ -241,7 +244,8 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
             with torch.no_grad():
                 loss_sum += _sum64(target.loss(out, y, info))
             mine += n_k
-        info = StepInfo(layout, mesh, total, 0, case.microbatches, case.max_norm)
+        info = StepInfo(layout, mesh, total, 0, case.microbatches, case.max_norm, model=model)
+        target.finalize_grads(model, info)
         loss, seen = target.report_loss(loss_sum, mine, info)
         rec.after_backward(model, loss, seen)
         params = [p for p in model.parameters() if p.grad is not None]
@@ -254,7 +258,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         steps.append({"loss": as_float(loss), "tokens": as_float(seen), "norm": as_float(norm), "scale": scale,
                       "residual": resid, "grad_max": grad_max, "local_tokens": int(mine),
                       "grad_dtype": str(before[0].dtype).removeprefix("torch.") if before else "",
-                      **_record(model, opt)})
+                      **_record(model, opt, alias)})
     modules = [normalize(n) for n, _ in model.named_modules()]
     names = modules + [f"{n}:input" for n in modules] + [normalize(n) for n, _ in model.named_parameters()]
     result: dict = {"steps": steps, "dp_index": d, "cp_index": c, "device": ctx.device.type,

@@ -25,6 +25,10 @@ A target of the ``training-step`` contract is a torchtitan-style ``parallelize(m
   :func:`no_accumulate`: ``contextlib.nullcontext()``.
 * ``backward(loss, model, info) -> None``: the backward of one micro-batch's loss. Default
   :func:`loss_backward`: ``loss.backward()``; accelerate's loop calls ``accelerator.backward(loss)``.
+* ``finalize_grads(model, info) -> None``: once per step after every micro-batch's backward (after the pipeline
+  schedule under pp), before ``report_loss`` and the clipping: Megatron-LM's ``finalize_model_grads``, where a
+  tied head's two copies on the first and last pipeline stage get their gradients summed
+  (:func:`all_reduce_tied`). Default :func:`no_finalize`: nothing.
 
 ``axes`` names the axes the target parallelizes (default: the dense step's dp_replicate, dp_shard, tp and pp, or
 what ``--option axes=...`` names; cp and ep when named): a DDP-only loop names ``("dp_replicate",)``, and only
@@ -80,8 +84,9 @@ from typing import Any
 from distcheck.core.vocab import Axis
 
 __all__ = ["AXES", "FLAT_AXES", "EXPERT_AXES", "expert_mesh", "StepInfo", "StepTarget", "token_mean_loss",
-           "all_reduce_dp", "torch_clip", "no_accumulate", "loss_backward", "dp_groups", "as_float", "token_ids",
-           "cross_entropy_sum", "call_model", "MAX_LEN_FIELDS"]
+           "all_reduce_dp", "torch_clip", "tied_copies", "all_reduce_tied",
+           "tied_embedding_clip", "no_finalize", "no_accumulate", "loss_backward", "dp_groups", "as_float", "token_ids",
+           "cross_entropy_sum", "call_model", "MAX_LEN_FIELDS", "check_hooks"]
 
 #: the config attributes read, in this order, as a user model's longest sequence (torchtitan, Hugging Face's
 #: GPT-2, Hugging Face's Llama, nanoGPT)
@@ -100,17 +105,17 @@ EXPERT_AXES: tuple[str, ...] = (Axis.PP.value, Axis.DP_REPLICATE.value, "efsdp",
 
 @dataclass(frozen=True)
 class StepInfo:
-    """What a hook may need: ``layout`` (:class:`~distcheck.parallel.step.reference.StepLayout`), ``mesh``
-    (the ``DeviceMesh`` with dims ``pp, dp_replicate, dp_shard, tp``), ``global_tokens`` (non-ignored tokens of
-    the whole step: every dp rank, every micro-batch), ``microbatch_tokens`` (this rank's, this micro-batch),
-    ``num_microbatches`` (m, gradient-accumulation steps), ``max_norm``, ``microbatch`` (the index of the micro-batch
-    being run, 0 to m - 1; 0 outside the micro-batch loop), ``token_loss`` (the target's ``loss`` hook, which the
-    default ``loss_fn`` weighs; None: :func:`cross_entropy_sum`), ``positions`` (under context parallelism the
-    global positions ``(s_local,)`` of this rank's head-tail chunks of the micro-batch's sequences, int64; None
+    """What a hook may need: ``layout`` (:class:`~distcheck.parallel.step.reference.StepLayout`), ``mesh`` (the
+    ``DeviceMesh`` with dims ``pp, dp_replicate, dp_shard, tp``), ``global_tokens`` (non-ignored tokens of the whole
+    step: every dp rank, every micro-batch), ``microbatch_tokens`` (this rank's, this micro-batch),
+    ``num_microbatches`` (m, gradient-accumulation steps), ``max_norm``, ``microbatch`` (the index of the
+    micro-batch being run, 0 to m - 1; 0 outside the micro-batch loop), ``token_loss`` (the target's ``loss`` hook,
+    which the default ``loss_fn`` weighs; None: :func:`cross_entropy_sum`), ``positions`` (under context parallelism
+    the global positions ``(s_local,)`` of this rank's head-tail chunks of the micro-batch's sequences, int64; None
     when cp = 1: positions ``0 .. s-1``), ``model`` (the model the micro-batch runs through, as ``parallelize``
-    returned it; None outside the micro-batch loop). In the reference step ``info`` describes one device: every
-    degree 1, ``mesh`` None, one micro-batch holding every token of the step (of the micro-batch index, for a
-    model with MoE layers, whose load-balancing loss is per micro-batch)."""
+    returned it; in ``finalize_grads``, ``report_loss`` and ``clip_grad_norm`` too). In the reference step ``info``
+    describes one device: every degree 1, ``mesh`` None, one micro-batch holding every token of the step (of the
+    micro-batch index, for a model with MoE layers, whose load-balancing loss is per micro-batch)."""
 
     layout: Any
     mesh: Any
@@ -190,19 +195,22 @@ def all_reduce_dp(loss_sum: Any, tokens: Any, info: StepInfo) -> tuple[Any, Any]
     return loss / both[1], both[1]
 
 
-def torch_clip(parameters: Iterable[Any], max_norm: float, info: StepInfo) -> Any:
+def torch_clip(parameters: Iterable[Any], max_norm: float, info: StepInfo, *, shared: Iterable[Any] = ()) -> Any:
     """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``; under pipeline or expert parallelism (pp > 1, ep >
     1) torchtitan's ``clip_grad_norm_`` (torchtitan/distributed/utils.py): the norm of the gradients of each
     DTensor mesh (``torch.nn.utils.get_total_norm``, a DTensor's ``full_tensor()``: the experts' under ep, the
     others), their squares summed, and over the pp group under pp, the square root the global norm, then
     ``torch.nn.utils.clip_grads_with_norm_``. torch's own function on a stage returns that stage's norm only
-    (pytorch/torchtitan#596), and refuses DTensors of two meshes."""
+    (pytorch/torchtitan#596), and refuses DTensors of two meshes. ``shared``: parameters among ``parameters``
+    that are clipped but not counted in the norm (under pp, a second copy of a weight another stage counts:
+    Megatron-LM's ``param_is_not_shared``)."""
     import torch
     import torch.distributed as dist
 
     params = list(parameters)
     if info.layout.pp == 1 and info.layout.ep == 1:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    skip = {id(p) for p in shared}
     # DTensor gradients on different meshes (the experts' under ep) do not stack: one norm per mesh, their squares
     # summed (torchtitan's _clip_grad_norm_with_ep), and each group clipped by the total
     groups: dict = {}
@@ -211,7 +219,10 @@ def torch_clip(parameters: Iterable[Any], max_norm: float, info: StepInfo) -> An
             groups.setdefault(id(getattr(p.grad, "device_mesh", None)), []).append(p)
     squares = []
     for group in groups.values():
-        norm = torch.nn.utils.get_total_norm([p.grad for p in group])
+        counted = [p.grad for p in group if id(p) not in skip]
+        if not counted:
+            continue
+        norm = torch.nn.utils.get_total_norm(counted)
         squares.append((norm.full_tensor() if hasattr(norm, "full_tensor") else norm) ** 2)
     norm = torch.stack(squares).sum() if squares else torch.zeros((), dtype=torch.float64)
     if info.layout.pp > 1:
@@ -220,6 +231,44 @@ def torch_clip(parameters: Iterable[Any], max_norm: float, info: StepInfo) -> An
     for group in groups.values():
         torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm)
     return norm
+
+
+def tied_copies(model: Any, info: StepInfo) -> list:
+    """This rank's copy of a tied head's weight under pp > 1 (distcheck's tiny Llama,
+    :func:`~distcheck.parallel.step.model.pipeline_stage`): ``[model.tok_embeddings.weight]`` on the first stage,
+    ``[model.output.weight]`` on the last, ``[]`` elsewhere, at pp = 1 and for an untied head."""
+    cfg = getattr(model, "config", None)
+    if info.layout.pp == 1 or not getattr(cfg, "tied", False):
+        return []
+    first, last = getattr(model, "tok_embeddings", None), getattr(model, "output", None)
+    return [m.weight for m in (first, last) if m is not None]
+
+
+def all_reduce_tied(model: Any, info: StepInfo) -> None:
+    """Megatron-LM's ``_allreduce_embedding_grads`` (megatron/core/distributed/finalize_model_grads.py): the
+    gradients of a tied head's two copies (:func:`tied_copies`), the embedding's on the first pipeline stage and
+    the head's on the last, summed in place over the embedding group, the first and last stage of the ranks'
+    other coordinates: the mesh's pp group at pp = 2 (the step's layouts have pp <= 2). On a DTensor gradient
+    (FSDP2's shard, tp's) the local shard is summed: the two copies are laid out alike. A ``finalize_grads`` hook
+    (module doc). RuntimeError for pp > 2."""
+    import torch.distributed as dist
+
+    if info.layout.pp > 2:
+        raise RuntimeError(f"pp = {info.layout.pp}: the embedding group is the first and last stage, the pp group "
+                           "only at pp = 2")
+    for weight in tied_copies(model, info):
+        if weight.grad is not None:
+            grad = weight.grad.to_local() if hasattr(weight.grad, "to_local") else weight.grad
+            dist.all_reduce(grad, group=info.mesh.get_group("pp"))
+
+
+def tied_embedding_clip(parameters: Iterable[Any], max_norm: float, info: StepInfo) -> Any:
+    """A ``clip_grad_norm`` hook for a tied head under pp: :func:`torch_clip` with the last stage's copy of the
+    weight (:func:`tied_copies` of ``info.model``) clipped but not counted in the norm, the first stage's counting
+    it once (Megatron-LM's ``param_is_not_shared``); :func:`torch_clip` itself when the model has no copies."""
+    model = info.model
+    last = tied_copies(model, info) if getattr(model, "tok_embeddings", None) is None else []
+    return torch_clip(parameters, max_norm, info, shared=last)
 
 
 def expert_mesh(mesh: Any, layout: Any) -> Any:
@@ -249,6 +298,11 @@ def loss_backward(loss: Any, model: Any, info: StepInfo) -> None:
     loss.backward()
 
 
+def no_finalize(model: Any, info: StepInfo) -> None:
+    """The default ``finalize_grads`` hook: nothing (the gradients as the backward and the model's wrapper left
+    them)."""
+
+
 def as_float(value: Any) -> float:
     """A reported number as a Python float (a DTensor's ``full_tensor()``, a tensor's item)."""
     if hasattr(value, "full_tensor"):
@@ -261,7 +315,8 @@ def as_float(value: Any) -> float:
 @dataclass(frozen=True)
 class StepTarget:
     """A ``training-step`` target with its own hooks: ``parallelize(model, mesh, layout) -> model`` and any of
-    ``loss_fn``, ``report_loss``, ``clip_grad_norm``, ``accumulate``, ``backward``, ``batch``, ``loss`` (module doc;
+    ``loss_fn``, ``report_loss``, ``clip_grad_norm``, ``accumulate``, ``backward``, ``batch``, ``loss``,
+    ``finalize_grads`` (module doc;
     the defaults when left out), ``axes``, the axes it parallelizes (a tuple of names among ``dp_replicate``,
     ``dp_shard``, ``tp``, ``pp``, ``cp``, ``ep``; empty: the ``axes`` option's, by default the dense step's
     dp_replicate, dp_shard, tp and pp, or dp_replicate, dp_shard and tp for a user model), and the user's own
@@ -282,6 +337,7 @@ class StepTarget:
     loss_fn: Callable = token_mean_loss
     report_loss: Callable = all_reduce_dp
     clip_grad_norm: Callable = torch_clip
+    finalize_grads: Callable = no_finalize
     accumulate: Callable = no_accumulate
     backward: Callable = loss_backward
     axes: tuple[str, ...] = ()
@@ -293,7 +349,7 @@ class StepTarget:
 
     #: (field, number of arguments) of every hook (``model`` only when given)
     HOOKS = (("parallelize", 3), ("loss_fn", 3), ("report_loss", 3), ("clip_grad_norm", 3), ("accumulate", 2),
-             ("backward", 3), ("model", 1), ("batch", 3), ("loss", 3))
+             ("backward", 3), ("model", 1), ("batch", 3), ("loss", 3), ("finalize_grads", 2))
 
     @property
     def loop_hooks(self) -> tuple[str, ...]:
@@ -301,3 +357,23 @@ class StepTarget:
         under pp > 1 the pipeline schedule runs the forwards, the loss and the backwards itself."""
         return tuple(n for n, d in (("accumulate", no_accumulate), ("backward", loss_backward), ("batch", token_ids),
                                     ("loss", cross_entropy_sum)) if getattr(self, n) is not d)
+
+
+def check_hooks(obj: Any, shown: str) -> None:
+    """Every hook of a :class:`StepTarget` callable with its number of arguments, else ProtocolError naming it."""
+    import inspect
+
+    from distcheck.engine.contracts.errors import ProtocolError
+    from distcheck.engine.contracts.targets import check_call_shape
+
+    for field, n in obj.HOOKS:
+        fn = getattr(obj, field)
+        if field == "model" and fn is None:  # distcheck's tiny Llama
+            continue
+        if not callable(fn):
+            raise ProtocolError("target", shown, f"the {field} hook of a StepTarget must be callable, not {fn!r}")
+        try:
+            have = f" (its signature is {inspect.signature(fn)})"
+        except (TypeError, ValueError):
+            have = ""
+        check_call_shape(fn, shown, f"the {field} hook of a StepTarget must take {n} positional arguments{have}", n)

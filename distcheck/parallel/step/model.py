@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["NORM_EPS", "ROPE_THETA", "TinyConfig", "build_model", "token_loss_sum", "IGNORE_INDEX", "pipeline_stage",
-           "stage_of", "causal_attention", "rotary", "load_balance_loss", "moe_layers"]
+           "stage_of", "stages_of", "TIED_NAMES", "causal_attention", "rotary", "load_balance_loss", "moe_layers"]
 
 #: RMSNorm's epsilon
 NORM_EPS = 1e-6
@@ -303,18 +303,30 @@ def stage_of(name: str, n_layers: int, pp: int) -> int:
     return 0 if name.startswith("tok_embeddings.") else pp - 1
 
 
+#: a tied head's two names: the embedding's (the reference's, ``named_parameters()`` listing a tied weight once)
+#: and the head's (the name of the copy the last pipeline stage holds under pp > 1)
+TIED_NAMES = ("tok_embeddings.weight", "output.weight")
+
+
+def stages_of(name: str, cfg: TinyConfig, pp: int) -> set[int]:
+    """The pipeline stages holding a copy of parameter ``name`` (:func:`stage_of`), the last stage too for the
+    embedding of a tied head under pp > 1 (its copy on the last stage, :func:`pipeline_stage`)."""
+    tied = cfg.tied and pp > 1 and name == TIED_NAMES[0]
+    return {stage_of(name, cfg.n_layers, pp)} | ({pp - 1} if tied else set())
+
+
 def pipeline_stage(model: Any, stage: int, pp: int) -> Any:
-    """``model`` (a decoder of :func:`build_model`, untied) cut in place to pipeline stage ``stage`` of ``pp``:
-    the layers of other stages deleted, the embedding set to None off the first stage, the final norm and
-    the head off the last (torchtitan's ``pipeline_llama``: each stage's model is the whole model with what
-    it does not run removed). Returns ``model``. Raises ConfigError for a tied head over several stages or a
-    layer count that ``pp`` does not divide."""
+    """``model`` (a decoder of :func:`build_model`) cut in place to pipeline stage ``stage`` of ``pp``: the layers
+    of other stages deleted, the embedding set to None off the first stage, the final norm and the head off the
+    last (torchtitan's ``pipeline_llama``: each stage's model is the whole model with what it does not run
+    removed). A tied head under pp > 1 becomes two copies of one weight, the embedding's on the first stage and
+    the head's on the last (Megatron-LM's shared embedding: each stage builds its own copy, equal at the start),
+    whose gradients the target must sum over the first and last stage every step (Megatron's embedding group;
+    :func:`~distcheck.parallel.step.hooks.tied_embedding_clip`). Returns ``model``. Raises ConfigError for a layer
+    count that ``pp`` does not divide."""
     from distcheck.core.errors import ConfigError
 
     cfg = model.config
-    if pp > 1 and cfg.tied:
-        raise ConfigError("tied", True, "must be False under pipeline parallelism (the embedding and the head sit on "
-                                        "different stages)")
     if cfg.n_layers % pp:
         raise ConfigError("n_layers", cfg.n_layers, f"must be a multiple of pp = {pp}")
     for key in list(model.layers.keys()):

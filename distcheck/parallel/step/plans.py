@@ -36,6 +36,15 @@ the world, ``model.no_sync()`` before the last micro-batch), a :class:`~distchec
 with ``axes=("dp_replicate",)``: ``distcheck certify distcheck.parallel.step.plans:DDP_STEP --contract
 training-step --world-sizes 2``.
 
+:data:`TIED_PIPELINE_STEP` is :func:`fsdp2_tp` for a tied head under pipeline parallelism (the contract's
+``--option tied_pp=true``): the embedding on the first stage and the head on the last are two copies of one
+weight: its ``finalize_grads`` hook (:func:`~distcheck.parallel.step.hooks.all_reduce_tied`) sums their gradients
+over the two stages, as Megatron-LM's ``finalize_model_grads`` does over its embedding group, and its
+``clip_grad_norm`` hook (:func:`~distcheck.parallel.step.hooks.tied_embedding_clip`) counts the weight once in the
+norm: ``distcheck certify
+distcheck.parallel.step.plans:TIED_PIPELINE_STEP --contract training-step --option layout=pp=2 --option
+tied_pp=true``.
+
 torch is imported inside the functions.
 """
 
@@ -45,7 +54,7 @@ from typing import Any
 
 __all__ = ["fsdp2_tp", "apply_tp", "apply_cp", "apply_moe", "apply_fsdp", "mp_policy", "divide_experts",
            "ExpertParallel", "ddp", "ddp_no_sync", "DDP_STEP", "fsdp2_tp_torch_cp", "torch_context_parallel",
-           "TORCH_CONTEXT_PARALLEL"]
+           "TORCH_CONTEXT_PARALLEL", "TIED_PIPELINE_STEP"]
 
 
 def apply_tp(model: Any, tp_mesh: Any) -> None:
@@ -226,7 +235,7 @@ def fsdp2_tp(model: Any, mesh: Any, layout: Any) -> Any:
 
     if layout.tp > 1:
         apply_tp(model, mesh["tp"])
-        if model.config.tied:
+        if model.config.tied and layout.pp == 1:  # under pp the two stages hold a copy each
             model.output.weight = model.tok_embeddings.weight
     if layout.cp > 1:
         apply_cp(model, mesh["cp"])
@@ -243,7 +252,7 @@ def fsdp2_tp_torch_cp(model: Any, mesh: Any, layout: Any) -> Any:
 
     if layout.tp > 1:
         apply_tp(model, mesh["tp"])
-        if model.config.tied:
+        if model.config.tied and layout.pp == 1:  # under pp the two stages hold a copy each
             model.output.weight = model.tok_embeddings.weight
     apply_moe(model, mesh, layout)
     experts = expert_mesh(mesh, layout)["dp_replicate", "efsdp"] if layout.ep > 1 else None
@@ -301,6 +310,16 @@ def _ddp_step() -> Any:
 
     return StepTarget(ddp, accumulate=ddp_no_sync, axes=(Axis.DP_REPLICATE.value,))
 
+
+def _tied_pipeline_step() -> Any:
+    from distcheck.parallel.step.hooks import StepTarget, all_reduce_tied, tied_embedding_clip
+
+    return StepTarget(fsdp2_tp, clip_grad_norm=tied_embedding_clip, finalize_grads=all_reduce_tied)
+
+
+#: torch's composition with a tied head under pp (the contract's ``tied_pp`` option): the two copies' gradients
+#: summed over the first and last stage (Megatron-LM's embedding group, module doc)
+TIED_PIPELINE_STEP = _tied_pipeline_step()
 
 #: the plain DDP gradient-accumulation loop (module doc)
 DDP_STEP = _ddp_step()
