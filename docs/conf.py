@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # autodoc imports distcheck from the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))  # contract_pages: a page per contract
 
 import distcheck  # noqa: E402
 
@@ -25,9 +26,11 @@ project = "distcheck"
 author = "distcheck's authors"
 release = version = distcheck.__version__
 
-extensions = ["myst_parser", "sphinx.ext.autodoc"]
+# sphinxarg.ext (sphinx-argparse): a page per command, from distcheck.cli.build_parser (docs/commands/);
+# contract_pages (docs/_ext/): a page per contract, written from the registry before the sources are read
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinxarg.ext", "contract_pages"]
 source_suffix = {".md": "markdown"}
-exclude_patterns = ["_build", "repro"]
+exclude_patterns = ["_build", "repro", "_ext"]
 root_doc = "index"
 
 html_theme = "furo"
