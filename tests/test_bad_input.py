@@ -236,6 +236,7 @@ ROWS: list[tuple[str, list[str], str, bool]] = [
     ("certify --seed", [*CERT, "--seed", "-1"], "--seed", False),
     ("certify --profile", [*CERT, "--profile", "fast"], "--profile", False),
     ("certify --dtypes", [*CERT, "--dtypes", "float8"], "dtypes", False),
+    ("certify --dtypes", [*CERT, "--dtypes", "float64,,float32"], "empty item", False),
     ("certify --option", [*CERT, "--option", "max_stages=1000000"], "max_stages", False),
     ("certify --option", [*CERT, "--option", "max_stages=-1"], "max_stages", False),
     ("certify --option", [*CERT, "--option", "v=100"], "option v", False),

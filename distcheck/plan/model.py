@@ -59,7 +59,11 @@ def _preset(name: str) -> tuple[str, params_ref.TransformerConfig]:
     matches = [k for k in params_ref.PRESETS if _squash(k) == _squash(name)]
     if len(matches) == 1:
         return matches[0], params_ref.PRESETS[matches[0]]
-    raise ConfigError("model", name, f"is not a preset (presets: {', '.join(preset_names())})")
+    from distcheck.parallel.ep import models as moe_models
+
+    raise ConfigError("model", name, f"is not a preset (dense: {', '.join(preset_names())}; MoE: "
+                                     f"{', '.join(sorted(moe_models.MODELS))}; case and punctuation are ignored: "
+                                     "llama3-70b names llama-3-70b)")
 
 
 #: the largest parameter count a plan takes: 1e18, a million times the largest models trained (a larger count

@@ -62,6 +62,7 @@ def test_an_explicit_layout_gives_its_breakdown_and_its_fit_as_exit_code(capsys)
     (["--model", "lesson-70b-style", "--gpus", "12"], "gpus=12 must be a multiple of gpus_per_node=8"),
     (["--model", "llama-3-405b", "--gpus", "8", "--gpu-memory", "16GB"], "cannot fit 8 GPUs of 16.00 GB in any layout"),
     (["--model", "gpt-9", "--gpus", "8"], "model='gpt-9' is not a preset"),
+    (["--model", "gpt-9", "--gpus", "8"], "MoE: deepseek-v3, mixtral-8x7b; case and punctuation are ignored"),
     (["--gpus", "8"], "model=None is required"),
     (["--model", "llama-3-8b", "--gpus", "8", "--gpu-memory", "lots"], "gpu_memory='lots' must be a number"),
     (["--model", "llama-3-8b", "--gpus", "8", "--figure", "x.pdf"], "must end in .png or .svg"),

@@ -470,7 +470,10 @@ def check_dtypes(dtypes: Sequence[str] | None, contract: Contract) -> tuple[str,
     if dtypes is None:
         return tuple(contract.dtypes)
     if isinstance(dtypes, str):
-        dtypes = [d.strip() for d in dtypes.split(",") if d.strip()]
+        items = [d.strip() for d in dtypes.split(",")]
+        if dtypes.strip() and not all(items):
+            raise ConfigError("dtypes", dtypes, "must not have an empty item (two commas, or a comma at an end)")
+        dtypes = [d for d in items if d]
     out = tuple(dtypes)
     if not out:
         raise ConfigError("dtypes", list(dtypes), "must name at least one dtype")
