@@ -161,3 +161,7 @@ def test_distcheck_check_under_torchrun_two_ranks(torchrun_check):
     assert verdicts[("mesh.groups.fake", "fake", 16_384)] == "pass"  # world-free, run by rank 0 before joining
     assert not [r for r in rows if r["verdict"] == "FAIL"]
     assert {r["verdict"] for r in rows if r["check"] == "pp.executed_order.Schedule1F1B"} == {"finding"}
+    # a torchrun world opens no pools beside it: the checkpoint rows load on it alone, and say so
+    ckpt = [r for r in rows if r["check"].startswith("checkpoint.dcp.round_trip")]
+    assert ckpt and all(r["verdict"] == "pass" and "run with reshard=False" in r["detail"]
+                        and "worlds of 4 ranks" in r["detail"] for r in ckpt), ckpt

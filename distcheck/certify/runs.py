@@ -13,6 +13,7 @@ the ``distcheck certify`` command that replays it. Examples per property: the pr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from distcheck.certify.certificate import Certification
 from distcheck.engine.contracts.contract import ContractRun
@@ -66,10 +67,31 @@ def contract_rows(world: World, runs: Sequence[ContractRun], *, profile: str | N
     rows: list[CheckResult] = []
     for run in runs:  # below the contract's smallest world, certify gives skip rows with its reason
         n = count if run.max_examples is None else min(count, run.max_examples)
+        options, note = _on_this_world(world, run)
         cert = certify(run.target, run.contract, world=world, examples=n, seed=seed, profile=profile,
-                       dtypes=run.dtypes, options=run.options, timeout_s=timeout_s)
-        rows += certification_rows(run, cert)
+                       dtypes=run.dtypes, options=options, timeout_s=timeout_s)
+        rows += [replace(r, detail=f"{r.detail}; {note}") if note else r for r in certification_rows(run, cert)]
     return rows
+
+
+def _on_this_world(world: World, run: ContractRun) -> tuple[dict, str]:
+    """``run``'s options, or, on a world that cannot open pools beside it (torchrun) where the contract would
+    run examples on other worlds too, the contract's one-world options with the note that says so."""
+    from distcheck.engine.contracts.contract import get_contract
+    from distcheck.runners.pool import RankPool
+
+    contract = get_contract(run.contract)
+    if isinstance(world, RankPool) or not contract.companion_worlds(world.world_size,
+                                                                    contract.parse_options(run.options)):
+        return run.options, ""
+    alone = contract.one_world_options(dict(run.options))
+    if alone is None:  # certify refuses it with the reason, a FAIL row of the stage
+        return run.options, ""
+    changed = {k: v for k, v in alone.items() if run.options.get(k, object()) != v}
+    given = ", ".join(f"{k}={v}" for k, v in changed.items())
+    others = contract.companion_worlds(world.world_size, contract.parse_options(run.options))
+    return alone, (f"run with {given}: a {type(world).__name__} cannot open the worlds of "
+                   f"{', '.join(map(str, others))} ranks beside it, so those examples were not drawn")
 
 
 def unavailable_rows(runs: Sequence[ContractRun], world_size: int, backend: str, reason: str) -> list[CheckResult]:

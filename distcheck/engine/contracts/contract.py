@@ -205,6 +205,12 @@ class Contract:
         a contract's examples with :meth:`run_case`."""
         return ()
 
+    def one_world_options(self, options: dict) -> dict | None:
+        """``options`` changed so that no example needs :meth:`companion_worlds` (every one on the certified world
+        alone), for a world that cannot open others beside it (one launched by torchrun); None when the contract
+        has no such options (default)."""
+        return None
+
     def run_case(self, world_of: Callable[[int], World], target: Any, case: Any, dtype: str, options: dict,
                  timeout_s: float | None = None) -> list:
         """Parent side of one example of a contract with :meth:`companion_worlds`: run its rank functions on

@@ -280,6 +280,10 @@ class CheckpointContract(Contract):
             return ()
         return load_worlds(world_size)
 
+    def one_world_options(self, options: dict) -> dict | None:
+        """``reshard`` false: save and load on the certified world alone."""
+        return {**options, "reshard": False}
+
     def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
         if not (callable(getattr(obj, "save", None)) and callable(getattr(obj, "load", None))):
             raise ProtocolError("target", ref or repr(obj), "must have callable save(state, path) and "
