@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from distcheck.certify.certificate import Certification
+from distcheck.core.errors import UnknownQuantityError
 from distcheck.engine.contracts.contract import ContractRun
 from distcheck.engine.world import World
 from distcheck.report import PASS, SKIP, CheckResult
@@ -80,7 +81,10 @@ def _on_this_world(world: World, run: ContractRun) -> tuple[dict, str]:
     from distcheck.engine.contracts.contract import get_contract
     from distcheck.runners.pool import RankPool
 
-    contract = get_contract(run.contract)
+    try:
+        contract = get_contract(run.contract)
+    except UnknownQuantityError:  # certify raises it again, naming the contract
+        return run.options, ""
     if isinstance(world, RankPool) or not contract.companion_worlds(world.world_size,
                                                                     contract.parse_options(run.options)):
         return run.options, ""
