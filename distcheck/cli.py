@@ -358,7 +358,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         with hypothesis_storage():  # Hypothesis' files in distcheck's cache folder, not in the current folder
-            return _run_command(args, argv)
+            code = _run_command(args, argv)
+        if _TERM["state"] == "raised":  # raised inside a callback whose exceptions Python drops (an at-fork hook)
+            _TERM["state"] = "handled"
+            interrupted = _TERM.get("signum") == signal.SIGINT
+            sys.stderr.write(f"distcheck: {'interrupted' if interrupted else 'terminated'} (the signal reached "
+                             "code that drops exceptions; the run went on to its end)\n")
+            return 130 if interrupted else 143
+        return code
     except (DistcheckError, OSError) as exc:
         from distcheck.core.errors import AnswerKeyError, ConfigError, UnknownQuantityError
         from distcheck.core.text import for_terminal
@@ -429,7 +436,8 @@ class _Terminated(BaseException):
 
 
 #: "idle"; "pending" (SIGTERM or SIGINT came inside a garbage-collector callback: not raised yet, delivered
-#: again); "raised" (main() is unwinding); "handled" (main() has unwound)
+#: again); "raised" (main() is unwinding, or the exception was dropped where Python ignores them: main() exits
+#: with the signal's code all the same); "handled" (main() has unwound)
 _TERM: dict = {"state": "idle", "raised_at": 0.0}
 #: seconds before a pending signal is delivered again
 _RESEND_S = 0.2
@@ -457,7 +465,7 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
         timer.daemon = True
         timer.start()
         return
-    _TERM["state"], _TERM["raised_at"] = "raised", time.monotonic()
+    _TERM["state"], _TERM["raised_at"], _TERM["signum"] = "raised", time.monotonic(), signum
     raise KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
 
 

@@ -240,3 +240,23 @@ def test_only_and_skip_take_comma_separated_stages(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["check", "--only", "golden,propertis"])
     assert exit_.value.code == 2 and "unknown stage 'propertis'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sig, code, words", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_dropped_by_an_at_fork_hook_still_ends_the_run_with_its_code(monkeypatch, capsys, sig, code, words):
+    """The handler's exception raised inside a callback whose exceptions Python prints and drops (logging's
+    at-fork hook ``_releaseLock``, run by every fork of a pool) is not lost: the run goes on, then main()
+    exits with the signal's code instead of 0."""
+    from distcheck import cli
+
+    def run_command(args, argv):
+        try:  # what Python does with an at-fork hook's exception: print it and go on
+            cli._terminate(sig, None)
+        except BaseException:  # noqa: BLE001 - the drop being simulated
+            pass
+        return 0
+
+    monkeypatch.setattr(cli, "_run_command", run_command)
+    monkeypatch.setattr(cli, "_is_main_thread", lambda: False)  # leave the test's own handlers alone
+    assert cli.main(["audit", "--list-keys"]) == code
+    assert f"distcheck: {words}" in capsys.readouterr().err
