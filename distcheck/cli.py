@@ -470,9 +470,14 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def _in_gc_callback(frame: FrameType | None) -> bool:
+    """True inside a garbage-collector callback or logging's at-fork hooks (run by every fork of a rank pool),
+    whose exceptions Python prints and drops."""
     import gc
+    import logging
 
-    codes = {getattr(cb, "__code__", None) for cb in gc.callbacks} - {None}
+    at_fork = (getattr(logging, name, None) for name in ("_acquireLock", "_releaseLock", "_prepareFork",
+                                                          "_afterFork"))
+    codes = {getattr(cb, "__code__", None) for cb in (*gc.callbacks, *at_fork)} - {None}
     while frame is not None and codes:
         if frame.f_code in codes:
             return True

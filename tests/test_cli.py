@@ -260,3 +260,23 @@ def test_a_signal_dropped_by_an_at_fork_hook_still_ends_the_run_with_its_code(mo
     monkeypatch.setattr(cli, "_is_main_thread", lambda: False)  # leave the test's own handlers alone
     assert cli.main(["audit", "--list-keys"]) == code
     assert f"distcheck: {words}" in capsys.readouterr().err
+
+
+def test_a_signal_inside_logging_s_at_fork_hook_waits_for_redelivery(monkeypatch):
+    """Inside logging's at-fork hook (``_releaseLock`` on 3.11) the handler does not raise: the signal is pending."""
+    import logging
+
+    from distcheck import cli
+
+    hook = getattr(logging, "_releaseLock", None) or getattr(logging, "_afterFork", None)
+    if hook is None:
+        pytest.skip("this Python's logging has no known at-fork hook")
+    monkeypatch.setitem(cli._TERM, "state", "idle")
+    monkeypatch.setattr(cli, "_RESEND_S", 3600.0)  # the timer never fires within the test
+
+    class Frame:  # a frame whose caller is the hook, as when the signal lands inside it
+        f_code = hook.__code__
+        f_back = None
+
+    cli._terminate(signal.SIGTERM, Frame())  # type: ignore[arg-type]
+    assert cli._TERM["state"] == "pending"
