@@ -61,19 +61,24 @@ def test_units_are_exact_and_distinguish_gb_from_gib():
         bytes_to(1, "gb")
 
 
+def _in_order(ci: str, steps: list[str]) -> list[int]:
+    """Where each step stands in ``ci``, each found after the one before (an earlier step may make a venv of its
+    own); fails naming the first step not found in that order."""
+    positions, at = [], 0
+    for step in steps:
+        at = ci.find(step, at)
+        assert at != -1, f"{step!r} not found after {steps[len(positions) - 1]!r}" if positions else step
+        positions.append(at)
+    return positions
+
+
 def test_ci_runs_the_readme_test_command_then_checks_the_wheel_outside_the_checkout():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "readme_commands.py test" in ci
     subprocess.run(["bash", "-n", str(ROOT / ".ci" / "run")], check=True)  # it parses
     steps = ["-m build", "-m venv", '"$torch_pin"', 'cd "$work"', "check --only golden --only properties",
              "audit zero_paper"]
-    positions, at = [], 0
-    for step in steps:  # each found after the one before (an earlier step may make a venv of its own)
-        at = ci.find(step, at)
-        positions.append(at)
-        if at == -1:
-            break
-    assert -1 not in positions, dict(zip(steps, positions, strict=False))
+    positions = _in_order(ci, steps)
     assert ci.find("readme_commands.py test") < positions[0]
     out = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py"), "test"],
                          capture_output=True, text=True, check=True).stdout
@@ -123,13 +128,7 @@ def test_ci_runs_an_exploratory_dev_run_seeded_by_the_commit_after_the_readme_te
              'echo "exploratory run: seed $seed (profile dev)',
              '-m distcheck check --profile dev --seed "$seed" --only properties',
              '-m pytest -q -p no:cacheprovider --distcheck-profile dev --hypothesis-seed "$seed"', "-m build"]
-    positions, at = [], 0
-    for step in steps:  # each found after the one before (an earlier step may make a venv of its own)
-        at = ci.find(step, at)
-        positions.append(at)
-        if at == -1:
-            break
-    assert -1 not in positions, dict(zip(steps, positions, strict=False))
+    _in_order(ci, steps)
     # the script prints the seed of the checkout's commit, or of a revision given to it
     script = [sys.executable, str(ROOT / ".ci" / "commit_seed.py")]
     given = subprocess.run([*script, "1f3f4774fb8722d3ec6c98e7e9fee82c21abcd88"], capture_output=True, text=True,
