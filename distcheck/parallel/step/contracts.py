@@ -96,6 +96,7 @@ from distcheck.parallel.step.divergence import explain_step
 from distcheck.parallel.step.mapping import assemble_params, check_shard_dims
 from distcheck.parallel.step.model import TinyConfig, stages_of
 from distcheck.parallel.step.precision import get_precision, precision_bounds, precisions_for
+from distcheck.parallel.step.records import restore
 from distcheck.parallel.step.reference import StepLayout
 
 if TYPE_CHECKING:
@@ -436,6 +437,7 @@ class TrainingStep(Contract):
     def check(self, case: StepCase, results: list, world_size: int, dtype: str, options: dict) -> dict[str, Outcome]:
         from distcheck.parallel.step.harness import ADAMW
 
+        results = restore(results)  # the arrays a rank shipped as the same as a lower rank's (step.records)
         ref = results[0]["reference"]
         prec = get_precision(case.layout.precision)
         bounds: list[dict[str, Any]]

@@ -85,15 +85,31 @@ def _local(t: Any) -> Any:
     return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
 
 
+def _gathered_by(t: Any) -> int | None:
+    """The lowest rank of a DTensor's mesh when its ``full_tensor()`` is the same on every rank of that mesh by
+    construction (no ``Replicate`` placement: each dim is all-gathered or all-reduced), else None (a plain tensor,
+    or a replicated dim whose copies may differ)."""
+    placements = getattr(t, "placements", None)
+    if placements is None or any(p.is_replicate() for p in placements):
+        return None
+    return int(t.device_mesh.mesh.min())
+
+
 def _record(model: Any, opt: Any, alias: dict | None = None) -> dict:
-    """Parameters and AdamW moments by name, full float64 arrays (``alias``: a tied head's pp copy renamed)."""
+    """Parameters and AdamW moments by name, full float64 arrays (``alias``: a tied head's pp copy renamed), and
+    ``gathered``: ``(kind, name, moment)`` -> the lowest rank holding the same full tensor by construction
+    (:func:`_gathered_by`; :func:`distcheck.parallel.step.records.ship_once` reads it)."""
     names = {n: (alias or {}).get(_name(n), _name(n)) for n, _ in model.named_parameters()}
     params = {names[n]: _full(p) for n, p in model.named_parameters()}
+    gathered = {("params", names[n], 0): r for n, p in model.named_parameters() if (r := _gathered_by(p)) is not None}
     state = {}
     for n, p in model.named_parameters():
         st = opt.state.get(p, {})
-        state[names[n]] = (_full(st.get("exp_avg")), _full(st.get("exp_avg_sq")))
-    return {"params": params, "state": state}
+        moments = (st.get("exp_avg"), st.get("exp_avg_sq"))
+        state[names[n]] = tuple(_full(m) for m in moments)
+        gathered.update({("state", names[n], j): r for j, m in enumerate(moments)
+                         if m is not None and (r := _gathered_by(m)) is not None})
+    return {"params": params, "state": state, "gathered": gathered}
 
 
 def _scale(before: list, after: list) -> tuple[float | None, float, float]:
@@ -261,7 +277,11 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
                       **_record(model, opt, alias)})
     modules = [normalize(n) for n, _ in model.named_modules()]
     names = modules + [f"{n}:input" for n in modules] + [normalize(n) for n, _ in model.named_parameters()]
-    result: dict = {"steps": steps, "dp_index": d, "cp_index": c, "device": ctx.device.type,
+    from distcheck.parallel.step.records import restore, ship_once
+
+    # an array a lower rank holds bitwise (every rank's full_tensor() of a DTensor) travels as a reference to it
+    shipped = ship_once(steps)
+    result: dict = {"steps": shipped, "dp_index": d, "cp_index": c, "device": ctx.device.type,
                     "shard_dims": declared(target.shard_dims, names)}
     if record:
         result["trace"] = rec.close()
@@ -271,8 +291,13 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
 
     # only rank 0 reads them: gathered there, not to every rank (every parameter and moment of every step)
     records: list | None = [None] * ctx.world_size if ctx.rank == 0 else None
-    dist.gather_object({"steps": steps, "shard_dims": result["shard_dims"]}, records, dst=0)
+    # rank 0 keeps its own record (gather_object pads every rank's bytes to the largest object's: rank 0's, which
+    # holds every array, would make each rank send that many bytes)
+    own_record = {"steps": shipped, "shard_dims": result["shard_dims"]}
+    dist.gather_object(None if ctx.rank == 0 else own_record, records, dst=0)
     if records is not None:  # rank 0
+        records[0] = own_record
+        records = restore(records)
         # plain tp shards (Megatron style) as full tensors: the reference starts each step from the ranks' state
         starts = parallel_states(assemble_params(layout, records, shapes))
         own = target if target.model is not None else None
