@@ -55,8 +55,13 @@ def test_torchtitan_llama_certified_under_pp(layout, world_size):
     # torchtitan's own pipeline split (pipeline_llm through the target's pipeline hook), parallelize_llama on each
     # stage, GPipe and 1F1B as drawn
     pytest.importorskip("torchtitan")
-    got = _certify("distcheck.libs.targets.torchtitan_llama:LLAMA", layout, examples=2, world_size=world_size)
+    from distcheck.certify import certify
+
+    cert = certify("distcheck.libs.targets.torchtitan_llama:LLAMA", "training-step", world_sizes=(world_size,),
+                   examples=3, seed=0, options={"layout": layout}, timeout_s=600)
+    got = {v.property: v for v in cert.verdicts}
     assert {p: v.verdict for p, v in got.items()} == dict.fromkeys(PROPS, PASS), got
+    assert {row.columns["schedule"] for row in cert.compositions} == {"gpipe", "1f1b"}
 
 
 @pytest.mark.slow

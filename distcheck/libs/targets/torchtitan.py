@@ -197,7 +197,7 @@ WORLD_CERTIFY = (
     WorldRun("LLAMA", "training-step", "torchtitan.llama_fsdp_tp", world_sizes=(4,), max_examples=1,
              options={"layout": "dp_shard=2,tp=2"}, preload=_LLAMA_PRELOAD),
     # and through torchtitan's own pipeline split (pipeline_llm, the target's pipeline hook): GPipe and 1F1B drawn
-    WorldRun("LLAMA", "training-step", "torchtitan.llama_pp", world_sizes=(2,), max_examples=2,
+    WorldRun("LLAMA", "training-step", "torchtitan.llama_pp", world_sizes=(2,), max_examples=3,
              options={"layout": "pp=2"}, preload=_LLAMA_PRELOAD),
     WorldRun("LLAMA", "training-step", "torchtitan.llama_pp_tp", world_sizes=(4,), max_examples=1,
              options={"layout": "pp=2,tp=2"}, preload=_LLAMA_PRELOAD),

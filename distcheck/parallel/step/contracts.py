@@ -7,8 +7,9 @@ Target: a torchtitan-style ``parallelize(model, mesh, layout) -> model`` (``mode
 Llama, :mod:`distcheck.parallel.step.model`; ``mesh`` a ``DeviceMesh`` of dims ``("pp", "dp_replicate",
 "dp_shard", "cp", "tp")`` with torchtitan's flattened ``dp_shard_cp`` and ``dp_cp``; under ep the experts' mesh
 is :func:`~distcheck.parallel.step.hooks.expert_mesh`; under pp > 1 ``model`` is already this rank's stage,
-torchtitan's split; ``layout`` a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
-:class:`~distcheck.parallel.step.hooks.StepTarget` that also replaces the step's hooks (the loss of a
+torchtitan's split, unless the target's own ``pipeline`` hook splits the whole model; ``layout`` a
+:class:`~distcheck.parallel.step.reference.StepLayout`), or a :class:`~distcheck.parallel.step.hooks.StepTarget`
+that also replaces the step's hooks (the loss of a
 micro-batch, the reported loss and tokens, the grad-norm clipping) and may bring its own model: a factory
 ``model(config) -> nn.Module``, with the ``batch`` and ``loss`` hooks for its inputs and a loss it computes
 itself (:mod:`distcheck.parallel.step.hooks`; its config fixes the vocabulary and caps the sequence length drawn;
