@@ -339,7 +339,7 @@ def test_own_split_hands_the_hook_the_schedule_inputs_and_a_stage_loss_distcheck
     out = torch.ones(1, 4, 3, dtype=torch.float64, requires_grad=True)
     labels = torch.tensor([[1, 2, -100, -100]])
     back = info.loss(out, labels)
-    assert float(back) == 7 * 1000 + 2  # the target's loss_fn, with the step's and the micro-batch's tokens
+    assert float(back.detach()) == 7 * 1000 + 2  # the target's loss_fn, with the step's and the micro-batch's tokens
     assert [float(v) for v in state["sums"]] == [12.0]  # the loss hook's sum, float64, detached
     assert state["sums"][0].dtype == torch.float64 and not state["sums"][0].requires_grad
 
