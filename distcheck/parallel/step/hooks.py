@@ -157,7 +157,9 @@ class PipelineInfo:
     schedule's name, :class:`~distcheck.core.vocab.Schedule`: ``"gpipe"`` or ``"1f1b"``, torch's
     ``get_schedule_class`` reads either) and ``loss`` (``loss(output, labels) -> Tensor``: the last stage's loss of
     one micro-batch, the target's ``loss_fn``; distcheck counts the target's ``loss`` hook's token sums from it,
-    keeping each step's last m calls: a schedule's first step also calls it once to infer the gradients' shapes)."""
+    keeping each step's last m calls: a schedule's first step also calls it once to infer the gradients' shapes;
+    the hooks it calls get a :class:`StepInfo` with the micro-batch's own tokens, ``microbatch`` 0 and ``model``
+    the rank's part)."""
 
     microbatches: int
     microbatch_size: int
