@@ -84,3 +84,78 @@ class ShortConfig:
 
 
 SHORT = StepTarget(fsdp, model=LMWithLoss, config=ShortConfig(), axes=_DP + ("tp",))
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    vocab_size: int = 8
+    dim: int = 6
+    n_layers: int = 2
+
+
+class StackLM(nn.Module):
+    """A small plain decoder-shaped model: an embedding, ``n_layers`` residual ``tanh(Linear)`` blocks in a
+    ``ModuleDict`` and a head; its forward skips what a pipeline split set to None (torchtitan's convention)."""
+
+    def __init__(self, config: StackConfig) -> None:
+        super().__init__()
+        self.tok_embeddings: nn.Module | None = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleDict({str(i): nn.Linear(config.dim, config.dim) for i in range(config.n_layers)})
+        self.output: nn.Module | None = nn.Linear(config.dim, config.vocab_size, bias=False)
+
+    def forward(self, tokens):
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        for layer in self.layers.values():
+            h = h + torch.tanh(layer(h))
+        return self.output(h) if self.output is not None else h
+
+
+def tokens_as_keyword(tokens, labels, info):
+    return {"tokens": tokens}
+
+
+def logits_loss(output, labels, info):
+    return token_loss_sum(output, labels)
+
+
+def stack_split(model, mesh, layout, info, *, scale_grads=False):
+    """The ``pipeline`` hook of ``StackLM``: stage i (pp coordinate i) a copy of the whole model with the layers of
+    other stages deleted, the embedding off the first stage and the head off the last set to None, in a
+    ``PipelineStage`` on the pp group, under the drawn schedule (torch's ``get_schedule_class``)."""
+    import copy
+
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    stage, pp = mesh["pp"].get_local_rank(), layout.pp
+    part = copy.deepcopy(model)
+    per = len(part.layers) // pp
+    for key in list(part.layers.keys()):
+        if int(key) // per != stage:
+            del part.layers[key]
+    if stage != 0:
+        part.tok_embeddings = None
+    if stage != pp - 1:
+        part.output = None
+    pipe = PipelineStage(part, stage, pp, info.device, group=mesh.get_group("pp"))
+    schedule = get_schedule_class(info.schedule)(pipe, n_microbatches=info.microbatches, loss_fn=info.loss,
+                                                 scale_grads=scale_grads)
+    return schedule, [part]
+
+
+def stack_split_scaled(model, mesh, layout, info):
+    """The same split under torch's default ``scale_grads=True``: the schedule divides every gradient by m after
+    the step, on top of a loss that already weighs each token ``1/T``."""
+    return stack_split(model, mesh, layout, info, scale_grads=True)
+
+
+def no_parallelize(model, mesh, layout):
+    return model
+
+
+_STACK = {"model": StackLM, "config": StackConfig(), "batch": tokens_as_keyword, "loss": logits_loss,
+          "axes": ("pp",)}
+#: a plain model under its own pipeline split (GPipe or 1F1B as drawn)
+STACK_PP = StepTarget(no_parallelize, pipeline=stack_split, **_STACK)
+#: mutant: the schedule also averages the gradients over the m micro-batches (torch's default scale_grads=True)
+STACK_PP_SCALED = StepTarget(no_parallelize, pipeline=stack_split_scaled, **_STACK)

@@ -554,7 +554,9 @@ def test_the_adapters_import_without_their_libraries():
     assert megatron.ORDERS[0] == "tp-cp-ep-dp-pp" and len(megatron.ORDERS) == 120
     assert {run.name for run in hf_transformers.WORLD_CERTIFY} >= {"transformers.llama_tp", "transformers.mixtral_tp"}
     assert torchtitan_llama.LLAMA.config.dim == 32 and torchtitan_llama.DEBUGMODEL.dim == 256
-    assert {run.name for run in torchtitan.WORLD_CERTIFY} >= {"torchtitan.llama_fsdp", "torchtitan.llama_fsdp_tp"}
+    assert {run.name for run in torchtitan.WORLD_CERTIFY} >= {"torchtitan.llama_fsdp", "torchtitan.llama_fsdp_tp",
+                                                              "torchtitan.llama_pp", "torchtitan.llama_pp_tp"}
+    assert torchtitan_llama.LLAMA.pipeline is torchtitan_llama.pipeline  # pp through torchtitan's own split
 
 
 SEEN_LOCAL_CONSTANTS: list[int] = []

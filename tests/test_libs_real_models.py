@@ -1,7 +1,8 @@
 """Real models under the ``training-step`` contract (marker ``libs``; skipped without the libraries): torchtitan's
-Llama 3 under its own ``parallelize_llama`` and transformers' Llama and Mixtral under their ``tp_plan`` and
-FSDP2, each certified on a gloo world of 2 ranks, and a mutant of each that must fail (a certification that
-cannot fail certifies nothing). ``distcheck libs`` runs the same targets at 2 and 4 ranks."""
+Llama 3 under its own ``parallelize_llama`` (and under pp its own pipeline split, ``pipeline_llm``) and
+transformers' Llama and Mixtral under their ``tp_plan`` and FSDP2, each certified on a gloo world of 2 ranks (pp=2 x
+tp=2 at 4), and a mutant of each that must fail (a certification that cannot fail certifies nothing). ``distcheck
+libs`` runs the same targets at 2 and 4 ranks."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ pytestmark = pytest.mark.libs
 PROPS = ("params", "loss", "grad_norm", "clipping", "tokens")
 
 
-def _certify(ref: str, layout: str, examples: int = 1) -> dict:
+def _certify(ref: str, layout: str, examples: int = 1, world_size: int = 2) -> dict:
     from distcheck.certify import certify
 
-    cert = certify(ref, "training-step", world_sizes=(2,), examples=examples, seed=0, options={"layout": layout},
-                   timeout_s=600)
+    cert = certify(ref, "training-step", world_sizes=(world_size,), examples=examples, seed=0,
+                   options={"layout": layout}, timeout_s=600)
     return {v.property: v for v in cert.verdicts}
 
 
@@ -45,6 +46,35 @@ def test_torchtitan_llama_certified_under_tp():
     pytest.importorskip("torchtitan")
     got = _certify("distcheck.libs.targets.torchtitan_llama:LLAMA", "tp=2")
     assert {p: v.verdict for p, v in got.items()} == dict.fromkeys(PROPS, PASS), got
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("layout", "world_size"), [("pp=2", 2), ("pp=2,tp=2", 4)])
+def test_torchtitan_llama_certified_under_pp(layout, world_size):
+    # torchtitan's own pipeline split (pipeline_llm through the target's pipeline hook), parallelize_llama on each
+    # stage, GPipe and 1F1B as drawn
+    pytest.importorskip("torchtitan")
+    from distcheck.certify import certify
+
+    cert = certify("distcheck.libs.targets.torchtitan_llama:LLAMA", "training-step", world_sizes=(world_size,),
+                   examples=3, seed=0, options={"layout": layout}, timeout_s=600)
+    got = {v.property: v for v in cert.verdicts}
+    assert {p: v.verdict for p, v in got.items()} == dict.fromkeys(PROPS, PASS), got
+    assert {row.columns["schedule"] for row in cert.compositions} == {"gpipe", "1f1b"}
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_torchtitan_llama_pp_clip_without_pp_mesh_fails():
+    # torchtitan's clip_grad_norm_ without pp_mesh under pp (pytorch/torchtitan#596): each stage's own norm, so
+    # the reported norm, the clipping factor and the parameters fail, and every gradient before it matched
+    pytest.importorskip("torchtitan")
+    got = _certify("distcheck.libs.targets.torchtitan_llama:WRONG_PP_CLIP", "pp=2", examples=3)
+    assert {p: v.verdict for p, v in got.items()} == {"params": FAIL, "loss": PASS, "grad_norm": FAIL,
+                                                      "clipping": FAIL, "tokens": PASS}, got
+    assert "first divergence: the grad norm the clipping hook returned, step 1, ranks 0-1" in got[
+        "grad_norm"].failure, got
 
 
 @pytest.mark.slow

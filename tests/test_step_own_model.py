@@ -1,5 +1,6 @@
 """The ``training-step`` contract on the user's own model: a ``StepTarget`` with a model factory, the ``batch``
-and ``loss`` hooks, the same weights on every rank and in the reference, pp left out, bad hooks refused, and the
+and ``loss`` hooks, the same weights on every rank and in the reference, pp left out without the target's own
+``pipeline`` hook and certified with it, bad hooks refused, and the
 GPT-2-style example (examples/my_gpt.py) certified while its wrong plans (examples/gpt_mutants.py) fail."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import ast
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -259,6 +260,107 @@ def test_bad_model_hooks_are_refused_naming_the_target():
     _refused(StepTarget(_fsdp, loss=lambda o, y, i: o), "replaces loss, which the pipeline schedule does not call")
 
 
+def _split4(model, mesh, layout, info):
+    return None, [model]
+
+
+def _no_model(config):
+    return None
+
+
+def test_a_pipeline_hook_lets_a_user_model_draw_pp():
+    from hypothesis import find
+
+    from distcheck.core.errors import ConfigError
+    from distcheck.parallel.step.hooks import StepTarget
+    from tests.step_targets import STACK_PP
+
+    c = _contract()
+    # without the hook the refusal names it; with it pp is in the default axes and pinned layouts
+    own = StepTarget(_fsdp, model=lambda c: None)
+    _refused(own, r"unless it gives StepTarget\(pipeline=...\)", {"axes": "dp_shard,pp"}, ConfigError)
+    split = StepTarget(_fsdp, model=_no_model, pipeline=_split4)
+    _, opts = c.resolve(split, "mine:TARGET", c.parse_options({}))
+    assert opts["axes"] == "dp_replicate,dp_shard,tp,pp"
+    c.resolve(StepTarget(_fsdp, model=_no_model, pipeline=_split4, axes=("pp",)), "mine:T",
+              c.parse_options({"layout": "pp=2"}))
+    # its batch and loss hooks stay its own under pp (distcheck feeds the schedule from them); accumulate and
+    # backward are still the micro-batch loop's
+    assert STACK_PP.loop_hooks == ()
+    spec, sopts = c.resolve(STACK_PP, "tests.step_targets:STACK_PP", c.parse_options({}))
+    case = find(c.cases_for(spec, 2, "float64", sopts), lambda case: True)
+    assert case.layout.pp == 2 and case.schedule in ("gpipe", "1f1b")
+    _refused(StepTarget(_fsdp, model=lambda c: None, pipeline=_split4, backward=lambda loss, m, i: None),
+             "replaces backward, which the pipeline schedule does not call")
+    _refused(StepTarget(_fsdp, pipeline=lambda model, mesh, layout: None),
+             r"the pipeline hook .* must take 4 positional arguments")
+
+
+def _pp_case(schedule="1f1b"):
+    from distcheck.parallel.step.reference import StepLayout
+    from tests.step_targets import StackConfig
+
+    return replace(_case(StepLayout(pp=2), StackConfig()), schedule=schedule)
+
+
+class _Schedule:
+    def step(self, *args, **kwargs):
+        pass
+
+
+def test_own_split_hands_the_hook_the_schedule_inputs_and_a_stage_loss_distcheck_counts():
+    from types import SimpleNamespace
+
+    from distcheck.parallel.step.harness import _own_split
+    from distcheck.parallel.step.hooks import StepTarget
+
+    seen = {}
+    part = torch.nn.Linear(2, 2)
+
+    def hook(model, mesh, layout, info):
+        seen.update(model=model, layout=layout, info=info)
+        return _Schedule(), [part]
+
+    def loss_fn(out, labels, info):  # what is backpropagated: distcheck's token count in it
+        return out.sum() * 0 + info.global_tokens * 1000 + info.microbatch_tokens
+
+    def loss(out, labels, info):  # the token sum reported
+        return out.sum()
+
+    target = StepTarget(_fsdp, loss_fn=loss_fn, loss=loss, pipeline=hook)
+    case, model = _pp_case(), torch.nn.Linear(3, 3)
+    state = {"total": 7, "sums": [], "model": None}
+    ctx = SimpleNamespace(rank=1, device=torch.device("cpu"))
+    schedule, got = _own_split(ctx, target, model, None, case, state)
+    info = seen["info"]
+    assert got is part and state["model"] is part and isinstance(schedule, _Schedule)
+    assert seen["model"] is model and seen["layout"] == case.layout  # the whole model, not a stage
+    assert (info.microbatches, info.microbatch_size, info.device, info.schedule) == (2, 1, ctx.device, "1f1b")
+    out = torch.ones(1, 4, 3, dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([[1, 2, -100, -100]])
+    back = info.loss(out, labels)
+    assert float(back.detach()) == 7 * 1000 + 2  # the target's loss_fn, with the step's and the micro-batch's tokens
+    assert [float(v) for v in state["sums"]] == [12.0]  # the loss hook's sum, float64, detached
+    assert state["sums"][0].dtype == torch.float64 and not state["sums"][0].requires_grad
+
+
+def test_a_pipeline_hook_returning_other_than_one_part_is_a_protocol_error():
+    from types import SimpleNamespace
+
+    from distcheck.engine.contracts.errors import ProtocolError
+    from distcheck.parallel.step.harness import _own_split
+    from distcheck.parallel.step.hooks import StepTarget
+
+    ctx = SimpleNamespace(rank=0, device=torch.device("cpu"))
+    parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    for ret, match in (((_Schedule(), parts), "returned 2 model parts on rank 0: .*not an interleaved schedule"),
+                       (_Schedule(), r"must return \(schedule, model_parts\)"),
+                       ((_Schedule(), [object()]), r"must return \(schedule, model_parts\)")):
+        target = StepTarget(_fsdp, pipeline=lambda model, mesh, layout, info, ret=ret: ret)
+        with pytest.raises(ProtocolError, match=match):
+            _own_split(ctx, target, torch.nn.Linear(2, 2), None, _pp_case(), {"total": 1, "sums": [], "model": None})
+
+
 def test_a_rank_holding_a_parameter_the_reference_lacks_fails_params():
     # an untied copy of a tied weight: the reference lists the weight once, a rank lists a second name
     from distcheck.parallel.step.contracts import TrainingStep
@@ -389,6 +491,27 @@ def test_own_loss_model_certified_and_its_mean_of_means_fails(gloo2):
     bad = certify("tests.step_targets:OWN_LOSS_MEAN_OF_MEANS", "training-step", world=gloo2, examples=10,
                   options={"layout": "dp_shard=2"})
     assert {v.property: v.verdict for v in bad.verdicts}["params"] == "FAIL"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_own_pipeline_split_certified_and_grads_averaged_over_microbatches_fail(gloo2):
+    # a plain model under its own split (torch's PipelineStage, GPipe or 1F1B as drawn); the same split under torch's
+    # default scale_grads=True divides the gradients by m once more: the first divergence is the first stage's
+    # reduced gradient, its micro-batches' gradients matching
+    from distcheck.certify import certify
+
+    cert = certify("tests.step_targets:STACK_PP", "training-step", world=gloo2, examples=3,
+                   options={"layout": "pp=2"})
+    cert.assert_certified()
+    assert {row.columns["schedule"] for row in cert.compositions} == {"gpipe", "1f1b"}
+    bad = certify("tests.step_targets:STACK_PP_SCALED", "training-step", world=gloo2, examples=6,
+                  options={"layout": "pp=2"})
+    got = {v.property: v for v in bad.verdicts}
+    assert got["params"].verdict == "FAIL" and got["grad_norm"].verdict == "FAIL", got
+    assert got["loss"].verdict == "pass" and got["tokens"].verdict == "pass"
+    assert "first divergence: reduced grad of tok_embeddings.weight (after every micro-batch" in got[
+        "params"].failure, got
 
 
 @pytest.mark.multiprocess

@@ -45,9 +45,10 @@ UNITS = (
      "moe-layer (dropless)", ("libs.torchtitan.moe.",)),
     ("torchtitan DeepSeek-V3 MoE debug model under its own parallelize (EP, FSDP2, TP)", "torchtitan",
      "training-step", ("libs.torchtitan.moe_step",)),
-    ("torchtitan Llama 3 (debug-model architecture, small sizes) under its own parallelize_llama: FSDP2, TP (gloo, "
-     "2 and 4 ranks; CPU meshes, SDPA for FlexAttention, float64 FSDP2 mixed precision)", "torchtitan",
-     "training-step (layouts dp_shard=2, tp=2, dp_shard=2 x tp=2)", ("libs.torchtitan.llama_",)),
+    ("torchtitan Llama 3 (debug-model architecture, small sizes) under its own parallelize_llama and pipeline_llm: "
+     "FSDP2, TP, PP (gloo, 2 and 4 ranks; CPU meshes, SDPA for FlexAttention, float64 FSDP2 mixed precision)",
+     "torchtitan", "training-step (layouts dp_shard=2, tp=2, dp_shard=2 x tp=2, pp=2 (GPipe, 1F1B), pp=2 x tp=2, "
+     "dp_shard=2 x pp=2)", ("libs.torchtitan.llama_",)),
     ("transformers LlamaForCausalLM, tp_plan auto and FSDP2 through DistributedConfig (gloo, 2 and 4 ranks)",
      "transformers", "training-step (layouts tp=2, dp_shard=2, dp_shard=2 x tp=2)", ("libs.transformers.llama_",)),
     ("transformers MixtralForCausalLM (4 experts, top-2), tp_plan auto and FSDP2 (gloo, 2 ranks)", "transformers",

@@ -46,8 +46,9 @@ state; the contract's optimizer is torch's Adam), async saves and Hugging Face f
     distcheck certify distcheck.libs.targets.torchtitan:CHECKPOINT_MANAGER --contract checkpoint
 
 ``LLAMA`` (training-step contract, on gloo worlds of 2 and 4): torchtitan's own Llama 3 (the debug model's
-architecture) under torchtitan's own ``parallelize_llama``, with the substitutions that let it run on CPU in
-float64, in :mod:`distcheck.libs.targets.torchtitan_llama`.
+architecture) under torchtitan's own ``parallelize_llama`` and, under pp, torchtitan's own pipeline split
+(``pipeline_llm``, the target's ``pipeline`` hook), with the substitutions that let it run on CPU in float64, in
+:mod:`distcheck.libs.targets.torchtitan_llama`.
 
 ``MOE`` (moe-layer contract with ``dropless=true``, on gloo worlds of 2 and 4): torchtitan's router and
 ``AllToAllTokenDispatcher`` (counts exchanged, then ``all_to_all_single`` of the actual split sizes), the adapter
@@ -195,6 +196,13 @@ WORLD_CERTIFY = (
              options={"layout": "tp=2"}, preload=_LLAMA_PRELOAD),
     WorldRun("LLAMA", "training-step", "torchtitan.llama_fsdp_tp", world_sizes=(4,), max_examples=1,
              options={"layout": "dp_shard=2,tp=2"}, preload=_LLAMA_PRELOAD),
+    # and through torchtitan's own pipeline split (pipeline_llm, the target's pipeline hook): GPipe and 1F1B drawn
+    WorldRun("LLAMA", "training-step", "torchtitan.llama_pp", world_sizes=(2,), max_examples=3,
+             options={"layout": "pp=2"}, preload=_LLAMA_PRELOAD),
+    WorldRun("LLAMA", "training-step", "torchtitan.llama_pp_tp", world_sizes=(4,), max_examples=1,
+             options={"layout": "pp=2,tp=2"}, preload=_LLAMA_PRELOAD),
+    WorldRun("LLAMA", "training-step", "torchtitan.llama_pp_fsdp", world_sizes=(4,), max_examples=1,
+             options={"layout": "dp_shard=2,pp=2"}, preload=_LLAMA_PRELOAD),
 )
 
 

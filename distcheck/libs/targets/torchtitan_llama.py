@@ -6,7 +6,11 @@
 ``set_llama3_sharding_config``, sequence parallel norms, loss-parallel logits, then FSDP2 through
 ``apply_fsdp_to_decoder``, which also disables FSDP2's gradient division), steps it with torchtitan's loss
 scaling and torchtitan's ``clip_grad_norm_``, and holds every parameter, AdamW moment, the reported loss and
-norm to the same model stepped on one device in float64.
+norm to the same model stepped on one device in float64. Under pp the target's ``pipeline`` hook (:func:`pipeline`)
+hands the whole model to torchtitan's own ``torchtitan.distributed.pipeline_parallel.pipeline_llm``: torchtitan's
+split into stages (each a copy of the model with what the stage does not run set to None), ``parallelize_llama``
+on each stage, torch's ``PipelineStage`` and torchtitan's schedule (``GPipe`` or ``1F1B``, as drawn), which
+distcheck steps; torchtitan's ``clip_grad_norm_`` then takes the pp mesh.
 
 The model is torchtitan's Llama 3 debug model (``llama3_configs["debugmodel"]``: ``Llama3Model`` with fused
 ``wqkv``, GQA attention with ``ComplexRoPE`` (llama scaling, theta 500000), SwiGLU feed-forward of
@@ -35,12 +39,16 @@ What is substituted to run it on CPU in float64 (each named in ``distcheck libs`
    cross-entropy sum of the logits (gathered from torchtitan's loss-parallel ``Shard(-1)`` DTensor with
    ``full_tensor()``), and ``loss_fn`` is torchtitan's trainer's scaling: the micro-batch's sum divided by the
    step's global non-ignored tokens, with no dp factor (torchtitan disables FSDP2's division by the dp size).
+   Under pp the same scaling is the ``loss_fn`` handed to ``pipeline_llm``, in torchtitan's ``(loss, extra)``
+   convention, with the step's token count closed over (torchtitan's trainer passes it as the schedule's
+   ``loss_kwargs``).
 6. torchtitan's SPMD backend is ``"partial_dtensor"`` (DTensor over tp, ``set_spmd_backend``), not its default
    ``"spmd_types"``.
 
 Not covered: ``ComplexRoPE`` computes in float32 (``query.float()``) on both sides, so its rounding is the same in
-the reference; torchtitan's pipeline split (``pipeline_llm``: distcheck cuts only its own tiny Llama into stages, a
-user model has no pp axis); activation checkpointing and ``torch.compile`` (off); context parallelism.
+the reference; torchtitan's interleaved and zero-bubble schedules (several stages per rank: distcheck steps one
+stage per rank, GPipe and 1F1B) and its pipeline schedule CSVs; activation checkpointing and ``torch.compile``
+(off); context parallelism.
 
     distcheck certify distcheck.libs.targets.torchtitan_llama:LLAMA --contract training-step --world-sizes 2,4
 
@@ -48,7 +56,9 @@ Mutants that must fail (tests/test_libs_real_models.py, marked ``libs``): ``WRON
 loss (times dp, for an FSDP2 that averages) under torchtitan's FSDP2 that sums: every gradient dp times too large,
 and the first divergence names the reduced gradient of ``tok_embeddings.weight``; ``WRONG_TP_PLAN``,
 ``attention.wo`` left off torchtitan's plan: its weight stays a plain tensor beside the heads' DTensor shards,
-which DTensor refuses in the forward ("got mixed torch.Tensor and DTensor").
+which DTensor refuses in the forward ("got mixed torch.Tensor and DTensor"); ``WRONG_PP_CLIP``, torchtitan's
+``clip_grad_norm_`` called without ``pp_mesh`` under pp (pytorch/torchtitan#596): each stage reports and clips by its
+own stage's norm, and the first divergence is the grad norm the clipping hook returned.
 """
 
 from __future__ import annotations
@@ -56,17 +66,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from distcheck.parallel.step.hooks import StepInfo, StepTarget
+from distcheck.parallel.step.hooks import PipelineInfo, StepInfo, StepTarget
 
 __all__ = ["TitanLlamaConfig", "DEBUGMODEL", "SMALL", "build_llama", "parallelize", "titan_loss", "logits_ce_sum",
-           "LLAMA", "LLAMA_DEBUGMODEL", "WRONG_LOSS_SCALE", "WRONG_TP_PLAN", "SPMD_BACKEND", "PRELOAD",
-           "titan_clip_grad_norm"]
+           "LLAMA", "LLAMA_DEBUGMODEL", "WRONG_LOSS_SCALE", "WRONG_TP_PLAN", "WRONG_PP_CLIP", "SPMD_BACKEND",
+           "PRELOAD", "titan_clip_grad_norm", "pipeline", "TITAN_SCHEDULES"]
 
 #: torchtitan's SPMD backend the target runs (module doc, item 6)
 SPMD_BACKEND = "partial_dtensor"
 #: what a rank pool's parent imports before forking its ranks
-PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor.parallel", "torchtitan.distributed.utils",
-           "torchtitan.models.llama3")
+PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor.parallel", "torch.distributed.pipelining",
+           "torchtitan.distributed.utils", "torchtitan.distributed.pipeline_parallel", "torchtitan.models.llama3")
 
 
 def titan_clip_grad_norm(parameters: Any, max_norm: float, info: StepInfo) -> Any:
@@ -147,7 +157,7 @@ _DIMS: dict = {}
 
 
 def _parallel_dims(layout: Any) -> Any:
-    """torchtitan's ``ParallelDims`` of ``layout`` (dp_replicate, dp_shard, tp; cp = pp = ep = 1) with its meshes
+    """torchtitan's ``ParallelDims`` of ``layout`` (dp_replicate, dp_shard, tp, pp; cp = ep = 1) with its meshes
     built on CPU (substitution 2), once per world and rank."""
     import logging
 
@@ -155,11 +165,11 @@ def _parallel_dims(layout: Any) -> Any:
     import torchtitan.distributed.parallel_dims as pdm
 
     logging.getLogger("torchtitan").setLevel(logging.ERROR)
-    key = (id(dist.group.WORLD), dist.get_rank(), layout.dp_replicate, layout.dp_shard, layout.tp)
+    key = (id(dist.group.WORLD), dist.get_rank(), layout.dp_replicate, layout.dp_shard, layout.tp, layout.pp)
     if key not in _DIMS:
         pdm.device_type = "cpu"
         dims = pdm.ParallelDims(dp_replicate=layout.dp_replicate, dp_shard=layout.dp_shard, cp=1, tp=layout.tp,
-                                pp=1, ep=1, world_size=dist.get_world_size(), spmd_backend=SPMD_BACKEND)
+                                pp=layout.pp, ep=1, world_size=dist.get_world_size(), spmd_backend=SPMD_BACKEND)
         dims.build_mesh()
         _DIMS[key] = dims
     return _DIMS[key]
@@ -174,14 +184,10 @@ def parallelize(model: Any, mesh: Any, layout: Any, *, drop: tuple[str, ...] = (
     mutant :data:`WRONG_TP_PLAN`)."""
     import tempfile
 
-    import torch
-    import torchtitan.config as tc
     from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
-    from torchtitan.distributed.utils import set_spmd_backend
     from torchtitan.models.llama3 import parallelize_llama
 
-    tc.TORCH_DTYPE_MAP.setdefault("float64", torch.float64)  # substitution 4
-    set_spmd_backend(SPMD_BACKEND)
+    _setup()
     dims = _parallel_dims(layout)
     for name, module in model.named_modules():
         if drop and name.endswith(drop):
@@ -191,6 +197,60 @@ def parallelize(model: Any, mesh: Any, layout: Any, *, drop: tuple[str, ...] = (
         return parallelize_llama(model, parallel_dims=dims, training=training,
                                  parallelism=ParallelismConfig(spmd_backend=SPMD_BACKEND),
                                  compile_config=CompileConfig(), ac_config=None, dump_folder=dump)
+
+
+def _setup() -> None:
+    """torchtitan's globals the target sets on each rank: float64 in ``TORCH_DTYPE_MAP`` (substitution 4) and the
+    SPMD backend (substitution 6)."""
+    import torch
+    import torchtitan.config as tc
+    from torchtitan.distributed.utils import set_spmd_backend
+
+    tc.TORCH_DTYPE_MAP.setdefault("float64", torch.float64)
+    set_spmd_backend(SPMD_BACKEND)
+
+
+#: torchtitan's names of the schedules distcheck draws (:class:`~distcheck.core.vocab.Schedule`)
+TITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+
+
+def pipeline(model: Any, mesh: Any, layout: Any, info: PipelineInfo) -> tuple[Any, list]:
+    """The ``pipeline`` hook: torchtitan's own ``pipeline_llm(model, parallel_dims=..., training=TrainingConfig(
+    local_batch_size=m * microbatch_size, mixed_precision_param="float64", mixed_precision_reduce="float64"),
+    parallelism=ParallelismConfig(pipeline_parallel_degree=pp, pipeline_parallel_microbatch_size=microbatch_size,
+    pipeline_parallel_schedule="GPipe" | "1F1B", spmd_backend="partial_dtensor"), compile_config=CompileConfig(),
+    ac_config=None, dump_folder=..., device=..., model_config=model.config, parallelize_fn=parallelize_llama,
+    loss_fn=...)`` on torchtitan's ``ParallelDims`` of the layout (pp included): torchtitan's split (its
+    ``_generate_llm_fqn_per_model_part``: the embedding counted as a layer on the first stage, the norm and head on
+    the last), each stage a deep copy of the whole model with what it does not run set to None, parallelized by
+    torchtitan's ``parallelize_llama`` (TP, FSDP2) and wrapped in torch's ``PipelineStage``, and torchtitan's
+    schedule (``scale_grads=False``). ``loss_fn`` is torchtitan's convention, ``(loss, extra)``, around distcheck's
+    stage loss (``info.loss``: :func:`titan_loss` of the last stage's logits). Returns ``(schedule,
+    model_parts)``."""
+    import tempfile
+
+    from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
+    from torchtitan.distributed.pipeline_parallel import pipeline_llm
+    from torchtitan.models.llama3 import parallelize_llama
+
+    _setup()
+    dims = _parallel_dims(layout)
+    m, mbs = info.microbatches, info.microbatch_size
+    training = TrainingConfig(local_batch_size=m * mbs, mixed_precision_param="float64",
+                              mixed_precision_reduce="float64")
+    parallelism = ParallelismConfig(pipeline_parallel_degree=layout.pp, pipeline_parallel_microbatch_size=mbs,
+                                    pipeline_parallel_schedule=TITAN_SCHEDULES[info.schedule],
+                                    spmd_backend=SPMD_BACKEND)
+
+    def loss_fn(output: Any, labels: Any, **_: Any) -> tuple[Any, None]:
+        return info.loss(output, labels), None
+
+    with tempfile.TemporaryDirectory() as dump:
+        schedule, parts, _, _ = pipeline_llm(
+            model, parallel_dims=dims, training=training, parallelism=parallelism, compile_config=CompileConfig(),
+            ac_config=None, dump_folder=dump, device=info.device, model_config=model.config,
+            parallelize_fn=parallelize_llama, loss_fn=loss_fn)
+    return schedule, parts
 
 
 def logits_ce_sum(output: Any, labels: Any, info: StepInfo) -> Any:
@@ -213,11 +273,18 @@ def _clip(parameters: Any, max_norm: float, info: StepInfo) -> Any:
     return titan_clip_grad_norm(parameters, max_norm, info)
 
 
+def _clip_without_pp_mesh(parameters: Any, max_norm: float, info: StepInfo) -> Any:
+    """The mutant :data:`WRONG_PP_CLIP`'s clipping: torchtitan's ``clip_grad_norm_`` without ``pp_mesh`` under pp."""
+    from torchtitan.distributed.utils import clip_grad_norm_
+
+    return clip_grad_norm_(list(parameters), max_norm, foreach=True, pp_mesh=None)
+
+
 def _without_wo(model: Any, mesh: Any, layout: Any) -> Any:
     return parallelize(model, mesh, layout, drop=("attention.wo",))
 
 
-_OWN: dict[str, Any] = {"model": build_llama, "loss": logits_ce_sum, "clip_grad_norm": _clip}
+_OWN: dict[str, Any] = {"model": build_llama, "loss": logits_ce_sum, "clip_grad_norm": _clip, "pipeline": pipeline}
 #: torchtitan's Llama 3 debug-model architecture (:data:`SMALL` sizes) under its own parallelize_llama
 LLAMA = StepTarget(parallelize, loss_fn=titan_loss, config=SMALL, **_OWN)
 #: the same at the debug model's own sizes (:data:`DEBUGMODEL`; the benchmark's, minutes per example on 2 cores)
@@ -226,3 +293,7 @@ LLAMA_DEBUGMODEL = StepTarget(parallelize, loss_fn=titan_loss, config=DEBUGMODEL
 WRONG_LOSS_SCALE = StepTarget(parallelize, config=SMALL, **_OWN)
 #: mutant: ``attention.wo`` left off torchtitan's tensor-parallel plan
 WRONG_TP_PLAN = StepTarget(_without_wo, loss_fn=titan_loss, config=SMALL, **_OWN)
+#: mutant: torchtitan's ``clip_grad_norm_`` called without ``pp_mesh`` under pp (pytorch/torchtitan#596): each
+#: stage clips by its own stage's norm
+WRONG_PP_CLIP = StepTarget(parallelize, loss_fn=titan_loss, config=SMALL,
+                           **dict(_OWN, clip_grad_norm=_clip_without_pp_mesh))

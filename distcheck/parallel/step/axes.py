@@ -30,8 +30,9 @@ AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD
 DEFAULT_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP, Axis.PP))
 #: the axes option's word for every axis
 ALL = "all"
-#: the axes a StepTarget with its own model draws unless it names its axes: its model has no pipeline split, and
-#: no attention core or MoE layers distcheck knows (a user model's context or expert parallelism is named)
+#: the axes a StepTarget with its own model draws unless it names its axes: its model has no pipeline split (pp
+#: is added when it gives its own ``pipeline`` hook), and no attention core or MoE layers distcheck knows (a user
+#: model's context or expert parallelism is named)
 OWN_MODEL_AXES: tuple[str, ...] = tuple(a.value for a in (Axis.DP_REPLICATE, Axis.DP_SHARD, Axis.TP))
 #: where ep's ranks come from (the vocabulary's names): every placement is drawn where it fits
 EP_PLACEMENTS: tuple[str, ...] = names(ExpertPlacement)

@@ -7,12 +7,14 @@ Target: a torchtitan-style ``parallelize(model, mesh, layout) -> model`` (``mode
 Llama, :mod:`distcheck.parallel.step.model`; ``mesh`` a ``DeviceMesh`` of dims ``("pp", "dp_replicate",
 "dp_shard", "cp", "tp")`` with torchtitan's flattened ``dp_shard_cp`` and ``dp_cp``; under ep the experts' mesh
 is :func:`~distcheck.parallel.step.hooks.expert_mesh`; under pp > 1 ``model`` is already this rank's stage,
-torchtitan's split; ``layout`` a :class:`~distcheck.parallel.step.reference.StepLayout`), or a
-:class:`~distcheck.parallel.step.hooks.StepTarget` that also replaces the step's hooks (the loss of a
+torchtitan's split, unless the target's own ``pipeline`` hook splits the whole model; ``layout`` a
+:class:`~distcheck.parallel.step.reference.StepLayout`), or a :class:`~distcheck.parallel.step.hooks.StepTarget`
+that also replaces the step's hooks (the loss of a
 micro-batch, the reported loss and tokens, the grad-norm clipping) and may bring its own model: a factory
 ``model(config) -> nn.Module``, with the ``batch`` and ``loss`` hooks for its inputs and a loss it computes
-itself (:mod:`distcheck.parallel.step.hooks`; no pipeline split: ``pp`` is left out of its axes, and its
-config fixes the vocabulary and caps the sequence length drawn). distcheck runs the step
+itself (:mod:`distcheck.parallel.step.hooks`; its config fixes the vocabulary and caps the sequence length drawn;
+under pp its own ``pipeline`` hook splits it and builds the schedule, torchtitan's ``pipeline_llm``: without one,
+``pp`` is left out of its axes). distcheck runs the step
 (:mod:`distcheck.parallel.step.harness`). Hypothesis draws the layout (every factorisation of the world
 size into dp_replicate x dp_shard x tp x pp x cp, with ep borrowed from dp x cp in torchtitan's placement or
 Megatron's (:func:`layouts`), whose axes above 1 are among ``--option axes=...`` (default: the dense step's
@@ -119,9 +121,11 @@ _PROPERTIES = (
                            "counts add up to them", "exact"),
 )
 
-#: why a user model's axes leave pp out
-_NO_SPLIT = ("a user model has no pipeline split: distcheck cuts only its own tiny Llama into stages "
-             "(model.pipeline_stage), so pp is left out of the axes of a StepTarget with a model factory")
+#: why a user model's axes leave pp out without its own pipeline hook
+_NO_SPLIT = ("a user model has no pipeline split without its own pipeline hook: distcheck cuts only its own tiny "
+             "Llama into stages (model.pipeline_stage), so pp is left out of the axes of a StepTarget with a model "
+             "factory unless it gives StepTarget(pipeline=...), a pipeline(model, mesh, layout, info) -> (schedule, "
+             "model_parts) of its own split (distcheck.parallel.step.hooks)")
 #: the shortest sequence a user config must allow: tp = 4 cuts each sequence into 4 shards
 MIN_SEQ_LEN = 4
 
@@ -307,13 +311,14 @@ class TrainingStep(Contract):
             check_shard_dims(obj.shard_dims, shown)
             own = target_axes(obj.axes, shown)
             _user_config(obj, shown)
+            unsplit = obj.model is not None and obj.pipeline is None  # a user model without its pipeline hook
             if obj.model is not None:
-                if Axis.PP.value in own:
+                if Axis.PP.value in own and unsplit:
                     raise ProtocolError("target", shown, f"StepTarget axes={tuple(own)!r} name pp: {_NO_SPLIT}")
-                own = own or OWN_MODEL_AXES
+                own = own or (OWN_MODEL_AXES if unsplit else (*OWN_MODEL_AXES, Axis.PP.value))
             outside = sorted(set(given) - set(own or AXES))  # a target naming no axes may be given any
             if outside:
-                why = f" ({_NO_SPLIT})" if obj.model is not None and Axis.PP.value in outside else ""
+                why = f" ({_NO_SPLIT})" if unsplit and Axis.PP.value in outside else ""
                 raise ConfigError("option axes", options["axes"], f"the target parallelizes only "
                                   f"{', '.join(own)}, not {', '.join(outside)}{why}")
             drawn = given or own or DEFAULT_AXES
@@ -464,10 +469,15 @@ class TrainingStep(Contract):
             steps = [res["steps"][s] for res in results]
             for name, want in r["params"].items():
                 # the ranks of the parameter's pipeline stages hold it (every rank when pp = 1; a tied head's
-                # embedding: the first and the last stage, each its own copy)
-                held = list(range(len(steps))) if case.layout.pp == 1 else [
-                    i for i in range(len(steps))
-                    if case.layout.coordinates(i)["pp"] in stages_of(name, case.config, case.layout.pp)]
+                # embedding: the first and the last stage, each its own copy); under a target's own split
+                # (pipeline hook) the ranks whose part holds it, every rank when none does (each then holds nothing)
+                if case.layout.pp == 1:
+                    held = list(range(len(steps)))
+                elif results[0].get("own_split") or not isinstance(case.config, TinyConfig):
+                    held = [i for i in range(len(steps)) if name in steps[i]["params"]] or list(range(len(steps)))
+                else:
+                    held = [i for i in range(len(steps))
+                            if case.layout.coordinates(i)["pp"] in stages_of(name, case.config, case.layout.pp)]
                 errs = mine.get(name, (None, None, None))
                 out["params"].append(_within(f"{at} {name}", want, [steps[i]["params"].get(name) for i in held], held,
                                              b["params"][name][0], errs[0], dtype))

@@ -20,7 +20,10 @@ AdamW, float64, each step from the state the ranks reached after the step before
 A target with its own model (``StepTarget(model=...)``) is built by :func:`build_target_model` (seeded, CPU,
 float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`); each micro-batch's forward is
 ``model`` called on the ``batch`` hook's inputs and its loss sum the ``loss`` hook's; the reference is the same
-factory loaded with rank 0's initial ``state_dict`` and the same two hooks on the whole batch.
+factory loaded with rank 0's initial ``state_dict`` and the same two hooks on the whole batch. A target with its
+own ``pipeline`` hook splits the whole model itself under pp > 1 (:func:`_own_split`: the hook returns its schedule
+and this rank's part, parallelized) instead of :func:`~distcheck.parallel.step.model.pipeline_stage` and
+``parallelize``; distcheck steps that schedule (:func:`_schedule_step`) and the rest of the step runs on the part.
 """
 
 from __future__ import annotations
@@ -210,11 +213,13 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
 
     layout = case.layout
     master = get_precision(layout.precision).master
+    split = layout.pp > 1 and target.pipeline is not None  # the target's own pipeline split and schedule
     if layout.pp > 1 and target.loop_hooks:
         raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
                            f"not call (layout {layout}): leave pp out of the target's axes")
-    if layout.pp > 1 and target.model is not None:
-        raise RuntimeError(f"a user model has no pipeline split (layout {layout}): leave pp out of the target's axes")
+    if layout.pp > 1 and target.model is not None and not split:
+        raise RuntimeError(f"a user model has no pipeline split without a pipeline hook (StepTarget(pipeline=...)) "
+                           f"(layout {layout}): give one or leave pp out of the target's axes")
     mesh = mesh_for(ctx, layout)
     d, c = layout.dp_index(ctx.rank), layout.coordinates(ctx.rank)["cp"]
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
@@ -227,10 +232,15 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         initial = same_weights(model)
         model = floating_to(model.to(device=ctx.device), getattr(torch, master))
     shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
-    if layout.pp > 1:
-        model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
-    model = target.parallelize(model, mesh, layout)
-    alias = {TIED_NAMES[1]: TIED_NAMES[0]} if layout.pp > 1 and target.model is None and case.config.tied else {}
+    schedule, state = None, {"total": 0, "sums": [], "model": None}
+    if split:
+        schedule, model = _own_split(ctx, target, model, mesh, case, state)
+    else:
+        if layout.pp > 1:
+            model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
+        model = target.parallelize(model, mesh, layout)
+    tied_pp = layout.pp > 1 and not split and target.model is None and case.config.tied
+    alias = {TIED_NAMES[1]: TIED_NAMES[0]} if tied_pp else {}
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     rec = Recorder(model, dp_index=d, pipelined=layout.pp > 1) if record else NoRecorder()
     steps = []
@@ -240,7 +250,11 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         total = int((labels[s] != IGNORE_INDEX).sum())
         loss_sum = torch.zeros((), dtype=torch.float64)
         mine = torch.zeros((), dtype=torch.float64)
-        if layout.pp > 1:
+        if schedule is not None:
+            loss_sum += _schedule_step(ctx, target, schedule, model, mesh, case, tokens[s, d], labels[s, d], total,
+                                       state)
+            mine += int((labels[s, d] != IGNORE_INDEX).sum())
+        elif layout.pp > 1:
             loss_sum += _pipeline_step(ctx, target, model, mesh, case, tokens[s, d], labels[s, d], total)
             mine += int((labels[s, d] != IGNORE_INDEX).sum())
         for k in range(case.microbatches if layout.pp == 1 else 0):
@@ -282,7 +296,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     # an array a lower rank holds bitwise (every rank's full_tensor() of a DTensor) travels as a reference to it
     shipped = ship_once(steps)
     result: dict = {"steps": shipped, "dp_index": d, "cp_index": c, "device": ctx.device.type,
-                    "shard_dims": declared(target.shard_dims, names)}
+                    "shard_dims": declared(target.shard_dims, names), "own_split": split}
     if record:
         result["trace"] = rec.close()
     # the reference runs here, on rank 0, from every rank's records: never in the parent, which forks the next
@@ -307,6 +321,103 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         if record:
             result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
+
+
+def _own_split(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case: StepCase, state: dict) -> Any:
+    """The target's ``pipeline(model, mesh, layout, info)`` hook called on the whole ``model``
+    (:class:`~distcheck.parallel.step.hooks.PipelineInfo`: m, the micro-batch size, the device, the drawn schedule
+    and the stage loss below). Returns ``(schedule, part)``, this rank's one model part. The stage loss of a
+    micro-batch is the target's ``loss_fn``; the target's ``loss`` hook's token sum of it is appended to
+    ``state["sums"]`` (``state["total"]``: the step's global tokens, set by :func:`_schedule_step`). Raises
+    ProtocolError naming the hook when it does not return ``(schedule, [nn.Module])`` or returns several parts on
+    this rank (an interleaved schedule: distcheck steps one stage per rank)."""
+    import torch
+
+    from distcheck.core.vocab import Schedule
+    from distcheck.engine.contracts.errors import ProtocolError
+    from distcheck.parallel.step.hooks import PipelineInfo, StepInfo
+    from distcheck.parallel.step.model import IGNORE_INDEX
+
+    layout, m = case.layout, case.microbatches
+
+    def loss(out: Any, y: Any) -> Any:
+        info = StepInfo(layout, mesh, state["total"], int((y != IGNORE_INDEX).sum()), m, case.max_norm, 0,
+                        target.loss, None, state["model"])
+        with torch.no_grad():
+            state["sums"].append(_sum64(target.loss(out, y, info)))
+        return target.loss_fn(out, y, info)
+
+    info = PipelineInfo(m, case.micro_batch_size, ctx.device, Schedule(case.schedule).value, loss)
+    hook = target.pipeline
+    if hook is None:
+        raise RuntimeError("distcheck defect: _own_split called for a target without a pipeline hook")
+    got = hook(model, mesh, layout, info)
+    shown = repr(hook)
+    if not isinstance(got, (tuple, list)) or len(got) != 2 or not isinstance(got[1], (tuple, list)) or not all(
+            isinstance(p, torch.nn.Module) for p in got[1]) or not hasattr(got[0], "step"):
+        raise ProtocolError("pipeline", shown, f"the pipeline hook must return (schedule, model_parts): a "
+                            f"torch.distributed.pipelining schedule and a list of nn.Module, not {got!r:.200}")
+    if len(got[1]) != 1:
+        raise ProtocolError("pipeline", shown, f"the pipeline hook returned {len(got[1])} model parts on rank "
+                            f"{ctx.rank}: distcheck steps one pipeline stage per rank (GPipe, 1F1B), not an "
+                            "interleaved schedule's several")
+    state["model"] = got[1][0]
+    return got[0], got[1][0]
+
+
+def _merge(inputs: list) -> tuple[tuple, dict]:
+    """The ``batch`` hook's inputs of the m micro-batches as one call's ``(args, kwargs)``: each tensor
+    concatenated along dim 0 (the schedule splits it into the m micro-batches again), anything else the first
+    micro-batch's (a schedule passes it whole to every micro-batch)."""
+    import torch
+
+    def cat(values: list) -> Any:
+        return torch.cat(values, dim=0) if isinstance(values[0], torch.Tensor) else values[0]
+
+    first = inputs[0]
+    if isinstance(first, dict):
+        return (), {k: cat([i[k] for i in inputs]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(cat([i[j] for i in inputs]) for j in range(len(first))), {}
+    return (cat(inputs),), {}
+
+
+def _schedule_step(ctx: RankContext, target: StepTarget, schedule: Any, model: Any, mesh: Any, case: StepCase,
+                   tokens: Any, labels: Any, total: int, state: dict) -> Any:
+    """One step of the target's own pipeline ``schedule`` (:func:`_own_split`) on this dp rank's micro-batches
+    (``tokens``, ``labels``: ``(m, micro_batch_size, seq_len)``): the first stage (pp coordinate 0) given the
+    ``batch`` hook's inputs of each micro-batch (:func:`_merge`), the last the labels as ``target``. Returns the
+    summed per-token losses of the step (the last m of the stage loss's sums; 0 off the last stage)."""
+    import torch
+
+    from distcheck.parallel.step.hooks import StepInfo
+    from distcheck.parallel.step.model import IGNORE_INDEX
+    from distcheck.parallel.step.precision import autocast_hooks
+
+    layout, m = case.layout, case.microbatches
+    stage = layout.coordinates(ctx.rank)["pp"]
+    state["total"], state["sums"] = total, []
+    args: tuple = ()
+    kwargs: dict = {}
+    if stage == 0:
+        inputs = []
+        for k in range(m):
+            x, y = tokens[k].to(ctx.device), labels[k].to(ctx.device)
+            info = StepInfo(layout, mesh, total, int((y != IGNORE_INDEX).sum()), m, case.max_norm, k, target.loss,
+                            None, model)
+            inputs.append(target.batch(x, y, info))
+        args, kwargs = _merge(inputs)
+    last = stage == layout.pp - 1
+    if last:
+        kwargs["target"] = labels.reshape(m * case.micro_batch_size, case.seq_len).to(ctx.device)
+    hooks = autocast_hooks(model, layout.precision, ctx.device)  # the stage's forwards under autocast
+    try:
+        schedule.step(*args, **kwargs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    zero = torch.zeros((), dtype=torch.float64)
+    return sum(state["sums"][-m:], zero) if last else zero
 
 
 def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case: StepCase, tokens: Any,

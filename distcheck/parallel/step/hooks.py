@@ -36,6 +36,25 @@ layouts with every other axis at 1 are drawn. ``accumulate`` and
 ``backward`` are the micro-batch loop's; under pipeline parallelism the schedule runs the forwards and
 backwards, so a target that replaces either must leave ``pp`` out of its axes.
 
+**The user's own pipeline split.** ``pipeline(model, mesh, layout, info) -> (schedule, model_parts)`` (default
+None: distcheck cuts its own tiny Llama, :func:`~distcheck.parallel.step.model.pipeline_stage`, and drives
+``torch.distributed.pipelining`` itself) is the target's split and schedule under pp > 1, the shape of torchtitan's
+``pipeline_llm``: it gets the whole model (the factory's, or the tiny Llama, with the weights every rank and the
+reference start from), the mesh, the layout and a :class:`PipelineInfo` (m, the micro-batch size, the device, the
+drawn schedule's name and ``info.loss``, the stage loss distcheck owns), and returns this rank's schedule (a
+``torch.distributed.pipelining`` schedule built with ``loss_fn=info.loss`` or a function calling it, and
+``scale_grads=False``: ``loss_fn`` already weighs each token) and its model parts, each already parallelized by the
+hook (torchtitan's ``pipeline_llm`` calls ``parallelize_fn`` on every part). One part per rank: pipeline stage i on
+the rank of pp coordinate i (``ScheduleGPipe``, ``Schedule1F1B``); an interleaved schedule's several parts per rank
+are refused. A part's parameter and module names must be the whole model's (a split that sets what the stage does
+not run to None, as torchtitan's does), so that each is held to the reference's tensor of the same name. distcheck
+then calls ``schedule.step`` on this dp rank's m micro-batches (the first stage's inputs the ``batch`` hook's, one
+call per micro-batch, their tensors concatenated along dim 0 for the schedule to split again; the last stage's
+``target`` the labels), builds AdamW on the parts' parameters and calls ``finalize_grads``, ``report_loss`` and
+``clip_grad_norm`` with ``model`` the rank's part. ``info.loss(output, labels)`` returns the target's ``loss_fn``
+of the micro-batch (what is backpropagated) and keeps the target's ``loss`` hook's token sum for the reported loss,
+so the ``batch`` and ``loss`` hooks stay the target's under pp when it gives ``pipeline``.
+
 ``info`` (:class:`StepInfo`) carries the layout, the mesh (dims ``pp, dp_replicate, dp_shard, cp, tp``), the
 token counts, under cp the global positions of this rank's chunks, and the model. Under pipeline parallelism
 ``loss_fn`` runs on the last stage only (the schedule's
@@ -51,7 +70,8 @@ over the world), so the reference and every rank start from the same weights eve
 another generator; the reference is the same factory on one device, float64, loaded from rank 0's copy.
 Token ids are drawn below ``config.vocab_size`` (a user config must have it); a user config naming its longest
 sequence (``max_seq_len``, ``n_positions``, ``max_position_embeddings`` or ``block_size``, the first present)
-caps the drawn sequence length. A user model has no pipeline split: ``pp`` is left out of its axes.
+caps the drawn sequence length. A user model is pipelined by its own ``pipeline`` hook (above); without one it
+has no pipeline split and ``pp`` is left out of its axes.
 
 **Context parallelism.** Under cp > 1 each cp rank gets, of every sequence of its dp rank's micro-batch, the
 head-tail chunks of :func:`distcheck.parallel.cp.reference.load_balanced_positions` (chunks c and 2 cp - 1 - c
@@ -86,7 +106,7 @@ from distcheck.core.vocab import Axis
 __all__ = ["AXES", "FLAT_AXES", "EXPERT_AXES", "expert_mesh", "StepInfo", "StepTarget", "token_mean_loss",
            "all_reduce_dp", "torch_clip", "tied_copies", "all_reduce_tied",
            "tied_embedding_clip", "no_finalize", "no_accumulate", "loss_backward", "dp_groups", "as_float", "token_ids",
-           "cross_entropy_sum", "call_model", "MAX_LEN_FIELDS", "check_hooks"]
+           "cross_entropy_sum", "call_model", "MAX_LEN_FIELDS", "check_hooks", "PipelineInfo"]
 
 #: the config attributes read, in this order, as a user model's longest sequence (torchtitan, Hugging Face's
 #: GPT-2, Hugging Face's Llama, nanoGPT)
@@ -127,6 +147,25 @@ class StepInfo:
     token_loss: Callable | None = None
     positions: Any = None
     model: Any = None
+
+
+@dataclass(frozen=True)
+class PipelineInfo:
+    """What a ``pipeline`` hook needs to build its schedule (module doc): ``microbatches`` (m, the schedule's
+    ``n_microbatches``), ``microbatch_size`` (sequences per micro-batch; the schedule is stepped on ``m *
+    microbatch_size`` sequences of this dp rank), ``device`` (the rank's ``torch.device``), ``schedule`` (the drawn
+    schedule's name, :class:`~distcheck.core.vocab.Schedule`: ``"gpipe"`` or ``"1f1b"``, torch's
+    ``get_schedule_class`` reads either) and ``loss`` (``loss(output, labels) -> Tensor``: the last stage's loss of
+    one micro-batch, the target's ``loss_fn``; distcheck counts the target's ``loss`` hook's token sums from it,
+    keeping each step's last m calls: a schedule's first step also calls it once to infer the gradients' shapes;
+    the hooks it calls get a :class:`StepInfo` with the micro-batch's own tokens, ``microbatch`` 0 and ``model``
+    the rank's part)."""
+
+    microbatches: int
+    microbatch_size: int
+    device: Any
+    schedule: str
+    loss: Callable
 
 
 def token_ids(tokens: Any, labels: Any, info: StepInfo) -> Any:
@@ -319,11 +358,15 @@ class StepTarget:
     ``finalize_grads`` (module doc;
     the defaults when left out), ``axes``, the axes it parallelizes (a tuple of names among ``dp_replicate``,
     ``dp_shard``, ``tp``, ``pp``, ``cp``, ``ep``; empty: the ``axes`` option's, by default the dense step's
-    dp_replicate, dp_shard, tp and pp, or dp_replicate, dp_shard and tp for a user model), and the user's own
+    dp_replicate, dp_shard, tp and pp, or dp_replicate, dp_shard and tp for a user model, and pp too with its
+    ``pipeline`` hook), and the user's own
     model: ``model``, a factory ``model(config) -> nn.Module`` (None: distcheck's tiny Llama), and ``config``,
     what the factory is called
     with (None: the sizes drawn for the layout, a ``TinyConfig``; given: it must have ``vocab_size``, and is
-    shipped to the ranks inside each example, so it must pickle).
+    shipped to the ranks inside each example, so it must pickle). ``pipeline``: the target's own pipeline split
+    and schedule, ``pipeline(model, mesh, layout, info) -> (schedule, model_parts)`` (module doc, ``info`` a
+    :class:`PipelineInfo`; None: distcheck's split of its tiny Llama, and a user model draws no pp); with it ``pp``
+    is among a user model's default axes and the ``batch`` and ``loss`` hooks stay the target's under pp.
     ``shard_dims`` says how plain tensors (Megatron-style hand-written sharding, no DTensor) are laid out over
     tp where their shapes do not: a dict of names (parameter names and module names) to the dim a tensor is
     split on, ``"replicated"`` or ``"sum"`` (partial sums over tp), or a callable of a name returning one of
@@ -346,17 +389,22 @@ class StepTarget:
     batch: Callable = token_ids
     loss: Callable = cross_entropy_sum
     shard_dims: Any = None
+    pipeline: Callable | None = None
 
-    #: (field, number of arguments) of every hook (``model`` only when given)
+    #: (field, number of arguments) of every hook (``model`` and ``pipeline`` only when given)
     HOOKS = (("parallelize", 3), ("loss_fn", 3), ("report_loss", 3), ("clip_grad_norm", 3), ("accumulate", 2),
-             ("backward", 3), ("model", 1), ("batch", 3), ("loss", 3), ("finalize_grads", 2))
+             ("backward", 3), ("model", 1), ("batch", 3), ("loss", 3), ("finalize_grads", 2), ("pipeline", 4))
 
     @property
     def loop_hooks(self) -> tuple[str, ...]:
-        """The micro-batch loop's hooks this target replaces (``accumulate``, ``backward``, ``batch``, ``loss``):
-        under pp > 1 the pipeline schedule runs the forwards, the loss and the backwards itself."""
-        return tuple(n for n, d in (("accumulate", no_accumulate), ("backward", loss_backward), ("batch", token_ids),
-                                    ("loss", cross_entropy_sum)) if getattr(self, n) is not d)
+        """The micro-batch loop's hooks this target replaces that a pipeline schedule does not call under pp > 1
+        (the schedule runs the forwards, the loss and the backwards itself): ``accumulate`` and ``backward``, and
+        ``batch`` and ``loss`` unless the target gives its own ``pipeline`` (whose stage loss and inputs distcheck
+        feeds from them)."""
+        hooks: list[tuple[str, Callable]] = [("accumulate", no_accumulate), ("backward", loss_backward)]
+        if self.pipeline is None:
+            hooks += [("batch", token_ids), ("loss", cross_entropy_sum)]
+        return tuple(n for n, d in hooks if getattr(self, n) is not d)
 
 
 def check_hooks(obj: Any, shown: str) -> None:
@@ -368,7 +416,7 @@ def check_hooks(obj: Any, shown: str) -> None:
 
     for field, n in obj.HOOKS:
         fn = getattr(obj, field)
-        if field == "model" and fn is None:  # distcheck's tiny Llama
+        if field in ("model", "pipeline") and fn is None:  # distcheck's tiny Llama, distcheck's split
             continue
         if not callable(fn):
             raise ProtocolError("target", shown, f"the {field} hook of a StepTarget must be callable, not {fn!r}")
