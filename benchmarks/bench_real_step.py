@@ -10,7 +10,8 @@ On one warm gloo pool of 4 ranks (each side's first example untimed, to load wha
 * **distcheck certify**: ``certify(distcheck.libs.targets.torchtitan_llama:LLAMA, "training-step", options=
   {"layout": "dp_shard=2,tp=2"})``: Hypothesis draws the micro-batches, lengths, clipping, learning rate and steps;
   every rank builds torchtitan's model, parallelizes it with ``parallelize_llama``, steps, gathers every parameter
-  and AdamW moment; rank 0 runs the float64 reference; the parent checks every value against its bound.
+  and AdamW moment (each array shipped once: distcheck.parallel.step.records); rank 0 runs the float64 reference
+  and checks every rank's values against their bounds; the parent gets the outcomes.
 * **by hand**: the same cases (as plain numbers) written out in plain torch and torchtitan, with no distcheck in
   the loop: four processes (``torch.multiprocessing``, ``fork``, ``init_process_group("gloo")``), the model built
   by the same torchtitan calls, the adapter's ``parallelize`` (torchtitan's ``parallelize_llama`` with the CPU

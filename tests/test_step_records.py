@@ -99,3 +99,29 @@ def test_arrays_gathered_by_construction_are_never_hashed_and_refer_to_the_mesh_
     shipped = [dedupe(s, r, every) for r, s in enumerate(ranks)]
     assert shipped[1][0]["params"]["w"] == Same(0) and isinstance(shipped[0][0]["params"]["w"], np.ndarray)
     assert all("gathered" not in st for s in shipped for st in s)
+
+
+@pytest.mark.multiprocess
+def test_the_check_runs_on_rank0_and_the_parent_gets_outcomes_only(gloo2):
+    from distcheck.certify.engine import rank_entry
+    from distcheck.parallel.step.contracts import TrainingStep
+    from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.reference import StepLayout
+    from tests.test_step_own_model import _case
+
+    contract = TrainingStep()
+    case = _case(StepLayout(dp_replicate=2))
+    target, options = contract.resolve(StepTarget(unsynced, axes=("dp_replicate",)), None, {})
+    res = gloo2.run(rank_entry, contract, target, case, "float64", options, timeout_s=120)
+    assert res[1] == {"checked_on_rank": 0} and set(res[0]) == {"outcomes"}
+    out = contract.check(case, res, 2, "float64", {})
+    assert not out["params"].ok and 1 in out["params"].ranks  # the drifted replica, checked on rank 0
+
+
+def test_a_config_error_of_the_check_on_rank0_is_raised_in_the_parent():
+    from distcheck.core.errors import ConfigError
+    from distcheck.parallel.step.contracts import TrainingStep
+
+    with pytest.raises(ConfigError, match="dtypes="):
+        TrainingStep().check(None, [{"check_error": ConfigError("dtypes", "bfloat16", "is certified on CPU")}, {}],
+                             2, "bfloat16", {})

@@ -179,12 +179,15 @@ def _sum64(value: Any) -> Any:
 
 
 def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bool = False,
-             single: Callable | None = None) -> dict:
+             single: Callable | None = None, every: bool = False) -> dict:
     """One example on this rank (module doc). Returns plain Python / numpy: per step ``loss``, ``tokens``,
     ``norm`` (as reported), ``scale`` and ``residual`` (measured on the local shards; ``grad_dtype`` the local
     gradients' dtype name), ``params`` and ``state`` (full tensors by name, float64 arrays of the values the rank
-    holds; a plain tensor as this rank holds it), ``dp_index``, ``device`` (the ranks' device type) and
-    ``shard_dims`` (the target's declared layouts of the names this rank holds); on rank 0 also ``reference``
+    holds; a plain tensor as this rank holds it; on a rank above 0, ``Same(r)`` for an array rank r holds bitwise,
+    :mod:`distcheck.parallel.step.records`), ``dp_index``, ``device`` (the ranks' device type) and
+    ``shard_dims`` (the target's declared layouts of the names this rank holds); on rank 0 also ``every`` when
+    that argument is set (every rank's record but its ``trace``, the arrays restored: what the contract checks
+    on rank 0, :meth:`~distcheck.parallel.step.contracts.TrainingStep.run_rank`), ``reference``
     (:func:`reference_step`, from every rank's records) and ``single`` when that argument is given (``single(case,
     tokens, labels, starts, target, initial)``: the single-device step in the case's precision,
     :func:`distcheck.parallel.step.single.device_step`, from the same records). ``record`` (the replay
@@ -291,7 +294,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
                       **_record(model, opt, alias)})
     modules = [normalize(n) for n, _ in model.named_modules()]
     names = modules + [f"{n}:input" for n in modules] + [normalize(n) for n, _ in model.named_parameters()]
-    from distcheck.parallel.step.records import restore, ship_once
+    from distcheck.parallel.step.records import ship_once
 
     # an array a lower rank holds bitwise (every rank's full_tensor() of a DTensor) travels as a reference to it
     shipped = ship_once(steps)
@@ -301,17 +304,8 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         result["trace"] = rec.close()
     # the reference runs here, on rank 0, from every rank's records: never in the parent, which forks the next
     # world's ranks (a process that has run torch's thread pools does not fork safely)
-    import torch.distributed as dist
-
-    # only rank 0 reads them: gathered there, not to every rank (every parameter and moment of every step)
-    records: list | None = [None] * ctx.world_size if ctx.rank == 0 else None
-    # rank 0 keeps its own record (gather_object pads every rank's bytes to the largest object's: rank 0's, which
-    # holds every array, would make each rank send that many bytes)
-    own_record = {"steps": shipped, "shard_dims": result["shard_dims"]}
-    dist.gather_object(None if ctx.rank == 0 else own_record, records, dst=0)
+    records = _gathered_to_rank0(ctx, result, every)
     if records is not None:  # rank 0
-        records[0] = own_record
-        records = restore(records)
         # plain tp shards (Megatron style) as full tensors: the reference starts each step from the ranks' state
         starts = parallel_states(assemble_params(layout, records, shapes))
         own = target if target.model is not None else None
@@ -321,6 +315,28 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         if record:
             result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
+
+
+def _gathered_to_rank0(ctx: RankContext, result: dict, keep: bool) -> list[dict] | None:
+    """Every rank's record (``result`` but its ``trace``) on rank 0, the arrays shipped once restored
+    (:mod:`distcheck.parallel.step.records`), also kept as rank 0's ``result["every"]`` when ``keep``; None on the
+    other ranks. Only rank 0 reads them: gathered there, not
+    to every rank. Rank 0 keeps its own record rather than sending it (``gather_object`` pads every rank's bytes
+    to the largest object's: rank 0's, which holds every array, would make each rank send that many bytes)."""
+    import torch.distributed as dist
+
+    from distcheck.parallel.step.records import restore
+
+    records: list | None = [None] * ctx.world_size if ctx.rank == 0 else None
+    own_record = {k: v for k, v in result.items() if k != "trace"}
+    dist.gather_object(None if ctx.rank == 0 else own_record, records, dst=0)
+    if records is None:
+        return None
+    records[0] = own_record
+    records = restore(records)
+    if keep:
+        result["every"] = records
+    return records
 
 
 def _own_split(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case: StepCase, state: dict) -> Any:
