@@ -311,7 +311,7 @@ class _Schedule:
 def test_own_split_hands_the_hook_the_schedule_inputs_and_a_stage_loss_distcheck_counts():
     from types import SimpleNamespace
 
-    from distcheck.parallel.step.harness import _own_split
+    from distcheck.parallel.step.pipeline import own_split
     from distcheck.parallel.step.hooks import StepTarget
 
     seen = {}
@@ -331,7 +331,7 @@ def test_own_split_hands_the_hook_the_schedule_inputs_and_a_stage_loss_distcheck
     case, model = _pp_case(), torch.nn.Linear(3, 3)
     state = {"total": 7, "sums": [], "model": None}
     ctx = SimpleNamespace(rank=1, device=torch.device("cpu"))
-    schedule, got = _own_split(ctx, target, model, None, case, state)
+    schedule, got = own_split(ctx, target, model, None, case, state)
     info = seen["info"]
     assert got is part and state["model"] is part and isinstance(schedule, _Schedule)
     assert seen["model"] is model and seen["layout"] == case.layout  # the whole model, not a stage
@@ -348,7 +348,7 @@ def test_a_pipeline_hook_returning_other_than_one_part_is_a_protocol_error():
     from types import SimpleNamespace
 
     from distcheck.engine.contracts.errors import ProtocolError
-    from distcheck.parallel.step.harness import _own_split
+    from distcheck.parallel.step.pipeline import own_split
     from distcheck.parallel.step.hooks import StepTarget
 
     ctx = SimpleNamespace(rank=0, device=torch.device("cpu"))
@@ -358,7 +358,7 @@ def test_a_pipeline_hook_returning_other_than_one_part_is_a_protocol_error():
                        ((_Schedule(), [object()]), r"must return \(schedule, model_parts\)")):
         target = StepTarget(_fsdp, pipeline=lambda model, mesh, layout, info, ret=ret: ret)
         with pytest.raises(ProtocolError, match=match):
-            _own_split(ctx, target, torch.nn.Linear(2, 2), None, _pp_case(), {"total": 1, "sums": [], "model": None})
+            own_split(ctx, target, torch.nn.Linear(2, 2), None, _pp_case(), {"total": 1, "sums": [], "model": None})
 
 
 def test_a_rank_holding_a_parameter_the_reference_lacks_fails_params():

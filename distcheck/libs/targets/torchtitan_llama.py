@@ -66,6 +66,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from distcheck.core.vocab import Schedule
 from distcheck.parallel.step.hooks import PipelineInfo, StepInfo, StepTarget
 
 __all__ = ["TitanLlamaConfig", "DEBUGMODEL", "SMALL", "build_llama", "parallelize", "titan_loss", "logits_ce_sum",
@@ -211,7 +212,7 @@ def _setup() -> None:
 
 
 #: torchtitan's names of the schedules distcheck draws (:class:`~distcheck.core.vocab.Schedule`)
-TITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+TITAN_SCHEDULES = {Schedule.GPIPE.value: "GPipe", Schedule.ONE_F_ONE_B.value: "1F1B"}
 
 
 def pipeline(model: Any, mesh: Any, layout: Any, info: PipelineInfo) -> tuple[Any, list]:

@@ -61,7 +61,7 @@ __all__ = [
     "ROPE_THETA", "rotary", "causal_attention", "PRECISIONS", "Precision", "MIXED_MODES", "UNIT_ROUNDOFF", "FLOOR",
     "C_TP", "FLOOR_TP", "get_precision", "precisions_for", "reordered", "precision_bounds", "autocast_for",
     "autocast_hooks", "floating_to", "TIED_NAMES", "all_reduce_tied", "check_hooks", "no_finalize", "stages_of",
-    "tied_copies", "tied_embedding_clip",
+    "tied_copies", "tied_embedding_clip", "PipelineInfo", "MIN_SEQ_LEN", "user_config_limits",
 ]
 
 __getattr__, __dir__ = face(__name__, __all__, sources=("reference", "model", "hooks", "contracts", "precision"))

@@ -126,37 +126,6 @@ _NO_SPLIT = ("a user model has no pipeline split without its own pipeline hook: 
              "Llama into stages (model.pipeline_stage), so pp is left out of the axes of a StepTarget with a model "
              "factory unless it gives StepTarget(pipeline=...), a pipeline(model, mesh, layout, info) -> (schedule, "
              "model_parts) of its own split (distcheck.parallel.step.hooks)")
-#: the shortest sequence a user config must allow: tp = 4 cuts each sequence into 4 shards
-MIN_SEQ_LEN = 4
-
-
-def _user_config(obj: Any, shown: str) -> tuple[int | None, int | None]:
-    """``(vocab_size, longest sequence)`` of a :class:`StepTarget`'s own ``config`` (None, None when it carries
-    none). ProtocolError naming the target for a config without a model factory, a ``vocab_size`` that is not a
-    positive int, or a declared longest sequence (``hooks.MAX_LEN_FIELDS``) that is not an int >= 4."""
-    from distcheck.parallel.step.hooks import MAX_LEN_FIELDS
-
-    cfg = obj.config
-    if cfg is None:
-        return None, None
-    if obj.model is None:
-        raise ProtocolError("target", shown, "StepTarget config is given without a model factory: pass model=... "
-                            "(a callable config -> nn.Module), or leave config out for the tiny Llama")
-    vocab = getattr(cfg, "vocab_size", None)
-    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
-        raise ProtocolError("target", shown, f"StepTarget config.vocab_size={vocab!r} must be a positive int: token "
-                            "ids are drawn below it")
-    for name in MAX_LEN_FIELDS:
-        longest = getattr(cfg, name, None)
-        if longest is None:
-            continue
-        if isinstance(longest, bool) or not isinstance(longest, int) or longest < MIN_SEQ_LEN:
-            raise ProtocolError("target", shown, f"StepTarget config.{name}={longest!r} must be an int >= "
-                                f"{MIN_SEQ_LEN}: the sequences drawn are cut into up to {MIN_SEQ_LEN} tp shards")
-        return vocab, longest
-    return vocab, None
-
-
 def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = None, spec: Any = None, *,
            one_token: bool = False, moe: bool = False, max_norms: tuple[float, ...] = (BINDING_MAX_NORM, FREE_MAX_NORM),
            precisions: tuple[str, ...] = ("float64",), tied_pp: bool = False) -> st.SearchStrategy[StepCase]:
@@ -302,7 +271,7 @@ class TrainingStep(Contract):
                   "the composition's floor)")
 
     def resolve(self, obj: Any, ref: str | None, options: dict) -> tuple[Target, dict]:
-        from distcheck.parallel.step.hooks import StepTarget, check_hooks
+        from distcheck.parallel.step.hooks import StepTarget, check_hooks, user_config_limits
 
         shown = ref or repr(obj)
         given = axes_option(options["axes"]) if options.get("axes") else ()
@@ -310,7 +279,7 @@ class TrainingStep(Contract):
             check_hooks(obj, shown)
             check_shard_dims(obj.shard_dims, shown)
             own = target_axes(obj.axes, shown)
-            _user_config(obj, shown)
+            user_config_limits(obj, shown)
             unsplit = obj.model is not None and obj.pipeline is None  # a user model without its pipeline hook
             if obj.model is not None:
                 if Axis.PP.value in own and unsplit:
@@ -383,13 +352,13 @@ class TrainingStep(Contract):
         """:meth:`cases`; for a :class:`StepTarget` each case carries the target (its reference runs the target's
         model factory and ``batch`` and ``loss`` hooks), and a user model's own config is fixed (its vocabulary,
         its longest sequence capping the drawn length)."""
-        from distcheck.parallel.step.hooks import StepTarget
+        from distcheck.parallel.step.hooks import StepTarget, user_config_limits
 
         obj = resolve(target)
         if not isinstance(obj, StepTarget):
             return self.cases(world_size, dtype, options)
         drawn = self._precisions(dtype, options)
-        _, longest = _user_config(obj, target.ref)
+        _, longest = user_config_limits(obj, target.ref)
         choices = ([parse_layout(options["layout"])] if options.get("layout") else allowed(world_size, options))
         moe = Axis.EP.value in axes_option(options.get("axes", ""))
         return (_cases(choices, obj.config, longest, target, moe=moe, precisions=drawn,

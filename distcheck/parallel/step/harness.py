@@ -21,9 +21,10 @@ A target with its own model (``StepTarget(model=...)``) is built by :func:`build
 float64), every rank then holding rank 0's ``state_dict`` (:func:`same_weights`); each micro-batch's forward is
 ``model`` called on the ``batch`` hook's inputs and its loss sum the ``loss`` hook's; the reference is the same
 factory loaded with rank 0's initial ``state_dict`` and the same two hooks on the whole batch. A target with its
-own ``pipeline`` hook splits the whole model itself under pp > 1 (:func:`_own_split`: the hook returns its schedule
-and this rank's part, parallelized) instead of :func:`~distcheck.parallel.step.model.pipeline_stage` and
-``parallelize``; distcheck steps that schedule (:func:`_schedule_step`) and the rest of the step runs on the part.
+own ``pipeline`` hook splits the whole model itself under pp > 1
+(:func:`~distcheck.parallel.step.pipeline.own_split`: the hook returns its schedule and this rank's part,
+parallelized) instead of :func:`~distcheck.parallel.step.model.pipeline_stage` and ``parallelize``; distcheck steps
+that schedule (:func:`~distcheck.parallel.step.pipeline.schedule_step`) and the rest of the step runs on the part.
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
     from distcheck.parallel.step.mapping import assemble_params, declared
     from distcheck.parallel.step.model import IGNORE_INDEX, TIED_NAMES, build_model, pipeline_stage
+    from distcheck.parallel.step.pipeline import own_split, pipeline_step, schedule_step
     from distcheck.parallel.step.precision import autocast_for, get_precision
     from distcheck.parallel.step.trace import NoRecorder, Recorder, normalize
 
@@ -237,7 +239,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
     schedule, state = None, {"total": 0, "sums": [], "model": None}
     if split:
-        schedule, model = _own_split(ctx, target, model, mesh, case, state)
+        schedule, model = own_split(ctx, target, model, mesh, case, state)
     else:
         if layout.pp > 1:
             model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
@@ -254,11 +256,11 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         loss_sum = torch.zeros((), dtype=torch.float64)
         mine = torch.zeros((), dtype=torch.float64)
         if schedule is not None:
-            loss_sum += _schedule_step(ctx, target, schedule, model, mesh, case, tokens[s, d], labels[s, d], total,
+            loss_sum += schedule_step(ctx, target, schedule, model, mesh, case, tokens[s, d], labels[s, d], total,
                                        state)
             mine += int((labels[s, d] != IGNORE_INDEX).sum())
         elif layout.pp > 1:
-            loss_sum += _pipeline_step(ctx, target, model, mesh, case, tokens[s, d], labels[s, d], total)
+            loss_sum += pipeline_step(ctx, target, model, mesh, case, tokens[s, d], labels[s, d], total)
             mine += int((labels[s, d] != IGNORE_INDEX).sum())
         for k in range(case.microbatches if layout.pp == 1 else 0):
             x, y = tokens[s, d, k], labels[s, d, k]
@@ -294,7 +296,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
                       **_record(model, opt, alias)})
     modules = [normalize(n) for n, _ in model.named_modules()]
     names = modules + [f"{n}:input" for n in modules] + [normalize(n) for n, _ in model.named_parameters()]
-    from distcheck.parallel.step.records import ship_once
+    from distcheck.parallel.step.records import gather_to_rank0, ship_once
 
     # an array a lower rank holds bitwise (every rank's full_tensor() of a DTensor) travels as a reference to it
     shipped = ship_once(steps)
@@ -304,7 +306,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         result["trace"] = rec.close()
     # the reference runs here, on rank 0, from every rank's records: never in the parent, which forks the next
     # world's ranks (a process that has run torch's thread pools does not fork safely)
-    records = _gathered_to_rank0(ctx, result, every)
+    records = gather_to_rank0(ctx, result, every)
     if records is not None:  # rank 0
         # plain tp shards (Megatron style) as full tensors: the reference starts each step from the ranks' state
         starts = parallel_states(assemble_params(layout, records, shapes))
@@ -315,164 +317,6 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         if record:
             result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
-
-
-def _gathered_to_rank0(ctx: RankContext, result: dict, keep: bool) -> list[dict] | None:
-    """Every rank's record (``result`` but its ``trace``) on rank 0, the arrays shipped once restored
-    (:mod:`distcheck.parallel.step.records`), also kept as rank 0's ``result["every"]`` when ``keep``; None on the
-    other ranks. Only rank 0 reads them: gathered there, not
-    to every rank. Rank 0 keeps its own record rather than sending it (``gather_object`` pads every rank's bytes
-    to the largest object's: rank 0's, which holds every array, would make each rank send that many bytes)."""
-    import torch.distributed as dist
-
-    from distcheck.parallel.step.records import restore
-
-    records: list | None = [None] * ctx.world_size if ctx.rank == 0 else None
-    own_record = {k: v for k, v in result.items() if k != "trace"}
-    dist.gather_object(None if ctx.rank == 0 else own_record, records, dst=0)
-    if records is None:
-        return None
-    records[0] = own_record
-    records = restore(records)
-    if keep:
-        result["every"] = records
-    return records
-
-
-def _own_split(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case: StepCase, state: dict) -> Any:
-    """The target's ``pipeline(model, mesh, layout, info)`` hook called on the whole ``model``
-    (:class:`~distcheck.parallel.step.hooks.PipelineInfo`: m, the micro-batch size, the device, the drawn schedule
-    and the stage loss below). Returns ``(schedule, part)``, this rank's one model part. The stage loss of a
-    micro-batch is the target's ``loss_fn``; the target's ``loss`` hook's token sum of it is appended to
-    ``state["sums"]`` (``state["total"]``: the step's global tokens, set by :func:`_schedule_step`). Raises
-    ProtocolError naming the hook when it does not return ``(schedule, [nn.Module])`` or returns several parts on
-    this rank (an interleaved schedule: distcheck steps one stage per rank)."""
-    import torch
-
-    from distcheck.core.vocab import Schedule
-    from distcheck.engine.contracts.errors import ProtocolError
-    from distcheck.parallel.step.hooks import PipelineInfo, StepInfo
-    from distcheck.parallel.step.model import IGNORE_INDEX
-
-    layout, m = case.layout, case.microbatches
-
-    def loss(out: Any, y: Any) -> Any:
-        info = StepInfo(layout, mesh, state["total"], int((y != IGNORE_INDEX).sum()), m, case.max_norm, 0,
-                        target.loss, None, state["model"])
-        with torch.no_grad():
-            state["sums"].append(_sum64(target.loss(out, y, info)))
-        return target.loss_fn(out, y, info)
-
-    info = PipelineInfo(m, case.micro_batch_size, ctx.device, Schedule(case.schedule).value, loss)
-    hook = target.pipeline
-    if hook is None:
-        raise RuntimeError("distcheck defect: _own_split called for a target without a pipeline hook")
-    got = hook(model, mesh, layout, info)
-    shown = repr(hook)
-    if not isinstance(got, (tuple, list)) or len(got) != 2 or not isinstance(got[1], (tuple, list)) or not all(
-            isinstance(p, torch.nn.Module) for p in got[1]) or not hasattr(got[0], "step"):
-        raise ProtocolError("pipeline", shown, f"the pipeline hook must return (schedule, model_parts): a "
-                            f"torch.distributed.pipelining schedule and a list of nn.Module, not {got!r:.200}")
-    if len(got[1]) != 1:
-        raise ProtocolError("pipeline", shown, f"the pipeline hook returned {len(got[1])} model parts on rank "
-                            f"{ctx.rank}: distcheck steps one pipeline stage per rank (GPipe, 1F1B), not an "
-                            "interleaved schedule's several")
-    state["model"] = got[1][0]
-    return got[0], got[1][0]
-
-
-def _merge(inputs: list) -> tuple[tuple, dict]:
-    """The ``batch`` hook's inputs of the m micro-batches as one call's ``(args, kwargs)``: each tensor
-    concatenated along dim 0 (the schedule splits it into the m micro-batches again), anything else the first
-    micro-batch's (a schedule passes it whole to every micro-batch)."""
-    import torch
-
-    def cat(values: list) -> Any:
-        return torch.cat(values, dim=0) if isinstance(values[0], torch.Tensor) else values[0]
-
-    first = inputs[0]
-    if isinstance(first, dict):
-        return (), {k: cat([i[k] for i in inputs]) for k in first}
-    if isinstance(first, tuple):
-        return tuple(cat([i[j] for i in inputs]) for j in range(len(first))), {}
-    return (cat(inputs),), {}
-
-
-def _schedule_step(ctx: RankContext, target: StepTarget, schedule: Any, model: Any, mesh: Any, case: StepCase,
-                   tokens: Any, labels: Any, total: int, state: dict) -> Any:
-    """One step of the target's own pipeline ``schedule`` (:func:`_own_split`) on this dp rank's micro-batches
-    (``tokens``, ``labels``: ``(m, micro_batch_size, seq_len)``): the first stage (pp coordinate 0) given the
-    ``batch`` hook's inputs of each micro-batch (:func:`_merge`), the last the labels as ``target``. Returns the
-    summed per-token losses of the step (the last m of the stage loss's sums; 0 off the last stage)."""
-    import torch
-
-    from distcheck.parallel.step.hooks import StepInfo
-    from distcheck.parallel.step.model import IGNORE_INDEX
-    from distcheck.parallel.step.precision import autocast_hooks
-
-    layout, m = case.layout, case.microbatches
-    stage = layout.coordinates(ctx.rank)["pp"]
-    state["total"], state["sums"] = total, []
-    args: tuple = ()
-    kwargs: dict = {}
-    if stage == 0:
-        inputs = []
-        for k in range(m):
-            x, y = tokens[k].to(ctx.device), labels[k].to(ctx.device)
-            info = StepInfo(layout, mesh, total, int((y != IGNORE_INDEX).sum()), m, case.max_norm, k, target.loss,
-                            None, model)
-            inputs.append(target.batch(x, y, info))
-        args, kwargs = _merge(inputs)
-    last = stage == layout.pp - 1
-    if last:
-        kwargs["target"] = labels.reshape(m * case.micro_batch_size, case.seq_len).to(ctx.device)
-    hooks = autocast_hooks(model, layout.precision, ctx.device)  # the stage's forwards under autocast
-    try:
-        schedule.step(*args, **kwargs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    zero = torch.zeros((), dtype=torch.float64)
-    return sum(state["sums"][-m:], zero) if last else zero
-
-
-def _pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case: StepCase, tokens: Any,
-                   labels: Any, total: int) -> Any:
-    """One step's forwards and backwards of this rank's stage through ``torch.distributed.pipelining``
-    (``PipelineStage`` on the mesh's pp group, ``ScheduleGPipe`` or ``Schedule1F1B`` over the m micro-batches,
-    ``scale_grads=False``: the loss hook already weighs each token). ``tokens``, ``labels``: this dp rank's
-    ``(m, micro_batch_size, seq_len)``. Returns the summed per-token losses (0 off the last stage)."""
-    import torch
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-
-    from distcheck.core.vocab import Schedule
-    from distcheck.parallel.step.hooks import StepInfo
-    from distcheck.parallel.step.model import IGNORE_INDEX, token_loss_sum
-    from distcheck.parallel.step.precision import autocast_hooks
-
-    layout, m = case.layout, case.microbatches
-    stage = layout.coordinates(ctx.rank)["pp"]
-    sums: list = []
-
-    # called on the last stage once per micro-batch, and on a schedule's first step once more before them (its
-    # shape inference runs the loss on the whole target): the step's losses are the last m calls
-    def loss(out: Any, y: Any) -> Any:
-        sums.append(token_loss_sum(out.detach(), y).cpu())
-        info = StepInfo(layout, mesh, total, int((y != IGNORE_INDEX).sum()), m, case.max_norm)
-        return target.loss_fn(out, y, info)
-
-    pipe = PipelineStage(model, stage, layout.pp, ctx.device, group=mesh.get_group("pp"))
-    cls = {Schedule.GPIPE: ScheduleGPipe, Schedule.ONE_F_ONE_B: Schedule1F1B}[Schedule(case.schedule)]
-    schedule = cls(pipe, n_microbatches=m, loss_fn=loss, scale_grads=False)
-    x, y = (a.reshape(m * case.micro_batch_size, case.seq_len).to(ctx.device) for a in (tokens, labels))
-    last = stage == layout.pp - 1
-    hooks = autocast_hooks(model, layout.precision, ctx.device)  # the stage's forwards under autocast
-    try:
-        schedule.step(*((x,) if stage == 0 else ()), **({"target": y} if last else {}))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return sum(sums[-m:], torch.zeros((), dtype=torch.float64)) if last else torch.zeros((), dtype=torch.float64)
 
 
 def cp_positions(seq_len: int, cp: int, index: int) -> Any:

@@ -106,7 +106,8 @@ from distcheck.core.vocab import Axis
 __all__ = ["AXES", "FLAT_AXES", "EXPERT_AXES", "expert_mesh", "StepInfo", "StepTarget", "token_mean_loss",
            "all_reduce_dp", "torch_clip", "tied_copies", "all_reduce_tied",
            "tied_embedding_clip", "no_finalize", "no_accumulate", "loss_backward", "dp_groups", "as_float", "token_ids",
-           "cross_entropy_sum", "call_model", "MAX_LEN_FIELDS", "check_hooks", "PipelineInfo"]
+           "cross_entropy_sum", "call_model", "MAX_LEN_FIELDS", "check_hooks", "PipelineInfo",
+           "MIN_SEQ_LEN", "user_config_limits"]
 
 #: the config attributes read, in this order, as a user model's longest sequence (torchtitan, Hugging Face's
 #: GPT-2, Hugging Face's Llama, nanoGPT)
@@ -425,3 +426,34 @@ def check_hooks(obj: Any, shown: str) -> None:
         except (TypeError, ValueError):
             have = ""
         check_call_shape(fn, shown, f"the {field} hook of a StepTarget must take {n} positional arguments{have}", n)
+
+
+#: the shortest sequence a user config must allow: tp = 4 cuts each sequence into 4 shards
+MIN_SEQ_LEN = 4
+
+
+def user_config_limits(obj: Any, shown: str) -> tuple[int | None, int | None]:
+    """``(vocab_size, longest sequence)`` of a :class:`StepTarget`'s own ``config`` (None, None when it carries
+    none). ProtocolError naming the target for a config without a model factory, a ``vocab_size`` that is not a
+    positive int, or a declared longest sequence (``hooks.MAX_LEN_FIELDS``) that is not an int >= 4."""
+    from distcheck.engine.contracts.errors import ProtocolError
+
+    cfg = obj.config
+    if cfg is None:
+        return None, None
+    if obj.model is None:
+        raise ProtocolError("target", shown, "StepTarget config is given without a model factory: pass model=... "
+                            "(a callable config -> nn.Module), or leave config out for the tiny Llama")
+    vocab = getattr(cfg, "vocab_size", None)
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        raise ProtocolError("target", shown, f"StepTarget config.vocab_size={vocab!r} must be a positive int: token "
+                            "ids are drawn below it")
+    for name in MAX_LEN_FIELDS:
+        longest = getattr(cfg, name, None)
+        if longest is None:
+            continue
+        if isinstance(longest, bool) or not isinstance(longest, int) or longest < MIN_SEQ_LEN:
+            raise ProtocolError("target", shown, f"StepTarget config.{name}={longest!r} must be an int >= "
+                                f"{MIN_SEQ_LEN}: the sequences drawn are cut into up to {MIN_SEQ_LEN} tp shards")
+        return vocab, longest
+    return vocab, None

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Same", "digests", "ship_once", "restore"]
+__all__ = ["Same", "digests", "dedupe", "ship_once", "restore", "gather_to_rank0"]
 
 
 @dataclass(frozen=True)
@@ -128,3 +128,24 @@ def restore(records: list[dict]) -> list[dict]:
         found = {k: _lookup(records, k, v.rank) for k, v in same.items()}
         out.append(dict(rec, steps=_replaced(rec["steps"], found)) if found else rec)
     return out
+
+
+def gather_to_rank0(ctx: Any, result: dict, keep: bool) -> list[dict] | None:
+    """Every rank's record (``result``, a :func:`~distcheck.parallel.step.harness.run_step` result, but its
+    ``trace``) gathered to rank 0 over the default group (every rank must call it; ``ctx`` the rank's context:
+    ``rank``, ``world_size``), the arrays shipped once restored (:func:`restore`), also kept as rank 0's
+    ``result["every"]`` when ``keep``; None on the other ranks. Only rank 0 reads them. Rank 0 keeps its own record
+    rather than sending it (``gather_object`` pads every rank's bytes to the largest object's: rank 0's, which
+    holds every array, would make each rank send that many bytes)."""
+    import torch.distributed as dist
+
+    records: list | None = [None] * ctx.world_size if ctx.rank == 0 else None
+    own_record = {k: v for k, v in result.items() if k != "trace"}
+    dist.gather_object(None if ctx.rank == 0 else own_record, records, dst=0)
+    if records is None:
+        return None
+    records[0] = own_record
+    records = restore(records)
+    if keep:
+        result["every"] = records
+    return records
