@@ -196,7 +196,8 @@ def _run_check(args: argparse.Namespace) -> int:
     if "certify" in {s.name for s in stages} and args.backend != "none" and (Path.cwd() / "pyproject.toml").is_file():
         from distcheck.certify.config import check_entries, load_config
 
-        check_entries(load_config(Path.cwd() / "pyproject.toml").targets)  # a bad table is bad input: exit 2
+        cfg = load_config(Path.cwd() / "pyproject.toml")
+        check_entries(cfg.targets, cfg.entries_field)  # a bad table is bad input: exit 2
     if args.report is not None:
         if args.launcher == "torchrun":
             raise _UsageError("--report is not supported with --launcher torchrun")
