@@ -1,7 +1,8 @@
 """The one-line messages of the command line: what they name, so that a user can act on them.
 
 A bad ``[[tool.distcheck.certify]]`` entry is named by its file, its number and its target; an unknown
-contract or option suggests the close name and lists the known ones.
+contract or option suggests the close name and lists the known ones; an unknown flag of a subcommand
+points to that subcommand's help.
 """
 
 from __future__ import annotations
@@ -98,3 +99,14 @@ def test_an_unknown_option_of_a_contract_with_no_options_says_so():
 
     err = UnknownQuantityError("x", [], kind="option of contract c", list_known=True)
     assert str(err) == "unknown option of contract c 'x' (there are none)"
+
+
+@pytest.mark.parametrize("argv, prog, unknown", [
+    (["certify", "--exmples", "3"], "distcheck certify", "--exmples"),
+    (["plan", "memory", "--gpus", "8", "--bogus"], "distcheck plan memory", "--bogus"),
+    (["check", "--bogus"], "distcheck check", "--bogus"),
+    (["--bogus", "check"], "distcheck", "--bogus"),  # before the subcommand: the top level's own
+])
+def test_an_unknown_flag_points_to_the_help_of_the_command_it_was_given_to(argv, prog, unknown, capsys):
+    assert _main(*argv) == 2
+    assert _one_error_line(capsys) == f"{prog}: error: unrecognized arguments: {unknown} (see '{prog} --help')"
