@@ -2,10 +2,12 @@
 
 A bad ``[[tool.distcheck.certify]]`` entry is named by its file, its number and its target; an unknown
 contract or option suggests the close name and lists the known ones; an unknown flag of a subcommand
-points to that subcommand's help.
+points to that subcommand's help; ``distcheck check`` says plainly when the certify stage had nothing to run.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -110,3 +112,21 @@ def test_an_unknown_option_of_a_contract_with_no_options_says_so():
 def test_an_unknown_flag_points_to_the_help_of_the_command_it_was_given_to(argv, prog, unknown, capsys):
     assert _main(*argv) == 2
     assert _one_error_line(capsys) == f"{prog}: error: unrecognized arguments: {unknown} (see '{prog} --help')"
+
+
+@pytest.mark.parametrize("pyproject, reason", [
+    ('[tool.distcheck]\nprofile = "ci"\n', "nothing to certify (no [[tool.distcheck.certify]] entries in "
+                                           "./pyproject.toml)"),
+    (None, "nothing to certify (no pyproject.toml in the current folder)"),
+])
+def test_check_says_the_certify_stage_had_nothing_to_run(tmp_path, monkeypatch, capsys, pyproject, reason):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "400")  # one log line per stage
+    if pyproject is not None:
+        (tmp_path / "pyproject.toml").write_text(pyproject)
+    assert _main("check", "--only", "certify", "--format", "json") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == []
+    said = " ".join(err.split())
+    assert f"certify targets of pyproject.toml: {reason}" in said, err
+    assert "0 checks" not in said
