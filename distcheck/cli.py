@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from distcheck.core.cache import hypothesis_storage
 from distcheck.core.errors import DistcheckError
@@ -48,6 +48,18 @@ class _Parser(argparse.ArgumentParser):
         from distcheck.core.text import for_terminal
 
         self.exit(EXIT_USAGE, f"{self.prog}: error: {for_terminal(message)} (see '{self.prog} --help')\n")
+
+
+class _SubcommandParser(_Parser):
+    """The parser of a subcommand (``distcheck certify``, ``distcheck plan memory``): an argument it does not
+    know is its own error, pointing to its own help, not the top-level parser's (argparse leaves unknown
+    arguments of a subcommand to the top level, whose message names ``distcheck --help``)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 def _stage_list(stages: tuple[str, ...]) -> Callable[[str], list[str]]:
@@ -101,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     from distcheck.plan.cli import add_plan_parser, add_report_options
 
     parser.add_argument("--version", action="version", version=f"distcheck {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_SubcommandParser)
 
     check = sub.add_parser(
         "check",
@@ -196,7 +208,8 @@ def _run_check(args: argparse.Namespace) -> int:
     if "certify" in {s.name for s in stages} and args.backend != "none" and (Path.cwd() / "pyproject.toml").is_file():
         from distcheck.certify.config import check_entries, load_config
 
-        check_entries(load_config(Path.cwd() / "pyproject.toml").targets)  # a bad table is bad input: exit 2
+        cfg = load_config(Path.cwd() / "pyproject.toml")
+        check_entries(cfg.targets, cfg.entries_field)  # a bad table is bad input: exit 2
     if args.report is not None:
         if args.launcher == "torchrun":
             raise _UsageError("--report is not supported with --launcher torchrun")

@@ -143,6 +143,8 @@ class Stage:
             a pure one (``run``), which under torchrun runs on rank 0 alone.
         run: a pure stage's rows, ``run(options)``.
         checks: a world stage's contributions (more join it by discovery, :func:`stage_table`).
+        idle: why the stage gave no rows, ``idle(options)`` (``"nothing to certify: ..."``): what
+            ``distcheck check`` says of it instead of a count of 0 checks (default ``"nothing to check"``).
 
     Raises ConfigError when a pure stage has no ``run`` or has ``checks``, or a world stage has a ``run``.
     """
@@ -152,6 +154,7 @@ class Stage:
     needs_world: bool = False
     run: Callable[[CheckOptions], Rows] | None = None
     checks: tuple[WorldChecks, ...] = ()
+    idle: Callable[[CheckOptions], str] | None = None
 
     def __post_init__(self) -> None:
         if self.needs_world and self.run is not None:
@@ -162,6 +165,10 @@ class Stage:
     def label(self, options: CheckOptions) -> str:
         """The title with the backend filled in."""
         return self.title.replace("{backend}", options.backend)
+
+    def nothing_run(self, options: CheckOptions) -> str:
+        """Why the stage gave no rows under ``options`` (:attr:`idle`, else ``"nothing to check"``)."""
+        return "nothing to check" if self.idle is None else self.idle(options)
 
     @property
     def preload(self) -> tuple[str, ...]:
@@ -195,6 +202,15 @@ def _certify_targets(options: CheckOptions) -> Rows:
     return config_rows(path, profile=options.profile, seed=options.seed)
 
 
+def _certify_idle(options: CheckOptions) -> str:
+    """Why :func:`_certify_targets` gave no rows."""
+    if options.backend == "none":
+        return "not run (--backend none runs no target)"
+    if not (Path.cwd() / "pyproject.toml").is_file():
+        return "nothing to certify (no pyproject.toml in the current folder)"
+    return "nothing to certify (no [[tool.distcheck.certify]] entries in ./pyproject.toml)"
+
+
 #: the stages of ``distcheck check``, in the order they run (add a stage here); the world stages'
 #: checks are found by discovery (:func:`stage_table`)
 STAGES: tuple[Stage, ...] = (
@@ -202,7 +218,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("golden", "golden figures", run=_golden),
     Stage("distributed", "DDP on {backend}", needs_world=True),
     Stage("layers", "layers on {backend}", needs_world=True),
-    Stage("certify", "certify targets of pyproject.toml", run=_certify_targets),
+    Stage("certify", "certify targets of pyproject.toml", run=_certify_targets, idle=_certify_idle),
 )
 
 
@@ -403,7 +419,8 @@ def run_local(args: Any) -> int:
     def on_end(stage: Stage, rows: Rows, seconds: float) -> None:
         bar.advance()
         if not quiet:
-            console.log(f"{stage.label(options)}: {len(rows)} checks in {seconds:.1f}s")
+            done = f"{len(rows)} checks in {seconds:.1f}s" if rows else stage.nothing_run(options)
+            console.log(f"{stage.label(options)}: {done}", markup=False)  # a path may hold [brackets]
 
     with bar:
         rows = run_stages(stages, options, on_start=on_start, on_end=on_end)

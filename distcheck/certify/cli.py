@@ -173,7 +173,7 @@ def _jobs(args: argparse.Namespace) -> tuple[list[_Job], str, int | None, float]
 
             raise ConfigError("--contract", None, "is required with a target (contracts: "
                                                   f"{', '.join(c.name for c in contracts())})")
-        check_entries(cfg.targets, f"{cfg.path}: [[tool.distcheck.certify]]")  # not run, but bad input all the same
+        check_entries(cfg.targets, cfg.entries_field)  # not run, but bad input all the same
         job = _Job(args.target, args.contract, list(args.world_sizes or cfg.world_sizes), args.backend or cfg.backend,
                    args.dtypes or cfg.dtypes, args.examples or cfg.examples, cli_options)
         return [job], profile, seed, timeout
@@ -183,6 +183,7 @@ def _jobs(args: argparse.Namespace) -> tuple[list[_Job], str, int | None, float]
         where = cfg.path or "pyproject.toml (none found)"
         raise ConfigError("target", None, f"is required: give MODULE:OBJECT --contract NAME, or list targets under "
                                           f"[[tool.distcheck.certify]] in {where}")
+    check_entries(cfg.targets, cfg.entries_field)  # the file's own mistakes, named in it
     jobs = [_Job(e.target, e.contract, list(args.world_sizes or e.world_sizes), args.backend or e.backend,
                  args.dtypes or e.dtypes, args.examples or e.examples, e.options) for e in cfg.targets]
     return jobs, profile, seed, timeout

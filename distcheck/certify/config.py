@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distcheck.core.errors import ConfigError
+from distcheck.core.errors import ConfigError, UnknownQuantityError
 from distcheck.core.files import FileRefused, read_regular_file
 from distcheck.core.validate import (
     check_choice,
@@ -80,6 +80,11 @@ class CertifyConfig:
     backend: str = "gloo"
     dtypes: list[str] | None = None
     examples: int | None = None
+
+    @property
+    def entries_field(self) -> str:
+        """What errors call the file's entries: ``<path>: [[tool.distcheck.certify]]``."""
+        return f"{self.path}: [[tool.distcheck.certify]]"
 
 
 def find_pyproject(start: Path | None = None) -> Path | None:
@@ -214,17 +219,25 @@ def load_config(path: str | Path | None = None, *, field: str = "config") -> Cer
 def check_entries(entries: list[TargetEntry], where: str = "[[tool.distcheck.certify]]") -> None:
     """Check, before anything runs, what each entry names: a registered contract, options that
     contract declares with values in their range, dtypes it accepts. Raises UnknownQuantityError
-    (a contract or an option that does not exist, with close matches) or ConfigError naming the
-    entry (``[[tool.distcheck.certify]] #2: option max_stages=1000000 must be <= 32``)."""
+    (a contract or an option that does not exist, with close matches, else the known names) or
+    ConfigError, each naming the entry: ``where`` (the file, ``pyproject.toml: [[tool.distcheck.certify]]``),
+    its number and its target (``... #2 (target 'pkg:Layer'): option max_stages=1000000 must be <= 32``);
+    only the one entry of ``where="command line"`` is not named."""
     from distcheck.engine.contracts.contract import check_dtypes, get_contract
 
     for i, entry in enumerate(entries):
-        contract = get_contract(entry.contract)
+        head = f"{where} #{i + 1} (target {entry.target!r}): " if len(entries) > 1 or where != "command line" else ""
+        try:
+            contract = get_contract(entry.contract)
+        except UnknownQuantityError as exc:
+            close = difflib.get_close_matches(entry.contract, exc.known, n=3)
+            raise UnknownQuantityError(exc.name, exc.known, kind=exc.kind, where=head, list_known=not close) from None
         try:
             contract.parse_options(entry.options)
             check_dtypes(entry.dtypes, contract)
+        except UnknownQuantityError as exc:
+            raise UnknownQuantityError(exc.name, exc.known, kind=exc.kind, where=head, list_known=True) from None
         except ConfigError as exc:
-            head = f"{where} #{i + 1}: " if len(entries) > 1 or where != "command line" else ""
             raise ConfigError(f"{head}{exc.field}", exc.value, exc.rule) from None
 
 
@@ -242,7 +255,7 @@ def config_rows(path: str | Path | None = None, *, profile: str | None = None, s
 
     cfg = load_config(path)
     importable_from_current_folder()
-    check_entries(cfg.targets)
+    check_entries(cfg.targets, cfg.entries_field)
     rows: list = []
     for entry in cfg.targets:
         cert = certify(entry.target, entry.contract, world_sizes=world_sizes or entry.world_sizes,

@@ -96,13 +96,17 @@ class UnknownQuantityError(DistcheckError, KeyError):
     """A name is not in a catalogue (closed forms, auditable quantities, properties).
 
     ``kind`` says which: ``"quantity"`` (default) or ``"property"``; the message
-    suggests close matches.
+    suggests close matches (:func:`difflib.get_close_matches`). ``where`` leads the
+    message (the file and entry that gave the name, ending in ``": "``); ``list_known``
+    names every known one too (``(known: a, b)``, or ``(there are none)``).
     """
 
-    def __init__(self, name: str, known: list[str] | None = None, kind: str = "quantity"):
+    def __init__(self, name: str, known: list[str] | None = None, kind: str = "quantity", *, where: str = "",
+                 list_known: bool = False):
         self.name = name
         self.kind = kind
         self.known = known or []
+        self.where = where
         hint = ""
         if self.known:
             import difflib
@@ -110,7 +114,9 @@ class UnknownQuantityError(DistcheckError, KeyError):
             close = difflib.get_close_matches(name, self.known, n=3)
             if close:
                 hint = f"; did you mean {', '.join(close)}?"
-        super().__init__(f"unknown {kind} {name!r}{hint}")
+        if list_known:
+            hint += f" (known: {', '.join(self.known)})" if self.known else " (there are none)"
+        super().__init__(f"{where}unknown {kind} {name!r}{hint}")
 
     def __str__(self) -> str:  # KeyError quotes its message otherwise
         return str(self.args[0])

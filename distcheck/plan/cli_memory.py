@@ -90,7 +90,7 @@ def _estimate_row(i: int, e: Estimate) -> list[str]:
     comm = _gbv(e.comm_total) + ("" if e.comm_complete else "+")
     return [str(i), str(lay.tp), str(lay.cp), str(lay.pp), str(lay.dp), str(lay.zero), _gbv(e.state),
             _gbv(e.activations), _gbv(e.total), f"{float(e.memory_fraction):.0%}", "yes" if e.fits else "no",
-            f"{float(e.bubble_fraction):.1%}", comm, str(lay.lesson_step)]
+            f"{float(e.bubble_fraction):.1%}", comm, lay.question]
 
 
 _COLUMNS = ("#", "tp", "cp", "pp", "dp", "ZeRO", "state GB", "activations GB", "total GB", "of GPU", "fits",
@@ -103,13 +103,14 @@ def _layouts_table(estimates: Sequence[Estimate], title: str, ranking: str) -> T
     return Table(title, _COLUMNS, tuple(tuple(_estimate_row(i, e)) for i, e in enumerate(estimates, 1)),
                  note=f"{ranking}. state = weights + gradients + optimizer state; comm = bytes each GPU sends per step "
                       "(tp + pp + cp + dp); question = the lesson's question the layout answers (1 DDP, 2 ZeRO-1/2, "
-                      "3 ZeRO-3, 4 TP and PP, 5 context parallel); '+' marks a total without the parts that need the "
-                      "model's shape")
+                      "3 ZeRO-3, 4 TP and PP, '4 (TP alone)' TP without PP, 5 context parallel); '+' marks a total "
+                      "without the parts that need the model's shape")
 
 
 def _estimate_json(e: Estimate) -> dict:
     return {
         "layout": e.layout.as_dict(), "label": e.layout.label, "question": e.layout.lesson_step,
+        "question_label": e.layout.question,
         "params_per_gpu": _exact(e.params_per_gpu),
         "bytes": {k: _exact(v) for k, v in
                   (("weights", e.weights), ("gradients", e.gradients), ("optimizer", e.optimizer),
@@ -185,7 +186,7 @@ def run_memory(args: argparse.Namespace) -> int:
     ordered = sort_estimates(result.estimates, by)
     ranking = f"Ranked by {by} (--sort): {SORT_KEYS[by]}"
     rec = result.recommended
-    verdict = (f"Recommendation: {rec.layout.label} (question {rec.layout.lesson_step}), {gb(rec.total)} per GPU"
+    verdict = (f"Recommendation: {rec.layout.label} (question {rec.layout.question}), {gb(rec.total)} per GPU"
                if rec else f"Nothing fits {gb(hardware.usable_bytes)} with activations under these settings "
                            "(try --recompute full, a smaller --micro-batch or more GPUs)")
     if args.format == "json":

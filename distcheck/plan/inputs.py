@@ -190,6 +190,15 @@ class Layout:
         return {0: 1, 1: 2, 2: 2, 3: 3}[self.zero]
 
     @property
+    def question(self) -> str:
+        """The lesson's question this layout answers, as the plan shows it: :attr:`lesson_step`, with
+        ``"4 (TP alone)"`` for a question-4 layout without pipeline stages (``pp == 1``), which uses no
+        "PP across nodes"."""
+        if self.lesson_step == 4 and self.pp == 1:
+            return "4 (TP alone)"
+        return str(self.lesson_step)
+
+    @property
     def label(self) -> str:
         """``"TP 8 × PP 2 × DP 4, ZeRO-1"`` (degrees of 1 left out, except DP)."""
         parts = [f"{name} {v}" for name, v in (("TP", self.tp), ("CP", self.cp), ("PP", self.pp)) if v > 1]

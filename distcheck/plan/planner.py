@@ -236,6 +236,8 @@ def _answer(step: int, ranked: list[Estimate], hardware: Hardware) -> Question:
             reason += f"; ZeRO-3 sends {gb(best.comm['dp'])} per GPU per step"
     else:
         reason = "best is " + _describe(best)
+    if step == 4 and best.layout.pp == 1:
+        reason += " (TP alone: no PP across nodes)"
     return Question(step, _QUESTIONS[step], best.fits, best, reason)
 
 

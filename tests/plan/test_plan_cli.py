@@ -236,3 +236,14 @@ def test_the_plan_report_states_its_questions_once(tmp_path, capsys):
         text = (out / name).read_text()
         assert text.count("Does the whole training state fit one GPU (DDP)?") == 1, name
         assert text.count("Does it fit with TP inside each node and PP across nodes?") == 1, name
+
+
+def test_plan_memory_labels_a_tp_layout_without_pp_tp_alone(capsys):
+    assert main(LESSON + ["--format", "json"]) == 0
+    layouts = json.loads(capsys.readouterr().out)["layouts"]
+    labels = {(e["layout"]["tp"], e["layout"]["pp"], e["layout"]["dp"], e["layout"]["zero"]): e["question_label"]
+              for e in layouts if e["layout"]["cp"] == 1}
+    assert labels[(8, 1, 2, 3)] == "4 (TP alone)" and labels[(8, 2, 1, 0)] == "4" and labels[(1, 1, 16, 3)] == "3"
+    assert main(LESSON + ["--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "│ 4 (TP alone) │" in out  # the second-ranked layout: TP 8 × DP 2, ZeRO-3

@@ -219,3 +219,19 @@ def test_plan_memory_cp_figures_are_the_cp_package_forms(capsys):
         Fraction(est["activations_per_layer"]) * layers * est["in_flight"] + buffer
     one = estimate(resolve_model("lesson-70b-style"), Hardware(gpus=8, gpu_memory="80 GB"), Workload(), Layout(tp=8))
     assert one.comm["cp"] == 0 and one.activations == one.activations_per_layer * 80 * one.in_flight
+
+
+def test_a_layout_without_pp_is_never_labelled_a_pp_question(lesson_plan):
+    # question 4 is "TP inside a node, PP across nodes": a layout with tp > 1 and pp == 1 answers it with TP alone
+    assert Layout(tp=8, dp=2, zero=3).lesson_step == 4 and Layout(tp=8, dp=2, zero=3).question == "4 (TP alone)"
+    assert Layout(tp=8, pp=2, dp=1).question == "4" and Layout(pp=2, dp=8).question == "4"
+    assert Layout(dp=16, zero=3).question == "3" and Layout(tp=2, cp=2, dp=4).question == "5"
+    labels = {(e.layout.pp > 1, e.layout.question) for e in lesson_plan.estimates if e.layout.lesson_step == 4}
+    assert labels == {(True, "4"), (False, "4 (TP alone)")}
+    # the lesson's 13B-style exercise on one node of 8: question 4's best layout has no pipeline stages
+    raw = plan(resolve_model(params="13e9"), Hardware(gpus=8, gpu_memory="80 GB"), Workload())
+    q4 = raw.questions[3]
+    assert q4.best.layout == Layout(tp=2, dp=4, zero=1)
+    assert q4.reason.endswith(" (TP alone: no PP across nodes)"), q4.reason
+    with_pp = lesson_plan.questions[3]
+    assert with_pp.best.layout.pp == 2 and "TP alone" not in with_pp.reason

@@ -326,13 +326,14 @@ class Contract:
     def parse_options(self, given: dict | None) -> dict:
         """``given`` completed with the defaults; values converted to each option's kind.
 
-        Raises ConfigError naming the option for an unknown name (with close matches) or a bad value.
+        Raises UnknownQuantityError for an unknown name (with close matches and every option of the
+        contract) and ConfigError naming the option for a bad value.
         """
         known = {o.name: o for o in self.options}
         out = {o.name: o.default for o in self.options}
         for key, value in (given or {}).items():
             if key not in known:
-                raise UnknownQuantityError(key, sorted(known), kind=f"option of contract {self.name}")
+                raise UnknownQuantityError(key, sorted(known), kind=f"option of contract {self.name}", list_known=True)
             out[key] = parse_option_value(known[key], value)
         return out
 
