@@ -311,8 +311,8 @@ class _Schedule:
 def test_own_split_hands_the_hook_the_schedule_inputs_and_a_stage_loss_distcheck_counts():
     from types import SimpleNamespace
 
-    from distcheck.parallel.step.pipeline import own_split
     from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.pipeline import own_split
 
     seen = {}
     part = torch.nn.Linear(2, 2)
@@ -348,8 +348,8 @@ def test_a_pipeline_hook_returning_other_than_one_part_is_a_protocol_error():
     from types import SimpleNamespace
 
     from distcheck.engine.contracts.errors import ProtocolError
-    from distcheck.parallel.step.pipeline import own_split
     from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.pipeline import own_split
 
     ctx = SimpleNamespace(rank=0, device=torch.device("cpu"))
     parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
