@@ -257,6 +257,7 @@ def _check_worlds(backend: str, world_sizes: Sequence[int]) -> None:
 
 def _run_audit(args: argparse.Namespace) -> int:
     from distcheck import audit
+    from distcheck.audit.listing import closed_form_where, render_key_list
 
     if args.format is None:
         suffix = args.output.suffix.lower() if args.output is not None else ""
@@ -270,12 +271,12 @@ def _run_audit(args: argparse.Namespace) -> int:
     if args.where is not None:
         if args.list or args.list_keys or args.keys:
             raise _UsageError("--where takes no KEY.toml, --list or --list-keys")
-        _emit(_where(args.where) + "\n", args.output)
+        _emit(closed_form_where(args.where) + "\n", args.output)
         return EXIT_OK
     if args.list or args.list_keys:
         if args.keys:
             raise _UsageError(f"{'--list' if args.list else '--list-keys'} takes no KEY.toml")
-        text = audit.render_quantity_list(args.format) if args.list else _render_key_list(args.format)
+        text = audit.render_quantity_list(args.format) if args.list else render_key_list(args.format)
         _emit(text, args.output)
         return EXIT_OK
     if not args.keys:
@@ -294,44 +295,6 @@ def _run_audit(args: argparse.Namespace) -> int:
 
         write_audit_report(args.report, results)
     return max(audit.audit_exit_code(r, strict=args.strict) for r in results)
-
-
-def _where(name: str) -> str:
-    """``path:line`` of the closed form ``name`` (an old name, ``pipeline.*``, read as its new one); a name that
-    is no closed form is bad input (ConfigError naming --where, the value and the rule, with close matches)."""
-    from distcheck.audit.quantities import renamed
-    from distcheck.closed_form import catalogue
-    from distcheck.core.errors import ConfigError, UnknownQuantityError
-
-    forms = catalogue()
-    try:
-        return forms[renamed(name) or name].where
-    except KeyError:
-        hint = str(UnknownQuantityError(name, list(forms))).partition("; ")[2]  # "did you mean ...?", if any
-        raise ConfigError("--where", name, "must name a closed form (see `distcheck audit --list`)"
-                          + (f"; {hint}" if hint else "")) from None
-
-
-def _render_key_list(fmt: str) -> str:
-    """The shipped answer keys (name, claims, title; the folder they are read from) as text in ``fmt``."""
-    import json
-
-    from distcheck.audit import load_key
-    from distcheck.golden import default_golden_dir, shipped_keys
-
-    keys = {name: load_key(path) for name, path in shipped_keys().items()}
-    if fmt == "json":
-        return json.dumps([{"name": name, "path": k.path, "title": k.title, "source": k.source,
-                            "claims": len(k.claims), "checks": len(k.checks)} for name, k in keys.items()], indent=2)
-    if fmt == "markdown":
-        rows = ["| name | claims | title |", "|---|---|---|"]
-        rows += [f"| `{name}` | {len(k.claims)} | {k.title} |" for name, k in keys.items()]
-        return "\n".join(rows) + "\n"
-    width = max(map(len, keys))
-    lines = [f"shipped answer keys ({default_golden_dir()}); audit one with `distcheck audit NAME`",
-             f"{'name':<{width}}  claims  title"]
-    lines += [f"{name:<{width}}  {len(k.claims):>6}  {k.title}" for name, k in keys.items()]
-    return "\n".join(lines) + "\n"
 
 
 def _emit(text: str | None, output: Path | None) -> None:
