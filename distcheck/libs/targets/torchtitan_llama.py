@@ -44,9 +44,15 @@ What is substituted to run it on CPU in float64 (each named in ``distcheck libs`
    ``loss_kwargs``).
 6. torchtitan's SPMD backend is ``"partial_dtensor"`` (DTensor over tp, ``set_spmd_backend``), not its default
    ``"spmd_types"``.
+7. ``ComplexRoPE.apply_rotary_emb`` rounds q and k to float32 (``query.float()``) and multiplies them by its
+   complex64 cache: in complex64 the product's rounding depends on the kernel (vectorized, with fused
+   multiply-adds, or scalar on a short row), which changes with the heads a tp rank holds (at tp = 4 a rank's one
+   head differed from the single-device model's four by 1.5e-8 at the rotary output, a float32 rounding the
+   float64 bounds rightly refuse). Each ``ComplexRoPE`` of the model (:func:`build_llama`, so the ranks and the
+   reference alike) applies the same rotation by the same cache in complex128 (:func:`rotary_float64`: the cache's
+   complex64 values cast exactly, q and k not rounded), torchtitan's code otherwise.
 
-Not covered: ``ComplexRoPE`` computes in float32 (``query.float()``) on both sides, so its rounding is the same in
-the reference; torchtitan's interleaved and zero-bubble schedules (several stages per rank: distcheck steps one
+Not covered: torchtitan's interleaved and zero-bubble schedules (several stages per rank: distcheck steps one
 stage per rank, GPipe and 1F1B) and its pipeline schedule CSVs; activation checkpointing and ``torch.compile``
 (off); context parallelism.
 
@@ -69,7 +75,8 @@ from typing import Any
 from distcheck.core.vocab import Schedule
 from distcheck.parallel.step.hooks import PipelineInfo, StepInfo, StepTarget
 
-__all__ = ["TitanLlamaConfig", "DEBUGMODEL", "SMALL", "build_llama", "parallelize", "titan_loss", "logits_ce_sum",
+__all__ = ["TitanLlamaConfig", "DEBUGMODEL", "SMALL", "build_llama", "rotary_float64", "parallelize", "titan_loss",
+           "logits_ce_sum",
            "LLAMA", "LLAMA_DEBUGMODEL", "WRONG_LOSS_SCALE", "WRONG_TP_PLAN", "WRONG_PP_CLIP", "SPMD_BACKEND",
            "PRELOAD", "titan_clip_grad_norm", "pipeline", "TITAN_SCHEDULES"]
 
@@ -145,11 +152,32 @@ def _model_config(cfg: TitanLlamaConfig) -> Any:
     return mc
 
 
+def rotary_float64(query: Any, key: Any, rope_cache: Any) -> tuple[Any, Any]:
+    """``ComplexRoPE.apply_rotary_emb`` in complex128 (substitution 7): q and k ``(batch, seq_len, heads,
+    head_dim)`` read as ``head_dim / 2`` complex pairs of adjacent dims, each multiplied by ``rope_cache`` (the
+    complex64 cache broadcast, cast exactly to complex128), returned in q's and k's dtype."""
+    import torch
+
+    cache = rope_cache.to(torch.complex128)
+
+    def rotate(x: Any) -> Any:
+        pairs = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * cache).flatten(3).type_as(x)
+
+    return rotate(query), rotate(key)
+
+
 def build_llama(cfg: TitanLlamaConfig) -> Any:
     """``model(config)``: torchtitan's ``Llama3Model`` of ``cfg`` (:func:`_model_config`), built and initialised
-    with torchtitan's own ``init_weights`` (distcheck calls it under the case's seed, float64 the default dtype)."""
+    with torchtitan's own ``init_weights`` (distcheck calls it under the case's seed, float64 the default dtype),
+    each ``ComplexRoPE`` applying its rotation in complex128 (:func:`rotary_float64`, substitution 7)."""
+    from torchtitan.models.common import ComplexRoPE
+
     model = _model_config(cfg).build()
     model.init_weights(buffer_device=None)
+    for module in model.modules():
+        if isinstance(module, ComplexRoPE):
+            module.apply_rotary_emb = rotary_float64  # the instance's: torchtitan calls self.apply_rotary_emb
     return model
 
 
