@@ -128,6 +128,10 @@ def test_transformers_llama_and_mixtral_certified_and_a_wrong_plan_fails():
     for ref in ("LLAMA", "MIXTRAL"):
         got = _certify(f"distcheck.libs.targets.hf_transformers:{ref}", "tp=2")
         assert {p: v.verdict for p, v in got.items()} == dict.fromkeys(PROPS, PASS), (ref, got)
+    # the module doc's `--world-sizes 2,4` draws tp = 4: the config's kv heads (4) split over 4 ranks (with 2 kv
+    # heads transformers' plan raised "shape '[1, 4, -1, 4]' is invalid" on every rank)
+    got = _certify("distcheck.libs.targets.hf_transformers:LLAMA", "tp=4", world_size=4)
+    assert {p: v.verdict for p, v in got.items()} == dict.fromkeys(PROPS, PASS), got
     # o_proj colwise instead of rowwise: transformers refuses the shapes in the forward
     wrong = _certify("distcheck.libs.targets.hf_transformers:WRONG_TP_PLAN", "tp=2")
     assert wrong["params"].verdict == FAIL and "same reduction dim" in wrong["params"].failure, wrong

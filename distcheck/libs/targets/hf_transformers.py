@@ -62,11 +62,11 @@ class HFConfig:
 
     arch: str = "llama"
     vocab_size: int = 32
-    hidden_size: int = 16
+    hidden_size: int = 32
     intermediate_size: int = 32
     num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 4
     max_position_embeddings: int = 16
     experts: int = 4
     top_k: int = 2
