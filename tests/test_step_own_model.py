@@ -353,9 +353,15 @@ def test_a_pipeline_hook_returning_other_than_one_part_is_a_protocol_error():
 
     ctx = SimpleNamespace(rank=0, device=torch.device("cpu"))
     parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    many = _Schedule()
+    many._n_microbatches = 4  # the case's m is 2: a schedule of micro-batch size 1 (torchtitan's default)
     for ret, match in (((_Schedule(), parts), "returned 2 model parts on rank 0: .*not an interleaved schedule"),
-                       (_Schedule(), r"must return \(schedule, model_parts\)"),
-                       ((_Schedule(), [object()]), r"must return \(schedule, model_parts\)")):
+                       ((_Schedule(), []), r"returned 0 model parts on rank 0: .*one pipeline stage per rank "
+                                           r"\(GPipe, 1F1B\)$"),
+                       (_Schedule(), r"must return \(schedule, model_parts\).*not _Schedule$"),
+                       ((_Schedule(), [object()]), r"must return \(schedule, model_parts\).*not \(_Schedule, "
+                                                   r"\[object\]\)"),
+                       ((many, parts[:1]), r"schedule runs 4 micro-batches, the step 2 \(info.microbatches\)")):
         target = StepTarget(_fsdp, pipeline=lambda model, mesh, layout, info, ret=ret: ret)
         with pytest.raises(ProtocolError, match=match):
             own_split(ctx, target, torch.nn.Linear(2, 2), None, _pp_case(), {"total": 1, "sums": [], "model": None})
@@ -524,3 +530,35 @@ def test_every_rank_starts_from_rank0s_weights(gloo2):
     cert = certify("tests.step_targets:PID_SEEDED", "training-step", world=gloo2, examples=3,
                    options={"layout": "dp_replicate=2"})
     cert.assert_certified()
+
+
+def test_pp_layouts_are_refused_on_the_threaded_backend_whose_groups_cannot_send():
+    from types import SimpleNamespace
+
+    from distcheck.engine.contracts.errors import ProtocolError
+    from distcheck.parallel.step.harness import _pipeline_refused
+    from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.reference import StepLayout
+
+    with pytest.raises(ProtocolError, match="backend='threaded' cannot run pipeline stages.*--backend gloo"):
+        _pipeline_refused(SimpleNamespace(backend="threaded"), StepTarget(_fsdp), StepLayout(pp=2))
+    _pipeline_refused(SimpleNamespace(backend="gloo"), StepTarget(_fsdp), StepLayout(pp=2))  # runs
+
+
+def test_a_pinned_pp4_layout_draws_1f1b_with_m_at_least_pp():
+    # st.integers(pp, 3) raised InvalidArgument (min 4 > max 3) once 1F1B was drawn at pp = 4
+    from hypothesis import given, settings
+
+    from distcheck.parallel.step.contracts import _cases
+    from distcheck.parallel.step.reference import StepLayout
+
+    seen = set()
+
+    @settings(max_examples=30, database=None, deadline=None)
+    @given(_cases([StepLayout(pp=4)]))
+    def draw(case):
+        seen.add(case.schedule)
+        assert case.microbatches >= (4 if case.schedule == "1f1b" else 1)
+
+    draw()
+    assert "1f1b" in seen

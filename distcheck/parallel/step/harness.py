@@ -219,12 +219,8 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     layout = case.layout
     master = get_precision(layout.precision).master
     split = layout.pp > 1 and target.pipeline is not None  # the target's own pipeline split and schedule
-    if layout.pp > 1 and target.loop_hooks:
-        raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
-                           f"not call (layout {layout}): leave pp out of the target's axes")
-    if layout.pp > 1 and target.model is not None and not split:
-        raise RuntimeError(f"a user model has no pipeline split without a pipeline hook (StepTarget(pipeline=...)) "
-                           f"(layout {layout}): give one or leave pp out of the target's axes")
+    if layout.pp > 1:
+        _pipeline_refused(ctx, target, layout)
     mesh = mesh_for(ctx, layout)
     d, c = layout.dp_index(ctx.rank), layout.coordinates(ctx.rank)["cp"]
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
@@ -317,6 +313,26 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         if record:
             result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
+
+
+def _pipeline_refused(ctx: RankContext, target: StepTarget, layout: StepLayout) -> None:
+    """Raise when a layout with pp > 1 cannot run: RuntimeError for a target replacing a micro-batch loop hook the
+    schedule does not call, or a user model without a pipeline hook (the contract leaves pp out of such a
+    target's axes); ProtocolError on the threaded backend, whose process group serves no device type that
+    ``torch.distributed.pipelining``'s point-to-point sends need ("No backend type associated with device type
+    cpu")."""
+    from distcheck.engine.contracts.errors import ProtocolError
+
+    if target.loop_hooks:
+        raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
+                           f"not call (layout {layout}): leave pp out of the target's axes")
+    if target.model is not None and target.pipeline is None:
+        raise RuntimeError(f"a user model has no pipeline split without a pipeline hook (StepTarget(pipeline=...)) "
+                           f"(layout {layout}): give one or leave pp out of the target's axes")
+    if getattr(ctx, "backend", "") == "threaded":
+        raise ProtocolError("backend", "threaded", f"cannot run pipeline stages (layout {layout}): "
+                            "torch.distributed.pipelining's sends need a process group with a device backend; use "
+                            "--backend gloo or nccl, or leave pp out (--option axes=dp_replicate,dp_shard,tp)")
 
 
 def cp_positions(seq_len: int, cp: int, index: int) -> Any:
