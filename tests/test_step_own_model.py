@@ -562,3 +562,18 @@ def test_a_pinned_pp4_layout_draws_1f1b_with_m_at_least_pp():
 
     draw()
     assert "1f1b" in seen
+
+
+@pytest.mark.multiprocess
+def test_a_tied_head_under_its_own_split_is_held_under_the_references_name(gloo2):
+    # the last stage's copy of the tied weight is named output.weight there; recorded as tok_embeddings.weight (the
+    # reference lists the tie once), it no longer fails params as "a parameter the reference does not have"
+    from distcheck.certify import certify
+
+    ok = certify("tests.step_targets:STACK_PP_TIED", "training-step", world=gloo2, examples=3,
+                 options={"layout": "pp=2"})
+    ok.assert_certified()
+    bad = certify("tests.step_targets:STACK_PP_TIED_UNSUMMED", "training-step", world=gloo2, examples=3,
+                  options={"layout": "pp=2"})
+    got = {v.property: v for v in bad.verdicts}
+    assert got["params"].verdict == "FAIL" and "tok_embeddings.weight" in got["params"].failure, got["params"]

@@ -89,6 +89,20 @@ def _local(t: Any) -> Any:
     return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
 
 
+def _ties(model: Any) -> dict[str, str]:
+    """The second and later names of each tensor ``model`` ties (``named_parameters(remove_duplicate=False)``) ->
+    its first name, the one the reference lists: after a pipeline split each stage holds its own copy of a tied
+    weight (an embedding on the first stage, the head on the last), recorded under the reference's name."""
+    first: dict[int, str] = {}
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[_name(name)] = _name(first[id(p)])
+        else:
+            first[id(p)] = name
+    return out
+
+
 def _gathered_by(t: Any) -> int | None:
     """The lowest rank of a DTensor's mesh when its ``full_tensor()`` is the same on every rank of that mesh by
     construction (no ``Replicate`` placement: each dim is all-gathered or all-reduced), else None (a plain tensor,
@@ -234,6 +248,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         model = floating_to(model.to(device=ctx.device), getattr(torch, master))
     shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
     schedule, state = None, {"total": 0, "sums": [], "model": None}
+    ties = _ties(model) if split else {}  # a weight tied in the whole model, each stage holding a copy of it
     if split:
         schedule, model = own_split(ctx, target, model, mesh, case, state)
     else:
@@ -241,7 +256,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
             model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
         model = target.parallelize(model, mesh, layout)
     tied_pp = layout.pp > 1 and not split and target.model is None and case.config.tied
-    alias = {TIED_NAMES[1]: TIED_NAMES[0]} if tied_pp else {}
+    alias = {TIED_NAMES[1]: TIED_NAMES[0]} if tied_pp else ties
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     rec = Recorder(model, dp_index=d, pipelined=layout.pp > 1) if record else NoRecorder()
     steps = []
