@@ -308,8 +308,10 @@ class TrainingStep(Contract):
             lay = parse_layout(options["layout"])
             outside_layout = [a for a in AXES if getattr(lay, a) > 1 and a not in named]
             if outside_layout:
+                why = (f" ({_NO_SPLIT})" if Axis.PP.value in outside_layout and isinstance(obj, StepTarget)
+                       and obj.model is not None and obj.pipeline is None else "")
                 raise ConfigError("option layout", options["layout"], f"sets {', '.join(outside_layout)} above 1, "
-                                  f"outside the axes {', '.join(named)}")
+                                  f"outside the axes {', '.join(named)}{why}")
         return make_target(obj, ref, "hooks" if isinstance(obj, StepTarget) else "parallelize"), options
 
     def skipped(self, target: Any, options: dict) -> dict[str, str]:

@@ -56,6 +56,16 @@ def own_split(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case:
         raise ProtocolError("pipeline", shown, f"the pipeline hook returned {len(got[1])} model parts on rank "
                             f"{ctx.rank}: distcheck steps exactly one pipeline stage per rank (GPipe, 1F1B)"
                             + (", not an interleaved schedule's several" if got[1] else ""))
+    stage = getattr(got[0], "_stage", None)  # a single-stage schedule's PipelineStage (no public accessor)
+    if stage is not None and getattr(stage, "submod", got[1][0]) is not got[1][0]:
+        runs, part = type(stage.submod).__name__, type(got[1][0]).__name__
+        raise ProtocolError("pipeline", shown, "the pipeline hook's schedule runs " + (
+                            f"another {runs} than the one" if runs == part else f"a {runs}, not the {part}") +
+                            f" it returned as the part on rank {ctx.rank}: return the module its PipelineStage "
+                            "wraps, which distcheck steps with AdamW and records")
+    if getattr(got[0], "_loss_fn", info.loss) is None:
+        raise ProtocolError("pipeline", shown, "the pipeline hook's schedule has no loss_fn: build it with "
+                            "loss_fn=info.loss (distcheck's stage loss)")
     count = getattr(got[0], "_n_microbatches", m)  # torch's schedules keep it there (no public accessor)
     if count != m:
         raise ProtocolError("pipeline", shown, f"the pipeline hook's schedule runs {count} micro-batches, the step "
@@ -133,6 +143,12 @@ def schedule_step(ctx: RankContext, target: StepTarget, schedule: Any, model: An
     finally:
         for hook in hooks:
             hook.remove()
+    if last and len(state["sums"]) < m:
+        from distcheck.engine.contracts.errors import ProtocolError
+
+        raise ProtocolError("pipeline", _named(target.pipeline), f"the schedule's loss_fn called info.loss "
+                            f"{len(state['sums'])} times for {m} micro-batches on the last stage: build the schedule "
+                            "with loss_fn=info.loss, or call it from yours (distcheck counts the step's loss there)")
     zero = torch.zeros((), dtype=torch.float64)
     return sum(state["sums"][-m:], zero) if last else zero
 
