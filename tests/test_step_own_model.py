@@ -543,13 +543,13 @@ def test_pp_layouts_are_refused_on_the_threaded_backend_whose_groups_cannot_send
     from types import SimpleNamespace
 
     from distcheck.engine.contracts.errors import ProtocolError
-    from distcheck.parallel.step.harness import _pipeline_refused
     from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.pipeline import refuse_pipeline
     from distcheck.parallel.step.reference import StepLayout
 
     with pytest.raises(ProtocolError, match="backend='threaded' cannot run pipeline stages.*--backend gloo"):
-        _pipeline_refused(SimpleNamespace(backend="threaded"), StepTarget(_fsdp), StepLayout(pp=2))
-    _pipeline_refused(SimpleNamespace(backend="gloo"), StepTarget(_fsdp), StepLayout(pp=2))  # runs
+        refuse_pipeline(SimpleNamespace(backend="threaded"), StepTarget(_fsdp), StepLayout(pp=2))
+    refuse_pipeline(SimpleNamespace(backend="gloo"), StepTarget(_fsdp), StepLayout(pp=2))  # runs
 
 
 def test_a_pinned_pp4_layout_draws_1f1b_with_m_at_least_pp():

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from distcheck.parallel.step.case import StepCase
     from distcheck.parallel.step.hooks import StepTarget
 
-__all__ = ["own_split", "merge_inputs", "schedule_step", "pipeline_step"]
+__all__ = ["own_split", "merge_inputs", "schedule_step", "pipeline_step", "refuse_pipeline", "tied_aliases"]
 
 
 def own_split(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case: StepCase, state: dict) -> Any:
@@ -190,3 +190,39 @@ def pipeline_step(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, c
         for hook in hooks:
             hook.remove()
     return sum(sums[-m:], torch.zeros((), dtype=torch.float64)) if last else torch.zeros((), dtype=torch.float64)
+
+
+def refuse_pipeline(ctx: RankContext, target: StepTarget, layout: Any) -> None:
+    """Raise when a layout with pp > 1 cannot run: RuntimeError for a target replacing a micro-batch loop hook the
+    schedule does not call, or a user model without a pipeline hook (the contract leaves pp out of such a
+    target's axes); ProtocolError on the threaded backend, whose process group serves no device type that
+    ``torch.distributed.pipelining``'s point-to-point sends need ("No backend type associated with device type
+    cpu")."""
+    from distcheck.engine.contracts.errors import ProtocolError
+
+    if target.loop_hooks:
+        raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
+                           f"not call (layout {layout}): leave pp out of the target's axes")
+    if target.model is not None and target.pipeline is None:
+        raise RuntimeError(f"a user model has no pipeline split without a pipeline hook (StepTarget(pipeline=...)) "
+                           f"(layout {layout}): give one or leave pp out of the target's axes")
+    if getattr(ctx, "backend", "") == "threaded":
+        raise ProtocolError("backend", "threaded", f"cannot run pipeline stages (layout {layout}): "
+                            "torch.distributed.pipelining's sends need a process group with a device backend; use "
+                            "--backend gloo or nccl, or leave pp out (--option axes=dp_replicate,dp_shard,tp)")
+
+
+def tied_aliases(model: Any) -> dict[str, str]:
+    """The second and later names of each tensor ``model`` ties (``named_parameters(remove_duplicate=False)``) ->
+    its first name, the one the reference lists: after a pipeline split each stage holds its own copy of a tied
+    weight (an embedding on the first stage, the head on the last), recorded under the reference's name."""
+    from distcheck.parallel.step.trace import normalize
+
+    first: dict[int, str] = {}
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[normalize(name)] = normalize(first[id(p)])
+        else:
+            first[id(p)] = name
+    return out
