@@ -15,7 +15,8 @@ weight and bias replicated DTensors, their gradients summed over the tp ranks' s
 ``c_fc`` column-parallel (their biases sharded with their rows), ``c_proj`` row-parallel (its bias added once,
 after the reduction) reduce-scattering to the sequence shard; the head column-parallel from the sequence shard
 to replicated logits. ``parallelize_module`` gives the head and the embedding each a DTensor of its own, so the
-tie is made again (both ``Shard(0)`` over the vocabulary). A user model has no pipeline split: pp is not drawn.
+tie is made again (both ``Shard(0)`` over the vocabulary). It gives no ``pipeline`` hook, so pp is not drawn
+(docs/CERTIFY.md, "Your pipeline split", shows one).
 FSDP2 takes the mixed-precision policy of the precision certified (``layout.precision``: bf16 compute with fp32
 reductions under ``bf16-fsdp``), so the same target certifies in float32 and bf16 mixed precision::
 

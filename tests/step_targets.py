@@ -159,3 +159,35 @@ _STACK = {"model": StackLM, "config": StackConfig(), "batch": tokens_as_keyword,
 STACK_PP = StepTarget(no_parallelize, pipeline=stack_split, **_STACK)
 #: mutant: the schedule also averages the gradients over the m micro-batches (torch's default scale_grads=True)
 STACK_PP_SCALED = StepTarget(no_parallelize, pipeline=stack_split_scaled, **_STACK)
+
+
+class TiedStackLM(StackLM):
+    """``StackLM`` with its head tied to the embedding (``output.weight is tok_embeddings.weight``): under a pipeline
+    split the first stage holds the embedding's copy, the last the head's."""
+
+    def __init__(self, config: StackConfig) -> None:
+        super().__init__(config)
+        self.output.weight = self.tok_embeddings.weight
+
+
+def sum_tied_copies(model, info):
+    """``finalize_grads``: Megatron-LM's embedding all-reduce, the two copies' gradients summed over the pp group."""
+    import torch.distributed as dist
+
+    copy = model.tok_embeddings if model.tok_embeddings is not None else model.output
+    dist.all_reduce(copy.weight.grad, group=info.mesh.get_group("pp"))
+
+
+def count_tied_once(parameters, max_norm, info):
+    """``clip_grad_norm``: the last stage's copy clipped but not counted (the first stage counts it)."""
+    from distcheck.parallel.step.hooks import torch_clip
+
+    model = info.model
+    return torch_clip(parameters, max_norm, info, shared=[model.output.weight] if model.tok_embeddings is None else [])
+
+
+_TIED = dict(_STACK, model=TiedStackLM, clip_grad_norm=count_tied_once)
+#: a tied head under its own split, the copies' gradients summed: each copy is the reference's one weight
+STACK_PP_TIED = StepTarget(no_parallelize, pipeline=stack_split, finalize_grads=sum_tied_copies, **_TIED)
+#: mutant: the copies' gradients never summed (each stage steps its copy with half the gradient)
+STACK_PP_TIED_UNSUMMED = StepTarget(no_parallelize, pipeline=stack_split, **_TIED)

@@ -352,3 +352,19 @@ def test_fsdp_row_suffixes_survive_the_rendered_table():
         render_table(rows, console=console)
         text = console.export_text()
         assert "[reshard=True]" in text and "[reshard=False]" in text, text
+
+
+def test_exception_line_of_a_message_on_the_next_line_keeps_it_and_the_cause():
+    # torch's PipelineStage raises RuntimeError(f"\n  [Stage 1] failed to run forward: ...") from the user's
+    # exception: the bare "RuntimeError:" line hid both the stage's message and the user's
+    from distcheck.engine.drivers import exception_line
+
+    text = ("Traceback (most recent call last):\n  File \"m.py\", line 4, in forward\n"
+            "ValueError: my last stage is broken\n\n"
+            "The above exception was the direct cause of the following exception:\n\n"
+            "Traceback (most recent call last):\n  File \"stage.py\", line 900, in forward_one_chunk\n"
+            "RuntimeError: \n            [Stage 1] failed to run forward:\n"
+            "            args: ('Tensor(torch.Size([1, 4]))',)\n            kwargs: {}\n            \n")
+    assert exception_line(text) == ("RuntimeError: [Stage 1] failed to run forward: args: "
+                                    "('Tensor(torch.Size([1, 4]))',) (raised from ValueError: my last stage is broken)")
+    assert exception_line("Traceback...\nValueError: plain\n") == "ValueError: plain"

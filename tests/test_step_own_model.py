@@ -279,6 +279,8 @@ def test_a_pipeline_hook_lets_a_user_model_draw_pp():
     # without the hook the refusal names it; with it pp is in the default axes and pinned layouts
     own = StepTarget(_fsdp, model=lambda c: None)
     _refused(own, r"unless it gives StepTarget\(pipeline=...\)", {"axes": "dp_shard,pp"}, ConfigError)
+    _refused(own, r"sets pp above 1, outside the axes .*unless it gives StepTarget\(pipeline=...\)",
+             {"layout": "pp=2"}, ConfigError)  # a pinned layout names the hook too
     split = StepTarget(_fsdp, model=_no_model, pipeline=_split4)
     _, opts = c.resolve(split, "mine:TARGET", c.parse_options({}))
     assert opts["axes"] == "dp_replicate,dp_shard,tp,pp"
@@ -353,9 +355,20 @@ def test_a_pipeline_hook_returning_other_than_one_part_is_a_protocol_error():
 
     ctx = SimpleNamespace(rank=0, device=torch.device("cpu"))
     parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    many = _Schedule()
+    many._n_microbatches = 4  # the case's m is 2: a schedule of micro-batch size 1 (torchtitan's default)
+    other, lossless = _Schedule(), _Schedule()
+    other._stage = SimpleNamespace(submod=torch.nn.Linear(2, 2))  # a stage wrapping another module than the part
+    lossless._loss_fn = None
     for ret, match in (((_Schedule(), parts), "returned 2 model parts on rank 0: .*not an interleaved schedule"),
-                       (_Schedule(), r"must return \(schedule, model_parts\)"),
-                       ((_Schedule(), [object()]), r"must return \(schedule, model_parts\)")):
+                       ((_Schedule(), []), r"returned 0 model parts on rank 0: .*one pipeline stage per rank "
+                                           r"\(GPipe, 1F1B\)$"),
+                       (_Schedule(), r"must return \(schedule, model_parts\).*not _Schedule$"),
+                       ((_Schedule(), [object()]), r"must return \(schedule, model_parts\).*not \(_Schedule, "
+                                                   r"\[object\]\)"),
+                       ((many, parts[:1]), r"schedule runs 4 micro-batches, the step 2 \(info.microbatches\)"),
+                       ((other, parts[:1]), r"schedule runs another Linear than the one it returned as the part"),
+                       ((lossless, parts[:1]), r"schedule has no loss_fn: build it with loss_fn=info.loss")):
         target = StepTarget(_fsdp, pipeline=lambda model, mesh, layout, info, ret=ret: ret)
         with pytest.raises(ProtocolError, match=match):
             own_split(ctx, target, torch.nn.Linear(2, 2), None, _pp_case(), {"total": 1, "sums": [], "model": None})
@@ -524,3 +537,67 @@ def test_every_rank_starts_from_rank0s_weights(gloo2):
     cert = certify("tests.step_targets:PID_SEEDED", "training-step", world=gloo2, examples=3,
                    options={"layout": "dp_replicate=2"})
     cert.assert_certified()
+
+
+def test_pp_layouts_are_refused_on_the_threaded_backend_whose_groups_cannot_send():
+    from types import SimpleNamespace
+
+    from distcheck.engine.contracts.errors import ProtocolError
+    from distcheck.parallel.step.harness import _pipeline_refused
+    from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.reference import StepLayout
+
+    with pytest.raises(ProtocolError, match="backend='threaded' cannot run pipeline stages.*--backend gloo"):
+        _pipeline_refused(SimpleNamespace(backend="threaded"), StepTarget(_fsdp), StepLayout(pp=2))
+    _pipeline_refused(SimpleNamespace(backend="gloo"), StepTarget(_fsdp), StepLayout(pp=2))  # runs
+
+
+def test_a_pinned_pp4_layout_draws_1f1b_with_m_at_least_pp():
+    # st.integers(pp, 3) raised InvalidArgument (min 4 > max 3) once 1F1B was drawn at pp = 4
+    from hypothesis import given, settings
+
+    from distcheck.parallel.step.contracts import _cases
+    from distcheck.parallel.step.reference import StepLayout
+
+    seen = set()
+
+    @settings(max_examples=30, database=None, deadline=None)
+    @given(_cases([StepLayout(pp=4)]))
+    def draw(case):
+        seen.add(case.schedule)
+        assert case.microbatches >= (4 if case.schedule == "1f1b" else 1)
+
+    draw()
+    assert "1f1b" in seen
+
+
+@pytest.mark.multiprocess
+def test_a_tied_head_under_its_own_split_is_held_under_the_references_name(gloo2):
+    # the last stage's copy of the tied weight is named output.weight there; recorded as tok_embeddings.weight (the
+    # reference lists the tie once), it no longer fails params as "a parameter the reference does not have"
+    from distcheck.certify import certify
+
+    ok = certify("tests.step_targets:STACK_PP_TIED", "training-step", world=gloo2, examples=3,
+                 options={"layout": "pp=2"})
+    ok.assert_certified()
+    bad = certify("tests.step_targets:STACK_PP_TIED_UNSUMMED", "training-step", world=gloo2, examples=3,
+                  options={"layout": "pp=2"})
+    got = {v.property: v for v in bad.verdicts}
+    assert got["params"].verdict == "FAIL" and "tok_embeddings.weight" in got["params"].failure, got["params"]
+
+
+def test_a_schedule_whose_loss_fn_skips_info_loss_is_a_protocol_error():
+    # a loss_fn of the user's own that never calls info.loss: the step's loss would be read as 0
+    from types import SimpleNamespace
+
+    from distcheck.engine.contracts.errors import ProtocolError
+    from distcheck.parallel.step.hooks import StepTarget
+    from distcheck.parallel.step.pipeline import schedule_step
+
+    case = _pp_case("gpipe")
+    target = StepTarget(_fsdp, pipeline=lambda model, mesh, layout, info: None)
+    tokens = torch.zeros((case.microbatches, case.micro_batch_size, case.seq_len), dtype=torch.long)
+    last = SimpleNamespace(rank=1, device=torch.device("cpu"))  # pp coordinate 1 of 2
+    with pytest.raises(ProtocolError, match="called info.loss 0 times for 2 micro-batches on the last stage"):
+        schedule_step(last, target, _Schedule(), torch.nn.Linear(2, 2), None, case, tokens, tokens, 1,
+                      {"total": 1, "sums": [], "model": None})

@@ -57,13 +57,24 @@ def exception_line(text: str) -> str:
     ``KeyboardInterrupt``, ``SystemExit``, ...) is taken. A rank that died
     without a Python exception has no such line; its text starts with how it
     ended (``rank 1 was killed by SIGSEGV ...``), so the first non-empty line is
-    returned then.
+    returned then. An exception line with an empty message (``RuntimeError:``, its
+    message starting on the next line, as torch's pipeline stages raise) takes the
+    message's first two lines, and, when the traceback chains an exception it was
+    raised from, that exception's line.
     """
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if _EXC_LINE.match(ln):
-            return ln
-    return lines[0].strip() if lines else ""
+    found = [i for i, ln in enumerate(lines) if _EXC_LINE.match(ln)]
+    if not found:
+        return lines[0].strip() if lines else ""
+    i = found[-1]
+    line = lines[i]
+    if line.endswith(":"):  # a message that starts on the next line (torch's pipeline stages raise those)
+        tail = [ln.strip() for ln in lines[i + 1:i + 3] if not _EXC_LINE.match(ln)]
+        line = " ".join([line, *tail])
+        # and the exception it was raised from, when the traceback chains one: its line carries the reason
+        if len(found) > 1 and "The above exception was the direct cause" in text:
+            line += f" (raised from {lines[found[-2]]})"
+    return line
 
 
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')

@@ -159,7 +159,7 @@ def _cases(choices: list[StepLayout], config: Any = None, longest: int | None = 
         low, high = (1, 2) if unit > 1 else (2, 4)
         seq_len = unit * draw(st.integers(low, high if longest is None else max(low, min(high, longest // unit))))
         schedule = draw(st.sampled_from(PP_SCHEDULES)) if pp > 1 else ""
-        m = draw(st.integers(pp if schedule == Schedule.ONE_F_ONE_B else 1, 3))
+        m = draw(st.integers(pp if schedule == Schedule.ONE_F_ONE_B else 1, max(3, pp)))  # 1F1B needs m >= pp
         mbs = draw(st.integers(1, 2))
         steps = draw(st.integers(2, 3))
         length = st.just(1) if one_token else st.integers(1, seq_len)
@@ -308,8 +308,10 @@ class TrainingStep(Contract):
             lay = parse_layout(options["layout"])
             outside_layout = [a for a in AXES if getattr(lay, a) > 1 and a not in named]
             if outside_layout:
+                why = (f" ({_NO_SPLIT})" if Axis.PP.value in outside_layout and isinstance(obj, StepTarget)
+                       and obj.model is not None and obj.pipeline is None else "")
                 raise ConfigError("option layout", options["layout"], f"sets {', '.join(outside_layout)} above 1, "
-                                  f"outside the axes {', '.join(named)}")
+                                  f"outside the axes {', '.join(named)}{why}")
         return make_target(obj, ref, "hooks" if isinstance(obj, StepTarget) else "parallelize"), options
 
     def skipped(self, target: Any, options: dict) -> dict[str, str]:

@@ -89,6 +89,20 @@ def _local(t: Any) -> Any:
     return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
 
 
+def _ties(model: Any) -> dict[str, str]:
+    """The second and later names of each tensor ``model`` ties (``named_parameters(remove_duplicate=False)``) ->
+    its first name, the one the reference lists: after a pipeline split each stage holds its own copy of a tied
+    weight (an embedding on the first stage, the head on the last), recorded under the reference's name."""
+    first: dict[int, str] = {}
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[_name(name)] = _name(first[id(p)])
+        else:
+            first[id(p)] = name
+    return out
+
+
 def _gathered_by(t: Any) -> int | None:
     """The lowest rank of a DTensor's mesh when its ``full_tensor()`` is the same on every rank of that mesh by
     construction (no ``Replicate`` placement: each dim is all-gathered or all-reduced), else None (a plain tensor,
@@ -219,12 +233,8 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
     layout = case.layout
     master = get_precision(layout.precision).master
     split = layout.pp > 1 and target.pipeline is not None  # the target's own pipeline split and schedule
-    if layout.pp > 1 and target.loop_hooks:
-        raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
-                           f"not call (layout {layout}): leave pp out of the target's axes")
-    if layout.pp > 1 and target.model is not None and not split:
-        raise RuntimeError(f"a user model has no pipeline split without a pipeline hook (StepTarget(pipeline=...)) "
-                           f"(layout {layout}): give one or leave pp out of the target's axes")
+    if layout.pp > 1:
+        _pipeline_refused(ctx, target, layout)
     mesh = mesh_for(ctx, layout)
     d, c = layout.dp_index(ctx.rank), layout.coordinates(ctx.rank)["cp"]
     tokens, labels = (torch.from_numpy(a) for a in batch(case))
@@ -238,6 +248,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         model = floating_to(model.to(device=ctx.device), getattr(torch, master))
     shapes = {normalize(n): tuple(p.shape) for n, p in model.named_parameters()}  # the full tensors' shapes
     schedule, state = None, {"total": 0, "sums": [], "model": None}
+    ties = _ties(model) if split else {}  # a weight tied in the whole model, each stage holding a copy of it
     if split:
         schedule, model = own_split(ctx, target, model, mesh, case, state)
     else:
@@ -245,7 +256,7 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
             model = pipeline_stage(model, layout.coordinates(ctx.rank)["pp"], layout.pp)
         model = target.parallelize(model, mesh, layout)
     tied_pp = layout.pp > 1 and not split and target.model is None and case.config.tied
-    alias = {TIED_NAMES[1]: TIED_NAMES[0]} if tied_pp else {}
+    alias = {TIED_NAMES[1]: TIED_NAMES[0]} if tied_pp else ties
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, **ADAMW)
     rec = Recorder(model, dp_index=d, pipelined=layout.pp > 1) if record else NoRecorder()
     steps = []
@@ -317,6 +328,26 @@ def run_step(ctx: RankContext, target: StepTarget, case: StepCase, *, record: bo
         if record:
             result["reference_trace"] = reference_trace(case, tokens, labels, starts, own, initial)
     return result
+
+
+def _pipeline_refused(ctx: RankContext, target: StepTarget, layout: StepLayout) -> None:
+    """Raise when a layout with pp > 1 cannot run: RuntimeError for a target replacing a micro-batch loop hook the
+    schedule does not call, or a user model without a pipeline hook (the contract leaves pp out of such a
+    target's axes); ProtocolError on the threaded backend, whose process group serves no device type that
+    ``torch.distributed.pipelining``'s point-to-point sends need ("No backend type associated with device type
+    cpu")."""
+    from distcheck.engine.contracts.errors import ProtocolError
+
+    if target.loop_hooks:
+        raise RuntimeError(f"the target replaces {', '.join(target.loop_hooks)}, which the pipeline schedule does "
+                           f"not call (layout {layout}): leave pp out of the target's axes")
+    if target.model is not None and target.pipeline is None:
+        raise RuntimeError(f"a user model has no pipeline split without a pipeline hook (StepTarget(pipeline=...)) "
+                           f"(layout {layout}): give one or leave pp out of the target's axes")
+    if getattr(ctx, "backend", "") == "threaded":
+        raise ProtocolError("backend", "threaded", f"cannot run pipeline stages (layout {layout}): "
+                            "torch.distributed.pipelining's sends need a process group with a device backend; use "
+                            "--backend gloo or nccl, or leave pp out (--option axes=dp_replicate,dp_shard,tp)")
 
 
 def cp_positions(seq_len: int, cp: int, index: int) -> Any:

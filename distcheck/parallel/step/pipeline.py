@@ -47,17 +47,49 @@ def own_split(ctx: RankContext, target: StepTarget, model: Any, mesh: Any, case:
     if hook is None:
         raise RuntimeError("distcheck defect: own_split called for a target without a pipeline hook")
     got = hook(model, mesh, layout, info)
-    shown = repr(hook)
+    shown = _named(hook)
     if not isinstance(got, (tuple, list)) or len(got) != 2 or not isinstance(got[1], (tuple, list)) or not all(
             isinstance(p, torch.nn.Module) for p in got[1]) or not hasattr(got[0], "step"):
         raise ProtocolError("pipeline", shown, f"the pipeline hook must return (schedule, model_parts): a "
-                            f"torch.distributed.pipelining schedule and a list of nn.Module, not {got!r:.200}")
+                            f"torch.distributed.pipelining schedule and a list of nn.Module, not {_shape(got)}")
     if len(got[1]) != 1:
         raise ProtocolError("pipeline", shown, f"the pipeline hook returned {len(got[1])} model parts on rank "
-                            f"{ctx.rank}: distcheck steps one pipeline stage per rank (GPipe, 1F1B), not an "
-                            "interleaved schedule's several")
+                            f"{ctx.rank}: distcheck steps exactly one pipeline stage per rank (GPipe, 1F1B)"
+                            + (", not an interleaved schedule's several" if got[1] else ""))
+    stage = getattr(got[0], "_stage", None)  # a single-stage schedule's PipelineStage (no public accessor)
+    if stage is not None and getattr(stage, "submod", got[1][0]) is not got[1][0]:
+        runs, part = type(stage.submod).__name__, type(got[1][0]).__name__
+        raise ProtocolError("pipeline", shown, "the pipeline hook's schedule runs " + (
+                            f"another {runs} than the one" if runs == part else f"a {runs}, not the {part}") +
+                            f" it returned as the part on rank {ctx.rank}: return the module its PipelineStage "
+                            "wraps, which distcheck steps with AdamW and records")
+    if getattr(got[0], "_loss_fn", info.loss) is None:
+        raise ProtocolError("pipeline", shown, "the pipeline hook's schedule has no loss_fn: build it with "
+                            "loss_fn=info.loss (distcheck's stage loss)")
+    count = getattr(got[0], "_n_microbatches", m)  # torch's schedules keep it there (no public accessor)
+    if count != m:
+        raise ProtocolError("pipeline", shown, f"the pipeline hook's schedule runs {count} micro-batches, the step "
+                            f"{m} (info.microbatches): build it with n_microbatches=info.microbatches, each "
+                            f"micro-batch info.microbatch_size sequences (the step's loss and tokens are counted per "
+                            f"micro-batch)")
     state["model"] = got[1][0]
     return got[0], got[1][0]
+
+
+def _named(hook: Any) -> str:
+    """A hook as a user names it: ``module:qualname`` (a ``functools.partial``'s function), else its repr."""
+    fn = getattr(hook, "func", hook)
+    name = getattr(fn, "__qualname__", None)
+    return f"{getattr(fn, '__module__', '?')}:{name}" if name else repr(hook)
+
+
+def _shape(value: Any) -> str:
+    """What a hook returned, by type: ``(ScheduleGPipe, FSDPLM)``, ``None``."""
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(f"[{', '.join(type(p).__name__ for p in v)}]" if isinstance(v, (tuple, list))
+                          else type(v).__name__ for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    return type(value).__name__
 
 
 def merge_inputs(inputs: list) -> tuple[tuple, dict]:
@@ -111,6 +143,12 @@ def schedule_step(ctx: RankContext, target: StepTarget, schedule: Any, model: An
     finally:
         for hook in hooks:
             hook.remove()
+    if last and len(state["sums"]) < m:
+        from distcheck.engine.contracts.errors import ProtocolError
+
+        raise ProtocolError("pipeline", _named(target.pipeline), f"the schedule's loss_fn called info.loss "
+                            f"{len(state['sums'])} times for {m} micro-batches on the last stage: build the schedule "
+                            "with loss_fn=info.loss, or call it from yours (distcheck counts the step's loss there)")
     zero = torch.zeros((), dtype=torch.float64)
     return sum(state["sums"][-m:], zero) if last else zero
 
