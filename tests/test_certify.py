@@ -290,6 +290,52 @@ def test_engine_shrinks_one_property_and_reruns_the_others():
         cert.assert_certified()
 
 
+def lopsided_add(a, b):  # wrong once a sum reaches 16, and not symmetric where one side is 0 and the other >= 16
+    return (a + b) % 16 + (1 if a == 0 and b >= 16 else 0)
+
+
+def test_a_failure_met_while_another_property_is_shrunk_is_never_a_pass():
+    # sum fails first and its shrinking visits Pair(0, 16), where symmetric fails too; symmetric's own run of 50
+    # examples (seed 0) never draws a 0 beside a number >= 16, so it alone would pass: the failure met must FAIL it
+    cert = certify(lopsided_add, AdditionContract(), examples=50, seed=0)
+    by = {v.property: v for v in cert.verdicts}
+    assert by["sum"].verdict == "FAIL" and by["sum"].counterexample == "Pair(a=0, b=16)"  # shrunk as before
+    assert by["sum"].failure == "f(0, 16) = 1"
+    sym = by["symmetric"]
+    assert sym.verdict == "FAIL" and sym.counterexample == "Pair(a=0, b=16)", sym.describe("test-addition")
+    assert sym.failure.startswith("1 != 0 (met while the failure of sum was shrunk, at example ")
+    assert sym.failure.endswith(", and not shrunk: its own run of 50 examples did not fail it again)")
+    assert 0 < sym.examples == sym.examples_until_failure <= by["sum"].examples and sym.reproduce == by["sum"].reproduce
+    assert not cert.ok
+    batched = {v.property: v for v in certify(lopsided_add, AdditionContract(), examples=50, seed=2, batch=10).verdicts}
+    assert batched["symmetric"].verdict == "FAIL" and batched["symmetric"].counterexample == "Pair(a=19, b=0)"
+    assert batched["symmetric"].failure.startswith("3 != 4 (met while the failure of sum was shrunk, at example ")
+
+
+def test_a_failure_met_beside_the_first_failure_is_never_a_pass():
+    # a world that reports an asymmetric result once, on the first example whose sum is wrong (the example that
+    # starts sum's shrinking): symmetric's own run never fails, and still it FAILs with that example
+    class OnceAsymmetric:
+        world_size, backend, tampered = 1, "fake", None
+
+        def run(self, fn, contract, target, case, *rest):
+            got, swapped = fn(None, contract, target, case, *rest)
+            if self.tampered is None and got != case.a + case.b:
+                self.tampered, swapped = case, swapped + 1
+            return [(got, swapped)]
+
+    world = OnceAsymmetric()
+    cert = certify(add_without_carry, AdditionContract(), world=world, examples=50, seed=3)
+    by = {v.property: v for v in cert.verdicts}
+    assert by["sum"].verdict == "FAIL" and by["sum"].counterexample in ("Pair(a=0, b=16)", "Pair(a=16, b=0)")
+    sym = by["symmetric"]
+    assert sym.verdict == "FAIL" and sym.counterexample == repr(world.tampered) != by["sum"].counterexample
+    got = add_without_carry(world.tampered.a, world.tampered.b)
+    assert sym.failure == (f"{got} != {got + 1} (met on the example where sum failed first, at example "
+                           f"{by['sum'].examples_until_failure}, and not shrunk: its own run of 50 examples did not "
+                           "fail it again)")
+
+
 def test_batches_count_every_example_and_report_the_failing_case():
     cert = certify(good_add, AdditionContract(), examples=40, seed=3, batch=8)
     assert cert.ok and {v.examples for v in cert.verdicts} == {40}  # 5 lists of 8

@@ -9,8 +9,11 @@ Shrinking replays examples through the same world.
 All properties are checked on every example. When one fails, Hypothesis shrinks that property's
 failure alone (an example is interesting when that property fails there); the properties left
 are then run again from the start, so each property gets its own verdict, example count and
-counterexample. A rank that raises fails every property left, with one shrunk counterexample: each of
-them is a FAIL whose ``took_down`` names them all, and reports show that crash once.
+counterexample. A failure of another property met on any example run meanwhile (generation or
+shrinking) is kept (the first one met, :class:`_Met`): should that property's own run not fail it again,
+it is a FAIL with that example (not shrunk), never a pass or a skip. A rank that raises fails every
+property left, with one shrunk counterexample: each of them is a FAIL whose ``took_down`` names them
+all, and reports show that crash once.
 A target that does not follow the contract's protocol stops the certification with a
 :class:`~distcheck.engine.contracts.errors.ProtocolError` (bad input), whichever example found it.
 A step that times out is shrunk like any failure and fails the target once (:mod:`distcheck.certify.hangs`).
@@ -171,6 +174,17 @@ class _Stats:
 
 
 @dataclass
+class _Met:
+    """The first failure of a property met on an example of another property's run (or while a crash or hang was
+    shrunk): ``during`` says which; ``calls``: the examples that run had run then."""
+
+    case: Any
+    outcome: Outcome
+    calls: int
+    during: str
+
+
+@dataclass
 class _Run:
     remaining: list[str]
     calls: int = 0
@@ -182,7 +196,22 @@ class _Run:
     hang: hangs.HangState = field(default_factory=hangs.HangState)  # the steps that timed out
     stats: dict = field(default_factory=dict)
     drawn: Drawn | None = None  # the compositions drawn (every example run, with its outcomes)
+    met: dict[str, _Met] = field(default_factory=dict)  # every property's first failure met (kept across runs)
 
+    def meet(self, case: Any, outcome: dict[str, Outcome], shrunk: tuple | None, calls: int) -> tuple | None:
+        """Keep the first failure of each property of ``remaining`` on ``case`` (the run's example ``calls``) but
+        the one this run shrinks (``shrunk``, the run's target, or None before its first failure); return the
+        target after ``case``."""
+        failing, during = [p for p in self.remaining if not outcome[p].ok], ""
+        if shrunk is None and failing:
+            shrunk, during = ("property", failing[0]), f"on the example where {failing[0]} failed first"
+        elif shrunk is not None:
+            during = f"while the failure of {shrunk[1]} was shrunk" if shrunk[0] == "property" else \
+                f"while a {'hang' if shrunk[0] == 'hang' else 'crash'} was shrunk"
+        for p in failing:
+            if p not in self.met and shrunk != ("property", p):
+                self.met[p] = _Met(case, outcome[p], calls, during)
+        return shrunk
 
 def _example_test(run: _Run, world: World, contract: Contract, target: Any, dtype: str, options: dict,
                   batch: int, clock: hangs.StepClock | None = None) -> Callable[[Any], None]:
@@ -219,6 +248,9 @@ def _example_test(run: _Run, world: World, contract: Contract, target: Any, dtyp
                 return
             run.last = (shown, outcomes.message, outcomes.ranks, None)  # a crash fails every property
             raise AssertionError(outcomes.message)
+        shrunk = run.target  # every failure met is kept, on every case of a batch
+        for i, (case, outcome) in enumerate(zip(cases, outcomes, strict=True)):
+            shrunk = run.meet(case, outcome, shrunk, run.calls - len(cases) + i + 1)
         for case, outcome in zip(cases, outcomes, strict=True):
             if run.target is None:
                 for p in run.remaining:
@@ -257,8 +289,9 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
     remaining = [p for p in specs if p not in verdicts]
     explained: dict[str, str] = {}
     seen = Drawn(contract, ws, dtype, [] if compositions is None else compositions, skipped=list(verdicts))
+    met: dict[str, _Met] = {}  # each property's first failure met in another's run
     while remaining:
-        run = _Run(remaining=list(remaining), stats={p: _Stats() for p in remaining}, drawn=seen)
+        run = _Run(remaining=list(remaining), stats={p: _Stats() for p in remaining}, drawn=seen, met=met)
         started = time.perf_counter()
 
         test = _example_test(run, world, contract, target, dtype, options, batch, clock)
@@ -304,7 +337,27 @@ def _certify_dtype(world: World, contract: Contract, target: Any, dtype: str, op
                                           backend, PASS, examples=s.examples, max_error=s.max_error, bound=s.bound,
                                           seconds=time.perf_counter() - started, note=s.note)
         remaining = []
+    for p, m in met.items():  # a failure met is never hidden by a later pass (or skip after a hang)
+        if verdicts[p].verdict != FAIL:
+            verdicts[p] = _met_verdict(world, contract, target, dtype, options, replay, explained, verdicts[p], m)
     return [verdicts[p] for p in specs]
+
+
+def _met_verdict(world: World, contract: Contract, target: Any, dtype: str, options: dict, replay: str,
+                 explained: dict[str, str], own: PropertyVerdict, met: _Met) -> PropertyVerdict:
+    """The FAIL of a property whose failure ``met`` another run met, where its own run (``own``: a pass, or a skip
+    after a hang) did not fail it again: that example (not shrunk), its message, ranks, error and bound."""
+    failed = met.outcome
+    why = explain_failure(world, contract, target, met.case, dtype, options, explained,
+                          lambda exc: _crash(exc).message)
+    ran = (f"its own run of {own.examples} examples did not fail it again" if own.verdict == PASS
+           else f"its own run ended in a skip: {own.failure}")
+    message = (f"{failed.message}{f'; {why}' if why else ''} (met {met.during}, at example {met.calls}, and not "
+               f"shrunk: {ran})")
+    return PropertyVerdict(own.property, own.statement, own.regime, dtype, own.world_size, own.backend, FAIL,
+                           examples=met.calls, max_error=failed.max_error, bound=failed.bound,
+                           counterexample=repr(met.case), failure=message, ranks=list(failed.ranks),
+                           reproduce=replay, examples_until_failure=met.calls, seconds=own.seconds)
 
 
 def default_seed(profile: str) -> int:
